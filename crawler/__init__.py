@@ -1,0 +1,1 @@
+"""crawler: the Scrapy project (distributed scheduler, spiders, middlewares, Kafka pipeline)."""

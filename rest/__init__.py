@@ -1,0 +1,1 @@
+"""rest: the HTTP front (feed, poll, crawl status, metrics, dashboard)."""

@@ -1,0 +1,209 @@
+"""Every crawlhive setting, its type and its default, documented once, right here.
+
+Each setting is a module-level constant; its annotation is the type that the settings loader
+(:mod:`crawlhive.utils.settings`) parses environment variables and settings files into, and the
+docstring under it is the reference for users. Names carry their unit where they have one, except
+the names fixed by the wire contract (API.md §8.1), which keep Scrapy Cluster's spelling; their
+docstrings state the unit.
+
+This module is never written to: the loader copies the values.
+"""
+
+# ruff: noqa: E501
+
+from typing import Any
+
+# --- connections -------------------------------------------------------------------------------
+
+REDIS_URL: str = "redis://127.0.0.1:6379/0"
+"""Redis to use for the frontier and every control key; ``rediss://`` for TLS, password in the URL.
+Scrapy Cluster's REDIS_HOST / REDIS_PORT / REDIS_DB / REDIS_PASSWORD are combined into it when it is
+not set. When neither is set, ``crawlhive up`` starts a private redis-server and the other commands
+find it through the state file in CRAWLHIVE_HOME."""
+
+REDIS_KEY_PREFIX: str = "ch"
+"""Prefix of every Redis key crawlhive writes (see docs/redis-keys.md). Lets several clusters, or
+tests, share one Redis."""
+
+KAFKA_BOOTSTRAP_SERVERS: list[str] = ["127.0.0.1:9092"]
+"""Kafka brokers, comma-separated (alias: KAFKA_HOSTS)."""
+
+KAFKA_TOPIC_PREFIX: str = "demo"
+"""Prefix of every topic: ``<prefix>.incoming``, ``<prefix>.crawled_firehose``, …"""
+
+KAFKA_GROUP: str = ""
+"""kafka-monitor consumer group; empty means ``<KAFKA_TOPIC_PREFIX>-group``."""
+
+KAFKA_SECURITY_PROTOCOL: str = "PLAINTEXT"
+"""PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; applied to every Kafka client."""
+
+KAFKA_SASL_MECHANISM: str | None = None
+"""PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 when KAFKA_SECURITY_PROTOCOL uses SASL."""
+
+KAFKA_SASL_USERNAME: str | None = None
+"""SASL user name."""
+
+KAFKA_SASL_PASSWORD: str | None = None
+"""SASL password."""
+
+KAFKA_SSL_CAFILE: str | None = None
+"""CA bundle (PEM file) that signs the brokers' certificates, for SSL / SASL_SSL."""
+
+KAFKA_APPID_TOPICS: bool = False
+"""Also write each item / outbound message to ``<prefix>.crawled_<appid>`` / ``.outbound_<appid>``."""
+
+KAFKA_BASE_64_ENCODE: bool = False
+"""Send item bodies base64-encoded instead of as text."""
+
+KAFKA_PRODUCER_MAX_REQUEST_SIZE: int = 1048576
+"""Bytes: the largest record a crawlhive producer sends; larger items become dead letters."""
+
+KAFKA_FEED_TIMEOUT: float = 10.0
+"""Seconds to wait for the broker's acknowledgement of a fed request (REST, ``crawlhive feed``)."""
+
+KAFKA_TOPIC_PARTITIONS: int = 4
+"""Partitions of each topic crawlhive creates."""
+
+KAFKA_TOPIC_REPLICATION: int = 1
+"""Replication factor of each topic crawlhive creates."""
+
+KAFKA_CONSUMER_POLL_TIMEOUT_MS: int = 100
+"""Milliseconds one consumer poll may block before the loop checks its stop flag."""
+
+KAFKA_CONSUMER_FETCH_MAX_WAIT_MS: int = 10
+"""Milliseconds the broker may hold a fetch that has no data (low keeps latency low)."""
+
+KAFKA_MAX_POLL_INTERVAL_MS: int = 5000
+"""Milliseconds between polls before the group evicts a consumer; small values keep group joins
+fast on Tansu."""
+
+KAFKA_CONSUMER_MAX_POLL_RECORDS: int = 2000
+"""Records one poll returns at most: the batch a monitor validates and writes in one round trip."""
+
+# --- request schemas (API.md §2.7) -----------------------------------------------------------------
+
+SCHEMA_PRIORITY_MIN: int = 1
+"""Smallest priority a crawl request may ask for."""
+
+SCHEMA_PRIORITY_MAX: int = 100
+"""Largest priority a crawl request may ask for."""
+
+SCHEMA_MAXDEPTH_MAX: int = 3
+"""Largest ``maxdepth`` a crawl request may ask for."""
+
+SCHEMA_DOMAIN_MAX_PAGES_MAX: int = 2000
+"""Largest ``domain_max_pages`` a crawl request may ask for."""
+
+# --- plugins ---------------------------------------------------------------------------------------
+
+PLUGINS: dict[str, Any] = {}
+"""Plugins of the monitor being run, ``{"dotted.path.Class": rank or null}``, merged over its
+built-ins (null removes one). Applied before the monitor's own map below."""
+
+KAFKA_MONITOR_PLUGINS: dict[str, Any] = {}
+"""kafka-monitor plugins, ``{"dotted.path.Class": rank or null}`` merged over the built-ins
+(null removes one)."""
+
+REDIS_MONITOR_PLUGINS: dict[str, Any] = {}
+"""redis-monitor plugins, ``{"dotted.path.Class": rank or null}`` merged over the built-ins."""
+
+# --- frontier and throttle (API.md §3.11) ------------------------------------------------------------
+
+QUEUE_HITS: int = 10
+"""Fetches allowed per throttle key in any rolling QUEUE_WINDOW, cluster-wide."""
+
+QUEUE_WINDOW: float = 60.0
+"""Seconds of the rolling throttle window."""
+
+QUEUE_MODERATED: bool = True
+"""Space fetches at least QUEUE_WINDOW / QUEUE_HITS seconds apart (no bursts)."""
+
+SCHEDULER_TYPE_ENABLED: bool = True
+"""Throttle per (spiderid, domain) instead of per domain."""
+
+SCHEDULER_IP_ENABLED: bool = False
+"""Add CRAWLER_EGRESS_ID to the throttle key (one budget per egress address)."""
+
+CRAWLER_EGRESS_ID: str | None = None
+"""Operator-set id of this crawler's egress (e.g. its public IP); never looked up on the network."""
+
+LEASE_TIMEOUT: float = 120.0
+"""Seconds a popped request stays leased to its crawler before it may be reclaimed."""
+
+DUPEFILTER_TIMEOUT: float = 600.0
+"""Seconds a crawl's dupefilter lives after the crawl's last activity."""
+
+GLOBAL_PAGE_PER_DOMAIN_LIMIT: int | None = None
+"""Cap on requests per (crawl, domain) applied to every crawl; unset = no cap."""
+
+CRAWL_RECORD_TTL: float = 604800.0
+"""Seconds a crawl's counters and stop blacklist are kept after its last activity."""
+
+# --- crawling --------------------------------------------------------------------------------------
+
+RETRY_TIMES: int = 3
+"""Retries of a failed fetch (so RETRY_TIMES + 1 attempts)."""
+
+RETRY_HTTP_CODES: list[int] = [500, 502, 503, 504, 522, 524, 408, 429]
+"""HTTP statuses that count as a failed fetch and are retried."""
+
+DOWNLOAD_TIMEOUT: float = 10.0
+"""Seconds a download may take before it fails."""
+
+USER_AGENT: str = ""
+"""User-Agent of requests without ``useragent``; empty means ``crawlhive/<version>``."""
+
+CRAWLER_NODE_NAME: str = ""
+"""Host name reported in machine stats; empty means this machine's hostname."""
+
+# --- stats and heartbeats (API.md §4) ------------------------------------------------------------
+
+STATS_TIMES: list[int] = [900, 3600, 21600, 43200, 86400, 604800]
+"""Seconds of each rolling stats window."""
+
+STATS_RESPONSE_CODES: list[int] = [200, 403, 404, 504]
+"""HTTP statuses counted per spider and machine."""
+
+STATS_QUEUE_MAX_DOMAINS: int = 1000
+"""Most domains listed per spider in queue stats."""
+
+HEARTBEAT_TIMEOUT: float = 120.0
+"""Seconds a process counts as live after its last heartbeat."""
+
+HEARTBEAT_INTERVAL: float = 10.0
+"""Seconds between two heartbeats of one process."""
+
+# --- REST (API.md §7) --------------------------------------------------------------------------
+
+REST_HOST: str = "0.0.0.0"
+"""Address the REST service listens on."""
+
+REST_PORT: int = 5343
+"""Port the REST service listens on (alias: FLASK_PORT)."""
+
+REST_API_KEY: str = ""
+"""When non-empty, required as the X-Api-Key header on every endpoint but ``/`` and ``/metrics``."""
+
+WAIT_FOR_RESPONSE_TIME: float = 5.0
+"""Seconds ``POST /feed`` waits for the answer to a request with a uuid."""
+
+POLL_RESULT_TTL: float = 86400.0
+"""Seconds an unclaimed answer stays available to ``POST /poll``."""
+
+REST_MAX_BODY_BYTES: int = 1048576
+"""Largest request body the REST service accepts."""
+
+# --- logging and local state -----------------------------------------------------------------------
+
+LOG_LEVEL: str = "INFO"
+"""DEBUG, INFO, WARNING, ERROR or CRITICAL."""
+
+LOG_JSON: bool = False
+"""Log one JSON object per line instead of plain text."""
+
+LOG_FILE: str | None = None
+"""Log to this file instead of standard error."""
+
+CRAWLHIVE_HOME: str = "~/.crawlhive"
+"""Folder of local state: where ``crawlhive up`` records the addresses of its embedded Redis and
+broker so that other ``crawlhive`` commands on this machine find them."""

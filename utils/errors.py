@@ -1,0 +1,30 @@
+"""Named exceptions of the shared library. Each message names the setting, input or path to fix.
+
+Library code raises these; only a ``main()`` turns them into an exit code.
+"""
+
+from __future__ import annotations
+
+
+class CrawlhiveError(Exception):
+    """Base of every error crawlhive raises on purpose."""
+
+
+class SettingsError(CrawlhiveError):
+    """A setting has a value that does not parse or make sense; the message names the setting."""
+
+
+class KeyFormatError(CrawlhiveError, ValueError):
+    """A string is not a Redis key of the expected format."""
+
+
+class PluginLoadError(CrawlhiveError):
+    """A plugin path does not import, or the object it names cannot be built."""
+
+
+class BackendUnavailable(CrawlhiveError):
+    """Redis or Kafka cannot be reached; the message names the setting to check."""
+
+
+class EmbeddedServiceError(CrawlhiveError):
+    """An embedded redis-server or broker could not be started."""

@@ -1,0 +1,306 @@
+"""One typed, frozen settings object for every crawlhive process.
+
+Precedence, lowest first (API.md §8.1): the defaults in :mod:`crawlhive.utils.defaults` < the state
+file of a running ``crawlhive up`` (addresses only) < a ``--settings FILE`` < environment variables of
+the same upper-case name < command-line options. Every value is parsed into the type annotated in
+the defaults module, so a bad value fails at start-up with a message naming the setting, e.g.
+``QUEUE_HITS: expected an integer, got 'ten'``.
+
+Why not Scrapy's ``Settings``: it has no environment layer and no typed parsing of strings, and the
+monitors are not Scrapy processes. The crawler converts this object into Scrapy settings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import runpy
+import socket
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from crawlhive.utils import __version__, defaults
+from crawlhive.utils.errors import SettingsError
+
+logger = logging.getLogger(__name__)
+
+#: Scrapy Cluster names accepted for ours (API.md §8.1).
+ALIASES: dict[str, str] = {"KAFKA_HOSTS": "KAFKA_BOOTSTRAP_SERVERS", "FLASK_PORT": "REST_PORT"}
+#: Scrapy Cluster's Redis parts, combined into REDIS_URL when REDIS_URL itself is not set.
+REDIS_PARTS = ("REDIS_HOST", "REDIS_PORT", "REDIS_DB", "REDIS_PASSWORD")
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _declared() -> dict[str, tuple[Any, Any]]:
+    """Name -> (type, default) of every setting in the defaults module."""
+    hints = typing.get_type_hints(defaults)
+    return {name: (hints[name], getattr(defaults, name)) for name in hints if name.isupper()}
+
+
+DECLARED: dict[str, tuple[Any, Any]] = _declared()
+
+
+def _describe(tp: Any) -> str:
+    names = {int: "an integer", float: "a number", bool: "a boolean", str: "a string"}
+    if tp in names:
+        return names[tp]
+    origin = typing.get_origin(tp)
+    if origin is list:
+        return "a list (JSON or comma-separated)"
+    if origin is dict:
+        return "a JSON object"
+    return str(tp)
+
+
+def parse_value(name: str, tp: Any, raw: Any) -> Any:
+    """Parse *raw* (a string from the environment or a Python value from a file) into *tp*.
+
+    Raises:
+        SettingsError: naming *name*, the expected type and the value received.
+    """
+    origin = typing.get_origin(tp)
+    if origin in (types.UnionType, typing.Union):
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        if raw is None:
+            return None
+        return parse_value(name, members[0], raw)
+    try:
+        return _parse(tp, origin, raw)
+    except (ValueError, TypeError, json.JSONDecodeError):
+        raise SettingsError(f"{name}: expected {_describe(tp)}, got {raw!r}") from None
+
+
+def _parse(tp: Any, origin: Any, raw: Any) -> Any:
+    if tp is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+            return raw.strip().lower() in _TRUE
+        if isinstance(raw, int) and raw in (0, 1):
+            return bool(raw)
+        raise ValueError
+    if tp is int:
+        if isinstance(raw, bool) or isinstance(raw, float) and not raw.is_integer():
+            raise ValueError
+        return int(raw.strip()) if isinstance(raw, str) else int(raw)
+    if tp is float:
+        if isinstance(raw, bool):
+            raise ValueError
+        return float(raw.strip()) if isinstance(raw, str) else float(raw)
+    if tp is str:
+        if not isinstance(raw, str):
+            raise TypeError
+        return raw
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if isinstance(raw, str):
+            text = raw.strip()
+            items = json.loads(text) if text.startswith("[") else [p.strip() for p in text.split(",") if p.strip()]
+        elif isinstance(raw, list | tuple):
+            items = list(raw)
+        else:
+            raise TypeError
+        if not isinstance(items, list):
+            raise TypeError
+        return [_parse(item_tp, typing.get_origin(item_tp), item) for item in items]
+    if origin is dict:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+        if not isinstance(value, dict):
+            raise TypeError
+        return dict(value)
+    raise TypeError(f"unsupported setting type {tp}")
+
+
+class Settings(Mapping[str, Any]):
+    """A frozen mapping of setting name -> typed value, with where each value came from.
+
+    Build it with :func:`load_settings`; tests may call ``Settings.from_overrides(...)``.
+    """
+
+    def __init__(self, values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+        self._values = dict(values)
+        self._sources = dict(sources)
+
+    @classmethod
+    def from_overrides(cls, **overrides: Any) -> Settings:
+        """Defaults plus *overrides* (parsed like a settings file), ignoring the environment."""
+        return load_settings(cli=overrides, environ={}, use_state_file=False)
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise KeyError(f"unknown setting {name!r}; see crawlhive.utils.defaults") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def source(self, name: str) -> str:
+        """Where *name*'s value came from: default, state, file, env or cli."""
+        return self._sources.get(name, "default")
+
+    def is_set(self, name: str) -> bool:
+        """True if *name* was given by the user (file, environment or CLI), not defaulted."""
+        return self.source(name) in ("file", "env", "cli")
+
+    def getbool(self, name: str) -> bool:
+        return bool(self[name])
+
+    def getint(self, name: str) -> int:
+        return int(self[name])
+
+    def getfloat(self, name: str) -> float:
+        return float(self[name])
+
+    def getlist(self, name: str) -> list[Any]:
+        return list(self[name])
+
+    def getdict(self, name: str) -> dict[str, Any]:
+        return dict(self[name])
+
+    def copy_with(self, **overrides: Any) -> Settings:
+        """A new object with *overrides* applied at CLI precedence (the original stays frozen)."""
+        values, sources = dict(self._values), dict(self._sources)
+        for name, raw in overrides.items():
+            tp = DECLARED[name][0] if name in DECLARED else type(raw)
+            values[name] = parse_value(name, tp, raw)
+            sources[name] = "cli"
+        return Settings(values, sources)
+
+    # Derived values: one place computes each, so no call site repeats a default.
+    @property
+    def kafka_group(self) -> str:
+        return self["KAFKA_GROUP"] or f"{self['KAFKA_TOPIC_PREFIX']}-group"
+
+    @property
+    def user_agent(self) -> str:
+        return self["USER_AGENT"] or f"crawlhive/{__version__}"
+
+    @property
+    def node_name(self) -> str:
+        return self["CRAWLER_NODE_NAME"] or socket.gethostname()
+
+    @property
+    def home(self) -> Path:
+        return Path(os.path.expanduser(self["CRAWLHIVE_HOME"]))
+
+    def topic(self, short: str) -> str:
+        """Full topic name of *short* (``incoming`` -> ``demo.incoming``)."""
+        return f"{self['KAFKA_TOPIC_PREFIX']}.{short}"
+
+
+def read_settings_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The UPPER_CASE names a Python settings file defines.
+
+    Raises:
+        SettingsError: the file is missing or does not run, naming the file.
+    """
+    try:
+        namespace = runpy.run_path(str(path))
+    except FileNotFoundError:
+        raise SettingsError(f"--settings: no such file {str(path)!r}") from None
+    except Exception as exc:
+        raise SettingsError(f"--settings: {str(path)!r} failed to load: {exc!r}") from exc
+    return {k: v for k, v in namespace.items() if k.isupper()}
+
+
+def _layer(raw: Mapping[str, Any], origin: str, warn_unknown: bool) -> dict[str, Any]:
+    """Resolve aliases within one source, drop empty env values, warn about unknown names."""
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        if origin == "env" and isinstance(value, str) and value == "":
+            continue  # API.md §8.1: an empty value means "not set"
+        if name in ALIASES:
+            canonical = ALIASES[name]
+            if canonical not in raw:
+                out[canonical] = value
+            continue
+        if name in DECLARED or name in REDIS_PARTS:
+            out[name] = value
+        elif warn_unknown:
+            logger.warning("unknown setting %s in %s ignored; see crawlhive.utils.defaults", name, origin)
+    return out
+
+
+def _redis_url_from_parts(parts: Mapping[str, Any]) -> str:
+    host = str(parts.get("REDIS_HOST") or "127.0.0.1")
+    port = parse_value("REDIS_PORT", int, parts.get("REDIS_PORT", 6379))
+    db = parse_value("REDIS_DB", int, parts.get("REDIS_DB", 0))
+    password = parts.get("REDIS_PASSWORD")
+    auth = f":{quote(str(password), safe='')}@" if password else ""
+    return f"redis://{auth}{host}:{port}/{db}"
+
+
+def load_settings(
+    settings_file: str | os.PathLike[str] | None = None,
+    cli: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    use_state_file: bool = True,
+) -> Settings:
+    """Resolve every setting: defaults < state file < settings file < environment < *cli*.
+
+    Args:
+        settings_file: the ``--settings FILE`` path, if any.
+        cli: values from command-line options (already named as settings).
+        environ: the environment to read (default ``os.environ``); only declared names, aliases and
+            Scrapy Cluster's Redis parts are read from it.
+        use_state_file: read the addresses recorded by a running ``crawlhive up``.
+
+    Raises:
+        SettingsError: a value does not parse; the message names the setting.
+    """
+    env = os.environ if environ is None else environ
+    wanted = set(DECLARED) | set(ALIASES) | set(REDIS_PARTS)
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if settings_file:
+        layers.append(("file", _layer(read_settings_file(settings_file), "file", True)))
+    layers.append(("env", _layer({k: v for k, v in env.items() if k in wanted}, "env", False)))
+    layers.append(("cli", _layer(dict(cli or {}), "cli", True)))
+
+    values = {name: _copy_default(default) for name, (_, default) in DECLARED.items()}
+    sources: dict[str, str] = {}
+    redis_parts: dict[str, Any] = {}
+    for origin, layer in layers:
+        for name, raw in layer.items():
+            if name in REDIS_PARTS:
+                redis_parts[name] = raw
+                continue
+            values[name] = parse_value(name, DECLARED[name][0], raw)
+            sources[name] = origin
+    if redis_parts and "REDIS_URL" not in sources:
+        values["REDIS_URL"] = _redis_url_from_parts(redis_parts)
+        sources["REDIS_URL"] = "env" if any(p in env for p in redis_parts) else "file"
+
+    settings = Settings(values, sources)
+    if use_state_file:
+        settings = _apply_state_file(settings)
+    return settings
+
+
+def _copy_default(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value
+
+
+def _apply_state_file(settings: Settings) -> Settings:
+    """Fill REDIS_URL / KAFKA_BOOTSTRAP_SERVERS from a live ``crawlhive up`` when the user set neither."""
+    from crawlhive.utils.state import read_state  # local: state imports settings' types
+
+    state = read_state(settings.home)
+    if state is None:
+        return settings
+    values, sources = dict(settings), {name: settings.source(name) for name in settings}
+    for name in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS"):
+        if not settings.is_set(name) and name in state:
+            values[name] = parse_value(name, DECLARED[name][0], state[name])
+            sources[name] = "state"
+    return Settings(values, sources)
