@@ -1,1 +1,290 @@
-def main(): print('hi')
+"""The ``crawlhive`` command: one entry point for every part of the cluster (API.md §8.2).
+
+Each subcommand parses its options, resolves the settings (defaults < state file < ``--settings``
+< environment < options), configures logging once, and runs its component. Components are imported
+lazily, so ``crawlhive feed`` does not import Scrapy. Only :func:`main` chooses an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
+
+from crawlhive.utils import __version__
+from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
+from crawlhive.utils.log import configure_logging
+from crawlhive.utils.settings import Settings, load_settings
+
+logger = logging.getLogger(__name__)
+
+#: Short topic names ``dump`` accepts without the prefix (plus ``crawled_<appid>`` / ``outbound_<appid>``).
+SHORT_TOPICS = ("incoming", "crawled_firehose", "outbound_firehose", "dead_letter")
+
+#: Exit codes of ``feed`` (API.md §8.2).
+EXIT_OK, EXIT_INVALID, EXIT_KAFKA, EXIT_NO_ANSWER = 0, 1, 2, 3
+#: Exit code of a subcommand whose component has not been built yet.
+EXIT_NOT_IMPLEMENTED = 2
+
+
+class NotImplementedYet(CrawlhiveError):
+    """The subcommand's component does not exist yet."""
+
+
+class Shutdown(Exception):
+    """Raised in the main thread by the first SIGINT/SIGTERM, so ``with`` blocks unwind cleanly."""
+
+
+def install_shutdown_handlers() -> None:
+    """First SIGINT/SIGTERM raises :class:`Shutdown`; later ones are ignored while we clean up."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Shutdown(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+# --- settings from options ---------------------------------------------------------------------
+
+
+def _settings_from_args(args: argparse.Namespace, use_state_file: bool = True) -> Settings:
+    cli: dict[str, Any] = {}
+    for pair in args.set or []:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise SettingsError(f"--set: expected NAME=VALUE, got {pair!r}")
+        cli[name.strip().upper()] = value
+    if args.log_level:
+        cli["LOG_LEVEL"] = args.log_level
+    if args.log_json:
+        cli["LOG_JSON"] = True
+    if args.log_file:
+        cli["LOG_FILE"] = args.log_file
+    for option, name in getattr(args, "setting_options", {}).items():
+        value = getattr(args, option, None)
+        if value is not None:
+            cli[name] = value
+    return load_settings(settings_file=args.settings, cli=cli, use_state_file=use_state_file)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--settings", metavar="FILE", help="Python file of UPPER_CASE = value settings")
+    parser.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO, WARNING, ERROR (LOG_LEVEL)")
+    parser.add_argument("--log-json", action="store_true", help="log one JSON object per line (LOG_JSON)")
+    parser.add_argument("--log-file", metavar="PATH", help="log to PATH instead of stderr (LOG_FILE)")
+    parser.add_argument("--set", action="append", metavar="NAME=VALUE", help="override any setting (repeatable)")
+
+
+# --- subcommands -------------------------------------------------------------------------------
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Run the whole cluster in the foreground; embedded Redis / broker when none is configured."""
+    from crawlhive.utils.cluster import run_cluster
+
+    settings = _settings_from_args(args, use_state_file=False)
+    return run_cluster(settings, crawlers=args.crawlers, duration_s=args.duration)
+
+
+def cmd_feed(args: argparse.Namespace) -> int:
+    """Produce one request to ``<prefix>.incoming``."""
+    from crawlhive.utils.connections import make_producer
+
+    settings = _settings_from_args(args)
+    try:
+        request = json.loads(args.json)
+    except ValueError as exc:
+        print(f"invalid JSON: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if not args.no_validate:
+        cause = _validate(settings, request)
+        if cause is not None:
+            print(f"invalid request: {cause}", file=sys.stderr)
+            return EXIT_INVALID
+    try:
+        producer = make_producer(settings)
+    except BackendUnavailable as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_KAFKA
+    try:
+        future = producer.send(settings.topic("incoming"), json.dumps(request).encode())
+        try:
+            future.get(timeout=settings.getfloat("KAFKA_FEED_TIMEOUT"))
+        except Exception as exc:  # kafka-python raises several types for a missing ack
+            print(
+                f"no ack from Kafka within KAFKA_FEED_TIMEOUT={settings['KAFKA_FEED_TIMEOUT']}s: {exc}",
+                file=sys.stderr,
+            )
+            return EXIT_KAFKA
+    finally:
+        producer.close(timeout=2)
+    print(f"sent to {settings.topic('incoming')}", file=sys.stderr)
+    if args.wait:
+        print("--wait needs the redis-monitor, which is not implemented yet", file=sys.stderr)
+        return EXIT_NO_ANSWER
+    return EXIT_OK
+
+
+def _validate(settings: Settings, request: Any) -> str | None:
+    """The rejection cause of *request*, or None; full schema validation lands with kafka-monitor."""
+    if not isinstance(request, dict):
+        return "Invalid request: request must be a JSON object"
+    return None
+
+
+def resolve_topic(settings: Settings, name: str) -> str:
+    """``incoming`` -> ``<prefix>.incoming``; a full name is kept."""
+    if name in SHORT_TOPICS or name.startswith(("crawled_", "outbound_")):
+        return settings.topic(name)
+    return name
+
+
+def format_record(value: bytes, args: argparse.Namespace) -> str:
+    """One dumped record as ``dump`` prints it (JSON per line, or the raw text if not JSON)."""
+    text = value.decode("utf-8", errors="replace")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(data, dict):
+        if args.decode_base64 and isinstance(data.get("body"), str):
+            raw = base64.b64decode(data["body"])
+            data["body"] = raw.decode(data.get("encoding") or "utf-8", errors="replace")
+        if args.no_body:
+            data.pop("body", None)
+        if args.just_body:
+            body = data.get("body")
+            return body if isinstance(body, str) else json.dumps(body)
+    return json.dumps(data, indent=2 if args.pretty else None, ensure_ascii=False)
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    """Print the messages of a topic, one JSON per line, until interrupted or ``-n`` reached."""
+    from crawlhive.utils.connections import make_consumer
+
+    settings = _settings_from_args(args)
+    topic = resolve_topic(settings, args.topic)
+    consumer = make_consumer(
+        settings,
+        topic,
+        group_id=args.group,
+        auto_offset_reset="earliest" if args.from_beginning else "latest",
+    )
+    printed = 0
+    try:
+        while args.max_messages is None or printed < args.max_messages:
+            for records in consumer.poll(timeout_ms=500).values():
+                for record in records:
+                    print(format_record(record.value, args), flush=True)
+                    printed += 1
+                    if args.max_messages is not None and printed >= args.max_messages:
+                        break
+                if args.max_messages is not None and printed >= args.max_messages:
+                    break
+            if args.group:
+                consumer.commit()
+    finally:
+        consumer.close()
+    return EXIT_OK
+
+
+def _not_implemented(component: str, issue: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        _settings_from_args(args)  # still validate the settings and options
+        raise NotImplementedYet(f"crawlhive {component}: not implemented yet ({issue})")
+
+    run.not_implemented = True  # type: ignore[attr-defined]
+    return run
+
+
+def implemented_subcommands() -> set[str]:
+    """Subcommands whose component exists (``up`` starts only these)."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {name for name, p in sub.choices.items() if not getattr(p.get_default("func"), "not_implemented", False)}
+
+
+# --- parser and main ---------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="crawlhive", description="Distributed on-demand web crawling: Kafka in, Scrapy on Redis, Kafka out."
+    )
+    parser.add_argument("--version", action="version", version=f"crawlhive {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
+
+    up = sub.add_parser("up", help="run every component (embedded Redis and broker if none configured)")
+    up.add_argument("--crawlers", type=int, default=1, help="link crawler processes (default 1)")
+    up.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after SECONDS")
+    up.set_defaults(func=cmd_up)
+
+    demo = sub.add_parser("demo", help="run the cluster on a bundled demo site and show a crawl")
+    demo.add_argument("--keep-running", action="store_true", help="stay up after the demo crawl")
+    demo.set_defaults(func=_not_implemented("demo", "issue #7"))
+
+    for name, issue in (("kafka-monitor", "issue #3"), ("redis-monitor", "issue #5")):
+        sub.add_parser(name, help=f"run one {name} process").set_defaults(func=_not_implemented(name, issue))
+
+    crawler = sub.add_parser("crawler", help="run one crawler process")
+    crawler.add_argument("--spider", default="link", help="spider type (default link)")
+    crawler.set_defaults(func=_not_implemented("crawler", "issue #4"))
+
+    rest = sub.add_parser("rest", help="run the REST service")
+    rest.add_argument("--host", help="listen address (REST_HOST)")
+    rest.add_argument("--port", type=int, help="listen port (REST_PORT)")
+    rest.set_defaults(
+        func=_not_implemented("rest", "issue #6"), setting_options={"host": "REST_HOST", "port": "REST_PORT"}
+    )
+
+    feed = sub.add_parser("feed", help="send one JSON request to <prefix>.incoming")
+    feed.add_argument("json", help="the request, as JSON")
+    feed.add_argument("--wait", type=float, metavar="SECONDS", help="print the answer to its uuid")
+    feed.add_argument("--no-validate", action="store_true", help="send without validating")
+    feed.set_defaults(func=cmd_feed)
+
+    dump = sub.add_parser("dump", help="print the messages of a topic")
+    dump.add_argument("topic", help="full topic name, or incoming / crawled_firehose / outbound_firehose / …")
+    dump.add_argument("-b", "--from-beginning", action="store_true", help="start at the oldest message")
+    dump.add_argument("-c", "--group", default=None, help="consumer group (commits its offsets)")
+    dump.add_argument("-nb", "--no-body", action="store_true", help="leave out item bodies")
+    dump.add_argument("-jb", "--just-body", action="store_true", help="print only item bodies")
+    dump.add_argument("-p", "--pretty", action="store_true", help="indent the JSON")
+    dump.add_argument("-d", "--decode-base64", action="store_true", help="decode base64 bodies")
+    dump.add_argument("-n", "--max-messages", type=int, default=None, help="stop after N messages")
+    dump.set_defaults(func=cmd_dump)
+
+    for subparser in sub.choices.values():
+        _common(subparser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; returns its exit code (0 after a graceful shutdown on SIGINT/SIGTERM)."""
+    args = build_parser().parse_args(argv)
+    try:
+        settings = _settings_from_args(args)
+        configure_logging(settings["LOG_LEVEL"], settings.getbool("LOG_JSON"), settings["LOG_FILE"])
+        install_shutdown_handlers()
+        return int(args.func(args))
+    except Shutdown:
+        return 0
+    except NotImplementedYet as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_NOT_IMPLEMENTED
+    except (SettingsError, BackendUnavailable, CrawlhiveError) as exc:
+        print(f"crawlhive {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -28,3 +28,10 @@ class BackendUnavailable(CrawlhiveError):
 
 class EmbeddedServiceError(CrawlhiveError):
     """An embedded redis-server or broker could not be started."""
+
+
+class NotConfigured(CrawlhiveError):
+    """Raised by a monitor plugin's factory when it should not run (its ``*_ENABLED`` flag is off).
+
+    The plugin loader skips it. Crawler components raise Scrapy's own ``NotConfigured`` instead.
+    """

@@ -1,0 +1,177 @@
+"""Settings: typed parsing, precedence, aliases, errors that name the setting."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from crawlhive.utils import defaults
+from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.settings import DECLARED, load_settings
+from crawlhive.utils.state import clear_state, read_state, write_state
+
+
+def test_defaults_match_the_contract() -> None:
+    s = load_settings(environ={}, use_state_file=False)
+    assert s["QUEUE_HITS"] == 10 and s["QUEUE_WINDOW"] == 60 and s["QUEUE_MODERATED"] is True
+    assert s["KAFKA_TOPIC_PREFIX"] == "demo"
+    assert s.kafka_group == "demo-group"
+    assert s["RETRY_HTTP_CODES"] == [500, 502, 503, 504, 522, 524, 408, 429]
+    assert s["STATS_TIMES"] == [900, 3600, 21600, 43200, 86400, 604800]
+    assert s["GLOBAL_PAGE_PER_DOMAIN_LIMIT"] is None
+    assert s.user_agent.startswith("crawlhive/")
+    assert s.topic("incoming") == "demo.incoming"
+
+
+def test_every_setting_is_documented_beside_its_default() -> None:
+    source = Path(defaults.__file__).read_text()
+    for name in DECLARED:
+        after = source.split(f"\n{name}:", 1)[1].split("\n", 2)
+        assert after[1].startswith('"""'), f"{name} has no docstring under its default"
+
+
+def test_precedence_defaults_file_env_cli(tmp_path: Path) -> None:
+    settings_file = tmp_path / "local.py"
+    settings_file.write_text("QUEUE_HITS = 20\nQUEUE_WINDOW = 30\nLEASE_TIMEOUT = 5\n")
+    s = load_settings(
+        settings_file=settings_file,
+        environ={"QUEUE_WINDOW": "15", "LEASE_TIMEOUT": "7"},
+        cli={"LEASE_TIMEOUT": "9"},
+        use_state_file=False,
+    )
+    assert s["QUEUE_HITS"] == 20 and s.source("QUEUE_HITS") == "file"
+    assert s["QUEUE_WINDOW"] == 15.0 and s.source("QUEUE_WINDOW") == "env"
+    assert s["LEASE_TIMEOUT"] == 9.0 and s.source("LEASE_TIMEOUT") == "cli"
+    assert s.source("REDIS_URL") == "default"
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "expected"),
+    [
+        ("QUEUE_MODERATED", "off", False),
+        ("QUEUE_MODERATED", "YES", True),
+        ("KAFKA_APPID_TOPICS", "1", True),
+        ("QUEUE_HITS", " 42 ", 42),
+        ("QUEUE_WINDOW", "2.5", 2.5),
+        ("RETRY_HTTP_CODES", "500, 503", [500, 503]),
+        ("RETRY_HTTP_CODES", "[429]", [429]),
+        ("KAFKA_BOOTSTRAP_SERVERS", "a:1,b:2", ["a:1", "b:2"]),
+        ("PLUGINS", '{"x.y.Z": null}', {"x.y.Z": None}),
+        ("GLOBAL_PAGE_PER_DOMAIN_LIMIT", "50", 50),
+    ],
+)
+def test_environment_values_are_parsed_by_type(name: str, raw: str, expected: object) -> None:
+    assert load_settings(environ={name: raw}, use_state_file=False)[name] == expected
+
+
+def test_empty_environment_value_means_not_set() -> None:
+    s = load_settings(environ={"QUEUE_HITS": ""}, use_state_file=False)
+    assert s["QUEUE_HITS"] == 10 and s.source("QUEUE_HITS") == "default"
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
+        ("QUEUE_HITS", "ten", "QUEUE_HITS: expected an integer, got 'ten'"),
+        ("QUEUE_MODERATED", "maybe", "QUEUE_MODERATED: expected a boolean, got 'maybe'"),
+        ("QUEUE_WINDOW", "soon", "QUEUE_WINDOW: expected a number, got 'soon'"),
+        ("RETRY_HTTP_CODES", "500,x", "RETRY_HTTP_CODES: expected a list (JSON or comma-separated), got '500,x'"),
+        ("PLUGINS", "[1]", "PLUGINS: expected a JSON object, got '[1]'"),
+    ],
+)
+def test_bad_environment_value_names_the_setting(name: str, raw: str, message: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        load_settings(environ={name: raw}, use_state_file=False)
+    assert str(info.value) == message
+
+
+def test_bad_value_in_settings_file_names_the_setting(tmp_path: Path) -> None:
+    settings_file = tmp_path / "bad.py"
+    settings_file.write_text("QUEUE_HITS = 'ten'\n")
+    with pytest.raises(SettingsError, match="QUEUE_HITS: expected an integer, got 'ten'"):
+        load_settings(settings_file=settings_file, environ={}, use_state_file=False)
+
+
+def test_missing_settings_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="no such file"):
+        load_settings(settings_file=tmp_path / "nope.py", environ={}, use_state_file=False)
+
+
+def test_unknown_names_warn_and_are_ignored(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    settings_file = tmp_path / "typo.py"
+    settings_file.write_text("SCHEUDLER_ITEM_RETRIES = 3\n")
+    s = load_settings(settings_file=settings_file, environ={}, use_state_file=False)
+    assert "SCHEUDLER_ITEM_RETRIES" not in s
+    assert "unknown setting SCHEUDLER_ITEM_RETRIES" in caplog.text
+
+
+def test_scrapy_cluster_aliases() -> None:
+    s = load_settings(
+        environ={
+            "KAFKA_HOSTS": "k1:9092,k2:9092",
+            "FLASK_PORT": "8080",
+            "REDIS_HOST": "r",
+            "REDIS_PORT": "7000",
+            "REDIS_DB": "2",
+            "REDIS_PASSWORD": "p@ss",
+        },
+        use_state_file=False,
+    )
+    assert s["KAFKA_BOOTSTRAP_SERVERS"] == ["k1:9092", "k2:9092"]
+    assert s["REST_PORT"] == 8080
+    assert s["REDIS_URL"] == "redis://:p%40ss@r:7000/2"
+
+
+def test_canonical_name_beats_its_alias_and_redis_url_beats_parts() -> None:
+    s = load_settings(
+        environ={
+            "KAFKA_HOSTS": "old:1",
+            "KAFKA_BOOTSTRAP_SERVERS": "new:2",
+            "REDIS_URL": "redis://x:1/0",
+            "REDIS_HOST": "y",
+        },
+        use_state_file=False,
+    )
+    assert s["KAFKA_BOOTSTRAP_SERVERS"] == ["new:2"]
+    assert s["REDIS_URL"] == "redis://x:1/0"
+
+
+def test_bad_redis_port_alias_names_it() -> None:
+    with pytest.raises(SettingsError, match="REDIS_PORT: expected an integer"):
+        load_settings(environ={"REDIS_PORT": "six"}, use_state_file=False)
+
+
+def test_settings_are_frozen_and_copy_with_does_not_touch_the_original() -> None:
+    s = load_settings(environ={}, use_state_file=False)
+    with pytest.raises(TypeError):
+        s["QUEUE_HITS"] = 3  # type: ignore[index]
+    t = s.copy_with(QUEUE_HITS="3")
+    assert t["QUEUE_HITS"] == 3 and s["QUEUE_HITS"] == 10
+    s["STATS_TIMES"].append(1)  # a caller mutating a returned list never reaches the defaults
+    assert defaults.STATS_TIMES == [900, 3600, 21600, 43200, 86400, 604800]
+
+
+def test_state_file_fills_addresses_only_when_not_set(tmp_path: Path) -> None:
+    write_state(tmp_path, "redis://127.0.0.1:7777/0", ["127.0.0.1:9999"])
+    try:
+        assert read_state(tmp_path) is not None
+        s = load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path)})
+        assert s["REDIS_URL"] == "redis://127.0.0.1:7777/0" and s.source("REDIS_URL") == "state"
+        assert s["KAFKA_BOOTSTRAP_SERVERS"] == ["127.0.0.1:9999"]
+        s = load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path), "REDIS_URL": "redis://mine:1/0"})
+        assert s["REDIS_URL"] == "redis://mine:1/0"
+    finally:
+        clear_state(tmp_path)
+    assert read_state(tmp_path) is None
+
+
+def test_state_file_of_a_dead_process_is_ignored(tmp_path: Path) -> None:
+    (tmp_path / "up.json").write_text(
+        '{"pid": 999999999, "REDIS_URL": "redis://127.0.0.1:1/0", "KAFKA_BOOTSTRAP_SERVERS": "x:1"}'
+    )
+    assert read_state(tmp_path) is None
+    s = load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path)})
+    assert s.source("REDIS_URL") == "default"
+    assert os.path.exists(tmp_path / "up.json")
