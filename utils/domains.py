@@ -1,0 +1,58 @@
+"""Domain bucketing (API.md §3.2): the domain a URL is queued, throttled and reported under.
+
+tldextract is used with its **bundled** public-suffix snapshot only: no download is ever attempted
+(``suffix_list_urls=()``), and no cache directory is written.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from functools import lru_cache
+from urllib.parse import urlsplit
+
+import tldextract
+
+_EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=False)
+
+
+def normalise_host(host: str) -> str:
+    """Lower-case, IDNA (punycode) form, no trailing dot, no IPv6 brackets; '' if unusable."""
+    host = host.strip().rstrip(".").lower()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host:
+        return ""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return host
+
+
+@lru_cache(maxsize=65536)
+def domain_of_host(host: str) -> str:
+    """The bucket of a host name: an IP literal itself, else the registered domain, else the host."""
+    host = normalise_host(host)
+    if not host:
+        return ""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    parts = _EXTRACT(host)
+    if parts.domain and parts.suffix:
+        return f"{parts.domain}.{parts.suffix}"
+    return host
+
+
+def domain_of_url(url: str) -> str:
+    """The bucket of an absolute URL (the port is ignored); '' when the URL has no host."""
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return ""
+    return domain_of_host(host)
