@@ -1,0 +1,26 @@
+"""Domain-config requests (API.md §2.5): throttle and blacklist per domain, applied by redis-monitor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crawlhive.kafka_monitor.plugins import Cause
+from crawlhive.kafka_monitor.plugins.action import ControlHandler
+from crawlhive.utils.domains import domain_of_host
+
+
+class DomainConfigHandler(ControlHandler):
+    """domain-update, domain-remove, blacklist-update, blacklist-remove."""
+
+    kind = "domain-config"
+    name = "DomainConfigHandler"
+    schema_file = "domain_config.json"
+
+    @classmethod
+    def semantic_check(cls, message: dict[str, Any]) -> tuple[dict[str, Any], Cause | None]:
+        raw = message["domain"]
+        domain = "" if any(c in raw for c in "/?#@ \t\r\n") else domain_of_host(raw)
+        if not domain:
+            return message, (f"{raw!r} is not a valid domain", "/domain")
+        message["domain"] = domain
+        return message, None

@@ -1,0 +1,152 @@
+"""Validation of incoming requests (API.md §2.1): parse, match a plugin's schema, semantic checks.
+
+This is the one source of truth for what the cluster accepts: the kafka-monitor, ``POST /feed`` and
+``crawlhive feed`` all validate through :class:`RequestValidator`, built from the same plugin map
+and the same limit settings (§2.7), so they can never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, IncomingPlugin
+from crawlhive.utils.errors import PluginLoadError
+from crawlhive.utils.plugins import load_object, merge_plugin_dicts
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from crawlhive.utils.settings import Settings
+
+DOMAIN_CONFIG_ACTIONS = frozenset({"domain-update", "domain-remove", "blacklist-update", "blacklist-remove"})
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A request one plugin will handle: *message* has its schema defaults filled in."""
+
+    plugin: type[IncomingPlugin]
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A request nobody handles; *reason* is the dead-letter ``error`` text (API.md §6)."""
+
+    reason: str
+
+
+def format_cause(kind: str, message: str, pointer: str = "") -> str:
+    """``<kind>: <message>`` plus `` (at <pointer>)`` when the error is not at the root."""
+    return f"{kind}: {message}" + (f" (at {pointer})" if pointer else "")
+
+
+def json_pointer(path: Sequence[Any]) -> str:
+    """RFC 6901 pointer of a jsonschema error path ('' for the root)."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(raw: bytes | str) -> tuple[Any, str | None]:
+    """``(value, None)`` or ``(None, "Unparseable JSON: <parser message>")``.
+
+    Invalid UTF-8, ``NaN``/``Infinity`` and nesting too deep for the parser are unparseable too.
+    """
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        return None, f"Unparseable JSON: invalid UTF-8: {exc.reason} at byte {exc.start}"
+    try:
+        return json.loads(text, parse_constant=_reject_constant), None
+    except RecursionError:
+        return None, "Unparseable JSON: nesting too deep"
+    except ValueError as exc:
+        return None, f"Unparseable JSON: {exc}"
+
+
+def apply_limits(schema: Any, settings: Settings) -> Any:
+    """A copy of *schema* with every ``"$SETTING"`` string replaced by that setting's value."""
+    if isinstance(schema, dict):
+        return {k: apply_limits(v, settings) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [apply_limits(v, settings) for v in schema]
+    if isinstance(schema, str) and schema.startswith("$") and schema[1:].isupper():
+        return settings[schema[1:]]
+    return schema
+
+
+class RequestValidator:
+    """Decides, for any incoming value, which plugin handles it or why it is rejected."""
+
+    def __init__(self, plugins: Sequence[type[IncomingPlugin]], settings: Settings) -> None:
+        if not plugins:
+            raise ValueError("RequestValidator needs at least one plugin")
+        self.plugins = list(plugins)
+        self.schemas = {cls: apply_limits(cls.load_schema(), settings) for cls in self.plugins}
+        self._validators = {cls: Draft202012Validator(schema) for cls, schema in self.schemas.items()}
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RequestValidator:
+        """The validator of the kafka-monitor plugins configured by PLUGINS / KAFKA_MONITOR_PLUGINS."""
+        return cls(plugin_classes(settings), settings)
+
+    def validate(self, value: Any) -> Accepted | Rejected:
+        """Match *value* (parsed JSON) against the plugins in rank order (API.md §2.1 steps 2-6)."""
+        if not isinstance(value, dict):
+            return Rejected("Invalid request: request must be a JSON object")
+        for plugin in self.plugins:
+            if self._validators[plugin].is_valid(value):
+                message, cause = plugin.semantic_check(dict(value))
+                if cause is not None:
+                    return Rejected(f"Invalid request: {format_cause(plugin.kind, cause[0], cause[1])}")
+                return Accepted(plugin, self._fill_defaults(plugin, message))
+        closest = self._closest(value)
+        error = best_match(self._validators[closest].iter_errors(value))
+        pointer = json_pointer(error.absolute_path) if error is not None else ""
+        text = error.message if error is not None else "does not match"
+        return Rejected(f"Invalid request: {format_cause(closest.kind, text, pointer)}")
+
+    def validate_raw(self, raw: bytes | str) -> Accepted | Rejected:
+        """Parse then :meth:`validate`."""
+        value, error = parse_json(raw)
+        if error is not None:
+            return Rejected(error)
+        return self.validate(value)
+
+    def _fill_defaults(self, plugin: type[IncomingPlugin], message: dict[str, Any]) -> dict[str, Any]:
+        for name, prop in self.schemas[plugin].get("properties", {}).items():
+            if name not in message and "default" in prop:
+                message[name] = prop["default"]
+        return message
+
+    def _closest(self, value: dict[str, Any]) -> type[IncomingPlugin]:
+        """The kind a rejected message was most likely meant to be (API.md §2.1 step 6)."""
+        if "url" in value:
+            kind = "crawl"
+        elif "action" in value and value["action"] in DOMAIN_CONFIG_ACTIONS:
+            kind = "domain-config"
+        elif "action" in value:
+            kind = "action"
+        elif "stats" in value or set(value) <= {"uuid", "appid"}:
+            kind = "stats"
+        else:
+            kind = "crawl"
+        return next((p for p in self.plugins if p.kind == kind), self.plugins[0])
+
+
+def plugin_classes(settings: Settings) -> list[type[IncomingPlugin]]:
+    """The enabled kafka-monitor plugin classes, in rank order (not yet built)."""
+    paths = merge_plugin_dicts(BUILTIN_PLUGINS, settings["PLUGINS"], settings["KAFKA_MONITOR_PLUGINS"])
+    classes = [load_object(path) for path in paths]
+    for path, cls in zip(paths, classes, strict=True):
+        if not (isinstance(cls, type) and issubclass(cls, IncomingPlugin)):
+            raise PluginLoadError(f"plugin {path!r} is not an IncomingPlugin subclass")
+    return classes

@@ -1,0 +1,198 @@
+"""Validation of incoming requests: dispatch, defaults, causes exactly as API.md §2 and §6 word them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from crawlhive.kafka_monitor.plugins.action import ActionHandler
+from crawlhive.kafka_monitor.plugins.crawl import ScraperHandler
+from crawlhive.kafka_monitor.plugins.domain_config import DomainConfigHandler
+from crawlhive.kafka_monitor.plugins.stats import StatsHandler
+from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
+from crawlhive.utils.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def validator() -> RequestValidator:
+    return RequestValidator.from_settings(Settings.from_overrides())
+
+
+def accepted(validator: RequestValidator, message: Any) -> Accepted:
+    outcome = validator.validate(message)
+    assert isinstance(outcome, Accepted), outcome
+    return outcome
+
+
+def reason(validator: RequestValidator, message: Any) -> str:
+    outcome = validator.validate(message)
+    assert isinstance(outcome, Rejected), outcome
+    return outcome.reason
+
+
+def test_minimal_crawl_gets_every_default(validator: RequestValidator) -> None:
+    out = accepted(validator, {"url": "http://example.com/", "appid": "testapp", "crawlid": "c1"})
+    assert out.plugin is ScraperHandler
+    assert out.message == {
+        "url": "http://example.com/", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "priority": 1,
+        "maxdepth": 0, "domain_max_pages": None, "allowed_domains": None, "allow_regex": None, "deny_regex": None,
+        "deny_extensions": None, "expires": 0, "useragent": None, "cookie": None, "attrs": None, "method": "GET",
+        "headers": None, "body": None, "cookies": None,
+    }  # fmt: skip
+
+
+def test_full_post_crawl_is_accepted(validator: RequestValidator) -> None:
+    msg = {
+        "url": "https://api.example.com/search", "appid": "testapp", "crawlid": "s1", "method": "POST",
+        "headers": {"Content-Type": "application/json"}, "body": '{"q":"crawl"}', "cookies": {"session": "x1"},
+        "maxdepth": 3, "priority": 100, "domain_max_pages": 2000, "allow_regex": ["^https://"],
+        "deny_regex": [r"\.pdf$"], "attrs": {"job": 1}, "useragent": "bot/1", "cookie": "a=1; b=2", "expires": 5,
+    }  # fmt: skip
+    out = accepted(validator, msg)
+    assert out.message["method"] == "POST" and out.message["cookies"] == {"session": "x1"}
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ({"action": "info", "appid": "testapp", "spiderid": "link", "uuid": "u1"}, ActionHandler),
+        ({"action": "stop", "appid": "testapp", "spiderid": "link", "uuid": "u1", "crawlid": "c"}, ActionHandler),
+        ({"appid": "testapp", "uuid": "s-1"}, StatsHandler),
+        ({"appid": "testapp", "uuid": "s-1", "stats": "queue"}, StatsHandler),
+        (
+            {"uuid": "a", "appid": "madisonTest", "action": "domain-update", "domain": "dmoztools.net", "hits": 60,
+             "window": 60, "scale": 0.9},
+            DomainConfigHandler,
+        ),
+        ({"uuid": "a", "appid": "app", "action": "blacklist-update", "domain": "x.com"}, DomainConfigHandler),
+    ],
+)  # fmt: skip
+def test_each_kind_dispatches_to_its_plugin(validator: RequestValidator, message: dict, kind: type) -> None:
+    assert accepted(validator, message).plugin is kind
+
+
+def test_stats_default_and_scheme_prepended_and_domain_normalised(validator: RequestValidator) -> None:
+    assert accepted(validator, {"appid": "testapp", "uuid": "s"}).message["stats"] == "all"
+    assert accepted(validator, {"url": "www.stuff.com", "appid": "app", "crawlid": "c"}).message["url"] == (
+        "http://www.stuff.com"
+    )
+    msg = {"uuid": "a", "appid": "app", "action": "domain-remove", "domain": "WWW.Ebay.com"}
+    assert accepted(validator, msg).message["domain"] == "ebay.com"
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ([1, 2], "Invalid request: request must be a JSON object"),
+        ("text", "Invalid request: request must be a JSON object"),
+        ({"url": "http://x.com/", "appid": "testapp"}, "Invalid request: crawl: 'crawlid' is a required property"),
+        (
+            {"url": "http://example.com/", "appid": "testapp", "crawlid": "c1", "priority": 0},
+            "Invalid request: crawl: 0 is less than the minimum of 1 (at /priority)",
+        ),
+        (
+            {"url": "http://x.com/", "appid": "ab", "crawlid": "x"},
+            "Invalid request: crawl: 'ab' is too short (at /appid)",
+        ),
+        (
+            {"url": "http://x.com/", "appid": "app", "crawlid": "x", "maxdepth": 4},
+            "Invalid request: crawl: 4 is greater than the maximum of 3 (at /maxdepth)",
+        ),
+        (
+            {"url": "http://x.com/", "appid": "app", "crawlid": "x", "attrs": None},
+            "Invalid request: crawl: None is not of type 'object' (at /attrs)",
+        ),
+        (
+            {"url": "http://x.com/", "appid": "app", "crawlid": "x", "crazykey": 1},
+            "Invalid request: crawl: Additional properties are not allowed ('crazykey' was unexpected)",
+        ),
+        (
+            {"url": "ftp://x/", "appid": "app", "crawlid": "x"},
+            "Invalid request: crawl: 'ftp://x/' is not an absolute http(s) URL (at /url)",
+        ),
+        (
+            {"url": "http://", "appid": "app", "crawlid": "x"},
+            "Invalid request: crawl: 'http://' is not an absolute http(s) URL (at /url)",
+        ),
+        (
+            {"url": "http://x.com:99999999/", "appid": "app", "crawlid": "x"},
+            "Invalid request: crawl: 'http://x.com:99999999/' is not an absolute http(s) URL (at /url)",
+        ),
+        (
+            {"url": "http://x.com/", "appid": "app", "crawlid": "x", "allow_regex": ["ok", "(unclosed"]},
+            "Invalid request: crawl: invalid regular expression: missing ), unterminated subpattern at position 0"
+            " (at /allow_regex/1)",
+        ),
+        (
+            {"url": "http://x.com/", "appid": "app", "crawlid": "x", "headers": {"X-A": "a\r\nInjected: 1"}},
+            "Invalid request: crawl: 'a\\r\\nInjected: 1' does not match '^[^\\\\r\\\\n]*$' (at /headers/X-A)",
+        ),
+        (
+            {"action": "expire", "appid": "testapp", "spiderid": "link", "uuid": "u"},
+            "Invalid request: action: 'expire' is not one of ['stop', 'info'] (at /action)",
+        ),
+        (
+            {"action": "stop", "appid": "testapp", "spiderid": "link", "uuid": "u"},
+            "Invalid request: action: 'crawlid' is a required property",
+        ),
+        (
+            {"uuid": "a", "appid": "app", "action": "domain-update", "domain": "x.com"},
+            "Invalid request: domain-config: 'hits' is a required property",
+        ),
+        (
+            {"uuid": "a", "appid": "app", "action": "domain-update", "domain": "x.com", "hits": 0, "window": 5},
+            "Invalid request: domain-config: 0 is less than the minimum of 1 (at /hits)",
+        ),
+        (
+            {"uuid": "a", "appid": "app", "action": "domain-remove", "domain": ""},
+            "Invalid request: domain-config: '' is not a valid domain (at /domain)",
+        ),
+        (
+            {"uuid": "a", "appid": "app", "action": "domain-remove", "domain": "http://x.com/"},
+            "Invalid request: domain-config: 'http://x.com/' is not a valid domain (at /domain)",
+        ),
+        (
+            {"uuid": "s", "appid": "testapp", "stats": "everything"},
+            "Invalid request: stats: 'everything' is not one of ['kafka-monitor', 'redis-monitor', 'crawler',"
+            " 'spider', 'machine', 'queue', 'rest', 'all'] (at /stats)",
+        ),
+        ({"uuid": "s"}, "Invalid request: stats: 'appid' is a required property"),
+        ({"hello": "world"}, "Invalid request: crawl: 'appid' is a required property"),  # best_match's pick
+    ],
+)
+def test_rejections_name_kind_message_and_pointer(validator: RequestValidator, message: Any, expected: str) -> None:
+    assert reason(validator, message) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b'{"url": "x" "appid"}', "Unparseable JSON: Expecting ',' delimiter: line 1 column 13 (char 12)"),
+        (b"\xff\xfe{}", "Unparseable JSON: invalid UTF-8: invalid start byte at byte 0"),
+        (b"", "Unparseable JSON: Expecting value: line 1 column 1 (char 0)"),
+        (b'{"a": NaN}', "Unparseable JSON: NaN is not valid JSON"),
+        (b"[" * 100000 + b"]" * 100000, "Unparseable JSON: nesting too deep"),
+    ],
+)
+def test_unparseable_input(validator: RequestValidator, raw: bytes, expected: str) -> None:
+    outcome = validator.validate_raw(raw)
+    assert isinstance(outcome, Rejected) and outcome.reason == expected
+
+
+def test_limits_come_from_settings() -> None:
+    strict = RequestValidator.from_settings(
+        Settings.from_overrides(SCHEMA_PRIORITY_MAX=10, SCHEMA_MAXDEPTH_MAX=1, SCHEMA_DOMAIN_MAX_PAGES_MAX=5)
+    )
+    base = {"url": "http://x.com/", "appid": "app", "crawlid": "c"}
+    assert reason(strict, {**base, "priority": 11}).endswith("11 is greater than the maximum of 10 (at /priority)")
+    assert reason(strict, {**base, "maxdepth": 2}).endswith("(at /maxdepth)")
+    assert reason(strict, {**base, "domain_max_pages": 6}).endswith("(at /domain_max_pages)")
+    assert isinstance(strict.validate({**base, "priority": 10}), Accepted)
+
+
+def test_disabled_plugin_kind_is_rejected() -> None:
+    no_stats = RequestValidator.from_settings(
+        Settings.from_overrides(KAFKA_MONITOR_PLUGINS={"crawlhive.kafka_monitor.plugins.stats.StatsHandler": None})
+    )
+    assert isinstance(no_stats.validate({"appid": "testapp", "uuid": "s"}), Rejected)
