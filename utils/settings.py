@@ -304,3 +304,25 @@ def _apply_state_file(settings: Settings) -> Settings:
             values[name] = parse_value(name, DECLARED[name][0], state[name])
             sources[name] = "state"
     return Settings(values, sources)
+
+
+def env_value(value: Any) -> str:
+    """*value* written so that :func:`parse_value` reads it back from the environment."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """Environment variables that give a child process the same effective settings.
+
+    Covers every value not taken from the defaults (settings file, CLI options, state file);
+    values that came from the environment are inherited anyway.
+    """
+    return {
+        name: env_value(settings[name])
+        for name in settings
+        if settings.source(name) in ("file", "cli", "state") and settings[name] is not None
+    }

@@ -175,3 +175,21 @@ def test_state_file_of_a_dead_process_is_ignored(tmp_path: Path) -> None:
     s = load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path)})
     assert s.source("REDIS_URL") == "default"
     assert os.path.exists(tmp_path / "up.json")
+
+
+def test_settings_env_round_trips_through_the_environment(tmp_path: Path) -> None:
+    from crawlhive.utils.settings import settings_env
+
+    settings_file = tmp_path / "s.py"
+    settings_file.write_text("QUEUE_MODERATED = False\nSTATS_TIMES = [60, 120]\n")
+    s = load_settings(
+        settings_file=settings_file,
+        cli={"PLUGINS": {"a.B": None}, "KAFKA_BOOTSTRAP_SERVERS": "h:1,h:2", "LEASE_TIMEOUT": 3},
+        environ={},
+        use_state_file=False,
+    )
+    env = settings_env(s)
+    assert set(env) == {"QUEUE_MODERATED", "STATS_TIMES", "PLUGINS", "KAFKA_BOOTSTRAP_SERVERS", "LEASE_TIMEOUT"}
+    child = load_settings(environ=env, use_state_file=False)
+    for name in env:
+        assert child[name] == s[name]
