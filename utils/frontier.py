@@ -3,7 +3,7 @@
 Layout (key formats in :mod:`crawlhive.utils.keys`):
 
 * one priority queue per **(spider, crawl, domain)**: ``crawl_queue`` (member = encoded request,
-  score = :func:`score` of priority and arrival sequence);
+  score from ``utils/queues.py``: priority, then arrival order);
 * per (spider, domain) the crawls with work there, scored by their best queued score:
   ``domain_crawls`` — the scheduler serves a domain from its best crawl;
 * per spider the domains with work, scored by when they may next be fetched: ``domains`` — new
@@ -29,29 +29,13 @@ import ujson
 
 from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.queues import encode_score
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.client import Pipeline
 
     from crawlhive.utils.settings import Settings
-
-#: Sequence numbers occupy the low 38 bits of a score: 2.7e11 requests before a wrap, and with
-#: |priority| <= 10_000 every score stays below 2**53, so doubles hold it exactly.
-SEQUENCE_BITS = 38
-SEQUENCE_MOD = 1 << SEQUENCE_BITS
-PRIORITY_LIMIT = 10_000
-
-
-def score(priority: int, sequence: int) -> float:
-    """Sorted-set score: lower pops first, so higher *priority* first, then lower *sequence*."""
-    priority = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, priority))
-    return float(-priority * SEQUENCE_MOD + sequence % SEQUENCE_MOD)
-
-
-def priority_of(score_: float) -> int:
-    """The priority a :func:`score` was made from."""
-    return -int(score_ // SEQUENCE_MOD)
 
 
 @dataclass
@@ -161,7 +145,7 @@ class Frontier:
             domain = request.domain
             spider, appid, crawlid = request.spiderid, request.appid, request.crawlid
             crawl_member = keys.crawl_member(appid, crawlid)
-            value = score(request.priority, first + offset)
+            value = encode_score(request.priority, first + offset)
             pipe.zadd(keys.crawl_queue(spider, appid, crawlid, domain), {request.encode(): value}, nx=True)
             pipe.zadd(keys.domain_crawls(spider, domain), {crawl_member: value}, lt=True)
             pipe.zadd(keys.domains(spider), {domain: 0}, nx=True)

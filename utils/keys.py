@@ -4,10 +4,10 @@ Call sites never build a key by hand: they hold a :class:`Keys` (built once from
 ``REDIS_KEY_PREFIX``) and call the method for the key they need. ``docs/redis-keys.md`` is generated
 from this module (``python -m crawlhive.utils.keys``) and a test checks that it is current.
 
-Key parts are joined with ``:``. A part that may itself contain ``:`` (a domain such as the IPv6
-literal ``::1``, a throttle key) always comes last, so parsers split from the left with a bounded
-count. Spider names, appids and crawlids never contain ``:`` (the schemas of API.md §2 do not
-forbid it, so the kafka-monitor rejects such ids before they reach Redis).
+Key parts are joined with ``:``. Client-chosen ids (spiderid, appid, crawlid) may contain any
+character, so they are escaped (:func:`escape`: ``%`` and ``:`` percent-encoded) and parsers unescape
+them. A part that may itself contain ``:`` unescaped (a domain such as the IPv6 literal ``::1``, a
+throttle key) always comes last, so parsers split from the left with a bounded count.
 """
 
 from __future__ import annotations
@@ -31,6 +31,16 @@ class KeyDoc:
     redis_type: str
     ttl: str
     doc: str
+
+
+def escape(part: str) -> str:
+    """*part* with ``%`` and ``:`` percent-encoded, so it never splits a key."""
+    return part.replace("%", "%25").replace(":", "%3A")
+
+
+def unescape(part: str) -> str:
+    """The inverse of :func:`escape`."""
+    return part.replace("%3A", ":").replace("%25", "%")
 
 
 def key(redis_type: str, ttl: str = "none") -> Callable[[F], F]:
@@ -62,18 +72,93 @@ class Keys:
             raise KeyFormatError(f"not a {kind} key: {key_!r}")
         return pieces
 
-    # --- frontier -------------------------------------------------------------------------------
+    # --- frontier (layout: utils/frontier.py) ----------------------------------------------------
 
     @key("zset")
-    def queue(self, spider: str, domain: str) -> str:
-        """Pending requests of one spider type for one domain: member = encoded request, score =
-        -priority (higher priority first) plus an arrival sequence (FIFO among equals)."""
-        return f"{self.prefix}:queue:{spider}:{domain}"
+    def crawl_queue(self, spider: str, appid: str, crawlid: str, domain: str) -> str:
+        """Pending requests of one crawl in one domain: member = encoded request, score = -priority
+        (higher first) plus an arrival sequence (FIFO among equals), see ``utils/queues.py``."""
+        return f"{self.prefix}:cq:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
 
-    def parse_queue(self, key_: str) -> tuple[str, str]:
-        """``<prefix>:queue:link:example.com`` -> ``("link", "example.com")``."""
-        spider, domain = self._parse(key_, "queue", 2)
-        return spider, domain
+    def parse_crawl_queue(self, key_: str) -> tuple[str, str, str, str]:
+        """``<prefix>:cq:link:app:c1:example.com`` -> ``("link", "app", "c1", "example.com")``."""
+        spider, appid, crawlid, domain = self._parse(key_, "cq", 4)
+        return unescape(spider), unescape(appid), unescape(crawlid), domain
+
+    @key("zset")
+    def domain_crawls(self, spider: str, domain: str) -> str:
+        """Crawls with pending requests in one domain: member = :meth:`crawl_member`, score = the
+        best (lowest) score queued in that crawl's queue there, so a domain serves its best crawl."""
+        return f"{self.prefix}:dq:{escape(spider)}:{domain}"
+
+    def parse_domain_crawls(self, key_: str) -> tuple[str, str]:
+        spider, domain = self._parse(key_, "dq", 2)
+        return unescape(spider), domain
+
+    @key("zset")
+    def domains(self, spider: str) -> str:
+        """Domains with pending requests for one spider type: member = domain, score = Redis time (s)
+        from which the domain may be fetched again (0 = now). New domains are added here, so the
+        scheduler never scans with ``KEYS``."""
+        return f"{self.prefix}:domains:{escape(spider)}"
+
+    @key("set", ttl="CRAWL_RECORD_TTL")
+    def crawl_domains(self, spider: str, appid: str, crawlid: str) -> str:
+        """Domains in which one crawl has pending requests (what ``info`` and ``stop`` walk)."""
+        return f"{self.prefix}:crawl-domains:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+
+    @key("set", ttl="CRAWL_RECORD_TTL")
+    def app_crawls(self, spider: str, appid: str) -> str:
+        """Crawl ids of one appid with pending or in-flight requests (``info`` by appid)."""
+        return f"{self.prefix}:app-crawls:{escape(spider)}:{escape(appid)}"
+
+    @key("hash", ttl="CRAWL_RECORD_TTL after the last activity")
+    def crawl(self, spider: str, appid: str, crawlid: str) -> str:
+        """The crawl record: ``appid``, ``crawlid``, ``spiderid``, ``expires`` (epoch s, armed timer),
+        counters ``inflight``, ``crawled``, ``failed``, and ``last_activity`` (epoch s)."""
+        return f"{self.prefix}:crawl:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+
+    @key("set")
+    def active_crawls(self) -> str:
+        """Every crawl with pending or in-flight work: member = :meth:`crawl_ref`. The redis-monitor
+        emits ``complete`` for a member once it has neither, and removes it."""
+        return f"{self.prefix}:active-crawls"
+
+    @key("zset")
+    def expiries(self) -> str:
+        """Armed expiry timers: member = :meth:`crawl_ref`, score = ``expires`` (epoch s)."""
+        return f"{self.prefix}:expiries"
+
+    @key("pub/sub channel")
+    def wake_channel(self, spider: str) -> str:
+        """Published after new requests are queued for a spider type, so idle crawlers wake at once
+        instead of polling."""
+        return f"{self.prefix}:wake:{escape(spider)}"
+
+    @staticmethod
+    def crawl_member(appid: str, crawlid: str) -> str:
+        """Member naming a crawl within one spider type: ``<appid>:<crawlid>`` (escaped)."""
+        return f"{escape(appid)}:{escape(crawlid)}"
+
+    @staticmethod
+    def parse_crawl_member(member: str) -> tuple[str, str]:
+        appid, sep, crawlid = member.partition(":")
+        if not sep or not appid or not crawlid:
+            raise KeyFormatError(f"not a crawl member: {member!r}")
+        return unescape(appid), unescape(crawlid)
+
+    @staticmethod
+    def crawl_ref(spider: str, appid: str, crawlid: str) -> str:
+        """Member naming a crawl cluster-wide: ``<spider>:<appid>:<crawlid>`` (escaped)."""
+        return f"{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+
+    @staticmethod
+    def parse_crawl_ref(ref: str) -> tuple[str, str, str]:
+        pieces = ref.split(":")
+        if len(pieces) != 3 or not all(pieces):
+            raise KeyFormatError(f"not a crawl reference: {ref!r}")
+        spider, appid, crawlid = pieces
+        return unescape(spider), unescape(appid), unescape(crawlid)
 
     @key("string (integer)")
     def queue_sequence(self) -> str:
@@ -92,12 +177,74 @@ class Keys:
         (throttle_key,) = self._parse(key_, "throttle", 1)
         return throttle_key
 
+    @staticmethod
+    def throttle_key(domain: str, spider: str | None = None, egress_id: str | None = None) -> str:
+        """The throttle key of API.md §3.11, the variable part of :meth:`throttle`.
+
+        Format ``<spider>:<egress id>:<domain>``, a disabled part left empty: ``link::example.com``
+        (per spider type and domain, the default), ``::example.com`` (per domain),
+        ``link:203.0.113.7:example.com`` (plus egress). The domain comes last because it may contain
+        ``:`` (``::1``); ``%`` and ``:`` in the egress id (an IPv6 address) are percent-encoded.
+
+        Args:
+            domain: the normalised domain (API.md §3.2).
+            spider: the spiderid when ``SCHEDULER_TYPE_ENABLED``, else None.
+            egress_id: ``CRAWLER_EGRESS_ID`` when ``SCHEDULER_IP_ENABLED``, else None.
+
+        Raises:
+            KeyFormatError: *domain* is empty or *spider* contains ``:``.
+        """
+        if not domain:
+            raise KeyFormatError("throttle key: the domain must be non-empty")
+        if spider and ":" in spider:
+            raise KeyFormatError(f"throttle key: spider names never contain ':', got {spider!r}")
+        egress = (egress_id or "").replace("%", "%25").replace(":", "%3A")
+        return f"{spider or ''}:{egress}:{domain}"
+
+    @staticmethod
+    def parse_throttle_key(throttle_key: str) -> tuple[str, str | None, str | None]:
+        """``link:203.0.113.7:example.com`` -> ``("example.com", "link", "203.0.113.7")``; a disabled
+        part comes back as None."""
+        pieces = throttle_key.split(":", 2)
+        if len(pieces) != 3 or not pieces[2]:
+            raise KeyFormatError(f"not a throttle key: {throttle_key!r}")
+        spider, egress, domain = pieces
+        egress = egress.replace("%3A", ":").replace("%25", "%")
+        return domain, spider or None, egress or None
+
+    # --- leases ---------------------------------------------------------------------------------
+
+    @key("zset")
+    def leases(self, spider: str) -> str:
+        """In-flight requests of one spider type: member = encoded request, score = lease deadline
+        (Redis server time, s). Written atomically with the pop that took the request."""
+        return f"{self.prefix}:leases:{spider}"
+
+    def parse_leases(self, key_: str) -> str:
+        """``<prefix>:leases:link`` -> ``"link"``."""
+        (spider,) = self._parse(key_, "leases", 1)
+        return spider
+
+    # --- control stream (utils/control.py) -------------------------------------------------------
+
+    @key("stream")
+    def control_stream(self) -> str:
+        """Action, stats and domain-config requests waiting for a redis-monitor: fields ``kind``
+        and ``request`` (JSON). Read through one consumer group; entries are deleted once answered."""
+        return f"{self.prefix}:control"
+
+    @key("string", ttl="1 day")
+    def control_origin(self, origin: str) -> str:
+        """Marker that the Kafka record ``<topic>/<partition>/<offset>`` was appended to the control
+        stream, so a redelivered record is not appended twice."""
+        return f"{self.prefix}:control-origin:{origin}"
+
     # --- stats and heartbeats -----------------------------------------------------------------
 
-    @key("zset", ttl="longest STATS_TIMES window")
+    @key("zset", ttl="longest STATS_TIMES window + one bucket")
     def stats_window(self, component: str, name: str) -> str:
         """Rolling-window counter ``name`` of ``component`` (e.g. ``kafka-monitor``, ``total``):
-        member = time bucket, score = count in that bucket."""
+        member = ``<window s>:<bucket index>`` (60 buckets per window), score = count in that bucket."""
         return f"{self.prefix}:stats:{component}:{name}"
 
     def parse_stats_window(self, key_: str) -> tuple[str, str]:

@@ -12,17 +12,26 @@ from crawlhive.utils.keys import Keys, document, render_markdown
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_queue_key_round_trip_including_ipv6_domain() -> None:
+def test_crawl_queue_key_round_trip_including_ipv6_domain_and_odd_ids() -> None:
     keys = Keys("ch")
-    assert keys.queue("link", "example.com") == "ch:queue:link:example.com"
-    assert keys.parse_queue("ch:queue:link:example.com") == ("link", "example.com")
-    assert keys.parse_queue(keys.queue("link", "::1")) == ("link", "::1")
+    assert keys.crawl_queue("link", "app", "c1", "example.com") == "ch:cq:link:app:c1:example.com"
+    assert keys.parse_crawl_queue("ch:cq:link:app:c1:example.com") == ("link", "app", "c1", "example.com")
+    odd = keys.crawl_queue("li:nk", "a%3Ap", "c:1:", "::1")
+    assert keys.parse_crawl_queue(odd) == ("li:nk", "a%3Ap", "c:1:", "::1")
 
 
-@pytest.mark.parametrize("bad", ["ch:queue:link", "other:queue:link:x.com", "ch:queue::x.com", "ch:throttle:x"])
+def test_crawl_members_and_refs_round_trip() -> None:
+    keys = Keys("ch")
+    assert keys.parse_crawl_member(keys.crawl_member("a:b", "c%d")) == ("a:b", "c%d")
+    assert keys.parse_crawl_ref(keys.crawl_ref("link", "a:b", "::")) == ("link", "a:b", "::")
+    with pytest.raises(KeyFormatError):
+        keys.parse_crawl_ref("link:app")
+
+
+@pytest.mark.parametrize("bad", ["ch:cq:link:a:c", "other:cq:link:a:c:x.com", "ch:cq::a:c:x.com", "ch:dq:x:y"])
 def test_parser_rejects_other_keys(bad: str) -> None:
     with pytest.raises(KeyFormatError):
-        Keys("ch").parse_queue(bad)
+        Keys("ch").parse_crawl_queue(bad)
 
 
 def test_prefix_must_not_contain_separator() -> None:

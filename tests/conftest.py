@@ -1,0 +1,111 @@
+"""Shared fixtures: a real Redis and a real Kafka-compatible broker, and per-test isolation.
+
+Session fixtures start an embedded ``redis-server`` and Tansu on free loopback ports, each only when
+a test first asks for it, unless ``CRAWLHIVE_TEST_REDIS_URL`` / ``CRAWLHIVE_TEST_KAFKA`` point at
+running ones. Every test gets its own key prefix and topic prefix (:class:`IsolatedNames`), so tests
+never see each other's data even on a shared server; its Redis keys are deleted afterwards.
+
+Fixtures: ``redis_url``, ``kafka_bootstrap`` (session); ``names``, ``redis_client``,
+``redis_settings`` (Redis only), ``settings`` (Redis and Kafka).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+# Imported first so that kafka-python's import-time DeprecationWarning is silenced before any test
+# module imports kafka under pytest's `filterwarnings = error`.
+from crawlhive.utils import connections  # noqa: F401
+from crawlhive.utils.embedded import EmbeddedBroker, EmbeddedRedis
+from crawlhive.utils.settings import Settings
+
+#: KAFKA_BOOTSTRAP_SERVERS of ``redis_settings``: a port nothing listens on, so a test that
+#: reaches for Kafka without asking for it fails fast with BackendUnavailable.
+NO_KAFKA = "127.0.0.1:1"
+
+
+@dataclass(frozen=True)
+class IsolatedNames:
+    """One test's own namespace: a Redis key prefix and a Kafka topic prefix (no ':')."""
+
+    key_prefix: str
+    topic_prefix: str
+
+    @classmethod
+    def fresh(cls) -> IsolatedNames:
+        token = f"t{secrets.token_hex(5)}"
+        return cls(key_prefix=token, topic_prefix=token)
+
+    def topic(self, short: str) -> str:
+        """Full topic name, as ``Settings.topic`` builds it: ``<topic_prefix>.<short>``."""
+        return f"{self.topic_prefix}.{short}"
+
+    def group(self, short: str = "group") -> str:
+        """A consumer group name of this test."""
+        return f"{self.topic_prefix}-{short}"
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of the Redis the tests use: ``$CRAWLHIVE_TEST_REDIS_URL`` or an embedded redis-server."""
+    external = os.environ.get("CRAWLHIVE_TEST_REDIS_URL")
+    if external:
+        yield external
+        return
+    with EmbeddedRedis() as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """``host:port`` of the broker the tests use: ``$CRAWLHIVE_TEST_KAFKA`` or an embedded Tansu."""
+    external = os.environ.get("CRAWLHIVE_TEST_KAFKA")
+    if external:
+        yield external
+        return
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap
+
+
+@pytest.fixture
+def names() -> IsolatedNames:
+    """This test's own key prefix and topic names."""
+    return IsolatedNames.fresh()
+
+
+@pytest.fixture
+def redis_client(redis_url: str, names: IsolatedNames) -> Iterator[redis.Redis]:
+    """A bytes client on ``redis_url``; every key under this test's prefix is deleted afterwards."""
+    client = redis.Redis.from_url(redis_url, decode_responses=False)
+    try:
+        yield client
+    finally:
+        batch = list(client.scan_iter(match=f"{names.key_prefix}*", count=1000))
+        for start in range(0, len(batch), 500):
+            client.delete(*batch[start : start + 500])
+        client.close()
+
+
+@pytest.fixture
+def redis_settings(redis_url: str, names: IsolatedNames, tmp_path: Path, redis_client: redis.Redis) -> Settings:
+    """Settings for this test with Redis only (no broker is started; Kafka points at a dead port)."""
+    return Settings.from_overrides(
+        REDIS_URL=redis_url,
+        KAFKA_BOOTSTRAP_SERVERS=NO_KAFKA,
+        REDIS_KEY_PREFIX=names.key_prefix,
+        KAFKA_TOPIC_PREFIX=names.topic_prefix,
+        CRAWLHIVE_HOME=str(tmp_path),
+    )
+
+
+@pytest.fixture
+def settings(redis_settings: Settings, kafka_bootstrap: str) -> Settings:
+    """Settings for this test with Redis and the broker (starts the broker on first use)."""
+    return redis_settings.copy_with(KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap)

@@ -1,0 +1,169 @@
+"""Unit tests of crawlhive.utils.connections: settings -> client options, and fast, precise failures."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crawlhive.utils import connections
+from crawlhive.utils.embedded import free_port
+from crawlhive.utils.errors import BackendUnavailable, SettingsError
+from crawlhive.utils.settings import Settings
+
+
+def test_common_config_defaults_to_plaintext() -> None:
+    config = connections.kafka_common_config(Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS="a:9092, b:9093"))
+    assert config == {"bootstrap_servers": ["a:9092", "b:9093"], "security_protocol": "PLAINTEXT"}
+
+
+def test_common_config_maps_sasl_ssl(tmp_path: Path) -> None:
+    cafile = tmp_path / "ca.pem"
+    cafile.write_text("not checked here")
+    settings = Settings.from_overrides(
+        KAFKA_BOOTSTRAP_SERVERS="k1:9093",
+        KAFKA_SECURITY_PROTOCOL="sasl_ssl",
+        KAFKA_SASL_MECHANISM="SCRAM-SHA-512",
+        KAFKA_SASL_USERNAME="crawler",
+        KAFKA_SASL_PASSWORD="s3cret",
+        KAFKA_SSL_CAFILE=str(cafile),
+    )
+    assert connections.kafka_common_config(settings) == {
+        "bootstrap_servers": ["k1:9093"],
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "crawler",
+        "sasl_plain_password": "s3cret",
+        "ssl_cafile": str(cafile),
+    }
+
+
+def test_common_config_maps_ssl_without_sasl(tmp_path: Path) -> None:
+    cafile = tmp_path / "ca.pem"
+    cafile.write_text("x")
+    settings = Settings.from_overrides(KAFKA_SECURITY_PROTOCOL="SSL", KAFKA_SSL_CAFILE=str(cafile))
+    config = connections.kafka_common_config(settings)
+    assert config["security_protocol"] == "SSL"
+    assert config["ssl_cafile"] == str(cafile)
+    assert "sasl_mechanism" not in config
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"KAFKA_SECURITY_PROTOCOL": "TLS"}, "KAFKA_SECURITY_PROTOCOL"),
+        ({"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}, "KAFKA_SASL_MECHANISM"),
+        (
+            {"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u"},
+            "KAFKA_SASL_PASSWORD",
+        ),
+        ({"KAFKA_SECURITY_PROTOCOL": "SSL", "KAFKA_SSL_CAFILE": "/nonexistent/ca.pem"}, "KAFKA_SSL_CAFILE"),
+        ({"KAFKA_BOOTSTRAP_SERVERS": ""}, "KAFKA_BOOTSTRAP_SERVERS"),
+    ],
+)
+def test_common_config_rejects_bad_settings_naming_them(overrides: dict[str, Any], named: str) -> None:
+    with pytest.raises(SettingsError, match=named):
+        connections.kafka_common_config(Settings.from_overrides(**overrides))
+
+
+def test_sasl_options_without_sasl_protocol_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    settings = Settings.from_overrides(KAFKA_SASL_MECHANISM="PLAIN", KAFKA_SASL_USERNAME="u")
+    with caplog.at_level(logging.WARNING, logger="crawlhive.utils.connections"):
+        config = connections.kafka_common_config(settings)
+    assert "sasl_mechanism" not in config
+    assert "KAFKA_SASL_" in caplog.text
+
+
+def test_consumer_and_producer_options_come_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[tuple[Any, dict[str, Any]]] = []
+    monkeypatch.setattr(connections, "_build", lambda factory, config: built.append((factory, config)) or object())
+    settings = Settings.from_overrides(
+        KAFKA_MAX_POLL_INTERVAL_MS=4000,
+        KAFKA_CONSUMER_FETCH_MAX_WAIT_MS=25,
+        KAFKA_CONSUMER_MAX_POLL_RECORDS=77,
+        KAFKA_PRODUCER_MAX_REQUEST_SIZE=100000,
+    )
+    connections.make_consumer(settings, group_id="g", client_id="me")
+    connections.make_producer(settings, linger_ms=0)
+    (_, consumer), (_, producer) = built
+    assert consumer["group_id"] == "g"
+    assert consumer["enable_auto_commit"] is False
+    assert consumer["auto_offset_reset"] == "earliest"
+    assert consumer["max_poll_interval_ms"] == 4000
+    assert consumer["fetch_max_wait_ms"] == 25
+    assert consumer["max_poll_records"] == 77
+    assert consumer["session_timeout_ms"] == connections.KAFKA_SESSION_TIMEOUT_MS
+    assert consumer["client_id"] == "me"
+    assert producer["acks"] == "all"
+    assert producer["max_request_size"] == 100000
+    assert producer["batch_size"] == 100000  # capped at the request size
+    assert producer["linger_ms"] == 0  # overrides win
+
+
+@pytest.mark.parametrize("factory", ["producer", "consumer", "admin", "ensure_topics"])
+def test_kafka_factories_fail_fast_naming_the_setting(factory: str) -> None:
+    server = f"127.0.0.1:{free_port()}"
+    settings = Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS=server)
+    calls = {
+        "producer": lambda: connections.make_producer(settings),
+        "consumer": lambda: connections.make_consumer(settings, "x.incoming", group_id="g"),
+        "admin": lambda: connections.make_admin(settings),
+        "ensure_topics": lambda: connections.ensure_topics(settings, ["x.incoming"]),
+    }
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="KAFKA_BOOTSTRAP_SERVERS") as info:
+        calls[factory]()
+    assert server in str(info.value)
+    assert time.monotonic() - started < 3
+
+
+def test_ensure_topics_rejects_illegal_names_before_connecting() -> None:
+    settings = Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}")
+    with pytest.raises(SettingsError, match="KAFKA_TOPIC_PREFIX"):
+        connections.ensure_topics(settings, ["bad prefix.incoming"])
+
+
+def test_check_redis_names_setting_and_masks_password() -> None:
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+    settings = Settings.from_overrides(REDIS_URL=url)
+    client = connections.redis_from_settings(settings)
+    started = time.monotonic()
+    try:
+        with pytest.raises(BackendUnavailable, match="REDIS_URL") as info:
+            connections.check_redis(client, settings)
+    finally:
+        client.close()
+    message = str(info.value)
+    assert "hunter2" not in message
+    assert url.replace("hunter2", "***") in message
+    assert time.monotonic() - started < 3
+
+
+def test_redis_from_settings_passes_decode_responses() -> None:
+    settings = Settings.from_overrides(REDIS_URL="redis://127.0.0.1:6390/2")
+    client = connections.redis_from_settings(settings, decode_responses=True)
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+        assert (kwargs["port"], kwargs["db"], kwargs["decode_responses"]) == (6390, 2, True)
+    finally:
+        client.close()
+
+
+def test_redis_from_settings_rejects_a_non_redis_url() -> None:
+    with pytest.raises(SettingsError, match="REDIS_URL"):
+        connections.redis_from_settings(Settings.from_overrides(REDIS_URL="http://:pw@example.com"))
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+        ("rediss://user:pw@h/1", "rediss://user:***@h/1"),
+        ("redis://h:6379/0", "redis://h:6379/0"),
+    ],
+)
+def test_mask_url(url: str, masked: str) -> None:
+    assert connections.mask_url(url) == masked

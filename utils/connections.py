@@ -1,0 +1,401 @@
+"""One connection factory per backend: every component gets its Redis and Kafka clients here.
+
+Redis comes from one URL (``REDIS_URL``). Kafka clients share one mapping of the connection
+settings (:func:`kafka_common_config`) and carry the options that matter for latency on Tansu and
+on Kafka alike, set once here so no component repeats them. Every factory fails fast: when a backend
+cannot be reached it raises :class:`~crawlhive.utils.errors.BackendUnavailable` within a few seconds,
+with a message naming the setting to fix and its value (passwords masked). Only a ``main()``
+turns that into an exit code.
+
+kafka-python notes (3.0.x):
+
+* A client constructed against an address where nothing listens leaks one unclosed socket per
+  failed connection attempt (ResourceWarning) and logs an ERROR per attempt. The factories
+  therefore first open (and close) a plain TCP connection to the bootstrap servers, and only build
+  the client when one accepts; a client whose bootstrap fails anyway is closed before raising.
+* Record checksums use the ``crc32c`` C extension when it is installed (it is a dependency);
+  otherwise kafka-python falls back to a slow pure-Python CRC.
+* Importing kafka-python emits a DeprecationWarning (``importlib.resources.read_text``); it is
+  silenced here, once, so that ``-W error`` and pytest's ``filterwarnings = error`` keep working.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+
+from crawlhive.utils.errors import BackendUnavailable, SettingsError
+from crawlhive.utils.settings import Settings
+
+with warnings.catch_warnings():
+    # kafka-python loads its protocol schemas with the deprecated importlib.resources.read_text.
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    import kafka.errors as kafka_errors
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+    from kafka.admin import NewTopic
+    from kafka.net.compat import KafkaNetClient
+
+logger = logging.getLogger(__name__)
+
+#: Seconds one plain TCP connection attempt to a bootstrap server may take.
+KAFKA_PROBE_TIMEOUT_S = 2.0
+#: Milliseconds a Kafka client may take to bootstrap (fetch versions and metadata) before the
+#: factory gives up with BackendUnavailable.
+KAFKA_BOOTSTRAP_TIMEOUT_MS = 5000
+#: Consumer group session timeout. A fresh group on Tansu completes its first join only after about
+#: half of it (kafka-python's 45 s default makes that 23 s); 6000 is also the smallest value a Kafka
+#: broker accepts by default (``group.min.session.timeout.ms``). A ``KAFKA_SESSION_TIMEOUT_MS``
+#: setting, when the defaults module declares one, wins.
+KAFKA_SESSION_TIMEOUT_MS = 6000
+#: Producer batching delay: a few ms of batching multiplies throughput at no visible latency.
+KAFKA_PRODUCER_LINGER_MS = 5
+#: Producer batch size per partition (bytes), capped at KAFKA_PRODUCER_MAX_REQUEST_SIZE. Measured on
+#: Tansu with 1 KB records: 16 KiB (kafka-python's default) ~16k records/s, 64 KiB ~25k, 256 KiB ~46k.
+KAFKA_PRODUCER_BATCH_SIZE = 262144
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+_Client = TypeVar("_Client")
+
+
+# --- Redis -----------------------------------------------------------------------------------------
+
+
+def mask_url(url: str) -> str:
+    """*url* with its password (if any) replaced by ``***``, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        return "<unparsable URL>"
+
+
+def redis_from_settings(settings: Settings, *, decode_responses: bool = False) -> redis.Redis:
+    """A Redis client for ``settings["REDIS_URL"]``. Does not connect; see :func:`check_redis`.
+
+    redis-py's own time-outs apply (8.x: 5 s to connect and 5 s per reply), so a blocking command
+    (``BLPOP``, ``BZPOPMIN``) must use a server-side timeout well under 5 s.
+
+    Args:
+        settings: uses REDIS_URL (``redis://``, ``rediss://`` or ``unix://``, password in the URL).
+        decode_responses: return ``str`` instead of ``bytes``. Components that store encoded
+            requests keep the default (bytes).
+
+    Raises:
+        SettingsError: REDIS_URL is not a Redis URL.
+    """
+    url = settings["REDIS_URL"]
+    try:
+        return redis.Redis.from_url(url, decode_responses=decode_responses)
+    except ValueError as exc:
+        raise SettingsError(f"REDIS_URL: not a Redis URL ({exc}), got {mask_url(url)!r}") from None
+
+
+def check_redis(client: redis.Redis, settings: Settings) -> None:
+    """Ping *client*; call once at start-up, before handing the client to plugins.
+
+    Raises:
+        BackendUnavailable: Redis does not answer or refuses the credentials; the message names
+            REDIS_URL and its value with the password masked.
+    """
+    try:
+        client.ping()
+    except redis.AuthenticationError as exc:
+        raise BackendUnavailable(
+            f"Redis at {mask_url(settings['REDIS_URL'])} refused the credentials ({exc}); check REDIS_URL"
+        ) from exc
+    except (redis.RedisError, OSError) as exc:
+        raise BackendUnavailable(
+            f"cannot reach Redis at {mask_url(settings['REDIS_URL'])} ({exc}); check REDIS_URL"
+        ) from exc
+
+
+# --- Kafka -----------------------------------------------------------------------------------------
+
+
+def kafka_common_config(settings: Settings) -> dict[str, Any]:
+    """kafka-python keyword arguments shared by every producer, consumer and admin client.
+
+    Maps KAFKA_BOOTSTRAP_SERVERS, KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_MECHANISM,
+    KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD and KAFKA_SSL_CAFILE. SASL options are passed only
+    with a SASL protocol and the CA file only with an SSL one (a warning is logged when they are
+    set but unused).
+
+    Raises:
+        SettingsError: no bootstrap server, an unknown security protocol, a SASL protocol without a
+            mechanism (or PLAIN / SCRAM without user name and password), or a CA file that does
+            not exist; the message names the setting.
+    """
+    servers = [s.strip() for s in settings["KAFKA_BOOTSTRAP_SERVERS"] if s.strip()]
+    if not servers:
+        raise SettingsError("KAFKA_BOOTSTRAP_SERVERS: expected at least one host:port, got none")
+    protocol = str(settings["KAFKA_SECURITY_PROTOCOL"]).strip().upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise SettingsError(
+            f"KAFKA_SECURITY_PROTOCOL: expected one of {', '.join(SECURITY_PROTOCOLS)}, "
+            f"got {settings['KAFKA_SECURITY_PROTOCOL']!r}"
+        )
+    config: dict[str, Any] = {"bootstrap_servers": servers, "security_protocol": protocol}
+
+    mechanism = settings["KAFKA_SASL_MECHANISM"]
+    if protocol.startswith("SASL_"):
+        if not mechanism:
+            raise SettingsError(f"KAFKA_SASL_MECHANISM: required with KAFKA_SECURITY_PROTOCOL={protocol}")
+        mechanism = str(mechanism).strip().upper()
+        config["sasl_mechanism"] = mechanism
+        if mechanism == "PLAIN" or mechanism.startswith("SCRAM-"):
+            for name in ("KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD"):
+                if settings[name] is None:
+                    raise SettingsError(f"{name}: required with KAFKA_SASL_MECHANISM={mechanism}")
+        if settings["KAFKA_SASL_USERNAME"] is not None:
+            config["sasl_plain_username"] = settings["KAFKA_SASL_USERNAME"]
+        if settings["KAFKA_SASL_PASSWORD"] is not None:
+            config["sasl_plain_password"] = settings["KAFKA_SASL_PASSWORD"]
+    elif mechanism or settings["KAFKA_SASL_USERNAME"] is not None:
+        logger.warning("KAFKA_SASL_* settings are ignored with KAFKA_SECURITY_PROTOCOL=%s", protocol)
+
+    cafile = settings["KAFKA_SSL_CAFILE"]
+    if cafile:
+        if protocol not in ("SSL", "SASL_SSL"):
+            logger.warning("KAFKA_SSL_CAFILE is ignored with KAFKA_SECURITY_PROTOCOL=%s", protocol)
+        elif not os.path.isfile(os.path.expanduser(cafile)):
+            raise SettingsError(f"KAFKA_SSL_CAFILE: no such file {cafile!r}")
+        else:
+            config["ssl_cafile"] = os.path.expanduser(cafile)
+    return config
+
+
+def _split_host_port(server: str) -> tuple[str, int]:
+    host, sep, port = server.rpartition(":")
+    if not sep:
+        return server, 9092
+    host = host.strip("[]")
+    try:
+        return host, int(port)
+    except ValueError:
+        raise SettingsError(f"KAFKA_BOOTSTRAP_SERVERS: expected host:port, got {server!r}") from None
+
+
+def _unavailable(servers: Iterable[str], reason: str) -> BackendUnavailable:
+    return BackendUnavailable(
+        f"cannot reach Kafka at {','.join(servers)} ({reason}); check KAFKA_BOOTSTRAP_SERVERS"
+        " (and KAFKA_SECURITY_PROTOCOL / KAFKA_SASL_* if the broker needs them)"
+    )
+
+
+def _probe(servers: list[str], timeout: float = KAFKA_PROBE_TIMEOUT_S) -> None:
+    """Return once one bootstrap server accepts a TCP connection; raise BackendUnavailable if none does."""
+    errors = []
+    for server in servers:
+        host, port = _split_host_port(server)
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except OSError as exc:
+            errors.append(f"{server}: {exc.strerror or exc}")
+    raise _unavailable(servers, "; ".join(errors))
+
+
+def _build(factory: Callable[..., _Client], config: dict[str, Any]) -> _Client:
+    """Construct a kafka-python client, translating bootstrap failures into BackendUnavailable.
+
+    The client's network layer is created through a tracking factory, so that when construction
+    fails half-way its sockets and threads are closed instead of leaking.
+    """
+    servers = config["bootstrap_servers"]
+    _probe(servers)
+    created: list[Any] = []
+    inner = config.get("kafka_client", KafkaNetClient)
+
+    def tracking_client(**kwargs: Any) -> Any:
+        client = inner(**kwargs)
+        created.append(client)
+        return client
+
+    def close_created() -> None:
+        for client in created:
+            try:
+                client.close()
+            except Exception:  # cleanup of a client that never worked: nothing more to do
+                logger.debug("closing a failed Kafka client raised", exc_info=True)
+
+    try:
+        return factory(**{**config, "kafka_client": tracking_client})
+    except kafka_errors.KafkaConfigurationError:
+        close_created()
+        raise  # a bad combination of options in code, not an unreachable broker
+    except (kafka_errors.KafkaError, OSError) as exc:
+        close_created()
+        if isinstance(exc, kafka_errors.SaslAuthenticationFailedError | kafka_errors.UnsupportedSaslMechanismError):
+            raise _unavailable(servers, f"authentication failed: {exc}") from exc
+        raise _unavailable(servers, f"{type(exc).__name__}: {exc}") from exc
+
+
+def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
+    """A connected producer of raw ``bytes`` keys and values.
+
+    Tuning: ``acks="all"`` with kafka-python's default idempotence, so an acknowledged record is
+    on every in-sync replica and a retried send is never duplicated; on a single broker (Tansu)
+    this costs nothing measurable over ``acks=1``, which would also make kafka-python disable
+    idempotence with a warning. ``linger_ms`` 5 and 256 KiB batches for throughput (see the
+    constants); ``max_request_size`` from KAFKA_PRODUCER_MAX_REQUEST_SIZE (a larger record fails
+    its send with MessageSizeTooLargeError).
+
+    Args:
+        settings: connection settings (:func:`kafka_common_config`) and
+            KAFKA_PRODUCER_MAX_REQUEST_SIZE.
+        **overrides: kafka-python ``KafkaProducer`` options that win over the above.
+
+    Raises:
+        BackendUnavailable: no broker answered within a few seconds; names KAFKA_BOOTSTRAP_SERVERS.
+        SettingsError: see :func:`kafka_common_config`.
+    """
+    config = {
+        **kafka_common_config(settings),
+        "acks": "all",
+        "linger_ms": KAFKA_PRODUCER_LINGER_MS,
+        "batch_size": min(KAFKA_PRODUCER_BATCH_SIZE, settings["KAFKA_PRODUCER_MAX_REQUEST_SIZE"]),
+        "max_request_size": settings["KAFKA_PRODUCER_MAX_REQUEST_SIZE"],
+        "bootstrap_timeout_ms": KAFKA_BOOTSTRAP_TIMEOUT_MS,
+        **overrides,
+    }
+    return _build(KafkaProducer, config)
+
+
+def make_consumer(settings: Settings, *topics: str, group_id: str | None, **overrides: Any) -> KafkaConsumer:
+    """A connected consumer of raw ``bytes``, subscribed to *topics* (if any), committing manually.
+
+    Options: ``enable_auto_commit=False`` (commit after the work is durable),
+    ``auto_offset_reset="earliest"`` (a new group reads what was sent before it joined),
+    ``max_poll_interval_ms`` = KAFKA_MAX_POLL_INTERVAL_MS, ``fetch_max_wait_ms`` =
+    KAFKA_CONSUMER_FETCH_MAX_WAIT_MS (Tansu answers an empty fetch only when this expires, so it
+    bounds delivery latency), ``max_poll_records`` = KAFKA_CONSUMER_MAX_POLL_RECORDS, and
+    ``session_timeout_ms`` = :data:`KAFKA_SESSION_TIMEOUT_MS` (see there: it sets how long a first
+    join takes on Tansu) with heartbeats at a third of it.
+
+    Args:
+        settings: connection settings and the KAFKA_* consumer settings above.
+        *topics: full topic names to subscribe to; none to ``assign()`` partitions yourself.
+        group_id: the consumer group (``settings.kafka_group`` for the kafka-monitor); None for no
+            group (no rebalancing and no offset commits).
+        **overrides: kafka-python ``KafkaConsumer`` options that win over the above.
+
+    Raises:
+        BackendUnavailable: no broker answered within a few seconds; names KAFKA_BOOTSTRAP_SERVERS.
+        SettingsError: see :func:`kafka_common_config`.
+    """
+    session_ms = int(settings.get("KAFKA_SESSION_TIMEOUT_MS", KAFKA_SESSION_TIMEOUT_MS))
+    config = {
+        **kafka_common_config(settings),
+        "group_id": group_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "max_poll_interval_ms": settings["KAFKA_MAX_POLL_INTERVAL_MS"],
+        "fetch_max_wait_ms": settings["KAFKA_CONSUMER_FETCH_MAX_WAIT_MS"],
+        "max_poll_records": settings["KAFKA_CONSUMER_MAX_POLL_RECORDS"],
+        "session_timeout_ms": session_ms,
+        "heartbeat_interval_ms": max(100, session_ms // 3),
+        "bootstrap_timeout_ms": KAFKA_BOOTSTRAP_TIMEOUT_MS,
+        **overrides,
+    }
+    consumer = _build(KafkaConsumer, config)
+    if topics:
+        consumer.subscribe(list(topics))
+    return consumer
+
+
+def make_admin(settings: Settings, **overrides: Any) -> KafkaAdminClient:
+    """A connected admin client (create and describe topics, list groups).
+
+    Raises:
+        BackendUnavailable: no broker answered within a few seconds; names KAFKA_BOOTSTRAP_SERVERS.
+        SettingsError: see :func:`kafka_common_config`.
+    """
+    config = {**kafka_common_config(settings), "bootstrap_timeout_ms": KAFKA_BOOTSTRAP_TIMEOUT_MS, **overrides}
+    return _build(KafkaAdminClient, config)
+
+
+def ensure_topics(settings: Settings, names: Iterable[str], *, timeout: float = 10.0) -> list[str]:
+    """Create each topic in *names* that does not exist yet, and wait until all are listed.
+
+    New topics get KAFKA_TOPIC_PARTITIONS partitions and KAFKA_TOPIC_REPLICATION replicas;
+    existing ones are left as they are. Safe to call concurrently from several processes: a topic
+    another process created first counts as present.
+
+    Args:
+        settings: connection settings and the two topic settings above.
+        names: full topic names (``settings.topic("incoming")``, …).
+        timeout: seconds to wait for new topics to appear in the cluster metadata.
+
+    Returns:
+        The names this call created.
+
+    Raises:
+        SettingsError: a name is not a legal Kafka topic name (check KAFKA_TOPIC_PREFIX), or the
+            broker rejects the partition count or replication factor.
+        BackendUnavailable: the broker cannot be reached or did not list the topics in time.
+    """
+    wanted = list(dict.fromkeys(names))
+    for name in wanted:
+        if not _TOPIC_NAME.match(name) or name in (".", ".."):
+            raise SettingsError(
+                f"KAFKA_TOPIC_PREFIX: {name!r} is not a legal Kafka topic name (1-249 of A-Z a-z 0-9 . _ -)"
+            )
+    servers = kafka_common_config(settings)["bootstrap_servers"]
+    admin = make_admin(settings)
+    created: list[str] = []
+    try:
+        existing = set(admin.list_topics())
+        for name in wanted:
+            if name in existing:
+                continue
+            topic = NewTopic(
+                name=name,
+                num_partitions=settings["KAFKA_TOPIC_PARTITIONS"],
+                replication_factor=settings["KAFKA_TOPIC_REPLICATION"],
+            )
+            try:
+                admin.create_topics([topic])
+            except kafka_errors.TopicAlreadyExistsError:
+                logger.debug("topic %s was created concurrently", name)
+                continue
+            except kafka_errors.InvalidReplicationFactorError as exc:
+                raise SettingsError(
+                    f"KAFKA_TOPIC_REPLICATION: the broker rejected {topic.replication_factor}: {exc}"
+                ) from exc
+            except kafka_errors.InvalidPartitionsError as exc:
+                raise SettingsError(
+                    f"KAFKA_TOPIC_PARTITIONS: the broker rejected {topic.num_partitions}: {exc}"
+                ) from exc
+            except kafka_errors.KafkaError as exc:
+                raise _unavailable(servers, f"creating topic {name!r} failed: {exc}") from exc
+            created.append(name)
+            logger.info(
+                "created topic %s (%d partitions, replication %d)", name, topic.num_partitions, topic.replication_factor
+            )
+        deadline = time.monotonic() + timeout
+        while missing := set(wanted) - set(admin.list_topics()):
+            if time.monotonic() > deadline:
+                raise _unavailable(servers, f"topics {sorted(missing)} not listed after {timeout:g} s")
+            time.sleep(0.1)
+    except kafka_errors.KafkaError as exc:
+        raise _unavailable(servers, f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        admin.close()
+    return created

@@ -1,0 +1,157 @@
+"""Heartbeats of live processes, the node maps of API.md §4.1 and a health check.
+
+Each process of a component (``kafka-monitor``, ``redis-monitor``, ``crawler``, ``rest``) owns
+``keys.heartbeat(component, node_id)``: a JSON string that lives ``timeout_s`` seconds and is
+renewed every ``HEARTBEAT_INTERVAL``. Its node id is also in ``keys.heartbeat_index(component)``,
+a sorted set scored with the key's expiry on the Redis clock, so readers list a component's
+processes without ``KEYS`` and drop the entries of processes that died without :meth:`stop`.
+
+Liveness is the key's existence; the index only finds the keys.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from crawlhive.utils.keys import Keys
+
+# KEYS[1]: heartbeat key, KEYS[2]: index zset. ARGV[1]: payload, ARGV[2]: timeout (ms),
+# ARGV[3]: node id. Sets the key with its expiry and indexes the node at that expiry (Redis time).
+_BEAT_LUA = """
+local t = redis.call('TIME')
+local ms = tonumber(ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ms)
+local expires = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ms
+redis.call('ZADD', KEYS[2], string.format('%d.%03d', math.floor(expires / 1000), expires % 1000), ARGV[3])
+return 1
+"""
+
+# KEYS[1]: index zset. Removes the entries whose heartbeat has expired (Redis time); returns the rest.
+_PRUNE_LUA = """
+local t = redis.call('TIME')
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. t[1] .. '.' .. string.format('%06d', t[2]))
+return redis.call('ZRANGE', KEYS[1], 0, -1)
+"""
+
+
+def new_node_id() -> str:
+    """A fresh node id: 12 lowercase hex characters (API.md §4.1), new for every process start."""
+    return secrets.token_hex(6)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Heartbeat:
+    """The heartbeat of one process.
+
+    Args:
+        redis: the client (either response decoding works).
+        keys: the cluster's key formats.
+        component: e.g. ``kafka-monitor``.
+        node_id: from :func:`new_node_id`.
+        host: the host name shown in node maps (``CRAWLER_NODE_NAME`` or the machine's name).
+        timeout_s: seconds the process counts as live after a beat (``HEARTBEAT_TIMEOUT``).
+
+    Raises:
+        ValueError: *timeout_s* is not positive.
+    """
+
+    def __init__(self, redis: Redis, keys: Keys, component: str, node_id: str, host: str, timeout_s: float) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"HEARTBEAT_TIMEOUT: must be > 0 seconds, got {timeout_s!r}")
+        self.redis = redis
+        self.keys = keys
+        self.component = component
+        self.node_id = node_id
+        self.host = host
+        self.timeout_s = timeout_s
+        self.key = keys.heartbeat(component, node_id)
+        self.index_key = keys.heartbeat_index(component)
+        self.started = time.time()
+        self._beat = redis.register_script(_BEAT_LUA)
+
+    def __repr__(self) -> str:
+        return f"Heartbeat({self.key!r})"
+
+    def payload(self) -> dict[str, Any]:
+        """What the heartbeat key holds: host, pid, node_id, component and started (epoch s)."""
+        return {
+            "host": self.host,
+            "pid": os.getpid(),
+            "node_id": self.node_id,
+            "component": self.component,
+            "started": self.started,
+        }
+
+    def beat(self) -> None:
+        """Renew this process's heartbeat, atomically and in one round trip.
+
+        Sets ``keys.heartbeat(component, node_id)`` with a ``timeout_s`` expiry and indexes the
+        node in ``keys.heartbeat_index(component)`` at that expiry (one script, Redis clock).
+
+        Raises:
+            redis.RedisError: Redis failed; the process may drop out of node maps until the next
+                successful beat.
+        """
+        ttl_ms = max(1, math.ceil(self.timeout_s * 1000))
+        self._beat(keys=[self.key, self.index_key], args=[json.dumps(self.payload()), ttl_ms, self.node_id])
+
+    def stop(self) -> None:
+        """Remove the heartbeat key and its index entry in one ``MULTI`` (call on shutdown)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(self.key)
+        pipe.zrem(self.index_key, self.node_id)
+        pipe.execute()
+
+
+def live_nodes(redis: Redis, keys: Keys, component: str) -> dict[str, list[str]]:
+    """The node map of *component* (API.md §4.1): host -> sorted node ids of its live processes.
+
+    Prunes expired entries of ``keys.heartbeat_index(component)`` on the Redis clock, then reads
+    the remaining heartbeat keys: two round trips, no ``KEYS``. A node whose key vanished in
+    between is left out (and dropped from the index).
+
+    Returns:
+        ``{}`` when no process of *component* is live.
+    """
+    index_key = keys.heartbeat_index(component)
+    members = [_text(m) for m in redis.register_script(_PRUNE_LUA)(keys=[index_key])]
+    if not members:
+        return {}
+    values = redis.mget([keys.heartbeat(component, node_id) for node_id in members])
+    nodes: dict[str, list[str]] = {}
+    gone = []
+    for node_id, raw in zip(members, values, strict=True):
+        if raw is None:
+            gone.append(node_id)
+            continue
+        try:
+            host = str(json.loads(raw)["host"])
+        except (ValueError, KeyError, TypeError):
+            host = "unknown"  # written by something else; still a live node
+        nodes.setdefault(host, []).append(node_id)
+    if gone:
+        redis.zrem(index_key, *gone)
+    return {host: sorted(ids) for host, ids in sorted(nodes.items())}
+
+
+def check_health(redis: Redis, keys: Keys, component: str, node_id: str) -> bool:
+    """True if the process ``(component, node_id)`` has a live heartbeat.
+
+    A health probe exits 0 on True and 1 on False. A Redis failure raises ``redis.RedisError``,
+    which the probe's ``main()`` also maps to 1.
+    """
+    return bool(redis.exists(keys.heartbeat(component, node_id)))
+
+
+__all__ = ["Heartbeat", "check_health", "live_nodes", "new_node_id"]

@@ -1,0 +1,265 @@
+"""Rolling-window and lifetime counters in Redis, for the stats responses of API.md §4.7.
+
+A counter is named by ``(component, name)``, e.g. ``("kafka-monitor", "total")`` or
+``("crawler", "link:200")``. Per counter:
+
+* ``keys.stats_window(component, name)``, a sorted set of time buckets: member ``"<window>:<index>"``
+  (``index = floor(t / (window / BUCKETS_PER_WINDOW))``, ``t`` epoch seconds), score = events in
+  that bucket. Each window has its own series of ``BUCKETS_PER_WINDOW`` buckets, so one event costs
+  one ``ZINCRBY`` per window whatever the event rate, and a read sums at most
+  ``BUCKETS_PER_WINDOW`` entries per window. TTL: the longest window plus one of its buckets,
+  renewed on every write.
+* ``keys.stats_lifetime(component, name)``, an integer (``INCRBY``). No TTL: lifetime totals are
+  exempt, as in Scrapy Cluster.
+* ``keys.stats_unique(component, name)``, a HyperLogLog of distinct values (``PFADD``; ``PFCOUNT``
+  is within about 0.81 % of the truth). TTL: the longest window, renewed on every write, so it counts
+  distinct values over the counter's active life.
+* its ``component:name`` in ``keys.stats_index()`` (a set, no TTL), so readers enumerate counters
+  without ``KEYS``.
+
+Bucket error bound: a window ``W`` is read as the sum of the ``BUCKETS_PER_WINDOW`` most recent
+buckets of width ``w = W / BUCKETS_PER_WINDOW``, the current (partial) one included. That covers
+between ``W - w`` and ``W`` seconds of history, so a read can miss only events older than
+``W - w``: it never over-counts and under-counts by at most the events of one bucket width at the
+old end (with 60 buckets, the first 15 s of a 900 s window, 1/60 of the window).
+
+Clocks: bucket indexes come from the writer's clock (``clock``, default :func:`time.time`); hosts are
+assumed NTP-synchronised, and a skew much smaller than a bucket width does not matter. Stale
+buckets are removed by readers (the read script) and by writers when they enter a new bucket (a
+``ZREM`` of the buckets that just left the window, folded into the same round trip).
+
+Why not Scrapy Cluster's ``RollingTimeWindow``: it stores one sorted-set member per event and runs
+one thread per counter.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.client import Pipeline
+
+    from crawlhive.utils.keys import Keys
+
+BUCKETS_PER_WINDOW = 60
+"""Buckets per window; every process of a cluster must use the same value (members carry it
+implicitly)."""
+LIFETIME = "lifetime"
+"""The window-map key of the lifetime total (API.md §4.1)."""
+_ZREM_CHUNK = 1000
+
+# KEYS[1]: window zset, KEYS[2]: lifetime counter. ARGV[1]: now (epoch s), ARGV[2]: buckets per
+# window, ARGV[3..]: the windows to sum (s). Removes stale buckets of any window; returns
+# {sum of ARGV[3], sum of ARGV[4], ..., lifetime}.
+_READ_LUA = """
+local now = tonumber(ARGV[1])
+local per = tonumber(ARGV[2])
+local slots = {}
+local sums = {}
+for i = 3, #ARGV do
+  slots[ARGV[i]] = i - 2
+  sums[i - 2] = 0
+end
+local entries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local stale = {}
+for i = 1, #entries, 2 do
+  local w, b = string.match(entries[i], '^(%d+):(-?%d+)$')
+  if w then
+    if tonumber(b) <= math.floor(now / (tonumber(w) / per)) - per then
+      stale[#stale + 1] = entries[i]
+    elseif slots[w] then
+      sums[slots[w]] = sums[slots[w]] + tonumber(entries[i + 1])
+    end
+  end
+end
+for i = 1, #stale, 1000 do
+  redis.call('ZREM', KEYS[1], unpack(stale, i, math.min(i + 999, #stale)))
+end
+sums[#sums + 1] = tonumber(redis.call('GET', KEYS[2]) or '0')
+return sums
+"""
+
+
+def bucket_index(now: float, window: int) -> int:
+    """Index of the bucket of *window* that holds time *now* (the read script computes the same)."""
+    return math.floor(now / (window / BUCKETS_PER_WINDOW))
+
+
+class Stats:
+    """Counters with rolling windows, lifetime totals and lifetime distinct counts.
+
+    Args:
+        redis: the client (either response decoding works).
+        keys: the cluster's key formats.
+        windows: the rolling windows in seconds (``STATS_TIMES``), positive integers.
+        clock: epoch seconds now; tests inject their own.
+
+    Raises:
+        ValueError: *windows* is empty or has a non-positive or non-integer value.
+
+    Writes and reads raise ``redis.RedisError`` when Redis fails; a failed write may have been
+    applied in part, which only misstates counts.
+    """
+
+    def __init__(
+        self, redis: Redis, keys: Keys, windows: Sequence[int], clock: Callable[[], float] = time.time
+    ) -> None:
+        if not windows or any(isinstance(w, bool) or not isinstance(w, int) or w <= 0 for w in windows):
+            raise ValueError(f"STATS_TIMES: expected positive whole seconds, got {list(windows)!r}")
+        self.redis = redis
+        self.keys = keys
+        self.windows: tuple[int, ...] = tuple(sorted(set(windows)))
+        self.clock = clock
+        longest = self.windows[-1]
+        self.window_ttl_ms = math.ceil((longest + longest / BUCKETS_PER_WINDOW) * 1000)
+        self.unique_ttl_ms = longest * 1000
+        # (component, name, window) -> last bucket index this process wrote: when it changes, the
+        # buckets that just left the window are known without reading, and removed with the write.
+        self._last_bucket: dict[tuple[str, str, int], int] = {}
+        self._read = redis.register_script(_READ_LUA)
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    def incr(
+        self, component: str, name: str, n: int = 1, *, pipe: Pipeline | None = None, now: float | None = None
+    ) -> None:
+        """Count *n* events of counter ``(component, name)`` at time *now* (default: the clock).
+
+        Touches the counter's window set (one ``ZINCRBY`` per window, ``PEXPIRE``, sometimes a
+        ``ZREM`` of stale buckets), its lifetime total and ``keys.stats_index()``.
+
+        Args:
+            n: events to count; 0 does nothing.
+            pipe: a pipeline to add the commands to; the caller executes it (so the count costs no
+                round trip of its own). Without one, the commands run now in one ``MULTI``.
+            now: epoch seconds of the events.
+
+        Raises:
+            ValueError: *n* is negative.
+        """
+        self.incr_many([(component, name, n)], pipe=pipe, now=now)
+
+    def incr_many(
+        self, counts: Iterable[tuple[str, str, int]], *, pipe: Pipeline | None = None, now: float | None = None
+    ) -> None:
+        """:meth:`incr` for several ``(component, name, n)`` at once, in one pipeline.
+
+        Raises:
+            ValueError: an *n* is negative; nothing was written.
+        """
+        batch = [(c, m, n) for c, m, n in counts if n]
+        if any(n < 0 for _, _, n in batch):
+            raise ValueError(f"stats counts must be >= 0, got {batch!r}")
+        if not batch:
+            return
+        now = self.clock() if now is None else now
+        target = self.redis.pipeline(transaction=True) if pipe is None else pipe
+        for component, name, n in batch:
+            key = self.keys.stats_window(component, name)
+            for window in self.windows:
+                index = bucket_index(now, window)
+                target.zincrby(key, n, f"{window}:{index}")
+                stale = self._newly_stale(component, name, window, index)
+                if stale:
+                    target.zrem(key, *stale)
+            target.pexpire(key, self.window_ttl_ms)
+            target.incrby(self.keys.stats_lifetime(component, name), n)
+            target.sadd(self.keys.stats_index(), f"{component}:{name}")
+        if pipe is None:
+            target.execute()
+
+    def _newly_stale(self, component: str, name: str, window: int, index: int) -> list[str]:
+        """Members of *window* that left it since this process last wrote the counter (at most
+        ``BUCKETS_PER_WINDOW``; on the first write, the one bucket that just left)."""
+        slot = (component, name, window)
+        last = self._last_bucket.get(slot, index - 1)
+        if index <= last:
+            return []
+        self._last_bucket[slot] = index
+        first = max(last - BUCKETS_PER_WINDOW + 1, index - 2 * BUCKETS_PER_WINDOW + 1)
+        return [f"{window}:{i}" for i in range(first, index - BUCKETS_PER_WINDOW + 1)]
+
+    def unique(self, component: str, name: str, value: str | bytes, *, pipe: Pipeline | None = None) -> None:
+        """Record *value* in the distinct count of ``(component, name)``.
+
+        Touches ``keys.stats_unique(component, name)`` (``PFADD``, ``PEXPIRE``) and the index.
+
+        Args:
+            pipe: as for :meth:`incr`.
+        """
+        self.unique_many(component, name, [value], pipe=pipe)
+
+    def unique_many(
+        self, component: str, name: str, values: Iterable[str | bytes], *, pipe: Pipeline | None = None
+    ) -> None:
+        """:meth:`unique` for several values at once."""
+        batch = list(values)
+        if not batch:
+            return
+        key = self.keys.stats_unique(component, name)
+        target = self.redis.pipeline(transaction=True) if pipe is None else pipe
+        target.pfadd(key, *batch)
+        target.pexpire(key, self.unique_ttl_ms)
+        target.sadd(self.keys.stats_index(), f"{component}:{name}")
+        if pipe is None:
+            target.execute()
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def read(self, component: str, name: str, *, now: float | None = None) -> dict[str, int]:
+        """The window map of ``(component, name)`` (API.md §4.1), in one round trip.
+
+        Returns:
+            ``{"<window>": count, ..., "lifetime": total}`` with zero entries left out, so ``{}`` for
+            a counter never incremented. Stale buckets are removed on the way.
+        """
+        return self._window_map(self._read(keys=self._read_keys(component, name), args=self._read_args(now)))
+
+    def read_many(
+        self, counters: Iterable[tuple[str, str]], *, now: float | None = None
+    ) -> dict[tuple[str, str], dict[str, int]]:
+        """:meth:`read` for several counters in one pipeline (two round trips: redis-py first checks
+        that the script is loaded)."""
+        wanted = list(dict.fromkeys(counters))
+        if not wanted:
+            return {}
+        args = self._read_args(now)
+        pipe = self.redis.pipeline(transaction=False)
+        for component, name in wanted:
+            self._read(keys=self._read_keys(component, name), args=args, client=pipe)
+        return {counter: self._window_map(reply) for counter, reply in zip(wanted, pipe.execute(), strict=True)}
+
+    def read_unique(self, component: str, name: str) -> int:
+        """Distinct values recorded by :meth:`unique` (``PFCOUNT``; 0 when none)."""
+        return int(self.redis.pfcount(self.keys.stats_unique(component, name)))
+
+    def counters(self, component: str | None = None) -> list[tuple[str, str]]:
+        """Every ``(component, name)`` with stats keys (sorted), optionally of one *component*.
+
+        Read from ``keys.stats_index()``; a listed counter whose keys all expired reads as ``{}``.
+        """
+        found = []
+        for raw in self.redis.smembers(self.keys.stats_index()):
+            entry = raw.decode() if isinstance(raw, bytes) else raw
+            comp, _, name = entry.partition(":")
+            if name and (component is None or comp == component):
+                found.append((comp, name))
+        return sorted(found)
+
+    def _read_keys(self, component: str, name: str) -> list[str]:
+        return [self.keys.stats_window(component, name), self.keys.stats_lifetime(component, name)]
+
+    def _read_args(self, now: float | None) -> list[str | int]:
+        now = self.clock() if now is None else now
+        return [repr(float(now)), BUCKETS_PER_WINDOW, *(str(w) for w in self.windows)]
+
+    def _window_map(self, reply: Sequence[int]) -> dict[str, int]:
+        labels = [str(w) for w in self.windows] + [LIFETIME]
+        return {label: int(count) for label, count in zip(labels, reply, strict=True) if int(count)}
+
+
+__all__ = ["BUCKETS_PER_WINDOW", "LIFETIME", "Stats", "bucket_index"]
