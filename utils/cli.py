@@ -135,10 +135,11 @@ def cmd_feed(args: argparse.Namespace) -> int:
 
 
 def _validate(settings: Settings, request: Any) -> str | None:
-    """The rejection cause of *request*, or None; full schema validation lands with kafka-monitor."""
-    if not isinstance(request, dict):
-        return "Invalid request: request must be a JSON object"
-    return None
+    """Why the kafka-monitor would reject *request* (same schemas, checks and limits), or None."""
+    from crawlhive.kafka_monitor.validation import Rejected, RequestValidator
+
+    outcome = RequestValidator.from_settings(settings).validate(request)
+    return outcome.reason if isinstance(outcome, Rejected) else None
 
 
 def resolve_topic(settings: Settings, name: str) -> str:

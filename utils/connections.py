@@ -51,12 +51,7 @@ KAFKA_PROBE_TIMEOUT_S = 2.0
 #: Milliseconds a Kafka client may take to bootstrap (fetch versions and metadata) before the
 #: factory gives up with BackendUnavailable.
 KAFKA_BOOTSTRAP_TIMEOUT_MS = 5000
-#: Consumer group session timeout. A fresh group on Tansu completes its first join only after about
-#: half of it (kafka-python's 45 s default makes that 23 s); 6000 is also the smallest value a Kafka
-#: broker accepts by default (``group.min.session.timeout.ms``). A ``KAFKA_SESSION_TIMEOUT_MS``
-#: setting, when the defaults module declares one, wins.
-KAFKA_SESSION_TIMEOUT_MS = 6000
-#: Producer batching delay: a few ms of batching multiplies throughput at no visible latency.
+#: Producer batching delay (ms): lets batches fill under load, adding at most this much latency.
 KAFKA_PRODUCER_LINGER_MS = 5
 #: Producer batch size per partition (bytes), capped at KAFKA_PRODUCER_MAX_REQUEST_SIZE. Measured on
 #: Tansu with 1 KB records: 16 KiB (kafka-python's default) ~16k records/s, 64 KiB ~25k, 256 KiB ~46k.
@@ -286,8 +281,8 @@ def make_consumer(settings: Settings, *topics: str, group_id: str | None, **over
     ``max_poll_interval_ms`` = KAFKA_MAX_POLL_INTERVAL_MS, ``fetch_max_wait_ms`` =
     KAFKA_CONSUMER_FETCH_MAX_WAIT_MS (Tansu answers an empty fetch only when this expires, so it
     bounds delivery latency), ``max_poll_records`` = KAFKA_CONSUMER_MAX_POLL_RECORDS, and
-    ``session_timeout_ms`` = :data:`KAFKA_SESSION_TIMEOUT_MS` (see there: it sets how long a first
-    join takes on Tansu) with heartbeats at a third of it.
+    ``session_timeout_ms`` = KAFKA_SESSION_TIMEOUT_MS (it sets how long a first join takes on
+    Tansu) with heartbeats at a third of it.
 
     Args:
         settings: connection settings and the KAFKA_* consumer settings above.
@@ -300,7 +295,7 @@ def make_consumer(settings: Settings, *topics: str, group_id: str | None, **over
         BackendUnavailable: no broker answered within a few seconds; names KAFKA_BOOTSTRAP_SERVERS.
         SettingsError: see :func:`kafka_common_config`.
     """
-    session_ms = int(settings.get("KAFKA_SESSION_TIMEOUT_MS", KAFKA_SESSION_TIMEOUT_MS))
+    session_ms = settings.getint("KAFKA_SESSION_TIMEOUT_MS")
     config = {
         **kafka_common_config(settings),
         "group_id": group_id,

@@ -77,6 +77,12 @@ KAFKA_MAX_POLL_INTERVAL_MS: int = 5000
 """Milliseconds between polls before the group evicts a consumer; small values keep group joins
 fast on Tansu."""
 
+KAFKA_SESSION_TIMEOUT_MS: int = 6000
+"""Milliseconds a consumer-group member may go without heartbeats before it is evicted. A fresh
+group on Tansu completes its first join only after about half of it (kafka-python's 45000 default
+makes that 23 s); 6000 is also the smallest value Apache Kafka accepts by default
+(``group.min.session.timeout.ms``)."""
+
 KAFKA_CONSUMER_MAX_POLL_RECORDS: int = 2000
 """Records one poll returns at most: the batch a monitor validates and writes in one round trip."""
 

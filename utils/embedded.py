@@ -124,7 +124,7 @@ def free_port(host: str = HOST) -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent_hook() -> Callable[[], None] | None:
+def die_with_parent_hook() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child receive SIGTERM when its parent dies (Linux only)."""
     if not sys.platform.startswith("linux"):
         return None
@@ -337,7 +337,7 @@ class EmbeddedService:
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
                 start_new_session=False,
-                preexec_fn=_die_with_parent_hook(),  # only prctl + getppid: no locks, no allocation
+                preexec_fn=die_with_parent_hook(),  # only prctl + getppid: no locks, no allocation
             )
         _register(self)
         logger.info(

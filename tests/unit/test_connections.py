@@ -95,7 +95,7 @@ def test_consumer_and_producer_options_come_from_settings(monkeypatch: pytest.Mo
     assert consumer["max_poll_interval_ms"] == 4000
     assert consumer["fetch_max_wait_ms"] == 25
     assert consumer["max_poll_records"] == 77
-    assert consumer["session_timeout_ms"] == connections.KAFKA_SESSION_TIMEOUT_MS
+    assert consumer["session_timeout_ms"] == 6000
     assert consumer["client_id"] == "me"
     assert producer["acks"] == "all"
     assert producer["max_request_size"] == 100000

@@ -1,0 +1,122 @@
+"""`crawlhive up` / `feed` / `dump` as a user runs them, in separate processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "crawlhive.utils.cli"]
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_HOSTS")}
+    env["CRAWLHIVE_HOME"] = str(home)
+    env["KAFKA_TOPIC_PREFIX"] = "clitest"
+    return env
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    env = _env(tmp_path)
+    proc = subprocess.Popen([*CLI, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "Ctrl-C stops everything" in line:
+            break
+    assert (tmp_path / "up.json").exists(), "".join(lines)
+    yield proc, env, lines
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    proc.stdout.close()
+
+
+def test_feed_in_a_second_terminal_reaches_up_and_dump_shows_it(cluster) -> None:
+    proc, env, lines = cluster
+    assert any("crawlhive up: Redis redis://127.0.0.1:" in line for line in lines)
+    assert any("crawlhive up: Kafka 127.0.0.1:" in line for line in lines)
+    request = {"url": "http://example.com/", "appid": "testapp", "crawlid": "abc123"}
+    fed = subprocess.run([*CLI, "feed", json.dumps(request)], env=env, capture_output=True, text=True, timeout=60)
+    assert fed.returncode == 0, fed.stderr
+    assert "sent to clitest.incoming" in fed.stderr
+    dumped = subprocess.run(
+        [*CLI, "dump", "incoming", "-b", "-n", "1"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert dumped.returncode == 0, dumped.stderr
+    assert json.loads(dumped.stdout.strip()) == request
+
+
+def test_ctrl_c_stops_everything_and_leaves_no_process(cluster) -> None:
+    proc, env, lines = cluster
+    state = json.loads((Path(env["CRAWLHIVE_HOME"]) / "up.json").read_text())
+    assert state["pid"] == proc.pid
+    children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(int(p.name)) == proc.pid]
+    assert len(children) >= 2  # redis-server and the broker
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 0
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in children)
+    assert not (Path(env["CRAWLHIVE_HOME"]) / "up.json").exists()
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def test_feed_reports_bad_json_and_unreachable_kafka(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    bad = subprocess.run([*CLI, "feed", "{nope"], env=env, capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1 and "invalid JSON" in bad.stderr
+    env["KAFKA_BOOTSTRAP_SERVERS"] = "127.0.0.1:1"
+    down = subprocess.run(
+        [*CLI, "feed", '{"a": 1}', "--no-validate"], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert down.returncode == 2 and "KAFKA_BOOTSTRAP_SERVERS" in down.stderr
+
+
+def test_bad_setting_is_named_and_exits_1(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    env["QUEUE_HITS"] = "ten"
+    out = subprocess.run([*CLI, "dump", "incoming"], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert "QUEUE_HITS: expected an integer, got 'ten'" in out.stderr
+
+
+def test_unbuilt_subcommand_says_so_and_exits_2(tmp_path: Path) -> None:
+    out = subprocess.run([*CLI, "crawler"], env=_env(tmp_path), capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "not implemented yet" in out.stderr
+
+
+def test_feed_validates_like_the_kafka_monitor(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    env["KAFKA_BOOTSTRAP_SERVERS"] = "127.0.0.1:1"  # never reached: validation fails first
+    request = '{"url": "http://example.com/", "appid": "ab", "crawlid": "x"}'
+    out = subprocess.run([*CLI, "feed", request], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert "crawl: 'ab' is too short (at /appid)" in out.stderr

@@ -1,0 +1,159 @@
+"""``crawlhive up``: a whole cluster in the foreground on one machine.
+
+Starts a private Redis and/or broker when REDIS_URL / KAFKA_BOOTSTRAP_SERVERS are not set
+(:mod:`crawlhive.utils.embedded`), records the addresses for other ``crawlhive`` commands
+(:mod:`crawlhive.utils.state`), creates the topics, and runs every component that exists as a child
+process (restarted with back-off if it dies). On SIGINT/SIGTERM, or after ``--duration``, it stops
+the children (SIGTERM, then SIGKILL after a grace period) and the services, and returns 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
+from crawlhive.utils.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook
+from crawlhive.utils.errors import BackendUnavailable
+from crawlhive.utils.settings import Settings, settings_env
+from crawlhive.utils.state import clear_state, write_state
+
+logger = logging.getLogger(__name__)
+
+#: Topics the cluster reads or writes (API.md §1); per-appid topics are created on demand.
+TOPICS = ("incoming", "crawled_firehose", "outbound_firehose", "dead_letter")
+#: Seconds a child gets to exit after SIGTERM before it is killed.
+STOP_GRACE_S = 15.0
+#: Seconds between two status lines.
+STATUS_EVERY_S = 10.0
+
+
+@dataclass
+class Child:
+    """One component process and its restart bookkeeping."""
+
+    name: str
+    argv: list[str]
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    env: dict[str, str] = field(default_factory=dict)
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.argv, env=self.env, preexec_fn=die_with_parent_hook())
+        logger.info("started %s (pid %d)", self.name, self.process.pid)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            logger.warning("%s did not stop within %.0fs; killing it", self.name, STOP_GRACE_S)
+            self.process.kill()
+            self.process.wait()
+
+
+def component_commands(crawlers: int, available: set[str]) -> list[tuple[str, list[str]]]:
+    """(name, crawlhive arguments) of each component process ``up`` runs, if it exists yet."""
+    wanted = [("kafka-monitor", ["kafka-monitor"]), ("redis-monitor", ["redis-monitor"])]
+    wanted += [(f"crawler-{i + 1}", ["crawler", "--spider", "link"]) for i in range(crawlers)]
+    wanted += [("rest", ["rest"])]
+    return [(name, args) for name, args in wanted if args[0] in available]
+
+
+@contextlib.contextmanager
+def backing_services(settings: Settings) -> Iterator[Settings]:
+    """*settings* with REDIS_URL / KAFKA_BOOTSTRAP_SERVERS pointing at running services.
+
+    Starts an embedded service for each address the user did not set, and stops it on exit.
+    """
+    with contextlib.ExitStack() as stack:
+        overrides: dict[str, object] = {}
+        if not settings.is_set("REDIS_URL"):
+            redis_service = stack.enter_context(EmbeddedRedis())
+            overrides["REDIS_URL"] = redis_service.url
+        if not settings.is_set("KAFKA_BOOTSTRAP_SERVERS"):
+            broker = stack.enter_context(EmbeddedBroker())
+            overrides["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
+        yield settings.copy_with(**overrides) if overrides else settings
+
+
+def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None = None) -> int:
+    """Run the cluster until interrupted (or for *duration_s*); returns the exit code."""
+    from crawlhive.utils.cli import implemented_subcommands
+
+    with backing_services(settings) as live:
+        redis = redis_from_settings(live)
+        check_redis(redis, live)
+        ensure_topics(live, [live.topic(t) for t in TOPICS])
+        state_file = write_state(live.home, live["REDIS_URL"], live["KAFKA_BOOTSTRAP_SERVERS"])
+        print(f"crawlhive up: Redis {live['REDIS_URL']}", flush=True)
+        print(f"crawlhive up: Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}", flush=True)
+        print(f"crawlhive up: topics {', '.join(live.topic(t) for t in TOPICS)}", flush=True)
+        print(f"crawlhive up: addresses recorded in {state_file} for other crawlhive commands", flush=True)
+        env = {**os.environ, **settings_env(live)}
+        children = [
+            Child(name, [sys.executable, "-m", "crawlhive.utils.cli", *args], env=env)
+            for name, args in component_commands(crawlers, implemented_subcommands())
+        ]
+        try:
+            for child in children:
+                child.start()
+            names = ", ".join(c.name for c in children) or "none built yet"
+            print(f"crawlhive up: components: {names}. Ctrl-C stops everything.", flush=True)
+            _supervise(children, live, duration_s)
+        finally:
+            for child in children:
+                child.stop()
+            clear_state(live.home)
+            redis.close()
+            print("crawlhive up: stopped", flush=True)
+    return 0
+
+
+def _supervise(children: list[Child], settings: Settings, duration_s: float | None) -> None:
+    """Restart dead children with back-off; print a status line every STATUS_EVERY_S."""
+    deadline = None if duration_s is None else time.monotonic() + duration_s
+    next_status = time.monotonic()
+    redis = redis_from_settings(settings)
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            now = time.monotonic()
+            for child in children:
+                if not child.alive() and now >= child.next_start:
+                    if child.process is not None:
+                        code = child.process.returncode
+                        child.restarts += 1
+                        delay = min(30.0, 2.0**child.restarts)
+                        logger.warning("%s exited with %s; restarting in %.0fs", child.name, code, delay)
+                        child.process = None
+                        child.next_start = now + delay
+                        continue
+                    child.start()
+            if now >= next_status:
+                print(f"crawlhive up: {_status(children, redis, settings)}", flush=True)
+                next_status = now + STATUS_EVERY_S
+            time.sleep(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+    finally:
+        redis.close()
+
+
+def _status(children: list[Child], redis: object, settings: Settings) -> str:
+    try:
+        check_redis(redis, settings)  # type: ignore[arg-type]
+        redis_state = "ok"
+    except BackendUnavailable:
+        redis_state = "UNREACHABLE"
+    running = sum(c.alive() for c in children)
+    return f"healthy={redis_state == 'ok'} redis={redis_state} components running={running}/{len(children)}"
