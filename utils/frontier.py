@@ -70,11 +70,13 @@ class FrontierRequest:
     cookie: str | None = None
     attrs: dict[str, Any] | None = None
     seed_domain: str = ""
+    domain: str = ""
+    """The queue bucket of ``url`` (API.md §3.2); filled in from ``url`` when empty."""
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def domain(self) -> str:
-        return domain_of_url(self.url)
+    def __post_init__(self) -> None:
+        if not self.domain:
+            self.domain = domain_of_url(self.url)
 
     def encode(self) -> bytes:
         """Deterministic JSON (sorted keys), so equal requests are equal members."""

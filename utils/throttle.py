@@ -35,57 +35,75 @@ if TYPE_CHECKING:
 
 _US = 1_000_000
 
-# KEYS[1]: queue zset, KEYS[2]: throttle zset, KEYS[3] (optional): lease zset.
-# ARGV[1]: hits, ARGV[2]: window (us), ARGV[3]: '1' if moderated, ARGV[4]: lease (us), with KEYS[3].
-# Returns {status, wait_us, time_s, time_us[, member]}; status 0 empty, 1 popped, 2 throttled,
-# 3 paused. Times are integers: Lua numbers would be truncated in the reply, and string scores are
-# formatted by hand because Lua's tostring keeps only 14 significant digits.
-_POP_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local hits = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
+#: Lua functions shared by every script that throttles (this module's pop and the frontier's
+#: scheduler pop in ``utils/frontier.py``): the rule lives once. Times are integer microseconds on
+#: the Redis clock; string scores are formatted by hand because Lua's tostring keeps only 14
+#: significant digits.
+THROTTLE_LUA = """
 local function secs(us)
   return string.format('%d.%06d', math.floor(us / 1000000), us % 1000000)
 end
 local function micros(score)
   return math.floor(tonumber(score) * 1000000 + 0.5)
 end
+-- Microseconds until throttle set tkey allows one more start at now (0 = now); trims the window.
+local function throttle_wait(tkey, now, hits, window, moderated)
+  redis.call('ZREMRANGEBYSCORE', tkey, '-inf', secs(now - window))
+  local count = redis.call('ZCARD', tkey)
+  local wait = 0
+  if count >= hits then
+    local oldest = redis.call('ZRANGE', tkey, count - hits, count - hits, 'WITHSCORES')
+    wait = micros(oldest[2]) + window - now
+  end
+  if moderated and count > 0 then
+    local last = redis.call('ZRANGE', tkey, -1, -1, 'WITHSCORES')
+    local spaced = micros(last[2]) + math.ceil(window / hits) - now
+    if spaced > wait then wait = spaced end
+  end
+  return wait
+end
+-- Record a start at now in throttle set tkey and renew its expiry.
+local function throttle_record(tkey, now, window)
+  local start = secs(now)
+  local id = start
+  local n = 0
+  while redis.call('ZADD', tkey, 'NX', start, id) == 0 do
+    n = n + 1
+    id = start .. '-' .. n
+  end
+  redis.call('PEXPIRE', tkey, math.ceil(window / 1000) + 1000)
+end
+"""
+
+# KEYS[1]: queue zset, KEYS[2]: throttle zset, KEYS[3] (optional): lease zset.
+# ARGV[1]: hits, ARGV[2]: window (us), ARGV[3]: '1' if moderated, ARGV[4]: lease (us), with KEYS[3].
+# Returns {status, wait_us, time_s, time_us[, member]}; status 0 empty, 1 popped, 2 throttled,
+# 3 paused. Times are integers: Lua numbers would be truncated in the reply.
+_POP_LUA = (
+    THROTTLE_LUA
+    + """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local hits = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
 if redis.call('ZCARD', KEYS[1]) == 0 then
   return {0, 0, t[1], t[2]}
 end
 if hits <= 0 then
   return {3, window, t[1], t[2]}
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', secs(now - window))
-local count = redis.call('ZCARD', KEYS[2])
-local wait = 0
-if count >= hits then
-  local oldest = redis.call('ZRANGE', KEYS[2], count - hits, count - hits, 'WITHSCORES')
-  wait = micros(oldest[2]) + window - now
-end
-if ARGV[3] == '1' and count > 0 then
-  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-  local spaced = micros(last[2]) + math.ceil(window / hits) - now
-  if spaced > wait then wait = spaced end
-end
+local wait = throttle_wait(KEYS[2], now, hits, window, ARGV[3] == '1')
 if wait > 0 then
   return {2, wait, t[1], t[2]}
 end
 local popped = redis.call('ZPOPMIN', KEYS[1])
-local start = secs(now)
-local id = start
-local n = 0
-while redis.call('ZADD', KEYS[2], 'NX', start, id) == 0 do
-  n = n + 1
-  id = start .. '-' .. n
-end
-redis.call('PEXPIRE', KEYS[2], math.ceil(window / 1000) + 1000)
+throttle_record(KEYS[2], now, window)
 if KEYS[3] then
   redis.call('ZADD', KEYS[3], secs(now + tonumber(ARGV[4])), popped[1])
 end
 return {1, 0, t[1], t[2], popped[1]}
 """
+)
 
 
 class PopStatus(enum.Enum):
