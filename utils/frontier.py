@@ -21,6 +21,8 @@ kafka-monitor that re-processes a batch after a crash creates no duplicate queue
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
@@ -29,7 +31,8 @@ import ujson
 
 from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.keys import Keys
-from crawlhive.utils.queues import encode_score
+from crawlhive.utils.queues import SCORE_LUA, decode_priority, encode_score
+from crawlhive.utils.throttle import THROTTLE_LUA
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -163,3 +166,490 @@ class Frontier:
             spiders.add(spider)
         for spider in spiders:
             pipe.publish(keys.wake_channel(spider), b"1")
+
+
+# --- taking work: pop-and-lease, renew, ack, requeue (crawler side) ------------------------------
+
+#: Domains one pop considers at most before it reports "nothing ready" (bounds the script's work).
+POP_SCAN_DOMAINS = 16
+#: Seconds a blacklisted or paused domain waits before the scheduler looks at it again, so a
+#: ``blacklist-remove`` or ``domain-update`` applies within this time (API.md §3.11: within 2 s).
+RECHECK_S = 1.0
+
+# KEYS: 1 domains(spider), 2 leases(spider), 3 domain_config, 4 domain_blacklist.
+# ARGV: 1 crawl_queue prefix, 2 domain_crawls prefix, 3 crawl_domains prefix, 4 crawl prefix,
+#       5 crawl_leases prefix, 6 throttle prefix, 7 default hits, 8 default window (us),
+#       9 '1' if moderated, 10 lease (us), 11 domains to scan, 12 recheck (us).
+# Returns {1, member, domain, crawl member, deadline_s, deadline_us} when a request was leased;
+# {2, wait_us} when domains exist but none may be fetched now; {0} when there is nothing queued.
+_POP_LUA = (
+    THROTTLE_LUA
+    + """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local recheck = tonumber(ARGV[12])
+local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', secs(now), 'LIMIT', 0, tonumber(ARGV[11]))
+for _, domain in ipairs(ready) do
+  local dq = ARGV[2] .. domain
+  local hits, window = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local cfg = redis.call('HGET', KEYS[3], domain)
+  if cfg then
+    local c = cjson.decode(cfg)
+    hits = math.floor(c.hits * c.scale + 1e-9)
+    window = c.window * 1000000
+  end
+  if redis.call('SISMEMBER', KEYS[4], domain) == 1 or hits <= 0 then
+    redis.call('ZADD', KEYS[1], secs(now + recheck), domain)
+  else
+    local tkey = ARGV[6] .. domain
+    local wait = throttle_wait(tkey, now, hits, window, ARGV[9] == '1')
+    if wait > 0 then
+      redis.call('ZADD', KEYS[1], secs(now + wait), domain)
+    else
+      while true do
+        local best = redis.call('ZRANGE', dq, 0, 0)
+        if #best == 0 then
+          redis.call('ZREM', KEYS[1], domain)
+          break
+        end
+        local crawl = best[1]
+        local cq = ARGV[1] .. crawl .. ':' .. domain
+        local popped = redis.call('ZPOPMIN', cq)
+        local head = redis.call('ZRANGE', cq, 0, 0, 'WITHSCORES')
+        if #head == 0 then
+          redis.call('ZREM', dq, crawl)
+          redis.call('SREM', ARGV[3] .. crawl, domain)
+        else
+          redis.call('ZADD', dq, head[2], crawl)
+        end
+        if #popped > 0 then
+          if redis.call('ZCARD', dq) == 0 then
+            redis.call('ZREM', KEYS[1], domain)
+          elseif ARGV[9] == '1' then
+            redis.call('ZADD', KEYS[1], secs(now + math.ceil(window / hits)), domain)
+          else
+            redis.call('ZADD', KEYS[1], secs(now), domain)
+          end
+          throttle_record(tkey, now, window)
+          local deadline = now + tonumber(ARGV[10])
+          redis.call('ZADD', KEYS[2], secs(deadline), popped[1])
+          redis.call('HINCRBY', ARGV[4] .. crawl, 'inflight', 1)
+          redis.call('SADD', ARGV[5] .. crawl, popped[1])
+          return {1, popped[1], domain, crawl, math.floor(deadline / 1000000), deadline % 1000000}
+        end
+      end
+    end
+  end
+end
+local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #nxt == 0 then
+  return {0}
+end
+local wait = micros(nxt[2]) - now
+if wait < 0 then wait = 0 end
+return {2, wait}
+"""
+)
+
+# KEYS: 1 leases, 2 crawl record, 3 crawl leases. ARGV: 1 member, 2 counter ('crawled', 'failed' or
+# '' for a policy drop), 3 record TTL (s). Returns 1 if this call ended the lease, else 0 (it had
+# been reclaimed or cancelled by a stop: the caller's result no longer counts).
+_ACK_LUA = """
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('HINCRBY', KEYS[2], 'inflight', -1)
+if ARGV[2] ~= '' then
+  redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+end
+redis.call('HSET', KEYS[2], 'last_activity', redis.call('TIME')[1])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+
+# KEYS: 1 leases, 2 crawl stopped marker. ARGV: 1 member, 2 lease (us).
+# Returns 1 lease renewed, 0 lease gone (reclaimed or cancelled), 2 crawl stopped (lease kept: the
+# caller drops its result and acks).
+_TOUCH_LUA = """
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return 2
+end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return 0
+end
+local t = redis.call('TIME')
+local deadline = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'XX', string.format('%d.%06d', math.floor(deadline / 1000000), deadline % 1000000), ARGV[1])
+return 1
+"""
+
+# KEYS: 1 leases, 2 crawl leases, 3 crawl record, 4 crawl queue, 5 domain crawls, 6 domains,
+#       7 crawl domains, 8 queue sequence. ARGV: 1 leased member, 2 member to queue, 3 priority,
+#       4 crawl member, 5 domain. Moves a lease back into the queue if (and only if) it is still
+#       leased; returns 1 if moved, 0 if the lease was already gone.
+_REQUEUE_LUA = (
+    SCORE_LUA
+    + """
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('SREM', KEYS[2], ARGV[1])
+redis.call('HINCRBY', KEYS[3], 'inflight', -1)
+local score = queue_score(ARGV[3], redis.call('INCR', KEYS[8]))
+redis.call('ZADD', KEYS[4], 'NX', score, ARGV[2])
+redis.call('ZADD', KEYS[5], 'LT', score, ARGV[4])
+redis.call('ZADD', KEYS[6], 'NX', 0, ARGV[5])
+redis.call('SADD', KEYS[7], ARGV[5])
+return 1
+"""
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A request taken from the frontier by one crawler.
+
+    Attributes:
+        member: the exact bytes leased (the key of the lease; pass it back to ack/renew/requeue).
+        request: the decoded request.
+        deadline: Redis time (epoch s) after which the lease may be reclaimed unless renewed.
+    """
+
+    member: bytes
+    request: FrontierRequest
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class PopOutcome:
+    """What :meth:`Frontier.pop` found: a lease, or how long until a domain may be fetched.
+
+    Attributes:
+        lease: the leased request, or None.
+        wait_s: when no lease: seconds until the next queued domain may be fetched, or None when
+            nothing at all is queued for the spider (wait for the wake channel instead of polling).
+    """
+
+    lease: Lease | None
+    wait_s: float | None
+
+
+class TouchStatus(enum.Enum):
+    """Outcome of :meth:`Frontier.touch`."""
+
+    RENEWED = 1
+    """The lease is ours and its deadline was extended."""
+    LOST = 0
+    """The lease is gone (reclaimed after expiry, or cancelled by stop): drop the result."""
+    STOPPED = 2
+    """The crawl was stopped or expired: drop the result, then :meth:`Frontier.ack` the lease."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleConfig:
+    """Default throttle of one crawler process (overridden per domain by domain-config)."""
+
+    hits: int
+    window_s: float
+    moderated: bool
+    type_enabled: bool
+    egress_id: str | None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ThrottleConfig:
+        egress = settings["CRAWLER_EGRESS_ID"] if settings.getbool("SCHEDULER_IP_ENABLED") else None
+        return cls(
+            hits=settings.getint("QUEUE_HITS"),
+            window_s=settings.getfloat("QUEUE_WINDOW"),
+            moderated=settings.getbool("QUEUE_MODERATED"),
+            type_enabled=settings.getbool("SCHEDULER_TYPE_ENABLED"),
+            egress_id=egress,
+        )
+
+
+class FrontierWorker:
+    """The crawler's side of the frontier: take, renew, finish and hand back requests.
+
+    Every method is one Lua script (one round trip) on the Redis clock.
+    """
+
+    def __init__(self, redis: Redis, keys: Keys, lease_s: float, record_ttl_s: float, throttle: ThrottleConfig) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.lease_us = int(lease_s * 1_000_000)
+        self.record_ttl_s = int(record_ttl_s)
+        self.throttle = throttle
+        self._pop = redis.register_script(_POP_LUA)
+        self._ack = redis.register_script(_ACK_LUA)
+        self._touch = redis.register_script(_TOUCH_LUA)
+        self._requeue = redis.register_script(_REQUEUE_LUA)
+
+    @classmethod
+    def from_settings(cls, redis: Redis, settings: Settings) -> Self:
+        return cls(
+            redis,
+            Keys(settings["REDIS_KEY_PREFIX"]),
+            settings.getfloat("LEASE_TIMEOUT"),
+            settings.getfloat("CRAWL_RECORD_TTL"),
+            ThrottleConfig.from_settings(settings),
+        )
+
+    def pop(self, spider: str) -> PopOutcome:
+        """Lease the best request of the next domain that its throttle allows, cluster-wide.
+
+        Domains are served in the order they become ready (round robin); within a domain the crawl
+        with the highest-priority head goes first. Blacklisted and paused (``hits`` 0) domains are
+        skipped and looked at again after RECHECK_S.
+        """
+        keys = self.keys
+        prefixes = keys.script_prefixes(spider)
+        throttle = self.throttle
+        reply = self._pop(
+            keys=[keys.domains(spider), keys.leases(spider), keys.domain_config(), keys.domain_blacklist()],
+            args=[
+                prefixes["crawl_queue"],
+                prefixes["domain_crawls"],
+                prefixes["crawl_domains"],
+                prefixes["crawl"],
+                prefixes["crawl_leases"],
+                keys.throttle_prefix(spider if throttle.type_enabled else None, throttle.egress_id),
+                throttle.hits,
+                int(throttle.window_s * 1_000_000),
+                "1" if throttle.moderated else "0",
+                self.lease_us,
+                POP_SCAN_DOMAINS,
+                int(RECHECK_S * 1_000_000),
+            ],
+        )
+        status = int(reply[0])
+        if status == 1:
+            member = bytes(reply[1])
+            deadline = int(reply[4]) + int(reply[5]) / 1_000_000
+            return PopOutcome(Lease(member, FrontierRequest.decode(member), deadline), None)
+        if status == 2:
+            return PopOutcome(None, int(reply[1]) / 1_000_000)
+        return PopOutcome(None, None)
+
+    def touch(self, lease: Lease) -> TouchStatus:
+        """Renew *lease* for another LEASE_TIMEOUT unless its crawl was stopped or it was lost."""
+        r = lease.request
+        result = self._touch(
+            keys=[self.keys.leases(r.spiderid), self.keys.crawl_stopped(r.spiderid, r.appid, r.crawlid)],
+            args=[lease.member, self.lease_us],
+        )
+        return TouchStatus(int(result) if int(result) in (0, 2) else 1)
+
+    def ack(self, lease: Lease, counter: str = "") -> bool:
+        """End *lease*: its item or dead letter is acknowledged by Kafka, or it was dropped.
+
+        Args:
+            lease: what :meth:`pop` returned.
+            counter: ``"crawled"`` (an item), ``"failed"`` (a crawl dead letter) or ``""`` (a policy
+                drop: nothing is counted).
+
+        Returns:
+            True if this ended the lease; False if it had already been reclaimed or cancelled.
+        """
+        if counter not in ("", "crawled", "failed"):
+            raise ValueError(f"counter must be 'crawled', 'failed' or '', got {counter!r}")
+        r = lease.request
+        keys = self.keys
+        return bool(
+            self._ack(
+                keys=[
+                    keys.leases(r.spiderid),
+                    keys.crawl(r.spiderid, r.appid, r.crawlid),
+                    keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
+                ],
+                args=[lease.member, counter, self.record_ttl_s],
+            )
+        )
+
+    def requeue(self, member: bytes, request: FrontierRequest) -> bool:
+        """Move the leased *member* back into the queue as *request*, if it is still leased.
+
+        Pass the decoded member unchanged to hand an unstarted request back (graceful shutdown), or
+        a copy with ``retry_times + 1`` and ``priority - 10`` to retry it (lease reclaim).
+
+        Returns:
+            True if moved; False if the lease had already ended (acked, reclaimed, cancelled).
+        """
+        keys = self.keys
+        r = request
+        return bool(
+            self._requeue(
+                keys=[
+                    keys.leases(r.spiderid),
+                    keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
+                    keys.crawl(r.spiderid, r.appid, r.crawlid),
+                    keys.crawl_queue(r.spiderid, r.appid, r.crawlid, r.domain),
+                    keys.domain_crawls(r.spiderid, r.domain),
+                    keys.domains(r.spiderid),
+                    keys.crawl_domains(r.spiderid, r.appid, r.crawlid),
+                    keys.queue_sequence(),
+                ],
+                args=[member, r.encode(), r.priority, keys.crawl_member(r.appid, r.crawlid), r.domain],
+            )
+        )
+
+    def expired_leases(self, spider: str, limit: int = 500) -> list[tuple[bytes, FrontierRequest]]:
+        """Leases of *spider* whose deadline passed on the Redis clock (oldest first), decoded."""
+        now_s, now_us = self.redis.time()
+        members = self.redis.zrangebyscore(
+            self.keys.leases(spider), "-inf", f"{now_s}.{now_us:06d}", start=0, num=limit
+        )
+        return [(bytes(m), FrontierRequest.decode(m)) for m in members]
+
+
+def retried(request: FrontierRequest) -> FrontierRequest:
+    """The retry of *request* (API.md §3.10): one more ``retry_times``, priority lowered by 10."""
+    return dataclasses.replace(request, retry_times=request.retry_times + 1, priority=request.priority - 10)
+
+
+# --- reading and purging crawls (redis-monitor side) ---------------------------------------------
+
+# KEYS: 1 crawl domains, 2 crawl leases, 3 leases, 4 crawl record, 5 expiries, 6 stopped marker.
+# ARGV: 1 crawl queue prefix + crawl member + ':', 2 domain crawls prefix, 3 crawl member,
+#       4 crawl ref, 5 blacklist TTL (s). Returns the number of queued requests purged.
+_PURGE_LUA = """
+local purged = 0
+for _, domain in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local cq = ARGV[1] .. domain
+  purged = purged + redis.call('ZCARD', cq)
+  redis.call('DEL', cq)
+  redis.call('ZREM', ARGV[2] .. domain, ARGV[3])
+end
+redis.call('DEL', KEYS[1])
+for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  redis.call('ZREM', KEYS[3], member)
+end
+redis.call('DEL', KEYS[2])
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('HSET', KEYS[4], 'inflight', 0)
+  redis.call('HDEL', KEYS[4], 'expires')
+end
+redis.call('ZREM', KEYS[5], ARGV[4])
+redis.call('SET', KEYS[6], '1', 'EX', ARGV[5])
+return purged
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class DomainBacklog:
+    """Queued requests of one crawl in one domain (the per-domain entry of API.md §4.1)."""
+
+    total: int
+    high_priority: int
+    low_priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlState:
+    """Everything ``info`` reports about one crawl, read without scanning any queue."""
+
+    spiderid: str
+    appid: str
+    crawlid: str
+    domains: dict[str, DomainBacklog]
+    inflight: int
+    crawled: int
+    failed: int
+    expires: int
+
+    @property
+    def pending(self) -> int:
+        return sum(d.total for d in self.domains.values())
+
+
+class FrontierReader:
+    """The redis-monitor's side of the frontier: crawl state for ``info``, purge for ``stop``."""
+
+    def __init__(self, redis: Redis, keys: Keys, record_ttl_s: float) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.record_ttl_s = int(record_ttl_s)
+        self._purge = redis.register_script(_PURGE_LUA)
+
+    @classmethod
+    def from_settings(cls, redis: Redis, settings: Settings) -> Self:
+        return cls(redis, Keys(settings["REDIS_KEY_PREFIX"]), settings.getfloat("CRAWL_RECORD_TTL"))
+
+    def crawl_state(self, spider: str, appid: str, crawlid: str) -> CrawlState:
+        """The state of one crawl; zeros and no domains for an unknown one. Two round trips."""
+        return self.crawl_states(spider, appid, [crawlid])[0]
+
+    def crawl_states(self, spider: str, appid: str, crawlids: list[str]) -> list[CrawlState]:
+        """:meth:`crawl_state` of several crawls of one appid in two round trips."""
+        keys = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        for crawlid in crawlids:
+            pipe.smembers(keys.crawl_domains(spider, appid, crawlid))
+            pipe.hgetall(keys.crawl(spider, appid, crawlid))
+        replies = pipe.execute()
+        domain_lists = [sorted(d.decode() for d in replies[2 * i]) for i in range(len(crawlids))]
+        pipe = self.redis.pipeline(transaction=False)
+        for crawlid, domains in zip(crawlids, domain_lists, strict=True):
+            for domain in domains:
+                queue = keys.crawl_queue(spider, appid, crawlid, domain)
+                pipe.zcard(queue)
+                pipe.zrange(queue, 0, 0, withscores=True)
+                pipe.zrange(queue, -1, -1, withscores=True)
+        counts = iter(pipe.execute())
+        states = []
+        for i, crawlid in enumerate(crawlids):
+            backlog: dict[str, DomainBacklog] = {}
+            for domain in domain_lists[i]:
+                total, head, tail = next(counts), next(counts), next(counts)
+                if total and head and tail:
+                    backlog[domain] = DomainBacklog(
+                        int(total), decode_priority(head[0][1]), decode_priority(tail[0][1])
+                    )
+            record = {k.decode(): v.decode() for k, v in replies[2 * i + 1].items()}
+            states.append(
+                CrawlState(
+                    spiderid=spider,
+                    appid=appid,
+                    crawlid=crawlid,
+                    domains=backlog,
+                    inflight=max(0, int(record.get("inflight", 0))),
+                    crawled=int(record.get("crawled", 0)),
+                    failed=int(record.get("failed", 0)),
+                    expires=int(record.get("expires", 0)),
+                )
+            )
+        return states
+
+    def app_crawlids(self, spider: str, appid: str) -> list[str]:
+        """Crawl ids of *appid* that have (or recently had) queued or in-flight work."""
+        return sorted(c.decode() for c in self.redis.smembers(self.keys.app_crawls(spider, appid)))
+
+    def purge(self, spider: str, appid: str, crawlid: str) -> int:
+        """Stop one crawl atomically (API.md §3.9): delete its queued requests in every domain,
+        cancel its leases, disarm its expiry timer and blacklist it for CRAWL_RECORD_TTL.
+
+        Returns:
+            The number of queued requests removed (``total_purged`` / ``total_expired``).
+        """
+        keys = self.keys
+        prefixes = keys.script_prefixes(spider)
+        member = keys.crawl_member(appid, crawlid)
+        return int(
+            self._purge(
+                keys=[
+                    keys.crawl_domains(spider, appid, crawlid),
+                    keys.crawl_leases(spider, appid, crawlid),
+                    keys.leases(spider),
+                    keys.crawl(spider, appid, crawlid),
+                    keys.expiries(),
+                    keys.crawl_stopped(spider, appid, crawlid),
+                ],
+                args=[
+                    prefixes["crawl_queue"] + member + ":",
+                    prefixes["domain_crawls"],
+                    member,
+                    keys.crawl_ref(spider, appid, crawlid),
+                    self.record_ttl_s,
+                ],
+            )
+        )

@@ -135,6 +135,50 @@ class Keys:
         instead of polling."""
         return f"{self.prefix}:wake:{escape(spider)}"
 
+    @key("set", ttl="CRAWL_RECORD_TTL")
+    def crawl_leases(self, spider: str, appid: str, crawlid: str) -> str:
+        """Leased (in-flight) requests of one crawl, the members of :meth:`leases` that ``stop``
+        cancels."""
+        return f"{self.prefix}:crawl-leases:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+
+    @key("string", ttl="CRAWL_RECORD_TTL")
+    def crawl_stopped(self, spider: str, appid: str, crawlid: str) -> str:
+        """Present while a crawl is blacklisted by ``stop`` or expiry: its in-flight fetches are
+        dropped when they finish and a resubmitted seed's links are not followed."""
+        return f"{self.prefix}:stopped:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+
+    @key("hash")
+    def domain_config(self) -> str:
+        """Throttle overrides set by ``domain-update``: field = domain, value = JSON
+        ``{"hits", "window", "scale"}``; the effective limit is ``floor(hits * scale)`` per window."""
+        return f"{self.prefix}:domain-config"
+
+    @key("set")
+    def domain_blacklist(self) -> str:
+        """Domains that ``blacklist-update`` stopped fetching from (their requests stay queued)."""
+        return f"{self.prefix}:domain-blacklist"
+
+    def throttle_prefix(self, spider: str | None = None, egress_id: str | None = None) -> str:
+        """``throttle_prefix(spider, egress) + domain == throttle(throttle_key(domain, spider, egress))``,
+        for scripts that pick the domain inside Redis."""
+        return self.throttle(self.throttle_key("-", spider, egress_id))[:-1]
+
+    def script_prefixes(self, spider: str) -> dict[str, str]:
+        """Key prefixes a Lua script completes with a :meth:`crawl_member` or a domain.
+
+        Scripts that discover a crawl or a domain inside Redis cannot call this module, so they get
+        these prefixes; ``tests/unit/test_keys.py`` checks that each prefix + suffix equals the key
+        its method builds.
+        """
+        s = escape(spider)
+        return {
+            "crawl_queue": f"{self.prefix}:cq:{s}:",  # + crawl member + ":" + domain
+            "domain_crawls": f"{self.prefix}:dq:{s}:",  # + domain
+            "crawl_domains": f"{self.prefix}:crawl-domains:{s}:",  # + crawl member
+            "crawl": f"{self.prefix}:crawl:{s}:",  # + crawl member
+            "crawl_leases": f"{self.prefix}:crawl-leases:{s}:",  # + crawl member
+        }
+
     @staticmethod
     def crawl_member(appid: str, crawlid: str) -> str:
         """Member naming a crawl within one spider type: ``<appid>:<crawlid>`` (escaped)."""

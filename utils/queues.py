@@ -44,9 +44,16 @@ PRIORITY_MIN = -(2**20)
 PUSH_CHUNK = 1000
 """Items per ``ZADD`` inside the push script (Lua's ``unpack`` has a stack limit near 8000)."""
 
+#: Lua twin of :func:`encode_score` for scripts that queue (here and in ``utils/frontier.py``).
+SCORE_LUA = f"""
+local function queue_score(priority, seq)
+  return string.format('%.0f', -tonumber(priority) * {SEQ_SPAN} + seq % {SEQ_SPAN})
+end
+"""
+
 # KEYS[1]: queue zset, KEYS[2]: sequence counter. ARGV: priority1, member1, priority2, member2, ...
 # Returns the number of members newly added (ZADD NX: a member already queued keeps its place).
-_PUSH_LUA = f"""
+_PUSH_LUA = SCORE_LUA + f"""
 local n = #ARGV / 2
 if n == 0 then return 0 end
 local last = redis.call('INCRBY', KEYS[2], n)
@@ -54,9 +61,7 @@ local first = last - n + 1
 local added = 0
 local args = {{}}
 for i = 1, n do
-  local seq = (first + i - 1) % {SEQ_SPAN}
-  local score = -tonumber(ARGV[2 * i - 1]) * {SEQ_SPAN} + seq
-  args[#args + 1] = string.format('%.0f', score)
+  args[#args + 1] = queue_score(ARGV[2 * i - 1], first + i - 1)
   args[#args + 1] = ARGV[2 * i]
   if #args >= {2 * PUSH_CHUNK} then
     added = added + redis.call('ZADD', KEYS[1], 'NX', unpack(args))

@@ -48,3 +48,25 @@ def test_every_key_format_is_documented() -> None:
 def test_docs_redis_keys_md_is_current() -> None:
     committed = (ROOT / "docs" / "redis-keys.md").read_text()
     assert committed == render_markdown(), "run: python -m crawlhive.utils.keys > docs/redis-keys.md"
+
+
+@pytest.mark.parametrize(
+    ("spider", "appid", "crawlid", "domain"), [("link", "app", "c1", "x.com"), ("a:b", "%", ":", "::1")]
+)
+def test_script_prefixes_complete_to_the_real_keys(spider: str, appid: str, crawlid: str, domain: str) -> None:
+    keys = Keys("ch")
+    p = keys.script_prefixes(spider)
+    member = keys.crawl_member(appid, crawlid)
+    assert p["crawl_queue"] + member + ":" + domain == keys.crawl_queue(spider, appid, crawlid, domain)
+    assert p["domain_crawls"] + domain == keys.domain_crawls(spider, domain)
+    assert p["crawl_domains"] + member == keys.crawl_domains(spider, appid, crawlid)
+    assert p["crawl"] + member == keys.crawl(spider, appid, crawlid)
+    assert p["crawl_leases"] + member == keys.crawl_leases(spider, appid, crawlid)
+
+
+@pytest.mark.parametrize(("spider", "egress"), [(None, None), ("link", None), ("link", "2001:db8::1")])
+def test_throttle_prefix_completes_to_the_throttle_key(spider: str | None, egress: str | None) -> None:
+    keys = Keys("ch")
+    for domain in ("example.com", "::1"):
+        expected = keys.throttle(keys.throttle_key(domain, spider, egress))
+        assert keys.throttle_prefix(spider, egress) + domain == expected
