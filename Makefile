@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo up test lint format bench clean
+.PHONY: install demo up test lint format bench clean browser
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,21 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint
+# Debian's chromium for the dashboard's browser test (tests/integration/test_rest_dashboard.py):
+# Playwright drives this system binary, nothing is downloaded. Without root (or apt) the test skips.
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the dashboard browser test"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
+		echo "could not install chromium: the dashboard browser test will be skipped"; \
+	else \
+		echo "chromium is missing and this is not root: the dashboard browser test will be skipped"; \
+	fi
+
+test: lint browser
 	$(BIN)/pytest
 
 format: $(STAMP)

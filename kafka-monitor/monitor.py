@@ -5,14 +5,19 @@ One loop iteration handles one poll's batch:
 1. validate every record (:class:`RequestValidator`): accepted ones are grouped by plugin, the
    rest become dead letters with their reason;
 2. each plugin queues its Redis writes for its group on one pipeline, executed in one round trip
-   (MULTI/EXEC); a plugin that raises sends its group to the dead-letter topic as an internal error;
+   (MULTI/EXEC). A plugin that raises (or whose writes Redis refuses for a reason retrying cannot
+   fix) is retried one request at a time, so only the requests it really fails on become dead
+   letters (``Invalid request: internal error``) and their valid neighbours still go through;
 3. dead letters are produced and the broker's acknowledgement awaited;
-4. only then are the offsets committed.
+4. the batch is counted in the stats (API.md §4.7) and only then are the offsets committed.
 
-If Redis or Kafka fails in steps 2-4, the consumer seeks back to the batch's first offsets and the
-batch is processed again after a back-off; plugin writes are idempotent per record, so nothing is
-lost and nothing is queued twice. A SIGKILL at any point has the same effect via the group's last
-committed offsets.
+If Redis or Kafka is unreachable in steps 2-4, the consumer seeks back to the batch's first offsets
+and the batch is processed again after a back-off that logs the setting to check; plugin writes are
+idempotent per record (see :class:`~crawlhive.kafka_monitor.plugins.Incoming`), so nothing is lost
+and nothing is queued twice. If a back-off outlasts KAFKA_MAX_POLL_INTERVAL_MS the group takes the
+partitions away and gives them back from the last committed offsets, which has the same effect. A
+SIGKILL at any point has that effect too. Start-up (Redis ping, topics, consumer group) is retried
+the same way, so the process can be started before its backends.
 """
 
 from __future__ import annotations
@@ -22,20 +27,25 @@ import logging
 import signal
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Self
 
 from kafka.errors import KafkaError
-from redis.exceptions import RedisError
+from redis.exceptions import BusyLoadingError, ReadOnlyError, RedisError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, Incoming, IncomingPlugin
-from crawlhive.kafka_monitor.validation import Accepted, RequestValidator
+from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, parse_json
 from crawlhive.utils.connections import (
     check_redis,
     ensure_topics,
     make_consumer,
     make_producer,
+    mask_url,
+    probe_kafka,
     redis_from_settings,
 )
 from crawlhive.utils.errors import BackendUnavailable
@@ -47,6 +57,7 @@ from crawlhive.utils.stats import Stats
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, KafkaProducer
     from kafka.consumer.fetcher import ConsumerRecord
+    from kafka.structs import TopicPartition
     from redis import Redis
 
     from crawlhive.utils.settings import Settings
@@ -56,8 +67,18 @@ logger = logging.getLogger(__name__)
 COMPONENT = "kafka-monitor"
 #: Characters of the original text kept in a dead letter whose full payload is too large (API.md §6).
 TRUNCATED_PAYLOAD_CHARS = 65536
-#: Extra bytes a dead-letter record may need beyond its payload (envelope, error text).
+#: Characters of a rejection reason kept when the dead letter is too large (a jsonschema message
+#: quotes the offending value, which may be megabytes long).
+TRUNCATED_ERROR_CHARS = 1024
+#: Extra bytes a dead-letter record may need beyond its JSON (Kafka record and batch headers).
 DEAD_LETTER_OVERHEAD_BYTES = 4096
+#: Seconds between two progress lines of a running monitor.
+PROGRESS_EVERY_S = 10.0
+#: The dead-letter reason of a request a plugin failed on (API.md §6: ``Invalid request: <cause>``).
+INTERNAL_ERROR = "Invalid request: internal error"
+
+#: Redis error replies that say "not now" rather than "never": the batch is retried after a back-off.
+_TRANSIENT_REPLIES = ("OOM", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "NOREPLICAS", "NOSCRIPT")
 
 
 class ForcedShutdown(Exception):
@@ -73,28 +94,64 @@ class BatchResult:
     rejected: int = 0
 
 
+def is_transient(exc: BaseException) -> bool:
+    """True if *exc* means a backend is unreachable or busy, so retrying the batch later can succeed.
+
+    Connection failures, time-outs and busy, loading, out-of-memory or read-only replies are. Other
+    Redis errors are not (an error reply such as ``WRONGTYPE`` or a failing script, a value redis-py
+    cannot encode): retrying would fail forever, so the requests concerned are dead-lettered instead.
+    """
+    if isinstance(exc, BackendUnavailable | KafkaError | OSError):
+        return True
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | BusyLoadingError | ReadOnlyError):
+        return True
+    if isinstance(exc, ResponseError):
+        return str(exc).startswith(_TRANSIENT_REPLIES)
+    return False
+
+
 class Backoff:
-    """Exponential back-off between failed iterations: 0.5 s doubling to 30 s, reset on success."""
+    """Exponential back-off between failed attempts: *first_s* doubling to *max_s*, reset on success.
 
-    def __init__(self, first_s: float = 0.5, max_s: float = 30.0) -> None:
-        self.first_s, self.max_s = first_s, max_s
+    The wait is sliced so that a stop request (SIGINT/SIGTERM) ends it within *slice_s*.
+    """
+
+    def __init__(self, first_s: float = 0.5, max_s: float = 10.0, slice_s: float = 0.1) -> None:
+        self.first_s, self.max_s, self.slice_s = first_s, max_s, slice_s
         self.current_s = 0.0
+        self.failures = 0
 
-    def wait(self, reason: str) -> None:
+    def wait(self, reason: str, stop: Callable[[], bool] | None = None) -> None:
+        """Log *reason* and sleep the next back-off; return early once ``stop()`` is true."""
         self.current_s = min(self.max_s, self.current_s * 2 or self.first_s)
-        logger.warning("%s; retrying in %.1fs", reason, self.current_s)
-        time.sleep(self.current_s)
+        self.failures += 1
+        logger.warning("%s; retrying in %.1fs (attempt %d)", reason, self.current_s, self.failures)
+        deadline = time.monotonic() + self.current_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            if stop is not None and stop():
+                return
+            time.sleep(min(self.slice_s, remaining))
 
     def reset(self) -> None:
+        if self.failures:
+            logger.info("backends reachable again after %d failed attempt(s)", self.failures)
         self.current_s = 0.0
+        self.failures = 0
 
 
 class KafkaMonitor:
-    """Consumes ``<prefix>.incoming`` in the consumer group KAFKA_GROUP and feeds Redis."""
+    """Consumes ``<prefix>.incoming`` in the consumer group KAFKA_GROUP and feeds Redis.
 
-    def __init__(self, settings: Settings, redis: Redis) -> None:
+    Args:
+        settings: the process settings (connections, topics, plugins, stats, heartbeats).
+        redis: a client on REDIS_URL (not yet checked; :meth:`setup` pings it).
+        owns_redis: close *redis* in :meth:`teardown`.
+    """
+
+    def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
         self.settings = settings
         self.redis = redis
+        self.owns_redis = owns_redis
         self.keys = Keys(settings["REDIS_KEY_PREFIX"])
         self.node_id = new_node_id()
         self.stats = Stats(redis, self.keys, settings.getlist("STATS_TIMES"))
@@ -104,198 +161,343 @@ class KafkaMonitor:
         self.incoming_topic = settings.topic("incoming")
         self.dead_letter_topic = settings.topic("dead_letter")
         self.max_record_bytes = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
+        self.poll_timeout_ms = settings.getint("KAFKA_CONSUMER_POLL_TIMEOUT_MS")
+        self.max_poll_records = settings.getint("KAFKA_CONSUMER_MAX_POLL_RECORDS")
+        self.ack_timeout_s = settings.getfloat("KAFKA_FEED_TIMEOUT")
+        self.heartbeat_interval_s = settings.getfloat("HEARTBEAT_INTERVAL")
         self.validator: RequestValidator | None = None
         self.plugins: dict[type[IncomingPlugin], IncomingPlugin] = {}
         self.consumer: KafkaConsumer | None = None
         self.producer: KafkaProducer | None = None
         self.stopping = False
         self.backoff = Backoff()
+        self.totals = BatchResult()
         self._last_beat = 0.0
+        self._busy = False
+        self._progress_at = time.monotonic()
+        self._progress_mark = BatchResult()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
-        return cls(settings, redis_from_settings(settings))
+        """A monitor on REDIS_URL (nothing is connected before :meth:`setup`)."""
+        return cls(settings, redis_from_settings(settings), owns_redis=True)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Check Redis, create topics, build plugins, join the consumer group."""
+        """Check Redis, create topics, build plugins, join the consumer group.
+
+        Safe to call again after it failed: what was built is kept.
+
+        Raises:
+            BackendUnavailable: Redis or Kafka cannot be reached (the message names REDIS_URL or
+                KAFKA_BOOTSTRAP_SERVERS).
+            SettingsError, PluginLoadError: a setting or plugin path is wrong; retrying cannot help.
+        """
         check_redis(self.redis, self.settings)
+        if self.validator is None:
+            built = load_plugins(
+                COMPONENT,
+                BUILTIN_PLUGINS,
+                [self.settings["PLUGINS"], self.settings["KAFKA_MONITOR_PLUGINS"]],
+                lambda cls: cls.from_monitor(self),
+            )
+            self.plugins = {type(p): p for p in built}
+            # Validate against the plugins that run: a disabled kind is rejected like any unknown one.
+            self.validator = RequestValidator(list(self.plugins), self.settings)
         ensure_topics(self.settings, [self.incoming_topic, self.dead_letter_topic])
-        built = load_plugins(
-            COMPONENT,
-            BUILTIN_PLUGINS,
-            [self.settings["PLUGINS"], self.settings["KAFKA_MONITOR_PLUGINS"]],
-            lambda cls: cls.from_monitor(self),
-        )
-        self.plugins = {type(p): p for p in built}
-        # Validate against the plugins that run: a disabled kind is rejected like any unknown one.
-        self.validator = RequestValidator(list(self.plugins), self.settings)
-        self.producer = make_producer(self.settings)
-        self.consumer = make_consumer(self.settings, self.incoming_topic, group_id=self.settings.kafka_group)
+        if self.producer is None:
+            self.producer = make_producer(self.settings)
+        if self.consumer is None:
+            self.consumer = make_consumer(self.settings, self.incoming_topic, group_id=self.settings.kafka_group)
         self.heartbeat.beat()
+        self._last_beat = time.monotonic()
         logger.info(
-            "kafka-monitor %s consuming %s as group %s", self.node_id, self.incoming_topic, self.settings.kafka_group
+            "kafka-monitor %s consuming %s as group %s (Redis %s)",
+            self.node_id,
+            self.incoming_topic,
+            self.settings.kafka_group,
+            mask_url(self.settings["REDIS_URL"]),
         )
 
     def teardown(self) -> None:
-        """Leave the group, flush and close clients, remove the heartbeat."""
-        if self.consumer is not None:
-            self.consumer.close(autocommit=False)
-        if self.producer is not None:
-            self.producer.close(timeout=5)
+        """Leave the group, flush and close clients, remove the heartbeat. Never raises."""
+        consumer, self.consumer = self.consumer, None
+        producer, self.producer = self.producer, None
+        if consumer is not None:
+            try:
+                consumer.close(autocommit=False, timeout_ms=2000)
+            except Exception:  # shutting down: report and go on closing the rest
+                logger.warning("closing the Kafka consumer failed", exc_info=True)
+        if producer is not None:
+            try:
+                producer.close(timeout=5)
+            except Exception:  # shutting down: report and go on closing the rest
+                logger.warning("closing the Kafka producer failed", exc_info=True)
         try:
             self.heartbeat.stop()
         except RedisError:
-            logger.warning("could not remove heartbeat on shutdown (REDIS_URL unreachable)")
+            logger.warning("could not remove the heartbeat on shutdown (check REDIS_URL)")
+        if self.owns_redis:
+            self.redis.close()
+        self._log_progress(force=True)
 
     def install_signal_handlers(self) -> None:
-        """First SIGINT/SIGTERM: finish the batch, commit, stop. Second: stop at once."""
+        """First SIGINT/SIGTERM: finish the batch, commit, stop. Second: raise :class:`ForcedShutdown`."""
 
         def handler(signum: int, frame: FrameType | None) -> None:
+            name = signal.Signals(signum).name
             if self.stopping:
-                raise ForcedShutdown(signal.Signals(signum).name)
-            logger.info("%s received: stopping after this batch", signal.Signals(signum).name)
+                raise ForcedShutdown(f"second {name}: stopping without finishing the batch")
+            logger.info("%s received: stopping after this batch (send it again to force)", name)
             self.stopping = True
 
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, handler)
 
+    def start(self) -> bool:
+        """:meth:`setup`, retried with back-off while a backend is unreachable.
+
+        Returns:
+            True once set up; False if a stop was requested first.
+        """
+        while not self.stopping:
+            try:
+                self.setup()
+                self.backoff.reset()
+                return True
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self.backoff.wait(f"kafka-monitor cannot start: {self._describe_failure(exc)}", lambda: self.stopping)
+        return False
+
     def run(self, max_iterations: int | None = None) -> None:
-        """The worker loop; *max_iterations* bounds it for tests."""
-        self.setup()
+        """The worker loop; *max_iterations* (polls, including empty ones) bounds it for tests.
+
+        Returns after a stop request (the current batch is finished and committed first) or after
+        *max_iterations*; always tears down.
+        """
         done = 0
         try:
+            if not self.start():
+                return
             while not self.stopping and (max_iterations is None or done < max_iterations):
                 try:
                     self.run_once()
                     self.backoff.reset()
-                except (RedisError, KafkaError, BackendUnavailable) as exc:
-                    self.backoff.wait(self._describe_failure(exc))
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    self.backoff.wait(self._describe_failure(exc), lambda: self.stopping)
                 done += 1
+                self._log_progress()
         finally:
             self.teardown()
 
-    def _describe_failure(self, exc: Exception) -> str:
+    def _describe_failure(self, exc: BaseException) -> str:
+        if isinstance(exc, BackendUnavailable):
+            return str(exc)  # already names the setting
         if isinstance(exc, RedisError):
-            return f"Redis failed ({exc!r}); check REDIS_URL"
-        if isinstance(exc, KafkaError):
-            return f"Kafka failed ({exc!r}); check KAFKA_BOOTSTRAP_SERVERS"
+            return f"Redis failed ({exc!r}); check REDIS_URL ({mask_url(self.settings['REDIS_URL'])})"
+        if isinstance(exc, KafkaError | OSError):
+            servers = ",".join(self.settings["KAFKA_BOOTSTRAP_SERVERS"])
+            return f"Kafka failed ({exc!r}); check KAFKA_BOOTSTRAP_SERVERS ({servers})"
         return str(exc)
+
+    def _log_progress(self, force: bool = False) -> None:
+        now = time.monotonic()
+        elapsed = now - self._progress_at
+        if not force and elapsed < PROGRESS_EVERY_S:
+            return
+        mark, totals = self._progress_mark, self.totals
+        records = totals.records - mark.records
+        if records or not force:
+            logger.info(
+                "kafka-monitor: %d records in %.0fs (%.0f/s): %d accepted, %d rejected; since start %d, %d, %d",
+                records,
+                elapsed,
+                records / elapsed if elapsed > 0 else 0.0,
+                totals.accepted - mark.accepted,
+                totals.rejected - mark.rejected,
+                totals.records,
+                totals.accepted,
+                totals.rejected,
+            )
+        self._progress_at = now
+        self._progress_mark = BatchResult(totals.records, totals.accepted, totals.rejected)
 
     # --- one iteration ---------------------------------------------------------------------
 
     def run_once(self) -> BatchResult:
-        """Poll one batch, process it, commit; on a backend failure rewind and re-raise."""
+        """Poll one batch, process it, commit; on any failure rewind the batch and re-raise.
+
+        Raises:
+            RedisError, KafkaError: a backend failed; the batch will be delivered again.
+        """
         assert self.consumer is not None, "setup() first"
-        polled = self.consumer.poll(
-            timeout_ms=self.settings.getint("KAFKA_CONSUMER_POLL_TIMEOUT_MS"),
-            max_records=self.settings.getint("KAFKA_CONSUMER_MAX_POLL_RECORDS"),
-        )
+        polled = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=self.max_poll_records)
         records = [record for batch in polled.values() for record in batch]
         result = BatchResult()
         if records:
             try:
                 result = self.process(records)
-                self.consumer.commit()
-            except Exception:
+                self.consumer.commit(timeout_ms=int(self.ack_timeout_s * 1000))
+            except BaseException:
                 self._rewind(polled)
                 raise
-        self._maybe_beat()
+            self.totals.records += result.records
+            self.totals.accepted += result.accepted
+            self.totals.rejected += result.rejected
+        self._maybe_beat(busy=bool(records))
         return result
 
-    def _rewind(self, polled: dict[Any, list[ConsumerRecord]]) -> None:
-        """Seek every partition of the batch back to its first record, so it is processed again."""
-        assert self.consumer is not None
+    def _rewind(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        """Seek every partition of the batch back to its first record, so it is processed again.
+
+        kafka-python drops fetched data that does not start at the new position, so the next poll
+        fetches the batch again from the broker.
+        """
+        if self.consumer is None:
+            return
         for partition, batch in polled.items():
             if batch:
                 try:
                     self.consumer.seek(partition, batch[0].offset)
-                except (KafkaError, AssertionError, ValueError):
+                except (KafkaError, ValueError):
                     # Partition no longer assigned: its next owner resumes from the committed offset.
-                    logger.debug("could not rewind %s", partition)
+                    logger.info("could not rewind %s (no longer assigned)", partition)
 
-    def _maybe_beat(self) -> None:
+    def _maybe_beat(self, busy: bool) -> None:
+        """Every HEARTBEAT_INTERVAL: renew the heartbeat; if no record arrived meanwhile, also check
+        that the broker still accepts connections (an idle consumer does not notice it is gone).
+
+        Raises:
+            RedisError: the heartbeat failed (REDIS_URL).
+            BackendUnavailable: the broker is unreachable (KAFKA_BOOTSTRAP_SERVERS).
+        """
+        self._busy = self._busy or busy
         now = time.monotonic()
-        if now - self._last_beat >= self.settings.getfloat("HEARTBEAT_INTERVAL"):
-            self.heartbeat.beat()
-            self._last_beat = now
+        if now - self._last_beat < self.heartbeat_interval_s:
+            return
+        self._last_beat = now
+        idle, self._busy = not self._busy, False
+        self.heartbeat.beat()
+        if idle:
+            probe_kafka(self.settings)
 
     def process(self, records: list[ConsumerRecord]) -> BatchResult:
-        """Validate, write to Redis, dead-letter the rest; raises if Redis or Kafka fails."""
+        """Validate, write to Redis, dead-letter the rest, count; raises if Redis or Kafka fails."""
         assert self.validator is not None, "setup() first"
-        groups: dict[type[IncomingPlugin], list[Incoming]] = defaultdict(list)
+        validate = self.validator.validate_raw
+        groups: dict[type[IncomingPlugin], list[tuple[ConsumerRecord, Incoming]]] = defaultdict(list)
         dead: list[tuple[ConsumerRecord, str]] = []
         for record in records:
             try:
-                outcome = self.validator.validate_raw(record.value)
+                outcome = validate(record.value)
             except Exception:  # a validator bug must not stop the loop or lose the neighbours
                 logger.error("validation failed on %s@%d", record.topic, record.offset, exc_info=True)
                 dead.append((record, "Invalid request: internal error while validating"))
                 continue
             if isinstance(outcome, Accepted):
                 origin = f"{record.topic}/{record.partition}/{record.offset}"
-                groups[outcome.plugin].append(Incoming(outcome.message, origin))
+                groups[outcome.plugin].append((record, Incoming(outcome.message, origin)))
             else:
                 dead.append((record, outcome.reason))
 
         handled: dict[str, int] = {}
-        for plugin_cls, requests in groups.items():
-            plugin = self.plugins[plugin_cls]
-            pipe = self.redis.pipeline(transaction=True)
-            try:
-                plugin.handle(requests, pipe)
-            except (RedisError, BackendUnavailable):
-                raise
-            except Exception:
-                logger.error("plugin %s failed on a batch of %d", plugin_cls.name, len(requests), exc_info=True)
-                dead.extend((self._record_of(records, r.origin), "Invalid request: internal error") for r in requests)
-                continue
-            pipe.execute()
-            handled[plugin_cls.name] = len(requests)
+        for plugin_cls, items in groups.items():
+            count, failed = self._handle(self.plugins[plugin_cls], items)
+            if count:
+                handled[plugin_cls.name] = count
+            dead.extend(failed)
 
         self._send_dead_letters(dead)
         self._count(len(records), len(dead), handled)
         return BatchResult(records=len(records), accepted=sum(handled.values()), rejected=len(dead))
 
-    @staticmethod
-    def _record_of(records: list[ConsumerRecord], origin: str) -> ConsumerRecord:
-        topic, partition, offset = origin.rsplit("/", 2)
-        return next(r for r in records if r.partition == int(partition) and r.offset == int(offset))
+    def _handle(
+        self, plugin: IncomingPlugin, items: list[tuple[ConsumerRecord, Incoming]]
+    ) -> tuple[int, list[tuple[ConsumerRecord, str]]]:
+        """Write *items* through *plugin*: the whole group in one round trip, else one by one.
+
+        Returns:
+            How many were written, and the dead letters of those the plugin failed on.
+
+        Raises:
+            Whatever :func:`is_transient` accepts: the batch must be retried.
+        """
+        try:
+            self._write(plugin, [incoming for _, incoming in items])
+            return len(items), []
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            if len(items) == 1:
+                record = items[0][0]
+                logger.error("%s failed on %s@%d", plugin.name, record.topic, record.offset, exc_info=True)
+                return 0, [(record, INTERNAL_ERROR)]
+            logger.warning("%s failed on a batch of %d (%r); retrying one by one", plugin.name, len(items), exc)
+        written, dead = 0, []
+        for record, incoming in items:
+            try:
+                self._write(plugin, [incoming])
+                written += 1
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                logger.error("%s failed on %s@%d", plugin.name, record.topic, record.offset, exc_info=True)
+                dead.append((record, INTERNAL_ERROR))
+        return written, dead
+
+    def _write(self, plugin: IncomingPlugin, requests: list[Incoming]) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        try:
+            plugin.handle(requests, pipe)
+            pipe.execute()
+        finally:
+            pipe.reset()
 
     def _count(self, total: int, failed: int, handled: dict[str, int]) -> None:
+        counts = [(COMPONENT, "total", total), (COMPONENT, "fail", failed)]
+        counts += [(COMPONENT, f"plugin:{name}", count) for name, count in handled.items()]
         pipe = self.redis.pipeline(transaction=False)
-        self.stats.incr(COMPONENT, "total", total, pipe=pipe)
-        if failed:
-            self.stats.incr(COMPONENT, "fail", failed, pipe=pipe)
-        for name, count in handled.items():
-            self.stats.incr(COMPONENT, f"plugin:{name}", count, pipe=pipe)
+        self.stats.incr_many(counts, pipe=pipe)
         pipe.execute()
 
     # --- dead letters ------------------------------------------------------------------------
 
-    def dead_letter(self, raw: bytes, reason: str) -> bytes:
-        """The dead-letter record (API.md §6 a) of *raw* rejected for *reason*."""
-        text = raw.decode("utf-8", errors="replace")
-        try:
-            payload: Any = json.loads(text)
-        except (ValueError, RecursionError):
-            payload = text
+    def dead_letter(self, raw: bytes | None, reason: str) -> bytes:
+        """The dead-letter record (API.md §6 a) of *raw* rejected for *reason*.
+
+        ``payload`` is the parsed JSON if *raw* is valid JSON, else its text (invalid UTF-8 as
+        U+FFFD). A record that would exceed KAFKA_PRODUCER_MAX_REQUEST_SIZE gets the first
+        TRUNCATED_PAYLOAD_CHARS characters of the text instead (fewer if even that is too large),
+        and ``error`` the suffix `` (payload truncated)``.
+        """
+        text = (raw or b"").decode("utf-8", errors="replace")
+        parsed, error = parse_json(raw)
+        payload: Any = text if error is not None else parsed
         letter: dict[str, Any] = {"stage": "validation", "error": reason, "payload": payload}
         if isinstance(payload, dict):
             for field in ("uuid", "appid"):
                 if isinstance(payload.get(field), str):
                     letter[field] = payload[field]
         letter["server_time"] = int(time.time())
-        try:
-            encoded = json.dumps(letter, ensure_ascii=False).encode()
-        except (ValueError, RecursionError):
-            encoded = b""
-        if not encoded or len(encoded) + DEAD_LETTER_OVERHEAD_BYTES > self.max_record_bytes:
-            letter["payload"] = text[:TRUNCATED_PAYLOAD_CHARS]
-            letter["error"] = f"{reason} (payload truncated)"
-            encoded = json.dumps(letter, ensure_ascii=False).encode()
-        return encoded
+        limit = self.max_record_bytes - DEAD_LETTER_OVERHEAD_BYTES
+        encoded = _encode(letter)
+        if encoded is not None and len(encoded) <= limit:
+            return encoded
+        if len(reason) > TRUNCATED_ERROR_CHARS:
+            reason = reason[:TRUNCATED_ERROR_CHARS] + "…"
+        letter["error"] = f"{reason} (payload truncated)"
+        chars = TRUNCATED_PAYLOAD_CHARS
+        while True:
+            letter["payload"] = text[:chars]
+            encoded = _encode(letter)
+            if encoded is not None and (len(encoded) <= limit or chars == 0):
+                return encoded
+            chars //= 2
 
     def _send_dead_letters(self, dead: list[tuple[ConsumerRecord, str]]) -> None:
         """Produce every dead letter and wait for the broker's acks (raises KafkaError if not)."""
@@ -304,8 +506,20 @@ class KafkaMonitor:
         assert self.producer is not None
         futures = []
         for record, reason in dead:
-            logger.info("rejected %s@%d: %s", record.topic, record.offset, reason, extra={"offset": record.offset})
+            logger.info(
+                "rejected %s@%d: %.300s", record.topic, record.offset, reason, extra={"kafka_offset": record.offset}
+            )
             futures.append(self.producer.send(self.dead_letter_topic, self.dead_letter(record.value, reason)))
-        self.producer.flush(timeout=self.settings.getfloat("KAFKA_FEED_TIMEOUT"))
+        self.producer.flush(timeout=self.ack_timeout_s)
         for future in futures:
-            future.get(timeout=self.settings.getfloat("KAFKA_FEED_TIMEOUT"))
+            future.get(timeout=self.ack_timeout_s)
+
+
+def _encode(letter: dict[str, Any]) -> bytes | None:
+    """*letter* as UTF-8 JSON; non-ASCII escaped when a string cannot be UTF-8 (lone surrogates)."""
+    try:
+        return json.dumps(letter, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(letter).encode()
+    except (ValueError, RecursionError):
+        return None

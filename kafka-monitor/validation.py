@@ -8,6 +8,7 @@ and the same limit settings (§2.7), so they can never disagree.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -55,21 +56,36 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def parse_json(raw: bytes | str) -> tuple[Any, str | None]:
+#: A ``\uD800``-``\uDFFF`` escape: the only way parsed JSON can hold a string that is not valid
+#: Unicode (an unpaired surrogate), which no UTF-8 encoder downstream could write.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def parse_json(raw: bytes | str | None) -> tuple[Any, str | None]:
     """``(value, None)`` or ``(None, "Unparseable JSON: <parser message>")``.
 
-    Invalid UTF-8, ``NaN``/``Infinity`` and nesting too deep for the parser are unparseable too.
+    Invalid UTF-8, ``NaN``/``Infinity``, nesting too deep for the parser and strings with an unpaired
+    surrogate escape (``"\ud800"``) are unparseable too. None (a Kafka record without a value) is
+    parsed as the empty text.
     """
     try:
-        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw or ""
     except UnicodeDecodeError as exc:
         return None, f"Unparseable JSON: invalid UTF-8: {exc.reason} at byte {exc.start}"
     try:
-        return json.loads(text, parse_constant=_reject_constant), None
+        value = json.loads(text, parse_constant=_reject_constant)
     except RecursionError:
         return None, "Unparseable JSON: nesting too deep"
     except ValueError as exc:
         return None, f"Unparseable JSON: {exc}"
+    if _SURROGATE_ESCAPE.search(text):  # rare: only then pay for a full check
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            return None, "Unparseable JSON: a string holds an unpaired surrogate escape (\\ud800-\\udfff)"
+        except RecursionError:
+            return None, "Unparseable JSON: nesting too deep"
+    return value, None
 
 
 def apply_limits(schema: Any, settings: Settings) -> Any:
@@ -114,7 +130,7 @@ class RequestValidator:
         text = error.message if error is not None else "does not match"
         return Rejected(f"Invalid request: {format_cause(closest.kind, text, pointer)}")
 
-    def validate_raw(self, raw: bytes | str) -> Accepted | Rejected:
+    def validate_raw(self, raw: bytes | str | None) -> Accepted | Rejected:
         """Parse then :meth:`validate`."""
         value, error = parse_json(raw)
         if error is not None:
@@ -131,7 +147,7 @@ class RequestValidator:
         """The kind a rejected message was most likely meant to be (API.md §2.1 step 6)."""
         if "url" in value:
             kind = "crawl"
-        elif "action" in value and value["action"] in DOMAIN_CONFIG_ACTIONS:
+        elif isinstance(value.get("action"), str) and value["action"] in DOMAIN_CONFIG_ACTIONS:
             kind = "domain-config"
         elif "action" in value:
             kind = "action"

@@ -13,6 +13,7 @@ import json
 import logging
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
@@ -95,8 +96,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     return run_cluster(settings, crawlers=args.crawlers, duration_s=args.duration)
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the demo: the whole cluster, a bundled site, one crawl followed to its completion."""
+    from crawlhive.utils.demo import run_demo
+
+    return run_demo(_settings_from_args(args, use_state_file=False), keep_running=args.keep_running)
+
+
 def cmd_feed(args: argparse.Namespace) -> int:
-    """Produce one request to ``<prefix>.incoming``."""
+    """Produce one request to ``<prefix>.incoming``; with ``--wait``, print the answer to its uuid."""
     from crawlhive.utils.connections import make_producer
 
     settings = _settings_from_args(args)
@@ -110,28 +118,99 @@ def cmd_feed(args: argparse.Namespace) -> int:
         if cause is not None:
             print(f"invalid request: {cause}", file=sys.stderr)
             return EXIT_INVALID
+    uuid = request.get("uuid") if isinstance(request, dict) else None
+    waiting = args.wait is not None and isinstance(uuid, str)
+    if args.wait is not None and not waiting:
+        print("--wait ignored: the request has no uuid, so nothing answers it", file=sys.stderr)
     try:
-        producer = make_producer(settings)
+        # Positioned at the end of the outbound topic before sending, so the answer cannot be missed.
+        answers = _AnswerWatch.open(settings) if waiting else None
     except BackendUnavailable as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_KAFKA
     try:
-        future = producer.send(settings.topic("incoming"), json.dumps(request).encode())
         try:
-            future.get(timeout=settings.getfloat("KAFKA_FEED_TIMEOUT"))
-        except Exception as exc:  # kafka-python raises several types for a missing ack
-            print(
-                f"no ack from Kafka within KAFKA_FEED_TIMEOUT={settings['KAFKA_FEED_TIMEOUT']}s: {exc}",
-                file=sys.stderr,
-            )
+            producer = make_producer(settings)
+        except BackendUnavailable as exc:
+            print(str(exc), file=sys.stderr)
             return EXIT_KAFKA
+        try:
+            future = producer.send(settings.topic("incoming"), json.dumps(request).encode())
+            try:
+                future.get(timeout=settings.getfloat("KAFKA_FEED_TIMEOUT"))
+            except Exception as exc:  # kafka-python raises several types for a missing ack
+                print(
+                    f"no ack from Kafka within KAFKA_FEED_TIMEOUT={settings['KAFKA_FEED_TIMEOUT']}s: {exc}",
+                    file=sys.stderr,
+                )
+                return EXIT_KAFKA
+        finally:
+            producer.close(timeout=2)
+        print(f"sent to {settings.topic('incoming')}", file=sys.stderr)
+        if answers is None:
+            return EXIT_OK
+        answer = answers.wait_for(str(uuid), args.wait)
+        if answer is None:
+            print(f"no answer to uuid {uuid!r} on {answers.topic} within {args.wait:g}s", file=sys.stderr)
+            return EXIT_NO_ANSWER
+        print(answer, flush=True)
+        return EXIT_OK
     finally:
-        producer.close(timeout=2)
-    print(f"sent to {settings.topic('incoming')}", file=sys.stderr)
-    if args.wait:
-        print("--wait needs the redis-monitor, which is not implemented yet", file=sys.stderr)
-        return EXIT_NO_ANSWER
-    return EXIT_OK
+        if answers is not None:
+            answers.close()
+
+
+class _AnswerWatch:
+    """Reads ``<prefix>.outbound_firehose`` from its current end, looking for one uuid's answer."""
+
+    def __init__(self, consumer: Any, topic: str) -> None:
+        self.consumer = consumer
+        self.topic = topic
+
+    @classmethod
+    def open(cls, settings: Settings) -> _AnswerWatch:
+        """Assign every partition of the outbound topic (creating it if missing) at its end offset.
+
+        Raises:
+            BackendUnavailable: the broker cannot be reached; names KAFKA_BOOTSTRAP_SERVERS.
+        """
+        from kafka.errors import KafkaError
+        from kafka.structs import TopicPartition
+
+        from crawlhive.utils.connections import ensure_topics, make_consumer
+
+        topic = settings.topic("outbound_firehose")
+        ensure_topics(settings, [topic])
+        consumer = make_consumer(settings, group_id=None)
+        try:
+            partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+            consumer.assign(partitions)
+            consumer.seek_to_end(*partitions)
+            for partition in partitions:  # resolve the end offsets now, not lazily after sending
+                consumer.position(partition, timeout_ms=int(settings.getfloat("KAFKA_FEED_TIMEOUT") * 1000))
+        except (KafkaError, ValueError) as exc:
+            consumer.close()
+            raise BackendUnavailable(f"cannot read {topic} ({exc!r}); check KAFKA_BOOTSTRAP_SERVERS") from exc
+        return cls(consumer, topic)
+
+    def wait_for(self, uuid: str, timeout_s: float) -> str | None:
+        """The text of the first message whose ``uuid`` is *uuid*, or None after *timeout_s*."""
+        deadline = time.monotonic() + timeout_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            polled = self.consumer.poll(timeout_ms=max(1, int(min(remaining, 0.5) * 1000)))
+            for records in polled.values():
+                for record in records:
+                    text = record.value.decode("utf-8", errors="replace")
+                    try:
+                        message = json.loads(text)
+                    except ValueError:
+                        continue
+                    if isinstance(message, dict) and message.get("uuid") == uuid:
+                        return text
+        return None
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def _validate(settings: Settings, request: Any) -> str | None:
@@ -198,6 +277,51 @@ def cmd_dump(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_kafka_monitor(args: argparse.Namespace) -> int:
+    """Run one kafka-monitor until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
+    from crawlhive.kafka_monitor.monitor import ForcedShutdown, KafkaMonitor
+
+    settings = _settings_from_args(args)
+    monitor = KafkaMonitor.from_settings(settings)
+    monitor.install_signal_handlers()
+    try:
+        monitor.run()
+    except ForcedShutdown as exc:
+        print(f"crawlhive kafka-monitor: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_rest(args: argparse.Namespace) -> int:
+    """Run the REST service on REST_HOST:REST_PORT until SIGINT/SIGTERM (0 after a graceful stop)."""
+    from crawlhive.rest.server import run_rest
+
+    return run_rest(_settings_from_args(args))
+
+
+def cmd_redis_monitor(args: argparse.Namespace) -> int:
+    """Run one redis-monitor until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
+    from crawlhive.redis_monitor.monitor import RedisMonitor
+    from crawlhive.utils.loop import ForcedShutdown
+
+    monitor = RedisMonitor.from_settings(_settings_from_args(args))
+    monitor.install_signal_handlers()
+    try:
+        monitor.run()
+    except ForcedShutdown as exc:
+        print(f"crawlhive redis-monitor: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_crawler(args: argparse.Namespace) -> int:
+    """Run one crawler process until SIGINT/SIGTERM (0 after a graceful stop)."""
+    from crawlhive.crawler.runner import run_crawler
+
+    run_crawler(_settings_from_args(args), args.spider)
+    return 0
+
+
 def _not_implemented(component: str, issue: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         _settings_from_args(args)  # still validate the settings and options
@@ -231,25 +355,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the cluster on a bundled demo site and show a crawl")
     demo.add_argument("--keep-running", action="store_true", help="stay up after the demo crawl")
-    demo.set_defaults(func=_not_implemented("demo", "issue #7"))
+    demo.set_defaults(func=cmd_demo)
 
-    for name, issue in (("kafka-monitor", "issue #3"), ("redis-monitor", "issue #5")):
-        sub.add_parser(name, help=f"run one {name} process").set_defaults(func=_not_implemented(name, issue))
+    sub.add_parser("kafka-monitor", help="run one kafka-monitor process").set_defaults(func=cmd_kafka_monitor)
+    redis_monitor = sub.add_parser("redis-monitor", help="run one redis-monitor process")
+    redis_monitor.set_defaults(func=cmd_redis_monitor)
 
     crawler = sub.add_parser("crawler", help="run one crawler process")
     crawler.add_argument("--spider", default="link", help="spider type (default link)")
-    crawler.set_defaults(func=_not_implemented("crawler", "issue #4"))
+    crawler.set_defaults(func=cmd_crawler)
 
     rest = sub.add_parser("rest", help="run the REST service")
     rest.add_argument("--host", help="listen address (REST_HOST)")
     rest.add_argument("--port", type=int, help="listen port (REST_PORT)")
-    rest.set_defaults(
-        func=_not_implemented("rest", "issue #6"), setting_options={"host": "REST_HOST", "port": "REST_PORT"}
-    )
+    rest.set_defaults(func=cmd_rest, setting_options={"host": "REST_HOST", "port": "REST_PORT"})
 
     feed = sub.add_parser("feed", help="send one JSON request to <prefix>.incoming")
     feed.add_argument("json", help="the request, as JSON")
-    feed.add_argument("--wait", type=float, metavar="SECONDS", help="print the answer to its uuid")
+    feed.add_argument(
+        "--wait", type=float, metavar="SECONDS", help="print the outbound answer to the request's uuid (exit 3 if none)"
+    )
     feed.add_argument("--no-validate", action="store_true", help="send without validating")
     feed.set_defaults(func=cmd_feed)
 

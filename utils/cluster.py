@@ -17,12 +17,16 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
 from crawlhive.utils.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook
 from crawlhive.utils.errors import BackendUnavailable
 from crawlhive.utils.settings import Settings, settings_env
 from crawlhive.utils.state import clear_state, write_state
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 logger = logging.getLogger(__name__)
 
@@ -89,69 +93,110 @@ def backing_services(settings: Settings) -> Iterator[Settings]:
         yield settings.copy_with(**overrides) if overrides else settings
 
 
+class LocalCluster:
+    """Backing services (embedded when not configured), topics, state file and component children.
+
+    ``with LocalCluster(settings, crawlers=2) as cluster:`` yields with everything started;
+    ``cluster.settings`` has the live addresses; leaving the block stops it all.
+    """
+
+    def __init__(self, settings: Settings, crawlers: int = 1, extra_env: dict[str, str] | None = None) -> None:
+        self.requested = settings
+        self.crawlers = crawlers
+        self.extra_env = extra_env or {}
+        self.children: list[Child] = []
+        self._stack = contextlib.ExitStack()
+        self.settings = settings
+
+    def __enter__(self) -> LocalCluster:
+        from crawlhive.utils.cli import implemented_subcommands
+
+        try:
+            self.settings = self._stack.enter_context(backing_services(self.requested))
+            redis = redis_from_settings(self.settings)
+            self._stack.callback(redis.close)
+            check_redis(redis, self.settings)
+            ensure_topics(self.settings, [self.settings.topic(t) for t in TOPICS])
+            write_state(self.settings.home, self.settings["REDIS_URL"], self.settings["KAFKA_BOOTSTRAP_SERVERS"])
+            self._stack.callback(clear_state, self.settings.home)
+            env = {**os.environ, **settings_env(self.settings), **self.extra_env}
+            self.children = [
+                Child(name, [sys.executable, "-m", "crawlhive.utils.cli", *args], env=env)
+                for name, args in component_commands(self.crawlers, implemented_subcommands())
+            ]
+            self._stack.callback(self._stop_children)
+            for child in self.children:
+                child.start()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def _stop_children(self) -> None:
+        for child in self.children:
+            if child.process is not None and child.process.poll() is None:
+                child.process.terminate()
+        for child in self.children:
+            child.stop()
+
+    def supervise_once(self) -> None:
+        """Restart children that died, with back-off."""
+        now = time.monotonic()
+        for child in self.children:
+            if not child.alive() and now >= child.next_start:
+                if child.process is not None:
+                    child.restarts += 1
+                    delay = min(30.0, 2.0**child.restarts)
+                    logger.warning(
+                        "%s exited with %s; restarting in %.0fs", child.name, child.process.returncode, delay
+                    )
+                    child.process = None
+                    child.next_start = now + delay
+                    continue
+                child.start()
+
+
 def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None = None) -> int:
     """Run the cluster until interrupted (or for *duration_s*); returns the exit code."""
-    from crawlhive.utils.cli import implemented_subcommands
-
-    with backing_services(settings) as live:
-        redis = redis_from_settings(live)
-        check_redis(redis, live)
-        ensure_topics(live, [live.topic(t) for t in TOPICS])
-        state_file = write_state(live.home, live["REDIS_URL"], live["KAFKA_BOOTSTRAP_SERVERS"])
+    with LocalCluster(settings, crawlers) as cluster:
+        live = cluster.settings
         print(f"crawlhive up: Redis {live['REDIS_URL']}", flush=True)
         print(f"crawlhive up: Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}", flush=True)
         print(f"crawlhive up: topics {', '.join(live.topic(t) for t in TOPICS)}", flush=True)
-        print(f"crawlhive up: addresses recorded in {state_file} for other crawlhive commands", flush=True)
-        env = {**os.environ, **settings_env(live)}
-        children = [
-            Child(name, [sys.executable, "-m", "crawlhive.utils.cli", *args], env=env)
-            for name, args in component_commands(crawlers, implemented_subcommands())
-        ]
+        print(f"crawlhive up: addresses recorded in {live.home / 'up.json'} for other crawlhive commands", flush=True)
+        names = ", ".join(c.name for c in cluster.children) or "none built yet"
+        print(f"crawlhive up: components: {names}. Ctrl-C stops everything.", flush=True)
         try:
-            for child in children:
-                child.start()
-            names = ", ".join(c.name for c in children) or "none built yet"
-            print(f"crawlhive up: components: {names}. Ctrl-C stops everything.", flush=True)
-            _supervise(children, live, duration_s)
+            _supervise(cluster, duration_s)
         finally:
-            for child in children:
-                child.stop()
-            clear_state(live.home)
-            redis.close()
-            print("crawlhive up: stopped", flush=True)
+            print("crawlhive up: stopping", flush=True)
+    print("crawlhive up: stopped", flush=True)
     return 0
 
 
-def _supervise(children: list[Child], settings: Settings, duration_s: float | None) -> None:
-    """Restart dead children with back-off; print a status line every STATUS_EVERY_S."""
+def _supervise(cluster: LocalCluster, duration_s: float | None) -> None:
+    """Restart dead children; print a status line every STATUS_EVERY_S."""
     deadline = None if duration_s is None else time.monotonic() + duration_s
     next_status = time.monotonic()
-    redis = redis_from_settings(settings)
+    redis = redis_from_settings(cluster.settings)
     try:
         while deadline is None or time.monotonic() < deadline:
+            cluster.supervise_once()
             now = time.monotonic()
-            for child in children:
-                if not child.alive() and now >= child.next_start:
-                    if child.process is not None:
-                        code = child.process.returncode
-                        child.restarts += 1
-                        delay = min(30.0, 2.0**child.restarts)
-                        logger.warning("%s exited with %s; restarting in %.0fs", child.name, code, delay)
-                        child.process = None
-                        child.next_start = now + delay
-                        continue
-                    child.start()
             if now >= next_status:
-                print(f"crawlhive up: {_status(children, redis, settings)}", flush=True)
+                print(f"crawlhive up: {_status(cluster.children, redis, cluster.settings)}", flush=True)
                 next_status = now + STATUS_EVERY_S
             time.sleep(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
     finally:
         redis.close()
 
 
-def _status(children: list[Child], redis: object, settings: Settings) -> str:
+def _status(children: list[Child], redis: Redis, settings: Settings) -> str:
     try:
-        check_redis(redis, settings)  # type: ignore[arg-type]
+        check_redis(redis, settings)
         redis_state = "ok"
     except BackendUnavailable:
         redis_state = "UNREACHABLE"

@@ -207,6 +207,18 @@ def _probe(servers: list[str], timeout: float = KAFKA_PROBE_TIMEOUT_S) -> None:
     raise _unavailable(servers, "; ".join(errors))
 
 
+def probe_kafka(settings: Settings, timeout: float = KAFKA_PROBE_TIMEOUT_S) -> None:
+    """Check that a bootstrap server accepts a TCP connection (cheap; no Kafka request is sent).
+
+    Long-running components call it while idle, when their clients would otherwise fail silently.
+
+    Raises:
+        BackendUnavailable: no server of KAFKA_BOOTSTRAP_SERVERS accepts a connection; names it.
+        SettingsError: see :func:`kafka_common_config`.
+    """
+    _probe(kafka_common_config(settings)["bootstrap_servers"], timeout)
+
+
 def _build(factory: Callable[..., _Client], config: dict[str, Any]) -> _Client:
     """Construct a kafka-python client, translating bootstrap failures into BackendUnavailable.
 

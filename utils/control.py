@@ -8,13 +8,28 @@ answered (Scrapy Cluster kept one key per target and answered only the last).
 
 A Kafka record re-processed after a crash is not appended twice: the append is a Lua script that
 first claims a marker key derived from the record's origin (``SET NX EX``).
+
+Besides the kafka-monitor's kinds (``action``, ``stats``, ``domain-config``) the redis-monitor
+appends its own notifications here, each from the Lua script that makes the state change, so that
+emitting them is as reliable as answering a request and happens exactly once across monitors:
+``expire`` (a crawl's expiry timer fired), ``complete`` (a crawl has nothing queued or in flight)
+and ``dead-letter`` (a reclaimed lease used up its retries). Their ``request`` is JSON too.
+
+Consumer side (:class:`ControlConsumer`): an entry is delivered to one consumer of the group and
+stays in the group's pending list until :meth:`ControlConsumer.ack` (``XACK`` + ``XDEL``), which
+the redis-monitor calls only after Kafka acknowledged the answer. Entries of a monitor that died
+are claimed by another after ``min_idle_ms`` (``XAUTOCLAIM``); a live monitor keeps its entries
+with :meth:`ControlConsumer.renew`. Redis counts each delivery (``times_delivered``), which bounds
+retries of a request that keeps failing.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 import ujson
+from redis.exceptions import ResponseError
 
 from crawlhive.utils.keys import Keys
 
@@ -57,3 +72,159 @@ class ControlQueue:
         """Every entry in the stream as ``(kind, request)``, oldest first (for tests and tools)."""
         entries = self.redis.xrange(self.keys.control_stream())
         return [(fields[b"kind"].decode(), ujson.loads(fields[b"request"])) for _, fields in entries]
+
+
+#: Consumer group of the redis-monitors on the control stream.
+CONTROL_GROUP = "redis-monitor"
+
+
+@dataclass(frozen=True, slots=True)
+class ControlEntry:
+    """One control-stream entry as a consumer sees it.
+
+    Attributes:
+        id: the stream entry id (``"1714563600000-0"``).
+        kind: the ``kind`` field; ``""`` if missing.
+        raw: the ``request`` field as stored (JSON text; ``""`` if missing).
+        deliveries: how many times Redis has delivered it to a consumer of the group (1 on the
+            first read; claims and re-reads add one each).
+    """
+
+    id: str
+    kind: str
+    raw: str
+    deliveries: int
+
+    def request(self) -> dict[str, Any]:
+        """The decoded request.
+
+        Raises:
+            ValueError: ``request`` is not a JSON object.
+        """
+        value = ujson.loads(self.raw)
+        if not isinstance(value, dict):
+            raise ValueError(f"control entry {self.id}: request is not a JSON object")
+        return value
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
+class ControlConsumer:
+    """Consumer side of the control stream, for one consumer (a redis-monitor process).
+
+    Args:
+        redis: the client; its socket timeout (redis-py: 5 s) must exceed every ``block_ms``.
+        keys: the cluster's key formats.
+        consumer: this process's consumer name (its node id); new per start, so a restarted
+            monitor never inherits entries it cannot remember: others claim them.
+        group: the consumer group.
+
+    Every method is one or two round trips and raises ``redis.RedisError`` when Redis fails.
+    """
+
+    def __init__(self, redis: Redis, keys: Keys, consumer: str, group: str = CONTROL_GROUP) -> None:
+        self.redis = redis
+        self.stream = keys.control_stream()
+        self.consumer = consumer
+        self.group = group
+
+    def ensure_group(self) -> None:
+        """Create the stream and the group if missing (idempotent; safe from several processes).
+
+        A new group starts at the stream's beginning, so requests appended before any monitor ran
+        are answered too (answered entries are deleted, so nothing is read twice).
+        """
+        try:
+            self.redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def read(self, count: int, block_ms: int) -> list[ControlEntry]:
+        """New entries for this consumer, waiting up to *block_ms* (0 = do not wait) for the first.
+
+        If the group vanished (the stream was deleted), it is created again and ``[]`` returned.
+        """
+        try:
+            reply = self.redis.xreadgroup(
+                self.group, self.consumer, {self.stream: ">"}, count=count, block=block_ms or None
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self.ensure_group()
+            return []
+        entries = []
+        for _stream, messages in reply or []:
+            for entry_id, fields in messages:
+                if fields:
+                    entries.append(self._entry(entry_id, fields, 1))
+        return entries
+
+    def claim_stale(self, min_idle_ms: int, count: int) -> list[ControlEntry]:
+        """Take over up to *count* entries that another consumer has held for *min_idle_ms* without
+        acknowledging them (it died, or keeps failing on them). Each claim counts as a delivery."""
+        _next, messages, _deleted = self.redis.xautoclaim(
+            self.stream, self.group, self.consumer, min_idle_ms, "0-0", count=count
+        )
+        return self._with_deliveries([(entry_id, fields) for entry_id, fields in messages if fields])
+
+    def reclaim(self, ids: list[str]) -> list[ControlEntry]:
+        """Deliver the pending entries *ids* of this consumer to it again, for a retry: each counts
+        as one more delivery. Entries deleted in the meantime are left out."""
+        if not ids:
+            return []
+        messages = self.redis.xclaim(self.stream, self.group, self.consumer, 0, ids)
+        return self._with_deliveries([(entry_id, fields) for entry_id, fields in messages if fields])
+
+    def renew(self, ids: list[str]) -> None:
+        """Reset the idle time of entries this consumer still works on, so no other consumer claims
+        them; their delivery count is unchanged."""
+        if ids:
+            self.redis.xclaim(self.stream, self.group, self.consumer, 0, ids, justid=True)
+
+    def owned(self, ids: list[str]) -> set[str]:
+        """Those of *ids* still pending with this consumer (not acknowledged, not claimed by
+        another consumer), in one round trip."""
+        if not ids:
+            return set()
+        pipe = self.redis.pipeline(transaction=False)
+        for entry_id in ids:
+            pipe.xpending_range(self.stream, self.group, entry_id, entry_id, 1, consumername=self.consumer)
+        return {_text(p["message_id"]) for reply in pipe.execute() for p in reply}
+
+    def ack(self, ids: list[str]) -> None:
+        """Finish entries: ``XACK`` and ``XDEL`` in one ``MULTI`` (call after their answers are
+        acknowledged by Kafka)."""
+        if not ids:
+            return
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.xack(self.stream, self.group, *ids)
+        pipe.xdel(self.stream, *ids)
+        pipe.execute()
+
+    def _with_deliveries(self, messages: list[tuple[Any, dict[Any, Any]]]) -> list[ControlEntry]:
+        if not messages:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for entry_id, _ in messages:
+            pipe.xpending_range(self.stream, self.group, entry_id, entry_id, 1, consumername=self.consumer)
+        counts = {_text(p["message_id"]): int(p["times_delivered"]) for reply in pipe.execute() for p in reply}
+        return [self._entry(entry_id, fields, counts.get(_text(entry_id), 1)) for entry_id, fields in messages]
+
+    @staticmethod
+    def _entry(entry_id: Any, fields: dict[Any, Any], deliveries: int) -> ControlEntry:
+        decoded = {_text(k): _text(v) for k, v in fields.items()}
+        return ControlEntry(_text(entry_id), decoded.get("kind", ""), decoded.get("request", ""), deliveries)
+
+
+def append_lua(stream_key_index: int) -> str:
+    """A Lua snippet defining ``notify(kind, request_json)``: append an entry to the control stream
+    ``KEYS[stream_key_index]``, for scripts that change state and must report it atomically."""
+    return f"""
+local function notify(kind, request)
+  return redis.call('XADD', KEYS[{stream_key_index}], '*', 'kind', kind, 'request', request)
+end
+"""

@@ -113,6 +113,38 @@ KAFKA_MONITOR_PLUGINS: dict[str, Any] = {}
 REDIS_MONITOR_PLUGINS: dict[str, Any] = {}
 """redis-monitor plugins, ``{"dotted.path.Class": rank or null}`` merged over the built-ins."""
 
+REDIS_MONITOR_BLOCK_MS: int = 250
+"""Milliseconds one read of the control stream may wait for a request (``XREADGROUP BLOCK``); also
+bounds how late a timer-driven redis-monitor plugin runs. Must stay well under redis-py's 5 s
+socket timeout."""
+
+REDIS_MONITOR_BATCH: int = 100
+"""Control requests one redis-monitor iteration reads and answers at most."""
+
+REDIS_MONITOR_CLAIM_IDLE_S: float = 30.0
+"""Seconds a control request may stay unanswered with one redis-monitor before another one takes
+it over (its monitor died). Keep it above KAFKA_FEED_TIMEOUT: a live monitor renews what it holds."""
+
+REDIS_MONITOR_MAX_ATTEMPTS: int = 3
+"""Times a redis-monitor plugin may fail on one control request before the request is reported
+(a dead letter with stage ``control``, or the plugin's error answer) instead of retried."""
+
+REDIS_MONITOR_RETRY_S: float = 1.0
+"""Seconds before a control request whose plugin failed is tried again."""
+
+REDIS_MONITOR_TICK_S: float = 0.25
+"""Seconds between two runs of the redis-monitor's timer-driven plugins (expiry timers, crawl
+completion); the lease reaper runs every fourth tick."""
+
+REDIS_MONITOR_EXPIRE_ENABLED: bool = True
+"""Fire crawls' expiry timers (API.md §3.4) in this redis-monitor."""
+
+REDIS_MONITOR_COMPLETE_ENABLED: bool = True
+"""Emit ``complete`` events (API.md §3.12) from this redis-monitor."""
+
+REDIS_MONITOR_REAPER_ENABLED: bool = True
+"""Reclaim expired leases (crawlers that died) in this redis-monitor."""
+
 # --- frontier and throttle (API.md §3.11) ------------------------------------------------------------
 
 QUEUE_HITS: int = 10
@@ -161,6 +193,20 @@ USER_AGENT: str = ""
 
 CRAWLER_NODE_NAME: str = ""
 """Host name reported in machine stats; empty means this machine's hostname."""
+
+CONCURRENT_REQUESTS: int = 16
+"""Fetches one crawler process runs at once (Scrapy's CONCURRENT_REQUESTS; the per-domain limit is
+the cluster-wide throttle, not a per-process one)."""
+
+ROBOTSTXT_OBEY: bool = True
+"""Obey robots.txt (through Scrapy's RobotsTxtMiddleware); a disallowed request is a policy drop."""
+
+CRAWLER_STATS_FLUSH_S: float = 1.0
+"""Seconds between two writes of a crawler's buffered response counters to Redis."""
+
+SCRAPY_SETTINGS: dict[str, Any] = {}
+"""Extra Scrapy settings for crawler processes, applied last over the ones crawlhive derives (e.g.
+``{"LOGSTATS_INTERVAL": 10}``); for tuning and tests, not needed in normal use."""
 
 # --- stats and heartbeats (API.md §4) ------------------------------------------------------------
 

@@ -25,6 +25,7 @@ import dataclasses
 import enum
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Self
 
 import ujson
@@ -37,6 +38,7 @@ from crawlhive.utils.throttle import THROTTLE_LUA
 if TYPE_CHECKING:
     from redis import Redis
     from redis.client import Pipeline
+    from redis.commands.core import Script
 
     from crawlhive.utils.settings import Settings
 
@@ -76,6 +78,10 @@ class FrontierRequest:
     domain: str = ""
     """The queue bucket of ``url`` (API.md §3.2); filled in from ``url`` when empty."""
     extra: dict[str, Any] = field(default_factory=dict)
+    scrapy_request: dict[str, Any] | None = None
+    """A followed request that is more than a plain GET of ``url`` (its own method, body, headers,
+    cookies, callback, meta or cb_kwargs) as ``scrapy.Request.to_dict`` made JSON-safe by
+    ``crawlhive.crawler.requests``; None for a seed or a plain link."""
 
     def __post_init__(self) -> None:
         if not self.domain:
@@ -93,6 +99,7 @@ class FrontierRequest:
 
 def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
     """The frontier request of an accepted crawl request (defaults filled in) from Kafka *origin*."""
+    domain = domain_of_url(message["url"])
     return FrontierRequest(
         url=message["url"],
         appid=message["appid"],
@@ -114,7 +121,8 @@ def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
         useragent=message["useragent"],
         cookie=message["cookie"],
         attrs=message["attrs"],
-        seed_domain=domain_of_url(message["url"]),
+        seed_domain=domain,
+        domain=domain,  # a seed is queued under its own domain; computed once
     )
 
 
@@ -138,33 +146,66 @@ class Frontier:
     def push(self, requests: list[FrontierRequest], pipe: Pipeline) -> None:
         """Queue the writes that add *requests* on *pipe* (the caller executes it).
 
-        Costs one round trip now (the arrival sequence) and adds ~9 commands per request to *pipe*.
+        Costs one round trip now (the arrival sequence). The writes are grouped: one multi-member
+        ``ZADD NX`` per crawl queue, one ``ZADD LT`` per (crawl, domain) with the best score of the
+        batch there, one ``ZADD NX`` of the new domains per spider, and per crawl one ``SADD`` of its
+        domains plus its record (``HSET``, ``EXPIRE``, the expiry timer) and index entries, so a batch
+        costs a few commands per queue touched rather than ~9 per request. The result is the same as
+        pushing the requests one by one in list order (for ``expires``, the last non-zero value of a
+        crawl wins), and as idempotent: a request already queued (same encoding) is left as it is.
         """
         if not requests:
             return
         first = self.reserve_sequence(len(requests))
         now = int(time.time())
         keys = self.keys
-        spiders: set[str] = set()
+        # queue key -> {member: score}; (spider, domain) -> {crawl member: best score}
+        queues: dict[str, dict[bytes, int]] = {}
+        best: dict[tuple[str, str], dict[str, int]] = {}
+        spider_domains: dict[str, set[str]] = {}
+        # (spider, appid, crawlid) -> (domains, last non-zero expires)
+        crawls: dict[tuple[str, str, str], tuple[set[str], int]] = {}
         for offset, request in enumerate(requests):
             domain = request.domain
             spider, appid, crawlid = request.spiderid, request.appid, request.crawlid
-            crawl_member = keys.crawl_member(appid, crawlid)
             value = encode_score(request.priority, first + offset)
-            pipe.zadd(keys.crawl_queue(spider, appid, crawlid, domain), {request.encode(): value}, nx=True)
-            pipe.zadd(keys.domain_crawls(spider, domain), {crawl_member: value}, lt=True)
-            pipe.zadd(keys.domains(spider), {domain: 0}, nx=True)
-            pipe.sadd(keys.crawl_domains(spider, appid, crawlid), domain)
-            pipe.sadd(keys.app_crawls(spider, appid), crawlid)
-            pipe.sadd(keys.active_crawls(), keys.crawl_ref(spider, appid, crawlid))
+            queue = keys.crawl_queue(spider, appid, crawlid, domain)
+            members = queues.get(queue)
+            if members is None:
+                members = queues[queue] = {}
+            members.setdefault(request.encode(), value)
+            crawl_best = best.setdefault((spider, domain), {})
+            crawl_member = keys.crawl_member(appid, crawlid)
+            if value < crawl_best.get(crawl_member, value + 1):
+                crawl_best[crawl_member] = value
+            spider_domains.setdefault(spider, set()).add(domain)
+            crawl = (spider, appid, crawlid)
+            domains, expires = crawls.get(crawl) or (set(), 0)
+            domains.add(domain)
+            crawls[crawl] = (domains, request.expires or expires)
+        for queue, members in queues.items():
+            pipe.zadd(queue, members, nx=True)  # type: ignore[arg-type]
+        for (spider, domain), crawl_best in best.items():
+            pipe.zadd(keys.domain_crawls(spider, domain), crawl_best, lt=True)  # type: ignore[arg-type]
+        for spider, domains in spider_domains.items():
+            pipe.zadd(keys.domains(spider), dict.fromkeys(domains, 0), nx=True)
+        apps: dict[tuple[str, str], set[str]] = {}
+        refs = []
+        for (spider, appid, crawlid), (domains, expires) in crawls.items():
+            ref = keys.crawl_ref(spider, appid, crawlid)
+            refs.append(ref)
+            apps.setdefault((spider, appid), set()).add(crawlid)
+            pipe.sadd(keys.crawl_domains(spider, appid, crawlid), *domains)
             record = keys.crawl(spider, appid, crawlid)
             pipe.hset(record, mapping={"appid": appid, "crawlid": crawlid, "spiderid": spider, "last_activity": now})
-            if request.expires:
-                pipe.hset(record, "expires", request.expires)
-                pipe.zadd(keys.expiries(), {keys.crawl_ref(spider, appid, crawlid): request.expires})
+            if expires:
+                pipe.hset(record, "expires", expires)
+                pipe.zadd(keys.expiries(), {ref: expires})
             pipe.expire(record, self.record_ttl_s)
-            spiders.add(spider)
-        for spider in spiders:
+        for (spider, appid), crawlids in apps.items():
+            pipe.sadd(keys.app_crawls(spider, appid), *crawlids)
+        pipe.sadd(keys.active_crawls(), *refs)
+        for spider in spider_domains:
             pipe.publish(keys.wake_channel(spider), b"1")
 
 
@@ -501,6 +542,100 @@ class FrontierWorker:
         )
         return [(bytes(m), FrontierRequest.decode(m)) for m in members]
 
+    @cached_property
+    def _reclaim(self) -> Script:
+        return self.redis.register_script(_RECLAIM_LUA)
+
+    @cached_property
+    def _exhaust(self) -> Script:
+        return self.redis.register_script(_EXHAUST_LUA)
+
+    def reclaim(self, member: bytes, request: FrontierRequest) -> bool:
+        """:meth:`requeue`, but only if the lease of *member* still exists and has expired (so a
+        crawler that renewed it in the meantime keeps it). Returns True if moved."""
+        keys = self.keys
+        r = request
+        return bool(
+            self._reclaim(
+                keys=[
+                    keys.leases(r.spiderid),
+                    keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
+                    keys.crawl(r.spiderid, r.appid, r.crawlid),
+                    keys.crawl_queue(r.spiderid, r.appid, r.crawlid, r.domain),
+                    keys.domain_crawls(r.spiderid, r.domain),
+                    keys.domains(r.spiderid),
+                    keys.crawl_domains(r.spiderid, r.appid, r.crawlid),
+                    keys.queue_sequence(),
+                ],
+                args=[member, r.encode(), r.priority, keys.crawl_member(r.appid, r.crawlid), r.domain],
+            )
+        )
+
+    def exhaust(self, member: bytes, request: FrontierRequest, dead_letter: str) -> bool:
+        """End the expired lease of *member* as :meth:`ack` with ``"failed"`` does, and append
+        *dead_letter* (JSON) to the control stream as a ``dead-letter`` entry, atomically.
+
+        Returns:
+            True if done; False if the lease was gone or had been renewed (nothing changed).
+        """
+        keys = self.keys
+        r = request
+        return bool(
+            self._exhaust(
+                keys=[
+                    keys.leases(r.spiderid),
+                    keys.crawl(r.spiderid, r.appid, r.crawlid),
+                    keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
+                    keys.control_stream(),
+                ],
+                args=[member, "failed", self.record_ttl_s, dead_letter],
+            )
+        )
+
+    # --- crawler helpers: batched renewals and acks on a caller's pipeline -----------------------
+
+    def touch_many(self, leases: list[Lease]) -> list[TouchStatus]:
+        """:meth:`touch` of several leases in one pipelined round trip (the crawler's renewal loop)."""
+        if not leases:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for lease in leases:
+            r = lease.request
+            self._touch(
+                keys=[self.keys.leases(r.spiderid), self.keys.crawl_stopped(r.spiderid, r.appid, r.crawlid)],
+                args=[lease.member, self.lease_us],
+                client=pipe,
+            )
+        return [TouchStatus(int(x) if int(x) in (0, 2) else 1) for x in pipe.execute()]
+
+    def queue_ack(self, lease: Lease, counter: str, pipe: Pipeline) -> None:
+        """Queue :meth:`ack` of *lease* on *pipe* (the caller executes it; with ``MULTI`` it is
+        atomic with the pipe's other writes, e.g. the :meth:`Frontier.push` of the page's links).
+
+        Uses ``EVALSHA`` directly, so the pipe costs no script-existence check; call
+        :meth:`load_scripts` once first (a ``NoScriptError`` from the pipe means Redis lost its
+        scripts: load them again and retry).
+        """
+        if counter not in ("", "crawled", "failed"):
+            raise ValueError(f"counter must be 'crawled', 'failed' or '', got {counter!r}")
+        r = lease.request
+        keys = self.keys
+        pipe.evalsha(
+            self._ack.sha,
+            3,
+            keys.leases(r.spiderid),
+            keys.crawl(r.spiderid, r.appid, r.crawlid),
+            keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
+            lease.member,
+            counter,
+            self.record_ttl_s,
+        )
+
+    def load_scripts(self) -> None:
+        """Load this worker's Lua scripts into Redis (one round trip each; idempotent)."""
+        for script in (self._pop, self._ack, self._touch, self._requeue):
+            self.redis.script_load(script.script)
+
 
 def retried(request: FrontierRequest) -> FrontierRequest:
     """The retry of *request* (API.md §3.10): one more ``retry_times``, priority lowered by 10."""
@@ -532,6 +667,26 @@ end
 redis.call('ZREM', KEYS[5], ARGV[4])
 redis.call('SET', KEYS[6], '1', 'EX', ARGV[5])
 return purged
+"""
+
+
+# KEYS: 1 crawl domains. ARGV: 1 crawl queue prefix + crawl member + ':'. Returns {domain, queued,
+# best score, worst score, ...} for each domain of the crawl with queued requests (O(domains)).
+_CRAWL_BACKLOG_LUA = """
+local out = {}
+for _, domain in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local queue = ARGV[1] .. domain
+  local n = redis.call('ZCARD', queue)
+  if n > 0 then
+    local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+    local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    out[#out + 1] = domain
+    out[#out + 1] = n
+    out[#out + 1] = head[2]
+    out[#out + 1] = tail[2]
+  end
+end
+return out
 """
 
 
@@ -576,42 +731,44 @@ class FrontierReader:
         return cls(redis, Keys(settings["REDIS_KEY_PREFIX"]), settings.getfloat("CRAWL_RECORD_TTL"))
 
     def crawl_state(self, spider: str, appid: str, crawlid: str) -> CrawlState:
-        """The state of one crawl; zeros and no domains for an unknown one. Two round trips."""
+        """The state of one crawl; zeros and no domains for an unknown one (see :meth:`crawl_states`)."""
         return self.crawl_states(spider, appid, [crawlid])[0]
 
     def crawl_states(self, spider: str, appid: str, crawlids: list[str]) -> list[CrawlState]:
-        """:meth:`crawl_state` of several crawls of one appid in two round trips."""
+        """:meth:`crawl_state` of several crawls of one appid, in one pipeline (two round trips:
+        redis-py first checks that the script is loaded).
+
+        Per crawl one script reads, per domain with queued requests, the ``ZCARD`` and the first and
+        last score of its queue inside Redis (O(domains), never O(backlog)), so a crawl over 1,000
+        domains costs one reply of 4,000 values rather than 3,000 pipelined commands.
+        """
         keys = self.keys
+        prefix = keys.script_prefixes(spider)["crawl_queue"]
         pipe = self.redis.pipeline(transaction=False)
         for crawlid in crawlids:
-            pipe.smembers(keys.crawl_domains(spider, appid, crawlid))
+            self._crawl_backlog(
+                keys=[keys.crawl_domains(spider, appid, crawlid)],
+                args=[prefix + keys.crawl_member(appid, crawlid) + ":"],
+                client=pipe,
+            )
             pipe.hgetall(keys.crawl(spider, appid, crawlid))
         replies = pipe.execute()
-        domain_lists = [sorted(d.decode() for d in replies[2 * i]) for i in range(len(crawlids))]
-        pipe = self.redis.pipeline(transaction=False)
-        for crawlid, domains in zip(crawlids, domain_lists, strict=True):
-            for domain in domains:
-                queue = keys.crawl_queue(spider, appid, crawlid, domain)
-                pipe.zcard(queue)
-                pipe.zrange(queue, 0, 0, withscores=True)
-                pipe.zrange(queue, -1, -1, withscores=True)
-        counts = iter(pipe.execute())
         states = []
         for i, crawlid in enumerate(crawlids):
-            backlog: dict[str, DomainBacklog] = {}
-            for domain in domain_lists[i]:
-                total, head, tail = next(counts), next(counts), next(counts)
-                if total and head and tail:
-                    backlog[domain] = DomainBacklog(
-                        int(total), decode_priority(head[0][1]), decode_priority(tail[0][1])
-                    )
-            record = {k.decode(): v.decode() for k, v in replies[2 * i + 1].items()}
+            flat = replies[2 * i]
+            backlog = {
+                _text(flat[j]): DomainBacklog(
+                    int(flat[j + 1]), decode_priority(float(flat[j + 2])), decode_priority(float(flat[j + 3]))
+                )
+                for j in range(0, len(flat), 4)
+            }
+            record = {_text(k): _text(v) for k, v in replies[2 * i + 1].items()}
             states.append(
                 CrawlState(
                     spiderid=spider,
                     appid=appid,
                     crawlid=crawlid,
-                    domains=backlog,
+                    domains=dict(sorted(backlog.items())),
                     inflight=max(0, int(record.get("inflight", 0))),
                     crawled=int(record.get("crawled", 0)),
                     failed=int(record.get("failed", 0)),
@@ -619,6 +776,10 @@ class FrontierReader:
                 )
             )
         return states
+
+    @cached_property
+    def _crawl_backlog(self) -> Script:
+        return self.redis.register_script(_CRAWL_BACKLOG_LUA)
 
     def app_crawlids(self, spider: str, appid: str) -> list[str]:
         """Crawl ids of *appid* that have (or recently had) queued or in-flight work."""
@@ -653,3 +814,252 @@ class FrontierReader:
                 ],
             )
         )
+
+    @cached_property
+    def _complete_scan(self) -> Script:
+        return self.redis.register_script(_COMPLETE_SCAN_LUA)
+
+    @cached_property
+    def _expire_due(self) -> Script:
+        return self.redis.register_script(_EXPIRE_DUE_LUA)
+
+    @cached_property
+    def _spider_backlog(self) -> Script:
+        return self.redis.register_script(_SPIDER_BACKLOG_LUA)
+
+    def scan_complete(self, cursor: int = 0, count: int = 500) -> tuple[int, int]:
+        """Check up to about *count* crawls of ``keys.active_crawls()`` from *cursor* (``SSCAN``):
+        each that has nothing queued, no lease and no in-flight count leaves the active set and its
+        appid's ``app_crawls``, and a ``complete`` entry (spiderid, appid, crawlid, total_crawled,
+        total_failed) is appended to the control stream, in one script, so with several callers each
+        completion is reported once. A later push makes the crawl active again.
+
+        Returns:
+            ``(next cursor, crawls found complete)``; cursor 0 means the pass is over.
+        """
+        prefixes = self.keys.crawl_ref_prefixes()
+        cursor_out, found = self._complete_scan(
+            keys=[self.keys.active_crawls(), self.keys.control_stream()],
+            args=[
+                cursor,
+                count,
+                prefixes["crawl_domains"],
+                prefixes["crawl_leases"],
+                prefixes["crawl"],
+                prefixes["app_crawls"],
+            ],
+        )
+        return int(cursor_out), int(found)
+
+    def fire_expiries(self, limit: int = 1000) -> int:
+        """Fire the expiry timers (``keys.expiries()``) whose time has passed on the Redis clock:
+        each is removed from the set and an ``expire`` entry (spiderid, appid, crawlid, expires) is
+        appended to the control stream, in one script (exactly one caller fires each).
+
+        Returns:
+            The number of timers fired (at most *limit*).
+        """
+        return int(self._expire_due(keys=[self.keys.expiries(), self.keys.control_stream()], args=[limit]))
+
+    def spider_backlog(self, spider: str) -> dict[str, int]:
+        """Queued requests per domain of *spider* (domains with none left out), in one script that
+        sums the ``ZCARD`` of each domain's crawl queues: O(domains x crawls), not O(backlog)."""
+        prefixes = self.keys.script_prefixes(spider)
+        reply = self._spider_backlog(
+            keys=[self.keys.domains(spider)], args=[prefixes["domain_crawls"], prefixes["crawl_queue"]]
+        )
+        return {_text(reply[i]): int(reply[i + 1]) for i in range(0, len(reply), 2)}
+
+    def active_spiders(self) -> set[str]:
+        """Spider types of the crawls in ``keys.active_crawls()`` (``SSCAN``, no ``KEYS``).
+
+        A request is queued or leased only while its crawl is active, so these are the only spider
+        types whose ``leases`` and ``domains`` keys can hold anything.
+        """
+        spiders = set()
+        for ref in self.redis.sscan_iter(self.keys.active_crawls(), count=1000):
+            try:
+                spiders.add(self.keys.parse_crawl_ref(_text(ref))[0])
+            except ValueError:
+                continue
+        return spiders
+
+
+# --- redis-monitor side: completion, expiry timers, lease reclaim, queue backlog -------------------
+#
+# Notifications (complete, expire, dead letters of reclaimed leases) are appended to the control
+# stream by the same script that changes the state (utils/control.py), so the redis-monitor emits
+# each exactly once across monitors and loses none when it crashes before Kafka acknowledged it.
+
+#: Lua: ``unescape(part)`` inverts :func:`crawlhive.utils.keys.escape` (for ids parsed from refs).
+_UNESCAPE_LUA = """
+local function unescape(part)
+  return (string.gsub(string.gsub(part, '%%3A', ':'), '%%25', '%%'))
+end
+"""
+
+# KEYS: 1 active crawls, 2 control stream. ARGV: 1 SSCAN cursor, 2 SSCAN count, 3 crawl-domains
+# prefix, 4 crawl-leases prefix, 5 crawl record prefix, 6 app-crawls prefix (each + crawl ref).
+# Returns {next cursor, number of crawls found complete}. A crawl is complete when it has no domain
+# with queued requests, no lease and no in-flight count; it then leaves the active set and its
+# appid's crawl set, and a ``complete`` entry carrying its counters is appended to the stream.
+_COMPLETE_SCAN_LUA = (
+    _UNESCAPE_LUA
+    + """
+local scan = redis.call('SSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]))
+local found = 0
+for _, ref in ipairs(scan[2]) do
+  if redis.call('SCARD', ARGV[3] .. ref) == 0 and redis.call('SCARD', ARGV[4] .. ref) == 0 then
+    local record = redis.call('HMGET', ARGV[5] .. ref, 'inflight', 'crawled', 'failed')
+    if tonumber(record[1] or '0') <= 0 then
+      local spider, appid, crawlid = string.match(ref, '^([^:]*):([^:]*):([^:]*)$')
+      redis.call('SREM', KEYS[1], ref)
+      if spider then
+        redis.call('SREM', ARGV[6] .. spider .. ':' .. appid, unescape(crawlid))
+        local event = cjson.encode({spiderid = unescape(spider), appid = unescape(appid),
+          crawlid = unescape(crawlid), total_crawled = tonumber(record[2] or '0'),
+          total_failed = tonumber(record[3] or '0')})
+        redis.call('XADD', KEYS[2], '*', 'kind', 'complete', 'request', event)
+        found = found + 1
+      end
+    end
+  end
+end
+return {scan[1], found}
+"""
+)
+
+# KEYS: 1 expiries, 2 control stream. ARGV: 1 most timers to fire. Fires the timers whose time has
+# come on the Redis clock: each is removed from KEYS[1] (the claim: exactly one caller gets it) and
+# an ``expire`` entry is appended to the stream. Returns the number fired.
+_EXPIRE_DUE_LUA = (
+    _UNESCAPE_LUA
+    + """
+local now = redis.call('TIME')[1]
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+local fired = 0
+for i = 1, #due, 2 do
+  local ref = due[i]
+  redis.call('ZREM', KEYS[1], ref)
+  local spider, appid, crawlid = string.match(ref, '^([^:]*):([^:]*):([^:]*)$')
+  if spider then
+    local event = cjson.encode({spiderid = unescape(spider), appid = unescape(appid),
+      crawlid = unescape(crawlid), expires = tonumber(due[i + 1])})
+    redis.call('XADD', KEYS[2], '*', 'kind', 'expire', 'request', event)
+    fired = fired + 1
+  end
+end
+return fired
+"""
+)
+
+# Prepended to a script whose KEYS[1] is a spider's leases and ARGV[1] a leased member: returns 0
+# unless the lease still exists and its deadline has passed on the Redis clock (so a lease renewed
+# after the reaper listed it is left alone).
+_LEASE_EXPIRED_GUARD_LUA = """
+local lease_deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not lease_deadline then
+  return 0
+end
+local lease_now = redis.call('TIME')
+if tonumber(lease_deadline) > tonumber(lease_now[1]) + tonumber(lease_now[2]) / 1000000 then
+  return 0
+end
+"""
+
+# The requeue of _REQUEUE_LUA, only for a lease that has expired.
+_RECLAIM_LUA = _LEASE_EXPIRED_GUARD_LUA + _REQUEUE_LUA
+
+# KEYS: 1 leases, 2 crawl record, 3 crawl leases, 4 control stream. ARGV: 1 member, 2 'failed',
+# 3 record TTL (s), 4 dead letter (JSON). The ack of _ACK_LUA counted as failed, plus a
+# ``dead-letter`` entry on the stream, only for a lease that has expired. Returns 1 if done, else 0.
+_ACK_BODY, _ACK_RETURN = _ACK_LUA.rsplit("return 1", 1)
+assert not _ACK_RETURN.strip(), "_ACK_LUA must end with 'return 1'"
+_EXHAUST_LUA = (
+    _LEASE_EXPIRED_GUARD_LUA
+    + _ACK_BODY
+    + """
+redis.call('XADD', KEYS[4], '*', 'kind', 'dead-letter', 'request', ARGV[4])
+return 1
+"""
+)
+
+# KEYS: 1 domains(spider). ARGV: 1 domain-crawls prefix, 2 crawl-queue prefix (+ crawl member + ':'
+# + domain). Returns {domain, backlog, ...} of every domain with queued requests: the ZCARDs of its
+# crawls' queues, O(domains x crawls per domain), never O(backlog).
+_SPIDER_BACKLOG_LUA = """
+local out = {}
+for _, domain in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local total = 0
+  for _, crawl in ipairs(redis.call('ZRANGE', ARGV[1] .. domain, 0, -1)) do
+    total = total + redis.call('ZCARD', ARGV[2] .. crawl .. ':' .. domain)
+  end
+  if total > 0 then
+    out[#out + 1] = domain
+    out[#out + 1] = total
+  end
+end
+return out
+"""
+
+
+def crawl_dead_letter(request: FrontierRequest, error: str, server_time: int | None = None) -> dict[str, Any]:
+    """The crawl dead letter (API.md §6 b) of *request*, which failed permanently with *error*
+    (``"<ExceptionClass>: <message>"``, ``"lease expired"``, or the item-too-large text)."""
+    return {
+        "stage": "crawl",
+        "error": error,
+        "url": request.url,
+        "appid": request.appid,
+        "crawlid": request.crawlid,
+        "spiderid": request.spiderid,
+        "retry_times": request.retry_times,
+        "server_time": int(time.time()) if server_time is None else server_time,
+    }
+
+
+#: The ``error`` of the dead letter of a request whose lease expired once too often (API.md §3.12).
+LEASE_EXPIRED = "lease expired"
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimResult:
+    """What one :func:`reclaim_expired_leases` pass did."""
+
+    requeued: int = 0
+    """Expired leases put back in the frontier as retries (priority - 10, retry_times + 1)."""
+    failed: int = 0
+    """Expired leases whose retries were used up: counted as failed, dead letter on the stream."""
+
+
+def reclaim_expired_leases(worker: FrontierWorker, spider: str, max_retries: int, limit: int = 500) -> ReclaimResult:
+    """Reclaim the expired leases of *spider* (their crawler died or hung), API.md §3.12.
+
+    Each lease whose deadline passed on the Redis clock counts as a failed attempt (§3.10): it goes
+    back into the frontier as :func:`retried` while its ``retry_times`` is below *max_retries*;
+    otherwise it ends counted as ``failed`` and a ``dead-letter`` entry (:func:`crawl_dead_letter`
+    with error :data:`LEASE_EXPIRED`) is appended to the control stream, atomically, for the
+    redis-monitor to produce. Each lease is claimed inside its script, so concurrent reapers never
+    handle one twice, and a lease renewed in the meantime is left alone.
+
+    Args:
+        worker: the frontier client (its lease time is not used).
+        spider: the spider type whose ``keys.leases(spider)`` to reap.
+        max_retries: RETRY_TIMES.
+        limit: most leases handled in this pass (oldest first).
+
+    Raises:
+        redis.RedisError: Redis failed; leases not yet handled stay leased for the next pass.
+    """
+    requeued = failed = 0
+    for member, request in worker.expired_leases(spider, limit):
+        if request.retry_times < max_retries:
+            requeued += worker.reclaim(member, retried(request))
+        else:
+            letter = crawl_dead_letter(request, LEASE_EXPIRED)
+            failed += worker.exhaust(member, request, ujson.dumps(letter, ensure_ascii=False))
+    return ReclaimResult(requeued, failed)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

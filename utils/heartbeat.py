@@ -16,6 +16,7 @@ import math
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -61,12 +62,23 @@ class Heartbeat:
         node_id: from :func:`new_node_id`.
         host: the host name shown in node maps (``CRAWLER_NODE_NAME`` or the machine's name).
         timeout_s: seconds the process counts as live after a beat (``HEARTBEAT_TIMEOUT``).
+        extra: more fields for the payload; crawlers add ``{"spider": <spider type>}``, which the
+            spider stats (API.md §4.7) count live processes by.
 
     Raises:
         ValueError: *timeout_s* is not positive.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, component: str, node_id: str, host: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        component: str,
+        node_id: str,
+        host: str,
+        timeout_s: float,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"HEARTBEAT_TIMEOUT: must be > 0 seconds, got {timeout_s!r}")
         self.redis = redis
@@ -78,14 +90,17 @@ class Heartbeat:
         self.key = keys.heartbeat(component, node_id)
         self.index_key = keys.heartbeat_index(component)
         self.started = time.time()
+        self.extra = dict(extra or {})
         self._beat = redis.register_script(_BEAT_LUA)
 
     def __repr__(self) -> str:
         return f"Heartbeat({self.key!r})"
 
     def payload(self) -> dict[str, Any]:
-        """What the heartbeat key holds: host, pid, node_id, component and started (epoch s)."""
+        """What the heartbeat key holds: host, pid, node_id, component and started (epoch s), plus
+        the *extra* fields."""
         return {
+            **self.extra,
             "host": self.host,
             "pid": os.getpid(),
             "node_id": self.node_id,
@@ -114,34 +129,50 @@ class Heartbeat:
         pipe.execute()
 
 
-def live_nodes(redis: Redis, keys: Keys, component: str) -> dict[str, list[str]]:
-    """The node map of *component* (API.md §4.1): host -> sorted node ids of its live processes.
+def live_heartbeats(redis: Redis, keys: Keys, component: str) -> list[dict[str, Any]]:
+    """The heartbeat payloads (:meth:`Heartbeat.payload`) of *component*'s live processes, by node id.
 
     Prunes expired entries of ``keys.heartbeat_index(component)`` on the Redis clock, then reads
     the remaining heartbeat keys: two round trips, no ``KEYS``. A node whose key vanished in
-    between is left out (and dropped from the index).
-
-    Returns:
-        ``{}`` when no process of *component* is live.
+    between is left out (and dropped from the index); an unreadable payload becomes
+    ``{"node_id": <id>, "host": "unknown"}`` (written by something else; still a live node).
     """
     index_key = keys.heartbeat_index(component)
-    members = [_text(m) for m in redis.register_script(_PRUNE_LUA)(keys=[index_key])]
+    members = sorted(_text(m) for m in redis.register_script(_PRUNE_LUA)(keys=[index_key]))
     if not members:
-        return {}
+        return []
     values = redis.mget([keys.heartbeat(component, node_id) for node_id in members])
-    nodes: dict[str, list[str]] = {}
+    beats: list[dict[str, Any]] = []
     gone = []
     for node_id, raw in zip(members, values, strict=True):
         if raw is None:
             gone.append(node_id)
             continue
         try:
-            host = str(json.loads(raw)["host"])
-        except (ValueError, KeyError, TypeError):
-            host = "unknown"  # written by something else; still a live node
-        nodes.setdefault(host, []).append(node_id)
+            payload = json.loads(raw)
+            if not isinstance(payload, dict):
+                raise TypeError
+        except (ValueError, TypeError):
+            payload = {}
+        payload["node_id"] = node_id
+        payload["host"] = str(payload.get("host", "unknown"))
+        beats.append(payload)
     if gone:
         redis.zrem(index_key, *gone)
+    return beats
+
+
+def live_nodes(redis: Redis, keys: Keys, component: str) -> dict[str, list[str]]:
+    """The node map of *component* (API.md §4.1): host -> sorted node ids of its live processes.
+
+    Read through :func:`live_heartbeats` (two round trips, no ``KEYS``).
+
+    Returns:
+        ``{}`` when no process of *component* is live.
+    """
+    nodes: dict[str, list[str]] = {}
+    for beat in live_heartbeats(redis, keys, component):
+        nodes.setdefault(beat["host"], []).append(beat["node_id"])
     return {host: sorted(ids) for host, ids in sorted(nodes.items())}
 
 
@@ -154,4 +185,4 @@ def check_health(redis: Redis, keys: Keys, component: str, node_id: str) -> bool
     return bool(redis.exists(keys.heartbeat(component, node_id)))
 
 
-__all__ = ["Heartbeat", "check_health", "live_nodes", "new_node_id"]
+__all__ = ["Heartbeat", "check_health", "live_heartbeats", "live_nodes", "new_node_id"]

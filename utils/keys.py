@@ -179,6 +179,20 @@ class Keys:
             "crawl_leases": f"{self.prefix}:crawl-leases:{s}:",  # + crawl member
         }
 
+    def crawl_ref_prefixes(self) -> dict[str, str]:
+        """Key prefixes a Lua script completes with a :meth:`crawl_ref` (``<spider>:<appid>:<crawlid>``,
+        escaped), for scripts that walk crawls of every spider type (e.g. :meth:`active_crawls`).
+
+        ``app_crawls`` is completed with ``<spider>:<appid>`` (the ref without its last part) and
+        holds the crawl id unescaped. ``tests/unit/test_keys.py`` checks each against its method.
+        """
+        return {
+            "crawl_domains": f"{self.prefix}:crawl-domains:",  # + crawl ref
+            "crawl_leases": f"{self.prefix}:crawl-leases:",  # + crawl ref
+            "crawl": f"{self.prefix}:crawl:",  # + crawl ref
+            "app_crawls": f"{self.prefix}:app-crawls:",  # + escaped spider + ":" + escaped appid
+        }
+
     @staticmethod
     def crawl_member(appid: str, crawlid: str) -> str:
         """Member naming a crawl within one spider type: ``<appid>:<crawlid>`` (escaped)."""
@@ -208,6 +222,21 @@ class Keys:
     def queue_sequence(self) -> str:
         """Arrival counter: every push takes the next value, so equal priorities pop in order."""
         return f"{self.prefix}:queue-seq"
+
+    # --- crawler: dedupe and page caps (crawler/runtime.py) -------------------------------------
+
+    @key("hash", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
+    def dupefilter(self, spider: str, appid: str, crawlid: str) -> str:
+        """Per-crawl dupefilter (API.md §3.8): field = request fingerprint (hex), value = fingerprint
+        of the page that first queued it, so that page, refetched after a lost lease, queues its
+        links again instead of finding them already seen."""
+        return f"{self.prefix}:dupefilter:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+
+    @key("set", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
+    def page_caps(self, spider: str, appid: str, crawlid: str, domain: str) -> str:
+        """Fingerprints of the requests admitted for one crawl in one domain while a page cap
+        (``domain_max_pages``, GLOBAL_PAGE_PER_DOMAIN_LIMIT) applies; its size is the count capped."""
+        return f"{self.prefix}:page-caps:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
 
     # --- throttle -------------------------------------------------------------------------------
 
@@ -273,8 +302,10 @@ class Keys:
 
     @key("stream")
     def control_stream(self) -> str:
-        """Action, stats and domain-config requests waiting for a redis-monitor: fields ``kind``
-        and ``request`` (JSON). Read through one consumer group; entries are deleted once answered."""
+        """Action, stats and domain-config requests waiting for a redis-monitor, and the
+        notifications its timers cause (``expire``, ``complete``, ``dead-letter``): fields ``kind``
+        and ``request`` (JSON). Read through the consumer group ``redis-monitor``; entries are
+        deleted once their answer is acknowledged by Kafka."""
         return f"{self.prefix}:control"
 
     @key("string", ttl="1 day")
@@ -325,6 +356,28 @@ class Keys:
         """Node ids of ``component`` that have sent a heartbeat: score = when it expires (Redis
         time, s); entries past their score are pruned by readers."""
         return f"{self.prefix}:nodes:{component}"
+
+    # --- REST answers (rest/answers.py) ----------------------------------------------------------
+
+    @key("string (JSON)", ttl="POLL_RESULT_TTL")
+    def poll_result(self, uuid: str) -> str:
+        """An outbound message with a ``uuid`` that no ``POST /feed`` delivered, kept for
+        ``POST /poll`` (any REST instance; read and deleted in one ``GETDEL``)."""
+        return f"{self.prefix}:poll:{escape(uuid)}"
+
+    @key("string", ttl="POLL_RESULT_TTL")
+    def poll_origin(self, origin: str) -> str:
+        """Marker that the outbound record ``<topic>/<partition>/<offset>`` was stored for ``/poll``:
+        every REST instance consumes every answer, and only the first stores it, so a polled
+        answer is not stored again by a slower instance."""
+        return f"{self.prefix}:poll-origin:{origin}"
+
+    @key("string", ttl="WAIT_FOR_RESPONSE_TIME + KAFKA_FEED_TIMEOUT + a margin")
+    def poll_waiter(self, uuid: str) -> str:
+        """Present while some REST instance's ``POST /feed`` waits for the answer to ``uuid``: the
+        other instances then do not store that answer for ``/poll``; the waiting one stores it
+        itself if its wait ends first."""
+        return f"{self.prefix}:poll-waiter:{escape(uuid)}"
 
 
 def document(prefix: str = "<prefix>") -> list[KeyDoc]:

@@ -53,7 +53,9 @@ end
 
 # KEYS[1]: queue zset, KEYS[2]: sequence counter. ARGV: priority1, member1, priority2, member2, ...
 # Returns the number of members newly added (ZADD NX: a member already queued keeps its place).
-_PUSH_LUA = SCORE_LUA + f"""
+_PUSH_LUA = (
+    SCORE_LUA
+    + f"""
 local n = #ARGV / 2
 if n == 0 then return 0 end
 local last = redis.call('INCRBY', KEYS[2], n)
@@ -73,6 +75,7 @@ if #args > 0 then
 end
 return added
 """
+)
 
 
 def clamp_priority(priority: int) -> int:

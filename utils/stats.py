@@ -262,4 +262,102 @@ class Stats:
         return {label: int(count) for label, count in zip(labels, reply, strict=True) if int(count)}
 
 
-__all__ = ["BUCKETS_PER_WINDOW", "LIFETIME", "Stats", "bucket_index"]
+# --- counter names: the one contract between the processes that count and the stats readers -------
+#
+# kafka-monitor and redis-monitor: component = their name; counters TOTAL (every request or entry
+# processed, valid or not), FAIL (rejected or failed ones) and plugin_counter_name(<plugin name>)
+# (what each plugin handled). Crawler: component CRAWLER; per response, crawler_counter_name(spider,
+# code) and machine_counter_name(host, code) (network-level failures count as NETWORK_FAILURE_CODE,
+# as in Scrapy Cluster); per item emitted items_counter_name(spider); per crawl dead letter
+# failed_counter_name(spider). Spider types and host names never contain ':'.
+
+KAFKA_MONITOR = "kafka-monitor"
+"""Stats component of the kafka-monitor."""
+REDIS_MONITOR = "redis-monitor"
+"""Stats component of the redis-monitor."""
+CRAWLER = "crawler"
+"""Stats component of the crawlers."""
+TOTAL = "total"
+"""A monitor's counter of everything it processed."""
+FAIL = "fail"
+"""A monitor's counter of what it rejected or failed on."""
+NETWORK_FAILURE_CODE = 504
+"""The status code under which crawler stats count a network-level failure (API.md §4.7)."""
+
+_PLUGIN = "plugin:"
+
+
+def plugin_counter_name(plugin: str) -> str:
+    """Counter of the requests a monitor plugin handled: ``plugin:<name>``."""
+    return f"{_PLUGIN}{plugin}"
+
+
+def parse_plugin_counter_name(name: str) -> str | None:
+    """The plugin name of a :func:`plugin_counter_name`, or None for another counter."""
+    return name[len(_PLUGIN) :] if name.startswith(_PLUGIN) and len(name) > len(_PLUGIN) else None
+
+
+def crawler_counter_name(spider: str, code: int) -> str:
+    """Crawler counter of responses with status *code* fetched by spider type *spider*:
+    ``spider:<spider>:<code>``."""
+    return f"spider:{spider}:{int(code)}"
+
+
+def machine_counter_name(host: str, code: int) -> str:
+    """Crawler counter of responses with status *code* fetched on *host* (``CRAWLER_NODE_NAME``),
+    all spider types together: ``machine:<host>:<code>``."""
+    return f"machine:{host}:{int(code)}"
+
+
+def items_counter_name(spider: str) -> str:
+    """Crawler counter of the items spider type *spider* emitted: ``items:<spider>``."""
+    return f"items:{spider}"
+
+
+def failed_counter_name(spider: str) -> str:
+    """Crawler counter of the crawl dead letters of spider type *spider*: ``failed:<spider>``."""
+    return f"failed:{spider}"
+
+
+def parse_status_counter_name(name: str) -> tuple[str, str, int] | None:
+    """``("spider", spider, code)`` or ``("machine", host, code)`` of a :func:`crawler_counter_name`
+    or :func:`machine_counter_name`; None for any other counter."""
+    kind, sep, rest = name.partition(":")
+    who, sep2, code = rest.rpartition(":")
+    if kind not in ("spider", "machine") or not sep or not sep2 or not who or not code.isdigit():
+        return None
+    return kind, who, int(code)
+
+
+def record_response(
+    stats: Stats, spider: str, host: str, code: int, codes: Iterable[int], *, pipe: Pipeline | None = None
+) -> None:
+    """Count one response (or a network failure, as :data:`NETWORK_FAILURE_CODE`) in the crawler's
+    per-spider and per-machine counters, if *code* is one of *codes* (``STATS_RESPONSE_CODES``)."""
+    if int(code) in {int(c) for c in codes}:
+        stats.incr_many(
+            [(CRAWLER, crawler_counter_name(spider, code), 1), (CRAWLER, machine_counter_name(host, code), 1)],
+            pipe=pipe,
+        )
+
+
+__all__ = [
+    "BUCKETS_PER_WINDOW",
+    "CRAWLER",
+    "FAIL",
+    "KAFKA_MONITOR",
+    "LIFETIME",
+    "NETWORK_FAILURE_CODE",
+    "REDIS_MONITOR",
+    "TOTAL",
+    "Stats",
+    "bucket_index",
+    "crawler_counter_name",
+    "failed_counter_name",
+    "items_counter_name",
+    "machine_counter_name",
+    "parse_plugin_counter_name",
+    "parse_status_counter_name",
+    "plugin_counter_name",
+    "record_response",
+]

@@ -108,11 +108,6 @@ def test_bad_setting_is_named_and_exits_1(tmp_path: Path) -> None:
     assert "QUEUE_HITS: expected an integer, got 'ten'" in out.stderr
 
 
-def test_unbuilt_subcommand_says_so_and_exits_2(tmp_path: Path) -> None:
-    out = subprocess.run([*CLI, "crawler"], env=_env(tmp_path), capture_output=True, text=True, timeout=30)
-    assert out.returncode == 2 and "not implemented yet" in out.stderr
-
-
 def test_feed_validates_like_the_kafka_monitor(tmp_path: Path) -> None:
     env = _env(tmp_path)
     env["KAFKA_BOOTSTRAP_SERVERS"] = "127.0.0.1:1"  # never reached: validation fails first

@@ -158,6 +158,10 @@ def test_stats_default_and_scheme_prepended_and_domain_normalised(validator: Req
             " 'spider', 'machine', 'queue', 'rest', 'all'] (at /stats)",
         ),
         ({"uuid": "s"}, "Invalid request: stats: 'appid' is a required property"),
+        (
+            {"action": {"nested": 1}, "appid": "app", "uuid": "u", "spiderid": "link"},
+            "Invalid request: action: {'nested': 1} is not of type 'string' (at /action)",
+        ),
         ({"hello": "world"}, "Invalid request: crawl: 'appid' is a required property"),  # best_match's pick
     ],
 )
@@ -173,11 +177,21 @@ def test_rejections_name_kind_message_and_pointer(validator: RequestValidator, m
         (b"", "Unparseable JSON: Expecting value: line 1 column 1 (char 0)"),
         (b'{"a": NaN}', "Unparseable JSON: NaN is not valid JSON"),
         (b"[" * 100000 + b"]" * 100000, "Unparseable JSON: nesting too deep"),
+        (
+            b'{"url": "http://x.com/\\uDc00"}',
+            "Unparseable JSON: a string holds an unpaired surrogate escape (\\ud800-\\udfff)",
+        ),
+        (None, "Unparseable JSON: Expecting value: line 1 column 1 (char 0)"),  # a Kafka record without a value
     ],
 )
-def test_unparseable_input(validator: RequestValidator, raw: bytes, expected: str) -> None:
+def test_unparseable_input(validator: RequestValidator, raw: bytes | None, expected: str) -> None:
     outcome = validator.validate_raw(raw)
     assert isinstance(outcome, Rejected) and outcome.reason == expected
+
+
+def test_escaped_surrogate_pairs_are_fine(validator: RequestValidator) -> None:
+    out = validator.validate_raw(b'{"url": "http://x.com/\\ud83d\\ude00", "appid": "app", "crawlid": "c"}')
+    assert isinstance(out, Accepted) and out.message["url"] == "http://x.com/\U0001f600"
 
 
 def test_limits_come_from_settings() -> None:

@@ -1,0 +1,164 @@
+"""Crawl benchmark: pages/s of crawlhive crawler processes beside plain Scrapy, same site, same run.
+
+Needs the shared synthetic site served by nginx (``../shared/bench/README.md``)::
+
+    python3 ../shared/bench/gen_site.py && ../shared/bench/nginx.sh start
+    .venv/bin/python bench/crawl.py [--pages 3000] [--conc 32]
+
+Measures, in order, on a private embedded Redis and broker:
+
+1. **plain Scrapy** (``../shared/bench/baseline/plain_scrapy.py --mode plain``): CrawlSpider +
+   LinkExtractor, in-memory scheduler and dupefilter, stops after ``--pages`` responses;
+2. **crawlhive, 1 process**: ``crawlhive crawler`` (link spider), the 8 seeds as one crawl with
+   ``maxdepth`` 3, unthrottled (huge QUEUE_HITS), robots.txt off like the baseline, items produced
+   to Kafka; the same ``benchext.Measure`` extension measures pages/s, plus ``bench/crawl_ext.py``
+   counting Redis round trips, and INFO commandstats gives Redis commands per page;
+3. **crawlhive, 2 processes** on a fresh key prefix, each stopping after ``--pages`` / 2 responses:
+   combined pages/s from the first response of either to the last of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from crawlhive.utils.connections import ensure_topics
+from crawlhive.utils.embedded import EmbeddedCluster
+from crawlhive.utils.frontier import Frontier, seed_from_request
+from crawlhive.utils.settings import Settings, env_value
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "bench"
+SEEDS = Path("/tmp/perfsite/www/seeds.txt")
+
+
+def run_plain(pages: int, conc: int, out: Path) -> dict[str, Any]:
+    subprocess.run(
+        [sys.executable, str(SHARED / "baseline" / "plain_scrapy.py"), "--mode", "plain", "--conc", str(conc),
+         "--pages", str(pages), "--out", str(out), "--set", "LOG_LEVEL=WARNING"],
+        check=True,
+    )  # fmt: skip
+    return dict(json.loads(out.read_text()))
+
+
+def commands(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k not in ("cmdstat_info",))
+
+
+def seed_crawl(settings: Settings, client: redis.Redis, crawlid: str) -> None:
+    urls = [u.strip() for u in SEEDS.read_text().splitlines() if u.strip()]
+    base = {
+        "appid": "bench", "crawlid": crawlid, "spiderid": "link", "priority": 50, "maxdepth": 3,
+        "domain_max_pages": None, "allowed_domains": None, "allow_regex": None, "deny_regex": None,
+        "deny_extensions": None, "expires": 0, "useragent": None, "cookie": None, "attrs": None,
+        "method": "GET", "headers": None, "body": None, "cookies": None,
+    }  # fmt: skip
+    pipe = client.pipeline(transaction=True)
+    Frontier.from_settings(client, settings).push(
+        [seed_from_request({**base, "url": u}, f"bench/{crawlid}/{i}") for i, u in enumerate(urls)], pipe
+    )
+    pipe.execute()
+
+
+def run_crawlers(settings: Settings, client: redis.Redis, n: int, pages: int, conc: int, work: Path) -> dict[str, Any]:
+    outs = [(work / f"measure-{n}-{i}.json", work / f"rtt-{n}-{i}.json") for i in range(n)]
+    procs = []
+    env_base = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")}
+    for measure, rtt in outs:
+        scrapy = {
+            "EXTENSIONS": {"benchext.Measure": 0, "crawl_ext.RoundTrips": 1},
+            "BENCH_OUT": str(measure),
+            "BENCH_RTT_OUT": str(rtt),
+            "CLOSESPIDER_PAGECOUNT": pages // n,
+        }
+        env = {
+            **env_base,
+            "PYTHONPATH": os.pathsep.join([str(SHARED / "baseline"), str(ROOT / "bench")]),
+            "REDIS_URL": settings["REDIS_URL"],
+            "KAFKA_BOOTSTRAP_SERVERS": ",".join(settings["KAFKA_BOOTSTRAP_SERVERS"]),
+            "REDIS_KEY_PREFIX": settings["REDIS_KEY_PREFIX"],
+            "KAFKA_TOPIC_PREFIX": settings["KAFKA_TOPIC_PREFIX"],
+            "CRAWLHIVE_HOME": str(work),
+            "QUEUE_HITS": "1000000000",
+            "QUEUE_WINDOW": "1",
+            "QUEUE_MODERATED": "false",
+            "ROBOTSTXT_OBEY": "false",
+            "CONCURRENT_REQUESTS": str(conc),
+            "LOG_LEVEL": "WARNING",
+            "SCRAPY_SETTINGS": env_value(scrapy),
+        }
+        procs.append(subprocess.Popen([sys.executable, "-m", "crawlhive.utils.cli", "crawler"], env=env))
+    # wait until every crawler is polling (heartbeat), then seed, so start-up is not measured
+    deadline = time.monotonic() + 60
+    while client.zcard(f"{settings['REDIS_KEY_PREFIX']}:nodes:crawler") < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    before = commands(client)
+    seed_crawl(settings, client, f"c{n}")
+    for proc in procs:
+        proc.wait(timeout=600)
+    after = commands(client)
+    measures = [json.loads(m.read_text()) for m, _ in outs]
+    rtts = [json.loads(r.read_text()) for _, r in outs]
+    total = sum(r["pages"] for r in rtts)
+    span = max(r["last"] for r in rtts) - min(r["first"] for r in rtts)
+    return {
+        "processes": n,
+        "pages": total,
+        "pages_per_s": round(total / span, 1),
+        "per_process": [m["pages_per_s"] for m in measures],
+        "cpu_pct": [m["cpu_pct"] for m in measures],
+        "redis_commands_per_page": round((after - before) / total, 2),
+        "redis_round_trips_per_page": round(sum(r["round_trips"] for r in rtts) / total, 2),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=3000)
+    parser.add_argument("--conc", type=int, default=32)
+    args = parser.parse_args()
+    if not SEEDS.exists():
+        print(f"{SEEDS} missing: run ../shared/bench/gen_site.py and ../shared/bench/nginx.sh start", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedCluster() as cluster:
+        work = Path(tmp)
+        plain = run_plain(args.pages, args.conc, work / "plain.json")
+        print(f"plain Scrapy        : {plain['pages_per_s']:7.1f} pages/s  cpu {plain['cpu_pct']}%")
+        results = []
+        for n in (1, 2):
+            settings = Settings.from_overrides(
+                REDIS_URL=cluster.redis_url,
+                KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap,
+                REDIS_KEY_PREFIX=f"bench{n}",
+                KAFKA_TOPIC_PREFIX=f"bench{n}",
+                CRAWLHIVE_HOME=str(work),
+            )
+            ensure_topics(settings, [settings.topic("crawled_firehose"), settings.topic("dead_letter")])
+            client = redis.Redis.from_url(cluster.redis_url)
+            result = run_crawlers(settings, client, n, args.pages, args.conc, work)
+            client.close()
+            results.append(result)
+            print(
+                f"crawlhive x{n}        : {result['pages_per_s']:7.1f} pages/s  per process {result['per_process']}"
+                f"  cpu {result['cpu_pct']}%  Redis: {result['redis_round_trips_per_page']} round trips,"
+                f" {result['redis_commands_per_page']} commands per page"
+            )
+        one, two = results
+        print(f"ratio 1 process / plain Scrapy: {one['pages_per_s'] / plain['pages_per_s']:.2f} (target >= 0.9)")
+        print(f"ratio 2 processes / 1 process : {two['pages_per_s'] / one['pages_per_s']:.2f} (target >= 1.6)")
+        print(json.dumps({"plain": plain, "crawlhive": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""Scrapy extension loaded into the crawler processes of ``bench/crawl.py`` (bench only).
+
+Counts Redis round trips (each ``send_packed_command`` of a redis-py connection: one per command or
+per pipeline) and records absolute times of the first and last response, written as JSON to the
+file named by the Scrapy setting ``BENCH_RTT_OUT`` when the spider closes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from redis.connection import AbstractConnection
+from scrapy import signals
+
+_COUNT = [0]
+_original = AbstractConnection.send_packed_command
+
+
+def _counting(self: Any, command: Any, check_health: bool = True) -> None:
+    _COUNT[0] += 1
+    _original(self, command, check_health)
+
+
+class RoundTrips:
+    def __init__(self, crawler: Any) -> None:
+        self.crawler = crawler
+        self.out = crawler.settings.get("BENCH_RTT_OUT")
+        self.pages = 0
+        self.first: float | None = None
+        self.last: float | None = None
+        self.rtt_at_first = 0
+        AbstractConnection.send_packed_command = _counting  # type: ignore[method-assign]
+        crawler.signals.connect(self.response, signals.response_received)
+        crawler.signals.connect(self.closed, signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> RoundTrips:
+        return cls(crawler)
+
+    def response(self, response: Any, request: Any, spider: Any) -> None:
+        if self.first is None:
+            self.first = time.time()
+            self.rtt_at_first = _COUNT[0]
+        self.pages += 1
+        self.last = time.time()
+
+    def closed(self, spider: Any, reason: str) -> None:
+        if self.out:
+            with open(self.out, "w") as f:
+                json.dump(
+                    {
+                        "pages": self.pages,
+                        "first": self.first,
+                        "last": self.last,
+                        "round_trips": _COUNT[0] - self.rtt_at_first,
+                    },
+                    f,
+                )

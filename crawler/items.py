@@ -1,0 +1,111 @@
+"""The crawled item of API.md §5: exactly 13 keys, built from a response.
+
+:class:`CrawledItem` is a ``dict`` (so Scrapy treats it as an item and it encodes as JSON as is) that
+also carries, as an attribute, the lease of the request it came from, for the Kafka pipeline.
+"""
+
+from __future__ import annotations
+
+import base64
+import http
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from scrapy.http import TextResponse
+
+if TYPE_CHECKING:
+    from scrapy.http import Response
+    from scrapy.http.headers import Headers
+
+    from crawlhive.crawler.links import FoundLink
+    from crawlhive.crawler.runtime import LeaseContext
+
+ITEM_KEYS = (
+    "appid",
+    "crawlid",
+    "url",
+    "response_url",
+    "status_code",
+    "status_msg",
+    "response_headers",
+    "request_headers",
+    "body",
+    "encoding",
+    "links",
+    "attrs",
+    "timestamp",
+)
+"""The keys of every crawled item, no others (API.md §5)."""
+
+
+class CrawledItem(dict[str, Any]):
+    """A crawled item; ``context`` is the lease it answers (None for an item of no lease)."""
+
+    context: LeaseContext | None = None
+
+
+def status_message(code: int) -> str:
+    """The standard reason phrase of *code* (``404`` -> ``"Not Found"``), ``"Unknown"`` if none."""
+    try:
+        return http.HTTPStatus(code).phrase
+    except ValueError:
+        return "Unknown"
+
+
+def _text(value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
+
+
+def header_lists(headers: Headers) -> dict[str, list[str]]:
+    """Header name (as Scrapy normalises it) -> list of values, decoded as UTF-8 or else latin-1."""
+    return {_text(name): [_text(v) for v in values] for name, values in headers.items()}
+
+
+def timestamp(now: datetime | None = None) -> str:
+    """UTC ``YYYY-MM-DDTHH:MM:SS.ffffff`` (always 6 fractional digits, no offset)."""
+    return (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%f")
+
+
+def body_fields(response: Response, base64_encode: bool) -> tuple[str, str]:
+    """``(body, encoding)`` of *response* per API.md §5: text for text responses (undecodable bytes
+    as U+FFFD), latin-1 for others, or base64 of the raw bytes with the same ``encoding``."""
+    if isinstance(response, TextResponse):
+        encoding = response.encoding
+        text = None if base64_encode else response.text
+    else:
+        encoding, text = "latin-1", None if base64_encode else response.body.decode("latin-1")
+    if text is None:
+        text = base64.b64encode(response.body).decode("ascii")
+    return text, encoding
+
+
+def crawled_item(
+    response: Response,
+    links: list[FoundLink],
+    *,
+    url: str,
+    appid: str,
+    crawlid: str,
+    attrs: dict[str, Any] | None,
+    base64_encode: bool,
+) -> CrawledItem:
+    """The item of *response*; *url* is the URL the request asked for, before redirects."""
+    body, encoding = body_fields(response, base64_encode)
+    return CrawledItem(
+        appid=appid,
+        crawlid=crawlid,
+        url=url,
+        response_url=response.url,
+        status_code=response.status,
+        status_msg=status_message(response.status),
+        response_headers=header_lists(response.headers),
+        request_headers=header_lists(response.request.headers) if response.request is not None else {},
+        body=body,
+        encoding=encoding,
+        links=links,
+        attrs=attrs,
+        timestamp=timestamp(),
+    )

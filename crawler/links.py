@@ -1,0 +1,93 @@
+"""Link extraction and the link filters of a crawl (API.md §3.5).
+
+Scrapy's ``LinkExtractor`` does the work (``<a>``/``<area>`` ``href``, absolute URLs, its
+``allow``/``deny`` regexes with ``re.search`` where deny wins, ``deny_extensions`` on the last path
+segment); this module maps a crawl's options onto it, keeps ``http``/``https`` links, applies
+``allowed_domains`` to the host (Scrapy's ``allow_domains`` compares the netloc, port included, so
+``127.0.0.1`` would never match ``127.0.0.1:8080``), canonicalises them (``w3lib``'s
+``canonicalize_url``, which also drops the fragment) and keeps each canonical URL once, in
+document order. Extractors are cached
+per filter combination, since all pages of a crawl share one.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, TypedDict
+from urllib.parse import urlsplit
+
+from scrapy.http import TextResponse
+from scrapy.linkextractors import LinkExtractor
+from w3lib.url import canonicalize_url
+
+if TYPE_CHECKING:
+    from scrapy.http import Response
+
+    from crawlhive.utils.frontier import FrontierRequest
+
+
+class FoundLink(TypedDict):
+    """One entry of an item's ``links`` (API.md §5)."""
+
+    url: str
+    text: str
+
+
+@lru_cache(maxsize=512)
+def link_extractor(
+    allow_regex: tuple[str, ...] | None,
+    deny_regex: tuple[str, ...] | None,
+    deny_extensions: tuple[str, ...] | None,
+) -> LinkExtractor:
+    """The extractor for one combination of a crawl's filters (``None`` = the option is unset).
+
+    ``deny_extensions`` entries are compared case-insensitively without their leading dot; ``None``
+    keeps Scrapy's default list of ignored extensions and ``()`` denies none.
+    """
+    extensions = None if deny_extensions is None else [e.lstrip(".").lower() for e in deny_extensions if e.strip(".")]
+    return LinkExtractor(
+        allow=allow_regex or (),
+        deny=deny_regex or (),
+        deny_extensions=extensions,
+        tags=("a", "area"),
+        attrs=("href",),
+        unique=True,
+    )
+
+
+def _host_allowed(url: str, allowed: tuple[str, ...]) -> bool:
+    """The host of *url* equals an entry of *allowed* or ends with ``.`` + entry (case-insensitive)."""
+    try:
+        host = (urlsplit(url).hostname or "").rstrip(".")
+    except ValueError:
+        return False
+    return any(host == d or host.endswith("." + d) for d in allowed)
+
+
+def _tuple(values: list[str] | None) -> tuple[str, ...] | None:
+    return None if values is None else tuple(values)
+
+
+def extract_links(response: Response, request: FrontierRequest) -> list[FoundLink]:
+    """The links of *response* that pass the filters of *request*'s crawl, in document order.
+
+    Non-text responses have none.
+    """
+    if not isinstance(response, TextResponse):
+        return []
+    extractor = link_extractor(
+        _tuple(request.allow_regex),
+        _tuple(request.deny_regex),
+        _tuple(request.deny_extensions),
+    )
+    allowed = tuple(d.lower().rstrip(".") for d in request.allowed_domains or ())
+    found: dict[str, FoundLink] = {}
+    for link in extractor.extract_links(response):
+        if not link.url.startswith(("http://", "https://")):
+            continue
+        if allowed and not _host_allowed(link.url, allowed):
+            continue
+        url = canonicalize_url(link.url)
+        if url not in found:
+            found[url] = {"url": url, "text": (link.text or "").strip()}
+    return list(found.values())

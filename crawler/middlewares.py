@@ -1,0 +1,209 @@
+"""The crawler's downloader and spider middlewares: behaviour every spider shares.
+
+Downloader middlewares (outermost first):
+
+* :class:`LeaseOutcomeMiddleware` (order 50, so its ``process_exception`` runs after Scrapy's
+  ``RetryMiddleware`` gave up): a request that finally failed ends its lease, as a crawl dead letter
+  for a network error or as a policy drop for ``IgnoreRequest`` (robots.txt, …).
+* :class:`RequestShapingMiddleware` (order 400, before Scrapy's ``UserAgentMiddleware``): applies a
+  crawl's ``useragent``, ``headers`` and cookies (API.md §3.7) to each request, redirects included.
+* :class:`ResponseStatsMiddleware` (order 950, next to the downloader): counts every response by
+  status, and every network failure as 504 (API.md §4.7).
+
+Spider middleware :class:`FrontierSpiderMiddleware` (order 950, nearest the spider) turns the
+requests a spider yields into frontier requests of the same crawl, checks the lease and filters the
+links (:meth:`CrawlRuntime.admit`), and passes the items on to the Kafka pipeline.
+
+Retries are Scrapy's own ``RetryMiddleware`` (``get_retry_request``); its retry comes back to the
+scheduler, which puts it into the frontier for any crawler. Scrapy's cookie jar is disabled
+(``COOKIES_ENABLED = False``), so ``Set-Cookie`` is never carried to later requests, as in SC.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Self
+
+from scrapy import Request
+from scrapy.exceptions import IgnoreRequest
+from scrapy.utils.python import global_object_name
+
+from crawlhive.crawler.items import CrawledItem
+from crawlhive.crawler.requests import context_of
+from crawlhive.crawler.runtime import CrawlRuntime, Verdict
+from crawlhive.utils.domains import domain_of_url
+from crawlhive.utils.stats import NETWORK_FAILURE_CODE
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+    from crawlhive.crawler.runtime import LeaseContext
+    from crawlhive.utils.frontier import FrontierRequest
+
+logger = logging.getLogger(__name__)
+
+
+def error_text(exception: BaseException) -> str:
+    """``<ExceptionClass>: <message>``, the ``error`` of a crawl dead letter (API.md §6 b).
+
+    Scrapy (>= 2.19) wraps Twisted's network errors in its own ``Download*Error``; the original
+    (e.g. Twisted's ``ConnectionRefusedError``) is named, as in SC.
+    """
+    if type(exception).__module__ == "scrapy.exceptions" and exception.__cause__ is not None:
+        exception = exception.__cause__
+    return f"{type(exception).__name__}: {exception}"
+
+
+def cookie_header(request: FrontierRequest) -> str | None:
+    """The ``Cookie`` header of a crawl (API.md §3.7): ``cookie`` split on ``;`` into ``name=value``
+    pairs (pieces without ``=`` ignored), merged with ``cookies`` (which wins a clash)."""
+    pairs: dict[str, str] = {}
+    for piece in (request.cookie or "").split(";"):
+        name, sep, value = piece.strip().partition("=")
+        if sep and name.strip():
+            pairs[name.strip()] = value.strip()
+    pairs.update(request.cookies or {})
+    return "; ".join(f"{k}={v}" for k, v in pairs.items()) if pairs else None
+
+
+class RequestShapingMiddleware:
+    """Applies ``useragent`` to every request of a crawl, and ``headers`` and the cookies only to
+    requests in the seed's domain (``FrontierRequest.seed_domain``), so credentials never leak to
+    third parties (API.md §3.7). Scrapy has no per-request equivalent to reuse."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls()
+
+    def process_request(self, request: Request) -> None:
+        context = context_of(request)
+        if context is None:
+            return
+        crawl = context.request
+        same_domain = domain_of_url(request.url) == crawl.seed_domain
+        cookie = cookie_header(crawl)
+        for name, value in (crawl.headers or {}).items():
+            if same_domain:
+                request.headers[name] = value
+            else:
+                request.headers.pop(name, None)
+        if cookie is not None:
+            if same_domain:
+                request.headers["Cookie"] = cookie
+            else:
+                request.headers.pop("Cookie", None)
+        if crawl.useragent:
+            request.headers["User-Agent"] = crawl.useragent
+
+
+class ResponseStatsMiddleware:
+    """Counts each response by status code and each network failure as 504 (SC's convention), per
+    spider type and per machine, in the crawler's rolling-window stats (API.md §4.7)."""
+
+    def __init__(self, runtime: CrawlRuntime) -> None:
+        self.runtime = runtime
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(CrawlRuntime.of(crawler))
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        self.runtime.count_response(response.status)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        if not isinstance(exception, IgnoreRequest):
+            self.runtime.count_response(NETWORK_FAILURE_CODE)
+
+
+class LeaseOutcomeMiddleware:
+    """Ends the lease of a request whose download finally failed (after Scrapy's retries): a crawl
+    dead letter for a network error (API.md §3.10), a policy drop for ``IgnoreRequest``."""
+
+    def __init__(self, runtime: CrawlRuntime) -> None:
+        self.runtime = runtime
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(CrawlRuntime.of(crawler))
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        context = context_of(request)
+        if context is None or context.done:
+            return
+        if isinstance(exception, IgnoreRequest):
+            self.runtime.drop(context)
+        else:
+            self.runtime.fail(context, error_text(exception))
+
+
+class FrontierSpiderMiddleware:
+    """Between a spider and the rest: its requests become frontier requests of the same crawl
+    (depth + 1, priority - 10, options inherited; API.md §3.1, §3.5), queued only after the page's
+    item was acknowledged by Kafka; its items get the page's lease for the Kafka pipeline.
+
+    The whole output of a callback is collected first, so links and items are decided together:
+    the lease is checked (a stopped crawl's in-flight page yields nothing) and the links pass the
+    per-crawl dupefilter and page caps in one round trip (:meth:`CrawlRuntime.admit`).
+    """
+
+    def __init__(self, crawler: Crawler, runtime: CrawlRuntime) -> None:
+        self.crawler = crawler
+        self.runtime = runtime
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler, CrawlRuntime.of(crawler))
+
+    def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterator[Any]:
+        context = context_of(response.request)
+        if context is None:
+            yield from result
+            return
+        yield from self._handle(context, list(result))
+
+    async def process_spider_output_async(self, response: Response, result: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        outputs = [output async for output in result]
+        context = context_of(response.request)
+        if context is None:
+            for output in outputs:
+                yield output
+            return
+        for output in self._handle(context, outputs):
+            yield output
+
+    def process_spider_exception(self, response: Response, exception: Exception) -> list[Any] | None:
+        context = context_of(response.request)
+        if context is None or context.done:
+            return None
+        logger.error("spider failed on %s", response.url, exc_info=exception)
+        self.runtime.fail(context, error_text(exception))
+        return []
+
+    def _handle(self, context: LeaseContext, outputs: list[Any]) -> list[Any]:
+        if context.done:
+            return []
+        spider = self.crawler.spider
+        requests = [o for o in outputs if isinstance(o, Request)]
+        items = [o for o in outputs if not isinstance(o, Request)]
+        children = [self.runtime.child(context, r, spider) for r in requests]
+        verdict = self.runtime.admit(context, children)
+        if verdict is Verdict.LOST:
+            self.runtime.abandon(context)
+            return []
+        if verdict is Verdict.CANCELLED:
+            self.runtime.drop(context)
+            return []
+        if verdict is Verdict.EMIT_NO_LINKS:
+            context.children = []
+        wrapped = []
+        for item in items:
+            if not isinstance(item, CrawledItem):
+                logger.debug("%s: wrapping a %s item", context.request.url, global_object_name(type(item)))
+                item = CrawledItem(item)
+            item.context = context
+            wrapped.append(item)
+        self.runtime.page_parsed(context, len(wrapped))
+        return wrapped

@@ -1,0 +1,145 @@
+"""Frontier requests <-> Scrapy requests.
+
+A popped :class:`~crawlhive.utils.frontier.FrontierRequest` becomes a ``scrapy.Request`` whose meta
+carries its :class:`~crawlhive.crawler.runtime.LeaseContext` (:data:`CONTEXT`). A request a spider
+yields becomes a child ``FrontierRequest`` that inherits its crawl's options (API.md §3): depth + 1,
+priority - 10, ``GET`` without a body unless the spider built something else. Such a custom request
+travels whole: ``scrapy.Request.to_dict`` made JSON-safe (bytes as latin-1 text) in
+``FrontierRequest.scrapy_request`` and rebuilt with ``request_from_dict``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+from scrapy.utils.request import request_from_dict
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+
+    from crawlhive.crawler.runtime import LeaseContext
+    from crawlhive.utils.frontier import FrontierRequest
+
+CONTEXT = "crawlhive_lease"
+"""Request meta key of the :class:`LeaseContext` of a request taken from the frontier."""
+
+FRONTIER = "frontier"
+"""Request meta key a spider may set on a request it yields, to override what the child inherits:
+``{"attrs": {...}, "spiderid": "other", "priority": 5}`` (the wandering spider sets ``attrs``)."""
+
+#: Meta keys Scrapy's own components set; never part of a serialised request.
+_SCRAPY_META = frozenset(
+    {
+        CONTEXT,
+        FRONTIER,
+        "depth",
+        "retry_times",
+        "download_slot",
+        "download_latency",
+        "download_timeout",
+        "redirect_times",
+        "redirect_ttl",
+        "redirect_urls",
+        "redirect_reasons",
+        "is_start_request",
+        "_slot_request",
+    }
+)
+
+
+def context_of(request: Request | None) -> LeaseContext | None:
+    """The lease context of *request* (or of a response's request), if it came from the frontier."""
+    if request is None:
+        return None
+    context: LeaseContext | None = request.meta.get(CONTEXT)
+    return context
+
+
+def _user_meta(request: Request) -> dict[str, Any]:
+    return {k: v for k, v in request.meta.items() if k not in _SCRAPY_META}
+
+
+def is_plain(request: Request, spider: Spider) -> bool:
+    """True if *request* is a bare ``GET`` of its URL handled by ``spider.parse``: then the child
+    needs no serialised request, only its URL."""
+    return (
+        request.method == "GET"
+        and not request.body
+        and not request.headers
+        and not request.cookies
+        and (request.callback is None or getattr(request.callback, "__name__", None) == "parse")
+        and request.errback is None
+        and not request.cb_kwargs
+        and not request.flags
+        and not _user_meta(request)
+        and type(request) is Request
+    )
+
+
+def request_to_json(request: Request, spider: Spider) -> dict[str, Any]:
+    """``request.to_dict`` without Scrapy's own meta keys, with bytes as latin-1 text (JSON-safe)."""
+    clean = request.replace(meta=_user_meta(request))
+    data = clean.to_dict(spider=spider)
+    data["headers"] = {
+        k.decode("latin-1"): [v.decode("latin-1") for v in values] for k, values in data.get("headers", {}).items()
+    }
+    data["body"] = data.get("body", b"").decode("latin-1")
+    return data
+
+
+def request_from_json(data: dict[str, Any], spider: Spider) -> Request:
+    """Inverse of :func:`request_to_json`."""
+    restored = dict(data)
+    restored["headers"] = {
+        k.encode("latin-1"): [v.encode("latin-1") for v in values] for k, values in data.get("headers", {}).items()
+    }
+    restored["body"] = data.get("body", "").encode("latin-1")
+    restored["meta"] = dict(data.get("meta") or {})
+    return request_from_dict(restored, spider=spider)
+
+
+def is_seed(request: FrontierRequest) -> bool:
+    """A seed (or its retry): depth 0 and not made by a spider."""
+    return request.depth == 0 and request.scrapy_request is None
+
+
+def scrapy_request(request: FrontierRequest, spider: Spider, context: LeaseContext) -> Request:
+    """The Scrapy request that fetches the frontier *request*.
+
+    A seed gets its ``method`` and ``body`` (UTF-8); crawl headers, cookies and user agent are added
+    per fetch by :class:`~crawlhive.crawler.middlewares.RequestShapingMiddleware`.
+    """
+    if request.scrapy_request is not None:
+        built = request_from_json(request.scrapy_request, spider)
+    elif is_seed(request):
+        body = request.body.encode("utf-8") if request.body is not None else b""
+        built = Request(request.url, method=request.method, body=body, dont_filter=True)
+    else:
+        built = Request(request.url, dont_filter=True)
+    built.meta[CONTEXT] = context
+    built.meta["retry_times"] = request.retry_times
+    built.meta["depth"] = request.depth
+    built.priority = request.priority
+    return built
+
+
+def child_request(parent: FrontierRequest, request: Request, spider: Spider) -> FrontierRequest:
+    """The frontier request of *request*, yielded by a spider on a page of *parent* (API.md §3)."""
+    overrides: dict[str, Any] = dict(request.meta.get(FRONTIER) or {})
+    plain = is_plain(request, spider)
+    return dataclasses.replace(
+        parent,
+        url=request.url,
+        spiderid=str(overrides.get("spiderid", parent.spiderid)),
+        priority=int(overrides.get("priority", parent.priority - 10)),
+        request_id="",
+        method="GET",
+        body=None,
+        depth=parent.depth + 1,
+        retry_times=0,
+        attrs=overrides.get("attrs", parent.attrs),
+        domain="",  # recomputed from the URL
+        scrapy_request=None if plain else request_to_json(request, spider),
+    )

@@ -1,0 +1,52 @@
+"""Run one crawler process: ``crawlhive crawler [--spider NAME]`` (API.md §8.2)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy.crawler import CrawlerProcess
+
+from crawlhive.crawler.settings import scrapy_settings
+from crawlhive.crawler.spiders import spider_class
+from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
+from crawlhive.utils.errors import CrawlhiveError
+
+if TYPE_CHECKING:
+    from crawlhive.utils.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class CrawlerFailed(CrawlhiveError):
+    """The crawler stopped because of an error (logged), not a shutdown request."""
+
+
+def run_crawler(settings: Settings, spider: str) -> None:
+    """Crawl for spider type *spider* until SIGINT/SIGTERM (graceful: in-flight pages finish and
+    unstarted leases go back to the frontier; a second signal stops at once).
+
+    Raises:
+        SettingsError: unknown spider type or bad settings.
+        BackendUnavailable: Redis or Kafka cannot be reached at start-up.
+        CrawlerFailed: the crawl stopped on an error.
+    """
+    spider_cls = spider_class(spider)
+    redis = redis_from_settings(settings)
+    try:
+        check_redis(redis, settings)
+    finally:
+        redis.close()
+    ensure_topics(settings, [settings.topic("crawled_firehose"), settings.topic("dead_letter")])
+
+    process = CrawlerProcess(scrapy_settings(settings, spider))
+    # Scrapy's logging defaults put its loggers at DEBUG; ours (configured once in main) decide.
+    logging.getLogger("scrapy").setLevel(logging.getLogger().getEffectiveLevel())
+    errors: list[Any] = []
+    crawl = process.crawl(spider_cls)
+    crawl.addErrback(errors.append)
+    process.start()  # installs Scrapy's SIGINT/SIGTERM handlers: first graceful, second forced
+    if errors:
+        failure = errors[0]
+        logger.error("crawler failed", exc_info=(failure.type, failure.value, failure.tb))
+        raise CrawlerFailed(f"crawler stopped on {failure.type.__name__}: {failure.value}")

@@ -1,0 +1,198 @@
+"""The distributed scheduler: Scrapy asks it for requests, it leases them from the Redis frontier.
+
+``next_request`` pops the frontier of this process's spider type (:meth:`CrawlRuntime.take`: one Lua
+script, round robin across ready domains under the cluster-wide throttle, domain config and
+blacklist applied live). When nothing may be fetched it does not ask Redis again until either the
+time the pop reported (``wait_s``: the next domain's throttle opens) has passed or a message on
+``keys.wake_channel(spider)`` (published by every ``Frontier.push``) says new work arrived; no
+``KEYS`` scans, no polling while idle. Waking up, it pops at once and hands the request to the
+engine with ``engine.crawl``, which also makes the engine ask for more right away (otherwise Scrapy
+re-polls an idle scheduler only on its 5 s slot heartbeat).
+
+Requests that Scrapy hands back to the scheduler (``enqueue_request``) all belong to a lease: a
+redirect is kept here and served first, a retry from Scrapy's ``RetryMiddleware`` (its
+``retry_times`` meta went up) goes back to the frontier for any crawler. Spiders' own requests never
+arrive here: the spider middleware turns them into frontier requests.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Self
+
+from redis.exceptions import RedisError
+from scrapy import signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.exceptions import DontCloseSpider
+from twisted.internet import reactor
+
+from crawlhive.crawler.requests import context_of
+from crawlhive.crawler.runtime import CrawlRuntime
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+#: Seconds one blocking read of the wake channel may take (well under redis-py's 5 s timeout).
+WAKE_READ_S = 1.0
+#: Seconds an idle scheduler (nothing queued for its spider type) waits before it asks Redis again
+#: without a wake-up: a safety net for work queued without a publish (e.g. a lease reclaimed by
+#: the redis-monitor) or a message lost while the subscription reconnected. It matches Scrapy's
+#: engine heartbeat, which is what calls ``next_request`` then, so no timer of our own runs.
+IDLE_RECHECK_S = 5.0
+
+
+class WakeListener:
+    """Subscribes to one wake channel in a thread and calls *on_wake* in the reactor thread.
+
+    The subscription is confirmed before :meth:`start` returns, so a push that follows a pop which
+    found nothing is never missed. After a Redis error it resubscribes and reports a wake (work may
+    have arrived meanwhile).
+    """
+
+    def __init__(self, runtime: CrawlRuntime, channel: str, on_wake: Any) -> None:
+        self.runtime = runtime
+        self.channel = channel
+        self.on_wake = on_wake
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"wake-{channel}", daemon=True)
+
+    def start(self, timeout_s: float = 5.0) -> None:
+        self._thread.start()
+        self._ready.wait(timeout_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(WAKE_READ_S + 1)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pubsub = self.runtime.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(self.channel)
+                pubsub.get_message(timeout=WAKE_READ_S)  # the subscribe confirmation
+                self._ready.set()
+                while not self._stop.is_set():
+                    if pubsub.get_message(timeout=WAKE_READ_S) is not None:
+                        reactor.callFromThread(self.on_wake)
+            except (RedisError, OSError):
+                logger.warning("wake channel %s failed; resubscribing (check REDIS_URL)", self.channel, exc_info=True)
+                self._stop.wait(1.0)
+                reactor.callFromThread(self.on_wake)
+            finally:
+                pubsub.close()
+
+
+class FrontierScheduler(BaseScheduler):
+    """Scrapy scheduler over the Redis frontier (see the module docstring).
+
+    Args:
+        crawler: the crawler (its engine is nudged on wake-ups).
+        runtime: the process's shared runtime.
+    """
+
+    def __init__(self, crawler: Crawler, runtime: CrawlRuntime) -> None:
+        self.crawler = crawler
+        self.runtime = runtime
+        self.spider: Spider | None = None
+        self._local: collections.deque[Request] = collections.deque()
+        self._sleeping = False  # the last pop found nothing to fetch
+        self._next_pop = 0.0  # while sleeping: monotonic time before which Redis is not asked
+        self._timer: Any = None
+        self._listener: WakeListener | None = None
+        self._closing = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler, CrawlRuntime.of(crawler))
+
+    def open(self, spider: Spider) -> None:
+        self.spider = spider
+        self.crawler.signals.connect(self._keep_alive, signal=signals.spider_idle)
+        self._listener = WakeListener(self.runtime, self.runtime.keys.wake_channel(self.runtime.spider), self._wake)
+        self._listener.start()
+        logger.info("crawling spider type %r from the frontier", self.runtime.spider)
+        return None
+
+    def close(self, reason: str) -> None:
+        """Hand unstarted requests back to the frontier unchanged and stop listening."""
+        self._closing = True
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        given = 0
+        while self._local:
+            context = context_of(self._local.popleft())
+            if context is not None and not context.done:
+                self.runtime.give_back(context)
+                given += 1
+        if given:
+            logger.info("handed %d unstarted requests back to the frontier", given)
+        if self._listener is not None:
+            self._listener.stop()
+        return None
+
+    def _keep_alive(self, spider: Spider) -> None:
+        raise DontCloseSpider("the frontier may get work at any time")
+
+    def has_pending_requests(self) -> bool:
+        """True if requests are held in this process (redirects waiting to be followed); the
+        frontier's backlog is the cluster's, not this process's."""
+        return bool(self._local)
+
+    def enqueue_request(self, request: Request) -> bool:
+        """Take back a request of a lease: a retry goes to the frontier, a redirect is kept.
+
+        Returns:
+            False for a request of no lease (nothing to attach it to; it is dropped).
+        """
+        context = context_of(request)
+        if context is None or context.done:
+            logger.warning("dropping %s: not a request of a frontier lease", request)
+            return False
+        if request.meta.get("retry_times", 0) > context.request.retry_times:
+            self.runtime.retry(context)
+            return True
+        self._local.append(request)
+        return True
+
+    def next_request(self) -> Request | None:
+        if self._local:
+            return self._local.popleft()
+        if self._closing or self.spider is None or (self._sleeping and time.monotonic() < self._next_pop):
+            return None
+        self._sleeping = False
+        request, wait_s = self.runtime.take(self.spider)
+        if request is None:
+            self._sleep(wait_s)
+        return request
+
+    def _sleep(self, wait_s: float | None) -> None:
+        """Ask Redis again after *wait_s* (None: when woken by a push, or after IDLE_RECHECK_S)."""
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        self._sleeping = True
+        if wait_s is None:
+            self._next_pop = time.monotonic() + IDLE_RECHECK_S
+        else:
+            self._next_pop = time.monotonic() + wait_s
+            self._timer = reactor.callLater(wait_s, self._wake)
+
+    def _wake(self) -> None:
+        """Work may be ready: pop once and give it to the engine, which then asks for more."""
+        if self._closing or self.spider is None or not self._sleeping:
+            return  # not idle: the engine is asking already
+        self._next_pop = 0.0
+        engine = self.crawler.engine
+        if engine is None or engine.needs_backout():
+            self._sleeping = False  # the engine asks again when a download slot frees up
+            return
+        request = self.next_request()
+        if request is not None:
+            engine.crawl(request)  # comes back through enqueue_request; the engine then asks for more

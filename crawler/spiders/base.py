@@ -1,0 +1,45 @@
+"""What the built-in spiders share: the item of a page, from its frontier request."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Spider
+
+from crawlhive.crawler.items import CrawledItem, crawled_item
+from crawlhive.crawler.requests import context_of
+
+if TYPE_CHECKING:
+    from scrapy.http import Response
+
+    from crawlhive.crawler.links import FoundLink
+    from crawlhive.utils.frontier import FrontierRequest
+
+
+class FrontierSpider(Spider):
+    """Base of spiders fed by the frontier: no start requests (work arrives through the scheduler)."""
+
+    async def start(self) -> AsyncIterator[Any]:
+        return
+        yield  # an async generator that yields nothing
+
+    def frontier_request(self, response: Response) -> FrontierRequest:
+        """The frontier request *response* answers."""
+        context = context_of(response.request)
+        if context is None:
+            raise ValueError(f"{response.url}: not a response to a frontier request")
+        return context.request
+
+    def item(self, response: Response, links: list[FoundLink], attrs: dict[str, Any] | None = None) -> CrawledItem:
+        """The crawled item of *response* (API.md §5); *attrs* defaults to the request's."""
+        request = self.frontier_request(response)
+        return crawled_item(
+            response,
+            links,
+            url=request.url,
+            appid=request.appid,
+            crawlid=request.crawlid,
+            attrs=request.attrs if attrs is None else attrs,
+            base64_encode=self.settings.getbool("KAFKA_BASE_64_ENCODE"),
+        )

@@ -1,0 +1,27 @@
+"""The ``link`` spider: follows links up to ``maxdepth`` (API.md §3.5)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+
+from crawlhive.crawler.links import extract_links
+from crawlhive.crawler.spiders.base import FrontierSpider
+
+if TYPE_CHECKING:
+    from scrapy.http import Response
+
+
+class LinkSpider(FrontierSpider):
+    """Each page yields its item; below ``maxdepth`` also every link that passes the crawl's filters."""
+
+    name = "link"
+
+    def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        request = self.frontier_request(response)
+        links = extract_links(response, request) if request.depth < request.maxdepth else []
+        for link in links:
+            yield Request(link["url"])
+        yield self.item(response, links)

@@ -1,0 +1,103 @@
+"""redis-monitor plugins: each answers one kind of control-stream entry and/or runs on a timer.
+
+A plugin is built through ``from_monitor`` (raising :class:`~crawlhive.utils.errors.NotConfigured`
+behind its ``*_ENABLED`` flag to opt out) and loaded by the shared loader
+(:func:`crawlhive.utils.plugins.load_plugins`) from :data:`BUILTIN_PLUGINS` merged with the
+settings ``PLUGINS`` and ``REDIS_MONITOR_PLUGINS``. The monitor hands each control entry to the
+first plugin (in rank order) whose :meth:`MonitorPlugin.accepts` is true, produces what its
+:meth:`MonitorPlugin.handle` returns, and acknowledges the entry only after Kafka acknowledged that.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+if TYPE_CHECKING:
+    from crawlhive.redis_monitor.monitor import RedisMonitor
+
+#: Built-in plugins and their ranks; PLUGINS / REDIS_MONITOR_PLUGINS merge over this (null removes).
+BUILTIN_PLUGINS: dict[str, int] = {
+    "crawlhive.redis_monitor.plugins.info.InfoMonitor": 100,
+    "crawlhive.redis_monitor.plugins.stop.StopMonitor": 200,
+    "crawlhive.redis_monitor.plugins.expire.ExpireMonitor": 300,
+    "crawlhive.redis_monitor.plugins.stats.StatsMonitor": 400,
+    "crawlhive.redis_monitor.plugins.domain_config.DomainConfigMonitor": 500,
+    "crawlhive.redis_monitor.plugins.complete.CompleteMonitor": 600,
+    "crawlhive.redis_monitor.plugins.reaper.LeaseReaper": 700,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    """One message a plugin wants produced.
+
+    Attributes:
+        message: the JSON object to send.
+        dead_letter: False: an answer or notification, sent to ``<prefix>.outbound_firehose`` (and
+            ``<prefix>.outbound_<appid>`` with KAFKA_APPID_TOPICS, API.md §1); True: a dead letter,
+            sent to ``<prefix>.dead_letter`` only.
+    """
+
+    message: dict[str, Any]
+    dead_letter: bool = False
+
+
+def server_time() -> int:
+    """``server_time`` of an outbound message: epoch seconds now."""
+    return int(time.time())
+
+
+class MonitorPlugin(ABC):
+    """Base of redis-monitor plugins.
+
+    Subclasses set :attr:`name`, implement :meth:`from_monitor`, and either answer control entries
+    (:meth:`accepts` and :meth:`handle`) or run on the monitor's timer (:attr:`tick_every` and
+    :meth:`tick`), or both.
+    """
+
+    name: ClassVar[str]
+    """Name under which stats count the entries it handled (``InfoMonitor``)."""
+    tick_every: ClassVar[int] = 0
+    """Run :meth:`tick` every this many REDIS_MONITOR_TICK_S; 0 = never."""
+
+    @classmethod
+    @abstractmethod
+    def from_monitor(cls, monitor: RedisMonitor) -> Self:
+        """Build the plugin from *monitor* (settings, Redis, keys). Raise NotConfigured to opt out."""
+
+    def accepts(self, kind: str, request: dict[str, Any]) -> bool:
+        """True if this plugin answers a control entry of *kind* with *request*."""
+        return False
+
+    def handle(self, kind: str, request: dict[str, Any]) -> list[Outbound]:
+        """Act on one accepted entry and return what to produce (possibly nothing).
+
+        Called again for the same entry only if it raised, or after a crash of the monitor before
+        Kafka acknowledged the result, so effects should be idempotent or harmless to repeat.
+
+        Raises:
+            redis.RedisError: Redis failed; the monitor backs off and retries without counting it.
+            Exception: anything else counts as a failed attempt (REDIS_MONITOR_MAX_ATTEMPTS).
+        """
+        raise NotImplementedError(f"{self.name} accepts entries but does not handle them")
+
+    def failed(self, kind: str, request: dict[str, Any], error: str) -> list[Outbound] | None:
+        """What to produce for an entry this plugin failed on REDIS_MONITOR_MAX_ATTEMPTS times.
+
+        Returns:
+            The messages to send instead of an answer, or None for the monitor's default: a dead
+            letter with stage ``control``.
+        """
+        return None
+
+    def tick(self) -> None:
+        """Timer work (every :attr:`tick_every` ticks). Notifications it causes must be appended to
+        the control stream (by the script that changes the state), not produced directly.
+
+        Raises:
+            redis.RedisError: Redis failed; the monitor backs off.
+        """
+        return None

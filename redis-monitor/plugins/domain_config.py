@@ -1,0 +1,82 @@
+"""domain-config (API.md §2.5, §3.11, §4.8): throttle overrides and the domain blacklist.
+
+Writes ``keys.domain_config()`` (field = domain, value = JSON ``{"hits", "window", "scale"}``) and
+``keys.domain_blacklist()``; the crawlers' pop script reads both on every pop, so changes apply
+live. Every action is idempotent. SC's ZookeeperMonitor in Redis.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Self
+
+from redis.exceptions import ResponseError
+
+from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
+from crawlhive.utils.domains import domain_of_host
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from crawlhive.redis_monitor.monitor import RedisMonitor
+    from crawlhive.utils.keys import Keys
+
+ACTIONS = ("domain-update", "domain-remove", "blacklist-update", "blacklist-remove")
+STORE_ERROR = "Unable to store domain config"
+"""``error`` of an answer whose change was not stored (API.md §4.8)."""
+
+
+class DomainConfigMonitor(MonitorPlugin):
+    """Applies domain-update / domain-remove / blacklist-update / blacklist-remove."""
+
+    name = "DomainConfigMonitor"
+
+    def __init__(self, redis: Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+
+    @classmethod
+    def from_monitor(cls, monitor: RedisMonitor) -> Self:
+        return cls(monitor.redis, monitor.keys)
+
+    def accepts(self, kind: str, request: dict[str, Any]) -> bool:
+        return kind == "domain-config" and request.get("action") in ACTIONS
+
+    def handle(self, kind: str, request: dict[str, Any]) -> list[Outbound]:
+        action = request["action"]
+        domain = domain_of_host(request["domain"]) or request["domain"]
+        answer = self._answer(request, domain)
+        try:
+            if action == "domain-update":
+                config = {
+                    "hits": int(request["hits"]),
+                    "window": int(request["window"]),
+                    "scale": float(request.get("scale", 1.0)),
+                }
+                self.redis.hset(self.keys.domain_config(), domain, json.dumps(config))
+            elif action == "domain-remove":
+                self.redis.hdel(self.keys.domain_config(), domain)
+            elif action == "blacklist-update":
+                self.redis.sadd(self.keys.domain_blacklist(), domain)
+            else:
+                self.redis.srem(self.keys.domain_blacklist(), domain)
+        except ResponseError:
+            # Redis answered but refused the write (wrong key type, out of memory, read-only
+            # replica): nothing was changed. Connection failures propagate and are retried.
+            answer["error"] = STORE_ERROR
+        return [Outbound(answer)]
+
+    def failed(self, kind: str, request: dict[str, Any], error: str) -> list[Outbound] | None:
+        answer = self._answer(request, domain_of_host(str(request.get("domain", ""))) or request.get("domain"))
+        answer["error"] = STORE_ERROR
+        return [Outbound(answer)]
+
+    @staticmethod
+    def _answer(request: dict[str, Any], domain: Any) -> dict[str, Any]:
+        return {
+            "action": request.get("action"),
+            "domain": domain,
+            "appid": request.get("appid"),
+            "uuid": request.get("uuid"),
+            "server_time": server_time(),
+        }

@@ -1,0 +1,94 @@
+"""info (API.md §4.2, §4.3): a crawl's or an appid's backlog, from the frontier's counters.
+
+Cost: two pipelined round trips, O(domains of the crawls asked about), never O(backlog): per domain
+one ``ZCARD`` and the first and last score of its queue (:class:`FrontierReader`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Self
+
+from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
+from crawlhive.utils.frontier import CrawlState, FrontierReader
+
+if TYPE_CHECKING:
+    from crawlhive.redis_monitor.monitor import RedisMonitor
+
+
+def domain_entries(state: CrawlState) -> dict[str, dict[str, int]]:
+    """The per-domain entries (API.md §4.1) of *state*."""
+    return {
+        domain: {"total": d.total, "high_priority": d.high_priority, "low_priority": d.low_priority}
+        for domain, d in sorted(state.domains.items())
+    }
+
+
+class InfoMonitor(MonitorPlugin):
+    """Answers ``{"action": "info", ...}``: by crawlid when the request has one, else by appid."""
+
+    name = "InfoMonitor"
+
+    def __init__(self, frontier: FrontierReader) -> None:
+        self.frontier = frontier
+
+    @classmethod
+    def from_monitor(cls, monitor: RedisMonitor) -> Self:
+        return cls(monitor.frontier)
+
+    def accepts(self, kind: str, request: dict[str, Any]) -> bool:
+        return kind == "action" and request.get("action") == "info"
+
+    def handle(self, kind: str, request: dict[str, Any]) -> list[Outbound]:
+        if request.get("crawlid") is not None:
+            return [Outbound(self.by_crawlid(request))]
+        return [Outbound(self.by_appid(request))]
+
+    def by_crawlid(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The info-by-crawlid message (§4.2); zeros and ``domains: {}`` for an unknown crawl."""
+        spider, appid, crawlid = request["spiderid"], request["appid"], request["crawlid"]
+        state = self.frontier.crawl_state(spider, appid, crawlid)
+        message: dict[str, Any] = {
+            "uuid": request["uuid"],
+            "appid": appid,
+            "crawlid": crawlid,
+            "spiderid": spider,
+            "server_time": server_time(),
+            "total_pending": state.pending,
+            "total_domains": len(state.domains),
+            "domains": domain_entries(state),
+        }
+        if state.expires:
+            message["expires"] = str(state.expires)  # a string, as in Scrapy Cluster
+        message.update(total_inflight=state.inflight, total_crawled=state.crawled, total_failed=state.failed)
+        return message
+
+    def by_appid(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The info-by-appid message (§4.3): the appid's crawls of this spider type that have
+        queued or in-flight requests."""
+        spider, appid = request["spiderid"], request["appid"]
+        states = self.frontier.crawl_states(spider, appid, self.frontier.app_crawlids(spider, appid))
+        crawlids: dict[str, Any] = {}
+        domains: set[str] = set()
+        for state in states:
+            if not state.pending and not state.inflight:
+                continue
+            entry: dict[str, Any] = {"total": state.pending, "distinct_domains": len(state.domains)}
+            if state.expires:
+                entry["expires"] = state.expires  # an integer here, as in Scrapy Cluster
+            entry["domains"] = domain_entries(state)
+            entry.update(total_inflight=state.inflight, total_crawled=state.crawled, total_failed=state.failed)
+            crawlids[state.crawlid] = entry
+            domains.update(state.domains)
+        return {
+            "uuid": request["uuid"],
+            "appid": appid,
+            "spiderid": spider,
+            "server_time": server_time(),
+            "total_pending": sum(c["total"] for c in crawlids.values()),
+            "total_crawlids": len(crawlids),
+            "total_domains": len(domains),
+            "crawlids": crawlids,
+            "total_inflight": sum(c["total_inflight"] for c in crawlids.values()),
+            "total_crawled": sum(c["total_crawled"] for c in crawlids.values()),
+            "total_failed": sum(c["total_failed"] for c in crawlids.values()),
+        }

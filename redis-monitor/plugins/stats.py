@@ -1,0 +1,188 @@
+"""stats (API.md §4.7): cluster statistics from the rolling counters, heartbeats and frontier.
+
+Counter names are the contract in :mod:`crawlhive.utils.stats` (``total``, ``fail``,
+``plugin:<name>`` per monitor; ``spider:<spider>:<code>`` and ``machine:<host>:<code>`` for the
+crawlers). Live processes come from heartbeats (:func:`live_heartbeats`); crawler heartbeats carry
+their spider type as ``spider``. Queue backlogs are summed per domain by one script per spider type
+(:meth:`FrontierReader.spider_backlog`), never by reading queued requests.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Self
+
+from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
+from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.heartbeat import live_heartbeats, live_nodes
+from crawlhive.utils.stats import (
+    CRAWLER,
+    FAIL,
+    KAFKA_MONITOR,
+    REDIS_MONITOR,
+    TOTAL,
+    Stats,
+    parse_plugin_counter_name,
+    parse_status_counter_name,
+)
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from crawlhive.redis_monitor.monitor import RedisMonitor
+    from crawlhive.utils.keys import Keys
+
+TYPES = ("all", "kafka-monitor", "redis-monitor", "crawler", "spider", "machine", "queue", "rest")
+REST = "rest"
+
+
+class StatsMonitor(MonitorPlugin):
+    """Answers stats requests of every type."""
+
+    name = "StatsMonitor"
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        stats: Stats,
+        frontier: FrontierReader,
+        response_codes: list[int],
+        max_domains: int,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.stats = stats
+        self.frontier = frontier
+        self.response_codes = {int(c) for c in response_codes}
+        self.max_domains = max_domains
+
+    @classmethod
+    def from_monitor(cls, monitor: RedisMonitor) -> Self:
+        settings = monitor.settings
+        return cls(
+            monitor.redis,
+            monitor.keys,
+            monitor.stats,
+            monitor.frontier,
+            settings.getlist("STATS_RESPONSE_CODES"),
+            settings.getint("STATS_QUEUE_MAX_DOMAINS"),
+        )
+
+    def accepts(self, kind: str, request: dict[str, Any]) -> bool:
+        return kind == "stats"
+
+    def handle(self, kind: str, request: dict[str, Any]) -> list[Outbound]:
+        kind_ = request.get("stats") or "all"
+        if kind_ not in TYPES:
+            raise ValueError(f"unknown stats type {kind_!r}")
+        message: dict[str, Any] = {
+            "stats": kind_,
+            "appid": request["appid"],
+            "uuid": request["uuid"],
+            "server_time": server_time(),
+        }
+        message.update(self.body(kind_))
+        return [Outbound(message)]
+
+    def body(self, kind: str) -> dict[str, Any]:
+        """The type-specific part of a stats answer."""
+        if kind in (KAFKA_MONITOR, REDIS_MONITOR):
+            return self.monitor_body(kind)
+        if kind == "crawler":
+            return self.crawler_body()
+        if kind == "spider":
+            return {"spiders": self.spiders()}
+        if kind == "machine":
+            return {"machines": self.machines()}
+        if kind == "queue":
+            return {"queues": self.queues()}
+        if kind == REST:
+            return self.rest_body()
+        return {
+            KAFKA_MONITOR: self.monitor_body(KAFKA_MONITOR),
+            REDIS_MONITOR: self.monitor_body(REDIS_MONITOR),
+            "crawler": self.crawler_body(),
+            REST: self.rest_body(),
+        }
+
+    def monitor_body(self, component: str) -> dict[str, Any]:
+        """``total``, ``fail``, ``plugins`` and ``nodes`` of a monitor, each only with data."""
+        maps = self.stats.read_many(self.stats.counters(component))
+        body: dict[str, Any] = {}
+        for name in (TOTAL, FAIL):
+            if maps.get((component, name)):
+                body[name] = maps[(component, name)]
+        plugins = {}
+        for (_, name), window_map in sorted(maps.items()):
+            plugin = parse_plugin_counter_name(name)
+            if plugin and window_map:
+                plugins[plugin] = window_map
+        if plugins:
+            body["plugins"] = plugins
+        nodes = live_nodes(self.redis, self.keys, component)
+        if nodes:
+            body["nodes"] = nodes
+        return body
+
+    def rest_body(self) -> dict[str, Any]:
+        nodes = live_nodes(self.redis, self.keys, REST)
+        return {"nodes": nodes} if nodes else {}
+
+    def crawler_body(self) -> dict[str, Any]:
+        queues = self.queues()
+        return {"spiders": self.spiders(), "machines": self.machines(), "queue": queues, "queues": dict(queues)}
+
+    def _status_maps(self, wanted: str) -> dict[str, dict[str, dict[str, int]]]:
+        """``who -> {"<code>": window map}`` of the crawler's ``wanted`` (spider or machine)
+        counters, codes in STATS_RESPONSE_CODES only, empty maps left out."""
+        names = []
+        for component, name in self.stats.counters(CRAWLER):
+            parsed = parse_status_counter_name(name)
+            if parsed and parsed[0] == wanted and parsed[2] in self.response_codes:
+                names.append((component, name))
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for (_, name), window_map in self.stats.read_many(names).items():
+            parsed = parse_status_counter_name(name)
+            if parsed and window_map:
+                out.setdefault(parsed[1], {})[str(parsed[2])] = window_map
+        return out
+
+    def spiders(self) -> dict[str, Any]:
+        """The ``spiders`` map: live crawler processes per spider type, plus response counters."""
+        live = Counter(str(beat.get("spider") or "unknown") for beat in live_heartbeats(self.redis, self.keys, CRAWLER))
+        counters = self._status_maps("spider")
+        spiders: dict[str, Any] = {
+            "unique_spider_count": len(live),
+            "total_spider_count": sum(live.values()),
+        }
+        for spider in sorted(set(live) | set(counters)):
+            spiders[spider] = {"count": live.get(spider, 0), **dict(sorted(counters.get(spider, {}).items()))}
+        return spiders
+
+    def machines(self) -> dict[str, Any]:
+        """The ``machines`` map: per host with crawler counters, status code -> window map."""
+        counters = self._status_maps("machine")
+        machines: dict[str, Any] = {"count": len(counters)}
+        for host in sorted(counters):
+            machines[host] = dict(sorted(counters[host].items()))
+        return machines
+
+    def queues(self) -> dict[str, Any]:
+        """The ``queues`` map: backlog per spider type with queued requests, domains capped."""
+        queues: dict[str, Any] = {}
+        total = 0
+        for spider in sorted(self.frontier.active_spiders()):
+            backlog = self.frontier.spider_backlog(spider)
+            if not backlog:
+                continue
+            spider_total = sum(backlog.values())
+            ranked = sorted(backlog.items(), key=lambda item: (-item[1], item[0]))[: self.max_domains]
+            queues[f"queue_{spider}"] = {
+                "spider_backlog": spider_total,
+                "num_domains": len(backlog),
+                "domains": [{"domain": domain, "backlog": n} for domain, n in ranked],
+            }
+            total += spider_total
+        queues["total_backlog"] = total
+        return queues

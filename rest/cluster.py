@@ -1,0 +1,233 @@
+"""Cluster-wide state read from Redis for ``/crawls``, ``/metrics`` and the dashboard (no ``KEYS``).
+
+Everything comes from the shared library's structures: heartbeats (:func:`live_nodes`), the active
+crawls set and crawl state (:class:`FrontierReader`), the lease sets, the throttle windows and the
+stats counters (:class:`Stats`), named by the helpers of :mod:`crawlhive.utils.stats` (lifetime totals):
+
+* kafka-monitor: ``fail`` (rejected requests, i.e. validation dead letters) and
+  ``plugin_counter_name(<plugin>)`` (requests a plugin handled; the kind comes from the plugin class).
+* crawler: ``crawler_counter_name(spider, code)`` (responses per status), ``items_counter_name(spider)``
+  (items emitted) and ``failed_counter_name(spider)`` (crawl dead letters). Per-machine counters
+  are not exposed (their label would be a host name).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from crawlhive.utils.errors import KeyFormatError
+from crawlhive.utils.frontier import CrawlState, FrontierReader
+from crawlhive.utils.heartbeat import live_nodes
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.stats import (
+    CRAWLER,
+    FAIL,
+    KAFKA_MONITOR,
+    Stats,
+    failed_counter_name,
+    items_counter_name,
+    parse_plugin_counter_name,
+    parse_status_counter_name,
+)
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from crawlhive.utils.settings import Settings
+
+#: Components whose live processes are counted (API.md §7.2 ``crawlhive_nodes``).
+COMPONENTS = ("kafka-monitor", "redis-monitor", "crawler", "rest")
+#: Spider type always reported, even with nothing queued (the default spiderid).
+DEFAULT_SPIDER = "link"
+#: Most active crawls read per snapshot (the dashboard and metrics stay cheap on huge clusters).
+MAX_CRAWLS = 500
+#: Most domains the dashboard lists (largest backlog first).
+MAX_DOMAINS = 50
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Lifetime counters of the cluster, grouped as ``/metrics`` exposes them."""
+
+    incoming: dict[str, int]
+    pages_crawled: dict[str, int]
+    responses: dict[tuple[str, str], int]
+    requests_failed: dict[str, int]
+    dead_letters: dict[str, int]
+
+
+@dataclass
+class SpiderSummary:
+    spiderid: str
+    backlog: int = 0
+    domains: int = 0
+    inflight: int = 0
+    active_crawls: int = 0
+
+
+@dataclass
+class Snapshot:
+    """One consistent-enough read of everything the dashboard and ``/metrics`` show."""
+
+    server_time: int
+    nodes: dict[str, dict[str, list[str]]]
+    crawls: list[CrawlState]
+    spiders: dict[str, SpiderSummary]
+    domains: list[dict[str, Any]] = field(default_factory=list)
+    counters: Counters | None = None
+
+
+class ClusterView:
+    """Reads cluster state; every method blocks on Redis and raises ``redis.RedisError`` on failure.
+
+    Args:
+        redis: a bytes client on REDIS_URL.
+        settings: REDIS_KEY_PREFIX, CRAWL_RECORD_TTL, STATS_TIMES, STATS_RESPONSE_CODES, QUEUE_WINDOW,
+            SCHEDULER_TYPE_ENABLED, SCHEDULER_IP_ENABLED, CRAWLER_EGRESS_ID.
+        plugin_kinds: kafka-monitor plugin stats name -> request kind (``ScraperHandler`` -> crawl).
+    """
+
+    def __init__(self, redis: Redis, settings: Settings, plugin_kinds: dict[str, str]) -> None:
+        self.redis = redis
+        self.keys = Keys(settings["REDIS_KEY_PREFIX"])
+        self.reader = FrontierReader(redis, self.keys, settings.getfloat("CRAWL_RECORD_TTL"))
+        self.stats = Stats(redis, self.keys, settings.getlist("STATS_TIMES"))
+        self.plugin_kinds = dict(plugin_kinds)
+        self.response_codes = {str(c) for c in settings.getlist("STATS_RESPONSE_CODES")}
+        self.throttle_window_s = settings.getfloat("QUEUE_WINDOW")
+        self.throttle_by_spider = settings.getbool("SCHEDULER_TYPE_ENABLED")
+        self.egress_id = settings["CRAWLER_EGRESS_ID"] if settings.getbool("SCHEDULER_IP_ENABLED") else None
+
+    # --- one crawl ---------------------------------------------------------------------------------
+
+    def crawl(self, spider: str, appid: str, crawlid: str) -> CrawlState | None:
+        """The state of one crawl, or None if the cluster has no record of it.
+
+        Known means: something queued or in flight, or its crawl record (kept CRAWL_RECORD_TTL after
+        the last activity) exists.
+        """
+        state = self.reader.crawl_state(spider, appid, crawlid)
+        if state.pending or state.inflight or self.redis.exists(self.keys.crawl(spider, appid, crawlid)):
+            return state
+        return None
+
+    # --- the whole cluster ---------------------------------------------------------------------------
+
+    def nodes(self) -> dict[str, dict[str, list[str]]]:
+        """Node map (host -> node ids) of every component."""
+        return {component: live_nodes(self.redis, self.keys, component) for component in COMPONENTS}
+
+    def active_crawls(self) -> list[CrawlState]:
+        """State of the crawls in ``keys.active_crawls()`` (at most MAX_CRAWLS, sorted by ref)."""
+        refs = sorted(r.decode() if isinstance(r, bytes) else r for r in self.redis.smembers(self.keys.active_crawls()))
+        groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for ref in refs[:MAX_CRAWLS]:
+            try:
+                spider, appid, crawlid = Keys.parse_crawl_ref(ref)
+            except KeyFormatError:
+                continue
+            groups[(spider, appid)].append(crawlid)
+        states: list[CrawlState] = []
+        for (spider, appid), crawlids in groups.items():
+            states += self.reader.crawl_states(spider, appid, crawlids)
+        return states
+
+    def stopped(self, states: list[CrawlState]) -> list[bool]:
+        """Whether each crawl is blacklisted by a stop or expiry (``keys.crawl_stopped``), in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for s in states:
+            pipe.exists(self.keys.crawl_stopped(s.spiderid, s.appid, s.crawlid))
+        return [bool(flag) for flag in pipe.execute()] if states else []
+
+    def snapshot(self, *, with_domains: bool = False) -> Snapshot:
+        """Nodes, active crawls, per-spider totals and counters (and per-domain rows if asked)."""
+        crawls = self.active_crawls()
+        spiders: dict[str, SpiderSummary] = {DEFAULT_SPIDER: SpiderSummary(DEFAULT_SPIDER)}
+        domain_backlog: dict[tuple[str, str], int] = defaultdict(int)
+        for state in crawls:
+            summary = spiders.setdefault(state.spiderid, SpiderSummary(state.spiderid))
+            summary.backlog += state.pending
+            summary.active_crawls += 1
+            for domain, backlog in state.domains.items():
+                domain_backlog[(state.spiderid, domain)] += backlog.total
+        for (spider, _), _count in domain_backlog.items():
+            spiders[spider].domains += 1
+        names = sorted(spiders)
+        pipe = self.redis.pipeline(transaction=False)
+        for spider in names:
+            pipe.zcard(self.keys.leases(spider))
+        for spider, inflight in zip(names, pipe.execute(), strict=True):
+            spiders[spider].inflight = int(inflight)
+        snapshot = Snapshot(
+            server_time=int(time.time()),
+            nodes=self.nodes(),
+            crawls=crawls,
+            spiders=spiders,
+            counters=self.counters(),
+        )
+        if with_domains:
+            snapshot.domains = self._domain_rows(domain_backlog)
+        return snapshot
+
+    def _domain_rows(self, backlog: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
+        """The MAX_DOMAINS largest (spider, domain) backlogs with their recent fetch rate.
+
+        The rate counts the fetch starts recorded in the domain's throttle window (the throttle key
+        as this process's settings build it) over the last QUEUE_WINDOW seconds, or the domain's
+        configured window, scaled to fetches per minute.
+        """
+        top = sorted(backlog.items(), key=lambda item: (-item[1], item[0]))[:MAX_DOMAINS]
+        if not top:
+            return []
+        now_s, now_us = self.redis.time()
+        now = now_s + now_us / 1_000_000
+        configs = self.redis.hmget(self.keys.domain_config(), [domain for (_, domain), _ in top])
+        windows = []
+        for raw in configs:
+            window = self.throttle_window_s
+            if raw:
+                try:
+                    window = float(json.loads(raw)["window"]) or window
+                except (ValueError, KeyError, TypeError):
+                    pass
+            windows.append(max(window, 1.0))
+        pipe = self.redis.pipeline(transaction=False)
+        for ((spider, domain), _), window in zip(top, windows, strict=True):
+            throttle_key = Keys.throttle_key(domain, spider if self.throttle_by_spider else None, self.egress_id)
+            pipe.zcount(self.keys.throttle(throttle_key), now - window, "+inf")
+        rows = []
+        for ((spider, domain), count), window, fetches in zip(top, windows, pipe.execute(), strict=True):
+            rate = round(int(fetches) * 60.0 / window, 2)
+            rows.append({"spiderid": spider, "domain": domain, "backlog": count, "fetches_per_min": rate})
+        return rows
+
+    def counters(self) -> Counters:
+        """Lifetime counters of the kafka-monitor and crawlers (see the module docstring for names)."""
+        wanted = self.stats.counters(KAFKA_MONITOR) + self.stats.counters(CRAWLER)
+        values = self.redis.mget([self.keys.stats_lifetime(c, n) for c, n in wanted]) if wanted else []
+        incoming: dict[str, int] = {kind: 0 for kind in ("crawl", "action", "stats", "domain-config", "invalid")}
+        pages: dict[str, int] = defaultdict(int)
+        responses: dict[tuple[str, str], int] = defaultdict(int)
+        failed: dict[str, int] = defaultdict(int)
+        items_prefix, failed_prefix = items_counter_name(""), failed_counter_name("")
+        for (component, name), raw in zip(wanted, values, strict=True):
+            count = int(raw or 0)
+            if component == KAFKA_MONITOR:
+                plugin = parse_plugin_counter_name(name)
+                if name == FAIL:
+                    incoming["invalid"] += count
+                elif plugin in self.plugin_kinds:
+                    incoming[self.plugin_kinds[plugin]] += count
+            elif name.startswith(items_prefix) and len(name) > len(items_prefix):
+                pages[name[len(items_prefix) :]] += count
+            elif name.startswith(failed_prefix) and len(name) > len(failed_prefix):
+                failed[name[len(failed_prefix) :]] += count
+            elif (status := parse_status_counter_name(name)) is not None and status[0] == "spider":
+                if str(status[2]) in self.response_codes:
+                    responses[(status[1], str(status[2]))] += count
+        dead = {"validation": incoming["invalid"], "crawl": sum(failed.values())}
+        return Counters(incoming, dict(pages), dict(responses), dict(failed), dead)

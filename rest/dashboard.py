@@ -1,0 +1,78 @@
+"""The data behind ``GET /dashboard`` (served as ``GET /dashboard/data``; not part of the contract).
+
+One blocking call, :func:`dashboard_data`, reads a :class:`~crawlhive.rest.cluster.Snapshot` (with
+per-domain rows) and the last dead letters this instance consumed, and shapes them for the page.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crawlhive.rest.service import RestService
+    from crawlhive.utils.frontier import CrawlState
+
+
+def crawl_row(state: CrawlState, stopped: bool = False) -> dict[str, Any]:
+    """One line of the crawls table: counts, progress (0-100) and a one-word state."""
+    done = state.crawled + state.failed
+    total = done + state.pending + state.inflight
+    if stopped:
+        phase = "stopped"
+    elif state.pending or state.inflight:
+        phase = "running"
+    elif done:
+        phase = "complete"
+    else:
+        phase = "idle"
+    return {
+        "spiderid": state.spiderid,
+        "appid": state.appid,
+        "crawlid": state.crawlid,
+        "queued": state.pending,
+        "inflight": state.inflight,
+        "crawled": state.crawled,
+        "failed": state.failed,
+        "domains": len(state.domains),
+        "progress": round(100.0 * done / total, 1) if total else 0.0,
+        "state": phase,
+        "expires": state.expires or None,
+    }
+
+
+def dashboard_data(rest: RestService) -> dict[str, Any]:
+    """Everything the page shows, as one JSON-able dict (blocking; raises ``redis.RedisError``)."""
+    snap = rest.view.snapshot(with_domains=True)
+    counters = snap.counters
+    assert counters is not None
+    flags = rest.view.stopped(snap.crawls)
+    rows = (crawl_row(s, stopped) for s, stopped in zip(snap.crawls, flags, strict=True))
+    crawls = sorted(rows, key=lambda r: (r["state"] != "running", r["appid"], r["crawlid"]))
+    return {
+        "server_time": snap.server_time,
+        "node_id": rest.node_id,
+        "kafka_connected": rest.kafka.connected(),
+        "nodes": {
+            component: {"count": sum(len(ids) for ids in hosts.values()), "hosts": hosts}
+            for component, hosts in snap.nodes.items()
+        },
+        "spiders": [
+            {
+                "spiderid": s.spiderid,
+                "backlog": s.backlog,
+                "domains": s.domains,
+                "inflight": s.inflight,
+                "active_crawls": s.active_crawls,
+            }
+            for _, s in sorted(snap.spiders.items())
+        ],
+        "crawls": crawls,
+        "domains": snap.domains,
+        "totals": {
+            "pages_crawled": sum(counters.pages_crawled.values()),
+            "requests_failed": sum(counters.requests_failed.values()),
+            "incoming": counters.incoming,
+            "dead_letters": counters.dead_letters,
+        },
+        "dead_letters": list(reversed(rest.kafka.dead_letters.copy())),  # copy(): atomic vs the listener
+    }

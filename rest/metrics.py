@@ -1,0 +1,123 @@
+"""``GET /metrics``: Prometheus text format 0.0.4 (API.md §7.2).
+
+Cluster-wide values are read from Redis at scrape time by :class:`ClusterCollector` (one
+:meth:`ClusterView.snapshot`); the REST process adds its own (responses by status, answers waiting
+and stored, and prometheus-client's process and platform collectors). Labels are only ``component``,
+``spiderid``, ``code``, ``kind``, ``stage`` and ``method``: never an appid, crawlid, URL or domain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from crawlhive.rest.cluster import COMPONENTS
+
+if TYPE_CHECKING:
+    from crawlhive.rest.cluster import ClusterView
+
+#: The Content-Type of the text exposition format this endpoint writes.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class ClusterCollector(Collector):
+    """Collects the metrics table of API.md §7.2 from Redis on every scrape.
+
+    A Redis failure propagates out of :meth:`collect` (``redis.RedisError``); the endpoint answers
+    500 ``Unable to connect to Redis``.
+    """
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.view.snapshot()
+        counters = snap.counters
+        assert counters is not None
+
+        nodes = GaugeMetricFamily("crawlhive_nodes", "Live processes per component (heartbeats).", labels=["component"])
+        for component in COMPONENTS:
+            nodes.add_metric([component], sum(len(ids) for ids in snap.nodes.get(component, {}).values()))
+        yield nodes
+
+        backlog = GaugeMetricFamily("crawlhive_queue_backlog", "Queued requests per spider type.", labels=["spiderid"])
+        domains = GaugeMetricFamily(
+            "crawlhive_queue_domains", "Domains with queued requests per spider type.", labels=["spiderid"]
+        )
+        inflight = GaugeMetricFamily(
+            "crawlhive_inflight_requests", "Leased (in-flight) requests per spider type.", labels=["spiderid"]
+        )
+        active = GaugeMetricFamily(
+            "crawlhive_active_crawls", "Crawls with queued or in-flight work per spider type.", labels=["spiderid"]
+        )
+        for spider, summary in sorted(snap.spiders.items()):
+            backlog.add_metric([spider], summary.backlog)
+            domains.add_metric([spider], summary.domains)
+            inflight.add_metric([spider], summary.inflight)
+            active.add_metric([spider], summary.active_crawls)
+        yield from (backlog, domains, inflight, active)
+
+        spiders = sorted(set(snap.spiders) | set(counters.pages_crawled) | set(counters.requests_failed))
+        pages = CounterMetricFamily("crawlhive_pages_crawled", "Items emitted per spider type.", labels=["spiderid"])
+        failed = CounterMetricFamily(
+            "crawlhive_requests_failed", "Requests that failed permanently (crawl dead letters).", labels=["spiderid"]
+        )
+        for spider in spiders:
+            pages.add_metric([spider], counters.pages_crawled.get(spider, 0))
+            failed.add_metric([spider], counters.requests_failed.get(spider, 0))
+        responses = CounterMetricFamily(
+            "crawlhive_responses", "Responses per spider type and status code.", labels=["spiderid", "code"]
+        )
+        for (spider, code), count in sorted(counters.responses.items()):
+            responses.add_metric([spider, code], count)
+        yield from (pages, responses, failed)
+
+        incoming = CounterMetricFamily("crawlhive_incoming", "Incoming requests by kind.", labels=["kind"])
+        for kind, count in counters.incoming.items():
+            incoming.add_metric([kind], count)
+        dead = CounterMetricFamily("crawlhive_dead_letter", "Dead letters by stage.", labels=["stage"])
+        for stage, count in counters.dead_letters.items():
+            dead.add_metric([stage], count)
+        yield from (incoming, dead)
+
+
+class _Read(Collector):
+    """One unlabelled gauge or counter whose value a callable gives at scrape time."""
+
+    def __init__(
+        self, family: type[GaugeMetricFamily | CounterMetricFamily], name: str, doc: str, read: Callable[[], float]
+    ) -> None:
+        self.family, self.name, self.doc, self.read = family, name, doc, read
+
+    def collect(self) -> Iterator[Metric]:
+        yield self.family(self.name, self.doc, value=self.read())
+
+
+class RestMetrics:
+    """The registry of one REST process: the cluster collector plus the process's own metrics."""
+
+    def __init__(self, view: ClusterView, waiting: Callable[[], float], stored: Callable[[], float]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(ClusterCollector(view))
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.responses = Counter(
+            "crawlhive_rest_responses",
+            "HTTP responses of this REST process by method and status code.",
+            ["method", "code"],
+            registry=self.registry,
+        )
+        self.registry.register(
+            _Read(GaugeMetricFamily, "crawlhive_rest_feeds_waiting", "POST /feed calls waiting for an answer.", waiting)
+        )
+        self.registry.register(
+            _Read(CounterMetricFamily, "crawlhive_rest_answers_stored", "Answers stored for POST /poll.", stored)
+        )
+
+    def render(self) -> bytes:
+        """The exposition text (blocking: reads Redis; raises ``redis.RedisError`` on failure)."""
+        return generate_latest(self.registry)

@@ -1,0 +1,174 @@
+"""The REST service's long-lived state: clients, validator, answers, heartbeat (one per process).
+
+:class:`RestService` is built once from the settings, started by the app's lifespan and stopped at
+shutdown. Its methods that touch Redis or Kafka block; the HTTP handlers call them in worker threads
+so that a waiting request never blocks the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+import uuid as uuidlib
+from typing import TYPE_CHECKING, Any, Self
+
+from redis.exceptions import RedisError
+
+from crawlhive.kafka_monitor.validation import RequestValidator
+from crawlhive.rest.answers import WAITER_MARGIN_S, AnswerBook, KafkaLink
+from crawlhive.rest.cluster import ClusterView
+from crawlhive.rest.metrics import RestMetrics
+from crawlhive.utils.connections import redis_from_settings
+from crawlhive.utils.heartbeat import Heartbeat, new_node_id
+from crawlhive.utils.keys import Keys
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from crawlhive.utils.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+COMPONENT = "rest"
+
+
+def new_uuid() -> str:
+    """A server-generated request uuid (32 hex characters, within the schemas' 40)."""
+    return uuidlib.uuid4().hex
+
+
+class RestService:
+    """Everything the endpoints share.
+
+    Args:
+        settings: the process settings.
+        redis: a bytes client on REDIS_URL (not checked: ``GET /`` reports whether it answers).
+        owns_redis: close *redis* in :meth:`stop`.
+    """
+
+    def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.owns_redis = owns_redis
+        self.keys = Keys(settings["REDIS_KEY_PREFIX"])
+        self.node_id = new_node_id()
+        self.started = time.monotonic()
+        self.validator = RequestValidator.from_settings(settings)
+        self.wait_s = settings.getfloat("WAIT_FOR_RESPONSE_TIME")
+        self.book = AnswerBook(
+            redis,
+            self.keys,
+            settings.getfloat("POLL_RESULT_TTL"),
+            self.wait_s + settings.getfloat("KAFKA_FEED_TIMEOUT") + WAITER_MARGIN_S,
+        )
+        self.kafka = KafkaLink(settings, self.book)
+        kinds = {plugin.name: plugin.kind for plugin in self.validator.plugins}
+        self.view = ClusterView(redis, settings, kinds)
+        self.metrics = RestMetrics(self.view, lambda: self.book.waiting(), lambda: self.book.stored)
+        self.heartbeat = Heartbeat(
+            redis, self.keys, COMPONENT, self.node_id, settings.node_name, settings.getfloat("HEARTBEAT_TIMEOUT")
+        )
+        self._beat_interval_s = settings.getfloat("HEARTBEAT_INTERVAL")
+        self._stop = threading.Event()
+        self._beater: threading.Thread | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        return cls(settings, redis_from_settings(settings), owns_redis=True)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the Kafka listener and the heartbeat thread; returns at once (backends may be down)."""
+        self.kafka.start()
+        self._beater = threading.Thread(target=self._beat_loop, name="rest-heartbeat", daemon=True)
+        self._beater.start()
+        logger.info("REST service %s started", self.node_id)
+
+    def stop(self) -> None:
+        """Stop the threads, close the Kafka clients, remove the heartbeat. Never raises."""
+        self._stop.set()
+        self.kafka.stop()
+        if self._beater is not None:
+            self._beater.join(timeout=5)
+        try:
+            self.heartbeat.stop()
+        except RedisError:
+            logger.warning("could not remove the REST heartbeat on shutdown (check REDIS_URL)")
+        if self.owns_redis:
+            self.redis.close()
+
+    def _beat_loop(self) -> None:
+        failing = False
+        while not self._stop.is_set():
+            try:
+                self.heartbeat.beat()
+                if failing:
+                    logger.info("REST heartbeat written again")
+                failing = False
+            except RedisError as exc:
+                if not failing:  # log once per outage
+                    logger.warning("REST heartbeat failed (%r); check REDIS_URL", exc)
+                failing = True
+            self._stop.wait(self._beat_interval_s)
+
+    # --- health ------------------------------------------------------------------------------
+
+    def redis_connected(self) -> bool:
+        """Ping Redis (blocking)."""
+        try:
+            return bool(self.redis.ping())
+        except (RedisError, OSError):
+            return False
+
+    def health(self) -> dict[str, Any]:
+        """The ``GET /`` body (blocking: pings Redis)."""
+        kafka, redis = self.kafka.connected(), self.redis_connected()
+        return {
+            "kafka_connected": kafka,
+            "redis_connected": redis,
+            "uptime_sec": int(time.monotonic() - self.started),
+            "my_id": self.node_id,
+            "node_health": {2: "GREEN", 1: "YELLOW", 0: "RED"}[int(kafka) + int(redis)],
+        }
+
+    # --- feeding -----------------------------------------------------------------------------
+
+    async def feed(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Produce a validated *request* as received; with a ``uuid``, wait for its answer.
+
+        Returns:
+            None (no uuid), the answer message, or ``{"poll_id": uuid}`` when no answer came within
+            WAIT_FOR_RESPONSE_TIME (the answer will then be stored for ``/poll``).
+
+        Raises:
+            KafkaUnavailable: not connected or no ack within KAFKA_FEED_TIMEOUT.
+        """
+        payload = json.dumps(request).encode()  # ASCII escapes: any string encodes, even lone surrogates
+        uuid = request.get("uuid")
+        if not isinstance(uuid, str):
+            await asyncio.to_thread(self.kafka.produce, payload)
+            return None
+        future = self.book.register(uuid)  # before producing: the answer may be very fast
+        delivered = False
+        try:
+            await asyncio.to_thread(self.book.mark_waiting, uuid)
+            await asyncio.to_thread(self.kafka.produce, payload)
+            try:
+                answer = await asyncio.wait_for(asyncio.shield(future), self.wait_s)
+            except TimeoutError:
+                if self.book.withdraw(uuid, future):
+                    return {"poll_id": uuid}
+                answer = await future  # claimed just now: its result is being set in the loop
+            delivered = True
+            return answer
+        finally:
+            if self.book.withdraw(uuid, future):
+                future.cancel()
+            if not delivered:
+                # Our listener must now store the answer for /poll; a delivered answer keeps the
+                # marker until it expires, so that slower instances do not store a copy.
+                await asyncio.to_thread(self.book.unmark_waiting, uuid)

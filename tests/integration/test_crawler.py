@@ -1,0 +1,327 @@
+"""The crawler end to end: real Redis, real broker, a real ``crawlhive crawler`` subprocess, a
+loopback web site served by the test. One crawler serves the whole module; each test uses its own
+crawl ids and site paths."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from crawlerkit import Collector, Crawler, TestSite, crawler_env, html, seed
+
+from crawlhive.utils.connections import ensure_topics
+from crawlhive.utils.settings import Settings
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[TestSite]:
+    site = TestSite()
+    site.start()
+    yield site
+    site.stop()
+
+
+@pytest.fixture(scope="module")
+def env(redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    token = f"t{secrets.token_hex(5)}"
+    home = tmp_path_factory.mktemp("crawler")
+    settings = Settings.from_overrides(
+        REDIS_URL=redis_url,
+        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
+        REDIS_KEY_PREFIX=token,
+        KAFKA_TOPIC_PREFIX=token,
+        CRAWLHIVE_HOME=str(home),
+    )
+    client = redis.Redis.from_url(redis_url)
+    topics = [settings.topic("crawled_firehose"), settings.topic("dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics)
+    crawler = Crawler(crawler_env(settings, RETRY_TIMES=2, DOWNLOAD_TIMEOUT=2), home)
+    try:
+        crawler.wait_ready(client, token)
+        yield {"settings": settings, "redis": client, "collector": collector, "crawler": crawler, "home": home}
+    finally:
+        code = crawler.terminate()
+        collector.close()
+        for key in client.scan_iter(match=f"{token}*", count=1000):
+            client.delete(key)
+        client.close()
+        assert code == 0, crawler.output()
+
+
+def _crawl(env: dict[str, Any], **request: Any) -> str:
+    crawlid = request.pop("crawlid", None) or secrets.token_hex(4)
+    seed(env["settings"], env["redis"], appid="testapp", crawlid=crawlid, **request)
+    return crawlid
+
+
+def test_single_page_item_has_the_13_keys(env: dict[str, Any], site: TestSite) -> None:
+    site.page("/one/", html("/one/a"))
+    crawlid = _crawl(env, url=site.url("/one/"), attrs={"job": "x"})
+    items = env["collector"].wait_for(crawlid, 1)
+    assert len(items) == 1, env["crawler"].output()
+    item = items[0]
+    item.pop("_topic")
+    assert set(item) == {
+        "appid", "crawlid", "url", "response_url", "status_code", "status_msg", "response_headers",
+        "request_headers", "body", "encoding", "links", "attrs", "timestamp",
+    }  # fmt: skip
+    assert item["url"] == site.url("/one/")
+    assert item["status_code"] == 200 and item["status_msg"] == "OK"
+    assert item["links"] == []  # maxdepth 0: no extraction
+    assert item["attrs"] == {"job": "x"}
+    assert item["encoding"] == "utf-8"
+    assert "/one/a" in item["body"]
+    assert item["response_headers"]["Content-Type"] == ["text/html; charset=utf-8"]
+    assert item["request_headers"]["User-Agent"][0].startswith("crawlhive/")
+
+
+def _hits(site: TestSite, prefix: str) -> list[str]:
+    return sorted(s.path for s in site.hits(prefix))
+
+
+def test_depth_links_priority_and_attrs_at_every_depth(env: dict[str, Any], site: TestSite) -> None:
+    site.page("/d/0", html("/d/1a", "/d/1b"))
+    site.page("/d/1a", html("/d/2a"))
+    site.page("/d/1b", html())
+    site.page("/d/2a", html("/d/3a"))
+    site.page("/d/3a", html())
+    crawlid = _crawl(env, url=site.url("/d/0"), maxdepth=2, attrs={"a": 1})
+    items = env["collector"].wait_for(crawlid, 4)
+    items = env["collector"].settle(crawlid, 1.0)
+    by_url = {i["url"]: i for i in items}
+    assert sorted(by_url) == sorted(site.url(p) for p in ("/d/0", "/d/1a", "/d/1b", "/d/2a")), env["crawler"].output()
+    assert by_url[site.url("/d/0")]["links"] == [
+        {"url": site.url("/d/1a"), "text": "/d/1a"},
+        {"url": site.url("/d/1b"), "text": "/d/1b"},
+    ]
+    assert by_url[site.url("/d/2a")]["links"] == []  # depth == maxdepth: no extraction
+    assert all(i["attrs"] == {"a": 1} for i in items)
+    assert _hits(site, "/d/3a") == []
+
+
+def test_filters_deny_wins_and_default_extensions(env: dict[str, Any], site: TestSite) -> None:
+    other = site.url("/f/other.html", host="127.0.0.2")
+    site.page("/f/0", html("/f/keep.html", "/f/doc.PDF", "/f/deny/x.html", "/g/outside.html", other, "mailto:a@b.c"))
+    for path in ("/f/keep.html", "/f/doc.PDF", "/f/deny/x.html", "/g/outside.html"):
+        site.page(path, html())
+    crawlid = _crawl(
+        env,
+        url=site.url("/f/0"),
+        maxdepth=1,
+        allowed_domains=["127.0.0.1"],
+        allow_regex=["/f/"],
+        deny_regex=["deny"],
+    )
+    items = env["collector"].wait_for(crawlid, 2)
+    items = env["collector"].settle(crawlid, 1.0)
+    seed_item = next(i for i in items if i["url"] == site.url("/f/0"))
+    assert [link["url"] for link in seed_item["links"]] == [site.url("/f/keep.html")]
+    assert sorted(i["url"] for i in items) == sorted([site.url("/f/0"), site.url("/f/keep.html")])
+
+    crawlid = _crawl(env, url=site.url("/f/0"), maxdepth=1, deny_extensions=[".html"], deny_regex=["deny"])
+    items = env["collector"].wait_for(crawlid, 2)
+    items = env["collector"].settle(crawlid, 1.0)
+    seed_item = next(i for i in items if i["url"] == site.url("/f/0"))
+    assert [link["url"] for link in seed_item["links"]] == [site.url("/f/doc.PDF")]
+
+
+def test_domain_max_pages_gives_exactly_that_many_items(env: dict[str, Any], site: TestSite) -> None:
+    links = [f"/cap/{i}" for i in range(10)]
+    site.page("/cap/", html(*links))
+    for link in links:
+        site.page(link, html())
+    crawlid = _crawl(env, url=site.url("/cap/"), maxdepth=1, domain_max_pages=4)
+    env["collector"].wait_for(crawlid, 4)
+    items = env["collector"].settle(crawlid, 1.5)
+    assert len(items) == 4, [i["url"] for i in items]
+
+
+def test_duplicates_are_fetched_once_and_seed_counts(env: dict[str, Any], site: TestSite) -> None:
+    site.page("/u/0", html("/u/0", "/u/1", "/u/1#x", "/u/2"))
+    site.page("/u/1", html("/u/0", "/u/2", "/u/1"))
+    site.page("/u/2", html("/u/1"))
+    crawlid = _crawl(env, url=site.url("/u/0"), maxdepth=3)
+    env["collector"].wait_for(crawlid, 3)
+    items = env["collector"].settle(crawlid, 1.5)
+    assert sorted(i["url"] for i in items) == [site.url(f"/u/{n}") for n in range(3)]
+    assert _hits(site, "/u/") == ["/u/0", "/u/1", "/u/2"]
+
+
+def test_404_is_an_item_with_its_reason_phrase(env: dict[str, Any], site: TestSite) -> None:
+    crawlid = _crawl(env, url=site.url("/nf/missing"))
+    (item,) = env["collector"].wait_for(crawlid, 1)
+    assert (item["status_code"], item["status_msg"]) == (404, "Not Found")
+
+
+def test_retryable_status_is_retried_then_emitted(env: dict[str, Any], site: TestSite) -> None:
+    site.page("/r/503", b"busy", status=503, content_type="text/plain")
+    crawlid = _crawl(env, url=site.url("/r/503"))
+    items = env["collector"].wait_for(crawlid, 1)
+    items = env["collector"].settle(crawlid, 1.0)
+    assert [(i["status_code"], i["status_msg"]) for i in items] == [(503, "Service Unavailable")]
+    assert len(site.hits("/r/503")) == 3  # RETRY_TIMES=2: three attempts
+
+
+def test_network_error_is_retried_then_dead_lettered(env: dict[str, Any], site: TestSite) -> None:
+    crawlid = _crawl(env, url="http://127.0.0.1:1/closed")
+    letters = env["collector"].wait_for(crawlid, 1)
+    assert len(letters) == 1, env["crawler"].output()
+    letter = letters[0]
+    assert letter["_topic"].endswith(".dead_letter")
+    assert letter["stage"] == "crawl" and letter["retry_times"] == 2
+    assert letter["error"].startswith("ConnectionRefusedError: ")
+    assert letter["url"] == "http://127.0.0.1:1/closed" and letter["spiderid"] == "link"
+    assert set(letter) - {"_topic"} == {
+        "stage",
+        "error",
+        "url",
+        "appid",
+        "crawlid",
+        "spiderid",
+        "retry_times",
+        "server_time",
+    }
+    record = env["redis"].hgetall(f"{env['settings']['REDIS_KEY_PREFIX']}:crawl:link:testapp:{crawlid}")
+    assert record[b"failed"] == b"1" and record[b"inflight"] == b"0"
+
+
+def test_useragent_headers_cookies_only_on_the_seed_domain(env: dict[str, Any], site: TestSite) -> None:
+    site.page("/s/0", html("/s/same", site.url("/s/other", host="127.0.0.2")))
+    site.page("/s/same", html())
+    site.page("/s/other", html())
+    crawlid = _crawl(
+        env,
+        url=site.url("/s/0"),
+        maxdepth=1,
+        useragent="ua-test/1",
+        cookie="a=1; junk; b=2",
+        cookies={"a": "9", "c": "3"},
+        headers={"X-Test": "yes", "User-Agent": "ignored"},
+    )
+    env["collector"].wait_for(crawlid, 3)
+    seen = {(s.host, s.path): s.headers for s in site.hits("/s/")}
+    for key in (("127.0.0.1", "/s/0"), ("127.0.0.1", "/s/same")):
+        assert seen[key]["User-Agent"] == "ua-test/1"
+        assert seen[key]["X-Test"] == "yes"
+        assert seen[key]["Cookie"] == "a=9; b=2; c=3"
+    other = seen[("127.0.0.2", "/s/other")]
+    assert other["User-Agent"] == "ua-test/1"
+    assert "X-Test" not in other and "Cookie" not in other
+
+
+def test_post_seed_sends_method_and_body_links_are_get(env: dict[str, Any], site: TestSite) -> None:
+    site.page("/p/0", html("/p/1"))
+    site.page("/p/1", html())
+    crawlid = _crawl(
+        env,
+        url=site.url("/p/0"),
+        maxdepth=1,
+        method="POST",
+        body='{"q": "crawl"}',
+        headers={"Content-Type": "application/json"},
+    )
+    env["collector"].wait_for(crawlid, 2)
+    hits = {s.path: s for s in site.hits("/p/")}
+    assert (hits["/p/0"].method, hits["/p/0"].body) == ("POST", b'{"q": "crawl"}')
+    assert (hits["/p/1"].method, hits["/p/1"].body) == ("GET", b"")
+
+
+def test_robots_disallowed_page_is_a_policy_drop(env: dict[str, Any], site: TestSite) -> None:
+    site.page("/private/page", html())
+    crawlid = _crawl(env, url=site.url("/private/page"))
+    prefix = env["settings"]["REDIS_KEY_PREFIX"]
+    record_key = f"{prefix}:crawl:link:testapp:{crawlid}"
+    deadline = __import__("time").monotonic() + 10
+    while __import__("time").monotonic() < deadline and env["redis"].hget(record_key, "inflight") != b"0":
+        __import__("time").sleep(0.05)
+    assert env["redis"].hget(record_key, "inflight") == b"0"
+    assert env["collector"].settle(crawlid, 0.5) == []
+    assert site.hits("/private/") == []
+
+
+def test_redirect_item_has_pre_redirect_url(env: dict[str, Any], site: TestSite) -> None:
+    site.handler("/rd/from", lambda _s: (302, {"Location": "/rd/to"}, b""))
+    site.page("/rd/to", html())
+    crawlid = _crawl(env, url=site.url("/rd/from"))
+    (item,) = env["collector"].wait_for(crawlid, 1)
+    assert item["url"] == site.url("/rd/from") and item["response_url"] == site.url("/rd/to")
+
+
+def test_binary_body_is_latin1_text(env: dict[str, Any], site: TestSite) -> None:
+    payload = bytes(range(256))
+    site.page("/bin/x.bin", payload, content_type="application/octet-stream")
+    crawlid = _crawl(env, url=site.url("/bin/x.bin"))
+    (item,) = env["collector"].wait_for(crawlid, 1)
+    assert item["encoding"] == "latin-1" and item["body"].encode("latin-1") == payload
+
+
+def test_too_large_item_becomes_a_dead_letter(env: dict[str, Any], site: TestSite) -> None:
+    site.page("/big/x", b"<html><body>" + b"x" * 1_100_000 + b"</body></html>")
+    crawlid = _crawl(env, url=site.url("/big/x"))
+    (letter,) = env["collector"].wait_for(crawlid, 1, timeout=30)
+    assert letter["stage"] == "crawl"
+    assert letter["error"].startswith("item too large: ") and letter["error"].endswith(
+        " bytes > KAFKA_PRODUCER_MAX_REQUEST_SIZE 1048576"
+    )
+
+
+def test_expired_crawl_is_never_fetched(env: dict[str, Any], site: TestSite) -> None:
+    import time
+
+    site.page("/exp/0", html())
+    crawlid = _crawl(env, url=site.url("/exp/0"), expires=int(time.time()) - 5)
+    prefix = env["settings"]["REDIS_KEY_PREFIX"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and env["redis"].zcard(f"{prefix}:cq:link:testapp:{crawlid}:127.0.0.1"):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert site.hits("/exp/") == []
+    assert env["collector"].of(crawlid) == []
+
+
+def test_stop_drops_in_flight_page_and_its_links(env: dict[str, Any], site: TestSite) -> None:
+    import time
+
+    from crawlhive.utils.frontier import FrontierReader
+
+    def slow(_seen: Any) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(1.0)
+        return 200, {"Content-Type": "text/html"}, html("/stop/child")
+
+    site.handler("/stop/0", slow)
+    site.page("/stop/child", html())
+    crawlid = _crawl(env, url=site.url("/stop/0"), maxdepth=1)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not site.hits("/stop/0"):
+        time.sleep(0.02)
+    FrontierReader.from_settings(env["redis"], env["settings"]).purge("link", "testapp", crawlid)
+    time.sleep(1.5)
+    assert env["collector"].settle(crawlid, 0.5) == []
+    assert site.hits("/stop/child") == []
+
+
+def test_stats_and_heartbeat_name_the_spider(env: dict[str, Any], site: TestSite) -> None:
+    import time
+
+    from crawlhive.utils.heartbeat import live_heartbeats
+    from crawlhive.utils.keys import Keys
+    from crawlhive.utils.stats import CRAWLER, Stats, crawler_counter_name, machine_counter_name
+
+    settings = env["settings"]
+    site.page("/st/0", html())
+    crawlid = _crawl(env, url=site.url("/st/0"))
+    env["collector"].wait_for(crawlid, 1)
+    time.sleep(1.3)  # CRAWLER_STATS_FLUSH_S
+    keys = Keys(settings["REDIS_KEY_PREFIX"])
+    stats = Stats(env["redis"], keys, settings["STATS_TIMES"])
+    assert stats.read(CRAWLER, crawler_counter_name("link", 200))["lifetime"] >= 1
+    assert stats.read(CRAWLER, machine_counter_name(settings.node_name, 200))["lifetime"] >= 1
+    assert stats.read(CRAWLER, crawler_counter_name("link", 504)).get("lifetime", 0) >= 1  # closed port, earlier
+    beats = live_heartbeats(env["redis"], keys, CRAWLER)
+    assert [b["spider"] for b in beats] == ["link"]

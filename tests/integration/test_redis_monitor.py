@@ -1,0 +1,813 @@
+"""The redis-monitor against a real Redis and a real broker: the exact answers of info, stop,
+expire, stats and domain-config for hand-seeded state; exactly-once with two monitors; lease
+reclaim; complete events; retries of a failing request; takeover of a dead monitor's requests."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from kafka.structs import TopicPartition
+
+from crawlhive.redis_monitor.monitor import RedisMonitor
+from crawlhive.utils.connections import ensure_topics, make_consumer
+from crawlhive.utils.control import ControlConsumer, ControlQueue
+from crawlhive.utils.embedded import EmbeddedRedis
+from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker, ThrottleConfig
+from crawlhive.utils.heartbeat import Heartbeat
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.settings import Settings, settings_env
+from crawlhive.utils.stats import KAFKA_MONITOR, Stats, failed_counter_name, plugin_counter_name, record_response
+
+FAST = ThrottleConfig(hits=1000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def rm_settings(settings: Settings) -> Settings:
+    return settings.copy_with(
+        REDIS_MONITOR_BLOCK_MS=100,
+        REDIS_MONITOR_TICK_S=0.1,
+        REDIS_MONITOR_RETRY_S=0.2,
+        HEARTBEAT_INTERVAL=1,
+        CRAWLER_NODE_NAME="worker-1",
+    )
+
+
+@pytest.fixture
+def keys(rm_settings: Settings) -> Keys:
+    return Keys(rm_settings["REDIS_KEY_PREFIX"])
+
+
+class Topic:
+    """Reads one topic from its beginning (all partitions, no group)."""
+
+    def __init__(self, settings: Settings, topic: str) -> None:
+        ensure_topics(settings, [topic])
+        self.consumer = make_consumer(settings, group_id=None)
+        partitions = [TopicPartition(topic, p) for p in sorted(self.consumer.partitions_for_topic(topic))]
+        self.consumer.assign(partitions)
+        self.consumer.seek_to_beginning(*partitions)
+        self.messages: list[dict[str, Any]] = []
+
+    def poll(self) -> None:
+        for records in self.consumer.poll(timeout_ms=200).values():
+            self.messages += [json.loads(r.value) for r in records]
+
+    def wait_for(self, count: int, timeout_s: float = 20.0, where: Callable[[dict[str, Any]], bool] = bool) -> list:
+        """The matching messages once at least *count* have arrived (fails after *timeout_s*)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.poll()
+            found = [m for m in self.messages if where(m)]
+            if len(found) >= count:
+                return found
+        raise AssertionError(f"expected {count} messages, got {self.messages!r}")
+
+    def settle(self, seconds: float) -> list[dict[str, Any]]:
+        """Everything that arrived after polling for *seconds* more."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.poll()
+        return self.messages
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@pytest.fixture
+def outbound(rm_settings: Settings) -> Iterator[Topic]:
+    topic = Topic(rm_settings, rm_settings.topic("outbound_firehose"))
+    yield topic
+    topic.close()
+
+
+@pytest.fixture
+def dead_letters(rm_settings: Settings) -> Iterator[Topic]:
+    topic = Topic(rm_settings, rm_settings.topic("dead_letter"))
+    yield topic
+    topic.close()
+
+
+class Running:
+    """Redis-monitors running their real loop in threads."""
+
+    def __init__(self) -> None:
+        self.monitors: list[RedisMonitor] = []
+        self.threads: list[threading.Thread] = []
+
+    def start(self, settings: Settings, client: redis.Redis) -> RedisMonitor:
+        monitor = RedisMonitor(settings, client)
+        thread = threading.Thread(target=monitor.run, daemon=True)
+        thread.start()
+        self.monitors.append(monitor)
+        self.threads.append(thread)
+        return monitor
+
+    def stop(self) -> None:
+        for monitor in self.monitors:
+            monitor.stopping = True
+        for thread in self.threads:
+            thread.join(timeout=15)
+        assert not any(t.is_alive() for t in self.threads)
+
+
+@pytest.fixture
+def running(redis_url: str) -> Iterator[Callable[..., RedisMonitor]]:
+    runner = Running()
+    clients: list[redis.Redis] = []
+
+    def start(settings: Settings) -> RedisMonitor:
+        client = redis.Redis.from_url(redis_url)
+        clients.append(client)
+        return runner.start(settings, client)
+
+    yield start
+    runner.stop()
+    for client in clients:
+        client.close()
+
+
+def submit(client: redis.Redis, settings: Settings, kind: str, *messages: dict[str, Any]) -> None:
+    control = ControlQueue.from_settings(client, settings)
+    pipe = client.pipeline(transaction=True)
+    for message in messages:
+        control.submit(pipe, kind, message, f"test/0/{message.get('uuid') or time.monotonic_ns()}")
+    pipe.execute()
+
+
+def push(client: redis.Redis, settings: Settings, *requests: FrontierRequest) -> None:
+    frontier = Frontier.from_settings(client, settings)
+    pipe = client.pipeline(transaction=True)
+    frontier.push(list(requests), pipe)
+    pipe.execute()
+
+
+def req(url: str, crawlid: str = "c1", appid: str = "testapp", priority: int = 1, **kw: Any) -> FrontierRequest:
+    return FrontierRequest(url=url, appid=appid, crawlid=crawlid, priority=priority, request_id=url, **kw)
+
+
+def worker(client: redis.Redis, keys: Keys, lease_s: float = 30.0) -> FrontierWorker:
+    return FrontierWorker(client, keys, lease_s=lease_s, record_ttl_s=3600, throttle=FAST)
+
+
+def without_time(message: dict[str, Any]) -> dict[str, Any]:
+    assert isinstance(message.pop("server_time"), int)
+    return message
+
+
+def by_uuid(messages: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {m["uuid"]: without_time(dict(m)) for m in messages if "uuid" in m}
+
+
+# --- info ------------------------------------------------------------------------------------------
+
+
+def test_info_by_crawlid_and_by_appid_have_the_exact_shapes(
+    rm_settings: Settings, redis_client: redis.Redis, keys: Keys, outbound: Topic, running: Callable[..., RedisMonitor]
+) -> None:
+    expires = int(time.time()) + 3600
+    push(
+        redis_client,
+        rm_settings,
+        req("http://example.com/a", priority=5, expires=expires),
+        req("http://example.com/b", priority=-9),
+        req("http://www.example.com/c", priority=1),
+        req("http://other.org/", priority=-9),
+        req("http://example.com/x", crawlid="c2", priority=1),
+        req("http://example.com/y", crawlid="c2", priority=7),
+    )
+    w = worker(redis_client, keys)
+    leased = [w.pop("link").lease for _ in range(2)]  # one of each domain or crawl, in flight
+    assert all(leased)
+    w.ack(leased[0], "crawled")  # type: ignore[arg-type]
+    state = FrontierReader.from_settings(redis_client, rm_settings)
+    c1, c2 = state.crawl_state("link", "testapp", "c1"), state.crawl_state("link", "testapp", "c2")
+
+    def domains(s: Any) -> dict[str, Any]:
+        return {
+            d: {"total": b.total, "high_priority": b.high_priority, "low_priority": b.low_priority}
+            for d, b in s.domains.items()
+        }
+
+    submit(
+        redis_client,
+        rm_settings,
+        "action",
+        {"action": "info", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "uuid": "by-crawl"},
+        {"action": "info", "appid": "testapp", "spiderid": "link", "uuid": "by-app"},
+        {"action": "info", "appid": "testapp", "crawlid": "nope", "spiderid": "link", "uuid": "unknown"},
+        {"action": "info", "appid": "nobody", "spiderid": "link", "uuid": "unknown-app"},
+    )
+    running(rm_settings)
+    answers = by_uuid(outbound.wait_for(4))
+    assert answers["by-crawl"] == {
+        "uuid": "by-crawl",
+        "appid": "testapp",
+        "crawlid": "c1",
+        "spiderid": "link",
+        "total_pending": c1.pending,
+        "total_domains": len(c1.domains),
+        "domains": domains(c1),
+        "expires": str(expires),
+        "total_inflight": c1.inflight,
+        "total_crawled": c1.crawled,
+        "total_failed": 0,
+    }
+    # The frontier state behind it, as seeded: 4 queued in c1 minus what was popped from it.
+    assert c1.pending + c2.pending == 4 and c1.inflight + c2.inflight == 1 and c1.crawled + c2.crawled == 1
+    assert set(c1.domains) <= {"example.com", "other.org"}
+    assert answers["by-app"] == {
+        "uuid": "by-app",
+        "appid": "testapp",
+        "spiderid": "link",
+        "total_pending": 4,
+        "total_crawlids": 2,
+        "total_domains": len(set(c1.domains) | set(c2.domains)),
+        "crawlids": {
+            "c1": {
+                "total": c1.pending,
+                "distinct_domains": len(c1.domains),
+                "expires": expires,
+                "domains": domains(c1),
+                "total_inflight": c1.inflight,
+                "total_crawled": c1.crawled,
+                "total_failed": 0,
+            },
+            "c2": {
+                "total": c2.pending,
+                "distinct_domains": len(c2.domains),
+                "domains": domains(c2),
+                "total_inflight": c2.inflight,
+                "total_crawled": c2.crawled,
+                "total_failed": 0,
+            },
+        },
+        "total_inflight": 1,
+        "total_crawled": 1,
+        "total_failed": 0,
+    }
+    assert answers["unknown"] == {
+        "uuid": "unknown",
+        "appid": "testapp",
+        "crawlid": "nope",
+        "spiderid": "link",
+        "total_pending": 0,
+        "total_domains": 0,
+        "domains": {},
+        "total_inflight": 0,
+        "total_crawled": 0,
+        "total_failed": 0,
+    }
+    assert answers["unknown-app"] == {
+        "uuid": "unknown-app",
+        "appid": "nobody",
+        "spiderid": "link",
+        "total_pending": 0,
+        "total_crawlids": 0,
+        "total_domains": 0,
+        "crawlids": {},
+        "total_inflight": 0,
+        "total_crawled": 0,
+        "total_failed": 0,
+    }
+    assert redis_client.xlen(keys.control_stream()) == 0  # answered entries are deleted
+
+
+def test_info_priorities_are_request_priorities(
+    rm_settings: Settings, redis_client: redis.Redis, outbound: Topic, running: Callable[..., RedisMonitor]
+) -> None:
+    push(
+        redis_client,
+        rm_settings,
+        req("http://example.com/a", priority=5),
+        req("http://example.com/b", priority=-9),
+        req("http://other.org/", priority=-19),
+    )
+    submit(
+        redis_client,
+        rm_settings,
+        "action",
+        {"action": "info", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "uuid": "i"},
+    )
+    running(rm_settings)
+    (answer,) = outbound.wait_for(1)
+    assert answer["domains"] == {
+        "example.com": {"total": 2, "high_priority": 5, "low_priority": -9},
+        "other.org": {"total": 1, "high_priority": -19, "low_priority": -19},
+    }
+    assert answer["total_pending"] == 3 and answer["total_domains"] == 2 and "expires" not in answer
+
+
+def test_two_monitors_answer_20_info_requests_exactly_once(
+    rm_settings: Settings, redis_client: redis.Redis, outbound: Topic, running: Callable[..., RedisMonitor]
+) -> None:
+    push(redis_client, rm_settings, req("http://example.com/"))
+    running(rm_settings)
+    running(rm_settings)
+    time.sleep(0.5)  # both are reading the stream
+    requests = [
+        {"action": "info", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "uuid": f"u{i}"} for i in range(20)
+    ]
+    for request in requests:  # one at a time, so both monitors get some
+        submit(redis_client, rm_settings, "action", request)
+    outbound.wait_for(20, where=lambda m: "uuid" in m)
+    messages = [m for m in outbound.settle(2.0) if "uuid" in m]
+    assert sorted(m["uuid"] for m in messages) == sorted(f"u{i}" for i in range(20))
+
+
+# --- stop ------------------------------------------------------------------------------------------
+
+
+def test_stop_removes_exactly_that_crawls_work_then_complete_follows(
+    rm_settings: Settings, redis_client: redis.Redis, keys: Keys, outbound: Topic, running: Callable[..., RedisMonitor]
+) -> None:
+    push(
+        redis_client,
+        rm_settings,
+        *[req(f"http://example.com/{i}") for i in range(5)],
+        *[req(f"http://other.org/{i}") for i in range(3)],
+        *[req(f"http://example.com/k{i}", crawlid="keep") for i in range(4)],
+        req("http://example.com/o", appid="otherapp"),
+    )
+    push(redis_client, rm_settings, req("http://example.com/e", expires=int(time.time()) + 3600))
+    w = worker(redis_client, keys)
+    taken = []
+    while len([t for t in taken if t.request.crawlid == "c1" and t.request.appid == "testapp"]) < 2:
+        outcome = w.pop("link")
+        assert outcome.lease is not None
+        taken.append(outcome.lease)
+    reader = FrontierReader.from_settings(redis_client, rm_settings)
+    before = reader.crawl_state("link", "testapp", "c1")
+    keep_before = reader.crawl_state("link", "testapp", "keep")
+    other_before = reader.crawl_state("link", "otherapp", "c1")
+
+    submit(
+        redis_client,
+        rm_settings,
+        "action",
+        {"action": "stop", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "uuid": "s1"},
+        {"action": "stop", "appid": "testapp", "crawlid": "ghost", "spiderid": "link", "uuid": "s2"},
+    )
+    running(rm_settings)
+    answers = by_uuid(outbound.wait_for(2, where=lambda m: "uuid" in m))
+    assert answers["s1"] == {
+        "action": "stop",
+        "appid": "testapp",
+        "crawlid": "c1",
+        "spiderid": "link",
+        "total_purged": before.pending,
+        "uuid": "s1",
+    }
+    assert before.pending == 9 - 2
+    assert answers["s2"] == {
+        "action": "stop",
+        "appid": "testapp",
+        "crawlid": "ghost",
+        "spiderid": "link",
+        "total_purged": 0,
+        "uuid": "s2",
+    }
+    after = reader.crawl_state("link", "testapp", "c1")
+    assert after.pending == 0 and after.inflight == 0 and after.expires == 0
+    assert redis_client.exists(keys.crawl_stopped("link", "testapp", "c1"))
+    assert redis_client.zscore(keys.expiries(), keys.crawl_ref("link", "testapp", "c1")) is None
+    c1_leases = [t for t in taken if t.request.crawlid == "c1" and t.request.appid == "testapp"]
+    assert all(redis_client.zscore(keys.leases("link"), t.member) is None for t in c1_leases)
+    assert all(not w.ack(t, "crawled") for t in c1_leases)  # cancelled: a late ack counts nothing
+    # Other crawls are untouched (same domains, same appid, same crawlid of another appid).
+    keep_after = reader.crawl_state("link", "testapp", "keep")
+    other_after = reader.crawl_state("link", "otherapp", "c1")
+    assert (keep_after.domains, keep_after.inflight) == (keep_before.domains, keep_before.inflight)
+    assert (other_after.domains, other_after.inflight) == (other_before.domains, other_before.inflight)
+    # Nothing queued and nothing in flight: complete follows, once.
+    (done,) = outbound.wait_for(1, where=lambda m: m.get("action") == "complete")
+    assert without_time(done) == {
+        "action": "complete",
+        "appid": "testapp",
+        "crawlid": "c1",
+        "spiderid": "link",
+        "total_crawled": 0,
+        "total_failed": 0,
+    }
+    time.sleep(1.0)
+    assert len([m for m in outbound.settle(0.5) if m.get("action") == "complete"]) == 1
+
+
+# --- expire ----------------------------------------------------------------------------------------
+
+
+def test_expire_fires_once_promptly_with_two_monitors(
+    rm_settings: Settings, redis_client: redis.Redis, keys: Keys, outbound: Topic, running: Callable[..., RedisMonitor]
+) -> None:
+    expires = int(time.time()) + 2
+    push(
+        redis_client,
+        rm_settings,
+        *[req(f"http://example.com/{i}", crawlid="exp", expires=expires) for i in range(3)],
+        req("http://example.com/other", crawlid="stay"),
+    )
+    w = worker(redis_client, keys)
+    lease = w.pop("link").lease
+    assert lease is not None
+    running(rm_settings)
+    running(rm_settings)
+    (message,) = outbound.wait_for(1, where=lambda m: m.get("action") == "expired")
+    arrived = time.time()
+    assert expires <= arrived <= expires + 1.5
+    reader = FrontierReader.from_settings(redis_client, rm_settings)
+    expired_pending = 3 if lease.request.crawlid != "exp" else 2
+    assert without_time(message) == {
+        "action": "expired",
+        "appid": "testapp",
+        "crawlid": "exp",
+        "spiderid": "link",
+        "total_expired": expired_pending,
+    }
+    assert reader.crawl_state("link", "testapp", "exp").pending == 0
+    assert reader.crawl_state("link", "testapp", "stay").pending + (lease.request.crawlid == "stay") == 1
+    assert redis_client.exists(keys.crawl_stopped("link", "testapp", "exp"))
+    time.sleep(1.0)
+    assert len([m for m in outbound.settle(0.5) if m.get("action") == "expired"]) == 1
+
+
+# --- complete and the lease reaper -----------------------------------------------------------------
+
+
+def test_complete_arrives_once_after_the_last_page_and_again_after_a_resubmission(
+    rm_settings: Settings, redis_client: redis.Redis, keys: Keys, outbound: Topic, running: Callable[..., RedisMonitor]
+) -> None:
+    running(rm_settings)
+    running(rm_settings)
+    push(redis_client, rm_settings, req("http://example.com/", crawlid="cc"))
+    w = worker(redis_client, keys)
+    # The simulated crawler: the seed's page yields two links, queued before the seed is acked.
+    seed = w.pop("link").lease
+    assert seed is not None
+    links = [req(f"http://example.com/l{i}", crawlid="cc", priority=-9) for i in range(2)]
+    push(redis_client, rm_settings, *links)
+    w.ack(seed, "crawled")
+    time.sleep(0.5)
+    assert not [m for m in outbound.settle(0.3) if m.get("action") == "complete"]  # work is left
+    first = w.pop("link").lease
+    second = w.pop("link").lease
+    assert first is not None and second is not None
+    w.ack(first, "crawled")
+    time.sleep(0.5)
+    assert not [m for m in outbound.settle(0.3) if m.get("action") == "complete"]  # one in flight
+    w.ack(second, "failed")
+    last_ack = time.monotonic()
+    (done,) = outbound.wait_for(1, where=lambda m: m.get("action") == "complete")
+    assert time.monotonic() - last_ack <= 2.0
+    assert without_time(done) == {
+        "action": "complete",
+        "appid": "testapp",
+        "crawlid": "cc",
+        "spiderid": "link",
+        "total_crawled": 2,
+        "total_failed": 1,
+    }
+    assert not redis_client.sismember(keys.active_crawls(), keys.crawl_ref("link", "testapp", "cc"))
+    assert not redis_client.sismember(keys.app_crawls("link", "testapp"), "cc")
+    # Resubmitting the crawl reactivates it; its next drain completes it again.
+    push(redis_client, rm_settings, FrontierRequest("http://example.com/", "testapp", "cc", request_id="again"))
+    again = w.pop("link").lease
+    assert again is not None
+    w.ack(again, "crawled")
+    outbound.wait_for(2, where=lambda m: m.get("action") == "complete")
+    completes = [m for m in outbound.settle(1.0) if m.get("action") == "complete"]
+    assert len(completes) == 2 and completes[1]["total_crawled"] == 3
+
+
+def test_a_killed_crawlers_leases_come_back_and_out_of_retries_become_dead_letters(
+    rm_settings: Settings,
+    redis_client: redis.Redis,
+    keys: Keys,
+    outbound: Topic,
+    dead_letters: Topic,
+    running: Callable[..., RedisMonitor],
+) -> None:
+    settings = rm_settings.copy_with(RETRY_TIMES=2)
+    push(
+        redis_client,
+        settings,
+        req("http://example.com/a", crawlid="k", priority=5),
+        req("http://other.org/b", crawlid="k", priority=5, retry_times=2),
+    )
+    dying = worker(redis_client, keys, lease_s=0.5)  # the crawler that is killed: it never acks
+    leases = [dying.pop("link").lease for _ in range(2)]
+    assert all(leases)
+    running(settings)
+    (letter,) = dead_letters.wait_for(1)
+    assert without_time(letter) == {
+        "stage": "crawl",
+        "error": "lease expired",
+        "url": "http://other.org/b",
+        "appid": "testapp",
+        "crawlid": "k",
+        "spiderid": "link",
+        "retry_times": 2,
+    }
+    reader = FrontierReader.from_settings(redis_client, settings)
+    state = reader.crawl_state("link", "testapp", "k")
+    assert state.domains["example.com"].total == 1 and state.domains["example.com"].high_priority == -5
+    assert state.failed == 1 and state.inflight == 0
+    assert Stats(redis_client, keys, [900]).read("crawler", failed_counter_name("link"))["lifetime"] == 1
+    healthy = worker(redis_client, keys)
+    back = healthy.pop("link").lease
+    assert back is not None and back.request.url == "http://example.com/a" and back.request.retry_times == 1
+    assert not dying.ack(leases[0], "crawled")  # reclaimed: the dead crawler's late ack counts nothing
+    healthy.ack(back, "crawled")
+    (done,) = outbound.wait_for(1, where=lambda m: m.get("action") == "complete")
+    assert (done["total_crawled"], done["total_failed"]) == (1, 1)
+
+
+# --- stats -----------------------------------------------------------------------------------------
+
+
+def test_stats_answers_of_every_type(
+    rm_settings: Settings, redis_client: redis.Redis, keys: Keys, outbound: Topic, running: Callable[..., RedisMonitor]
+) -> None:
+    stats = Stats(redis_client, keys, rm_settings.getlist("STATS_TIMES"))
+    stats.incr(KAFKA_MONITOR, "total", 3)
+    stats.incr(KAFKA_MONITOR, "fail", 1)
+    stats.incr(KAFKA_MONITOR, plugin_counter_name("StatsHandler"), 2)
+    for code in (200, 200, 404, 504, 302):  # 302 is not in STATS_RESPONSE_CODES
+        record_response(stats, "link", "worker-1", code, rm_settings.getlist("STATS_RESPONSE_CODES"))
+    crawlers = [
+        Heartbeat(redis_client, keys, "crawler", f"c0000000000{i}", "worker-1", 60, extra={"spider": "link"})
+        for i in range(2)
+    ]
+    for beat in crawlers:
+        beat.beat()
+    km = Heartbeat(redis_client, keys, "kafka-monitor", "e2be29329410", "worker-1", 60)
+    km.beat()
+    push(
+        redis_client,
+        rm_settings,
+        *[req(f"http://example.com/{i}") for i in range(3)],
+        req("http://other.org/"),
+        req("http://example.com/w", spiderid="wandering"),
+    )
+    monitor = running(rm_settings)
+    uuids = ["kafka-monitor", "crawler", "spider", "machine", "queue", "rest", "all"]
+    submit(redis_client, rm_settings, "stats", *[{"uuid": u, "appid": "testapp", "stats": u} for u in uuids])
+    answers = by_uuid(outbound.wait_for(len(uuids)))
+    assert answers["kafka-monitor"] == {
+        "stats": "kafka-monitor",
+        "appid": "testapp",
+        "uuid": "kafka-monitor",
+        "total": {w: 3 for w in ("900", "3600", "21600", "43200", "86400", "604800", "lifetime")},
+        "fail": {w: 1 for w in ("900", "3600", "21600", "43200", "86400", "604800", "lifetime")},
+        "plugins": {"StatsHandler": {w: 2 for w in ("900", "3600", "21600", "43200", "86400", "604800", "lifetime")}},
+        "nodes": {"worker-1": ["e2be29329410"]},
+    }
+    one = {w: 1 for w in ("900", "3600", "21600", "43200", "86400", "604800", "lifetime")}
+    two = {w: 2 for w in one}
+    spiders = {
+        "unique_spider_count": 1,
+        "total_spider_count": 2,
+        "link": {"count": 2, "200": two, "404": one, "504": one},
+    }
+    machines = {"count": 1, "worker-1": {"200": two, "404": one, "504": one}}
+    queues = {
+        "queue_link": {
+            "spider_backlog": 4,
+            "num_domains": 2,
+            "domains": [{"domain": "example.com", "backlog": 3}, {"domain": "other.org", "backlog": 1}],
+        },
+        "queue_wandering": {
+            "spider_backlog": 1,
+            "num_domains": 1,
+            "domains": [{"domain": "example.com", "backlog": 1}],
+        },
+        "total_backlog": 5,
+    }
+    assert answers["spider"] == {"stats": "spider", "appid": "testapp", "uuid": "spider", "spiders": spiders}
+    assert answers["machine"] == {"stats": "machine", "appid": "testapp", "uuid": "machine", "machines": machines}
+    assert answers["queue"] == {"stats": "queue", "appid": "testapp", "uuid": "queue", "queues": queues}
+    assert answers["crawler"] == {
+        "stats": "crawler",
+        "appid": "testapp",
+        "uuid": "crawler",
+        "spiders": spiders,
+        "machines": machines,
+        "queue": queues,
+        "queues": queues,
+    }
+    assert answers["rest"] == {"stats": "rest", "appid": "testapp", "uuid": "rest"}  # no REST running
+    everything = answers["all"]
+    assert set(everything) == {"stats", "appid", "uuid", "kafka-monitor", "redis-monitor", "crawler", "rest"}
+    assert everything["kafka-monitor"]["total"]["lifetime"] == 3
+    assert everything["crawler"]["queues"] == queues and everything["rest"] == {}
+    assert everything["redis-monitor"]["nodes"] == {"worker-1": [monitor.node_id]}
+
+    # The redis-monitor's own counters, as another stats request sees them.
+    submit(redis_client, rm_settings, "stats", {"uuid": "rm", "appid": "testapp", "stats": "redis-monitor"})
+    rm = by_uuid(outbound.wait_for(1, where=lambda m: m.get("uuid") == "rm"))["rm"]
+    assert rm["total"]["lifetime"] == len(uuids) and "fail" not in rm
+    assert rm["plugins"] == {"StatsMonitor": {w: len(uuids) for w in one}}
+    assert rm["nodes"] == {"worker-1": [monitor.node_id]}
+
+
+# --- domain config ---------------------------------------------------------------------------------
+
+
+def test_domain_config_actions_apply_and_answer(
+    rm_settings: Settings, redis_client: redis.Redis, keys: Keys, outbound: Topic, running: Callable[..., RedisMonitor]
+) -> None:
+    def dc(action: str, uuid: str, **kw: Any) -> dict[str, Any]:
+        return {"action": action, "uuid": uuid, "appid": "madisonTest", "domain": "www.Example.COM", **kw}
+
+    submit(
+        redis_client,
+        rm_settings,
+        "domain-config",
+        dc("domain-update", "d1", hits=60, window=60, scale=0.9),
+        dc("blacklist-update", "b1"),
+        dc("blacklist-update", "b2"),  # idempotent
+        dc("domain-update", "d2", domain="other.org", hits=5, window=10, scale=1.0),
+    )
+    running(rm_settings)
+    answers = by_uuid(outbound.wait_for(4))
+    for uuid in ("d1", "b1", "b2"):
+        action = "domain-update" if uuid.startswith("d") else "blacklist-update"
+        assert answers[uuid] == {"action": action, "domain": "example.com", "appid": "madisonTest", "uuid": uuid}
+    assert json.loads(redis_client.hget(keys.domain_config(), "example.com")) == {
+        "hits": 60,
+        "window": 60,
+        "scale": 0.9,
+    }
+    assert redis_client.smembers(keys.domain_blacklist()) == {b"example.com"}
+
+    submit(redis_client, rm_settings, "domain-config", dc("domain-remove", "r1"), dc("blacklist-remove", "r2"))
+    answers = by_uuid(outbound.wait_for(6))
+    assert answers["r1"]["action"] == "domain-remove" and answers["r2"]["domain"] == "example.com"
+    assert redis_client.hkeys(keys.domain_config()) == [b"other.org"]
+    assert redis_client.scard(keys.domain_blacklist()) == 0
+
+    # Redis refuses the write (the key holds another type): an error answer, nothing changed.
+    redis_client.delete(keys.domain_blacklist())
+    redis_client.set(keys.domain_blacklist(), "not a set")
+    submit(redis_client, rm_settings, "domain-config", dc("blacklist-update", "e1"))
+    answers = by_uuid(outbound.wait_for(7))
+    assert answers["e1"] == {
+        "action": "blacklist-update",
+        "domain": "example.com",
+        "appid": "madisonTest",
+        "uuid": "e1",
+        "error": "Unable to store domain config",
+    }
+
+
+# --- failures, takeover, appid topics --------------------------------------------------------------
+
+
+def test_a_failing_request_is_retried_then_reported_and_the_loop_keeps_answering(
+    rm_settings: Settings,
+    redis_client: redis.Redis,
+    keys: Keys,
+    outbound: Topic,
+    dead_letters: Topic,
+    running: Callable[..., RedisMonitor],
+) -> None:
+    # "stats": "bogus" passes no schema, so only a writer bypassing the kafka-monitor can send it:
+    # the StatsMonitor raises on it every time.
+    bad = {"uuid": "bad", "appid": "testapp", "stats": "bogus"}
+    good = {"uuid": "good", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "action": "info"}
+    submit(redis_client, rm_settings, "stats", bad)
+    submit(redis_client, rm_settings, "action", good)
+    redis_client.xadd(keys.control_stream(), {"kind": "action", "request": "{not json"})
+    redis_client.xadd(keys.control_stream(), {"kind": "teleport", "request": '{"appid": "testapp"}'})
+    running(rm_settings)
+    (answer,) = outbound.wait_for(1)
+    assert answer["uuid"] == "good"
+    letters = dead_letters.wait_for(3)
+    by_error = {letter["error"].split(":")[0]: without_time(letter) for letter in letters}
+    assert by_error["stats"] == {
+        "stage": "control",
+        "error": "stats: StatsMonitor failed 3 times: ValueError: unknown stats type 'bogus'",
+        "payload": bad,
+        "uuid": "bad",
+        "appid": "testapp",
+    }
+    assert by_error["action"]["payload"] == "{not json"
+    assert by_error["teleport"]["error"] == "teleport: No redis-monitor plugin handles 'teleport' requests"
+    assert by_error["teleport"]["appid"] == "testapp"
+    deadline = time.monotonic() + 5
+    while redis_client.xlen(keys.control_stream()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert redis_client.xlen(keys.control_stream()) == 0
+    stats = Stats(redis_client, keys, rm_settings.getlist("STATS_TIMES"))
+    assert stats.read("redis-monitor", "fail")["lifetime"] == 3
+    assert stats.read("redis-monitor", "total")["lifetime"] == 4
+
+
+def test_requests_a_dead_monitor_held_are_answered_by_another(
+    rm_settings: Settings, redis_client: redis.Redis, keys: Keys, outbound: Topic, running: Callable[..., RedisMonitor]
+) -> None:
+    settings = rm_settings.copy_with(REDIS_MONITOR_CLAIM_IDLE_S=1.0)
+    submit(
+        redis_client,
+        settings,
+        "action",
+        *[
+            {"action": "info", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "uuid": f"d{i}"}
+            for i in range(3)
+        ],
+    )
+    ghost = ControlConsumer(redis_client, keys, "deadbeef0000")
+    ghost.ensure_group()
+    assert len(ghost.read(10, 0)) == 3  # taken, then the ghost "dies" without answering
+    running(settings)
+    messages = outbound.wait_for(3)
+    assert sorted(m["uuid"] for m in messages) == ["d0", "d1", "d2"]
+
+
+def test_appid_topics_get_a_copy_of_each_answer(
+    rm_settings: Settings, redis_client: redis.Redis, outbound: Topic, running: Callable[..., RedisMonitor]
+) -> None:
+    settings = rm_settings.copy_with(KAFKA_APPID_TOPICS=True)
+    submit(
+        redis_client,
+        settings,
+        "action",
+        {"action": "info", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "uuid": "t1"},
+        {"action": "info", "appid": "bad app!", "crawlid": "c1", "spiderid": "link", "uuid": "t2"},
+    )
+    running(settings)
+    assert sorted(m["uuid"] for m in outbound.wait_for(2)) == ["t1", "t2"]
+    per_app = Topic(settings, settings.topic("outbound_testapp"))
+    try:
+        assert [m["uuid"] for m in per_app.wait_for(1)] == ["t1"]
+    finally:
+        per_app.close()
+
+
+# --- backends going away; the real command ---------------------------------------------------------
+
+
+def test_redis_going_away_backs_off_naming_the_setting_and_resumes(
+    rm_settings: Settings, tmp_path: Path, outbound: Topic, caplog: pytest.LogCaptureFixture
+) -> None:
+    with EmbeddedRedis(appendonly=True, workdir=tmp_path / "redis") as server:
+        settings = rm_settings.copy_with(REDIS_URL=server.url)
+        client = redis.Redis.from_url(server.url)
+        runner = Running()
+        try:
+            runner.start(settings, client)
+            info = {"action": "info", "appid": "testapp", "crawlid": "c1", "spiderid": "link"}
+            submit(client, settings, "action", {**info, "uuid": "before"})
+            outbound.wait_for(1)
+            with caplog.at_level(logging.WARNING):
+                server.stop()
+                time.sleep(1.5)
+                server.restart()
+                submit(client, settings, "action", {**info, "uuid": "after"})
+                assert sorted(m["uuid"] for m in outbound.wait_for(2, timeout_s=40)) == ["after", "before"]
+            assert any("check REDIS_URL" in r.getMessage() for r in caplog.records)
+        finally:
+            runner.stop()
+            client.close()
+
+
+def test_the_crawlhive_redis_monitor_command_answers_and_stops_on_sigterm(
+    rm_settings: Settings, redis_client: redis.Redis, outbound: Topic
+) -> None:
+    env = {**os.environ, **settings_env(rm_settings)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "crawlhive.utils.cli", "redis-monitor"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        submit(
+            redis_client,
+            rm_settings,
+            "action",
+            {"action": "info", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "uuid": "cli"},
+        )
+        assert [m["uuid"] for m in outbound.wait_for(1, timeout_s=30)] == ["cli"]
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=20)
+        assert proc.returncode == 0, output
+        assert "redis-monitor enabled plugins" in output
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

@@ -1,0 +1,553 @@
+"""The REST API (API.md §7) against the real app under uvicorn, a real Redis and a real broker.
+
+A :class:`FakeRedisMonitor` answers requests with a uuid the way the redis-monitor does, so /feed's
+wait-for-answer path runs end to end through Kafka.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+from rest_support import FakeRedisMonitor, RunningRest, delete_prefix, running_rest, stats_answer
+
+from crawlhive.kafka_monitor.validation import RequestValidator
+from crawlhive.utils.connections import make_producer
+from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker
+from crawlhive.utils.heartbeat import Heartbeat, new_node_id
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.settings import Settings
+from crawlhive.utils.stats import (
+    Stats,
+    crawler_counter_name,
+    failed_counter_name,
+    items_counter_name,
+    machine_counter_name,
+)
+
+WAIT_S = 1.5
+MAX_BODY = 4096
+
+
+@pytest.fixture(scope="module")
+def rest_settings(redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    token = f"r{secrets.token_hex(5)}"
+    settings = Settings.from_overrides(
+        REDIS_URL=redis_url,
+        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
+        REDIS_KEY_PREFIX=token,
+        KAFKA_TOPIC_PREFIX=token,
+        CRAWLHIVE_HOME=str(tmp_path_factory.mktemp("home")),
+        WAIT_FOR_RESPONSE_TIME=WAIT_S,
+        REST_MAX_BODY_BYTES=MAX_BODY,
+        SCHEMA_PRIORITY_MAX=50,
+        HEARTBEAT_INTERVAL=1.0,
+    )
+    yield settings
+    client = redis.Redis.from_url(redis_url)
+    delete_prefix(client, token)
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def monitor(rest_settings: Settings) -> Iterator[FakeRedisMonitor]:
+    def answer(request: dict[str, object]) -> dict[str, object] | None:
+        if str(request.get("uuid", "")).startswith("late-"):
+            return None  # the test answers these itself, after /feed gave up waiting
+        return stats_answer(request)
+
+    fake = FakeRedisMonitor(rest_settings, answer)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture(scope="module")
+def rest(rest_settings: Settings, monitor: FakeRedisMonitor) -> Iterator[RunningRest]:
+    with running_rest(rest_settings) as running:
+        yield running
+
+
+@pytest.fixture
+def http(rest: RunningRest) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=rest.url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def rclient(rest_settings: Settings) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(rest_settings["REDIS_URL"])
+    yield client
+    client.close()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{secrets.token_hex(4)}"
+
+
+def failure(message: str, cause: str | None = None) -> dict[str, object]:
+    error: dict[str, object] = {"message": message}
+    if cause is not None:
+        error["cause"] = cause
+    return {"status": "FAILURE", "data": None, "error": error}
+
+
+# --- GET / ----------------------------------------------------------------------------------------
+
+
+def test_health_is_green_with_both_backends_and_not_enveloped(http: httpx.Client) -> None:
+    for response in (http.get("/"), http.post("/")):
+        assert response.status_code == 200
+        body = response.json()
+        assert set(body) == {"kafka_connected", "redis_connected", "uptime_sec", "my_id", "node_health"}
+        assert body["kafka_connected"] is True and body["redis_connected"] is True
+        assert body["node_health"] == "GREEN"
+        assert len(body["my_id"]) == 12 and int(body["my_id"], 16) >= 0
+        assert isinstance(body["uptime_sec"], int)
+
+
+# --- POST /feed -------------------------------------------------------------------------------------
+
+
+def test_feed_produces_a_valid_crawl_request_as_received(http: httpx.Client, monitor: FakeRedisMonitor) -> None:
+    crawlid = unique("c")
+    request = {"url": "example.com/page", "appid": "testapp", "crawlid": crawlid}
+    response = http.post("/feed", json=request)
+    assert response.status_code == 200
+    assert response.json() == {"status": "SUCCESS", "data": None, "error": None}
+    assert monitor.wait_for(crawlid=crawlid) == request  # no defaults filled in, URL not rewritten
+
+
+def test_feed_rejects_invalid_requests_with_the_kafka_monitor_cause_and_sends_nothing(
+    http: httpx.Client, monitor: FakeRedisMonitor
+) -> None:
+    crawlid = unique("bad")
+    cases = [
+        ({"url": "http://example.com/", "appid": "ab", "crawlid": crawlid}, "crawl: 'ab' is too short (at /appid)"),
+        (
+            {"url": "http://example.com/", "appid": "testapp", "crawlid": crawlid, "priority": 51},
+            "crawl: 51 is greater than the maximum of 50 (at /priority)",  # SCHEMA_PRIORITY_MAX applies
+        ),
+        (
+            {"url": "ftp://x/", "appid": "testapp", "crawlid": crawlid},
+            "crawl: 'ftp://x/' is not an absolute http(s) URL (at /url)",
+        ),
+        (
+            {"action": "stop", "appid": "testapp", "uuid": "u1", "spiderid": "link"},
+            "action: 'crawlid' is a required property",
+        ),
+        ([1, 2], "request must be a JSON object"),
+    ]
+    for request, cause in cases:
+        response = http.post("/feed", json=request)
+        assert response.status_code == 400, request
+        assert response.json() == failure("JSON did not validate against schema.", cause)
+    time.sleep(0.5)
+    assert monitor.find(crawlid=crawlid) == []
+
+
+def test_feed_needs_json(http: httpx.Client) -> None:
+    expected = failure("The payload must be valid JSON.")
+    bad_json = http.post("/feed", content=b'{"url": "x" "appid"}', headers={"Content-Type": "application/json"})
+    assert (bad_json.status_code, bad_json.json()) == (400, expected)
+    text = http.post("/feed", content=b'{"appid": "testapp", "uuid": "x"}', headers={"Content-Type": "text/plain"})
+    assert (text.status_code, text.json()) == (400, expected)
+    nan = http.post("/feed", content=b'{"priority": NaN}', headers={"Content-Type": "application/json"})
+    assert (nan.status_code, nan.json()) == (400, expected)
+    charset = http.post(
+        "/feed",
+        content=json.dumps({"url": "http://example.com/", "appid": "testapp", "crawlid": unique("cs")}).encode(),
+        headers={"Content-Type": "application/json; charset=utf-8"},
+    )
+    assert charset.status_code == 200
+
+
+def test_feed_and_poll_refuse_bodies_over_rest_max_body_bytes(http: httpx.Client) -> None:
+    big = {"url": "http://example.com/", "appid": "testapp", "crawlid": "big", "attrs": {"x": "y" * MAX_BODY}}
+    for path in ("/feed", "/poll"):
+        response = http.post(path, json=big)
+        assert (response.status_code, response.json()) == (413, failure("The payload is too large."))
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the size is counted while reading
+        for _ in range(MAX_BODY // 100 + 2):
+            yield b" " * 100
+
+    chunked = http.post("/feed", content=chunks(), headers={"Content-Type": "application/json"})
+    assert (chunked.status_code, chunked.json()) == (413, failure("The payload is too large."))
+
+
+def test_feed_with_uuid_returns_the_answer(http: httpx.Client, monitor: FakeRedisMonitor) -> None:
+    uuid = unique("s-")
+    started = time.monotonic()
+    response = http.post("/feed", json={"uuid": uuid, "appid": "testapp", "stats": "queue"})
+    assert time.monotonic() - started < WAIT_S  # answered as soon as the answer came, not after the wait
+    body = response.json()
+    assert response.status_code == 200 and body["status"] == "SUCCESS" and body["error"] is None
+    assert body["data"]["uuid"] == uuid and body["data"]["stats"] == "queue"
+    assert body["data"]["queues"] == {"total_backlog": 0}
+    assert monitor.find(uuid=uuid) == [{"uuid": uuid, "appid": "testapp", "stats": "queue"}]
+
+
+def test_lone_surrogates_are_not_json_here(http: httpx.Client) -> None:
+    """The shared parser refuses unpaired surrogate escapes (no Redis key or UTF-8 record holds them)."""
+    for path, body in [("/feed", b'{"uuid": "sur-\\ud800", "appid": "testapp"}'), ("/poll", b'{"poll_id": "\\udfff"}')]:
+        response = http.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert (response.status_code, response.json()) == (400, failure("The payload must be valid JSON."))
+
+
+def test_many_concurrent_feeds_each_get_their_own_answer(rest: RunningRest) -> None:
+    import concurrent.futures
+
+    uuids = [unique("par-") for _ in range(12)]
+
+    def feed(uuid: str) -> dict[str, object]:
+        with httpx.Client(base_url=rest.url, timeout=30) as client:
+            return client.post("/feed", json={"uuid": uuid, "appid": "testapp"}).json()  # type: ignore[no-any-return]
+
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(len(uuids)) as pool:
+        answers = list(pool.map(feed, uuids))
+    assert time.monotonic() - started < WAIT_S * 2  # the waits overlap: no request blocks another
+    assert [a["data"]["uuid"] for a in answers] == uuids  # type: ignore[index]
+
+
+def test_unanswered_feed_gives_a_poll_id_and_the_late_answer_is_polled_once(
+    http: httpx.Client, monitor: FakeRedisMonitor
+) -> None:
+    uuid = unique("late-")
+    started = time.monotonic()
+    response = http.post("/feed", json={"uuid": uuid, "appid": "testapp", "stats": "kafka-monitor"})
+    assert WAIT_S <= time.monotonic() - started < WAIT_S + 3
+    assert response.json() == {"status": "SUCCESS", "data": {"poll_id": uuid}, "error": None}
+    answer = {"stats": "kafka-monitor", "appid": "testapp", "uuid": uuid, "server_time": 1, "total": {"lifetime": 3}}
+    monitor.send(answer)
+    deadline = time.monotonic() + 10
+    while (polled := http.post("/poll", json={"poll_id": uuid})).status_code == 404:
+        assert time.monotonic() < deadline, "the late answer was never stored for /poll"
+        time.sleep(0.1)
+    assert polled.status_code == 200
+    assert polled.json() == {"status": "SUCCESS", "data": answer, "error": None}
+    again = http.post("/poll", json={"poll_id": uuid})
+    assert (again.status_code, again.json()) == (404, failure("Could not find matching poll_id"))
+
+
+def test_poll_validates_its_body(http: httpx.Client, rclient: redis.Redis, rest: RunningRest) -> None:
+    schema_error = "JSON did not validate against schema."
+    cases = [
+        ({"poll_id": "x", "crazykey": 1}, "Additional properties are not allowed ('crazykey' was unexpected)"),
+        ({}, "'poll_id' is a required property"),
+        ({"poll_id": ""}, "'' should be non-empty (at /poll_id)"),
+        ({"poll_id": 5}, "5 is not of type 'string' (at /poll_id)"),
+    ]
+    for body, cause in cases:
+        response = http.post("/poll", json=body)
+        assert (response.status_code, response.json()) == (400, failure(schema_error, cause)), body
+    bad = http.post("/poll", content=b"{", headers={"Content-Type": "application/json"})
+    assert (bad.status_code, bad.json()) == (400, failure("The payload must be valid JSON."))
+    rclient.set(rest.service.keys.poll_result("corrupt"), b"{not json")
+    corrupt = http.post("/poll", json={"poll_id": "corrupt"})
+    assert (corrupt.status_code, corrupt.json()) == (500, failure("Unparseable JSON Received from redis"))
+
+
+def test_an_answer_consumed_by_one_instance_is_pollable_from_another(
+    rest: RunningRest, rest_settings: Settings, monitor: FakeRedisMonitor
+) -> None:
+    with running_rest(rest_settings) as other, httpx.Client(timeout=30) as client:
+        # An answer nobody waits for: both instances store it; whichever is polled first has it.
+        orphan = {"stats": "rest", "appid": "testapp", "uuid": unique("orphan-"), "server_time": 1}
+        monitor.send(orphan)
+        deadline = time.monotonic() + 10
+        while (polled := client.post(f"{other.url}/poll", json={"poll_id": orphan["uuid"]})).status_code == 404:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert polled.json()["data"] == orphan
+        assert client.post(f"{rest.url}/poll", json={"poll_id": orphan["uuid"]}).status_code == 404  # one-shot
+
+        # An answer /feed delivered on one instance is not stored by the other.
+        uuid = unique("deliv-")
+        fed = client.post(f"{rest.url}/feed", json={"uuid": uuid, "appid": "testapp"})
+        assert fed.json()["data"]["uuid"] == uuid
+        time.sleep(1.0)  # both listeners have seen the answer by now
+        for instance in (rest, other):
+            assert client.post(f"{instance.url}/poll", json={"poll_id": uuid}).status_code == 404
+
+
+# --- routing and errors -----------------------------------------------------------------------------------
+
+
+def test_unknown_paths_and_methods_get_the_404_envelope(http: httpx.Client) -> None:
+    expected = failure("The desired endpoint does not exist")
+    for method, path in [
+        ("GET", "/nope"),
+        ("GET", "/feed"),
+        ("PUT", "/poll"),
+        ("POST", "/metrics"),
+        ("GET", "/crawls/x"),
+    ]:
+        response = http.request(method, path)
+        assert (response.status_code, response.json()) == (404, expected), (method, path)
+
+
+# --- /crawls ------------------------------------------------------------------------------------------
+
+
+def test_get_crawl_reads_the_frontier(http: httpx.Client, rest_settings: Settings, rclient: redis.Redis) -> None:
+    crawlid = unique("cr")
+    assert http.get(f"/crawls/testapp/{crawlid}").json() == failure("Could not find matching crawl")
+    assert http.get(f"/crawls/testapp/{crawlid}").status_code == 404
+
+    frontier = Frontier.from_settings(rclient, rest_settings)
+    pipe = rclient.pipeline()
+    requests = [
+        FrontierRequest(url="http://example.com/a", appid="testapp", crawlid=crawlid, priority=5, request_id="1"),
+        FrontierRequest(url="http://example.com/b", appid="testapp", crawlid=crawlid, priority=-9, request_id="2"),
+        FrontierRequest(url="http://other.org/", appid="testapp", crawlid=crawlid, request_id="3", expires=1893456000),
+    ]
+    frontier.push(requests, pipe)
+    pipe.execute()
+    response = http.get(f"/crawls/testapp/{crawlid}")
+    assert response.status_code == 200
+    data = response.json()["data"]
+    assert len(data.pop("uuid")) == 32 and abs(data.pop("server_time") - time.time()) < 60
+    assert data == {
+        "appid": "testapp",
+        "crawlid": crawlid,
+        "spiderid": "link",
+        "total_pending": 3,
+        "total_domains": 2,
+        "domains": {
+            "example.com": {"total": 2, "high_priority": 5, "low_priority": -9},
+            "other.org": {"total": 1, "high_priority": 1, "low_priority": 1},
+        },
+        "expires": "1893456000",
+        "total_inflight": 0,
+        "total_crawled": 0,
+        "total_failed": 0,
+    }
+    other_spider = http.get(f"/crawls/testapp/{crawlid}", params={"spiderid": "wandering"})
+    assert other_spider.status_code == 404
+
+
+def test_crawl_path_parameters_are_checked(http: httpx.Client) -> None:
+    cases = [
+        ("/crawls/ab/c1", "appid: 'ab' is too short"),
+        (f"/crawls/testapp/{'x' * 41}", f"crawlid: '{'x' * 41}' is too long"),
+    ]
+    for path, cause in cases:
+        for method in ("GET", "DELETE"):
+            response = http.request(method, path)
+            assert (response.status_code, response.json()) == (400, failure("Invalid path parameter.", cause))
+
+
+def test_delete_crawl_feeds_a_stop_and_returns_its_answer(http: httpx.Client, monitor: FakeRedisMonitor) -> None:
+    crawlid = unique("stop")
+    response = http.delete(f"/crawls/testapp/{crawlid}", params={"spiderid": "link"})
+    assert response.status_code == 200
+    data = response.json()["data"]
+    assert data["action"] == "stop" and data["crawlid"] == crawlid and data["total_purged"] == 0
+    sent = monitor.wait_for(crawlid=crawlid)
+    assert sent == {"action": "stop", "appid": "testapp", "crawlid": crawlid, "spiderid": "link", "uuid": data["uuid"]}
+
+
+# --- /metrics -----------------------------------------------------------------------------------------------
+
+
+def test_metrics_expose_cluster_state_from_redis(
+    http: httpx.Client, rest_settings: Settings, rclient: redis.Redis, rest: RunningRest
+) -> None:
+    spider = "metricspider"  # a spider type of its own: other tests queue "link" work
+    keys = Keys(rest_settings["REDIS_KEY_PREFIX"])
+    stats = Stats(rclient, keys, rest_settings.getlist("STATS_TIMES"))
+    before = _metrics(http)
+    stats.incr_many(
+        [
+            ("kafka-monitor", "total", 7),
+            ("kafka-monitor", "fail", 2),
+            ("kafka-monitor", "plugin:ScraperHandler", 4),
+            ("kafka-monitor", "plugin:StatsHandler", 1),
+            ("crawler", crawler_counter_name("link", 200), 5),
+            ("crawler", crawler_counter_name("link", 404), 1),
+            ("crawler", crawler_counter_name("link", 302), 9),  # not in STATS_RESPONSE_CODES: not exposed
+            ("crawler", machine_counter_name("worker-1", 200), 5),  # host names are never labels
+            ("crawler", items_counter_name("link"), 6),
+            ("crawler", failed_counter_name("link"), 3),
+        ]
+    )
+    crawler = Heartbeat(rclient, keys, "crawler", new_node_id(), "worker-1", 60)
+    crawler.beat()
+    crawlid = unique("m")
+    pipe = rclient.pipeline()
+    Frontier.from_settings(rclient, rest_settings).push(
+        [
+            FrontierRequest(
+                url=f"http://example{i}.com/", appid="metrics", crawlid=crawlid, spiderid=spider, request_id=str(i)
+            )
+            for i in range(3)
+        ],
+        pipe,
+    )
+    pipe.execute()
+    worker = FrontierWorker.from_settings(rclient, rest_settings)
+    assert worker.pop(spider).lease is not None
+
+    response = http.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    after = _metrics(http)
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert after[("crawlhive_nodes", (("component", "crawler"),))] >= 1
+    assert after[("crawlhive_nodes", (("component", "rest"),))] >= 1
+    assert delta("crawlhive_queue_backlog", spiderid=spider) == 2
+    assert delta("crawlhive_queue_domains", spiderid=spider) == 2
+    assert delta("crawlhive_inflight_requests", spiderid=spider) == 1
+    assert delta("crawlhive_active_crawls", spiderid=spider) == 1
+    assert delta("crawlhive_pages_crawled_total", spiderid="link") == 6
+    assert delta("crawlhive_responses_total", spiderid="link", code="200") == 5
+    assert delta("crawlhive_responses_total", spiderid="link", code="404") == 1
+    assert ("crawlhive_responses_total", (("code", "302"), ("spiderid", "link"))) not in after
+    assert delta("crawlhive_requests_failed_total", spiderid="link") == 3
+    assert delta("crawlhive_incoming_total", kind="crawl") == 4
+    assert delta("crawlhive_incoming_total", kind="stats") == 1
+    assert delta("crawlhive_incoming_total", kind="invalid") == 2
+    assert delta("crawlhive_dead_letter_total", stage="validation") == 2
+    assert delta("crawlhive_dead_letter_total", stage="crawl") == 3
+    assert after[("crawlhive_rest_responses_total", (("code", "200"), ("method", "GET")))] >= 1
+    labels = {label for (_, pairs) in after for label, _ in pairs}
+    assert labels <= {"component", "spiderid", "code", "kind", "stage", "method"}
+    crawler.stop()
+
+
+def _metrics(http: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = http.get("/metrics").text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("crawlhive_")
+    }
+
+
+# --- /openapi.json and /dashboard ------------------------------------------------------------------------
+
+
+def test_openapi_documents_every_endpoint_and_the_incoming_schemas(http: httpx.Client, rest_settings: Settings) -> None:
+    doc = http.get("/openapi.json").json()
+    assert doc["openapi"].startswith("3.1")
+    assert {"/", "/feed", "/poll", "/crawls/{appid}/{crawlid}", "/metrics", "/dashboard"} <= set(doc["paths"])
+    assert set(doc["paths"]["/crawls/{appid}/{crawlid}"]) == {"get", "delete"}
+    schemas = doc["components"]["schemas"]
+    effective = RequestValidator.from_settings(rest_settings).schemas
+    by_kind = {plugin.kind: schema for plugin, schema in effective.items()}
+    for kind, name in [("crawl", "CrawlRequest"), ("action", "ActionRequest"), ("stats", "StatsRequest")]:
+        assert schemas[name]["properties"] == by_kind[kind]["properties"]
+    assert schemas["DomainConfigRequest"]["required"] == by_kind["domain-config"]["required"]
+    assert schemas["CrawlRequest"]["properties"]["priority"]["maximum"] == 50  # the effective limit
+    feed_body = doc["paths"]["/feed"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert len(feed_body["anyOf"]) == 4
+
+
+def test_dashboard_is_one_self_contained_page(http: httpx.Client) -> None:
+    page = http.get("/dashboard")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    html = page.text
+    assert "<script" in html and "src=" not in html and "<link" not in html and "@import" not in html
+    assert "http://" not in html and "https://" not in html
+    data = http.get("/dashboard/data").json()
+    assert data["status"] == "SUCCESS"
+    assert {"nodes", "crawls", "spiders", "domains", "dead_letters", "totals"} <= set(data["data"])
+
+
+def test_dashboard_lists_recent_dead_letters(http: httpx.Client, rest_settings: Settings, rest: RunningRest) -> None:
+    letter = {"stage": "validation", "error": "Invalid request: x", "payload": {}, "appid": "dlapp", "server_time": 1}
+    producer = make_producer(rest_settings)
+    try:
+        producer.send(rest_settings.topic("dead_letter"), json.dumps(letter).encode()).get(timeout=10)
+    finally:
+        producer.close(timeout=2)
+    deadline = time.monotonic() + 10
+    while not any(d.get("appid") == "dlapp" for d in http.get("/dashboard/data").json()["data"]["dead_letters"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+# --- API key and unreachable backends ---------------------------------------------------------------------
+
+
+def test_api_key_is_checked_before_routing(rest_settings: Settings, monitor: FakeRedisMonitor) -> None:
+    keyed = rest_settings.copy_with(REST_API_KEY="s3cret")
+    missing = failure("Missing or invalid API key")
+    with running_rest(keyed) as running, httpx.Client(base_url=running.url, timeout=30) as client:
+        assert client.get("/").status_code == 200
+        assert client.get("/metrics").status_code == 200
+        for method, path in [("POST", "/feed"), ("GET", "/nope"), ("GET", "/openapi.json"), ("GET", "/dashboard")]:
+            for headers in ({}, {"X-Api-Key": "wrong"}):
+                response = client.request(method, path, headers=headers)
+                assert (response.status_code, response.json()) == (401, missing), (method, path, headers)
+        ok = {"X-Api-Key": "s3cret"}
+        assert client.get("/nope", headers=ok).status_code == 404
+        assert client.get("/openapi.json", headers=ok).status_code == 200
+        fed = client.post("/feed", json={"url": "http://e.com/", "appid": "keyapp", "crawlid": "k1"}, headers=ok)
+        assert fed.status_code == 200
+        assert client.get("/dashboard", params={"api_key": "s3cret"}).status_code == 200
+        assert client.get("/dashboard/data", params={"api_key": "s3cret"}).status_code == 401  # header only
+        assert client.get("/dashboard/data", headers=ok).status_code == 200
+
+
+def test_unreachable_backends_give_500_and_red_health(redis_settings: Settings, tmp_path: Path) -> None:
+    from crawlhive.utils.embedded import free_port
+
+    dead = redis_settings.copy_with(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")  # Kafka is dead there too
+    with running_rest(dead, wait_for_kafka=False) as running, httpx.Client(base_url=running.url, timeout=30) as client:
+        health = client.get("/").json()
+        assert (health["kafka_connected"], health["redis_connected"], health["node_health"]) == (False, False, "RED")
+        fed = client.post("/feed", json={"url": "http://e.com/", "appid": "deadapp", "crawlid": "d1"})
+        assert (fed.status_code, fed.json()) == (500, failure("Unable to connect to Kafka"))
+        for response in (
+            client.post("/poll", json={"poll_id": "x"}),
+            client.get("/crawls/deadapp/d1"),
+            client.get("/metrics"),
+        ):
+            assert (response.status_code, response.json()) == (500, failure("Unable to connect to Redis"))
+
+
+def test_crawlhive_rest_serves_until_sigterm(redis_settings: Settings) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from crawlhive.utils.embedded import free_port
+    from crawlhive.utils.settings import settings_env
+
+    port = free_port()
+    env = {**os.environ, **settings_env(redis_settings)}
+    command = [sys.executable, "-m", "crawlhive.utils.cli", "rest", "--host", "127.0.0.1", "--port", str(port)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/", timeout=2).json()
+                break
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline, "crawlhive rest did not start"
+                time.sleep(0.1)
+        assert health["redis_connected"] is True and health["node_health"] == "YELLOW"  # Kafka is dead here
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        assert process.stdout is not None
+        process.stdout.close()

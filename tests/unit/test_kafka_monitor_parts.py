@@ -1,0 +1,91 @@
+"""kafka-monitor pieces that need no backend: failure classification, dead-letter encoding, back-off."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+from kafka.errors import KafkaTimeoutError
+
+from crawlhive.kafka_monitor.monitor import Backoff, KafkaMonitor, is_transient
+from crawlhive.utils.errors import BackendUnavailable
+from crawlhive.utils.settings import Settings
+
+
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (redis.ConnectionError("Connection refused"), True),
+        (redis.TimeoutError("Timeout reading from socket"), True),
+        (redis.BusyLoadingError("Redis is loading the dataset in memory"), True),
+        (redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'"), True),
+        (redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
+        (redis.ResponseError("ERR Error running script: user_script:3: boom"), False),
+        (redis.DataError("Invalid input of type: 'NoneType'"), False),
+        (KafkaTimeoutError("no ack"), True),
+        (BackendUnavailable("cannot reach Kafka; check KAFKA_BOOTSTRAP_SERVERS"), True),
+        (OSError("Broken pipe"), True),
+        (ValueError("a bug"), False),
+    ],
+)
+def test_only_backend_failures_are_retried(exc: BaseException, transient: bool) -> None:
+    assert is_transient(exc) is transient
+
+
+@pytest.fixture
+def monitor() -> KafkaMonitor:
+    """A monitor that is never set up: nothing connects (Redis at a dead port, never used)."""
+    settings = Settings.from_overrides(REDIS_URL="redis://127.0.0.1:1/0", KAFKA_PRODUCER_MAX_REQUEST_SIZE=40000)
+    return KafkaMonitor(settings, redis.Redis.from_url(settings["REDIS_URL"]))
+
+
+def test_dead_letter_shape(monitor: KafkaMonitor) -> None:
+    raw = b'{"url": "http://example.com/", "appid": "testapp", "crawlid": "c1", "priority": 0, "uuid": 7}'
+    reason = "Invalid request: crawl: 0 is less than the minimum of 1 (at /priority)"
+    letter = json.loads(monitor.dead_letter(raw, reason))
+    assert abs(letter.pop("server_time") - time.time()) < 60
+    assert letter == {
+        "stage": "validation",
+        "error": reason,
+        "payload": json.loads(raw),
+        "appid": "testapp",  # uuid is not a string: left out
+    }
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "\x01" * 30000,  # JSON escapes each control character into six bytes
+        '{"url": "' + "é" * 30000 + '"}',
+        "€" * 30000,
+    ],
+)
+def test_a_dead_letter_always_fits_the_producer_limit(monitor: KafkaMonitor, raw: str) -> None:
+    encoded = monitor.dead_letter(raw.encode(), "Unparseable JSON: " + "x" * 5000)
+    assert len(encoded) <= 40000 - 4096
+    letter = json.loads(encoded)
+    assert letter["error"].endswith("… (payload truncated)") and len(letter["error"]) < 1100
+    assert raw.startswith(letter["payload"]) and letter["payload"]
+
+
+def test_invalid_utf8_and_nan_payloads_stay_text(monitor: KafkaMonitor) -> None:
+    latin1 = '{"appid": "café"}'.encode("latin-1")
+    assert json.loads(monitor.dead_letter(latin1, "x"))["payload"] == '{"appid": "caf\ufffd"}'
+    assert json.loads(monitor.dead_letter(b'{"a": NaN}', "x"))["payload"] == '{"a": NaN}'
+    assert json.loads(monitor.dead_letter(None, "x"))["payload"] == ""
+
+
+def test_backoff_doubles_to_its_cap_and_a_stop_request_cuts_it_short() -> None:
+    backoff = Backoff(first_s=0.01, max_s=0.04)
+    waits = []
+    for _ in range(4):
+        backoff.wait("down")
+        waits.append(backoff.current_s)
+    assert waits == [0.01, 0.02, 0.04, 0.04]
+    backoff.reset()
+    slow = Backoff(first_s=30.0)
+    started = time.monotonic()
+    slow.wait("down", stop=lambda: time.monotonic() - started > 0.2)
+    assert time.monotonic() - started < 2

@@ -1,0 +1,201 @@
+"""``crawlhive demo``: the whole cluster on a bundled site, one crawl, a progress bar, a summary.
+
+It runs what a user would: a :class:`~crawlhive.utils.cluster.LocalCluster` (private Redis and
+broker unless configured, kafka-monitor, redis-monitor, two link crawlers, REST), feeds a crawl of
+the demo site (:mod:`crawlhive.utils.demo_site`) through Kafka, follows it through Redis and the
+output topics until the ``complete`` event, asks ``info`` through Kafka, prints a summary and stops
+everything. Throttling stays on, at a demo-friendly 50 fetches per second per domain.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+from kafka import TopicPartition
+
+from crawlhive.utils.cluster import LocalCluster
+from crawlhive.utils.connections import make_consumer, make_producer, redis_from_settings
+from crawlhive.utils.demo_site import DemoSite, expected_pages
+from crawlhive.utils.errors import CrawlhiveError
+from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.heartbeat import live_nodes
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.settings import Settings
+
+#: Seconds the demo waits for the components, then for the crawl, before giving up.
+READY_TIMEOUT_S = 60.0
+CRAWL_TIMEOUT_S = 100.0
+CRAWLERS = 2
+
+
+class DemoFailed(CrawlhiveError):
+    """The demo did not finish; the message says which step."""
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def _demo_settings(settings: Settings) -> Settings:
+    overrides: dict[str, Any] = {}
+    if not settings.is_set("QUEUE_HITS") and not settings.is_set("QUEUE_WINDOW"):
+        overrides.update(QUEUE_HITS=50, QUEUE_WINDOW=1.0)
+    if not settings.is_set("REST_PORT") and not _port_free(settings.getint("REST_PORT")):
+        from crawlhive.utils.embedded import free_port
+
+        overrides["REST_PORT"] = free_port("0.0.0.0")
+    return settings.copy_with(**overrides) if overrides else settings
+
+
+def _bar(done: int, total: int, width: int = 30) -> str:
+    filled = min(width, int(width * done / total)) if total else 0
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def run_demo(settings: Settings, keep_running: bool = False) -> int:
+    """Run the demo; returns 0 when the crawl completed (raises :class:`DemoFailed` otherwise)."""
+    settings = _demo_settings(settings)
+    out = sys.stdout
+    with DemoSite() as site:
+        print(f"demo site: {', '.join(site.bases)} ({expected_pages()} pages incl. 404s)", file=out, flush=True)
+        with LocalCluster(settings, crawlers=CRAWLERS) as cluster:
+            live = cluster.settings
+            dashboard = f"http://127.0.0.1:{live['REST_PORT']}/dashboard"
+            print(f"cluster: Redis {live['REDIS_URL']}, Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}", flush=True)
+            redis = redis_from_settings(live)
+            keys = Keys(live["REDIS_KEY_PREFIX"])
+            try:
+                _wait_ready(cluster, redis, keys)
+                summary = _crawl(cluster, live, redis, keys, site.seed)
+            finally:
+                redis.close()
+            summary["dashboard"] = dashboard
+            _print_summary(summary)
+            if keep_running:
+                print(f"--keep-running: dashboard at {dashboard}; Ctrl-C stops everything.", flush=True)
+                while True:
+                    cluster.supervise_once()
+                    time.sleep(0.5)
+    return 0
+
+
+def _wait_ready(cluster: LocalCluster, redis: Any, keys: Keys) -> None:
+    """Wait until every component has sent a heartbeat."""
+    want = {"kafka-monitor": 1, "redis-monitor": 1, "crawler": CRAWLERS}
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        have = {c: sum(len(v) for v in live_nodes(redis, keys, c).values()) for c in want}
+        print(f"\rstarting: {', '.join(f'{c} {have[c]}/{n}' for c, n in want.items())}   ", end="", flush=True)
+        if all(have[c] >= n for c, n in want.items()):
+            print(flush=True)
+            return
+        if time.monotonic() > deadline:
+            raise DemoFailed(f"components not up after {READY_TIMEOUT_S:.0f}s: {have}")
+        cluster.supervise_once()
+        time.sleep(0.3)
+
+
+def _crawl(cluster: LocalCluster, live: Settings, redis: Any, keys: Keys, seed: str) -> dict[str, Any]:
+    crawlid = f"demo-{secrets.token_hex(3)}"
+    request = {"url": seed, "appid": "demo", "crawlid": crawlid, "maxdepth": 3, "priority": 50}
+    consumer = make_consumer(live, group_id=None)
+    producer = make_producer(live)
+    topics = [live.topic("outbound_firehose"), live.topic("crawled_firehose")]
+    try:
+        partitions = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or [])]
+        consumer.assign(partitions)
+        consumer.seek_to_end()
+        for tp in partitions:
+            consumer.position(tp)  # resolve "end" now, before anything is produced
+        producer.send(live.topic("incoming"), json.dumps(request).encode()).get(timeout=10)
+        print(f"fed crawl {crawlid} of {seed} (maxdepth 3) to {live.topic('incoming')}", flush=True)
+        reader = FrontierReader(redis, keys, live.getfloat("CRAWL_RECORD_TTL"))
+        codes: Counter[int] = Counter()
+        sample: dict[str, Any] | None = None
+        complete: dict[str, Any] | None = None
+        started = time.monotonic()
+        total = expected_pages()
+        while complete is None:
+            for records in consumer.poll(timeout_ms=300).values():
+                for record in records:
+                    message = json.loads(record.value)
+                    if message.get("crawlid") != crawlid:
+                        continue
+                    if record.topic.endswith("crawled_firehose"):
+                        codes[message["status_code"]] += 1
+                        if sample is None and message["status_code"] == 200:
+                            sample = message
+                    elif message.get("action") == "complete":
+                        complete = message
+            state = reader.crawl_state("link", "demo", crawlid)
+            items = sum(codes.values())
+            print(
+                f"\r{_bar(items, total)} crawled {items}/{total}  queued {state.pending}  "
+                f"in flight {state.inflight}  failed {state.failed}   ",
+                end="",
+                flush=True,
+            )
+            if time.monotonic() - started > CRAWL_TIMEOUT_S:
+                raise DemoFailed(f"crawl not complete after {CRAWL_TIMEOUT_S:.0f}s ({items} items so far)")
+            cluster.supervise_once()
+        elapsed = time.monotonic() - started
+        print(flush=True)
+        info = _ask(
+            consumer,
+            producer,
+            live,
+            {"action": "info", "appid": "demo", "crawlid": crawlid, "spiderid": "link", "uuid": f"info-{crawlid}"},
+        )
+    finally:
+        consumer.close()
+        producer.close(timeout=5)
+    return {
+        "crawlid": crawlid,
+        "codes": codes,
+        "elapsed": elapsed,
+        "complete": complete,
+        "sample": sample,
+        "info": info,
+    }
+
+
+def _ask(consumer: Any, producer: Any, live: Settings, request: dict[str, Any]) -> dict[str, Any] | None:
+    """Send *request* through Kafka and return the outbound answer with its uuid (or None in 10 s)."""
+    producer.send(live.topic("incoming"), json.dumps(request).encode()).get(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=300).values():
+            for record in records:
+                message = json.loads(record.value)
+                if message.get("uuid") == request["uuid"]:
+                    return dict(message)
+    return None
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    codes: Counter[int] = summary["codes"]
+    pages = sum(codes.values())
+    print(
+        f"\ncrawl {summary['crawlid']} complete: {pages} pages in {summary['elapsed']:.1f}s "
+        f"({pages / max(summary['elapsed'], 1e-9):.1f} pages/s)"
+    )
+    print("status codes: " + ", ".join(f"{code}: {n}" for code, n in sorted(codes.items())))
+    print(f"complete event: {json.dumps(summary['complete'])}")
+    info = summary["info"]
+    print(f"info answer: {json.dumps(info) if info else '(no answer within 10 s)'}")
+    sample = summary["sample"]
+    if sample:
+        shown = {**sample, "body": sample["body"][:80] + "…", "links": sample["links"][:3]}
+        print(f"sample item: {json.dumps(shown)}")
+    print(f"dashboard (while running): {summary['dashboard']}", flush=True)
