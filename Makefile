@@ -17,7 +17,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/crawlhive up --duration 8
+	$(BIN)/crawlhive demo
 
 up: $(STAMP)
 	$(BIN)/crawlhive up

@@ -56,10 +56,12 @@ class Child:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def stop(self) -> None:
+    def stop(self, already_signalled: bool = False) -> None:
+        """SIGTERM (unless *already_signalled*: a second one forces an exit), then SIGKILL after a grace."""
         if self.process is None or self.process.poll() is not None:
             return
-        self.process.terminate()
+        if not already_signalled:
+            self.process.terminate()
         try:
             self.process.wait(STOP_GRACE_S)
         except subprocess.TimeoutExpired:
@@ -136,11 +138,11 @@ class LocalCluster:
         self._stack.close()
 
     def _stop_children(self) -> None:
-        for child in self.children:
+        for child in self.children:  # all at once, so they shut down in parallel
             if child.process is not None and child.process.poll() is None:
                 child.process.terminate()
         for child in self.children:
-            child.stop()
+            child.stop(already_signalled=True)
 
     def supervise_once(self) -> None:
         """Restart children that died, with back-off."""

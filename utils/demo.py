@@ -69,7 +69,11 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
     out = sys.stdout
     with DemoSite() as site:
         print(f"demo site: {', '.join(site.bases)} ({expected_pages()} pages incl. 404s)", file=out, flush=True)
-        with LocalCluster(settings, crawlers=CRAWLERS) as cluster:
+        logs = settings.home / "demo-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log_file = logs / "components.log"
+        print(f"component logs: {log_file}", flush=True)
+        with LocalCluster(settings, crawlers=CRAWLERS, extra_env={"LOG_FILE": str(log_file)}) as cluster:
             live = cluster.settings
             dashboard = f"http://127.0.0.1:{live['REST_PORT']}/dashboard"
             print(f"cluster: Redis {live['REDIS_URL']}, Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}", flush=True)
@@ -96,10 +100,12 @@ def _wait_ready(cluster: LocalCluster, redis: Any, keys: Keys) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         have = {c: sum(len(v) for v in live_nodes(redis, keys, c).values()) for c in want}
-        print(f"\rstarting: {', '.join(f'{c} {have[c]}/{n}' for c, n in want.items())}   ", end="", flush=True)
+        status = f"starting: {', '.join(f'{c} {have[c]}/{n}' for c, n in want.items())}"
         if all(have[c] >= n for c, n in want.items()):
-            print(flush=True)
+            print(f"\r{status}   ", flush=True)
             return
+        if sys.stdout.isatty():
+            print(f"\r{status}   ", end="", flush=True)
         if time.monotonic() > deadline:
             raise DemoFailed(f"components not up after {READY_TIMEOUT_S:.0f}s: {have}")
         cluster.supervise_once()
@@ -126,6 +132,8 @@ def _crawl(cluster: LocalCluster, live: Settings, redis: Any, keys: Keys, seed: 
         complete: dict[str, Any] | None = None
         started = time.monotonic()
         total = expected_pages()
+        interactive = sys.stdout.isatty()
+        next_line = 0.0
         while complete is None:
             for records in consumer.poll(timeout_ms=300).values():
                 for record in records:
@@ -140,12 +148,15 @@ def _crawl(cluster: LocalCluster, live: Settings, redis: Any, keys: Keys, seed: 
                         complete = message
             state = reader.crawl_state("link", "demo", crawlid)
             items = sum(codes.values())
-            print(
-                f"\r{_bar(items, total)} crawled {items}/{total}  queued {state.pending}  "
-                f"in flight {state.inflight}  failed {state.failed}   ",
-                end="",
-                flush=True,
+            line = (
+                f"{_bar(items, total)} crawled {items}/{total}  queued {state.pending}  "
+                f"in flight {state.inflight}  failed {state.failed}   "
             )
+            if interactive:
+                print(f"\r{line}", end="", flush=True)
+            elif time.monotonic() >= next_line or complete is not None:
+                print(line, flush=True)  # not a terminal: one line every 2 s
+                next_line = time.monotonic() + 2.0
             if time.monotonic() - started > CRAWL_TIMEOUT_S:
                 raise DemoFailed(f"crawl not complete after {CRAWL_TIMEOUT_S:.0f}s ({items} items so far)")
             cluster.supervise_once()

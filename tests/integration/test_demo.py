@@ -1,0 +1,38 @@
+"""`crawlhive demo` as a user runs it: the whole cluster, one crawl to completion, a summary, exit 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from crawlhive.utils.demo_site import expected_pages
+
+
+def test_demo_crawls_the_bundled_site_to_completion_and_stops_cleanly(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_HOSTS")}
+    env["CRAWLHIVE_HOME"] = str(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "crawlhive.utils.cli", "demo"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    total = expected_pages()
+    assert any(line.startswith("crawl demo-") and f"complete: {total} pages" in line for line in lines), out.stdout
+    assert "status codes: 200: 333, 404: 3" in lines
+    complete = json.loads(next(line for line in lines if line.startswith("complete event: ")).split(": ", 1)[1])
+    assert complete["action"] == "complete" and complete["total_crawled"] == total and complete["total_failed"] == 0
+    info = json.loads(next(line for line in lines if line.startswith("info answer: ")).split(": ", 1)[1])
+    assert info["total_crawled"] == total and info["total_pending"] == 0 and info["total_inflight"] == 0
+    sample = json.loads(next(line for line in lines if line.startswith("sample item: ")).split(": ", 1)[1])
+    assert sample["status_code"] == 200 and sample["status_msg"] == "OK"
+    assert any("/dashboard" in line for line in lines)
+    assert "Traceback" not in out.stderr
+    assert "SIGTERM" not in out.stderr  # one signal each: a graceful stop, never a forced one
+    assert not (tmp_path / "up.json").exists()
