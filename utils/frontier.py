@@ -1058,6 +1058,8 @@ def reclaim_expired_leases(worker: FrontierWorker, spider: str, max_retries: int
         else:
             letter = crawl_dead_letter(request, LEASE_EXPIRED)
             failed += worker.exhaust(member, request, ujson.dumps(letter, ensure_ascii=False))
+    if requeued:
+        worker.redis.publish(worker.keys.wake_channel(spider), b"1")  # idle crawlers take it at once
     return ReclaimResult(requeued, failed)
 
 
