@@ -516,22 +516,24 @@ class FrontierWorker:
         Returns:
             True if moved; False if the lease had already ended (acked, reclaimed, cancelled).
         """
+        keys, args = self._move_back(member, request)
+        return bool(self._requeue(keys=keys, args=args))
+
+    def _move_back(self, member: bytes, r: FrontierRequest) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of the scripts that move a lease back into the queue (requeue, reclaim)."""
         keys = self.keys
-        r = request
-        return bool(
-            self._requeue(
-                keys=[
-                    keys.leases(r.spiderid),
-                    keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
-                    keys.crawl(r.spiderid, r.appid, r.crawlid),
-                    keys.crawl_queue(r.spiderid, r.appid, r.crawlid, r.domain),
-                    keys.domain_crawls(r.spiderid, r.domain),
-                    keys.domains(r.spiderid),
-                    keys.crawl_domains(r.spiderid, r.appid, r.crawlid),
-                    keys.queue_sequence(),
-                ],
-                args=[member, r.encode(), r.priority, keys.crawl_member(r.appid, r.crawlid), r.domain],
-            )
+        return (
+            [
+                keys.leases(r.spiderid),
+                keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
+                keys.crawl(r.spiderid, r.appid, r.crawlid),
+                keys.crawl_queue(r.spiderid, r.appid, r.crawlid, r.domain),
+                keys.domain_crawls(r.spiderid, r.domain),
+                keys.domains(r.spiderid),
+                keys.crawl_domains(r.spiderid, r.appid, r.crawlid),
+                keys.queue_sequence(),
+            ],
+            [member, r.encode(), r.priority, keys.crawl_member(r.appid, r.crawlid), r.domain],
         )
 
     def expired_leases(self, spider: str, limit: int = 500) -> list[tuple[bytes, FrontierRequest]]:
@@ -553,23 +555,8 @@ class FrontierWorker:
     def reclaim(self, member: bytes, request: FrontierRequest) -> bool:
         """:meth:`requeue`, but only if the lease of *member* still exists and has expired (so a
         crawler that renewed it in the meantime keeps it). Returns True if moved."""
-        keys = self.keys
-        r = request
-        return bool(
-            self._reclaim(
-                keys=[
-                    keys.leases(r.spiderid),
-                    keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
-                    keys.crawl(r.spiderid, r.appid, r.crawlid),
-                    keys.crawl_queue(r.spiderid, r.appid, r.crawlid, r.domain),
-                    keys.domain_crawls(r.spiderid, r.domain),
-                    keys.domains(r.spiderid),
-                    keys.crawl_domains(r.spiderid, r.appid, r.crawlid),
-                    keys.queue_sequence(),
-                ],
-                args=[member, r.encode(), r.priority, keys.crawl_member(r.appid, r.crawlid), r.domain],
-            )
-        )
+        keys, args = self._move_back(member, request)
+        return bool(self._reclaim(keys=keys, args=args))
 
     def exhaust(self, member: bytes, request: FrontierRequest, dead_letter: str) -> bool:
         """End the expired lease of *member* as :meth:`ack` with ``"failed"`` does, and append
