@@ -119,7 +119,7 @@ def through_monitor(settings: Settings, expected: int, workdir: str, timeout_s: 
         **{name: env_value(settings[name]) for name in settings if settings.source(name) == "cli"},
         "CRAWLHIVE_HOME": workdir,
     }
-    log = open(os.path.join(workdir, "kafka-monitor.log"), "wb")  # noqa: SIM115 - closed below
+    log = open(os.path.join(workdir, "kafka-monitor.log"), "wb")  # closed in the finally below
     proc = subprocess.Popen(
         [sys.executable, "-m", "crawlhive.utils.cli", "kafka-monitor"], env=env, stdout=log, stderr=subprocess.STDOUT
     )

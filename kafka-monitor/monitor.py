@@ -24,18 +24,13 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Self
 
 from kafka.errors import KafkaError
-from redis.exceptions import BusyLoadingError, ReadOnlyError, RedisError, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, Incoming, IncomingPlugin
 from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, parse_json
@@ -46,11 +41,12 @@ from crawlhive.utils.connections import (
     make_producer,
     mask_url,
     probe_kafka,
+    record_origin,
     redis_from_settings,
 )
-from crawlhive.utils.errors import BackendUnavailable
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.loop import Backoff, describe_failure, install_stop_handlers, is_transient
 from crawlhive.utils.plugins import load_plugins
 from crawlhive.utils.stats import Stats
 
@@ -77,13 +73,6 @@ PROGRESS_EVERY_S = 10.0
 #: The dead-letter reason of a request a plugin failed on (API.md §6: ``Invalid request: <cause>``).
 INTERNAL_ERROR = "Invalid request: internal error"
 
-#: Redis error replies that say "not now" rather than "never": the batch is retried after a back-off.
-_TRANSIENT_REPLIES = ("OOM", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "NOREPLICAS", "NOSCRIPT")
-
-
-class ForcedShutdown(Exception):
-    """Second SIGINT/SIGTERM: stop now, without finishing the batch (it will be redelivered)."""
-
 
 @dataclass
 class BatchResult:
@@ -92,51 +81,6 @@ class BatchResult:
     records: int = 0
     accepted: int = 0
     rejected: int = 0
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True if *exc* means a backend is unreachable or busy, so retrying the batch later can succeed.
-
-    Connection failures, time-outs and busy, loading, out-of-memory or read-only replies are. Other
-    Redis errors are not (an error reply such as ``WRONGTYPE`` or a failing script, a value redis-py
-    cannot encode): retrying would fail forever, so the requests concerned are dead-lettered instead.
-    """
-    if isinstance(exc, BackendUnavailable | KafkaError | OSError):
-        return True
-    if isinstance(exc, RedisConnectionError | RedisTimeoutError | BusyLoadingError | ReadOnlyError):
-        return True
-    if isinstance(exc, ResponseError):
-        return str(exc).startswith(_TRANSIENT_REPLIES)
-    return False
-
-
-class Backoff:
-    """Exponential back-off between failed attempts: *first_s* doubling to *max_s*, reset on success.
-
-    The wait is sliced so that a stop request (SIGINT/SIGTERM) ends it within *slice_s*.
-    """
-
-    def __init__(self, first_s: float = 0.5, max_s: float = 10.0, slice_s: float = 0.1) -> None:
-        self.first_s, self.max_s, self.slice_s = first_s, max_s, slice_s
-        self.current_s = 0.0
-        self.failures = 0
-
-    def wait(self, reason: str, stop: Callable[[], bool] | None = None) -> None:
-        """Log *reason* and sleep the next back-off; return early once ``stop()`` is true."""
-        self.current_s = min(self.max_s, self.current_s * 2 or self.first_s)
-        self.failures += 1
-        logger.warning("%s; retrying in %.1fs (attempt %d)", reason, self.current_s, self.failures)
-        deadline = time.monotonic() + self.current_s
-        while (remaining := deadline - time.monotonic()) > 0:
-            if stop is not None and stop():
-                return
-            time.sleep(min(self.slice_s, remaining))
-
-    def reset(self) -> None:
-        if self.failures:
-            logger.info("backends reachable again after %d failed attempt(s)", self.failures)
-        self.current_s = 0.0
-        self.failures = 0
 
 
 class KafkaMonitor:
@@ -244,16 +188,7 @@ class KafkaMonitor:
 
     def install_signal_handlers(self) -> None:
         """First SIGINT/SIGTERM: finish the batch, commit, stop. Second: raise :class:`ForcedShutdown`."""
-
-        def handler(signum: int, frame: FrameType | None) -> None:
-            name = signal.Signals(signum).name
-            if self.stopping:
-                raise ForcedShutdown(f"second {name}: stopping without finishing the batch")
-            logger.info("%s received: stopping after this batch (send it again to force)", name)
-            self.stopping = True
-
-        signal.signal(signal.SIGINT, handler)
-        signal.signal(signal.SIGTERM, handler)
+        install_stop_handlers(self, "this batch")
 
     def start(self) -> bool:
         """:meth:`setup`, retried with back-off while a backend is unreachable.
@@ -269,7 +204,9 @@ class KafkaMonitor:
             except Exception as exc:
                 if not is_transient(exc):
                     raise
-                self.backoff.wait(f"kafka-monitor cannot start: {self._describe_failure(exc)}", lambda: self.stopping)
+                self.backoff.wait(
+                    f"kafka-monitor cannot start: {describe_failure(exc, self.settings)}", lambda: self.stopping
+                )
         return False
 
     def run(self, max_iterations: int | None = None) -> None:
@@ -289,21 +226,11 @@ class KafkaMonitor:
                 except Exception as exc:
                     if not is_transient(exc):
                         raise
-                    self.backoff.wait(self._describe_failure(exc), lambda: self.stopping)
+                    self.backoff.wait(describe_failure(exc, self.settings), lambda: self.stopping)
                 done += 1
                 self._log_progress()
         finally:
             self.teardown()
-
-    def _describe_failure(self, exc: BaseException) -> str:
-        if isinstance(exc, BackendUnavailable):
-            return str(exc)  # already names the setting
-        if isinstance(exc, RedisError):
-            return f"Redis failed ({exc!r}); check REDIS_URL ({mask_url(self.settings['REDIS_URL'])})"
-        if isinstance(exc, KafkaError | OSError):
-            servers = ",".join(self.settings["KAFKA_BOOTSTRAP_SERVERS"])
-            return f"Kafka failed ({exc!r}); check KAFKA_BOOTSTRAP_SERVERS ({servers})"
-        return str(exc)
 
     def _log_progress(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -400,7 +327,7 @@ class KafkaMonitor:
                 dead.append((record, "Invalid request: internal error while validating"))
                 continue
             if isinstance(outcome, Accepted):
-                origin = f"{record.topic}/{record.partition}/{record.offset}"
+                origin = record_origin(record)
                 groups[outcome.plugin].append((record, Incoming(outcome.message, origin)))
             else:
                 dead.append((record, outcome.reason))

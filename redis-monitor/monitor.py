@@ -172,7 +172,7 @@ class RedisMonitor:
                     self.run_once()
                     self.backoff.reset()
                 except BACKEND_ERRORS as exc:
-                    self.backoff.wait(describe_failure(exc))
+                    self.backoff.wait(describe_failure(exc, self.settings), lambda: self.stopping)
                 done += 1
         finally:
             self.teardown()

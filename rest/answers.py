@@ -34,7 +34,7 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 from redis.exceptions import RedisError
 
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, record_origin
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class Answer:
     """An outbound message with a string ``uuid``, as consumed from Kafka.
 
     Attributes:
-        origin: ``<topic>/<partition>/<offset>`` of its record, the same in every REST instance.
+        origin: :func:`~crawlhive.utils.connections.record_origin` of its record, the same in every REST instance.
     """
 
     uuid: str
@@ -320,7 +320,7 @@ class KafkaLink:
                 if partition.topic == self.dead_letter:
                     self.dead_letters.append({**message, "received": time.time()})
                 elif isinstance(message.get("uuid"), str):
-                    origin = f"{record.topic}/{record.partition}/{record.offset}"
+                    origin = record_origin(record)
                     answers.append(Answer(message["uuid"], message, bytes(record.value), origin))
         if answers:
             self.book.deliver(answers)

@@ -279,7 +279,8 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 def cmd_kafka_monitor(args: argparse.Namespace) -> int:
     """Run one kafka-monitor until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
-    from crawlhive.kafka_monitor.monitor import ForcedShutdown, KafkaMonitor
+    from crawlhive.kafka_monitor.monitor import KafkaMonitor
+    from crawlhive.utils.loop import ForcedShutdown
 
     settings = _settings_from_args(args)
     monitor = KafkaMonitor.from_settings(settings)

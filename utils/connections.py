@@ -406,3 +406,13 @@ def ensure_topics(settings: Settings, names: Iterable[str], *, timeout: float = 
     finally:
         admin.close()
     return created
+
+
+def record_origin(record: Any) -> str:
+    """The idempotency id of a consumed Kafka record: ``<topic>/<partition>/<offset>@<timestamp ms>``.
+
+    A redelivered record has the same id, so writes keyed by it are not repeated. The producer's
+    timestamp keeps ids unique when a broker is reset (Tansu keeps topics in memory: offsets start
+    again at 0) while Redis keeps its data.
+    """
+    return f"{record.topic}/{record.partition}/{record.offset}@{record.timestamp}"

@@ -10,13 +10,20 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections.abc import Callable
 from types import FrameType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kafka.errors import KafkaError
-from redis.exceptions import RedisError
+from redis.exceptions import BusyLoadingError, ReadOnlyError, RedisError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from crawlhive.utils.connections import mask_url
 from crawlhive.utils.errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -29,34 +36,65 @@ class ForcedShutdown(Exception):
 
 
 class Backoff:
-    """Exponential back-off between failed iterations: *first_s* doubling to *max_s*, reset on success.
+    """Exponential back-off between failed attempts: *first_s* doubling to *max_s*, reset on success.
 
-    Args:
-        first_s: seconds of the first wait.
-        max_s: longest wait.
+    The wait is sliced so that a stop request (SIGINT/SIGTERM) ends it within *slice_s*.
     """
 
-    def __init__(self, first_s: float = 0.5, max_s: float = 30.0) -> None:
-        self.first_s, self.max_s = first_s, max_s
+    def __init__(self, first_s: float = 0.5, max_s: float = 10.0, slice_s: float = 0.1) -> None:
+        self.first_s, self.max_s, self.slice_s = first_s, max_s, slice_s
         self.current_s = 0.0
+        self.failures = 0
 
-    def wait(self, reason: str) -> None:
-        """Log *reason* with the coming delay (WARNING), then sleep it."""
+    def wait(self, reason: str, stop: Callable[[], bool] | None = None) -> None:
+        """Log *reason* (WARNING) and sleep the next back-off; return early once ``stop()`` is true."""
         self.current_s = min(self.max_s, self.current_s * 2 or self.first_s)
-        logger.warning("%s; retrying in %.1fs", reason, self.current_s)
-        time.sleep(self.current_s)
+        self.failures += 1
+        logger.warning("%s; retrying in %.1fs (attempt %d)", reason, self.current_s, self.failures)
+        deadline = time.monotonic() + self.current_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            if stop is not None and stop():
+                return
+            time.sleep(min(self.slice_s, remaining))
 
     def reset(self) -> None:
-        """The last iteration succeeded: the next failure waits *first_s* again."""
+        """The last attempt succeeded: the next failure waits *first_s* again."""
+        if self.failures:
+            logger.info("backends reachable again after %d failed attempt(s)", self.failures)
         self.current_s = 0.0
+        self.failures = 0
 
 
-def describe_failure(exc: BaseException) -> str:
-    """A one-line description of a backend failure that names the setting to check."""
+#: Redis error replies that say "not now" rather than "never": the work is retried after a back-off.
+_TRANSIENT_REPLIES = ("OOM", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "NOREPLICAS", "NOSCRIPT")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True if *exc* means a backend is unreachable or busy, so retrying later can succeed.
+
+    Connection failures, time-outs and busy, loading, out-of-memory or read-only replies are. Other
+    Redis errors are not (an error reply such as ``WRONGTYPE`` or a failing script, a value redis-py
+    cannot encode): retrying would fail forever, so the caller reports the work concerned instead.
+    """
+    if isinstance(exc, BackendUnavailable | KafkaError | OSError):
+        return True
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | BusyLoadingError | ReadOnlyError):
+        return True
+    if isinstance(exc, ResponseError):
+        return str(exc).startswith(_TRANSIENT_REPLIES)
+    return False
+
+
+def describe_failure(exc: BaseException, settings: Settings | None = None) -> str:
+    """A one-line description of a backend failure that names the setting (and value) to check."""
+    if isinstance(exc, BackendUnavailable):
+        return str(exc)  # already names the setting
     if isinstance(exc, RedisError):
-        return f"Redis failed ({exc!r}); check REDIS_URL"
-    if isinstance(exc, KafkaError):
-        return f"Kafka failed ({exc!r}); check KAFKA_BOOTSTRAP_SERVERS"
+        where = f" ({mask_url(settings['REDIS_URL'])})" if settings is not None else ""
+        return f"Redis failed ({exc!r}); check REDIS_URL{where}"
+    if isinstance(exc, KafkaError | OSError):
+        where = f" ({','.join(settings['KAFKA_BOOTSTRAP_SERVERS'])})" if settings is not None else ""
+        return f"Kafka failed ({exc!r}); check KAFKA_BOOTSTRAP_SERVERS{where}"
     return str(exc) or repr(exc)
 
 
@@ -73,12 +111,20 @@ def install_stop_handlers(worker: Stoppable, what: str = "the current work") -> 
     def handler(signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if worker.stopping:
-            raise ForcedShutdown(name)
-        logger.info("%s received: stopping after %s", name, what)
+            raise ForcedShutdown(f"second {name}: stopping without finishing {what}")
+        logger.info("%s received: stopping after %s (send it again to force)", name, what)
         worker.stopping = True
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
 
 
-__all__ = ["BACKEND_ERRORS", "Backoff", "ForcedShutdown", "Stoppable", "describe_failure", "install_stop_handlers"]
+__all__ = [
+    "BACKEND_ERRORS",
+    "Backoff",
+    "ForcedShutdown",
+    "Stoppable",
+    "describe_failure",
+    "install_stop_handlers",
+    "is_transient",
+]

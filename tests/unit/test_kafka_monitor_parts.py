@@ -9,8 +9,9 @@ import pytest
 import redis
 from kafka.errors import KafkaTimeoutError
 
-from crawlhive.kafka_monitor.monitor import Backoff, KafkaMonitor, is_transient
+from crawlhive.kafka_monitor.monitor import KafkaMonitor
 from crawlhive.utils.errors import BackendUnavailable
+from crawlhive.utils.loop import Backoff, is_transient
 from crawlhive.utils.settings import Settings
 
 
@@ -89,3 +90,15 @@ def test_backoff_doubles_to_its_cap_and_a_stop_request_cuts_it_short() -> None:
     started = time.monotonic()
     slow.wait("down", stop=lambda: time.monotonic() - started > 0.2)
     assert time.monotonic() - started < 2
+
+
+def test_record_origin_is_stable_per_record_and_unique_across_broker_resets() -> None:
+    from types import SimpleNamespace
+
+    from crawlhive.utils.connections import record_origin
+
+    first = SimpleNamespace(topic="demo.incoming", partition=1, offset=7, timestamp=1714563600123)
+    again = SimpleNamespace(topic="demo.incoming", partition=1, offset=7, timestamp=1714563600123)
+    after_reset = SimpleNamespace(topic="demo.incoming", partition=1, offset=7, timestamp=1714563999000)
+    assert record_origin(first) == record_origin(again) == "demo.incoming/1/7@1714563600123"  # type: ignore[arg-type]
+    assert record_origin(after_reset) != record_origin(first)  # type: ignore[arg-type]

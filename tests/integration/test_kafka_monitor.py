@@ -1,0 +1,737 @@
+"""The kafka-monitor against a real Redis and a real broker: every request kind, every rejection,
+at-least-once without duplicates (redelivery, SIGKILL, Redis outage), stats and heartbeats."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+from kafka.structs import TopicPartition
+
+from crawlhive.kafka_monitor.monitor import COMPONENT, BatchResult, KafkaMonitor
+from crawlhive.kafka_monitor.validation import Accepted, RequestValidator
+from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.control import ControlQueue
+from crawlhive.utils.embedded import EmbeddedBroker, EmbeddedRedis, free_port
+from crawlhive.utils.frontier import FrontierRequest, seed_from_request
+from crawlhive.utils.heartbeat import live_nodes
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.loop import ForcedShutdown
+from crawlhive.utils.queues import decode_priority
+from crawlhive.utils.settings import Settings, env_value
+from crawlhive.utils.stats import Stats
+
+if TYPE_CHECKING:
+    from conftest import IsolatedNames
+    from kafka.producer.future import RecordMetadata
+
+CLI = [sys.executable, "-m", "crawlhive.utils.cli"]
+#: Keys the monitor writes besides the frontier and the control stream (second part of the key).
+BOOKKEEPING = {"stats", "stats-lifetime", "stats-unique", "stats-index", "heartbeat", "nodes"}
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def km_settings(settings: Settings) -> Settings:
+    """A short session timeout: a fresh consumer group joins in about a second on Tansu."""
+    return settings.copy_with(KAFKA_SESSION_TIMEOUT_MS=2000)
+
+
+@pytest.fixture
+def monitor(km_settings: Settings, redis_client: redis.Redis) -> Iterator[KafkaMonitor]:
+    km = KafkaMonitor(km_settings, redis_client)
+    km.setup()
+    try:
+        yield km
+    finally:
+        km.teardown()
+
+
+def produce(settings: Settings, values: list[bytes | None], **overrides: Any) -> list[RecordMetadata]:
+    """Send *values* to partition 0 of the incoming topic, in order; returns their metadata.
+
+    A None value is sent with a key (Kafka needs one of them): a record without a value.
+    """
+    producer = make_producer(settings, **overrides)
+    try:
+        topic = settings.topic("incoming")
+        futures = [
+            producer.send(topic, value, key=None if value is not None else b"no-value", partition=0) for value in values
+        ]
+        producer.flush(timeout=30)
+        return [future.get(timeout=30) for future in futures]
+    finally:
+        producer.close(timeout=5)
+
+
+def encode(*messages: Any) -> list[bytes | None]:
+    return [json.dumps(m).encode() for m in messages]
+
+
+def drain(monitor: KafkaMonitor, records: int, timeout_s: float = 20.0) -> list[BatchResult]:
+    """Run the real loop body until *records* more records have been processed."""
+    target = monitor.totals.records + records
+    deadline = time.monotonic() + timeout_s
+    results = []
+    while monitor.totals.records < target:
+        assert time.monotonic() < deadline, f"processed {monitor.totals.records} of {target} records"
+        result = monitor.run_once()
+        if result.records:
+            results.append(result)
+    assert monitor.totals.records == target
+    return results
+
+
+def read_topic(settings: Settings, short: str, count: int, timeout_s: float = 15.0) -> list[Any]:
+    """The first *count* messages of a topic (all partitions), parsed."""
+    consumer = make_consumer(settings, settings.topic(short), group_id=None)
+    found: list[Any] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while len(found) < count and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                found.extend(json.loads(r.value) for r in records)
+    finally:
+        consumer.close()
+    assert len(found) >= count, f"{len(found)} of {count} messages on {short}"
+    return found
+
+
+def state_keys(client: redis.Redis, names: IsolatedNames) -> set[bytes]:
+    """Every key of this test except the monitor's own stats and heartbeat keys."""
+    found = set(client.scan_iter(match=f"{names.key_prefix}:*", count=1000))
+    return {k for k in found if k.split(b":")[1].decode() not in BOOKKEEPING}
+
+
+def queued(client: redis.Redis, keys: Keys, crawls: list[str], domains: list[str], appid: str = "testapp") -> int:
+    """Members across the crawl queues of *crawls* x *domains* (spider ``link``)."""
+    pipe = client.pipeline(transaction=False)
+    for crawl in crawls:
+        for domain in domains:
+            pipe.zcard(keys.crawl_queue("link", appid, crawl, domain))
+    return sum(pipe.execute())
+
+
+def crawl(url: str, crawlid: str = "c1", **extra: Any) -> dict[str, Any]:
+    return {"url": url, "appid": "testapp", "crawlid": crawlid, **extra}
+
+
+# --- each kind lands in Redis ------------------------------------------------------------------------
+
+
+def test_each_kind_lands_in_redis_as_specified(
+    monitor: KafkaMonitor, km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    full = crawl(
+        "http://www.Example.com/a?b=1",
+        priority=7,
+        maxdepth=2,
+        expires=1893456000,
+        attrs={"job": "nightly"},
+        method="POST",
+        headers={"Content-Type": "application/json"},
+        body='{"q": 1}',
+        cookies={"session": "x1"},
+        allow_regex=["^https?://"],
+    )
+    info = {"action": "info", "appid": "testapp", "spiderid": "link", "uuid": "i-1"}
+    stop = {"action": "stop", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "uuid": "s-1"}
+    stats = {"appid": "testapp", "uuid": "st-1"}
+    domain = {"uuid": "d-1", "appid": "testapp", "action": "domain-update", "domain": "WWW.Ebay.com", "hits": 6}
+    domain["window"] = 60
+    blacklist = {"uuid": "d-2", "appid": "testapp", "action": "blacklist-update", "domain": "bad.example.org"}
+    metadata = produce(km_settings, encode(full, info, stop, stats, domain, blacklist))
+    drain(monitor, 6)
+
+    keys = Keys(names.key_prefix)
+    validator = RequestValidator.from_settings(km_settings)
+    accepted = validator.validate(dict(full))
+    assert isinstance(accepted, Accepted)
+    origin = f"{names.topic('incoming')}/{metadata[0].partition}/{metadata[0].offset}@{metadata[0].timestamp}"
+    expected = seed_from_request(accepted.message, origin)
+
+    # crawl: the exact encoded request in its (spider, crawl, domain) queue, and every index
+    queue = redis_client.zrange(keys.crawl_queue("link", "testapp", "c1", "example.com"), 0, -1, withscores=True)
+    assert len(queue) == 1 and queue[0][0] == expected.encode()
+    assert decode_priority(queue[0][1]) == 7
+    member = FrontierRequest.decode(queue[0][0])
+    assert (member.url, member.domain, member.request_id, member.method) == (
+        "http://www.Example.com/a?b=1",
+        "example.com",
+        origin,
+        "POST",
+    )
+    assert (member.body, member.cookies, member.attrs, member.depth) == (
+        '{"q": 1}',
+        {"session": "x1"},
+        full["attrs"],
+        0,
+    )
+    assert redis_client.zrange(keys.domain_crawls("link", "example.com"), 0, -1, withscores=True) == [
+        (keys.crawl_member("testapp", "c1").encode(), queue[0][1])
+    ]
+    assert redis_client.zrange(keys.domains("link"), 0, -1, withscores=True) == [(b"example.com", 0.0)]
+    assert redis_client.smembers(keys.crawl_domains("link", "testapp", "c1")) == {b"example.com"}
+    assert redis_client.smembers(keys.app_crawls("link", "testapp")) == {b"c1"}
+    ref = keys.crawl_ref("link", "testapp", "c1")
+    assert redis_client.smembers(keys.active_crawls()) == {ref.encode()}
+    record = redis_client.hgetall(keys.crawl("link", "testapp", "c1"))
+    assert {k: record[k] for k in (b"appid", b"crawlid", b"spiderid", b"expires")} == {
+        b"appid": b"testapp",
+        b"crawlid": b"c1",
+        b"spiderid": b"link",
+        b"expires": b"1893456000",
+    }
+    assert abs(int(record[b"last_activity"]) - time.time()) < 60
+    assert redis_client.ttl(keys.crawl("link", "testapp", "c1")) > 0
+    assert redis_client.zscore(keys.expiries(), ref) == 1893456000
+
+    # action, stats, domain-config: one control-stream entry each, schema defaults filled in
+    pending = ControlQueue(redis_client, keys).pending()
+    assert sorted(pending, key=json.dumps) == sorted(
+        [
+            ("action", info),
+            ("action", stop),
+            ("stats", {**stats, "stats": "all"}),
+            ("domain-config", {**domain, "domain": "ebay.com", "scale": 1.0}),
+            ("domain-config", {**blacklist, "domain": "example.org", "hits": 0, "window": 0, "scale": 1.0}),
+        ],
+        key=json.dumps,
+    )
+
+
+def test_priorities_pop_highest_first_then_in_arrival_order(
+    monitor: KafkaMonitor, km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    priorities = [5, 90, 1, 90, 50, 100, 5]
+    produce(km_settings, encode(*(crawl(f"http://example.com/{i}", priority=p) for i, p in enumerate(priorities))))
+    drain(monitor, len(priorities))
+    key = Keys(names.key_prefix).crawl_queue("link", "testapp", "c1", "example.com")
+    popped = []
+    while entry := redis_client.zpopmin(key):
+        request = FrontierRequest.decode(entry[0][0])
+        popped.append((request.priority, request.url))
+    assert popped == [
+        (100, "http://example.com/5"),
+        (90, "http://example.com/1"),
+        (90, "http://example.com/3"),
+        (50, "http://example.com/4"),
+        (5, "http://example.com/0"),
+        (5, "http://example.com/6"),
+        (1, "http://example.com/2"),
+    ]
+
+
+# --- rejections ------------------------------------------------------------------------------------
+
+LATIN1 = '{"url": "http://café.example/", "appid": "testapp", "crawlid": "c1"}'.encode("latin-1")
+UTF16 = json.dumps(crawl("http://example.com/")).encode("utf-16")
+GARBAGE = bytes(range(256)) * 4
+
+#: (raw record value, dead-letter error) for every way API.md §2 rejects a message.
+REJECTIONS: list[tuple[bytes | None, str]] = [
+    (b'{"url": "x" "appid"}', "Unparseable JSON: Expecting ',' delimiter: line 1 column 13 (char 12)"),
+    (LATIN1, "Unparseable JSON: invalid UTF-8: invalid continuation byte at byte 19"),
+    (UTF16, "Unparseable JSON: invalid UTF-8: invalid start byte at byte 0"),
+    (GARBAGE, "Unparseable JSON: invalid UTF-8: invalid start byte at byte 128"),
+    (b"\x00\x01binary\x02", "Unparseable JSON: Expecting value: line 1 column 1 (char 0)"),
+    (b"", "Unparseable JSON: Expecting value: line 1 column 1 (char 0)"),
+    (None, "Unparseable JSON: Expecting value: line 1 column 1 (char 0)"),
+    (b'{"a": NaN}', "Unparseable JSON: NaN is not valid JSON"),
+    (b"[" * 5000 + b"]" * 5000, "Unparseable JSON: nesting too deep"),
+    (
+        b'{"url": "http://x.com/\\ud800", "appid": "testapp", "crawlid": "c1"}',
+        "Unparseable JSON: a string holds an unpaired surrogate escape (\\ud800-\\udfff)",
+    ),
+    (b"[1, 2]", "Invalid request: request must be a JSON object"),
+    (b'"text"', "Invalid request: request must be a JSON object"),
+    (b"null", "Invalid request: request must be a JSON object"),
+    (b"42", "Invalid request: request must be a JSON object"),
+    *(
+        (json.dumps(message).encode(), f"Invalid request: {cause}")
+        for message, cause in [
+            ({"url": "http://x.com/", "appid": "testapp"}, "crawl: 'crawlid' is a required property"),
+            (crawl("http://example.com/", priority=0), "crawl: 0 is less than the minimum of 1 (at /priority)"),
+            (
+                crawl("http://example.com/", priority=101),
+                "crawl: 101 is greater than the maximum of 100 (at /priority)",
+            ),
+            ({"url": "http://x.com/", "appid": "ab", "crawlid": "x"}, "crawl: 'ab' is too short (at /appid)"),
+            (crawl("http://x.com/", maxdepth=4), "crawl: 4 is greater than the maximum of 3 (at /maxdepth)"),
+            (crawl("http://x.com/", attrs=None), "crawl: None is not of type 'object' (at /attrs)"),
+            (
+                crawl("http://x.com/", crazykey=1),
+                "crawl: Additional properties are not allowed ('crazykey' was unexpected)",
+            ),
+            (crawl("ftp://x/"), "crawl: 'ftp://x/' is not an absolute http(s) URL (at /url)"),
+            (crawl("http://"), "crawl: 'http://' is not an absolute http(s) URL (at /url)"),
+            (
+                crawl("http://x.com/", deny_regex=["(unclosed"]),
+                "crawl: invalid regular expression: missing ), unterminated subpattern at position 0"
+                " (at /deny_regex/0)",
+            ),
+            (
+                crawl("http://x.com/", method="TRACE"),
+                "crawl: 'TRACE' is not one of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS']"
+                " (at /method)",
+            ),
+            (
+                crawl("http://x.com/", headers={"X-A": "a\r\nInjected: 1"}),
+                "crawl: 'a\\r\\nInjected: 1' does not match '^[^\\\\r\\\\n]*$' (at /headers/X-A)",
+            ),
+            (
+                {"action": "expire", "appid": "testapp", "spiderid": "link", "uuid": "u1"},
+                "action: 'expire' is not one of ['stop', 'info'] (at /action)",
+            ),
+            (
+                {"action": "stop", "appid": "testapp", "spiderid": "link", "uuid": "u2"},
+                "action: 'crawlid' is a required property",
+            ),
+            (
+                {"uuid": "u3", "appid": "testapp", "action": "domain-update", "domain": "x.com"},
+                "domain-config: 'hits' is a required property",
+            ),
+            (
+                {
+                    "uuid": "u4",
+                    "appid": "testapp",
+                    "action": "domain-update",
+                    "domain": "x.com",
+                    "hits": 0,
+                    "window": 5,
+                },
+                "domain-config: 0 is less than the minimum of 1 (at /hits)",
+            ),
+            (
+                {"uuid": "u5", "appid": "testapp", "action": "domain-remove", "domain": "http://x.com/"},
+                "domain-config: 'http://x.com/' is not a valid domain (at /domain)",
+            ),
+            (
+                {"uuid": "u6", "appid": "testapp", "stats": "everything"},
+                "stats: 'everything' is not one of ['kafka-monitor', 'redis-monitor', 'crawler', 'spider', 'machine',"
+                " 'queue', 'rest', 'all'] (at /stats)",
+            ),
+            ({"uuid": "u7"}, "stats: 'appid' is a required property"),
+            (
+                {"appid": 5, "uuid": ["x"], "url": "http://x.com/", "crawlid": "c"},
+                "crawl: Additional properties are not allowed ('uuid' was unexpected)",
+            ),
+        ]
+    ),
+]
+
+
+def expected_letter(raw: bytes | None, error: str) -> dict[str, Any]:
+    """The dead letter API.md §6 (a) describes, without ``server_time``."""
+    text = (raw or b"").decode("utf-8", errors="replace")
+    try:
+        payload = json.loads((raw or b"").decode("utf-8"), parse_constant=lambda c: 1 / 0)
+        json.dumps(payload, ensure_ascii=False).encode()
+    except (ValueError, RecursionError, ZeroDivisionError):
+        payload = text
+    letter = {"stage": "validation", "error": error, "payload": payload}
+    if isinstance(payload, dict):
+        letter.update({f: payload[f] for f in ("uuid", "appid") if isinstance(payload.get(f), str)})
+    return letter
+
+
+def canonical(letters: list[dict[str, Any]]) -> list[str]:
+    return sorted(json.dumps(letter, sort_keys=True) for letter in letters)
+
+
+def test_every_rejection_is_dead_lettered_with_its_reason_and_nothing_else_changes(
+    monitor: KafkaMonitor, km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    before = state_keys(redis_client, names)
+    produce(km_settings, [raw for raw, _ in REJECTIONS])
+    results = drain(monitor, len(REJECTIONS))
+    assert sum(r.rejected for r in results) == len(REJECTIONS) and not any(r.accepted for r in results)
+    assert state_keys(redis_client, names) == before  # no frontier key, no control entry
+
+    letters = read_topic(km_settings, "dead_letter", len(REJECTIONS))
+    for letter in letters:
+        assert abs(letter.pop("server_time") - time.time()) < 120
+        assert set(letter) <= {"stage", "error", "payload", "uuid", "appid"}
+    wanted = [expected_letter(raw, error) for raw, error in REJECTIONS]
+    assert canonical(letters) == canonical(wanted)
+    # the examples of API.md §6, field for field
+    assert {
+        "stage": "validation",
+        "error": "Invalid request: crawl: 0 is less than the minimum of 1 (at /priority)",
+        "payload": {"url": "http://example.com/", "appid": "testapp", "crawlid": "c1", "priority": 0},
+        "appid": "testapp",
+    } in letters
+    assert {
+        "stage": "validation",
+        "error": "Unparseable JSON: Expecting ',' delimiter: line 1 column 13 (char 12)",
+        "payload": '{"url": "x" "appid"}',
+    } in letters
+
+
+def test_valid_requests_in_a_batch_with_invalid_ones_are_processed(
+    monitor: KafkaMonitor, km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    bad = [b"{nope", GARBAGE, json.dumps(crawl("http://x.com/", priority=0)).encode(), b"[]"]
+    good = encode(*(crawl(f"http://site{i}.com/") for i in range(4)), {"appid": "testapp", "uuid": "st"})
+    mixed = [value for pair in zip(good, bad + [b"null"], strict=True) for value in pair]
+    produce(km_settings, mixed)
+    results = drain(monitor, len(mixed))
+    assert sum(r.accepted for r in results) == 5 and sum(r.rejected for r in results) == 5
+    assert any(r.accepted and r.rejected for r in results)
+    keys = Keys(names.key_prefix)
+    assert queued(redis_client, keys, ["c1"], [f"site{i}.com" for i in range(4)]) == 4
+    assert ControlQueue(redis_client, keys).pending() == [("stats", {"appid": "testapp", "uuid": "st", "stats": "all"})]
+    assert len(read_topic(km_settings, "dead_letter", 5)) == 5
+
+
+def test_oversized_messages_are_dead_lettered_with_a_truncated_payload(
+    monitor: KafkaMonitor, km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    big_body = json.dumps(crawl("http://example.com/", body="é" * 1_100_000)).encode()  # 2.2 MB, too long a body
+    big_garbage = b"\xfe" + b"x" * 2_000_000
+    ok = json.dumps(crawl("http://example.com/ok")).encode()
+    produce(km_settings, [big_body, ok, big_garbage], max_request_size=8 * 1024 * 1024)
+    results = drain(monitor, 3)
+    assert sum(r.rejected for r in results) == 2 and sum(r.accepted for r in results) == 1
+    assert queued(redis_client, Keys(names.key_prefix), ["c1"], ["example.com"]) == 1
+
+    letters = read_topic(km_settings, "dead_letter", 2)
+    by_start = {letter["payload"][:2]: letter for letter in letters}
+    body_letter, garbage_letter = by_start['{"'], by_start["\ufffdx"]
+    assert body_letter["payload"] == big_body.decode()[:65536]
+    assert body_letter["error"].startswith("Invalid request: crawl: 'éééé")
+    assert body_letter["error"].endswith("… (payload truncated)")
+    assert body_letter["appid"] == "testapp"  # taken from the request, which was an object
+    assert garbage_letter == {
+        "stage": "validation",
+        "error": "Unparseable JSON: invalid UTF-8: invalid start byte at byte 0 (payload truncated)",
+        "payload": big_garbage.decode("utf-8", errors="replace")[:65536],
+        "server_time": garbage_letter["server_time"],
+    }
+    for letter in letters:
+        assert len(json.dumps(letter, ensure_ascii=False).encode()) < km_settings["KAFKA_PRODUCER_MAX_REQUEST_SIZE"]
+
+
+# --- at least once, never twice ---------------------------------------------------------------------
+
+
+def test_concurrent_info_requests_with_different_uuids_are_both_kept(
+    monitor: KafkaMonitor, km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    first = {"action": "info", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "uuid": "u-a"}
+    second = {**first, "uuid": "u-b"}
+    produce(km_settings, encode(first, second))
+    drain(monitor, 2)
+    assert ControlQueue(redis_client, Keys(names.key_prefix)).pending() == [("action", first), ("action", second)]
+
+
+def test_redelivered_records_queue_nothing_twice(
+    monitor: KafkaMonitor, km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    messages = [
+        *(crawl(f"http://site{i % 3}.com/{i}", priority=i + 1) for i in range(6)),
+        crawl("http://site0.com/0"),  # the same request again: a deliberate resubmission queues it again
+        {"action": "info", "appid": "testapp", "spiderid": "link", "uuid": "i"},
+        {"appid": "testapp", "uuid": "s", "stats": "queue"},
+        {"uuid": "d", "appid": "testapp", "action": "blacklist-remove", "domain": "site1.com"},
+    ]
+    produce(km_settings, encode(*messages))
+    drain(monitor, len(messages))
+    keys = Keys(names.key_prefix)
+    domains = ["site0.com", "site1.com", "site2.com"]
+    changing = {keys.crawl("link", "testapp", "c1").encode(), keys.queue_sequence().encode()}  # last_activity, seq
+    snapshot = {k: redis_client.dump(k) for k in state_keys(redis_client, names) - changing}
+    assert queued(redis_client, keys, ["c1"], domains) == 7
+    assert len(ControlQueue(redis_client, keys).pending()) == 3
+
+    # Redelivery, exactly as after a crash before the commit: the same records, in the loop...
+    again = KafkaMonitor(km_settings.copy_with(KAFKA_GROUP=names.group("second")), redis_client)
+    again.setup()
+    try:
+        drain(again, len(messages))
+    finally:
+        again.teardown()
+    # ... and once more straight through process()
+    consumer = make_consumer(km_settings, names.topic("incoming"), group_id=None)
+    try:
+        records: list[Any] = []
+        while len(records) < len(messages):
+            records.extend(r for batch in consumer.poll(timeout_ms=500).values() for r in batch)
+    finally:
+        consumer.close()
+    monitor.process(records)
+
+    assert queued(redis_client, keys, ["c1"], domains) == 7
+    assert len(ControlQueue(redis_client, keys).pending()) == 3
+    after = {k: redis_client.dump(k) for k in snapshot}
+    assert after == snapshot  # queues, indexes, control stream: byte for byte unchanged
+
+
+class FailsOnce(KafkaMonitor):
+    """A monitor whose first batch fails as if Redis had dropped the connection."""
+
+    failed: list[tuple[int, int]] | None = None
+
+    def process(self, records: list[Any]) -> BatchResult:
+        if self.failed is None:
+            self.failed = [(r.partition, r.offset) for r in records]
+            raise redis.ConnectionError("simulated: connection reset by peer")
+        return super().process(records)
+
+
+def test_a_failed_batch_is_rewound_redelivered_and_committed_once_done(
+    km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    km = FailsOnce(km_settings, redis_client)
+    km.setup()
+    try:
+        produce(km_settings, encode(*(crawl(f"http://example.com/{i}") for i in range(5))))
+        deadline = time.monotonic() + 20
+        while km.totals.records < 5:
+            assert time.monotonic() < deadline
+            try:
+                km.run_once()
+            except redis.ConnectionError:
+                assert km.failed  # the first poll's records failed; the next poll must return them again
+        assert km.failed == [(0, i) for i in range(5)]
+        assert queued(redis_client, Keys(names.key_prefix), ["c1"], ["example.com"]) == 5
+        assert km.consumer is not None
+        assert km.consumer.committed(TopicPartition(names.topic("incoming"), 0)) == 5
+    finally:
+        km.teardown()
+
+
+def _monitor_env(settings: Settings, home: Path, **extra: Any) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("KAFKA_HOSTS", "REDIS_HOST", "REDIS_PORT")}
+    for name in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS", "REDIS_KEY_PREFIX", "KAFKA_TOPIC_PREFIX"):
+        env[name] = env_value(settings[name])
+    env.update({"CRAWLHIVE_HOME": str(home), "KAFKA_SESSION_TIMEOUT_MS": "2000", "LOG_LEVEL": "INFO"})
+    env.update({k: env_value(v) for k, v in extra.items()})
+    return env
+
+
+def test_sigkill_mid_batch_then_restart_queues_every_request_exactly_once(
+    km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames, tmp_path: Path
+) -> None:
+    total, crawls, domains = 10_000, ["k1", "k2"], [f"site{i}.com" for i in range(25)]
+    keys = Keys(names.key_prefix)
+    values = encode(
+        *(crawl(f"http://www.{domains[i % 25]}/p{i}", crawls[i % 2], priority=i % 100 + 1) for i in range(total))
+    )
+    producer = make_producer(km_settings)
+    try:
+        ensure_topics(km_settings, [names.topic("incoming")])
+        for value in values:
+            producer.send(names.topic("incoming"), value)
+        producer.flush(timeout=60)
+    finally:
+        producer.close(timeout=5)
+
+    env = _monitor_env(km_settings, tmp_path, KAFKA_CONSUMER_MAX_POLL_RECORDS=1000)
+    log = tmp_path / "km.log"
+    with open(log, "wb") as out:
+        first = subprocess.Popen([*CLI, "kafka-monitor"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            count = 0
+            while count == 0 and time.monotonic() < deadline and first.poll() is None:
+                count = queued(redis_client, keys, crawls, domains)
+                time.sleep(0.002)
+            first.send_signal(signal.SIGKILL)
+            first.wait(10)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
+    killed_at = queued(redis_client, keys, crawls, domains)
+    assert 0 < killed_at < total, f"not killed mid-way ({killed_at} queued); log:\n{log.read_text()[-3000:]}"
+
+    with open(log, "ab") as out:
+        second = subprocess.Popen([*CLI, "kafka-monitor"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            lifetime = keys.stats_lifetime(COMPONENT, "total")
+            _wait_for(lambda: queued(redis_client, keys, crawls, domains) == total, 40)
+            assert int(redis_client.get(lifetime) or 0) >= total
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(20) == 0, log.read_text()[-3000:]
+        finally:
+            if second.poll() is None:
+                second.kill()
+                second.wait()
+    assert queued(redis_client, keys, crawls, domains) == total, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "stopping after this batch" in text and "records in" in text  # graceful stop, progress line
+
+
+def test_redis_down_at_start_and_later_the_monitor_backs_off_and_loses_nothing(
+    km_settings: Settings, names: IsolatedNames, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    server = EmbeddedRedis(free_port(), appendonly=True, workdir=tmp_path / "redis")  # not started yet
+    settings = km_settings.copy_with(REDIS_URL=server.url)
+    keys = Keys(names.key_prefix)
+    domains = [f"site{i}.com" for i in range(5)]
+    km = KafkaMonitor.from_settings(settings)
+    caplog.set_level(logging.WARNING, logger="crawlhive.kafka_monitor.monitor")
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            km.run()
+        except BaseException as exc:  # reported by the test thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    client: redis.Redis | None = None
+    try:
+        time.sleep(1.0)
+        assert "check REDIS_URL" in caplog.text  # unreachable at start-up: retrying, naming the setting
+        server.start()
+        client = redis.Redis.from_url(server.url)
+        produce(settings, encode(*(crawl(f"http://{domains[i % 5]}/a{i}") for i in range(200))))
+        _wait_for(lambda: queued(client, keys, ["c1"], domains) == 200, 20)
+
+        caplog.clear()
+        server.stop()  # Redis goes away while requests arrive
+        produce(settings, encode(*(crawl(f"http://{domains[i % 5]}/b{i}") for i in range(300))))
+        _wait_for(lambda: "check REDIS_URL" in caplog.text, 15)
+        server.start()
+        _wait_for(lambda: queued(client, keys, ["c1"], domains) == 500, 30)
+        assert live_nodes(client, keys, COMPONENT) == {km_settings.node_name: [km.node_id]}
+    finally:
+        km.stopping = True
+        thread.join(30)
+        if client is not None:
+            client.close()
+        server.close()
+    assert not thread.is_alive() and not errors
+
+
+def _wait_for(condition: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if condition():
+                return
+        except redis.RedisError:
+            pass
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_kafka_unreachable_at_start_is_retried_and_sigterm_still_exits_0(km_settings: Settings, tmp_path: Path) -> None:
+    env = _monitor_env(km_settings, tmp_path)
+    env["KAFKA_BOOTSTRAP_SERVERS"] = "127.0.0.1:1"
+    proc = subprocess.Popen([*CLI, "kafka-monitor"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert "cannot reach Kafka at 127.0.0.1:1" in text and "check KAFKA_BOOTSTRAP_SERVERS" in text
+    assert "retrying in" in text
+
+
+# --- stats and heartbeats ---------------------------------------------------------------------------
+
+
+def test_stats_and_heartbeat_are_written(
+    monitor: KafkaMonitor, km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    keys = Keys(names.key_prefix)
+    assert live_nodes(redis_client, keys, COMPONENT) == {km_settings.node_name: [monitor.node_id]}
+    produce(
+        km_settings,
+        encode(
+            crawl("http://a.com/"),
+            crawl("http://b.com/"),
+            {"appid": "testapp", "uuid": "s1"},
+            {"action": "info", "appid": "testapp", "spiderid": "link", "uuid": "i1"},
+            {"nope": 1},
+        )
+        + [b"garbage"],
+    )
+    drain(monitor, 6)
+    stats = Stats(redis_client, keys, km_settings.getlist("STATS_TIMES"))
+    windows = [str(w) for w in km_settings.getlist("STATS_TIMES")]
+
+    def window_map(n: int) -> dict[str, int]:
+        return {**dict.fromkeys(windows, n), "lifetime": n}
+
+    assert stats.read(COMPONENT, "total") == window_map(6)
+    assert stats.read(COMPONENT, "fail") == window_map(2)
+    assert stats.read(COMPONENT, "plugin:ScraperHandler") == window_map(2)
+    assert stats.read(COMPONENT, "plugin:StatsHandler") == window_map(1)
+    assert stats.read(COMPONENT, "plugin:ActionHandler") == window_map(1)
+    assert stats.read(COMPONENT, "plugin:DomainConfigHandler") == {}
+    monitor.teardown()
+    assert live_nodes(redis_client, keys, COMPONENT) == {}
+
+
+def test_first_signal_finishes_the_batch_second_forces(km_settings: Settings, redis_client: redis.Redis) -> None:
+    km = KafkaMonitor(km_settings, redis_client)
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        km.install_signal_handlers()
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        handler(signal.SIGTERM, None)
+        assert km.stopping
+        with pytest.raises(ForcedShutdown):
+            handler(signal.SIGINT, None)
+        km.run()  # stopping before start: returns at once, nothing connected
+        assert km.consumer is None
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])
+
+
+def test_broker_down_while_idle_is_reported_and_work_resumes_when_it_is_back(
+    km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames, tmp_path: Path
+) -> None:
+    # In a child process: kafka-python leaks the socket of each reconnect attempt refused while the
+    # broker is down (see utils/connections.py), which pytest's warning filter would turn into errors.
+    broker = EmbeddedBroker(free_port())  # a fixed port: clients keep the address across the restart
+    keys = Keys(names.key_prefix)
+    log = tmp_path / "km.log"
+    try:
+        broker.start()
+        settings = km_settings.copy_with(KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap)
+        env = _monitor_env(settings, tmp_path, HEARTBEAT_INTERVAL=0.5)
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([*CLI, "kafka-monitor"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            produce(settings, encode(crawl("http://example.com/first")))
+            _wait_for(lambda: queued(redis_client, keys, ["c1"], ["example.com"]) == 1, 20)
+            broker.stop()  # in-memory storage: it comes back empty, as a new cluster
+            _wait_for(lambda: "check KAFKA_BOOTSTRAP_SERVERS" in log.read_text(), 15)
+            assert proc.poll() is None
+            broker.start()
+            produce(settings, encode(*(crawl(f"http://example.com/{i}") for i in range(20))))
+            _wait_for(lambda: queued(redis_client, keys, ["c1"], ["example.com"]) == 21, 40)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(20) == 0, log.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    finally:
+        broker.close()
