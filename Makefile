@@ -43,6 +43,21 @@ browser:
 test: lint browser
 	$(BIN)/pytest
 
+# Benchmarks (never part of `make test`; see bench/README.md). Each prints its figure against its
+# target or beside a baseline measured in the same run. The crawl benchmark needs the shared site
+# (../shared/bench: generated into /tmp/perfsite, served by a private nginx, which nginx.sh installs
+# as root if missing); bench/memory.py runs when it exists.
+bench: $(STAMP)
+	@echo "machine: $$(nproc) cores, $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $$(free -h | awk '/^Mem:/{print $$2}') memory"
+	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/info.py
+	$(BIN)/python bench/latency.py
+	$(BIN)/python bench/throttle.py
+	@if [ -f bench/memory.py ]; then $(BIN)/python bench/memory.py; else echo "bench/memory.py not present: skipped"; fi
+	@test -f /tmp/perfsite/www/seeds.txt || $(BIN)/python ../shared/bench/gen_site.py
+	../shared/bench/nginx.sh start
+	$(BIN)/python bench/crawl.py; status=$$?; ../shared/bench/nginx.sh stop; exit $$status
+
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .

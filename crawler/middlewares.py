@@ -7,6 +7,8 @@ Downloader middlewares (outermost first):
   for a network error or as a policy drop for ``IgnoreRequest`` (robots.txt, …).
 * :class:`RequestShapingMiddleware` (order 400, before Scrapy's ``UserAgentMiddleware``): applies a
   crawl's ``useragent``, ``headers`` and cookies (API.md §3.7) to each request, redirects included.
+* :class:`RetryAfterMiddleware` (order 600, so it sees a response before Scrapy's
+  ``RetryMiddleware``): a 429 with ``Retry-After`` backs the domain off cluster-wide.
 * :class:`ResponseStatsMiddleware` (order 950, next to the downloader): counts every response by
   status, and every network failure as 504 (API.md §4.7).
 
@@ -25,6 +27,7 @@ import logging
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Self
 
+from redis.exceptions import RedisError
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.python import global_object_name
@@ -33,6 +36,7 @@ from crawlhive.crawler.items import CrawledItem
 from crawlhive.crawler.requests import context_of
 from crawlhive.crawler.runtime import CrawlRuntime, Verdict
 from crawlhive.utils.domains import domain_of_url
+from crawlhive.utils.frontier import defer_domain, parse_retry_after
 from crawlhive.utils.stats import NETWORK_FAILURE_CODE
 
 if TYPE_CHECKING:
@@ -207,3 +211,34 @@ class FrontierSpiderMiddleware:
             wrapped.append(item)
         self.runtime.page_parsed(context, len(wrapped))
         return wrapped
+
+
+class RetryAfterMiddleware:
+    """On a 429 with ``Retry-After``, backs the request's domain off for every crawler of its
+    spider type (:func:`crawlhive.utils.frontier.defer_domain`), so the retry that Scrapy's
+    ``RetryMiddleware`` then queues, and every other request of that domain, waits in the frontier
+    instead of hammering the server. Order 600: its ``process_response`` runs before the retry's."""
+
+    def __init__(self, runtime: CrawlRuntime) -> None:
+        self.runtime = runtime
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(CrawlRuntime.of(crawler))
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        if response.status != 429:
+            return response
+        delay = parse_retry_after(response.headers.get("Retry-After"))
+        context = context_of(request)
+        if delay is None or context is None:
+            return response
+        crawl = context.request
+        domain = domain_of_url(request.url)
+        try:
+            defer_domain(self.runtime.redis, self.runtime.keys, crawl.spiderid, domain, delay)
+        except RedisError:
+            logger.warning("could not back off %s after a 429; check REDIS_URL", domain, exc_info=True)
+            return response
+        logger.info("%s answered 429: domain %s backs off for %.1fs", request.url, domain, delay)
+        return response

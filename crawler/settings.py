@@ -48,6 +48,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "DOWNLOADER_MIDDLEWARES": {
             f"{_PKG}.middlewares.LeaseOutcomeMiddleware": 50,
             f"{_PKG}.middlewares.RequestShapingMiddleware": 400,
+            f"{_PKG}.middlewares.RetryAfterMiddleware": 600,
             f"{_PKG}.middlewares.ResponseStatsMiddleware": 950,
         },
         "SPIDER_MIDDLEWARES": {f"{_PKG}.middlewares.FrontierSpiderMiddleware": 950},

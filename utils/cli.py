@@ -116,7 +116,7 @@ def cmd_feed(args: argparse.Namespace) -> int:
     if not args.no_validate:
         cause = _validate(settings, request)
         if cause is not None:
-            print(f"invalid request: {cause}", file=sys.stderr)
+            print(cause, file=sys.stderr)  # already "Invalid request: <cause>"
             return EXIT_INVALID
     uuid = request.get("uuid") if isinstance(request, dict) else None
     waiting = args.wait is not None and isinstance(uuid, str)

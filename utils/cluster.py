@@ -163,19 +163,30 @@ class LocalCluster:
 
 def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None = None) -> int:
     """Run the cluster until interrupted (or for *duration_s*); returns the exit code."""
-    with LocalCluster(settings, crawlers) as cluster:
-        live = cluster.settings
-        print(f"crawlhive up: Redis {live['REDIS_URL']}", flush=True)
-        print(f"crawlhive up: Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}", flush=True)
-        print(f"crawlhive up: topics {', '.join(live.topic(t) for t in TOPICS)}", flush=True)
-        print(f"crawlhive up: addresses recorded in {live.home / 'up.json'} for other crawlhive commands", flush=True)
-        names = ", ".join(c.name for c in cluster.children) or "none built yet"
-        print(f"crawlhive up: components: {names}. Ctrl-C stops everything.", flush=True)
-        try:
-            _supervise(cluster, duration_s)
-        finally:
-            print("crawlhive up: stopping", flush=True)
-    print("crawlhive up: stopped", flush=True)
+    started = False
+    try:
+        with LocalCluster(settings, crawlers) as cluster:
+            started = True
+            live = cluster.settings
+            print(f"crawlhive up: Redis {live['REDIS_URL']}", flush=True)
+            print(f"crawlhive up: Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}", flush=True)
+            print(f"crawlhive up: topics {', '.join(live.topic(t) for t in TOPICS)}", flush=True)
+            print(
+                f"crawlhive up: addresses recorded in {live.home / 'up.json'} for other crawlhive commands", flush=True
+            )
+            if any(c.name == "rest" for c in cluster.children):
+                host = live["REST_HOST"] if live["REST_HOST"] not in ("0.0.0.0", "::", "") else "127.0.0.1"
+                rest = f"http://{f'[{host}]' if ':' in host else host}:{live['REST_PORT']}"
+                print(f"crawlhive up: REST {rest}/ (dashboard: {rest}/dashboard)", flush=True)
+            names = ", ".join(c.name for c in cluster.children) or "none built yet"
+            print(f"crawlhive up: components: {names}. Ctrl-C stops everything.", flush=True)
+            try:
+                _supervise(cluster, duration_s)
+            finally:
+                print("crawlhive up: stopping", flush=True)
+    finally:
+        if started:  # also after Ctrl-C, which unwinds this function as an exception
+            print("crawlhive up: stopped", flush=True)
     return 0
 
 

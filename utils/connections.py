@@ -257,12 +257,14 @@ def _build(factory: Callable[..., _Client], config: dict[str, Any]) -> _Client:
 def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
     """A connected producer of raw ``bytes`` keys and values.
 
-    Tuning: ``acks="all"`` with kafka-python's default idempotence, so an acknowledged record is
-    on every in-sync replica and a retried send is never duplicated; on a single broker (Tansu)
-    this costs nothing measurable over ``acks=1``, which would also make kafka-python disable
-    idempotence with a warning. ``linger_ms`` 5 and 256 KiB batches for throughput (see the
-    constants); ``max_request_size`` from KAFKA_PRODUCER_MAX_REQUEST_SIZE (a larger record fails
-    its send with MessageSizeTooLargeError).
+    Tuning: ``acks="all"``, so an acknowledged record is on every in-sync replica, and
+    idempotence **off**: an idempotent kafka-python producer whose producer id the broker forgot
+    (a restarted Tansu with memory storage, or producer state expired on Kafka) fails every later
+    send with ``UnknownProducerIdError`` forever, so a component would never produce again against
+    a healthy broker (tests/chaos/test_chaos.py, broker restart). Without it a retried send may be
+    duplicated, which the contract allows (at-least-once, API.md §1). ``linger_ms`` 5 and 256 KiB
+    batches for throughput (see the constants); ``max_request_size`` from
+    KAFKA_PRODUCER_MAX_REQUEST_SIZE (a larger record fails its send with MessageSizeTooLargeError).
 
     Args:
         settings: connection settings (:func:`kafka_common_config`) and
@@ -276,6 +278,7 @@ def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
     config = {
         **kafka_common_config(settings),
         "acks": "all",
+        "enable_idempotence": False,
         "linger_ms": KAFKA_PRODUCER_LINGER_MS,
         "batch_size": min(KAFKA_PRODUCER_BATCH_SIZE, settings["KAFKA_PRODUCER_MAX_REQUEST_SIZE"]),
         "max_request_size": settings["KAFKA_PRODUCER_MAX_REQUEST_SIZE"],

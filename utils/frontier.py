@@ -1052,3 +1052,61 @@ def reclaim_expired_leases(worker: FrontierWorker, spider: str, max_retries: int
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+# --- server-requested back-off (429 + Retry-After) -----------------------------------------------
+
+#: Longest back-off one ``Retry-After`` may impose on a domain, in seconds (a bogus or hostile
+#: value must not park a domain for days).
+RETRY_AFTER_MAX_S = 3600.0
+
+# KEYS: 1 domains(spider). ARGV: 1 domain, 2 delay (us). The domain's ready time becomes Redis time
+# + delay unless it is already later (ZADD GT); returns the new score as a string.
+_DEFER_DOMAIN_LUA = (
+    THROTTLE_LUA
+    + """
+local t = redis.call('TIME')
+local ready = secs(tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[2]))
+redis.call('ZADD', KEYS[1], 'GT', ready, ARGV[1])
+return redis.call('ZSCORE', KEYS[1], ARGV[1])
+"""
+)
+
+
+def defer_domain(redis: Redis, keys: Keys, spider: str, domain: str, delay_s: float) -> float:
+    """Let no crawler of *spider* fetch from *domain* for *delay_s* seconds, cluster-wide.
+
+    Pushes the domain's ready time in ``keys.domains(spider)`` (what the scheduler pop reads) to
+    Redis time + *delay_s* (capped at RETRY_AFTER_MAX_S), never earlier than it already is
+    (``ZADD GT``). Called when a server answers 429 with ``Retry-After``. A domain with nothing
+    queued is registered with that score and dropped by the next pop that finds it empty.
+
+    Returns:
+        The domain's ready time (Redis time, epoch s) after the call.
+
+    Raises:
+        redis.RedisError: nothing was changed; the caller may ignore it (the retry is still
+            throttled by the domain's ordinary limits).
+    """
+    delay_us = int(min(max(delay_s, 0.0), RETRY_AFTER_MAX_S) * 1_000_000)
+    score = redis.register_script(_DEFER_DOMAIN_LUA)(keys=[keys.domains(spider)], args=[domain, delay_us])
+    return float(score)
+
+
+def parse_retry_after(value: bytes | str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from an HTTP ``Retry-After`` value (delay-seconds or an HTTP-date), or None
+    when it is absent or unparseable. Negative results become 0."""
+    if value is None:
+        return None
+    text = _text(value).strip()
+    if text.isdigit():
+        return float(text)
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))

@@ -1,0 +1,232 @@
+"""Benchmark: Redis memory per queued request, per dedupe entry and per page-cap entry.
+
+Fills a private Redis the way the cluster does and reports the growth of ``INFO memory``
+``used_memory`` (bytes the allocator handed to Redis) per entry:
+
+* **queued request**: *N* followed links (``crawlhive.crawler.requests.child_request`` of a seed
+  made by ``seed_from_request``, exactly what a crawler queues) pushed through
+  :meth:`crawlhive.utils.frontier.Frontier.push` in batches of 2,000 (a kafka-monitor batch),
+  over *D* domains and *C* crawls. Everything the push writes counts (the per-crawl queues, the
+  per-domain and per-spider indexes, crawl records). Measured twice: with a crawl request that
+  sets no options, and with a "rich" one (allowed_domains, allow_regex, attrs, useragent), because
+  every queued request carries its crawl's options.
+* **dedupe entry**: *N* fingerprints in the per-crawl dupefilter hashes (``Keys.dupefilter``), as
+  the crawler's admit script writes them: field = Scrapy request fingerprint (40 hex characters),
+  value = the fingerprint of the page that queued it (one page per 20 links), ``HSETNX``.
+* **page-cap entry**: *N* fingerprints in the page-cap sets (``Keys.page_caps``), written only for
+  crawls with ``domain_max_pages`` or GLOBAL_PAGE_PER_DOMAIN_LIMIT.
+
+Usage: ``.venv/bin/python bench/memory.py [--requests N] [--domains D] [--crawls C] [--redis-url URL]``
+(defaults 100000, 100, 10). Without ``--redis-url`` a private redis-server is started and stopped;
+with it, use an otherwise idle Redis (other clients' writes would be counted) and a key prefix of
+its own is deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import redis
+from scrapy import Request
+from scrapy.utils.request import fingerprint
+
+from crawlhive.crawler.requests import child_request
+from crawlhive.utils.embedded import EmbeddedRedis
+from crawlhive.utils.frontier import Frontier, FrontierRequest, seed_from_request
+from crawlhive.utils.keys import Keys
+
+PREFIX = "benchmem"
+SPIDER, APPID = "link", "benchapp"
+BATCH = 2000
+LINKS_PER_PAGE = 20
+#: DUPEFILTER_TIMEOUT's default, in milliseconds: the expiry the crawler gives filters and caps.
+FILTER_TTL_MS = 600_000
+
+#: Options of the "rich" crawl request, beside url, appid and crawlid.
+RICH_OPTIONS: dict[str, Any] = {
+    "allowed_domains": ["site0000.com", "site0001.com", "site0002.com"],
+    "allow_regex": [r"/articles/\d{4}/", r"/news/"],
+    "deny_regex": [r"\?sort="],
+    "useragent": "Mozilla/5.0 (compatible; crawlhive-bench/1.0; +https://example.com/bot)",
+    "attrs": {"job": "nightly-news", "customer": "acme", "tags": ["news", "eu"]},
+}
+
+#: The schema defaults kafka-monitor fills in before a crawl request reaches the frontier (API.md §2.1).
+CRAWL_DEFAULTS: dict[str, Any] = {
+    "spiderid": "link",
+    "priority": 1,
+    "maxdepth": 0,
+    "expires": 0,
+    "method": "GET",
+    "domain_max_pages": None,
+    "allowed_domains": None,
+    "allow_regex": None,
+    "deny_regex": None,
+    "deny_extensions": None,
+    "useragent": None,
+    "cookie": None,
+    "attrs": None,
+    "headers": None,
+    "body": None,
+    "cookies": None,
+}
+
+
+def used_memory(client: redis.Redis) -> int:
+    return int(client.info("memory")["used_memory"])
+
+
+def link_url(domain: int, i: int) -> str:
+    """A typical article URL (about 70 characters) on the registered domain ``site<domain>.com``."""
+    return f"http://www.site{domain:04d}.com/articles/2024/{i % 12 + 1:02d}/a-story-about-item-{i:07d}.html"
+
+
+def links(requests: int, domains: int, crawls: int, options: dict[str, Any]) -> Iterator[FrontierRequest]:
+    """*requests* depth-1 links, round-robin over *crawls* crawls, each spread over all *domains* domains."""
+    seeds = []
+    for c in range(crawls):
+        message = {**CRAWL_DEFAULTS, **options, "url": "http://www.site0000.com/", "appid": APPID}
+        message.update(crawlid=f"crawl-{c:04d}", maxdepth=2)
+        seeds.append(seed_from_request(message, origin=f"demo.incoming/0/{c}@1714563600000"))
+    for i in range(requests):
+        yield child_request(seeds[i % crawls], Request(link_url(i // crawls % domains, i)), spider=None)  # type: ignore[arg-type]
+
+
+def measure(client: redis.Redis, label: str, count: int, fill: Callable[[], None]) -> float:
+    """Run *fill* (which adds *count* entries); print and return the used_memory growth per entry."""
+    before = used_memory(client)
+    started = time.perf_counter()
+    fill()
+    elapsed = time.perf_counter() - started
+    per_entry = (used_memory(client) - before) / count
+    print(f"{label:<44} {per_entry:8.0f} bytes/entry  ({count:,} entries, {count / elapsed:,.0f}/s)", flush=True)
+    return per_entry
+
+
+def push_all(client: redis.Redis, frontier: Frontier, requests: Iterator[FrontierRequest]) -> None:
+    batch: list[FrontierRequest] = []
+    for request in requests:
+        batch.append(request)
+        if len(batch) == BATCH:
+            pipe = client.pipeline(transaction=True)
+            frontier.push(batch, pipe)
+            pipe.execute()
+            batch = []
+    if batch:
+        pipe = client.pipeline(transaction=True)
+        frontier.push(batch, pipe)
+        pipe.execute()
+
+
+def fingerprints(count: int) -> Iterator[str]:
+    """Scrapy request fingerprints (SHA-1, 40 hex characters) of *count* distinct URLs."""
+    for i in range(count):
+        yield fingerprint(Request(link_url(i % 100, i))).hex()
+
+
+def fill_dupefilter(client: redis.Redis, keys: Keys, count: int, crawls: int) -> None:
+    pipe = client.pipeline(transaction=False)
+    owner = ""
+    for i, fp in enumerate(fingerprints(count)):
+        if i % LINKS_PER_PAGE == 0:  # a new page that queues the next links
+            owner = hashlib.sha1(f"page-{i}".encode()).hexdigest()
+        pipe.hsetnx(keys.dupefilter(SPIDER, APPID, f"crawl-{i % crawls:04d}"), fp, owner)
+        if i % 5000 == 4999:
+            pipe.execute()
+    for c in range(min(crawls, count)):  # the admit script renews each filter's expiry
+        pipe.pexpire(keys.dupefilter(SPIDER, APPID, f"crawl-{c:04d}"), FILTER_TTL_MS)
+    pipe.execute()
+
+
+def fill_page_caps(client: redis.Redis, keys: Keys, count: int, domains: int, crawls: int) -> None:
+    pipe = client.pipeline(transaction=False)
+    for i, fp in enumerate(fingerprints(count)):
+        key = keys.page_caps(SPIDER, APPID, f"crawl-{i % crawls:04d}", f"site{i // crawls % domains:04d}.com")
+        pipe.sadd(key, fp)
+        pipe.pexpire(key, FILTER_TTL_MS)  # as the admit script does
+        if i % 5000 == 4999:
+            pipe.execute()
+    pipe.execute()
+
+
+def clear(client: redis.Redis) -> None:
+    for batch in iter(lambda: list(client.scan_iter(match=f"{PREFIX}*", count=10000))[:10000], []):
+        client.delete(*batch)
+
+
+def run(url: str, requests: int, domains: int, crawls: int) -> int:
+    client = redis.Redis.from_url(url)
+    keys = Keys(PREFIX)
+    clear(client)
+    try:
+        server = client.info("server")
+        print(f"Redis {server['redis_version']}, allocator {client.info('memory')['mem_allocator']}")
+        sample = next(links(1, 1, 1, {}))
+        rich_sample = next(links(1, 1, 1, RICH_OPTIONS))
+        print(
+            f"{requests:,} requests over {domains:,} domains and {crawls:,} crawls; encoded request: "
+            f"{len(sample.encode())} bytes (plain crawl), {len(rich_sample.encode())} bytes (rich crawl)"
+        )
+        frontier = Frontier(client, keys, record_ttl_s=3600)
+        measure(
+            client,
+            "queued request, plain crawl",
+            requests,
+            lambda: push_all(client, frontier, links(requests, domains, crawls, {})),
+        )
+        clear(client)
+        rich_keys = Keys(PREFIX + "rich")
+        rich = Frontier(client, rich_keys, record_ttl_s=3600)
+        measure(
+            client,
+            "queued request, rich crawl",
+            requests,
+            lambda: push_all(client, rich, links(requests, domains, crawls, RICH_OPTIONS)),
+        )
+        for batch in iter(lambda: list(client.scan_iter(match=f"{PREFIX}rich*", count=10000))[:10000], []):
+            client.delete(*batch)
+        per_crawl = requests // crawls
+        measure(
+            client,
+            f"dedupe entry ({per_crawl:,} per crawl)",
+            requests,
+            lambda: fill_dupefilter(client, keys, requests, crawls),
+        )
+        measure(
+            client,
+            "dedupe entry (15 per crawl, 1 page's links)",
+            requests,
+            lambda: fill_dupefilter(client, Keys(PREFIX + "small"), requests, max(1, requests // 15)),
+        )
+        measure(
+            client,
+            f"page-cap entry ({requests // (crawls * domains):,} per crawl and domain)",
+            requests,
+            lambda: fill_page_caps(client, keys, requests, domains, crawls),
+        )
+        return 0
+    finally:
+        clear(client)
+        client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--redis-url", help="an existing, otherwise idle Redis (default: a private redis-server)")
+    parser.add_argument("--requests", type=int, default=100_000, help="entries of each kind (default 100000)")
+    parser.add_argument("--domains", type=int, default=100)
+    parser.add_argument("--crawls", type=int, default=10)
+    args = parser.parse_args(argv)
+    if args.redis_url:
+        return run(args.redis_url, args.requests, args.domains, args.crawls)
+    with EmbeddedRedis() as server:
+        return run(server.url, args.requests, args.domains, args.crawls)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Container health check for one crawlhive component: exit 0 when healthy, 1 when not.
+
+Usage (the compose file's ``healthcheck``)::
+
+    python /opt/crawlhive/healthcheck.py kafka-monitor | redis-monitor | crawler | rest [--max-age S]
+
+* ``kafka-monitor``, ``redis-monitor``, ``crawler``: healthy when **this container's** process has a
+  heartbeat in Redis (``utils/heartbeat.py``, the same keys the ``nodes`` maps of API.md §4.1 come
+  from) that was renewed at most ``--max-age`` seconds ago (default 3 x HEARTBEAT_INTERVAL). This
+  container's process is the one whose heartbeat names this container's node name (CRAWLER_NODE_NAME,
+  else the hostname, which Docker sets to the container id: the value the component itself reports)
+  and whose pid is a live process here. Redis unreachable = unhealthy.
+* ``rest``: healthy when ``GET /`` on this container's REST port answers 200 and the service sees
+  Kafka or Redis (``node_health`` not ``RED``). ``/`` never needs REST_API_KEY (API.md §7.4).
+
+Settings come from the environment, exactly as the component's own (API.md §8.1). Why a script and
+not a ``crawlhive health`` subcommand: the CLI surface is fixed by API.md §8.2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
+
+from crawlhive.utils.connections import redis_from_settings
+from crawlhive.utils.errors import CrawlhiveError
+from crawlhive.utils.heartbeat import live_heartbeats
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+#: Components that write heartbeats and are checked through them.
+HEARTBEAT_COMPONENTS = ("kafka-monitor", "redis-monitor", "crawler")
+#: Seconds the REST probe waits for ``GET /``.
+REST_TIMEOUT_S = 5.0
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process *pid* exists in this (container's) pid namespace."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+def heartbeat_problem(
+    redis: Redis,
+    keys: Keys,
+    component: str,
+    host: str,
+    timeout_s: float,
+    max_age_s: float,
+    alive: Callable[[int], bool] = pid_alive,
+) -> str | None:
+    """Why *component* on *host* is unhealthy, or None if one of its processes beat recently.
+
+    Args:
+        redis, keys: the cluster's Redis and key formats.
+        component: ``kafka-monitor``, ``redis-monitor`` or ``crawler``.
+        host: the node name the process reports (Settings.node_name).
+        timeout_s: HEARTBEAT_TIMEOUT, the lifetime each beat gives the key.
+        max_age_s: the oldest acceptable beat, in seconds.
+        alive: tells whether a pid is a live local process.
+
+    Raises:
+        redis.RedisError: Redis could not be read (the caller reports it as unhealthy).
+    """
+    reason = f"no live {component} heartbeat from host {host!r}"
+    for beat in live_heartbeats(redis, keys, component):
+        pid = beat.get("pid")
+        if beat["host"] != host or not isinstance(pid, int) or not alive(pid):
+            continue
+        ttl_ms = redis.pttl(keys.heartbeat(component, beat["node_id"]))
+        if ttl_ms < 0:  # expired (or lost its expiry) since it was listed
+            continue
+        age_s = timeout_s - ttl_ms / 1000
+        if age_s <= max_age_s:
+            return None
+        reason = f"{component} heartbeat of pid {pid} is {age_s:.0f}s old (limit {max_age_s:g}s)"
+    return reason
+
+
+def rest_problem(settings: Settings, timeout_s: float = REST_TIMEOUT_S) -> str | None:
+    """Why the REST service of this container is unhealthy, or None if ``GET /`` says it is fine."""
+    host = settings["REST_HOST"]
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    url = f"http://{f'[{host}]' if ':' in host else host}:{settings['REST_PORT']}/"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            if response.status != 200:
+                return f"GET {url} answered {response.status}"
+            health = json.loads(response.read())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return f"GET {url} failed: {exc}"
+    if not isinstance(health, dict) or health.get("node_health") == "RED":
+        return f"GET {url}: neither Kafka nor Redis is connected ({health!r})"
+    return None
+
+
+def check(component: str, settings: Settings, max_age_s: float | None = None) -> str | None:
+    """Why *component* in this container is unhealthy, or None; never raises for a backend failure."""
+    if component == "rest":
+        return rest_problem(settings)
+    limit = 3 * settings.getfloat("HEARTBEAT_INTERVAL") if max_age_s is None else max_age_s
+    client = redis_from_settings(settings)
+    try:
+        return heartbeat_problem(
+            client,
+            Keys(settings["REDIS_KEY_PREFIX"]),
+            component,
+            settings.node_name,
+            settings.getfloat("HEARTBEAT_TIMEOUT"),
+            limit,
+        )
+    except RedisError as exc:
+        return f"cannot read heartbeats from Redis ({exc}); check REDIS_URL"
+    finally:
+        client.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Health check of one crawlhive component in this container.")
+    parser.add_argument("component", choices=[*HEARTBEAT_COMPONENTS, "rest"])
+    parser.add_argument(
+        "--max-age", type=float, default=None, metavar="SECONDS", help="oldest acceptable heartbeat (3 x interval)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print ``healthy: …`` and return 0, or print ``unhealthy: <reason>`` and return 1."""
+    args = build_parser().parse_args(argv)
+    try:
+        problem = check(args.component, load_settings(use_state_file=False), args.max_age)
+    except CrawlhiveError as exc:  # a bad setting: the component itself would not start either
+        problem = str(exc)
+    if problem is not None:
+        print(f"unhealthy: {problem}")
+        return 1
+    print(f"healthy: {args.component}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""A 429 with ``Retry-After`` backs its domain off for every crawler (``defer_domain``), while other
+domains are fetched as usual."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from crawlerkit import Collector, Crawler, Seen, TestSite, crawler_env, html, seed
+
+from crawlhive.utils.connections import ensure_topics
+from crawlhive.utils.frontier import RETRY_AFTER_MAX_S, defer_domain, parse_retry_after
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.settings import Settings
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def test_defer_domain_only_ever_moves_the_ready_time_later(redis_client: redis.Redis, names: Any) -> None:
+    keys = Keys(names.key_prefix)
+    now = float(redis_client.time()[0])
+    first = defer_domain(redis_client, keys, "link", "example.com", 30)
+    assert now + 29 < first < now + 32
+    assert defer_domain(redis_client, keys, "link", "example.com", 5) == first  # GT: never earlier
+    assert defer_domain(redis_client, keys, "link", "example.com", 10**9) < now + RETRY_AFTER_MAX_S + 2
+    assert redis_client.zscore(keys.domains("other"), "example.com") is None  # per spider type
+
+
+def test_parse_retry_after() -> None:
+    assert parse_retry_after(b"12") == 12.0
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=0) > 0
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after(None) is None
+
+
+@pytest.fixture
+def site() -> Iterator[TestSite]:
+    site = TestSite()
+    site.start()
+    yield site
+    site.stop()
+
+
+def test_429_with_retry_after_backs_the_domain_off_cluster_wide(
+    settings: Settings, redis_client: redis.Redis, site: TestSite, tmp_path: Path
+) -> None:
+    answers = iter([429])
+
+    def limited(_seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        status = next(answers, 200)
+        headers = {"Content-Type": "text/html", **({"Retry-After": "3"} if status == 429 else {})}
+        return status, headers, html("/ra/1", "/ra/2")
+
+    site.handler("/ra/0", limited)
+    site.page("/ra/1", html())
+    site.page("/ra/2", html())
+    site.page("/rb/0", html())
+    topics = [settings.topic("crawled_firehose"), settings.topic("dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics)
+    crawlers = [Crawler(crawler_env(settings), tmp_path) for _ in range(2)]
+    try:
+        crawlers[0].wait_ready(redis_client, settings["REDIS_KEY_PREFIX"], count=2)
+        seed(settings, redis_client, appid="testapp", crawlid="ra", url=site.url("/ra/0"), maxdepth=1)
+        time.sleep(0.5)
+        seed(settings, redis_client, appid="testapp", crawlid="rb", url=site.url("/rb/0", host="127.0.0.2"))
+        items = collector.wait_for("ra", 3, timeout=30)
+        other = collector.wait_for("rb", 1, timeout=5)
+    finally:
+        for crawler in crawlers:
+            crawler.kill()
+        collector.close()
+    assert sorted((i["url"].rsplit("/", 2)[-2:], i["status_code"]) for i in items) == [
+        (["ra", "0"], 200),
+        (["ra", "1"], 200),
+        (["ra", "2"], 200),
+    ]
+    first, retry = (s.at for s in site.hits("/ra/0"))
+    assert retry - first >= 3.0 - 0.2, retry - first  # nobody fetched from the domain meanwhile
+    assert min(s.at for s in site.hits("/ra/") if s.path != "/ra/0") > retry
+    (other_hit,) = site.hits("/rb/0")
+    assert other_hit.at < first + 2.0 and other, "another domain must not wait"

@@ -1,0 +1,383 @@
+"""docker/: the compose file, the Dockerfile and the container health check, checked statically.
+
+No Docker engine runs here, so the compose file is never started by the tests. Instead every
+crawlhive service's command must parse with the real CLI parser, every environment variable must be
+a declared setting (or an accepted alias) whose value parses, and the deployment properties the
+issue asks for are asserted: Kafka in KRaft mode without ZooKeeper, Redis with AOF, a scalable
+crawler, health checks, an image built from requirements.txt whose entrypoint is ``crawlhive``.
+The health check script itself runs against the real test Redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import shlex
+import threading
+import tomllib
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path, PurePosixPath
+from types import ModuleType
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from crawlhive.utils.cli import build_parser
+from crawlhive.utils.heartbeat import Heartbeat, new_node_id
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.settings import ALIASES, DECLARED, REDIS_PARTS, Settings, load_settings, parse_value
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+COMPOSE_FILE = DOCKER / "docker-compose.yml"
+DOCKERFILE = DOCKER / "Dockerfile"
+IMAGE = "crawlhive"
+#: The long-running component of each crawlhive service (its first command word).
+COMPONENT_SERVICES = {
+    "kafka-monitor": "kafka-monitor",
+    "redis-monitor": "redis-monitor",
+    "crawler": "crawler",
+    "rest": "rest",
+}
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE_FILE.read_text())  # safe_load resolves the `<<:` merge keys
+    assert isinstance(data, dict) and isinstance(data.get("services"), dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def crawlhive_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The services that run the crawlhive image."""
+    return {name: s for name, s in services.items() if str(s.get("image", "")).split(":")[0] == IMAGE}
+
+
+_VAR = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?-)(?P<default>[^}]*))?\}")
+
+
+def interpolate(value: str, environ: dict[str, str] | None = None) -> str:
+    """*value* as Compose interpolates it from *environ* (default: an empty environment)."""
+    env = environ or {}
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, op, default = match.group("name"), match.group("op"), match.group("default") or ""
+        if op == ":-":
+            return env.get(name) or default
+        if op == "-":
+            return env.get(name, default)
+        return env.get(name, "")
+
+    return _VAR.sub(replace, value)
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    """The service's environment as its container sees it (list or mapping form, interpolated)."""
+    raw = service.get("environment") or {}
+    if isinstance(raw, list):
+        raw = dict(item.split("=", 1) if "=" in item else (item, "") for item in raw)
+    out = {}
+    for name, value in raw.items():
+        # Compose accepts strings and numbers; booleans (yes/true unquoted) are rejected by it.
+        assert not isinstance(value, bool), f"{name}: quote boolean values, Compose rejects YAML booleans"
+        assert value is None or isinstance(value, str | int | float), f"{name}: unsupported value {value!r}"
+        out[name] = "" if value is None else interpolate(str(value))
+    return out
+
+
+def command(service: dict[str, Any]) -> list[str]:
+    cmd = service.get("command")
+    return shlex.split(cmd) if isinstance(cmd, str) else [str(part) for part in cmd or []]
+
+
+def healthcheck_argv(service: dict[str, Any]) -> list[str]:
+    test = service["healthcheck"]["test"]
+    if isinstance(test, str):
+        return shlex.split(test)
+    kind, *rest = test
+    return shlex.split(rest[0]) if kind == "CMD-SHELL" else list(rest)
+
+
+# --- the compose file ----------------------------------------------------------------------------
+
+
+def test_every_component_has_its_service(services: dict[str, dict[str, Any]]) -> None:
+    assert {"kafka", "redis", *COMPONENT_SERVICES} <= set(services)
+    ours = crawlhive_services(services)
+    assert set(COMPONENT_SERVICES) <= set(ours)
+    images = {s["image"] for s in ours.values()}
+    assert len(images) == 1, f"one image for every component, got {images}"
+    for name, service in ours.items():
+        assert service["build"]["dockerfile"] == "docker/Dockerfile", name
+        assert (COMPOSE_FILE.parent / service["build"]["context"]).resolve() == ROOT, name
+
+
+def test_commands_are_valid_crawlhive_invocations(
+    services: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, service in crawlhive_services(services).items():
+        argv = command(service)
+        assert argv, f"{name}: no command (the image's default is --help)"
+        if argv == ["--help"]:  # the one-off tools service
+            assert "profiles" in service, f"{name}: a --help service must not start with `up`"
+            with pytest.raises(SystemExit) as exc:
+                parser.parse_args(argv)
+            assert exc.value.code == 0
+            capsys.readouterr()
+            continue
+        assert argv[0] in sub.choices, f"{name}: unknown subcommand {argv[0]!r}"
+        args = parser.parse_args(argv)  # argparse exits (failing the test) on a bad option
+        assert not getattr(args.func, "not_implemented", False), f"{name}: {argv[0]} is not implemented"
+        if name in COMPONENT_SERVICES:
+            assert argv[0] == COMPONENT_SERVICES[name], f"{name} runs {argv[0]}"
+
+
+def test_environment_names_are_settings_and_values_parse(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in crawlhive_services(services).items():
+        env = environment(service)
+        assert env, f"{name}: configured only through environment variables, but has none"
+        for var, value in env.items():
+            assert var in DECLARED or var in ALIASES or var in REDIS_PARTS, f"{name}: {var} is not a crawlhive setting"
+            if value == "" or var in REDIS_PARTS:  # empty = not set (API.md §8.1)
+                continue
+            setting = ALIASES.get(var, var)
+            parse_value(setting, DECLARED[setting][0], value)  # raises SettingsError naming the setting
+        # And the whole environment resolves the way the component will resolve it.
+        settings = load_settings(environ=env, use_state_file=False)
+        assert settings.source("REDIS_URL") == "env"
+        assert settings.source("KAFKA_BOOTSTRAP_SERVERS") == "env"
+
+
+def test_components_reach_the_backends_by_service_name(services: dict[str, dict[str, Any]]) -> None:
+    kafka_listener = environment(services["kafka"])["KAFKA_ADVERTISED_LISTENERS"]
+    advertised = {entry.split("://", 1)[1] for entry in kafka_listener.split(",")}
+    for name, service in crawlhive_services(services).items():
+        settings = load_settings(environ=environment(service), use_state_file=False)
+        assert re.fullmatch(r"redis://redis:6379/\d+", settings["REDIS_URL"]), name
+        assert set(settings["KAFKA_BOOTSTRAP_SERVERS"]) <= advertised, name
+        depends = service.get("depends_on") or {}
+        for backend in ("redis", "kafka"):
+            assert depends.get(backend, {}).get("condition") == "service_healthy", f"{name} -> {backend}"
+
+
+def test_crawler_is_scalable(services: dict[str, dict[str, Any]]) -> None:
+    crawler = services["crawler"]
+    for key in ("container_name", "ports", "hostname"):
+        assert key not in crawler, f"crawler has {key}: `--scale crawler=N` would clash"
+    assert "CRAWLER_NODE_NAME" not in environment(crawler), "replicas would share one node name"
+
+
+def test_rest_publishes_its_port(services: dict[str, dict[str, Any]]) -> None:
+    rest = services["rest"]
+    port = load_settings(environ=environment(rest), use_state_file=False)["REST_PORT"]
+    assert port == 5343
+    assert any(str(p).split(":")[-1] == str(port) for p in rest["ports"])
+
+
+def test_redis_persists_with_aof(services: dict[str, dict[str, Any]]) -> None:
+    redis_service = services["redis"]
+    argv = command(redis_service)
+    assert argv[0] == "redis-server"
+    assert argv[argv.index("--appendonly") + 1] == "yes"
+    assert "--maxmemory-policy" not in argv or argv[argv.index("--maxmemory-policy") + 1] == "noeviction"
+    assert any(str(v).split(":")[1] == "/data" for v in redis_service["volumes"]), "AOF needs a volume on /data"
+
+
+def test_kafka_runs_kraft_without_zookeeper(services: dict[str, dict[str, Any]]) -> None:
+    assert not any(
+        "zookeeper" in name.lower() or "zookeeper" in str(s.get("image", "")) for name, s in services.items()
+    )
+    kafka = services["kafka"]
+    assert str(kafka["image"]).startswith("apache/kafka:")
+    env = environment(kafka)
+    assert not any("ZOOKEEPER" in var for var in env)
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"]
+    assert any(str(v).endswith(f":{env['KAFKA_LOG_DIRS']}") for v in kafka["volumes"])
+
+
+def test_every_long_running_service_has_a_health_check(
+    services: dict[str, dict[str, Any]], healthcheck: ModuleType
+) -> None:
+    dockerfile_path = healthcheck_path_in_image()
+    for name, service in services.items():
+        if "profiles" in service:
+            continue
+        assert "healthcheck" in service, f"{name} has no health check"
+        argv = healthcheck_argv(service)
+        assert argv, name
+        if name in COMPONENT_SERVICES:
+            assert argv[:2] == ["python", dockerfile_path], f"{name}: {argv}"
+            assert argv[2] == COMPONENT_SERVICES[name], f"{name} checks {argv[2]}"
+            healthcheck.build_parser().parse_args(argv[2:])
+    assert healthcheck_argv(services["redis"])[:2] == ["redis-cli", "ping"]
+    assert healthcheck_argv(services["kafka"])[0].startswith("/opt/kafka/bin/")
+
+
+# --- the Dockerfile ------------------------------------------------------------------------------
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of docker/Dockerfile, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def healthcheck_path_in_image() -> str:
+    """Where the Dockerfile puts docker/healthcheck.py (its COPY destination under WORKDIR)."""
+    workdir = PurePosixPath("/")
+    for word, args in dockerfile_instructions():
+        if word == "WORKDIR":
+            workdir = workdir / args
+        elif word == "COPY" and args.split()[0] == "docker/healthcheck.py":
+            return str(workdir / args.split()[1])
+    raise AssertionError("the Dockerfile does not copy docker/healthcheck.py")
+
+
+def test_dockerfile_builds_from_requirements_and_runs_crawlhive() -> None:
+    steps = dockerfile_instructions()
+    assert steps[0] == ("FROM", "python:3.11-slim")
+    copies = [args.split() for word, args in steps if word == "COPY"]
+    runs = [args for word, args in steps if word == "RUN"]
+    assert ["requirements.txt", "./"] in copies
+    assert any(re.search(r"pip install (.* )?-r requirements\.txt", run) for run in runs)
+    assert any(re.search(r"pip install --no-deps \.", run) for run in runs)
+    assert not any("requirements-dev" in " ".join(c) for c in copies), "test tools do not belong in the image"
+    entrypoint = [json.loads(args) for word, args in steps if word == "ENTRYPOINT"]
+    assert entrypoint == [["crawlhive"]]
+    user = [args for word, args in steps if word == "USER"]
+    assert user and user[-1] not in ("root", "0"), "the image must run as a non-root user"
+
+
+def test_dockerfile_copies_every_package_folder() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    folders = set(pyproject["tool"]["setuptools"]["package-dir"].values())
+    copied = {args.split()[0].rstrip("/") for word, args in dockerfile_instructions() if word == "COPY"}
+    assert folders <= copied, f"not copied into the image: {folders - copied}"
+    for source in copied:
+        assert (ROOT / source).exists(), f"COPY {source}: no such file"
+    ignore = (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
+    for source in copied:  # re-included after the leading `*`
+        assert f"!{source}" in ignore or f"!{source}/" in ignore, f"{source} is excluded from the build context"
+
+
+# --- the health check script ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def healthcheck() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("crawlhive_docker_healthcheck", DOCKER / "healthcheck.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def keys(redis_settings: Settings) -> Keys:
+    return Keys(redis_settings["REDIS_KEY_PREFIX"])
+
+
+def test_heartbeat_of_this_host_and_a_live_pid_is_healthy(
+    healthcheck: ModuleType, redis_client: redis.Redis, keys: Keys
+) -> None:
+    assert healthcheck.heartbeat_problem(redis_client, keys, "crawler", "box-1", 120.0, 30.0) is not None
+    Heartbeat(redis_client, keys, "crawler", new_node_id(), "box-1", 120.0).beat()  # pid = this process
+    assert healthcheck.heartbeat_problem(redis_client, keys, "crawler", "box-1", 120.0, 30.0) is None
+    other_host = healthcheck.heartbeat_problem(redis_client, keys, "crawler", "box-2", 120.0, 30.0)
+    assert other_host == "no live crawler heartbeat from host 'box-2'"
+    dead_pid = healthcheck.heartbeat_problem(redis_client, keys, "crawler", "box-1", 120.0, 30.0, alive=lambda _: False)
+    assert dead_pid is not None
+    assert healthcheck.heartbeat_problem(redis_client, keys, "kafka-monitor", "box-1", 120.0, 30.0) is not None
+
+
+def test_stale_heartbeat_is_unhealthy(healthcheck: ModuleType, redis_client: redis.Redis, keys: Keys) -> None:
+    beat = Heartbeat(redis_client, keys, "redis-monitor", new_node_id(), "box-1", 120.0)
+    beat.beat()
+    redis_client.pexpire(beat.key, 60_000)  # as if the last beat was 60 s ago
+    problem = healthcheck.heartbeat_problem(redis_client, keys, "redis-monitor", "box-1", 120.0, 30.0)
+    assert problem is not None and "s old (limit 30s)" in problem
+    assert healthcheck.heartbeat_problem(redis_client, keys, "redis-monitor", "box-1", 120.0, 90.0) is None
+
+
+def test_check_reads_settings_and_reports_unreachable_redis(
+    healthcheck: ModuleType, redis_settings: Settings, redis_client: redis.Redis, keys: Keys
+) -> None:
+    Heartbeat(redis_client, keys, "kafka-monitor", new_node_id(), redis_settings.node_name, 120.0).beat()
+    assert healthcheck.check("kafka-monitor", redis_settings) is None
+    unreachable = redis_settings.copy_with(REDIS_URL="redis://127.0.0.1:1/0")
+    problem = healthcheck.check("kafka-monitor", unreachable)
+    assert problem is not None and "REDIS_URL" in problem
+
+
+class _HealthHandler(BaseHTTPRequestHandler):
+    """Answers ``GET /`` with the server's ``health`` attribute, like the REST service's ``/``."""
+
+    def do_GET(self) -> None:
+        data = json.dumps(self.server.health).encode()  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
+        pass
+
+
+@pytest.fixture
+def fake_rest() -> Iterator[HTTPServer]:
+    server = HTTPServer(("127.0.0.1", 0), _HealthHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_rest_check_uses_get_root(healthcheck: ModuleType, fake_rest: HTTPServer) -> None:
+    settings = Settings.from_overrides(REST_HOST="0.0.0.0", REST_PORT=fake_rest.server_address[1])
+    fake_rest.health = {"kafka_connected": True, "redis_connected": False, "node_health": "YELLOW"}  # type: ignore[attr-defined]
+    assert healthcheck.check("rest", settings) is None
+    fake_rest.health = {"kafka_connected": False, "redis_connected": False, "node_health": "RED"}  # type: ignore[attr-defined]
+    assert "neither Kafka nor Redis" in healthcheck.check("rest", settings)
+    closed = Settings.from_overrides(REST_PORT=1)
+    assert healthcheck.check("rest", closed).startswith("GET http://127.0.0.1:1/ failed")
+
+
+def test_main_exit_codes(healthcheck: ModuleType, capsys: pytest.CaptureFixture[str], monkeypatch: Any) -> None:
+    monkeypatch.setenv("REST_PORT", "1")
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    assert healthcheck.main(["rest"]) == 1
+    assert healthcheck.main(["crawler"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("unhealthy: GET http://127.0.0.1:1/") and "REDIS_URL" in out[1]
+    monkeypatch.setenv("QUEUE_HITS", "ten")
+    assert healthcheck.main(["crawler"]) == 1
+    assert "QUEUE_HITS: expected an integer, got 'ten'" in capsys.readouterr().out
