@@ -31,7 +31,7 @@ import redis
 from crawlhive.utils.connections import make_consumer
 from crawlhive.utils.embedded import EmbeddedRedis, die_with_parent_hook, free_port
 from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.settings import Settings, env_value
 
 CLI = [sys.executable, "-m", "crawlhive.utils.cli"]
 
@@ -174,13 +174,7 @@ def component_env(settings: Settings, **overrides: Any) -> dict[str, str]:
         "LOG_LEVEL": "INFO",
         **overrides,
     }
-    for name, value in values.items():
-        if isinstance(value, list | dict):
-            env[name] = json.dumps(value)
-        elif isinstance(value, bool):
-            env[name] = str(value).lower()
-        else:
-            env[name] = str(value)
+    env.update({name: env_value(value) for name, value in values.items()})
     return env
 
 

@@ -26,7 +26,7 @@ import redis
 
 from crawlhive.utils.connections import make_consumer
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.settings import Settings, env_value
 
 CLI = [sys.executable, "-m", "crawlhive.utils.cli"]
 
@@ -163,14 +163,7 @@ def crawler_env(settings: Settings, **overrides: Any) -> dict[str, str]:
         "LOG_LEVEL": "INFO",
     }
     values.update(overrides)
-    for name, value in values.items():
-        env[name] = (
-            json.dumps(value)
-            if isinstance(value, list | dict)
-            else str(value).lower()
-            if isinstance(value, bool)
-            else str(value)
-        )
+    env.update({name: env_value(value) for name, value in values.items()})
     return env
 
 
