@@ -3,18 +3,25 @@
 Needs the shared synthetic site served by nginx (``../shared/bench/README.md``)::
 
     python3 ../shared/bench/gen_site.py && ../shared/bench/nginx.sh start
-    .venv/bin/python bench/crawl.py [--pages 3000] [--conc 32]
+    .venv/bin/python bench/crawl.py [--pages 6000] [--conc 32] [--maxdepth 100]
 
 Measures, in order, on a private embedded Redis and broker:
 
 1. **plain Scrapy** (``../shared/bench/baseline/plain_scrapy.py --mode plain``): CrawlSpider +
-   LinkExtractor, in-memory scheduler and dupefilter, stops after ``--pages`` responses;
+   LinkExtractor, in-memory scheduler and dupefilter, stops after ``--pages`` responses; run twice,
+   at Scrapy's defaults and with crawlhive's ``CONCURRENT_ITEMS`` (a setting that speeds plain
+   Scrapy up too, so the second ratio compares like with like);
 2. **crawlhive, 1 process**: ``crawlhive crawler`` (link spider), the 8 seeds as one crawl with
-   ``maxdepth`` 3, unthrottled (huge QUEUE_HITS), robots.txt off like the baseline, items produced
-   to Kafka; the same ``benchext.Measure`` extension measures pages/s, plus ``bench/crawl_ext.py``
-   counting Redis round trips, and INFO commandstats gives Redis commands per page;
+   ``maxdepth`` 100 (every page extracts and follows its links, as the baseline's do; a page at
+   ``maxdepth`` extracts none and is much cheaper, which would flatter us), unthrottled (huge
+   QUEUE_HITS), robots.txt off like the baseline, full items produced to Kafka; the same
+   ``benchext.Measure`` extension measures pages/s and CPU, plus ``bench/crawl_ext.py`` counting
+   Redis round trips, and INFO commandstats gives Redis commands per page;
 3. **crawlhive, 2 processes** on a fresh key prefix, each stopping after ``--pages`` / 2 responses:
    combined pages/s from the first response of either to the last of both.
+
+Each crawlhive line also gives the CPU milliseconds per page of the crawlers, Redis, the broker and
+nginx (from ``/proc``), i.e. what a page costs the whole machine.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from typing import Any
 
 import redis
 
+from crawlhive.crawler.settings import scrapy_settings
 from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.embedded import EmbeddedCluster
 from crawlhive.utils.frontier import Frontier, seed_from_request
@@ -39,15 +47,48 @@ from crawlhive.utils.settings import Settings, env_value
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "bench"
 SEEDS = Path("/tmp/perfsite/www/seeds.txt")
+#: crawlhive's CONCURRENT_ITEMS (crawler/settings.py); the baseline is also run with it, for a
+#: comparison with the same tuning on both sides.
+CRAWLHIVE_ITEMS = scrapy_settings(Settings.from_overrides(), "link")["CONCURRENT_ITEMS"]
 
 
-def run_plain(pages: int, conc: int, out: Path) -> dict[str, Any]:
+def run_plain(pages: int, conc: int, out: Path, *extra: str) -> dict[str, Any]:
+    """The shared baseline; *extra* are further ``--set NAME=VALUE`` Scrapy settings."""
     subprocess.run(
         [sys.executable, str(SHARED / "baseline" / "plain_scrapy.py"), "--mode", "plain", "--conc", str(conc),
-         "--pages", str(pages), "--out", str(out), "--set", "LOG_LEVEL=WARNING"],
+         "--pages", str(pages), "--out", str(out), "--set", "LOG_LEVEL=WARNING",
+         *(arg for setting in extra for arg in ("--set", setting))],
         check=True,
     )  # fmt: skip
     return dict(json.loads(out.read_text()))
+
+
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds the processes *pids* (and their reaped children) used so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15]) / ticks  # utime, stime, cutime, cstime
+    return total
+
+
+def service_pids(cluster: EmbeddedCluster) -> dict[str, list[int]]:
+    """The pids of the services under the crawlers: Redis, the broker and nginx (master + workers)."""
+    pids: dict[str, list[int]] = {}
+    for name, service in (("redis", cluster.redis), ("broker", cluster.broker)):
+        if service is not None and service.pid is not None:
+            pids[name] = [service.pid]
+    try:
+        master = int(Path("/tmp/perfsite/nginx.pid").read_text().strip())
+        children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+        pids["nginx"] = [master, *(int(c) for c in children)]
+    except (OSError, ValueError):
+        pass
+    return pids
 
 
 def commands(client: redis.Redis) -> int:
@@ -55,10 +96,10 @@ def commands(client: redis.Redis) -> int:
     return sum(int(v["calls"]) for k, v in stats.items() if k not in ("cmdstat_info",))
 
 
-def seed_crawl(settings: Settings, client: redis.Redis, crawlid: str) -> None:
+def seed_crawl(settings: Settings, client: redis.Redis, crawlid: str, maxdepth: int) -> None:
     urls = [u.strip() for u in SEEDS.read_text().splitlines() if u.strip()]
     base = {
-        "appid": "bench", "crawlid": crawlid, "spiderid": "link", "priority": 50, "maxdepth": 3,
+        "appid": "bench", "crawlid": crawlid, "spiderid": "link", "priority": 50, "maxdepth": maxdepth,
         "domain_max_pages": None, "allowed_domains": None, "allow_regex": None, "deny_regex": None,
         "deny_extensions": None, "expires": 0, "useragent": None, "cookie": None, "attrs": None,
         "method": "GET", "headers": None, "body": None, "cookies": None,
@@ -70,7 +111,16 @@ def seed_crawl(settings: Settings, client: redis.Redis, crawlid: str) -> None:
     pipe.execute()
 
 
-def run_crawlers(settings: Settings, client: redis.Redis, n: int, pages: int, conc: int, work: Path) -> dict[str, Any]:
+def run_crawlers(
+    settings: Settings,
+    client: redis.Redis,
+    n: int,
+    pages: int,
+    conc: int,
+    maxdepth: int,
+    work: Path,
+    services: dict[str, list[int]],
+) -> dict[str, Any]:
     outs = [(work / f"measure-{n}-{i}.json", work / f"rtt-{n}-{i}.json") for i in range(n)]
     procs = []
     env_base = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")}
@@ -103,16 +153,22 @@ def run_crawlers(settings: Settings, client: redis.Redis, n: int, pages: int, co
     while client.zcard(f"{settings['REDIS_KEY_PREFIX']}:nodes:crawler") < n and time.monotonic() < deadline:
         time.sleep(0.05)
     before = commands(client)
-    seed_crawl(settings, client, f"c{n}")
+    cpu_before = {name: cpu_s(pids) for name, pids in services.items()}
+    seed_crawl(settings, client, f"c{n}", maxdepth)
     for proc in procs:
         proc.wait(timeout=600)
     after = commands(client)
+    cpu_after = {name: cpu_s(pids) for name, pids in services.items()}
     measures = [json.loads(m.read_text()) for m, _ in outs]
     rtts = [json.loads(r.read_text()) for _, r in outs]
     total = sum(r["pages"] for r in rtts)
     span = max(r["last"] for r in rtts) - min(r["first"] for r in rtts)
+    crawler_cpu = sum(m["cpu_s"] for m in measures)
+    cpu_ms = {"crawlers": crawler_cpu * 1000 / total}
+    cpu_ms.update({name: (cpu_after[name] - cpu_before[name]) * 1000 / total for name in services})
     return {
         "processes": n,
+        "cpu_ms_per_page": {k: round(v, 2) for k, v in cpu_ms.items()},
         "pages": total,
         "pages_per_s": round(total / span, 1),
         "per_process": [m["pages_per_s"] for m in measures],
@@ -124,8 +180,15 @@ def run_crawlers(settings: Settings, client: redis.Redis, n: int, pages: int, co
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pages", type=int, default=3000)
+    parser.add_argument("--pages", type=int, default=6000)
     parser.add_argument("--conc", type=int, default=32)
+    parser.add_argument(
+        "--maxdepth",
+        type=int,
+        default=100,
+        help="crawl maxdepth; high enough by default that every page extracts and follows its links, as the"
+        " baseline's do (a page at maxdepth extracts none and costs far less)",
+    )
     args = parser.parse_args()
     if not SEEDS.exists():
         print(f"{SEEDS} missing: run ../shared/bench/gen_site.py and ../shared/bench/nginx.sh start", file=sys.stderr)
@@ -134,6 +197,13 @@ def main() -> int:
         work = Path(tmp)
         plain = run_plain(args.pages, args.conc, work / "plain.json")
         print(f"plain Scrapy        : {plain['pages_per_s']:7.1f} pages/s  cpu {plain['cpu_pct']}%")
+        print(f"    CPU ms per page: crawler {plain['cpu_s'] * 1000 / plain['pages']:.2f}")
+        tuned = run_plain(args.pages, args.conc, work / "plain-tuned.json", f"CONCURRENT_ITEMS={CRAWLHIVE_ITEMS}")
+        print(
+            f"plain Scrapy, CONCURRENT_ITEMS={CRAWLHIVE_ITEMS} (crawlhive's value): {tuned['pages_per_s']:7.1f} pages/s"
+            f"  cpu {tuned['cpu_pct']}%"
+        )
+        print(f"    CPU ms per page: crawler {tuned['cpu_s'] * 1000 / tuned['pages']:.2f}")
         results = []
         for n in (1, 2):
             settings = Settings.from_overrides(
@@ -145,7 +215,9 @@ def main() -> int:
             )
             ensure_topics(settings, [settings.topic("crawled_firehose"), settings.topic("dead_letter")])
             client = redis.Redis.from_url(cluster.redis_url)
-            result = run_crawlers(settings, client, n, args.pages, args.conc, work)
+            result = run_crawlers(
+                settings, client, n, args.pages, args.conc, args.maxdepth, work, service_pids(cluster)
+            )
             client.close()
             results.append(result)
             print(
@@ -153,10 +225,19 @@ def main() -> int:
                 f"  cpu {result['cpu_pct']}%  Redis: {result['redis_round_trips_per_page']} round trips,"
                 f" {result['redis_commands_per_page']} commands per page"
             )
+            print(
+                "    CPU ms per page: "
+                + ", ".join(f"{k} {v}" for k, v in result["cpu_ms_per_page"].items())
+                + f" (total {sum(result['cpu_ms_per_page'].values()):.2f})"
+            )
         one, two = results
         print(f"ratio 1 process / plain Scrapy: {one['pages_per_s'] / plain['pages_per_s']:.2f} (target >= 0.9)")
+        print(
+            f"ratio 1 process / plain Scrapy with CONCURRENT_ITEMS={CRAWLHIVE_ITEMS}:"
+            f" {one['pages_per_s'] / tuned['pages_per_s']:.2f} (same tuning on both sides)"
+        )
         print(f"ratio 2 processes / 1 process : {two['pages_per_s'] / one['pages_per_s']:.2f} (target >= 1.6)")
-        print(json.dumps({"plain": plain, "crawlhive": results}))
+        print(json.dumps({"plain": plain, "plain_tuned": tuned, "crawlhive": results}))
     return 0
 
 

@@ -1,8 +1,9 @@
 """Scrapy extension loaded into the crawler processes of ``bench/crawl.py`` (bench only).
 
-Counts Redis round trips (each ``send_packed_command`` of a redis-py connection: one per command or
-per pipeline) and records absolute times of the first and last response, written as JSON to the
-file named by the Scrapy setting ``BENCH_RTT_OUT`` when the spider closes.
+Counts Redis round trips (each ``send_packed_command`` of a blocking redis-py connection: one per
+command or per pipeline; plus each pipeline of the crawler's asyncio ``ScriptBatcher``) and records
+absolute times of the first and last response, written as JSON to the file named by the Scrapy
+setting ``BENCH_RTT_OUT`` when the spider closes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 
 from redis.connection import AbstractConnection
 from scrapy import signals
+
+from crawlhive.crawler.runtime import CrawlRuntime
 
 _COUNT = [0]
 _original = AbstractConnection.send_packed_command
@@ -31,6 +34,7 @@ class RoundTrips:
         self.first: float | None = None
         self.last: float | None = None
         self.rtt_at_first = 0
+        self.batcher = CrawlRuntime.of(crawler).batcher
         AbstractConnection.send_packed_command = _counting  # type: ignore[method-assign]
         crawler.signals.connect(self.response, signals.response_received)
         crawler.signals.connect(self.closed, signals.spider_closed)
@@ -42,7 +46,7 @@ class RoundTrips:
     def response(self, response: Any, request: Any, spider: Any) -> None:
         if self.first is None:
             self.first = time.time()
-            self.rtt_at_first = _COUNT[0]
+            self.rtt_at_first = _COUNT[0] + self.batcher.round_trips
         self.pages += 1
         self.last = time.time()
 
@@ -54,7 +58,9 @@ class RoundTrips:
                         "pages": self.pages,
                         "first": self.first,
                         "last": self.last,
-                        "round_trips": _COUNT[0] - self.rtt_at_first,
+                        "round_trips": _COUNT[0] + self.batcher.round_trips - self.rtt_at_first,
+                        "batched_calls": self.batcher.calls,
+                        "batched_round_trips": self.batcher.round_trips,
                     },
                     f,
                 )

@@ -166,7 +166,11 @@ class FrontierSpiderMiddleware:
         if context is None:
             yield from result
             return
-        yield from self._handle(context, list(result))
+        outputs = list(result)
+        if context.done:
+            return
+        items, children = self._split(context, outputs)
+        yield from self._apply(context, self.runtime.admit(context, children), items)
 
     async def process_spider_output_async(self, response: Response, result: AsyncIterator[Any]) -> AsyncIterator[Any]:
         outputs = [output async for output in result]
@@ -175,7 +179,11 @@ class FrontierSpiderMiddleware:
             for output in outputs:
                 yield output
             return
-        for output in self._handle(context, outputs):
+        if context.done:
+            return
+        items, children = self._split(context, outputs)
+        verdict = await self.runtime.admit_async(context, children)  # the reactor goes on meanwhile
+        for output in self._apply(context, verdict, items):
             yield output
 
     def process_spider_exception(self, response: Response, exception: Exception) -> list[Any] | None:
@@ -186,14 +194,17 @@ class FrontierSpiderMiddleware:
         self.runtime.fail(context, error_text(exception))
         return []
 
-    def _handle(self, context: LeaseContext, outputs: list[Any]) -> list[Any]:
+    def _split(self, context: LeaseContext, outputs: list[Any]) -> tuple[list[Any], list[tuple[FrontierRequest, str]]]:
+        """The items of a callback's *outputs*, and its requests as frontier requests of the crawl."""
+        spider = self.crawler.spider
+        items = [o for o in outputs if not isinstance(o, Request)]
+        children = [self.runtime.child(context, o, spider) for o in outputs if isinstance(o, Request)]
+        return items, children
+
+    def _apply(self, context: LeaseContext, verdict: Verdict, items: list[Any]) -> list[Any]:
+        """End or go on with *context*'s page after the admit's *verdict*; the items to pass on."""
         if context.done:
             return []
-        spider = self.crawler.spider
-        requests = [o for o in outputs if isinstance(o, Request)]
-        items = [o for o in outputs if not isinstance(o, Request)]
-        children = [self.runtime.child(context, r, spider) for r in requests]
-        verdict = self.runtime.admit(context, children)
         if verdict is Verdict.LOST:
             self.runtime.abandon(context)
             return []

@@ -8,14 +8,19 @@ request's lease ends. The life of a leased request:
 1. the scheduler takes it (:meth:`take`: pop-and-lease under the cluster-wide throttle; a request of
    an expired crawl is dropped here and never fetched);
 2. while it is downloaded a looping call renews every in-flight lease (:meth:`renew_all`);
-3. when its response has been parsed, :meth:`admit` checks the lease (stopped crawl? lost lease?)
-   and runs the links through the per-crawl dupefilter and page caps, in one Lua script;
+3. when its response has been parsed, :meth:`admit_async` checks the lease (stopped crawl? lost
+   lease?) and runs the links through the per-crawl dupefilter and page caps, in one Lua script;
 4. the item goes to Kafka (:meth:`emit`); when the broker has acknowledged it, the links are queued
    and the lease is acked, in one ``MULTI`` (:meth:`finish`, batched across pages that finish in
    the same reactor turn);
 5. or instead: a network failure after the last retry becomes a crawl dead letter (:meth:`fail`),
    a retry goes back to the frontier (:meth:`retry`), a policy drop is acked with no counter
    (:meth:`drop`), and an unstarted request is handed back unchanged on shutdown (:meth:`give_back`).
+
+The two calls on the hot path, the pop and the admit, do not block the reactor: they go through a
+:class:`~crawlhive.crawler.batching.ScriptBatcher` on an asyncio Redis client, which sends the calls
+of several pages in one round trip when the crawler is busy. The other writes (acks with the links,
+renewals, stats) are batched per reactor turn or per interval on a blocking client.
 
 A Kafka or Redis failure never acks: the lease is forgotten here, expires and is reclaimed by the
 redis-monitor (at least once, API.md §3.12).
@@ -29,6 +34,7 @@ that page may queue it again. Fingerprints are Scrapy's (``crawler.request_finge
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import enum
 import logging
@@ -45,15 +51,22 @@ from scrapy.exceptions import DropItem
 from twisted.internet import defer, reactor, task, threads
 from twisted.python.failure import Failure
 
+from crawlhive.crawler.batching import ScriptBatcher
 from crawlhive.crawler.items import CrawledItem
 from crawlhive.crawler.requests import child_request, scrapy_request
 from crawlhive.utils import stats as stat_names
-from crawlhive.utils.connections import ensure_topics, make_producer, redis_from_settings
+from crawlhive.utils.connections import (
+    async_redis_from_settings,
+    ensure_topics,
+    make_producer,
+    redis_from_settings,
+)
 from crawlhive.utils.frontier import (
     Frontier,
     FrontierRequest,
     FrontierWorker,
     Lease,
+    PopOutcome,
     TouchStatus,
     crawl_dead_letter,
     retried,
@@ -65,6 +78,7 @@ from crawlhive.utils.stats import Stats
 if TYPE_CHECKING:
     from kafka import KafkaProducer
     from redis import Redis
+    from redis.asyncio import Redis as AsyncRedis
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
@@ -72,8 +86,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Requests of expired crawls one :meth:`CrawlRuntime.take` drops at most before it gives up.
-_TAKE_ATTEMPTS = 32
 #: Legal per-appid topic name fragment (API.md §1).
 _APPID_TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -169,18 +181,27 @@ class CrawlRuntime:
         crawler: the Scrapy crawler (for its signals and request fingerprinter).
         settings: crawlhive settings.
         spider: the spider type this process crawls (its frontier and stats name).
-        redis: a bytes Redis client.
+        redis: a bytes Redis client (blocking calls off the hot path: renewals, acks, stats).
         producer: a Kafka producer (``make_producer``).
+        aredis: an asyncio Redis client for the hot path (pops and admits, through a
+            :class:`ScriptBatcher`); None builds one from *settings*.
     """
 
     def __init__(
-        self, crawler: Crawler, settings: Settings, spider: str, redis: Redis, producer: KafkaProducer
+        self,
+        crawler: Crawler,
+        settings: Settings,
+        spider: str,
+        redis: Redis,
+        producer: KafkaProducer,
+        aredis: AsyncRedis | None = None,
     ) -> None:
         self.crawler = crawler
         self.settings = settings
         self.spider = spider
         self.redis = redis
         self.producer = producer
+        self.batcher = ScriptBatcher(aredis if aredis is not None else async_redis_from_settings(settings))
         self.keys = Keys(settings["REDIS_KEY_PREFIX"])
         self.worker = FrontierWorker.from_settings(redis, settings)
         self.frontier = Frontier.from_settings(redis, settings)
@@ -260,7 +281,9 @@ class CrawlRuntime:
         except RedisError:
             logger.warning("heartbeat failed; check REDIS_URL", exc_info=True)
 
-    def _closed(self, spider: Spider, reason: str) -> None:
+    def _closed(self, spider: Spider, reason: str) -> defer.Deferred[None]:
+        """Flush what is pending, stop the producer and the heartbeat; fires when the asyncio Redis
+        client is closed too (Scrapy waits for it)."""
         for loop in self._loops:
             if loop.running:
                 loop.stop()
@@ -279,31 +302,65 @@ class CrawlRuntime:
         if self.inflight:
             logger.warning("%d leases still in flight at close; they will be reclaimed", len(self.inflight))
         self.redis.close()
+        return defer.Deferred.fromFuture(asyncio.ensure_future(self.batcher.close()))
 
     # --- taking work ------------------------------------------------------------------------------
 
-    def take(self, spider: Spider) -> tuple[Request | None, float | None]:
-        """Lease the next request this process may fetch, as a Scrapy request.
+    async def take(self, spider: Spider, count: int) -> tuple[list[Request], float | None]:
+        """Lease up to *count* requests this process may fetch now, as Scrapy requests.
+
+        The pops go out together (one round trip, shared with other pages' admits; see
+        :class:`ScriptBatcher`), each one its own atomic pop-and-lease under the throttle.
 
         Returns:
-            ``(request, None)``, or ``(None, wait_s)`` when nothing may be fetched now: *wait_s* is
-            the time until a queued domain may be fetched, or None when nothing is queued at all.
+            ``(requests, wait_s)``: *wait_s* is None when nothing is queued for the spider at all,
+            else, when no request could be leased, the time until a queued domain may be fetched.
+
+        Raises:
+            RedisError: every pop failed (the pops that succeeded beside a failed one are kept).
         """
-        for _ in range(_TAKE_ATTEMPTS):
-            outcome = self.worker.pop(self.spider)
-            if outcome.lease is None:
-                return None, outcome.wait_s
-            lease = outcome.lease
-            request = lease.request
-            if request.expires and request.expires <= time.time():
-                self.worker.ack(lease, "")  # API.md §3.4: an expired crawl's request is never fetched
+        keys, args = self.worker.pop_call(self.spider)
+        script = self.worker.pop_script
+        replies = await asyncio.gather(
+            *(self.batcher.call(script, keys, args) for _ in range(count)), return_exceptions=True
+        )
+        requests: list[Request] = []
+        waits: list[float | None] = []
+        errors: list[BaseException] = []
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                errors.append(reply)
                 continue
-            context = LeaseContext(lease)
-            built = scrapy_request(request, spider, context)
-            context.fingerprint = self.crawler.request_fingerprinter.fingerprint(built).hex()
-            self.inflight[lease.member] = context
-            return built, None
-        return None, 0.0
+            outcome = self.worker.pop_outcome(reply)
+            if outcome.lease is None:
+                waits.append(outcome.wait_s)
+                continue
+            request = self._leased(outcome, spider)
+            if request is not None:
+                requests.append(request)
+        if errors and not requests:
+            raise errors[0]
+        if requests:
+            return requests, None
+        if not waits:
+            return [], 0.0  # every pop leased an expired crawl's request (acked): pop again now
+        known = [w for w in waits if w is not None]
+        return [], min(known) if known else None
+
+    def _leased(self, outcome: PopOutcome, spider: Spider) -> Request | None:
+        """The Scrapy request of a fresh lease, registered in flight; None for a request of an
+        expired crawl (acked at once: API.md §3.4, an expired crawl's request is never fetched)."""
+        lease = outcome.lease
+        assert lease is not None
+        request = lease.request
+        if request.expires and request.expires <= time.time():
+            self.worker.ack(lease, "")
+            return None
+        context = LeaseContext(lease)
+        built = scrapy_request(request, spider, context)
+        context.fingerprint = self.crawler.request_fingerprinter.fingerprint(built).hex()
+        self.inflight[lease.member] = context
+        return built
 
     def renew_all(self) -> None:
         """Renew every in-flight lease (one pipelined round trip); runs on a looping call."""
@@ -336,8 +393,21 @@ class CrawlRuntime:
     def admit(self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]) -> Verdict:
         """Check *context*'s lease and filter its page's links (dedupe, page caps), atomically.
 
-        Sets ``context.children`` to the admitted links. One round trip.
+        Sets ``context.children`` to the admitted links. One blocking round trip; the crawler's
+        spider middleware uses :meth:`admit_async`.
         """
+        keys, args, unique = self._admit_call(context, children)
+        return self._admitted(context, unique, self._admit(keys=keys, args=args))
+
+    async def admit_async(self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]) -> Verdict:
+        """:meth:`admit` without blocking the reactor (batched with other pages' calls)."""
+        keys, args, unique = self._admit_call(context, children)
+        return self._admitted(context, unique, await self.batcher.call(self._admit, keys, args))
+
+    def _admit_call(
+        self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]
+    ) -> tuple[list[str], list[Any], dict[str, FrontierRequest]]:
+        """KEYS and ARGV of the admit script for *context*'s page, and its links by fingerprint."""
         r = context.request
         keys = self.keys
         cap = self.page_cap(r)
@@ -363,7 +433,11 @@ class CrawlRuntime:
             unique.setdefault(fingerprint, child)
         for fingerprint, child in unique.items():
             args += [fingerprint, cap_index(child.domain), cap]
-        reply = self._admit(keys=script_keys, args=args)
+        return script_keys, args, unique
+
+    def _admitted(self, context: LeaseContext, unique: dict[str, FrontierRequest], reply: list[Any]) -> Verdict:
+        """The verdict of an admit *reply*; sets ``context.children`` to the admitted links."""
+        r = context.request
         verdict = Verdict(int(reply[0]))
         if verdict is Verdict.EMIT:
             context.children = [c for c, ok in zip(unique.values(), reply[1:], strict=True) if int(ok)]

@@ -1,13 +1,17 @@
 """The distributed scheduler: Scrapy asks it for requests, it leases them from the Redis frontier.
 
-``next_request`` pops the frontier of this process's spider type (:meth:`CrawlRuntime.take`: one Lua
-script, round robin across ready domains under the cluster-wide throttle, domain config and
-blacklist applied live). When nothing may be fetched it does not ask Redis again until either the
+``next_request`` serves requests this process has leased. When it has none left and the downloader
+has free slots, it leases as many requests as there are free slots from the frontier of this
+process's spider type (:meth:`CrawlRuntime.take`: one Lua script per request, round robin across
+ready domains under the cluster-wide throttle, domain config and blacklist applied live), without
+blocking the reactor: the pops go out together and, when they come back, the first request is handed
+to the engine with ``engine.crawl``, which makes the engine ask for the rest right away (otherwise
+Scrapy re-polls a scheduler that answered None only on its 5 s slot heartbeat). A leased request is
+therefore started in the reactor turn its pop returns in, never held back, which keeps the
+throttle's spacing exact. When nothing may be fetched it does not ask Redis again until either the
 time the pop reported (``wait_s``: the next domain's throttle opens) has passed or a message on
 ``keys.wake_channel(spider)`` (published by every ``Frontier.push``) says new work arrived; no
-``KEYS`` scans, no polling while idle. Waking up, it pops at once and hands the request to the
-engine with ``engine.crawl``, which also makes the engine ask for more right away (otherwise Scrapy
-re-polls an idle scheduler only on its 5 s slot heartbeat).
+``KEYS`` scans, no polling while idle.
 
 Requests that Scrapy hands back to the scheduler (``enqueue_request``) all belong to a lease: a
 redirect is kept here and served first, a retry from Scrapy's ``RetryMiddleware`` (its
@@ -27,6 +31,7 @@ from redis.exceptions import RedisError
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import reactor
 
 from crawlhive.crawler.requests import context_of
@@ -45,6 +50,8 @@ WAKE_READ_S = 1.0
 #: the redis-monitor) or a message lost while the subscription reconnected. It matches Scrapy's
 #: engine heartbeat, which is what calls ``next_request`` then, so no timer of our own runs.
 IDLE_RECHECK_S = 5.0
+#: Seconds before the frontier is asked again after a pop failed on a Redis error.
+ERROR_RETRY_S = 1.0
 
 
 class WakeListener:
@@ -107,6 +114,7 @@ class FrontierScheduler(BaseScheduler):
         self._timer: Any = None
         self._listener: WakeListener | None = None
         self._closing = False
+        self._taking = False  # pops are out
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -164,13 +172,55 @@ class FrontierScheduler(BaseScheduler):
     def next_request(self) -> Request | None:
         if self._local:
             return self._local.popleft()
-        if self._closing or self.spider is None or (self._sleeping and time.monotonic() < self._next_pop):
-            return None
+        self._take()
+        return None
+
+    def _take(self) -> None:
+        """Lease requests for the downloader's free slots (at most one batch of pops out at a time)."""
+        if self._taking or self._closing or self.spider is None:
+            return
+        if self._sleeping and time.monotonic() < self._next_pop:
+            return
+        engine = self.crawler.engine
+        if engine is None or engine.needs_backout():
+            return  # the engine asks again when a download slot frees up
+        free = engine.downloader.total_concurrency - len(engine.downloader.active) - len(self._local)
+        if free <= 0:
+            return
         self._sleeping = False
-        request, wait_s = self.runtime.take(self.spider)
-        if request is None:
+        self._taking = True
+        deferred_from_coro(self._take_async(free))
+
+    async def _take_async(self, count: int) -> None:
+        assert self.spider is not None
+        try:
+            requests, wait_s = await self.runtime.take(self.spider, count)
+        except RedisError:
+            logger.warning("leasing from the frontier failed; retrying in %.0fs (check REDIS_URL)", ERROR_RETRY_S)
+            self._taking = False
+            self._sleep(ERROR_RETRY_S)
+            return
+        except Exception:
+            self._taking = False
+            logger.exception("leasing from the frontier failed")
+            self._sleep(ERROR_RETRY_S)
+            return
+        self._taking = False
+        if self._closing:
+            for request in requests:  # the scheduler closed meanwhile: hand them back
+                context = context_of(request)
+                if context is not None:
+                    self.runtime.give_back(context)
+            return
+        if not requests:
             self._sleep(wait_s)
-        return request
+            return
+        self._local.extend(requests[1:])
+        engine = self.crawler.engine
+        if engine is None:
+            self._local.appendleft(requests[0])
+            return
+        engine.crawl(requests[0])  # comes back through enqueue_request; the engine then asks for more
 
     def _sleep(self, wait_s: float | None) -> None:
         """Ask Redis again after *wait_s* (None: when woken by a push, or after IDLE_RECHECK_S)."""
@@ -185,14 +235,8 @@ class FrontierScheduler(BaseScheduler):
             self._timer = reactor.callLater(wait_s, self._wake)
 
     def _wake(self) -> None:
-        """Work may be ready: pop once and give it to the engine, which then asks for more."""
+        """Work may be ready: lease at once (the engine gets the requests when the pops return)."""
         if self._closing or self.spider is None or not self._sleeping:
             return  # not idle: the engine is asking already
         self._next_pop = 0.0
-        engine = self.crawler.engine
-        if engine is None or engine.needs_backout():
-            self._sleeping = False  # the engine asks again when a download slot frees up
-            return
-        request = self.next_request()
-        if request is not None:
-            engine.crawl(request)  # comes back through enqueue_request; the engine then asks for more
+        self._take()

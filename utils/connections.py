@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+import redis.asyncio
 
 from crawlhive.utils.errors import BackendUnavailable, SettingsError
 from crawlhive.utils.settings import Settings
@@ -98,6 +99,20 @@ def redis_from_settings(settings: Settings, *, decode_responses: bool = False) -
     url = settings["REDIS_URL"]
     try:
         return redis.Redis.from_url(url, decode_responses=decode_responses)
+    except ValueError as exc:
+        raise SettingsError(f"REDIS_URL: not a Redis URL ({exc}), got {mask_url(url)!r}") from None
+
+
+def async_redis_from_settings(settings: Settings) -> redis.asyncio.Redis:
+    """An asyncio Redis client (bytes replies) for ``settings["REDIS_URL"]``, for code on an asyncio
+    event loop (the crawler's reactor). Does not connect; it connects in the running loop on first use.
+
+    Raises:
+        SettingsError: REDIS_URL is not a Redis URL.
+    """
+    url = settings["REDIS_URL"]
+    try:
+        return redis.asyncio.Redis.from_url(url)
     except ValueError as exc:
         raise SettingsError(f"REDIS_URL: not a Redis URL ({exc}), got {mask_url(url)!r}") from None
 

@@ -443,12 +443,22 @@ class FrontierWorker:
         with the highest-priority head goes first. Blacklisted and paused (``hits`` 0) domains are
         skipped and looked at again after RECHECK_S.
         """
+        keys, args = self.pop_call(spider)
+        return self.pop_outcome(self._pop(keys=keys, args=args))
+
+    @property
+    def pop_script(self) -> Script:
+        """The pop script, for callers that send :meth:`pop_call` themselves (pipelined, async)."""
+        return self._pop
+
+    def pop_call(self, spider: str) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of one :meth:`pop` for *spider*; decode the reply with :meth:`pop_outcome`."""
         keys = self.keys
         prefixes = keys.script_prefixes(spider)
         throttle = self.throttle
-        reply = self._pop(
-            keys=[keys.domains(spider), keys.leases(spider), keys.domain_config(), keys.domain_blacklist()],
-            args=[
+        return (
+            [keys.domains(spider), keys.leases(spider), keys.domain_config(), keys.domain_blacklist()],
+            [
                 prefixes["crawl_queue"],
                 prefixes["domain_crawls"],
                 prefixes["crawl_domains"],
@@ -463,6 +473,10 @@ class FrontierWorker:
                 int(RECHECK_S * 1_000_000),
             ],
         )
+
+    @staticmethod
+    def pop_outcome(reply: list[Any]) -> PopOutcome:
+        """The :class:`PopOutcome` of one pop script reply."""
         status = int(reply[0])
         if status == 1:
             member = bytes(reply[1])

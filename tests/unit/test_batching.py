@@ -1,0 +1,137 @@
+"""ScriptBatcher against a real Redis: coalescing, exactly-once after a script flush, error isolation."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from crawlhive.crawler.batching import ScriptBatcher
+from crawlhive.utils.embedded import free_port
+
+if TYPE_CHECKING:
+    from conftest import IsolatedNames
+
+# KEYS[1]: a counter. ARGV[1]: an amount. Adds it and returns the new value, so every execution of
+# a call is visible in the counter.
+_ADD = "return redis.call('INCRBY', KEYS[1], ARGV[1])"
+_FAIL_ON_NEGATIVE = "if tonumber(ARGV[1]) < 0 then return redis.error_reply('negative') end return ARGV[1]"
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_calls_made_while_a_pipeline_is_out_go_together(
+    redis_url: str, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    script = redis_client.register_script(_ADD)
+    redis_client.script_load(_ADD)  # so that no NoScriptError retry adds a round trip
+    key = f"{names.key_prefix}:counter"
+
+    async def scenario() -> tuple[list[int], int, int]:
+        batcher = ScriptBatcher(redis.asyncio.Redis.from_url(redis_url))
+        first = batcher.call(script, [key], [1])  # goes out alone at the next loop turn
+        await asyncio.sleep(0)  # the first pipeline is now in flight
+        rest = [batcher.call(script, [key], [1]) for _ in range(10)]
+        replies = await asyncio.gather(first, *rest)
+        await batcher.close()
+        return [int(r) for r in replies], batcher.round_trips, batcher.calls
+
+    replies, round_trips, calls = _run(scenario())
+    assert sorted(replies) == list(range(1, 12))
+    assert calls == 11
+    assert round_trips == 2
+    assert int(redis_client.get(key) or 0) == 11
+
+
+def test_an_idle_batcher_sends_each_call_at_once(
+    redis_url: str, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    script = redis_client.register_script(_ADD)
+    redis_client.script_load(_ADD)
+
+    async def scenario() -> int:
+        batcher = ScriptBatcher(redis.asyncio.Redis.from_url(redis_url))
+        for _ in range(3):
+            await batcher.call(script, [f"{names.key_prefix}:counter"], [5])
+        await batcher.close()
+        return batcher.round_trips
+
+    assert _run(scenario()) == 3
+    assert int(redis_client.get(f"{names.key_prefix}:counter") or 0) == 15
+
+
+def test_flushed_scripts_are_loaded_again_and_no_call_runs_twice(
+    redis_url: str, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    script = redis_client.register_script(_ADD)
+    key = f"{names.key_prefix}:counter"
+
+    async def scenario() -> list[int]:
+        batcher = ScriptBatcher(redis.asyncio.Redis.from_url(redis_url))
+        await batcher.call(script, [key], [1])
+        redis_client.script_flush()
+        replies = await asyncio.gather(*(batcher.call(script, [key], [1]) for _ in range(20)))
+        await batcher.close()
+        return [int(r) for r in replies]
+
+    replies = _run(scenario())
+    assert sorted(replies) == list(range(2, 22))
+    assert int(redis_client.get(key) or 0) == 21
+
+
+def test_a_failing_call_fails_alone(redis_url: str, redis_client: redis.Redis) -> None:
+    script = redis_client.register_script(_FAIL_ON_NEGATIVE)
+
+    async def scenario() -> list[Any]:
+        batcher = ScriptBatcher(redis.asyncio.Redis.from_url(redis_url))
+        calls = [batcher.call(script, [], [n]) for n in (1, -1, 2)]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        await batcher.close()
+        return results
+
+    ok1, failed, ok2 = _run(scenario())
+    assert (ok1, ok2) == (b"1", b"2")
+    assert isinstance(failed, redis.ResponseError)
+    assert "negative" in str(failed)
+
+
+def test_an_unreachable_redis_fails_every_waiting_call() -> None:
+    client = redis.Redis()  # only for register_script: nothing is sent through it
+    script = client.register_script(_ADD)
+
+    async def scenario() -> list[Any]:
+        batcher = ScriptBatcher(redis.asyncio.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1))
+        calls = [batcher.call(script, ["k"], [1]) for _ in range(3)]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        await batcher.close()
+        return results
+
+    results = _run(scenario())
+    assert len(results) == 3
+    for result in results:
+        assert isinstance(result, redis.RedisError)
+    client.close()
+
+
+@pytest.mark.parametrize("count", [1, 300])
+def test_bursts_beyond_one_pipeline_are_split(
+    redis_url: str, redis_client: redis.Redis, names: IsolatedNames, count: int
+) -> None:
+    script = redis_client.register_script(_ADD)
+    redis_client.script_load(_ADD)
+    key = f"{names.key_prefix}:counter"
+
+    async def scenario() -> int:
+        batcher = ScriptBatcher(redis.asyncio.Redis.from_url(redis_url))
+        await asyncio.gather(*(batcher.call(script, [key], [1]) for _ in range(count)))
+        await batcher.close()
+        return batcher.round_trips
+
+    round_trips = _run(scenario())
+    assert int(redis_client.get(key) or 0) == count
+    assert round_trips == (1 if count == 1 else 2)  # MAX_BATCH is 256
