@@ -31,6 +31,7 @@ from typing import Any
 import redis
 
 from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.demo_site import SiteServer
 from crawlhive.utils.embedded import EmbeddedCluster, free_port
 from crawlhive.utils.settings import Settings
 
@@ -60,7 +61,7 @@ def main() -> int:
     # One loopback host per run, so each request is to a domain the throttle has not seen lately
     # (QUEUE_HITS/QUEUE_WINDOW at their defaults space one domain's fetches 6 s apart).
     port = free_port()
-    servers = [http.server.ThreadingHTTPServer((f"127.0.1.{run + 1}", port), Page) for run in range(args.runs + 1)]
+    servers = [SiteServer((f"127.0.1.{run + 1}", port), Page) for run in range(args.runs + 1)]
     for server in servers:
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()

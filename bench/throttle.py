@@ -35,6 +35,7 @@ from typing import Any
 import redis
 
 from crawlhive.utils.connections import ensure_topics
+from crawlhive.utils.demo_site import SiteServer
 from crawlhive.utils.embedded import EmbeddedCluster, free_port
 from crawlhive.utils.frontier import Frontier, seed_from_request
 from crawlhive.utils.settings import Settings
@@ -70,7 +71,7 @@ class Site:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.server = SiteServer(("127.0.0.1", free_port()), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

@@ -156,6 +156,14 @@ QUEUE_WINDOW: float = 60.0
 QUEUE_MODERATED: bool = True
 """Space fetches at least QUEUE_WINDOW / QUEUE_HITS seconds apart (no bursts)."""
 
+QUEUE_WINDOW_MARGIN: float = 0.1
+"""Seconds the throttle adds to every window when it counts hits (also to domain-config windows).
+
+The throttle decides when a request is leased, on the Redis clock; the site sees the request a
+little later, and not always equally later (a new connection, a robots.txt fetch first, a busy
+crawler). The margin keeps ``hits`` per window true at the site for such differences up to this
+long, at a cost of at most ``margin / window`` of the allowed rate (1 % at 0.1 s of 10 s)."""
+
 SCHEDULER_TYPE_ENABLED: bool = True
 """Throttle per (spiderid, domain) instead of per domain."""
 

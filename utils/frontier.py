@@ -220,7 +220,7 @@ RECHECK_S = 1.0
 # KEYS: 1 domains(spider), 2 leases(spider), 3 domain_config, 4 domain_blacklist.
 # ARGV: 1 crawl_queue prefix, 2 domain_crawls prefix, 3 crawl_domains prefix, 4 crawl prefix,
 #       5 crawl_leases prefix, 6 throttle prefix, 7 default hits, 8 default window (us),
-#       9 '1' if moderated, 10 lease (us), 11 domains to scan, 12 recheck (us).
+#       9 '1' if moderated, 10 lease (us), 11 domains to scan, 12 recheck (us), 13 window margin (us).
 # Returns {1, member, domain, crawl member, deadline_s, deadline_us} when a request was leased;
 # {2, wait_us} when domains exist but none may be fetched now; {0} when there is nothing queued.
 _POP_LUA = (
@@ -243,7 +243,8 @@ for _, domain in ipairs(ready) do
     redis.call('ZADD', KEYS[1], secs(now + recheck), domain)
   else
     local tkey = ARGV[6] .. domain
-    local wait = throttle_wait(tkey, now, hits, window, ARGV[9] == '1')
+    local margin = tonumber(ARGV[13])
+    local wait = throttle_wait(tkey, now, hits, window, ARGV[9] == '1', margin)
     if wait > 0 then
       redis.call('ZADD', KEYS[1], secs(now + wait), domain)
     else
@@ -271,7 +272,7 @@ for _, domain in ipairs(ready) do
           else
             redis.call('ZADD', KEYS[1], secs(now), domain)
           end
-          throttle_record(tkey, now, window)
+          throttle_record(tkey, now, window + margin)
           local deadline = now + tonumber(ARGV[10])
           redis.call('ZADD', KEYS[2], secs(deadline), popped[1])
           redis.call('HINCRBY', ARGV[4] .. crawl, 'inflight', 1)
@@ -396,6 +397,8 @@ class ThrottleConfig:
     moderated: bool
     type_enabled: bool
     egress_id: str | None
+    margin_s: float = 0.0
+    """Added to every window when hits are counted (``QUEUE_WINDOW_MARGIN``)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ThrottleConfig:
@@ -406,6 +409,7 @@ class ThrottleConfig:
             moderated=settings.getbool("QUEUE_MODERATED"),
             type_enabled=settings.getbool("SCHEDULER_TYPE_ENABLED"),
             egress_id=egress,
+            margin_s=max(0.0, settings.getfloat("QUEUE_WINDOW_MARGIN")),
         )
 
 
@@ -471,6 +475,7 @@ class FrontierWorker:
                 self.lease_us,
                 POP_SCAN_DOMAINS,
                 int(RECHECK_S * 1_000_000),
+                int(throttle.margin_s * 1_000_000),
             ],
         )
 

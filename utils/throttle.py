@@ -13,7 +13,9 @@ crawler process and costs one round trip:
 
 The rule is exact: with starts ``t_i`` sorted, ``t[i + hits] - t[i] >= window`` for every ``i``
 (a rolling window is half-open, ``(now - window, now]``), and when moderated also
-``t[i + 1] - t[i] >= window / hits``, all to the microsecond on the Redis clock.
+``t[i + 1] - t[i] >= window / hits``, all to the microsecond on the Redis clock. (The crawler's
+frontier pop shares these Lua functions and counts over ``window + QUEUE_WINDOW_MARGIN``; see
+``utils/frontier.py``.)
 
 Why one script on the Redis clock (scrapy-redis has no throttle to reuse): a check and a pop in
 separate round trips let concurrent crawlers pass the same check, and client clocks let hosts with
@@ -47,13 +49,15 @@ local function micros(score)
   return math.floor(tonumber(score) * 1000000 + 0.5)
 end
 -- Microseconds until throttle set tkey allows one more start at now (0 = now); trims the window.
-local function throttle_wait(tkey, now, hits, window, moderated)
-  redis.call('ZREMRANGEBYSCORE', tkey, '-inf', secs(now - window))
+-- The count rule uses window + margin (us), the moderated spacing window / hits.
+local function throttle_wait(tkey, now, hits, window, moderated, margin)
+  local span = window + margin
+  redis.call('ZREMRANGEBYSCORE', tkey, '-inf', secs(now - span))
   local count = redis.call('ZCARD', tkey)
   local wait = 0
   if count >= hits then
     local oldest = redis.call('ZRANGE', tkey, count - hits, count - hits, 'WITHSCORES')
-    wait = micros(oldest[2]) + window - now
+    wait = micros(oldest[2]) + span - now
   end
   if moderated and count > 0 then
     local last = redis.call('ZRANGE', tkey, -1, -1, 'WITHSCORES')
@@ -92,7 +96,7 @@ end
 if hits <= 0 then
   return {3, window, t[1], t[2]}
 end
-local wait = throttle_wait(KEYS[2], now, hits, window, ARGV[3] == '1')
+local wait = throttle_wait(KEYS[2], now, hits, window, ARGV[3] == '1', 0)
 if wait > 0 then
   return {2, wait, t[1], t[2]}
 end

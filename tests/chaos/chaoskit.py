@@ -29,6 +29,7 @@ from typing import Any
 import redis
 
 from crawlhive.utils.connections import make_consumer
+from crawlhive.utils.demo_site import SiteServer
 from crawlhive.utils.embedded import EmbeddedRedis, die_with_parent_hook, free_port
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings, env_value
@@ -74,7 +75,7 @@ class TreeSite:
     port: int = 0
     hits: list[Hit] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    servers: list[http.server.ThreadingHTTPServer] = field(default_factory=list)
+    servers: list[SiteServer] = field(default_factory=list)
 
     @property
     def host_names(self) -> list[str]:
@@ -147,7 +148,7 @@ class TreeSite:
 
         self.port = self.port or free_port()
         for host in self.host_names:
-            server = http.server.ThreadingHTTPServer((host, self.port), Handler)
+            server = SiteServer((host, self.port), Handler)
             server.daemon_threads = True
             threading.Thread(target=server.serve_forever, name=f"site-{host}", daemon=True).start()
             self.servers.append(server)

@@ -25,6 +25,7 @@ from typing import Any
 import redis
 
 from crawlhive.utils.connections import make_consumer
+from crawlhive.utils.demo_site import SiteServer
 from crawlhive.utils.frontier import Frontier, seed_from_request
 from crawlhive.utils.settings import Settings, env_value
 
@@ -80,7 +81,7 @@ class TestSite:
     pages: dict[str, Handler] = field(default_factory=dict)
     seen: list[Seen] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    servers: list[http.server.ThreadingHTTPServer] = field(default_factory=list)
+    servers: list[SiteServer] = field(default_factory=list)
 
     __test__ = False  # not a pytest class
 
@@ -129,9 +130,9 @@ class TestSite:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
 
-        first = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        first = SiteServer(("127.0.0.1", self.port), Handler)
         self.port = first.server_address[1]
-        second = http.server.ThreadingHTTPServer(("127.0.0.2", self.port), Handler)
+        second = SiteServer(("127.0.0.2", self.port), Handler)
         for server in (first, second):
             server.daemon_threads = True
             threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -116,6 +116,25 @@ def test_throttle_limits_pops_and_reports_the_wait(frontier: Frontier, redis_cli
     assert third.lease is None and third.wait_s is not None and 1.0 < third.wait_s <= 2.0
 
 
+def test_window_margin_lengthens_the_counted_window(
+    frontier: Frontier, redis_client: redis.Redis, keys: Keys
+) -> None:
+    margined = FrontierWorker(
+        redis_client, keys, 30, 3600, dataclasses.replace(FAST, hits=2, window_s=2.0, margin_s=0.5)
+    )
+    push(frontier, *[req(f"http://a.com/{i}") for i in range(5)])
+    assert margined.pop("link").lease is not None and margined.pop("link").lease is not None
+    third = margined.pop("link")
+    assert third.lease is None and third.wait_s is not None and 2.0 < third.wait_s <= 2.5
+    ttl = redis_client.pttl(margined.keys.throttle_prefix("link", None) + "a.com")
+    assert ttl > 2500  # the hits are kept as long as they are counted
+
+
+def test_window_margin_comes_from_settings(redis_settings: Settings) -> None:
+    assert ThrottleConfig.from_settings(redis_settings).margin_s == 0.1
+    assert ThrottleConfig.from_settings(redis_settings.copy_with(QUEUE_WINDOW_MARGIN=0.25)).margin_s == 0.25
+
+
 def test_moderated_throttle_spaces_pops(frontier: Frontier, redis_client: redis.Redis, keys: Keys) -> None:
     moderated = FrontierWorker(
         redis_client, keys, 30, 3600, dataclasses.replace(FAST, hits=4, window_s=2.0, moderated=True)
