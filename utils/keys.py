@@ -223,6 +223,14 @@ class Keys:
         """Arrival counter: every push takes the next value, so equal priorities pop in order."""
         return f"{self.prefix}:queue-seq"
 
+    @key("string", ttl="1 day")
+    def seed_origin(self, origin: str) -> str:
+        """Marker that the crawl request of Kafka record ``<topic>/<partition>/<offset>@<timestamp>``
+        was queued, written in the same ``MULTI`` as the seed: a record redelivered after its seed
+        was already crawled (a kafka-monitor killed between its Redis write and its offset commit)
+        queues nothing again, so the seed's subtree is not crawled twice."""
+        return f"{self.prefix}:seed-origin:{origin}"
+
     # --- crawler: dedupe and page caps (crawler/runtime.py) -------------------------------------
 
     @key("hash", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
 from crawlhive.kafka_monitor.plugins import Cause, Incoming, IncomingPlugin
+from crawlhive.utils.control import ORIGIN_MARKER_TTL_S
 from crawlhive.utils.frontier import Frontier, seed_from_request
 
 if TYPE_CHECKING:
@@ -61,5 +62,17 @@ class ScraperHandler(IncomingPlugin):
         return message, None
 
     def handle(self, requests: list[Incoming], pipe: Pipeline) -> None:
-        seeds = [seed_from_request(r.message, r.origin) for r in requests]
-        self.frontier.push(seeds, pipe)
+        """Queue the seeds of *requests* whose Kafka record was never queued before.
+
+        A record's seed is queued together with a marker of its origin (same ``MULTI``), so a
+        redelivered record finds the marker and queues nothing, even when its seed was crawled
+        meanwhile (``ZADD NX`` alone would queue it again, and its links after it). One round trip
+        reads the markers first; a deliberate resubmission is a new record, so it is queued.
+        """
+        keys = self.frontier.keys
+        markers = [keys.seed_origin(r.origin) for r in requests]
+        queued_before = self.frontier.redis.mget(markers) if markers else []
+        fresh = [(r, m) for r, m, before in zip(requests, markers, queued_before, strict=True) if before is None]
+        for _, marker in fresh:
+            pipe.set(marker, b"1", ex=ORIGIN_MARKER_TTL_S)
+        self.frontier.push([seed_from_request(r.message, r.origin) for r, _ in fresh], pipe)

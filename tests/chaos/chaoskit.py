@@ -325,6 +325,7 @@ ALLOWED_AFTER_COMPLETE: dict[str, bool] = {
     "nodes": False,  # heartbeat index, pruned by readers
     "queue-seq": False,  # arrival counter
     "control-origin": True,  # per-record idempotency markers, 1 day
+    "seed-origin": True,
     "control": False,  # the control stream (must hold no pending entry: checked separately)
     "throttle": True,  # the rolling window of fetch starts
     "stopped": True,

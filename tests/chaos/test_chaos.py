@@ -203,10 +203,10 @@ def test_sigkilled_crawlers_and_monitors_lose_nothing(
     cluster = cluster_factory(settings, redis_client, 3)
     expected = cluster.site.expected_urls()
     cluster.feed_seeds()
-    # The seeds are in before the kills start: a kafka-monitor killed between its Redis write and
-    # its commit redelivers a seed already crawled, which (API.md §3.8: resubmitting a seed always
-    # queues it) recrawls the seed's whole subtree. Requests produced during the chaos are info
-    # requests, each of which must be answered.
+    # The kills start once pages flow. A kafka-monitor killed between its Redis write and its
+    # commit redelivers seeds; their origin markers keep them from being queued again
+    # (test_kafka_monitor.py::test_a_record_redelivered_after_its_seed_was_crawled_queues_nothing).
+    # Requests produced during the chaos are info requests, each of which must be answered.
     assert wait_until(lambda: len(cluster.seen_urls()) >= 10, 60), cluster.logs()
     rng = random.Random(int(time.time()))
     names = list(cluster.procs)

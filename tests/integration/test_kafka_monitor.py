@@ -21,10 +21,10 @@ from kafka.structs import TopicPartition
 
 from crawlhive.kafka_monitor.monitor import COMPONENT, BatchResult, KafkaMonitor
 from crawlhive.kafka_monitor.validation import Accepted, RequestValidator
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, record_origin
 from crawlhive.utils.control import ControlQueue
 from crawlhive.utils.embedded import EmbeddedBroker, EmbeddedRedis, free_port
-from crawlhive.utils.frontier import FrontierRequest, seed_from_request
+from crawlhive.utils.frontier import FrontierRequest, FrontierWorker, seed_from_request
 from crawlhive.utils.heartbeat import live_nodes
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.loop import ForcedShutdown
@@ -478,6 +478,41 @@ def test_redelivered_records_queue_nothing_twice(
     assert len(ControlQueue(redis_client, keys).pending()) == 3
     after = {k: redis_client.dump(k) for k in snapshot}
     assert after == snapshot  # queues, indexes, control stream: byte for byte unchanged
+
+
+def test_a_record_redelivered_after_its_seed_was_crawled_queues_nothing(
+    monitor: KafkaMonitor, km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    """A kafka-monitor killed between its Redis write and its offset commit redelivers records whose
+    seeds crawlers may have taken (and finished) meanwhile: those seeds must not be queued again
+    (their whole subtree would be crawled twice), while a new record with the same request is."""
+    messages = [crawl(f"http://site{i}.com/") for i in range(3)]
+    produce(km_settings, encode(*messages))
+    drain(monitor, len(messages))
+    keys = Keys(names.key_prefix)
+    domains = ["site0.com", "site1.com", "site2.com"]
+    assert queued(redis_client, keys, ["c1"], domains) == 3
+    worker = FrontierWorker.from_settings(redis_client, km_settings.copy_with(QUEUE_HITS=1000, QUEUE_WINDOW=1))
+    for _ in messages:  # crawlers take and finish every seed
+        lease = worker.pop("link").lease
+        assert lease is not None and worker.ack(lease, "crawled")
+    assert queued(redis_client, keys, ["c1"], domains) == 0
+
+    consumer = make_consumer(km_settings, names.topic("incoming"), group_id=None)
+    try:
+        records: list[Any] = []
+        while len(records) < len(messages):
+            records.extend(r for batch in consumer.poll(timeout_ms=500).values() for r in batch)
+    finally:
+        consumer.close()
+    result = monitor.process(records)  # the redelivery
+    assert (result.accepted, result.rejected) == (3, 0)  # accepted (already done), not dead letters
+    assert queued(redis_client, keys, ["c1"], domains) == 0
+    assert all(redis_client.ttl(keys.seed_origin(record_origin(r))) > 3600 for r in records)
+
+    produce(km_settings, encode(messages[0]))  # the same request as a new record: a resubmission
+    drain(monitor, 1)
+    assert queued(redis_client, keys, ["c1"], domains) == 1
 
 
 class FailsOnce(KafkaMonitor):

@@ -116,9 +116,7 @@ def test_throttle_limits_pops_and_reports_the_wait(frontier: Frontier, redis_cli
     assert third.lease is None and third.wait_s is not None and 1.0 < third.wait_s <= 2.0
 
 
-def test_window_margin_lengthens_the_counted_window(
-    frontier: Frontier, redis_client: redis.Redis, keys: Keys
-) -> None:
+def test_window_margin_lengthens_the_counted_window(frontier: Frontier, redis_client: redis.Redis, keys: Keys) -> None:
     margined = FrontierWorker(
         redis_client, keys, 30, 3600, dataclasses.replace(FAST, hits=2, window_s=2.0, margin_s=0.5)
     )
