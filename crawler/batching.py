@@ -70,19 +70,31 @@ class ScriptBatcher:
         try:
             while self._pending:
                 batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-                await self._send(batch)
+                try:
+                    await self._send(batch)
+                except BaseException as exc:
+                    # Whatever went wrong, no caller may wait forever: a caller that never gets
+                    # its reply would stop its crawler's scheduler (or a page) for good.
+                    if not isinstance(exc, (RedisError, OSError)):
+                        logger.error("Redis batch of %d calls failed unexpectedly", len(batch), exc_info=True)
+                    error = exc if isinstance(exc, RedisError) else RedisError(f"{type(exc).__name__}: {exc}")
+                    for call in batch:
+                        if not call.future.done():
+                            call.future.set_exception(error)
+                    if not isinstance(exc, Exception):
+                        raise  # cancelled (shutting down): the futures of the rest fail below
         finally:
             self._flushing = None
+            if self._pending:  # only when cancelled: the loop above runs until nothing is pending
+                error = RedisError("Redis batcher stopped")
+                for call in self._pending:
+                    if not call.future.done():
+                        call.future.set_exception(error)
+                self._pending = []
 
     async def _send(self, batch: list[_Call]) -> None:
         for attempt in (1, 2):
-            try:
-                replies = await self._execute(batch)
-            except (RedisError, OSError) as exc:
-                for call in batch:
-                    if not call.future.done():
-                        call.future.set_exception(exc if isinstance(exc, RedisError) else RedisError(str(exc)))
-                return
+            replies = await self._execute(batch)
             retry: list[_Call] = []
             for call, reply in zip(batch, replies, strict=True):
                 if call.future.done():  # the caller gave up waiting (cancelled)

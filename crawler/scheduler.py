@@ -52,6 +52,10 @@ WAKE_READ_S = 1.0
 IDLE_RECHECK_S = 5.0
 #: Seconds before the frontier is asked again after a pop failed on a Redis error.
 ERROR_RETRY_S = 1.0
+#: Seconds after which pops still out are given up on (Redis replies within its 5 s socket
+#: time-out or fails): a safety net so that no lost reply can stop a crawler for good. Requests
+#: that such pops lease later are still crawled; unanswered ones expire and are reclaimed.
+TAKE_STUCK_S = 30.0
 
 
 class WakeListener:
@@ -115,6 +119,7 @@ class FrontierScheduler(BaseScheduler):
         self._listener: WakeListener | None = None
         self._closing = False
         self._taking = False  # pops are out
+        self._taking_since = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -177,6 +182,9 @@ class FrontierScheduler(BaseScheduler):
 
     def _take(self) -> None:
         """Lease requests for the downloader's free slots (at most one batch of pops out at a time)."""
+        if self._taking and time.monotonic() - self._taking_since > TAKE_STUCK_S:
+            logger.error("pops from the frontier got no answer in %.0fs; asking again", TAKE_STUCK_S)
+            self._taking = False
         if self._taking or self._closing or self.spider is None:
             return
         if self._sleeping and time.monotonic() < self._next_pop:
@@ -189,23 +197,25 @@ class FrontierScheduler(BaseScheduler):
             return
         self._sleeping = False
         self._taking = True
+        self._taking_since = time.monotonic()
         deferred_from_coro(self._take_async(free))
 
     async def _take_async(self, count: int) -> None:
         assert self.spider is not None
+        started = self._taking_since
         try:
             requests, wait_s = await self.runtime.take(self.spider, count)
         except RedisError:
             logger.warning("leasing from the frontier failed; retrying in %.0fs (check REDIS_URL)", ERROR_RETRY_S)
-            self._taking = False
             self._sleep(ERROR_RETRY_S)
             return
         except Exception:
-            self._taking = False
             logger.exception("leasing from the frontier failed")
             self._sleep(ERROR_RETRY_S)
             return
-        self._taking = False
+        finally:
+            if self._taking_since == started:  # not given up on meanwhile (TAKE_STUCK_S)
+                self._taking = False
         if self._closing:
             for request in requests:  # the scheduler closed meanwhile: hand them back
                 context = context_of(request)

@@ -135,3 +135,33 @@ def test_bursts_beyond_one_pipeline_are_split(
     round_trips = _run(scenario())
     assert int(redis_client.get(key) or 0) == count
     assert round_trips == (1 if count == 1 else 2)  # MAX_BATCH is 256
+
+
+def test_an_unexpected_error_fails_the_batch_and_the_batcher_goes_on(
+    redis_url: str, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    script = redis_client.register_script(_ADD)
+    redis_client.script_load(_ADD)
+    key = f"{names.key_prefix}:counter"
+
+    async def scenario() -> tuple[list[Any], int]:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        batcher = ScriptBatcher(client)
+        real = client.evalsha
+        broken = [True]
+
+        async def evalsha(*args: Any) -> Any:
+            if broken[0]:
+                broken[0] = False
+                raise RuntimeError("simulated client bug")
+            return await real(*args)
+
+        client.evalsha = evalsha  # type: ignore[method-assign]
+        failed = await asyncio.gather(batcher.call(script, [key], [1]), return_exceptions=True)
+        after = await batcher.call(script, [key], [1])
+        await batcher.close()
+        return failed, int(after)
+
+    failed, after = _run(scenario())
+    assert isinstance(failed[0], redis.RedisError) and "simulated client bug" in str(failed[0])
+    assert after == 1  # the failed call never ran; the next one did
