@@ -23,6 +23,9 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "CRAWLHIVE_SETTINGS": settings,
         "CRAWLHIVE_SPIDER": spider,
         "SCHEDULER": f"{_PKG}.scheduler.FrontierScheduler",
+        # Scrapy's default since 2.13, pinned: the scheduler and the spider middleware await Redis
+        # on asyncio (crawler/batching.py), which no other reactor runs.
+        "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
         "CONCURRENT_REQUESTS": concurrency,
         # The cluster-wide throttle (Redis) paces domains; no per-process per-domain limit or delay.
         "CONCURRENT_REQUESTS_PER_DOMAIN": concurrency,

@@ -125,6 +125,18 @@ def queued(client: redis.Redis, keys: Keys, crawls: list[str], domains: list[str
     return sum(pipe.execute())
 
 
+def read_incoming(settings: Settings, names: IsolatedNames, count: int) -> list[Any]:
+    """The first *count* records of the test's incoming topic (as a redelivery would bring them)."""
+    consumer = make_consumer(settings, names.topic("incoming"), group_id=None)
+    try:
+        records: list[Any] = []
+        while len(records) < count:
+            records.extend(r for batch in consumer.poll(timeout_ms=500).values() for r in batch)
+        return records
+    finally:
+        consumer.close()
+
+
 def crawl(url: str, crawlid: str = "c1", **extra: Any) -> dict[str, Any]:
     return {"url": url, "appid": "testapp", "crawlid": crawlid, **extra}
 
@@ -465,13 +477,7 @@ def test_redelivered_records_queue_nothing_twice(
     finally:
         again.teardown()
     # ... and once more straight through process()
-    consumer = make_consumer(km_settings, names.topic("incoming"), group_id=None)
-    try:
-        records: list[Any] = []
-        while len(records) < len(messages):
-            records.extend(r for batch in consumer.poll(timeout_ms=500).values() for r in batch)
-    finally:
-        consumer.close()
+    records = read_incoming(km_settings, names, len(messages))
     monitor.process(records)
 
     assert queued(redis_client, keys, ["c1"], domains) == 7
@@ -498,13 +504,7 @@ def test_a_record_redelivered_after_its_seed_was_crawled_queues_nothing(
         assert lease is not None and worker.ack(lease, "crawled")
     assert queued(redis_client, keys, ["c1"], domains) == 0
 
-    consumer = make_consumer(km_settings, names.topic("incoming"), group_id=None)
-    try:
-        records: list[Any] = []
-        while len(records) < len(messages):
-            records.extend(r for batch in consumer.poll(timeout_ms=500).values() for r in batch)
-    finally:
-        consumer.close()
+    records = read_incoming(km_settings, names, len(messages))
     result = monitor.process(records)  # the redelivery
     assert (result.accepted, result.rejected) == (3, 0)  # accepted (already done), not dead letters
     assert queued(redis_client, keys, ["c1"], domains) == 0
