@@ -60,10 +60,11 @@ class ScriptBatcher:
 
     def call(self, script: Script, keys: list[Any], args: list[Any]) -> asyncio.Future[Any]:
         """Queue one call of *script*; the future gets its reply, or the ``RedisError`` it raised."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._pending.append(_Call(script, keys, args, future))
         if self._flushing is None:
-            self._flushing = asyncio.ensure_future(self._flush())
+            self._flushing = loop.create_task(self._flush())
         return future
 
     async def _flush(self) -> None:

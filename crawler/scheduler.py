@@ -1,7 +1,8 @@
 """The distributed scheduler: Scrapy asks it for requests, it leases them from the Redis frontier.
 
 ``next_request`` serves requests this process has leased. When it has none left and the downloader
-has free slots, it leases as many requests as there are free slots from the frontier of this
+has free slots, it leases up to as many requests as there are free slots (fewer while the throttle
+leaves pops empty: see ``_take_size``) from the frontier of this
 process's spider type (:meth:`CrawlRuntime.take`: one Lua script per request, round robin across
 ready domains under the cluster-wide throttle, domain config and blacklist applied live), without
 blocking the reactor: the pops go out together and, when they come back, the first request is handed
@@ -120,6 +121,7 @@ class FrontierScheduler(BaseScheduler):
         self._closing = False
         self._taking = False  # pops are out
         self._taking_since = 0.0
+        self._take_size = 1  # pops per take: grows while takes are filled, shrinks when throttled
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -198,7 +200,7 @@ class FrontierScheduler(BaseScheduler):
         self._sleeping = False
         self._taking = True
         self._taking_since = time.monotonic()
-        deferred_from_coro(self._take_async(free))
+        deferred_from_coro(self._take_async(min(free, self._take_size)))
 
     async def _take_async(self, count: int) -> None:
         assert self.spider is not None
@@ -216,6 +218,11 @@ class FrontierScheduler(BaseScheduler):
         finally:
             if self._taking_since == started:  # not given up on meanwhile (TAKE_STUCK_S)
                 self._taking = False
+        # As many pops as the last take could fill, doubled while they are all filled: an
+        # unthrottled crawl soon asks for every free slot at once, while a throttled one (where a
+        # pop that finds no ready domain scans up to POP_SCAN_DOMAINS for nothing) sends about one
+        # pop more than it gets.
+        self._take_size = count * 2 if len(requests) >= count else len(requests) + 1
         if self._closing:
             for request in requests:  # the scheduler closed meanwhile: hand them back
                 context = context_of(request)
