@@ -170,7 +170,12 @@ class FrontierSpiderMiddleware:
         if context.done:
             return
         items, children = self._split(context, outputs)
-        yield from self._apply(context, self.runtime.admit(context, children), items)
+        try:
+            verdict = self.runtime.admit(context, children)
+        except RedisError:
+            self._admit_failed(context)
+            return
+        yield from self._apply(context, verdict, items)
 
     async def process_spider_output_async(self, response: Response, result: AsyncIterator[Any]) -> AsyncIterator[Any]:
         outputs = [output async for output in result]
@@ -182,9 +187,23 @@ class FrontierSpiderMiddleware:
         if context.done:
             return
         items, children = self._split(context, outputs)
-        verdict = await self.runtime.admit_async(context, children)  # the reactor goes on meanwhile
+        try:
+            verdict = await self.runtime.admit_async(context, children)  # the reactor goes on meanwhile
+        except RedisError:
+            self._admit_failed(context)
+            return
         for output in self._apply(context, verdict, items):
             yield output
+
+    def _admit_failed(self, context: LeaseContext) -> None:
+        """Redis failed while checking the page: give up on it without ending its lease, which
+        expires and is reclaimed (the page is fetched again). Kept in flight it would be renewed
+        forever and its crawl would never complete."""
+        logger.warning(
+            "checking %s failed on a Redis error; its lease will expire and be reclaimed (check REDIS_URL)",
+            context.request.url,
+        )
+        self.runtime.abandon(context)
 
     def process_spider_exception(self, response: Response, exception: Exception) -> list[Any] | None:
         context = context_of(response.request)

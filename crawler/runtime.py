@@ -165,6 +165,8 @@ class LeaseContext:
     parsed: bool = False
     failed: bool = False
     done: bool = False
+    started: float = field(default_factory=time.monotonic)
+    """When the lease was taken (monotonic clock)."""
 
     @property
     def request(self) -> FrontierRequest:
@@ -218,6 +220,10 @@ class CrawlRuntime:
             extra={"spider": spider},
         )
         self.lease_s = settings.getfloat("LEASE_TIMEOUT")
+        # Longer than any legitimate life of a page here (every redirect downloaded, the item sent):
+        # only a bug keeps one in flight this long, and renewing its lease forever would stop its
+        # crawl from ever completing.
+        self.max_hold_s = 30 * settings.getfloat("DOWNLOAD_TIMEOUT") + self.lease_s
         self.filter_ttl_ms = max(1, int(settings.getfloat("DUPEFILTER_TIMEOUT") * 1000))
         self.global_cap: int | None = settings["GLOBAL_PAGE_PER_DOMAIN_LIMIT"]
         self.max_item_bytes = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
@@ -354,7 +360,10 @@ class CrawlRuntime:
         assert lease is not None
         request = lease.request
         if request.expires and request.expires <= time.time():
-            self.worker.ack(lease, "")
+            try:
+                self.worker.ack(lease, "")
+            except RedisError:  # the lease expires, is reclaimed, and is dropped here again
+                logger.warning("could not drop a request of an expired crawl; check REDIS_URL", exc_info=True)
             return None
         context = LeaseContext(lease)
         built = scrapy_request(request, spider, context)
@@ -363,7 +372,19 @@ class CrawlRuntime:
         return built
 
     def renew_all(self) -> None:
-        """Renew every in-flight lease (one pipelined round trip); runs on a looping call."""
+        """Renew every in-flight lease (one pipelined round trip); runs on a looping call.
+
+        A page in flight for longer than ``max_hold_s`` is given up on instead (logged): its lease
+        expires and is reclaimed, so the page is fetched again.
+        """
+        now = time.monotonic()
+        for stale in [c for c in self.inflight.values() if not c.done and now - c.started > self.max_hold_s]:
+            logger.error(
+                "%s has been in flight for %.0fs; giving it up (its lease will be reclaimed)",
+                stale.request.url,
+                now - stale.started,
+            )
+            self.abandon(stale)
         contexts = [c for c in self.inflight.values() if not c.done]
         if not contexts:
             return

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+import redis
 from scrapy import Request, Spider
 from scrapy.http import HtmlResponse, Response
 from scrapy.utils.test import get_crawler
 
 from crawlhive.crawler.items import ITEM_KEYS, crawled_item, status_message, timestamp
 from crawlhive.crawler.links import extract_links
-from crawlhive.crawler.middlewares import cookie_header, error_text
-from crawlhive.crawler.requests import FRONTIER, child_request, is_plain, request_from_json, request_to_json
+from crawlhive.crawler.middlewares import FrontierSpiderMiddleware, cookie_header, error_text
+from crawlhive.crawler.requests import (
+    CONTEXT,
+    FRONTIER,
+    child_request,
+    is_plain,
+    request_from_json,
+    request_to_json,
+)
+from crawlhive.crawler.runtime import LeaseContext
 from crawlhive.crawler.settings import scrapy_settings
-from crawlhive.utils.frontier import FrontierRequest
+from crawlhive.utils.frontier import FrontierRequest, Lease
 from crawlhive.utils.settings import Settings
 
 
@@ -129,3 +141,51 @@ def test_scrapy_settings_come_from_ours() -> None:
     assert converted["RETRY_TIMES"] == 5 and converted["CONCURRENT_REQUESTS"] == 7
     assert converted["COOKIES_ENABLED"] is False and converted["HTTPERROR_ALLOW_ALL"] is True
     assert converted["LOGSTATS_INTERVAL"] == 5 and converted["CRAWLHIVE_SETTINGS"] is ours
+
+
+class _FailingAdmitRuntime:
+    """Just what FrontierSpiderMiddleware uses of a CrawlRuntime, with Redis down at the admit."""
+
+    def __init__(self) -> None:
+        self.abandoned: list[Any] = []
+
+    def child(self, context: Any, request: Request, spider: Spider) -> tuple[FrontierRequest, str]:
+        return FrontierRequest(url=request.url, appid="a", crawlid="c"), request.url
+
+    def admit(self, context: Any, children: list[Any]) -> Any:
+        raise redis.ConnectionError("simulated: Redis is down")
+
+    async def admit_async(self, context: Any, children: list[Any]) -> Any:
+        raise redis.ConnectionError("simulated: Redis is down")
+
+    def abandon(self, context: Any) -> None:
+        context.done = True
+        self.abandoned.append(context)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_page_whose_admit_fails_on_redis_is_given_up_not_kept_in_flight(spider: DemoSpider, mode: str) -> None:
+    """Kept in flight, its lease would be renewed forever and its crawl never complete."""
+    runtime = _FailingAdmitRuntime()
+    crawler = get_crawler(DemoSpider)
+    crawler.spider = spider
+    middleware = FrontierSpiderMiddleware(crawler, runtime)  # type: ignore[arg-type]
+    lease = Lease(b"m", FrontierRequest(url="http://a.com/", appid="a", crawlid="c"), 0.0)
+    context = LeaseContext(lease)
+    request = Request("http://a.com/", meta={CONTEXT: context})
+    response = HtmlResponse("http://a.com/", body=b"<html></html>", request=request)
+    outputs: list[Any] = [Request("http://a.com/next"), {"url": "http://a.com/"}]
+    if mode == "sync":
+        passed = list(middleware.process_spider_output(response, iter(outputs)))
+    else:
+
+        async def source() -> AsyncIterator[Any]:
+            for output in outputs:
+                yield output
+
+        async def collect() -> list[Any]:
+            return [o async for o in middleware.process_spider_output_async(response, source())]
+
+        passed = asyncio.run(collect())
+    assert passed == []
+    assert runtime.abandoned == [context] and context.done
