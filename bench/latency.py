@@ -63,7 +63,6 @@ def main() -> int:
     port = free_port()
     servers = [SiteServer((f"127.0.1.{run + 1}", port), Page) for run in range(args.runs + 1)]
     for server in servers:
-        server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
     latencies: list[float] = []
     stages: list[tuple[float, float]] = []  # (queued in Redis, acked by the crawler), seconds after produce

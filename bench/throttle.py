@@ -72,7 +72,6 @@ class Site:
                 self.wfile.write(body)
 
         self.server = SiteServer(("127.0.0.1", free_port()), Handler)
-        self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

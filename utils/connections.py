@@ -96,11 +96,7 @@ def redis_from_settings(settings: Settings, *, decode_responses: bool = False) -
     Raises:
         SettingsError: REDIS_URL is not a Redis URL.
     """
-    url = settings["REDIS_URL"]
-    try:
-        return redis.Redis.from_url(url, decode_responses=decode_responses)
-    except ValueError as exc:
-        raise SettingsError(f"REDIS_URL: not a Redis URL ({exc}), got {mask_url(url)!r}") from None
+    return _redis_from_url(redis.Redis, settings, decode_responses=decode_responses)
 
 
 def async_redis_from_settings(settings: Settings) -> redis.asyncio.Redis:
@@ -110,9 +106,14 @@ def async_redis_from_settings(settings: Settings) -> redis.asyncio.Redis:
     Raises:
         SettingsError: REDIS_URL is not a Redis URL.
     """
+    return _redis_from_url(redis.asyncio.Redis, settings)
+
+
+def _redis_from_url(client_class: Any, settings: Settings, **options: Any) -> Any:
+    """``client_class.from_url(REDIS_URL, **options)``; a bad URL names the setting."""
     url = settings["REDIS_URL"]
     try:
-        return redis.asyncio.Redis.from_url(url)
+        return client_class.from_url(url, **options)
     except ValueError as exc:
         raise SettingsError(f"REDIS_URL: not a Redis URL ({exc}), got {mask_url(url)!r}") from None
 

@@ -149,7 +149,6 @@ class TreeSite:
         self.port = self.port or free_port()
         for host in self.host_names:
             server = SiteServer((host, self.port), Handler)
-            server.daemon_threads = True
             threading.Thread(target=server.serve_forever, name=f"site-{host}", daemon=True).start()
             self.servers.append(server)
         return self

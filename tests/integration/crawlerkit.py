@@ -134,7 +134,6 @@ class TestSite:
         self.port = first.server_address[1]
         second = SiteServer(("127.0.0.2", self.port), Handler)
         for server in (first, second):
-            server.daemon_threads = True
             threading.Thread(target=server.serve_forever, daemon=True).start()
             self.servers.append(server)
         self.page("/robots.txt", b"User-agent: *\nDisallow: /private/\n", content_type="text/plain")
