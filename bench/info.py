@@ -22,10 +22,9 @@ from collections.abc import Callable
 import redis
 
 from crawlhive.redis_monitor.plugins.info import InfoMonitor
-from crawlhive.utils.embedded import EmbeddedRedis
-from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.app.embedded import EmbeddedRedis
+from crawlhive.utils.frontier import FrontierReader, decode_priority, encode_score
 from crawlhive.utils.keys import Keys
-from crawlhive.utils.queues import decode_priority, encode_score
 
 PREFIX = "benchinfo"
 SPIDER, APPID, CRAWLID = "link", "benchapp", "big"

@@ -36,7 +36,7 @@ from scrapy import Request
 from scrapy.utils.request import fingerprint
 
 from crawlhive.crawler.requests import child_request
-from crawlhive.utils.embedded import EmbeddedRedis
+from crawlhive.utils.app.embedded import EmbeddedRedis
 from crawlhive.utils.frontier import Frontier, FrontierRequest, seed_from_request
 from crawlhive.utils.keys import Keys
 
@@ -56,7 +56,7 @@ RICH_OPTIONS: dict[str, Any] = {
     "attrs": {"job": "nightly-news", "customer": "acme", "tags": ["news", "eu"]},
 }
 
-#: The schema defaults kafka-monitor fills in before a crawl request reaches the frontier (API.md §2.1).
+#: The schema defaults kafka-monitor fills in before a crawl request reaches the frontier (docs/contract.md §2.1).
 CRAWL_DEFAULTS: dict[str, Any] = {
     "spiderid": "link",
     "priority": 1,

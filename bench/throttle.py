@@ -1,4 +1,4 @@
-"""Benchmark: politeness accuracy of the cluster-wide throttle (API.md §3.11).
+"""Benchmark: politeness accuracy of the cluster-wide throttle (docs/contract.md §3.11).
 
 Four ``crawlhive crawler`` processes crawl one domain (a local site on 127.0.0.1 with a few hundred
 pages) under ``hits=20`` per ``window=10`` s for ``--duration`` seconds (default 60), once with
@@ -34,9 +34,9 @@ from typing import Any
 
 import redis
 
+from crawlhive.utils.app.demo_site import SiteServer
+from crawlhive.utils.app.embedded import EmbeddedCluster, free_port
 from crawlhive.utils.connections import ensure_topics
-from crawlhive.utils.demo_site import SiteServer
-from crawlhive.utils.embedded import EmbeddedCluster, free_port
 from crawlhive.utils.frontier import Frontier, seed_from_request
 from crawlhive.utils.settings import Settings
 
@@ -124,7 +124,7 @@ def run(cluster: EmbeddedCluster, work: Path, moderated: bool, crawlers: int, du
         LOG_LEVEL="WARNING",
     )
     procs = [
-        subprocess.Popen([sys.executable, "-m", "crawlhive.utils.cli", "crawler"], env=env) for _ in range(crawlers)
+        subprocess.Popen([sys.executable, "-m", "crawlhive.utils.app.cli", "crawler"], env=env) for _ in range(crawlers)
     ]
     try:
         deadline = time.monotonic() + 60

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError, RedisError
 
+from crawlhive.utils.scripts import scripts
+
 if TYPE_CHECKING:
     import redis.asyncio
-    from redis.commands.core import Script
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ MAX_BATCH = 256
 
 @dataclass(slots=True)
 class _Call:
-    script: Script
+    script: str
     keys: list[Any]
     args: list[Any]
     future: asyncio.Future[Any]
@@ -46,20 +47,22 @@ class ScriptBatcher:
     Args:
         client: an asyncio Redis client, used only from the running event loop's thread.
 
-    Scripts must be registered with any client (``Redis.register_script``: only their ``sha`` and
-    text are used). A ``NoScriptError`` (Redis restarted or flushed its scripts) loads the script
-    and resends just the calls that failed with it, so no call runs twice.
+    Scripts are named as in :mod:`crawlhive.utils.scripts`. A ``NoScriptError`` (Redis restarted or
+    flushed its scripts) loads the script and resends just the calls that failed with it, so no call
+    runs twice.
     """
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self.client = client
+        self.scripts = scripts(client)
         self._pending: list[_Call] = []
         self._flushing: asyncio.Task[None] | None = None
         self.round_trips = 0
         self.calls = 0
 
-    def call(self, script: Script, keys: list[Any], args: list[Any]) -> asyncio.Future[Any]:
-        """Queue one call of *script*; the future gets its reply, or the ``RedisError`` it raised."""
+    def call(self, script: str, keys: list[Any], args: list[Any]) -> asyncio.Future[Any]:
+        """Queue one call of the script named *script*; the future gets its reply, or the
+        ``RedisError`` it raised."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append(_Call(script, keys, args, future))
@@ -109,8 +112,8 @@ class ScriptBatcher:
             if not retry:
                 return
             try:
-                for script in {id(c.script): c.script for c in retry}.values():
-                    await self.client.script_load(script.script)
+                for name in sorted({c.script for c in retry}):
+                    await self.scripts.load_async(name)
             except RedisError as exc:
                 for call in retry:
                     call.future.set_exception(exc)
@@ -123,12 +126,14 @@ class ScriptBatcher:
         if len(batch) == 1:
             call = batch[0]
             try:
-                return [await self.client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)]
+                return [
+                    await self.client.evalsha(self.scripts.sha(call.script), len(call.keys), *call.keys, *call.args)
+                ]
             except NoScriptError as exc:
                 return [exc]
         async with self.client.pipeline(transaction=False) as pipe:
             for call in batch:
-                pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+                pipe.evalsha(self.scripts.sha(call.script), len(call.keys), *call.keys, *call.args)
             return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:

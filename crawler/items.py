@@ -1,4 +1,4 @@
-"""The crawled item of API.md §5: exactly 13 keys, built from a response.
+"""The crawled item of docs/contract.md §5: exactly 13 keys, built from a response.
 
 :class:`CrawledItem` is a ``dict`` (so Scrapy treats it as an item and it encodes as JSON as is) that
 also carries, as an attribute, the lease of the request it came from, for the Kafka pipeline.
@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from scrapy.http.headers import Headers
 
+    from crawlhive.crawler.leases import LeaseContext
     from crawlhive.crawler.links import FoundLink
-    from crawlhive.crawler.runtime import LeaseContext
 
 ITEM_KEYS = (
     "appid",
@@ -35,7 +35,7 @@ ITEM_KEYS = (
     "attrs",
     "timestamp",
 )
-"""The keys of every crawled item, no others (API.md §5)."""
+"""The keys of every crawled item, no others (docs/contract.md §5)."""
 
 
 class CrawledItem(dict[str, Any]):
@@ -70,7 +70,7 @@ def timestamp(now: datetime | None = None) -> str:
 
 
 def body_fields(response: Response, base64_encode: bool) -> tuple[str, str]:
-    """``(body, encoding)`` of *response* per API.md §5: text for text responses (undecodable bytes
+    """``(body, encoding)`` of *response* per docs/contract.md §5: text for text responses (undecodable bytes
     as U+FFFD), latin-1 for others, or base64 of the raw bytes with the same ``encoding``."""
     if isinstance(response, TextResponse):
         encoding = response.encoding

@@ -1,4 +1,4 @@
-"""Link extraction and the link filters of a crawl (API.md §3.5).
+"""Link extraction and the link filters of a crawl (docs/contract.md §3.5).
 
 Scrapy's ``LinkExtractor`` does the work (``<a>``/``<area>`` ``href``, absolute URLs, its
 ``allow``/``deny`` regexes with ``re.search`` where deny wins, ``deny_extensions`` on the last path
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 class FoundLink(TypedDict):
-    """One entry of an item's ``links`` (API.md §5)."""
+    """One entry of an item's ``links`` (docs/contract.md §5)."""
 
     url: str
     text: str

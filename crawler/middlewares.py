@@ -6,11 +6,11 @@ Downloader middlewares (outermost first):
   ``RetryMiddleware`` gave up): a request that finally failed ends its lease, as a crawl dead letter
   for a network error or as a policy drop for ``IgnoreRequest`` (robots.txt, …).
 * :class:`RequestShapingMiddleware` (order 400, before Scrapy's ``UserAgentMiddleware``): applies a
-  crawl's ``useragent``, ``headers`` and cookies (API.md §3.7) to each request, redirects included.
+  crawl's ``useragent``, ``headers`` and cookies (docs/contract.md §3.7) to each request, redirects included.
 * :class:`RetryAfterMiddleware` (order 600, so it sees a response before Scrapy's
   ``RetryMiddleware``): a 429 with ``Retry-After`` backs the domain off cluster-wide.
 * :class:`ResponseStatsMiddleware` (order 950, next to the downloader): counts every response by
-  status, and every network failure as 504 (API.md §4.7).
+  status, and every network failure as 504 (docs/contract.md §4.7).
 
 Spider middleware :class:`FrontierSpiderMiddleware` (order 950, nearest the spider) turns the
 requests a spider yields into frontier requests of the same crawl, checks the lease and filters the
@@ -32,9 +32,10 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.python import global_object_name
 
+from crawlhive.crawler.admit import Verdict
 from crawlhive.crawler.items import CrawledItem
 from crawlhive.crawler.requests import context_of
-from crawlhive.crawler.runtime import CrawlRuntime, Verdict
+from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.frontier import defer_domain, parse_retry_after
 from crawlhive.utils.stats import NETWORK_FAILURE_CODE
@@ -43,14 +44,14 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from crawlhive.crawler.runtime import LeaseContext
+    from crawlhive.crawler.leases import LeaseContext
     from crawlhive.utils.frontier import FrontierRequest
 
 logger = logging.getLogger(__name__)
 
 
 def error_text(exception: BaseException) -> str:
-    """``<ExceptionClass>: <message>``, the ``error`` of a crawl dead letter (API.md §6 b).
+    """``<ExceptionClass>: <message>``, the ``error`` of a crawl dead letter (docs/contract.md §6 b).
 
     Scrapy (>= 2.19) wraps Twisted's network errors in its own ``Download*Error``; the original
     (e.g. Twisted's ``ConnectionRefusedError``) is named, as in SC.
@@ -61,7 +62,7 @@ def error_text(exception: BaseException) -> str:
 
 
 def cookie_header(request: FrontierRequest) -> str | None:
-    """The ``Cookie`` header of a crawl (API.md §3.7): ``cookie`` split on ``;`` into ``name=value``
+    """The ``Cookie`` header of a crawl (docs/contract.md §3.7): ``cookie`` split on ``;`` into ``name=value``
     pairs (pieces without ``=`` ignored), merged with ``cookies`` (which wins a clash)."""
     pairs: dict[str, str] = {}
     for piece in (request.cookie or "").split(";"):
@@ -75,7 +76,7 @@ def cookie_header(request: FrontierRequest) -> str | None:
 class RequestShapingMiddleware:
     """Applies ``useragent`` to every request of a crawl, and ``headers`` and the cookies only to
     requests in the seed's domain (``FrontierRequest.seed_domain``), so credentials never leak to
-    third parties (API.md §3.7). Scrapy has no per-request equivalent to reuse."""
+    third parties (docs/contract.md §3.7). Scrapy has no per-request equivalent to reuse."""
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -104,7 +105,7 @@ class RequestShapingMiddleware:
 
 class ResponseStatsMiddleware:
     """Counts each response by status code and each network failure as 504 (SC's convention), per
-    spider type and per machine, in the crawler's rolling-window stats (API.md §4.7)."""
+    spider type and per machine, in the crawler's rolling-window stats (docs/contract.md §4.7)."""
 
     def __init__(self, runtime: CrawlRuntime) -> None:
         self.runtime = runtime
@@ -124,7 +125,7 @@ class ResponseStatsMiddleware:
 
 class LeaseOutcomeMiddleware:
     """Ends the lease of a request whose download finally failed (after Scrapy's retries): a crawl
-    dead letter for a network error (API.md §3.10), a policy drop for ``IgnoreRequest``."""
+    dead letter for a network error (docs/contract.md §3.10), a policy drop for ``IgnoreRequest``."""
 
     def __init__(self, runtime: CrawlRuntime) -> None:
         self.runtime = runtime
@@ -138,14 +139,14 @@ class LeaseOutcomeMiddleware:
         if context is None or context.done:
             return
         if isinstance(exception, IgnoreRequest):
-            self.runtime.drop(context)
+            self.runtime.leases.drop(context)
         else:
-            self.runtime.fail(context, error_text(exception))
+            self.runtime.emitter.fail(context, error_text(exception))
 
 
 class FrontierSpiderMiddleware:
     """Between a spider and the rest: its requests become frontier requests of the same crawl
-    (depth + 1, priority - 10, options inherited; API.md §3.1, §3.5), queued only after the page's
+    (depth + 1, priority - 10, options inherited; docs/contract.md §3.1, §3.5), queued only after the page's
     item was acknowledged by Kafka; its items get the page's lease for the Kafka pipeline.
 
     The whole output of a callback is collected first, so links and items are decided together:
@@ -171,7 +172,7 @@ class FrontierSpiderMiddleware:
             return
         items, children = self._split(context, outputs)
         try:
-            verdict = self.runtime.admit(context, children)
+            verdict = self.runtime.admission.admit(context, children)
         except RedisError:
             self._admit_failed(context)
             return
@@ -188,7 +189,7 @@ class FrontierSpiderMiddleware:
             return
         items, children = self._split(context, outputs)
         try:
-            verdict = await self.runtime.admit_async(context, children)  # the reactor goes on meanwhile
+            verdict = await self.runtime.admission.admit_async(context, children)  # the reactor goes on meanwhile
         except RedisError:
             self._admit_failed(context)
             return
@@ -203,21 +204,22 @@ class FrontierSpiderMiddleware:
             "checking %s failed on a Redis error; its lease will expire and be reclaimed (check REDIS_URL)",
             context.request.url,
         )
-        self.runtime.abandon(context)
+        self.runtime.leases.abandon(context)
 
     def process_spider_exception(self, response: Response, exception: Exception) -> list[Any] | None:
         context = context_of(response.request)
         if context is None or context.done:
             return None
         logger.error("spider failed on %s", response.url, exc_info=exception)
-        self.runtime.fail(context, error_text(exception))
+        self.runtime.emitter.fail(context, error_text(exception))
         return []
 
     def _split(self, context: LeaseContext, outputs: list[Any]) -> tuple[list[Any], list[tuple[FrontierRequest, str]]]:
         """The items of a callback's *outputs*, and its requests as frontier requests of the crawl."""
         spider = self.crawler.spider
+        assert spider is not None, "a page is parsed only while the spider is open"
         items = [o for o in outputs if not isinstance(o, Request)]
-        children = [self.runtime.child(context, o, spider) for o in outputs if isinstance(o, Request)]
+        children = [self.runtime.admission.child(context, o, spider) for o in outputs if isinstance(o, Request)]
         return items, children
 
     def _apply(self, context: LeaseContext, verdict: Verdict, items: list[Any]) -> list[Any]:
@@ -225,10 +227,10 @@ class FrontierSpiderMiddleware:
         if context.done:
             return []
         if verdict is Verdict.LOST:
-            self.runtime.abandon(context)
+            self.runtime.leases.abandon(context)
             return []
         if verdict is Verdict.CANCELLED:
-            self.runtime.drop(context)
+            self.runtime.leases.drop(context)
             return []
         if verdict is Verdict.EMIT_NO_LINKS:
             context.children = []
@@ -239,7 +241,7 @@ class FrontierSpiderMiddleware:
                 item = CrawledItem(item)
             item.context = context
             wrapped.append(item)
-        self.runtime.page_parsed(context, len(wrapped))
+        self.runtime.leases.page_parsed(context, len(wrapped))
         return wrapped
 
 

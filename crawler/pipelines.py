@@ -1,4 +1,4 @@
-"""The Kafka pipeline: every crawled item goes to ``<prefix>.crawled_firehose`` (API.md §5).
+"""The Kafka pipeline: every crawled item goes to ``<prefix>.crawled_firehose`` (docs/contract.md §5).
 
 Delivery is confirmed by the broker before the item's lease is acked: ``process_item`` awaits the
 producer future's callback (called in kafka-python's I/O thread and handed to the reactor with
@@ -32,5 +32,5 @@ class KafkaPipeline:
 
     async def process_item(self, item: Any) -> Any:
         crawled = item if isinstance(item, CrawledItem) else CrawledItem(item)
-        await maybe_deferred_to_future(self.runtime.emit(crawled))
+        await maybe_deferred_to_future(self.runtime.emitter.emit(crawled))
         return item

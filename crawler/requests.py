@@ -2,7 +2,7 @@
 
 A popped :class:`~crawlhive.utils.frontier.FrontierRequest` becomes a ``scrapy.Request`` whose meta
 carries its :class:`~crawlhive.crawler.runtime.LeaseContext` (:data:`CONTEXT`). A request a spider
-yields becomes a child ``FrontierRequest`` that inherits its crawl's options (API.md §3): depth + 1,
+yields becomes a child ``FrontierRequest`` that inherits its crawl's options (docs/contract.md §3): depth + 1,
 priority - 10, ``GET`` without a body unless the spider built something else. Such a custom request
 travels whole: ``scrapy.Request.to_dict`` made JSON-safe (bytes as latin-1 text) in
 ``FrontierRequest.scrapy_request`` and rebuilt with ``request_from_dict``.
@@ -19,7 +19,7 @@ from scrapy.utils.request import request_from_dict
 if TYPE_CHECKING:
     from scrapy import Spider
 
-    from crawlhive.crawler.runtime import LeaseContext
+    from crawlhive.crawler.leases import LeaseContext
     from crawlhive.utils.frontier import FrontierRequest
 
 CONTEXT = "crawlhive_lease"
@@ -126,7 +126,7 @@ def scrapy_request(request: FrontierRequest, spider: Spider, context: LeaseConte
 
 
 def child_request(parent: FrontierRequest, request: Request, spider: Spider) -> FrontierRequest:
-    """The frontier request of *request*, yielded by a spider on a page of *parent* (API.md §3)."""
+    """The frontier request of *request*, yielded by a spider on a page of *parent* (docs/contract.md §3)."""
     overrides: dict[str, Any] = dict(request.meta.get(FRONTIER) or {})
     plain = is_plain(request, spider)
     return dataclasses.replace(

@@ -1,4 +1,4 @@
-"""Run one crawler process: ``crawlhive crawler [--spider NAME]`` (API.md §8.2)."""
+"""Run one crawler process: ``crawlhive crawler [--spider NAME]`` (docs/contract.md §8.2)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ def run_crawler(settings: Settings, spider: str) -> None:
         CrawlerFailed: the crawl stopped on an error.
     """
     spider_cls = spider_class(spider)
+    values = scrapy_settings(settings, spider)  # a wrong SCRAPY_SETTINGS stops here, before connecting
     redis = redis_from_settings(settings)
     try:
         check_redis(redis, settings)
@@ -39,7 +40,7 @@ def run_crawler(settings: Settings, spider: str) -> None:
         redis.close()
     ensure_topics(settings, [settings.topic("crawled_firehose"), settings.topic("dead_letter")])
 
-    process = CrawlerProcess(scrapy_settings(settings, spider))
+    process = CrawlerProcess(values)
     # Scrapy's logging defaults put its loggers at DEBUG; ours (configured once in main) decide.
     logging.getLogger("scrapy").setLevel(logging.getLogger().getEffectiveLevel())
     errors: list[Any] = []

@@ -144,7 +144,7 @@ class FrontierScheduler(BaseScheduler):
         while self._local:
             context = context_of(self._local.popleft())
             if context is not None and not context.done:
-                self.runtime.give_back(context)
+                self.runtime.leases.give_back(context)
                 given += 1
         if given:
             logger.info("handed %d unstarted requests back to the frontier", given)
@@ -171,7 +171,7 @@ class FrontierScheduler(BaseScheduler):
             logger.warning("dropping %s: not a request of a frontier lease", request)
             return False
         if request.meta.get("retry_times", 0) > context.request.retry_times:
-            self.runtime.retry(context)
+            self.runtime.leases.retry(context)
             return True
         self._local.append(request)
         return True
@@ -227,7 +227,7 @@ class FrontierScheduler(BaseScheduler):
             for request in requests:  # the scheduler closed meanwhile: hand them back
                 context = context_of(request)
                 if context is not None:
-                    self.runtime.give_back(context)
+                    self.runtime.leases.give_back(context)
             return
         if not requests:
             self._sleep(wait_s)
@@ -249,7 +249,8 @@ class FrontierScheduler(BaseScheduler):
             self._next_pop = time.monotonic() + IDLE_RECHECK_S
         else:
             self._next_pop = time.monotonic() + wait_s
-            self._timer = reactor.callLater(wait_s, self._wake)
+            # Twisted's interface stubs declare callLater without self: mypy misreads the arguments.
+            self._timer = reactor.callLater(wait_s, self._wake)  # type: ignore[arg-type]
 
     def _wake(self) -> None:
         """Work may be ready: lease at once (the engine gets the requests when the pops return)."""

@@ -2,17 +2,27 @@
 
 The crawlhive :class:`~crawlhive.utils.settings.Settings` object itself travels in the Scrapy setting
 ``CRAWLHIVE_SETTINGS`` (components read typed values from it through :class:`CrawlRuntime`), the
-spider type in ``CRAWLHIVE_SPIDER``. ``SCRAPY_SETTINGS`` is applied last.
+spider type in ``CRAWLHIVE_SPIDER``. ``SCRAPY_SETTINGS`` is applied last, and can only add to
+crawlhive's own components (:func:`merge_user_settings`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from crawlhive.utils.errors import SettingsError
+
 if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
 
 _PKG = "crawlhive.crawler"
+
+#: Component dicts a user's settings are merged into, never replace: Scrapy keeps its own
+#: components in ``*_BASE`` for the same reason, and ours (lease outcomes, the frontier spider
+#: middleware, the Kafka pipeline) are what makes a crawler lose no work.
+COMPONENT_DICTS = ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "ITEM_PIPELINES", "EXTENSIONS")
+#: Settings a user may not change: the frontier scheduler and the reactor it awaits Redis on.
+FIXED = ("SCHEDULER", "TWISTED_REACTOR", "CRAWLHIVE_SETTINGS", "CRAWLHIVE_SPIDER")
 
 
 def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
@@ -44,9 +54,9 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "REDIRECT_MAX_TIMES": 20,
         "USER_AGENT": settings.user_agent,
         "ROBOTSTXT_OBEY": settings.getbool("ROBOTSTXT_OBEY"),
-        # Set-Cookie is not carried to later requests (API.md §3.7); crawl cookies are a header.
+        # Set-Cookie is not carried to later requests (docs/contract.md §3.7); crawl cookies are a header.
         "COOKIES_ENABLED": False,
-        # Every final response becomes an item, 4xx and 5xx included (API.md §3.10).
+        # Every final response becomes an item, 4xx and 5xx included (docs/contract.md §3.10).
         "HTTPERROR_ALLOW_ALL": True,
         "KAFKA_BASE_64_ENCODE": settings.getbool("KAFKA_BASE_64_ENCODE"),
         "TELNETCONSOLE_ENABLED": False,
@@ -61,6 +71,46 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         },
         "SPIDER_MIDDLEWARES": {f"{_PKG}.middlewares.FrontierSpiderMiddleware": 950},
         "ITEM_PIPELINES": {f"{_PKG}.pipelines.KafkaPipeline": 100},
+        "EXTENSIONS": {},
     }
-    values.update(settings.getdict("SCRAPY_SETTINGS"))
-    return values
+    return merge_user_settings(values, settings.getdict("SCRAPY_SETTINGS"), "SCRAPY_SETTINGS")
+
+
+def _path(component: Any) -> str:
+    """A component's import path, whether given as a path or as the class itself."""
+    if isinstance(component, str):
+        return component
+    return f"{getattr(component, '__module__', '')}.{getattr(component, '__qualname__', repr(component))}"
+
+
+def merge_user_settings(ours: dict[str, Any], user: dict[str, Any], source: str) -> dict[str, Any]:
+    """*ours* with *user*'s Scrapy settings applied over them, adding to component dicts.
+
+    A user's ``DOWNLOADER_MIDDLEWARES`` (and the other COMPONENT_DICTS) adds entries to crawlhive's,
+    or disables Scrapy's own; it cannot remove or reorder crawlhive's components, and FIXED
+    settings cannot change. Every other setting is replaced.
+
+    Raises:
+        SettingsError: *user* removes (``None``) or reorders one of crawlhive's components, or
+            changes a FIXED setting; the message names *source*, the setting and the component.
+    """
+    merged = dict(ours)
+    for name, value in user.items():
+        if name in FIXED and value != ours.get(name):
+            raise SettingsError(f"{source}: {name} cannot be changed (crawlhive needs {ours.get(name)!r})")
+        if name not in COMPONENT_DICTS:
+            merged[name] = value
+            continue
+        if not isinstance(value, dict):
+            raise SettingsError(f"{source}: {name} must be a mapping of component paths to orders, got {value!r}")
+        components = dict(ours.get(name) or {})
+        for component, order in value.items():
+            path = _path(component)
+            if path in components and order != components[path]:
+                raise SettingsError(
+                    f"{source}: {name} sets crawlhive's own component {path} to {order!r}; it cannot be "
+                    f"removed or reordered (it is what keeps leases and results from being lost); leave it out"
+                )
+            components[path] = order
+        merged[name] = components
+    return merged

@@ -5,16 +5,16 @@ Usage (the compose file's ``healthcheck``)::
     python /opt/crawlhive/healthcheck.py kafka-monitor | redis-monitor | crawler | rest [--max-age S]
 
 * ``kafka-monitor``, ``redis-monitor``, ``crawler``: healthy when **this container's** process has a
-  heartbeat in Redis (``utils/heartbeat.py``, the same keys the ``nodes`` maps of API.md §4.1 come
+  heartbeat in Redis (``utils/heartbeat.py``, the same keys the ``nodes`` maps of docs/contract.md §4.1 come
   from) that was renewed at most ``--max-age`` seconds ago (default 3 x HEARTBEAT_INTERVAL). This
   container's process is the one whose heartbeat names this container's node name (CRAWLER_NODE_NAME,
   else the hostname, which Docker sets to the container id: the value the component itself reports)
   and whose pid is a live process here. Redis unreachable = unhealthy.
 * ``rest``: healthy when ``GET /`` on this container's REST port answers 200 and the service sees
-  Kafka or Redis (``node_health`` not ``RED``). ``/`` never needs REST_API_KEY (API.md §7.4).
+  Kafka or Redis (``node_health`` not ``RED``). ``/`` never needs REST_API_KEY (docs/contract.md §7.4).
 
-Settings come from the environment, exactly as the component's own (API.md §8.1). Why a script and
-not a ``crawlhive health`` subcommand: the CLI surface is fixed by API.md §8.2.
+Settings come from the environment, exactly as the component's own (docs/contract.md §8.1). Why a script and
+not a ``crawlhive health`` subcommand: the CLI surface is fixed by docs/contract.md §8.2.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Print ``healthy: …`` and return 0, or print ``unhealthy: <reason>`` and return 1."""
     args = build_parser().parse_args(argv)
     try:
-        problem = check(args.component, load_settings(use_state_file=False), args.max_age)
+        problem = check(args.component, load_settings(), args.max_age)
     except CrawlhiveError as exc:  # a bad setting: the component itself would not start either
         problem = str(exc)
     if problem is not None:

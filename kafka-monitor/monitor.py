@@ -9,7 +9,7 @@ One loop iteration handles one poll's batch:
    fix) is retried one request at a time, so only the requests it really fails on become dead
    letters (``Invalid request: internal error``) and their valid neighbours still go through;
 3. dead letters are produced and the broker's acknowledgement awaited;
-4. the batch is counted in the stats (API.md §4.7) and only then are the offsets committed.
+4. the batch is counted in the stats (docs/contract.md §4.7) and only then are the offsets committed.
 
 If Redis or Kafka is unreachable in steps 2-4, the consumer seeks back to the batch's first offsets
 and the batch is processed again after a back-off that logs the setting to check; plugin writes are
@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 from kafka.errors import KafkaError
-from redis.exceptions import RedisError
 
 from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, Incoming, IncomingPlugin
 from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, parse_json
@@ -44,11 +43,9 @@ from crawlhive.utils.connections import (
     record_origin,
     redis_from_settings,
 )
-from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.loop import Backoff, describe_failure, install_stop_handlers, is_transient
+from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
-from crawlhive.utils.stats import Stats
+from crawlhive.utils.worker import Worker
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, KafkaProducer
@@ -61,7 +58,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 COMPONENT = "kafka-monitor"
-#: Characters of the original text kept in a dead letter whose full payload is too large (API.md §6).
+#: Characters of the original text kept in a dead letter whose full payload is too large (docs/contract.md §6).
 TRUNCATED_PAYLOAD_CHARS = 65536
 #: Characters of a rejection reason kept when the dead letter is too large (a jsonschema message
 #: quotes the offending value, which may be megabytes long).
@@ -70,7 +67,7 @@ TRUNCATED_ERROR_CHARS = 1024
 DEAD_LETTER_OVERHEAD_BYTES = 4096
 #: Seconds between two progress lines of a running monitor.
 PROGRESS_EVERY_S = 10.0
-#: The dead-letter reason of a request a plugin failed on (API.md §6: ``Invalid request: <cause>``).
+#: The dead-letter reason of a request a plugin failed on (docs/contract.md §6: ``Invalid request: <cause>``).
 INTERNAL_ERROR = "Invalid request: internal error"
 
 
@@ -83,8 +80,9 @@ class BatchResult:
     rejected: int = 0
 
 
-class KafkaMonitor:
-    """Consumes ``<prefix>.incoming`` in the consumer group KAFKA_GROUP and feeds Redis.
+class KafkaMonitor(Worker):
+    """Consumes ``<prefix>.incoming`` in the consumer group KAFKA_GROUP and feeds Redis (the loop,
+    back-off, signals and teardown are :class:`~crawlhive.utils.worker.Worker`'s).
 
     Args:
         settings: the process settings (connections, topics, plugins, stats, heartbeats).
@@ -92,31 +90,22 @@ class KafkaMonitor:
         owns_redis: close *redis* in :meth:`teardown`.
     """
 
+    component = COMPONENT
+    iteration = "this batch"
+
     def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
-        self.settings = settings
-        self.redis = redis
-        self.owns_redis = owns_redis
-        self.keys = Keys(settings["REDIS_KEY_PREFIX"])
-        self.node_id = new_node_id()
-        self.stats = Stats(redis, self.keys, settings.getlist("STATS_TIMES"))
-        self.heartbeat = Heartbeat(
-            redis, self.keys, COMPONENT, self.node_id, settings.node_name, settings.getfloat("HEARTBEAT_TIMEOUT")
-        )
+        super().__init__(settings, redis, owns_redis=owns_redis)
         self.incoming_topic = settings.topic("incoming")
         self.dead_letter_topic = settings.topic("dead_letter")
         self.max_record_bytes = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
         self.poll_timeout_ms = settings.getint("KAFKA_CONSUMER_POLL_TIMEOUT_MS")
         self.max_poll_records = settings.getint("KAFKA_CONSUMER_MAX_POLL_RECORDS")
         self.ack_timeout_s = settings.getfloat("KAFKA_FEED_TIMEOUT")
-        self.heartbeat_interval_s = settings.getfloat("HEARTBEAT_INTERVAL")
         self.validator: RequestValidator | None = None
         self.plugins: dict[type[IncomingPlugin], IncomingPlugin] = {}
         self.consumer: KafkaConsumer | None = None
         self.producer: KafkaProducer | None = None
-        self.stopping = False
-        self.backoff = Backoff()
         self.totals = BatchResult()
-        self._last_beat = 0.0
         self._busy = False
         self._progress_at = time.monotonic()
         self._progress_mark = BatchResult()
@@ -154,8 +143,7 @@ class KafkaMonitor:
             self.producer = make_producer(self.settings)
         if self.consumer is None:
             self.consumer = make_consumer(self.settings, self.incoming_topic, group_id=self.settings.kafka_group)
-        self.heartbeat.beat()
-        self._last_beat = time.monotonic()
+        self.beat(force=True)
         logger.info(
             "kafka-monitor %s consuming %s as group %s (Redis %s)",
             self.node_id,
@@ -164,8 +152,8 @@ class KafkaMonitor:
             mask_url(self.settings["REDIS_URL"]),
         )
 
-    def teardown(self) -> None:
-        """Leave the group, flush and close clients, remove the heartbeat. Never raises."""
+    def close(self) -> None:
+        """Leave the group and close the Kafka clients (each failure reported, the rest closed)."""
         consumer, self.consumer = self.consumer, None
         producer, self.producer = self.producer, None
         if consumer is not None:
@@ -178,59 +166,10 @@ class KafkaMonitor:
                 producer.close(timeout=5)
             except Exception:  # shutting down: report and go on closing the rest
                 logger.warning("closing the Kafka producer failed", exc_info=True)
-        try:
-            self.heartbeat.stop()
-        except RedisError:
-            logger.warning("could not remove the heartbeat on shutdown (check REDIS_URL)")
-        if self.owns_redis:
-            self.redis.close()
         self._log_progress(force=True)
 
-    def install_signal_handlers(self) -> None:
-        """First SIGINT/SIGTERM: finish the batch, commit, stop. Second: raise :class:`ForcedShutdown`."""
-        install_stop_handlers(self, "this batch")
-
-    def start(self) -> bool:
-        """:meth:`setup`, retried with back-off while a backend is unreachable.
-
-        Returns:
-            True once set up; False if a stop was requested first.
-        """
-        while not self.stopping:
-            try:
-                self.setup()
-                self.backoff.reset()
-                return True
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                self.backoff.wait(
-                    f"kafka-monitor cannot start: {describe_failure(exc, self.settings)}", lambda: self.stopping
-                )
-        return False
-
-    def run(self, max_iterations: int | None = None) -> None:
-        """The worker loop; *max_iterations* (polls, including empty ones) bounds it for tests.
-
-        Returns after a stop request (the current batch is finished and committed first) or after
-        *max_iterations*; always tears down.
-        """
-        done = 0
-        try:
-            if not self.start():
-                return
-            while not self.stopping and (max_iterations is None or done < max_iterations):
-                try:
-                    self.run_once()
-                    self.backoff.reset()
-                except Exception as exc:
-                    if not is_transient(exc):
-                        raise
-                    self.backoff.wait(describe_failure(exc, self.settings), lambda: self.stopping)
-                done += 1
-                self._log_progress()
-        finally:
-            self.teardown()
+    def after_iteration(self) -> None:
+        self._log_progress()
 
     def _log_progress(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -304,12 +243,10 @@ class KafkaMonitor:
             BackendUnavailable: the broker is unreachable (KAFKA_BOOTSTRAP_SERVERS).
         """
         self._busy = self._busy or busy
-        now = time.monotonic()
-        if now - self._last_beat < self.heartbeat_interval_s:
+        if time.monotonic() - self._last_beat < self.context.heartbeat_interval_s:
             return
-        self._last_beat = now
         idle, self._busy = not self._busy, False
-        self.heartbeat.beat()
+        self.beat(force=True)
         if idle:
             probe_kafka(self.settings)
 
@@ -395,7 +332,7 @@ class KafkaMonitor:
     # --- dead letters ------------------------------------------------------------------------
 
     def dead_letter(self, raw: bytes | None, reason: str) -> bytes:
-        """The dead-letter record (API.md §6 a) of *raw* rejected for *reason*.
+        """The dead-letter record (docs/contract.md §6 a) of *raw* rejected for *reason*.
 
         ``payload`` is the parsed JSON if *raw* is valid JSON, else its text (invalid UTF-8 as
         U+FFFD). A record that would exceed KAFKA_PRODUCER_MAX_REQUEST_SIZE gets the first

@@ -1,4 +1,4 @@
-"""Validation of incoming requests (API.md §2.1): parse, match a plugin's schema, semantic checks.
+"""Validation of incoming requests (docs/contract.md §2.1): parse, match a plugin's schema, semantic checks.
 
 This is the one source of truth for what the cluster accepts: the kafka-monitor, ``POST /feed`` and
 ``crawlhive feed`` all validate through :class:`RequestValidator`, built from the same plugin map
@@ -37,7 +37,7 @@ class Accepted:
 
 @dataclass(frozen=True)
 class Rejected:
-    """A request nobody handles; *reason* is the dead-letter ``error`` text (API.md §6)."""
+    """A request nobody handles; *reason* is the dead-letter ``error`` text (docs/contract.md §6)."""
 
     reason: str
 
@@ -115,7 +115,7 @@ class RequestValidator:
         return cls(plugin_classes(settings), settings)
 
     def validate(self, value: Any) -> Accepted | Rejected:
-        """Match *value* (parsed JSON) against the plugins in rank order (API.md §2.1 steps 2-6)."""
+        """Match *value* (parsed JSON) against the plugins in rank order (docs/contract.md §2.1 steps 2-6)."""
         if not isinstance(value, dict):
             return Rejected("Invalid request: request must be a JSON object")
         for plugin in self.plugins:
@@ -144,7 +144,7 @@ class RequestValidator:
         return message
 
     def _closest(self, value: dict[str, Any]) -> type[IncomingPlugin]:
-        """The kind a rejected message was most likely meant to be (API.md §2.1 step 6)."""
+        """The kind a rejected message was most likely meant to be (docs/contract.md §2.1 step 6)."""
         if "url" in value:
             kind = "crawl"
         elif isinstance(value.get("action"), str) and value["action"] in DOMAIN_CONFIG_ACTIONS:

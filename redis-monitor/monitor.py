@@ -17,7 +17,7 @@ polling an idle Redis (``XREADGROUP BLOCK``). One loop iteration:
 
 Failures: a plugin that raises counts one failed attempt; the entry is retried after
 REDIS_MONITOR_RETRY_S and, once Redis has delivered it REDIS_MONITOR_MAX_ATTEMPTS times, reported
-instead (the plugin's error answer, or a dead letter with stage ``control``: API.md §6 (a)'s shape
+instead (the plugin's error answer, or a dead letter with stage ``control``: docs/contract.md §6 (a)'s shape
 with the control request as ``payload``). When Redis or Kafka fails, the loop backs off (logging
 the setting to check) and resumes with the entries it holds, answers already computed included,
 so nothing is lost and a retry after a backend failure does not count as an attempt.
@@ -37,11 +37,10 @@ from crawlhive.redis_monitor.plugins import BUILTIN_PLUGINS, MonitorPlugin, Outb
 from crawlhive.utils.connections import check_redis, ensure_topics, make_producer, redis_from_settings
 from crawlhive.utils.control import ControlConsumer, ControlEntry
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.loop import BACKEND_ERRORS, Backoff, describe_failure, install_stop_handlers
+from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
-from crawlhive.utils.stats import FAIL, REDIS_MONITOR, TOTAL, Stats, plugin_counter_name
+from crawlhive.utils.stats import FAIL, REDIS_MONITOR, TOTAL, plugin_counter_name
+from crawlhive.utils.worker import Worker
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
@@ -53,7 +52,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 COMPONENT = REDIS_MONITOR
-#: An appid that may be part of a topic name (API.md §1).
+#: An appid that may be part of a topic name (docs/contract.md §1).
 _TOPIC_FRAGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
@@ -77,18 +76,21 @@ class Held:
     retry_at: float | None = None
 
 
-class RedisMonitor:
-    """Answers control requests, fires timers and emits notifications; see the module docstring."""
+class RedisMonitor(Worker):
+    """Answers control requests, fires timers and emits notifications; see the module docstring
+    (the loop, back-off, signals and teardown are :class:`~crawlhive.utils.worker.Worker`'s).
 
-    def __init__(self, settings: Settings, redis: Redis) -> None:
-        self.settings = settings
-        self.redis = redis
-        self.keys = Keys(settings["REDIS_KEY_PREFIX"])
-        self.node_id = new_node_id()
-        self.stats = Stats(redis, self.keys, settings.getlist("STATS_TIMES"))
-        self.heartbeat = Heartbeat(
-            redis, self.keys, COMPONENT, self.node_id, settings.node_name, settings.getfloat("HEARTBEAT_TIMEOUT")
-        )
+    Args:
+        settings: the process settings.
+        redis: a client on REDIS_URL (not yet checked: :meth:`setup` pings it).
+        owns_redis: close *redis* in :meth:`teardown`.
+    """
+
+    component = COMPONENT
+    iteration = "this iteration"
+
+    def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
+        super().__init__(settings, redis, owns_redis=owns_redis)
         self.frontier = FrontierReader.from_settings(redis, settings)
         self.control = ControlConsumer(redis, self.keys, self.node_id)
         self.outbound_topic = settings.topic("outbound_firehose")
@@ -103,12 +105,9 @@ class RedisMonitor:
         self.kafka_timeout_s = settings.getfloat("KAFKA_FEED_TIMEOUT")
         self.plugins: list[MonitorPlugin] = []
         self.producer: KafkaProducer | None = None
-        self.stopping = False
-        self.backoff = Backoff()
         self._held: dict[str, Held] = {}
         self._ticks = 0
         self._next_tick = 0.0
-        self._last_beat = 0.0
         self._last_claim = 0.0
         self._last_renew = 0.0
         self._topics_ready: set[str] = set()
@@ -116,7 +115,7 @@ class RedisMonitor:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
-        return cls(settings, redis_from_settings(settings))
+        return cls(settings, redis_from_settings(settings), owns_redis=True)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -140,42 +139,15 @@ class RedisMonitor:
         self._topics_ready.update((self.outbound_topic, self.dead_letter_topic))
         if self.producer is None:
             self.producer = make_producer(self.settings)
-        self.heartbeat.beat()
-        self._last_beat = time.monotonic()
+        self.beat(force=True)
         logger.info("redis-monitor %s reading %s", self.node_id, self.keys.control_stream())
 
-    def teardown(self) -> None:
-        """Close the producer (flushing it) and remove the heartbeat. Entries still held stay
-        pending in the group; another monitor claims them after REDIS_MONITOR_CLAIM_IDLE_S."""
-        if self.producer is not None:
-            self.producer.close(timeout=5)
-            self.producer = None
-        try:
-            self.heartbeat.stop()
-        except BACKEND_ERRORS:
-            logger.warning("could not remove heartbeat on shutdown (REDIS_URL unreachable)")
-
-    def install_signal_handlers(self) -> None:
-        """First SIGINT/SIGTERM: finish the iteration, then stop. Second: stop at once."""
-        install_stop_handlers(self, "this iteration")
-
-    def run(self, max_iterations: int | None = None) -> None:
-        """The worker loop; *max_iterations* bounds it for tests (set-up attempts included)."""
-        done = 0
-        ready = False
-        try:
-            while not self.stopping and (max_iterations is None or done < max_iterations):
-                try:
-                    if not ready:
-                        self.setup()
-                        ready = True
-                    self.run_once()
-                    self.backoff.reset()
-                except BACKEND_ERRORS as exc:
-                    self.backoff.wait(describe_failure(exc, self.settings), lambda: self.stopping)
-                done += 1
-        finally:
-            self.teardown()
+    def close(self) -> None:
+        """Close the producer (flushing it). Entries still held stay pending in the group; another
+        monitor claims them after REDIS_MONITOR_CLAIM_IDLE_S."""
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            producer.close(timeout=5)
 
     # --- one iteration ---------------------------------------------------------------------------
 
@@ -186,10 +158,8 @@ class RedisMonitor:
             redis.RedisError, kafka.errors.KafkaError, BackendUnavailable: a backend failed; held
                 entries are kept for the next iteration.
         """
+        self.beat()
         now = time.monotonic()
-        if now - self._last_beat >= self.settings.getfloat("HEARTBEAT_INTERVAL"):
-            self.heartbeat.beat()
-            self._last_beat = now
         if now >= self._next_tick:
             self._run_ticks()
             self._next_tick = now + self.tick_s
@@ -202,9 +172,9 @@ class RedisMonitor:
             if plugin.tick_every and self._ticks % plugin.tick_every == 0:
                 try:
                     plugin.tick()
-                except BACKEND_ERRORS:
-                    raise
-                except Exception:
+                except Exception as exc:
+                    if is_transient(exc):
+                        raise  # the loop backs off; the tick runs again
                     logger.error("redis-monitor plugin %s failed on its timer", plugin.name, exc_info=True)
 
     def _take(self) -> list[ControlEntry]:
@@ -296,9 +266,9 @@ class RedisMonitor:
         try:
             held.outbound, held.plugin = plugin.handle(entry.kind, request), plugin.name
             return
-        except BACKEND_ERRORS:
-            raise
         except Exception as exc:
+            if is_transient(exc):
+                raise  # the loop backs off; the entry is handled again, not counted as an attempt
             error = f"{type(exc).__name__}: {exc}"
             logger.error(
                 "redis-monitor plugin %s failed on control entry %s (attempt %d of %d)",
@@ -321,7 +291,7 @@ class RedisMonitor:
         held.failed = True
 
     def _report(self, entry: ControlEntry, request: dict[str, Any] | None, reason: str) -> Outbound:
-        """The dead letter of a control entry that cannot be answered: API.md §6 (a)'s shape with
+        """The dead letter of a control entry that cannot be answered: docs/contract.md §6 (a)'s shape with
         stage ``control``, the request as ``payload`` (its raw text if it is not JSON) and its
         ``uuid`` / ``appid`` when they are strings."""
         payload: Any = request if request is not None else entry.raw
@@ -337,7 +307,7 @@ class RedisMonitor:
     # --- Kafka -----------------------------------------------------------------------------------
 
     def topics_for(self, out: Outbound) -> list[str]:
-        """Where *out* goes (API.md §1): dead letters to the dead-letter topic; the rest to the
+        """Where *out* goes (docs/contract.md §1): dead letters to the dead-letter topic; the rest to the
         firehose and, with KAFKA_APPID_TOPICS, to ``outbound_<appid>`` if the appid is legal there."""
         if out.dead_letter:
             return [self.dead_letter_topic]

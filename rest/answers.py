@@ -1,4 +1,4 @@
-"""Answers to requests with a ``uuid``: who waits for them, and where the rest go (API.md §7.1).
+"""Answers to requests with a ``uuid``: who waits for them, and where the rest go (docs/contract.md §7.1).
 
 ``POST /feed`` of a request with a ``uuid`` registers a waiter in the :class:`AnswerBook` **before**
 the request is produced, then awaits an asyncio future: no polling loop. The
@@ -36,6 +36,7 @@ from redis.exceptions import RedisError
 
 from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, record_origin
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError
+from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, KafkaProducer
@@ -58,16 +59,6 @@ WAITER_MARGIN_S = 5.0
 
 class KafkaUnavailable(CrawlhiveError):
     """The broker cannot be reached or did not acknowledge within KAFKA_FEED_TIMEOUT."""
-
-
-# KEYS: 1 poll_waiter(uuid), 2 poll_origin(record), 3 poll_result(uuid). ARGV: 1 message, 2 TTL (ms).
-# Stores the answer unless an instance waits for it or another instance already stored this record.
-_STORE_LUA = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return 0 end
-redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
-return 1
-"""
 
 
 def encodable(text: str) -> bool:
@@ -117,7 +108,7 @@ class AnswerBook:
         self._waiters: dict[str, list[asyncio.Future[dict[str, Any]]]] = {}
         self.stored = 0
         """Answers stored for ``/poll`` by this instance (a metric)."""
-        self._store = redis.register_script(_STORE_LUA)
+        self.scripts = scripts(redis)
 
     def waiting(self) -> int:
         """How many ``/feed`` calls of this instance are waiting now."""
@@ -172,7 +163,7 @@ class AnswerBook:
         """Hand each answer to its waiters, or store it for ``/poll``.
 
         Called by the listener thread. Stores in one pipeline per call, each answer atomically with
-        :data:`_STORE_LUA`: skipped while another instance waits for its uuid, and stored once per
+        :file:`utils/lua/answer_store.lua`: skipped while another instance waits for its uuid, and stored once per
         Kafka record across instances. A Redis failure is logged and loses those answers for
         ``/poll`` only.
         """
@@ -192,7 +183,7 @@ class AnswerBook:
         try:
             pipe = self.redis.pipeline(transaction=False)
             for answer in to_store:
-                self._store(
+                self.scripts["answer_store"](
                     keys=[
                         self.keys.poll_waiter(answer.uuid),
                         self.keys.poll_origin(answer.origin),

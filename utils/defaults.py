@@ -3,7 +3,7 @@
 Each setting is a module-level constant; its annotation is the type that the settings loader
 (:mod:`crawlhive.utils.settings`) parses environment variables and settings files into, and the
 docstring under it is the reference for users. Names carry their unit where they have one, except
-the names fixed by the wire contract (API.md §8.1), which keep Scrapy Cluster's spelling; their
+the names fixed by the wire contract (docs/contract.md §8.1), which keep Scrapy Cluster's spelling; their
 docstrings state the unit.
 
 This module is never written to: the loader copies the values.
@@ -86,7 +86,7 @@ makes that 23 s); 6000 is also the smallest value Apache Kafka accepts by defaul
 KAFKA_CONSUMER_MAX_POLL_RECORDS: int = 2000
 """Records one poll returns at most: the batch a monitor validates and writes in one round trip."""
 
-# --- request schemas (API.md §2.7) -----------------------------------------------------------------
+# --- request schemas (docs/contract.md §2.7) -----------------------------------------------------------------
 
 SCHEMA_PRIORITY_MIN: int = 1
 """Smallest priority a crawl request may ask for."""
@@ -137,15 +137,15 @@ REDIS_MONITOR_TICK_S: float = 0.25
 completion); the lease reaper runs every fourth tick."""
 
 REDIS_MONITOR_EXPIRE_ENABLED: bool = True
-"""Fire crawls' expiry timers (API.md §3.4) in this redis-monitor."""
+"""Fire crawls' expiry timers (docs/contract.md §3.4) in this redis-monitor."""
 
 REDIS_MONITOR_COMPLETE_ENABLED: bool = True
-"""Emit ``complete`` events (API.md §3.12) from this redis-monitor."""
+"""Emit ``complete`` events (docs/contract.md §3.12) from this redis-monitor."""
 
 REDIS_MONITOR_REAPER_ENABLED: bool = True
 """Reclaim expired leases (crawlers that died) in this redis-monitor."""
 
-# --- frontier and throttle (API.md §3.11) ------------------------------------------------------------
+# --- frontier and throttle (docs/contract.md §3.11) ------------------------------------------------------------
 
 QUEUE_HITS: int = 10
 """Fetches allowed per throttle key in any rolling QUEUE_WINDOW, cluster-wide."""
@@ -216,7 +216,7 @@ SCRAPY_SETTINGS: dict[str, Any] = {}
 """Extra Scrapy settings for crawler processes, applied last over the ones crawlhive derives (e.g.
 ``{"LOGSTATS_INTERVAL": 10}``); for tuning and tests, not needed in normal use."""
 
-# --- stats and heartbeats (API.md §4) ------------------------------------------------------------
+# --- stats and heartbeats (docs/contract.md §4) ------------------------------------------------------------
 
 STATS_TIMES: list[int] = [900, 3600, 21600, 43200, 86400, 604800]
 """Seconds of each rolling stats window."""
@@ -233,7 +233,7 @@ HEARTBEAT_TIMEOUT: float = 120.0
 HEARTBEAT_INTERVAL: float = 10.0
 """Seconds between two heartbeats of one process."""
 
-# --- REST (API.md §7) --------------------------------------------------------------------------
+# --- REST (docs/contract.md §7) --------------------------------------------------------------------------
 
 REST_HOST: str = "0.0.0.0"
 """Address the REST service listens on."""

@@ -1,4 +1,4 @@
-"""Domain bucketing (API.md §3.2): the domain a URL is queued, throttled and reported under.
+"""Domain bucketing (docs/contract.md §3.2): the domain a URL is queued, throttled and reported under.
 
 tldextract is used with its **bundled** public-suffix snapshot only: no download is ever attempted
 (``suffix_list_urls=()``), and no cache directory is written.

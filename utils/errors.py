@@ -26,6 +26,11 @@ class BackendUnavailable(CrawlhiveError):
     """Redis or Kafka cannot be reached; the message names the setting to check."""
 
 
+class UnsupportedBackend(CrawlhiveError):
+    """Redis answers but is older than crawlhive supports; retrying cannot help. The message names
+    the version found, the minimum and the setting (REDIS_URL) that points at it."""
+
+
 class EmbeddedServiceError(CrawlhiveError):
     """An embedded redis-server or broker could not be started."""
 

@@ -1,4 +1,4 @@
-"""Heartbeats of live processes, the node maps of API.md §4.1 and a health check.
+"""Heartbeats of live processes, the node maps of docs/contract.md §4.1 and a health check.
 
 Each process of a component (``kafka-monitor``, ``redis-monitor``, ``crawler``, ``rest``) owns
 ``keys.heartbeat(component, node_id)``: a JSON string that lives ``timeout_s`` seconds and is
@@ -19,32 +19,16 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from crawlhive.utils.scripts import scripts
+
 if TYPE_CHECKING:
     from redis import Redis
 
     from crawlhive.utils.keys import Keys
 
-# KEYS[1]: heartbeat key, KEYS[2]: index zset. ARGV[1]: payload, ARGV[2]: timeout (ms),
-# ARGV[3]: node id. Sets the key with its expiry and indexes the node at that expiry (Redis time).
-_BEAT_LUA = """
-local t = redis.call('TIME')
-local ms = tonumber(ARGV[2])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ms)
-local expires = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ms
-redis.call('ZADD', KEYS[2], string.format('%d.%03d', math.floor(expires / 1000), expires % 1000), ARGV[3])
-return 1
-"""
-
-# KEYS[1]: index zset. Removes the entries whose heartbeat has expired (Redis time); returns the rest.
-_PRUNE_LUA = """
-local t = redis.call('TIME')
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. t[1] .. '.' .. string.format('%06d', t[2]))
-return redis.call('ZRANGE', KEYS[1], 0, -1)
-"""
-
 
 def new_node_id() -> str:
-    """A fresh node id: 12 lowercase hex characters (API.md §4.1), new for every process start."""
+    """A fresh node id: 12 lowercase hex characters (docs/contract.md §4.1), new for every process start."""
     return secrets.token_hex(6)
 
 
@@ -63,7 +47,7 @@ class Heartbeat:
         host: the host name shown in node maps (``CRAWLER_NODE_NAME`` or the machine's name).
         timeout_s: seconds the process counts as live after a beat (``HEARTBEAT_TIMEOUT``).
         extra: more fields for the payload; crawlers add ``{"spider": <spider type>}``, which the
-            spider stats (API.md §4.7) count live processes by.
+            spider stats (docs/contract.md §4.7) count live processes by.
 
     Raises:
         ValueError: *timeout_s* is not positive.
@@ -91,7 +75,7 @@ class Heartbeat:
         self.index_key = keys.heartbeat_index(component)
         self.started = time.time()
         self.extra = dict(extra or {})
-        self._beat = redis.register_script(_BEAT_LUA)
+        self.scripts = scripts(redis)
 
     def __repr__(self) -> str:
         return f"Heartbeat({self.key!r})"
@@ -119,7 +103,9 @@ class Heartbeat:
                 successful beat.
         """
         ttl_ms = max(1, math.ceil(self.timeout_s * 1000))
-        self._beat(keys=[self.key, self.index_key], args=[json.dumps(self.payload()), ttl_ms, self.node_id])
+        self.scripts["heartbeat_beat"](
+            keys=[self.key, self.index_key], args=[json.dumps(self.payload()), ttl_ms, self.node_id]
+        )
 
     def stop(self) -> None:
         """Remove the heartbeat key and its index entry in one ``MULTI`` (call on shutdown)."""
@@ -138,7 +124,7 @@ def live_heartbeats(redis: Redis, keys: Keys, component: str) -> list[dict[str, 
     ``{"node_id": <id>, "host": "unknown"}`` (written by something else; still a live node).
     """
     index_key = keys.heartbeat_index(component)
-    members = sorted(_text(m) for m in redis.register_script(_PRUNE_LUA)(keys=[index_key]))
+    members = sorted(_text(m) for m in scripts(redis)["heartbeat_prune"](keys=[index_key]))
     if not members:
         return []
     values = redis.mget([keys.heartbeat(component, node_id) for node_id in members])
@@ -163,7 +149,7 @@ def live_heartbeats(redis: Redis, keys: Keys, component: str) -> list[dict[str, 
 
 
 def live_nodes(redis: Redis, keys: Keys, component: str) -> dict[str, list[str]]:
-    """The node map of *component* (API.md §4.1): host -> sorted node ids of its live processes.
+    """The node map of *component* (docs/contract.md §4.1): host -> sorted node ids of its live processes.
 
     Read through :func:`live_heartbeats` (two round trips, no ``KEYS``).
 

@@ -77,7 +77,7 @@ class Keys:
     @key("zset")
     def crawl_queue(self, spider: str, appid: str, crawlid: str, domain: str) -> str:
         """Pending requests of one crawl in one domain: member = encoded request, score = -priority
-        (higher first) plus an arrival sequence (FIFO among equals), see ``utils/queues.py``."""
+        (higher first) plus an arrival sequence (FIFO among equals), see ``utils/frontier/model.py``."""
         return f"{self.prefix}:cq:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
 
     def parse_crawl_queue(self, key_: str) -> tuple[str, str, str, str]:
@@ -235,7 +235,7 @@ class Keys:
 
     @key("hash", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
     def dupefilter(self, spider: str, appid: str, crawlid: str) -> str:
-        """Per-crawl dupefilter (API.md §3.8): field = request fingerprint (hex), value = fingerprint
+        """Per-crawl dupefilter (docs/contract.md §3.8): field = request fingerprint (hex), value = fingerprint
         of the page that first queued it, so that page, refetched after a lost lease, queues its
         links again instead of finding them already seen."""
         return f"{self.prefix}:dupefilter:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
@@ -260,7 +260,7 @@ class Keys:
 
     @staticmethod
     def throttle_key(domain: str, spider: str | None = None, egress_id: str | None = None) -> str:
-        """The throttle key of API.md §3.11, the variable part of :meth:`throttle`.
+        """The throttle key of docs/contract.md §3.11, the variable part of :meth:`throttle`.
 
         Format ``<spider>:<egress id>:<domain>``, a disabled part left empty: ``link::example.com``
         (per spider type and domain, the default), ``::example.com`` (per domain),
@@ -268,7 +268,7 @@ class Keys:
         ``:`` (``::1``); ``%`` and ``:`` in the egress id (an IPv6 address) are percent-encoded.
 
         Args:
-            domain: the normalised domain (API.md §3.2).
+            domain: the normalised domain (docs/contract.md §3.2).
             spider: the spiderid when ``SCHEDULER_TYPE_ENABLED``, else None.
             egress_id: ``CRAWLER_EGRESS_ID`` when ``SCHEDULER_IP_ENABLED``, else None.
 

@@ -1,4 +1,4 @@
-"""Pieces every worker loop shares (STYLE.md §9): back-off, failure messages, stop signals.
+"""Pieces every worker loop shares: back-off, failure messages, stop signals.
 
 Both monitors (and any other long-running component) loop on a stop flag, back off when Redis or
 Kafka fails, log which setting to check, and stop gracefully on the first SIGINT/SIGTERM and at
@@ -26,9 +26,6 @@ if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-#: Exceptions that mean "a backend is unreachable or failed": back off and retry, nothing is lost.
-BACKEND_ERRORS: tuple[type[Exception], ...] = (RedisError, KafkaError, BackendUnavailable)
 
 
 class ForcedShutdown(Exception):
@@ -120,7 +117,6 @@ def install_stop_handlers(worker: Stoppable, what: str = "the current work") -> 
 
 
 __all__ = [
-    "BACKEND_ERRORS",
     "Backoff",
     "ForcedShutdown",
     "Stoppable",

@@ -1,6 +1,6 @@
 """One typed, frozen settings object for every crawlhive process.
 
-Precedence, lowest first (API.md §8.1): the defaults in :mod:`crawlhive.utils.defaults` < the state
+Precedence, lowest first (docs/contract.md §8.1): the defaults in :mod:`crawlhive.utils.defaults` < the state
 file of a running ``crawlhive up`` (addresses only) < a ``--settings FILE`` < environment variables of
 the same upper-case name < command-line options. Every value is parsed into the type annotated in
 the defaults module, so a bad value fails at start-up with a message naming the setting, e.g.
@@ -29,7 +29,7 @@ from crawlhive.utils.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
-#: Scrapy Cluster names accepted for ours (API.md §8.1).
+#: Scrapy Cluster names accepted for ours (docs/contract.md §8.1).
 ALIASES: dict[str, str] = {"KAFKA_HOSTS": "KAFKA_BOOTSTRAP_SERVERS", "FLASK_PORT": "REST_PORT"}
 #: Scrapy Cluster's Redis parts, combined into REDIS_URL when REDIS_URL itself is not set.
 REDIS_PARTS = ("REDIS_HOST", "REDIS_PORT", "REDIS_DB", "REDIS_PASSWORD")
@@ -131,7 +131,7 @@ class Settings(Mapping[str, Any]):
     @classmethod
     def from_overrides(cls, **overrides: Any) -> Settings:
         """Defaults plus *overrides* (parsed like a settings file), ignoring the environment."""
-        return load_settings(cli=overrides, environ={}, use_state_file=False)
+        return load_settings(cli=overrides, environ={})
 
     def __getitem__(self, name: str) -> Any:
         try:
@@ -219,7 +219,7 @@ def _layer(raw: Mapping[str, Any], origin: str, warn_unknown: bool) -> dict[str,
     out: dict[str, Any] = {}
     for name, value in raw.items():
         if origin == "env" and isinstance(value, str) and value == "":
-            continue  # API.md §8.1: an empty value means "not set"
+            continue  # docs/contract.md §8.1: an empty value means "not set"
         if name in ALIASES:
             canonical = ALIASES[name]
             if canonical not in raw:
@@ -245,16 +245,16 @@ def load_settings(
     settings_file: str | os.PathLike[str] | None = None,
     cli: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
-    use_state_file: bool = True,
 ) -> Settings:
-    """Resolve every setting: defaults < state file < settings file < environment < *cli*.
+    """Resolve every setting: defaults < settings file < environment < *cli* (the ``crawlhive``
+    command then fills the addresses nobody set from a running ``crawlhive up``:
+    :func:`crawlhive.utils.app.state.with_state`).
 
     Args:
         settings_file: the ``--settings FILE`` path, if any.
         cli: values from command-line options (already named as settings).
         environ: the environment to read (default ``os.environ``); only declared names, aliases and
             Scrapy Cluster's Redis parts are read from it.
-        use_state_file: read the addresses recorded by a running ``crawlhive up``.
 
     Raises:
         SettingsError: a value does not parse; the message names the setting.
@@ -281,29 +281,11 @@ def load_settings(
         values["REDIS_URL"] = _redis_url_from_parts(redis_parts)
         sources["REDIS_URL"] = "env" if any(p in env for p in redis_parts) else "file"
 
-    settings = Settings(values, sources)
-    if use_state_file:
-        settings = _apply_state_file(settings)
-    return settings
+    return Settings(values, sources)
 
 
 def _copy_default(value: Any) -> Any:
     return list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value
-
-
-def _apply_state_file(settings: Settings) -> Settings:
-    """Fill REDIS_URL / KAFKA_BOOTSTRAP_SERVERS from a live ``crawlhive up`` when the user set neither."""
-    from crawlhive.utils.state import read_state  # local: state imports settings' types
-
-    state = read_state(settings.home)
-    if state is None:
-        return settings
-    values, sources = dict(settings), {name: settings.source(name) for name in settings}
-    for name in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS"):
-        if not settings.is_set(name) and name in state:
-            values[name] = parse_value(name, DECLARED[name][0], state[name])
-            sources[name] = "state"
-    return Settings(values, sources)
 
 
 def env_value(value: Any) -> str:

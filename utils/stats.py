@@ -1,4 +1,4 @@
-"""Rolling-window and lifetime counters in Redis, for the stats responses of API.md §4.7.
+"""Rolling-window and lifetime counters in Redis, for the stats responses of docs/contract.md §4.7.
 
 A counter is named by ``(component, name)``, e.g. ``("kafka-monitor", "total")`` or
 ``("crawler", "link:200")``. Per counter:
@@ -39,6 +39,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from crawlhive.utils.scripts import scripts
+
 if TYPE_CHECKING:
     from redis import Redis
     from redis.client import Pipeline
@@ -49,39 +51,8 @@ BUCKETS_PER_WINDOW = 60
 """Buckets per window; every process of a cluster must use the same value (members carry it
 implicitly)."""
 LIFETIME = "lifetime"
-"""The window-map key of the lifetime total (API.md §4.1)."""
+"""The window-map key of the lifetime total (docs/contract.md §4.1)."""
 _ZREM_CHUNK = 1000
-
-# KEYS[1]: window zset, KEYS[2]: lifetime counter. ARGV[1]: now (epoch s), ARGV[2]: buckets per
-# window, ARGV[3..]: the windows to sum (s). Removes stale buckets of any window; returns
-# {sum of ARGV[3], sum of ARGV[4], ..., lifetime}.
-_READ_LUA = """
-local now = tonumber(ARGV[1])
-local per = tonumber(ARGV[2])
-local slots = {}
-local sums = {}
-for i = 3, #ARGV do
-  slots[ARGV[i]] = i - 2
-  sums[i - 2] = 0
-end
-local entries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-local stale = {}
-for i = 1, #entries, 2 do
-  local w, b = string.match(entries[i], '^(%d+):(-?%d+)$')
-  if w then
-    if tonumber(b) <= math.floor(now / (tonumber(w) / per)) - per then
-      stale[#stale + 1] = entries[i]
-    elseif slots[w] then
-      sums[slots[w]] = sums[slots[w]] + tonumber(entries[i + 1])
-    end
-  end
-end
-for i = 1, #stale, 1000 do
-  redis.call('ZREM', KEYS[1], unpack(stale, i, math.min(i + 999, #stale)))
-end
-sums[#sums + 1] = tonumber(redis.call('GET', KEYS[2]) or '0')
-return sums
-"""
 
 
 def bucket_index(now: float, window: int) -> int:
@@ -120,7 +91,7 @@ class Stats:
         # (component, name, window) -> last bucket index this process wrote: when it changes, the
         # buckets that just left the window are known without reading, and removed with the write.
         self._last_bucket: dict[tuple[str, str, int], int] = {}
-        self._read = redis.register_script(_READ_LUA)
+        self.scripts = scripts(redis)
 
     # --- writes ---------------------------------------------------------------------------------
 
@@ -211,13 +182,15 @@ class Stats:
     # --- reads ----------------------------------------------------------------------------------
 
     def read(self, component: str, name: str, *, now: float | None = None) -> dict[str, int]:
-        """The window map of ``(component, name)`` (API.md §4.1), in one round trip.
+        """The window map of ``(component, name)`` (docs/contract.md §4.1), in one round trip.
 
         Returns:
             ``{"<window>": count, ..., "lifetime": total}`` with zero entries left out, so ``{}`` for
             a counter never incremented. Stale buckets are removed on the way.
         """
-        return self._window_map(self._read(keys=self._read_keys(component, name), args=self._read_args(now)))
+        return self._window_map(
+            self.scripts["stats_read"](keys=self._read_keys(component, name), args=self._read_args(now))
+        )
 
     def read_many(
         self, counters: Iterable[tuple[str, str]], *, now: float | None = None
@@ -230,7 +203,7 @@ class Stats:
         args = self._read_args(now)
         pipe = self.redis.pipeline(transaction=False)
         for component, name in wanted:
-            self._read(keys=self._read_keys(component, name), args=args, client=pipe)
+            self.scripts["stats_read"](keys=self._read_keys(component, name), args=args, client=pipe)
         return {counter: self._window_map(reply) for counter, reply in zip(wanted, pipe.execute(), strict=True)}
 
     def read_unique(self, component: str, name: str) -> int:
@@ -282,7 +255,7 @@ TOTAL = "total"
 FAIL = "fail"
 """A monitor's counter of what it rejected or failed on."""
 NETWORK_FAILURE_CODE = 504
-"""The status code under which crawler stats count a network-level failure (API.md §4.7)."""
+"""The status code under which crawler stats count a network-level failure (docs/contract.md §4.7)."""
 
 _PLUGIN = "plugin:"
 

@@ -1,4 +1,4 @@
-"""The built-in spider types (API.md §3.3) and how ``crawlhive crawler --spider NAME`` finds them."""
+"""The built-in spider types (docs/contract.md §3.3) and how ``crawlhive crawler --spider NAME`` finds them."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ class FrontierSpider(Spider):
         return context.request
 
     def item(self, response: Response, links: list[FoundLink], attrs: dict[str, Any] | None = None) -> CrawledItem:
-        """The crawled item of *response* (API.md §5); *attrs* defaults to the request's."""
+        """The crawled item of *response* (docs/contract.md §5); *attrs* defaults to the request's."""
         request = self.frontier_request(response)
         return crawled_item(
             response,

@@ -1,4 +1,4 @@
-"""The ``link`` spider: follows links up to ``maxdepth`` (API.md §3.5)."""
+"""The ``link`` spider: follows links up to ``maxdepth`` (docs/contract.md §3.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``wandering`` spider: a random walk, one link per page (API.md §3.3)."""
+"""The ``wandering`` spider: a random walk, one link per page (docs/contract.md §3.3)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""kafka-monitor plugins: one per kind of incoming request (API.md §2.1).
+"""kafka-monitor plugins: one per kind of incoming request (docs/contract.md §2.1).
 
 A plugin class names its JSON Schema (a file beside its module), its kind and stats name, adds the
-semantic checks of API.md §2.6, and, once built through ``from_monitor``, turns each accepted
+semantic checks of docs/contract.md §2.6, and, once built through ``from_monitor``, turns each accepted
 request into Redis writes queued on the batch's pipeline. Validation uses only the class, so REST
 and ``crawlhive feed`` validate without Redis.
 """
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from crawlhive.kafka_monitor.monitor import KafkaMonitor
 
-#: Built-in plugins and their ranks (API.md §2.1); PLUGINS / KAFKA_MONITOR_PLUGINS merge over this.
+#: Built-in plugins and their ranks (docs/contract.md §2.1); PLUGINS / KAFKA_MONITOR_PLUGINS merge over this.
 BUILTIN_PLUGINS: dict[str, int] = {
     "crawlhive.kafka_monitor.plugins.crawl.ScraperHandler": 100,
     "crawlhive.kafka_monitor.plugins.action.ActionHandler": 200,
@@ -67,7 +67,7 @@ class IncomingPlugin(ABC):
 
     @classmethod
     def semantic_check(cls, message: dict[str, Any]) -> tuple[dict[str, Any], Cause | None]:
-        """Checks the schema cannot express (API.md §2.6), run on a schema-valid message.
+        """Checks the schema cannot express (docs/contract.md §2.6), run on a schema-valid message.
 
         Returns:
             The message, possibly normalised (e.g. ``http://`` prepended), and None; or the

@@ -1,4 +1,4 @@
-"""Action requests (API.md §2.3): info and stop, handed to the redis-monitor."""
+"""Action requests (docs/contract.md §2.3): info and stop, handed to the redis-monitor."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Crawl requests (API.md §2.2): seeds into the Redis frontier."""
+"""Crawl requests (docs/contract.md §2.2): seeds into the Redis frontier."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Domain-config requests (API.md §2.5): throttle and blacklist per domain, applied by redis-monitor."""
+"""Domain-config requests (docs/contract.md §2.5): throttle and blacklist per domain, applied by redis-monitor."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stats requests (API.md §2.4), handed to the redis-monitor."""
+"""Stats requests (docs/contract.md §2.4), handed to the redis-monitor."""
 
 from __future__ import annotations
 

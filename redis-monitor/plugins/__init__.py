@@ -37,7 +37,7 @@ class Outbound:
     Attributes:
         message: the JSON object to send.
         dead_letter: False: an answer or notification, sent to ``<prefix>.outbound_firehose`` (and
-            ``<prefix>.outbound_<appid>`` with KAFKA_APPID_TOPICS, API.md §1); True: a dead letter,
+            ``<prefix>.outbound_<appid>`` with KAFKA_APPID_TOPICS, docs/contract.md §1); True: a dead letter,
             sent to ``<prefix>.dead_letter`` only.
     """
 

@@ -1,4 +1,4 @@
-"""complete (API.md §3.12, §4.6): one event per crawl once nothing is queued and nothing in flight.
+"""complete (docs/contract.md §3.12, §4.6): one event per crawl once nothing is queued and nothing in flight.
 
 On each tick :meth:`FrontierReader.scan_complete` walks ``keys.active_crawls()`` (``SSCAN``) and, in
 one script per chunk, removes each crawl that is done from the active set and its appid's crawl set

@@ -1,8 +1,10 @@
-"""domain-config (API.md §2.5, §3.11, §4.8): throttle overrides and the domain blacklist.
+"""domain-config (docs/contract.md §2.5, §3.11, §4.8): throttle overrides and the domain blacklist.
 
 Writes ``keys.domain_config()`` (field = domain, value = JSON ``{"hits", "window", "scale"}``) and
-``keys.domain_blacklist()``; the crawlers' pop script reads both on every pop, so changes apply
-live. Every action is idempotent. SC's ZookeeperMonitor in Redis.
+``keys.domain_blacklist()``; the crawlers' pop script reads both on every pop. A domain a pop
+parked under the old limit is made ready again (:func:`~crawlhive.utils.frontier.recheck_domain`)
+and idle crawlers woken, so a loosened or removed limit applies at once, not after the old delay.
+Every action is idempotent. SC's ZookeeperMonitor in Redis.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from redis.exceptions import ResponseError
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
 from crawlhive.utils.domains import domain_of_host
+from crawlhive.utils.frontier import FrontierReader, recheck_domain
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
 
 ACTIONS = ("domain-update", "domain-remove", "blacklist-update", "blacklist-remove")
 STORE_ERROR = "Unable to store domain config"
-"""``error`` of an answer whose change was not stored (API.md §4.8)."""
+"""``error`` of an answer whose change was not stored (docs/contract.md §4.8)."""
 
 
 class DomainConfigMonitor(MonitorPlugin):
@@ -31,13 +34,14 @@ class DomainConfigMonitor(MonitorPlugin):
 
     name = "DomainConfigMonitor"
 
-    def __init__(self, redis: Redis, keys: Keys) -> None:
+    def __init__(self, redis: Redis, keys: Keys, frontier: FrontierReader) -> None:
         self.redis = redis
         self.keys = keys
+        self.frontier = frontier
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
-        return cls(monitor.redis, monitor.keys)
+        return cls(monitor.redis, monitor.keys, monitor.frontier)
 
     def accepts(self, kind: str, request: dict[str, Any]) -> bool:
         return kind == "domain-config" and request.get("action") in ACTIONS
@@ -60,6 +64,8 @@ class DomainConfigMonitor(MonitorPlugin):
                 self.redis.sadd(self.keys.domain_blacklist(), domain)
             else:
                 self.redis.srem(self.keys.domain_blacklist(), domain)
+            if action != "blacklist-update":
+                recheck_domain(self.redis, self.keys, self.frontier.active_spiders(), domain)
         except ResponseError:
             # Redis answered but refused the write (wrong key type, out of memory, read-only
             # replica): nothing was changed. Connection failures propagate and are retried.

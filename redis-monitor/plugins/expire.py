@@ -1,4 +1,4 @@
-"""expire (API.md §3.4, §4.5): fire crawls' expiry timers, purge like stop, emit ``expired``.
+"""expire (docs/contract.md §3.4, §4.5): fire crawls' expiry timers, purge like stop, emit ``expired``.
 
 On each tick :meth:`FrontierReader.fire_expiries` moves the timers whose time has passed (Redis
 clock) from ``keys.expiries()`` to the control stream as ``expire`` entries, in one script: the

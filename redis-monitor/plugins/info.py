@@ -1,4 +1,4 @@
-"""info (API.md §4.2, §4.3): a crawl's or an appid's backlog, from the frontier's counters.
+"""info (docs/contract.md §4.2, §4.3): a crawl's or an appid's backlog, from the frontier's counters.
 
 Cost: two pipelined round trips, O(domains of the crawls asked about), never O(backlog): per domain
 one ``ZCARD`` and the first and last score of its queue (:class:`FrontierReader`).
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def domain_entries(state: CrawlState) -> dict[str, dict[str, int]]:
-    """The per-domain entries (API.md §4.1) of *state*."""
+    """The per-domain entries (docs/contract.md §4.1) of *state*."""
     return {
         domain: {"total": d.total, "high_priority": d.high_priority, "low_priority": d.low_priority}
         for domain, d in sorted(state.domains.items())

@@ -1,4 +1,4 @@
-"""Lease reaper (API.md §3.12): what a dead crawler held goes back into the frontier.
+"""Lease reaper (docs/contract.md §3.12): what a dead crawler held goes back into the frontier.
 
 Every fourth tick, for each spider type with active crawls (:meth:`FrontierReader.active_spiders`:
 a request is queued or leased only while its crawl is active, so no ``KEYS`` scan is needed),

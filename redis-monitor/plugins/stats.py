@@ -1,4 +1,4 @@
-"""stats (API.md §4.7): cluster statistics from the rolling counters, heartbeats and frontier.
+"""stats (docs/contract.md §4.7): cluster statistics from the rolling counters, heartbeats and frontier.
 
 Counter names are the contract in :mod:`crawlhive.utils.stats` (``total``, ``fail``,
 ``plugin:<name>`` per monitor; ``spider:<spider>:<code>`` and ``machine:<host>:<code>`` for the

@@ -1,4 +1,4 @@
-"""stop (API.md §3.9, §4.4): purge one crawl, cancel its leases, blacklist it, disarm its timer."""
+"""stop (docs/contract.md §3.9, §4.4): purge one crawl, cancel its leases, blacklist it, disarm its timer."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 SIGKILLed and restarted, a topic reader, and the Redis-state audit.
 
 The site (:class:`TreeSite`) serves the same page tree on several loopback addresses (127.0.0.x,
-one domain each to the frontier, API.md §3.2): per host ``/`` links to ``branching`` sections
+one domain each to the frontier, docs/contract.md §3.2): per host ``/`` links to ``branching`` sections
 ``/s<i>/``, each linking to ``branching`` leaves ``/s<i>/p<j>``; a leaf links to the same leaf on the
 next host (a link found at ``maxdepth``, listed but not followed). A crawl seeded with every host's
 ``/`` at ``maxdepth`` 2 therefore fetches ``hosts * (1 + b + b*b)`` pages. Every request is recorded
@@ -28,13 +28,13 @@ from typing import Any
 
 import redis
 
+from crawlhive.utils.app.demo_site import SiteServer
+from crawlhive.utils.app.embedded import EmbeddedRedis, die_with_parent_hook, free_port
 from crawlhive.utils.connections import make_consumer
-from crawlhive.utils.demo_site import SiteServer
-from crawlhive.utils.embedded import EmbeddedRedis, die_with_parent_hook, free_port
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings, env_value
 
-CLI = [sys.executable, "-m", "crawlhive.utils.cli"]
+CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
 
 
 def scale() -> str:

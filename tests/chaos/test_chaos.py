@@ -1,6 +1,6 @@
 """Chaos: a whole cluster (kafka-monitor, redis-monitor, 3 crawlers, all real subprocesses) crawls a
 10-host loopback site while its processes are SIGKILLed and restarted, or Redis or the broker is
-restarted under it. What must hold (API.md §1, §3.12):
+restarted under it. What must hold (docs/contract.md §1, §3.12):
 
 * every page appears on ``crawled_firehose`` at least once, and the duplicates are no more than
   the leases outstanding at the kills (ZCARD of the spider's lease set, recorded just before each
@@ -32,8 +32,8 @@ import pytest
 import redis
 from chaoskit import AofRedis, Proc, TopicReader, TreeSite, audit_leftovers, component_env, scale, wait_until
 
+from crawlhive.utils.app.embedded import EmbeddedBroker
 from crawlhive.utils.connections import ensure_topics, make_producer
-from crawlhive.utils.embedded import EmbeddedBroker
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 

@@ -24,14 +24,14 @@ from typing import Any
 
 import redis
 
+from crawlhive.utils.app.demo_site import SiteServer
 from crawlhive.utils.connections import make_consumer
-from crawlhive.utils.demo_site import SiteServer
 from crawlhive.utils.frontier import Frontier, seed_from_request
 from crawlhive.utils.settings import Settings, env_value
 
-CLI = [sys.executable, "-m", "crawlhive.utils.cli"]
+CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
 
-#: Defaults the kafka-monitor fills into a crawl request (API.md §2.1 step 5).
+#: Defaults the kafka-monitor fills into a crawl request (docs/contract.md §2.1 step 5).
 CRAWL_DEFAULTS: dict[str, Any] = {
     "spiderid": "link",
     "priority": 1,

@@ -19,8 +19,8 @@ from kafka.structs import TopicPartition
 
 from crawlhive.rest.server import server_for
 from crawlhive.rest.service import RestService
+from crawlhive.utils.app.embedded import free_port
 from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
-from crawlhive.utils.embedded import free_port
 from crawlhive.utils.settings import Settings
 
 TOPICS = ("incoming", "outbound_firehose", "dead_letter")
@@ -130,7 +130,7 @@ class FakeRedisMonitor:
 
 
 def stats_answer(request: dict[str, Any]) -> dict[str, Any] | None:
-    """The answers a redis-monitor would give, in the shapes of API.md §4 (enough for the tests)."""
+    """The answers a redis-monitor would give, in the shapes of docs/contract.md §4 (enough for the tests)."""
     if "uuid" not in request:
         return None
     base = {"appid": request["appid"], "uuid": request["uuid"], "server_time": int(time.time())}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-CLI = [sys.executable, "-m", "crawlhive.utils.cli"]
+CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
 
 
 def _env(home: Path) -> dict[str, str]:

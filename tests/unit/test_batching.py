@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -10,7 +12,8 @@ import redis
 import redis.asyncio
 
 from crawlhive.crawler.batching import ScriptBatcher
-from crawlhive.utils.embedded import free_port
+from crawlhive.utils import scripts as registry
+from crawlhive.utils.app.embedded import free_port
 
 if TYPE_CHECKING:
     from conftest import IsolatedNames
@@ -21,6 +24,17 @@ _ADD = "return redis.call('INCRBY', KEYS[1], ARGV[1])"
 _FAIL_ON_NEGATIVE = "if tonumber(ARGV[1]) < 0 then return redis.error_reply('negative') end return ARGV[1]"
 
 
+@pytest.fixture(autouse=True)
+def test_scripts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The batcher runs scripts of the registry by name: these two, from a folder of this test's."""
+    (tmp_path / "add.lua").write_text(_ADD)
+    (tmp_path / "fail_on_negative.lua").write_text(_FAIL_ON_NEGATIVE)
+    monkeypatch.setattr(registry, "LUA_DIR", tmp_path)
+    registry.source.cache_clear()
+    yield
+    registry.source.cache_clear()
+
+
 def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -28,7 +42,7 @@ def _run(coro: Any) -> Any:
 def test_calls_made_while_a_pipeline_is_out_go_together(
     redis_url: str, redis_client: redis.Redis, names: IsolatedNames
 ) -> None:
-    script = redis_client.register_script(_ADD)
+    script = "add"
     redis_client.script_load(_ADD)  # so that no NoScriptError retry adds a round trip
     key = f"{names.key_prefix}:counter"
 
@@ -51,7 +65,7 @@ def test_calls_made_while_a_pipeline_is_out_go_together(
 def test_an_idle_batcher_sends_each_call_at_once(
     redis_url: str, redis_client: redis.Redis, names: IsolatedNames
 ) -> None:
-    script = redis_client.register_script(_ADD)
+    script = "add"
     redis_client.script_load(_ADD)
 
     async def scenario() -> int:
@@ -68,7 +82,7 @@ def test_an_idle_batcher_sends_each_call_at_once(
 def test_flushed_scripts_are_loaded_again_and_no_call_runs_twice(
     redis_url: str, redis_client: redis.Redis, names: IsolatedNames
 ) -> None:
-    script = redis_client.register_script(_ADD)
+    script = "add"
     key = f"{names.key_prefix}:counter"
 
     async def scenario() -> list[int]:
@@ -85,7 +99,7 @@ def test_flushed_scripts_are_loaded_again_and_no_call_runs_twice(
 
 
 def test_a_failing_call_fails_alone(redis_url: str, redis_client: redis.Redis) -> None:
-    script = redis_client.register_script(_FAIL_ON_NEGATIVE)
+    script = "fail_on_negative"
 
     async def scenario() -> list[Any]:
         batcher = ScriptBatcher(redis.asyncio.Redis.from_url(redis_url))
@@ -101,8 +115,7 @@ def test_a_failing_call_fails_alone(redis_url: str, redis_client: redis.Redis) -
 
 
 def test_an_unreachable_redis_fails_every_waiting_call() -> None:
-    client = redis.Redis()  # only for register_script: nothing is sent through it
-    script = client.register_script(_ADD)
+    script = "add"
 
     async def scenario() -> list[Any]:
         batcher = ScriptBatcher(redis.asyncio.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1))
@@ -115,14 +128,13 @@ def test_an_unreachable_redis_fails_every_waiting_call() -> None:
     assert len(results) == 3
     for result in results:
         assert isinstance(result, redis.RedisError)
-    client.close()
 
 
 @pytest.mark.parametrize("count", [1, 300])
 def test_bursts_beyond_one_pipeline_are_split(
     redis_url: str, redis_client: redis.Redis, names: IsolatedNames, count: int
 ) -> None:
-    script = redis_client.register_script(_ADD)
+    script = "add"
     redis_client.script_load(_ADD)
     key = f"{names.key_prefix}:counter"
 
@@ -140,7 +152,7 @@ def test_bursts_beyond_one_pipeline_are_split(
 def test_an_unexpected_error_fails_the_batch_and_the_batcher_goes_on(
     redis_url: str, redis_client: redis.Redis, names: IsolatedNames
 ) -> None:
-    script = redis_client.register_script(_ADD)
+    script = "add"
     redis_client.script_load(_ADD)
     key = f"{names.key_prefix}:counter"
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import socketserver
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -10,8 +13,8 @@ from typing import Any
 import pytest
 
 from crawlhive.utils import connections
-from crawlhive.utils.embedded import free_port
-from crawlhive.utils.errors import BackendUnavailable, SettingsError
+from crawlhive.utils.app.embedded import free_port
+from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
 from crawlhive.utils.settings import Settings
 
 
@@ -140,6 +143,66 @@ def test_check_redis_names_setting_and_masks_password() -> None:
     assert "hunter2" not in message
     assert url.replace("hunter2", "***") in message
     assert time.monotonic() - started < 3
+
+
+class _OldRedis(socketserver.StreamRequestHandler):
+    """Answers like an old Redis server would to what check_redis sends (a stand-in: no Redis older
+    than the supported minimum can be installed here): PING, INFO, HELLO from 6.0 on (5.x speaks
+    RESP2 only), and +OK to anything else."""
+
+    version = "5.0.7"
+
+    def handle(self) -> None:
+        while line := self.rfile.readline():
+            if not line.startswith(b"*"):
+                continue
+            words = []
+            for _ in range(int(line[1:])):
+                size = int(self.rfile.readline()[1:])
+                words.append(self.rfile.read(size + 2)[:-2].upper())
+            if words[0] == b"PING":
+                self.wfile.write(b"+PONG\r\n")
+            elif words[0] == b"INFO":
+                body = f"# Server\r\nredis_version:{self.version}\r\nredis_mode:standalone\r\n".encode()
+                self.wfile.write(b"$%d\r\n%s\r\n" % (len(body), body))
+            elif words[0] == b"HELLO" and self.version.startswith("5."):
+                self.wfile.write(b"-ERR unknown command 'HELLO'\r\n")
+            elif words[0] == b"HELLO":
+                fields = (b"+server\r\n+redis\r\n", b"+version\r\n+%s\r\n" % self.version.encode(), b"+proto\r\n:3\r\n")
+                self.wfile.write(b"%%%d\r\n%s" % (len(fields), b"".join(fields)))
+            else:
+                self.wfile.write(b"+OK\r\n")
+
+
+@pytest.mark.parametrize("version", ["5.0.7", "6.0.16"])
+def test_check_redis_refuses_a_server_older_than_the_minimum_naming_the_minimum(version: str) -> None:
+    handler = type("Handler", (_OldRedis,), {"version": version})
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings = Settings.from_overrides(REDIS_URL=f"redis://127.0.0.1:{server.server_address[1]}/0")
+    client = connections.redis_from_settings(settings)
+    try:
+        with pytest.raises(UnsupportedBackend, match=r"crawlhive needs Redis 6\.2 or newer.*REDIS_URL") as info:
+            connections.check_redis(client, settings)
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+    assert ("version 6.0.16" in str(info.value)) == (version == "6.0.16")
+
+
+def test_the_redis_the_tests_run_on_is_supported_and_its_version_is_read(redis_url: str) -> None:
+    settings = Settings.from_overrides(REDIS_URL=redis_url)
+    client = connections.redis_from_settings(settings)
+    try:
+        connections.check_redis(client, settings)
+        version = connections.redis_version(client)
+    finally:
+        client.close()
+    assert version is not None and version >= connections.MIN_REDIS_VERSION
+    if os.environ.get("CRAWLHIVE_TEST_REDIS_SERVER") == "bundled":  # make test's second pass
+        assert version[:2] == (6, 2)
 
 
 def test_redis_from_settings_passes_decode_responses() -> None:

@@ -7,7 +7,7 @@ import time
 import pytest
 import redis
 
-from crawlhive.utils.control import ControlConsumer, ControlQueue
+from crawlhive.utils.control import CONTROL_GROUP, ControlConsumer, ControlQueue
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
@@ -77,3 +77,21 @@ def test_a_request_that_is_not_a_json_object_raises_value_error(redis_client: re
     (entry,) = consumer.read(1, 0)
     with pytest.raises(ValueError, match="not a JSON object"):
         entry.request()
+
+
+def test_an_entry_deleted_while_pending_is_not_claimed_and_leaves_the_pending_list(
+    redis_client: redis.Redis, keys: Keys
+) -> None:
+    """Redis 7 drops a deleted entry from the pending list in XAUTOCLAIM; Redis 6.2 hands it out as
+    a nil and keeps it pending: either way a claim returns only live entries, and nothing stays
+    pending for the deleted one."""
+    submit(redis_client, keys, "gone", "kept")
+    dead, other = ControlConsumer(redis_client, keys, "dead"), ControlConsumer(redis_client, keys, "other")
+    dead.ensure_group()
+    gone, kept = dead.read(2, 0)
+    redis_client.xdel(keys.control_stream(), gone.id)
+    time.sleep(0.05)
+    (taken,) = other.claim_stale(10, 10)
+    assert taken.id == kept.id and taken.kind == "stats"
+    pending = redis_client.xpending_range(keys.control_stream(), CONTROL_GROUP, "-", "+", 10)
+    assert [p["message_id"].decode() for p in pending] == [kept.id]

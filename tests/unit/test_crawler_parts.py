@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -15,8 +19,10 @@ from scrapy.http import HtmlResponse, Response
 from scrapy.utils.test import get_crawler
 
 from crawlhive.crawler.items import ITEM_KEYS, crawled_item, status_message, timestamp
+from crawlhive.crawler.leases import LeaseContext
 from crawlhive.crawler.links import extract_links
 from crawlhive.crawler.middlewares import FrontierSpiderMiddleware, cookie_header, error_text
+from crawlhive.crawler.pipelines import KafkaPipeline
 from crawlhive.crawler.requests import (
     CONTEXT,
     FRONTIER,
@@ -25,8 +31,8 @@ from crawlhive.crawler.requests import (
     request_from_json,
     request_to_json,
 )
-from crawlhive.crawler.runtime import LeaseContext
 from crawlhive.crawler.settings import scrapy_settings
+from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.frontier import FrontierRequest, Lease
 from crawlhive.utils.settings import Settings
 
@@ -143,11 +149,60 @@ def test_scrapy_settings_come_from_ours() -> None:
     assert converted["LOGSTATS_INTERVAL"] == 5 and converted["CRAWLHIVE_SETTINGS"] is ours
 
 
+def test_user_scrapy_settings_add_components_and_cannot_remove_or_reorder_ours() -> None:
+    user = {
+        "DOWNLOADER_MIDDLEWARES": {
+            "myproject.middlewares.Proxy": 610,
+            "scrapy.downloadermiddlewares.stats.DownloaderStats": None,
+        },
+        "ITEM_PIPELINES": {"myproject.pipelines.Clean": 300},
+        "LOGSTATS_INTERVAL": 5,
+    }
+    converted = scrapy_settings(Settings.from_overrides(SCRAPY_SETTINGS=user), "link")
+    middlewares = converted["DOWNLOADER_MIDDLEWARES"]
+    assert middlewares["myproject.middlewares.Proxy"] == 610
+    assert middlewares["scrapy.downloadermiddlewares.stats.DownloaderStats"] is None  # Scrapy's own: may go
+    assert middlewares["crawlhive.crawler.middlewares.LeaseOutcomeMiddleware"] == 50  # ours: kept
+    assert converted["ITEM_PIPELINES"] == {
+        "crawlhive.crawler.pipelines.KafkaPipeline": 100,
+        "myproject.pipelines.Clean": 300,
+    }
+    assert converted["SPIDER_MIDDLEWARES"] == {"crawlhive.crawler.middlewares.FrontierSpiderMiddleware": 950}
+
+    for wrong, named in [
+        (
+            {"DOWNLOADER_MIDDLEWARES": {"crawlhive.crawler.middlewares.LeaseOutcomeMiddleware": None}},
+            "LeaseOutcomeMiddleware",
+        ),
+        ({"ITEM_PIPELINES": {KafkaPipeline: 900}}, "crawlhive.crawler.pipelines.KafkaPipeline"),
+        ({"SCHEDULER": "scrapy.core.scheduler.Scheduler"}, "SCHEDULER"),
+        ({"SPIDER_MIDDLEWARES": ["not", "a", "mapping"]}, "SPIDER_MIDDLEWARES"),
+    ]:
+        with pytest.raises(SettingsError, match=f"SCRAPY_SETTINGS: .*{named}"):
+            scrapy_settings(Settings.from_overrides(SCRAPY_SETTINGS=wrong), "link")
+
+
+def test_the_crawler_command_refuses_to_remove_lease_handling_at_start_up() -> None:
+    wrong = {"DOWNLOADER_MIDDLEWARES": {"crawlhive.crawler.middlewares.LeaseOutcomeMiddleware": None}}
+    env = {**os.environ, "SCRAPY_SETTINGS": json.dumps(wrong), "REDIS_URL": "redis://127.0.0.1:1/0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "crawlhive.utils.app.cli", "crawler", "--spider", "link"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "LeaseOutcomeMiddleware" in done.stderr and "cannot be removed or reordered" in done.stderr
+
+
 class _FailingAdmitRuntime:
-    """Just what FrontierSpiderMiddleware uses of a CrawlRuntime, with Redis down at the admit."""
+    """Just what FrontierSpiderMiddleware uses of a CrawlRuntime (its admission and lease table),
+    with Redis down at the admit."""
 
     def __init__(self) -> None:
         self.abandoned: list[Any] = []
+        self.admission = self.leases = self
 
     def child(self, context: Any, request: Request, spider: Spider) -> tuple[FrontierRequest, str]:
         return FrontierRequest(url=request.url, appid="a", crawlid="c"), request.url

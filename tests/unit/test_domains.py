@@ -1,4 +1,4 @@
-"""Domain bucketing, with the table of API.md §3.2."""
+"""Domain bucketing, with the table of docs/contract.md §3.2."""
 
 from __future__ import annotations
 

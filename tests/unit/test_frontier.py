@@ -10,12 +10,17 @@ import pytest
 import redis
 
 from crawlhive.utils.frontier import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
     Frontier,
     FrontierReader,
     FrontierRequest,
     FrontierWorker,
     ThrottleConfig,
     TouchStatus,
+    clamp_priority,
+    decode_priority,
+    encode_score,
     retried,
 )
 from crawlhive.utils.keys import Keys
@@ -239,3 +244,24 @@ def test_ids_with_separators_work_end_to_end(
     assert reader.crawl_state("link", "a:p%p", "c:1").domains["::1"].total == 1
     assert drain(worker) == ["http://[::1]:8080/x"]
     assert reader.crawl_state("link", "a:p%p", "c:1").crawled == 1
+
+
+def test_score_encoding_is_exact_and_the_lua_twin_agrees(
+    frontier: Frontier, worker: FrontierWorker, redis_client: redis.Redis, keys: Keys
+) -> None:
+    for priority in (PRIORITY_MAX, 1, 0, -1, -9, -1000, PRIORITY_MIN):
+        for seq in (0, 1, 2**32 - 1, 2**40 + 5):
+            score = encode_score(priority, seq)
+            assert abs(score) < 2**53 and float(score) == score
+            assert decode_priority(float(score)) == priority
+    assert clamp_priority(10**9) == PRIORITY_MAX and clamp_priority(-(10**9)) == PRIORITY_MIN
+    # utils/lua/lib/score.lua (used by a requeue) computes the score encode_score computes
+    for priority in (PRIORITY_MAX, -9, PRIORITY_MIN):
+        push(frontier, req("http://example.com/p", priority=priority))
+        lease = worker.pop("link").lease
+        assert lease is not None and worker.requeue(lease.member, lease.request)
+        seq = int(redis_client.get(keys.queue_sequence()))
+        queue = keys.crawl_queue("link", "app", "c1", "example.com")
+        assert redis_client.zscore(queue, lease.member) == encode_score(priority, seq)
+        assert worker.pop("link").lease is not None  # leave the queue empty for the next priority
+        redis_client.delete(keys.crawl_queue("link", "app", "c1", "example.com"))

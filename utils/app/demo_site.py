@@ -1,6 +1,6 @@
 """The bundled demo site: a few hundred interlinked pages over three loopback hosts.
 
-Each host (127.0.0.1, 127.0.0.2, 127.0.0.3: three domains to the frontier, API.md §3.2) serves
+Each host (127.0.0.1, 127.0.0.2, 127.0.0.3: three domains to the frontier, docs/contract.md §3.2) serves
 ``/`` linking to ten sections, each section linking to ten pages, and pages linking across hosts.
 ``/robots.txt`` disallows ``/private/`` (linked from every index, never fetched), and every index
 links to ``/missing.html`` (a 404). A crawl of ``http://127.0.0.1:<port>/`` at ``maxdepth`` 3
@@ -18,7 +18,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
-from crawlhive.utils.embedded import free_port
+from crawlhive.utils.app.embedded import free_port
 
 HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 SECTIONS = 10
@@ -111,11 +111,15 @@ class _Handler(BaseHTTPRequestHandler):
             links.append(("/", "Home"))
             return f"{host} section {s}", links
         if len(parts) == 2 and parts[0][:1] == "s" and parts[1].startswith("p") and parts[1].endswith(".html"):
-            s, p = parts[0][1:], parts[1][1:-5]
-            if s.isdigit() and p.isdigit() and int(s) < SECTIONS and int(p) < PAGES_PER_SECTION:
-                other = self.others[(int(s) + int(p)) % len(self.others)] if self.others else self.base
-                links = [("/", "Home"), (f"/s{s}/", f"Section {s}"), (f"{other}/s{s}/p{p}.html", "Elsewhere")]
-                return f"{host} page {s}.{p}", links
+            section, page = parts[0][1:], parts[1][1:-5]
+            if section.isdigit() and page.isdigit() and int(section) < SECTIONS and int(page) < PAGES_PER_SECTION:
+                other = self.others[(int(section) + int(page)) % len(self.others)] if self.others else self.base
+                links = [
+                    ("/", "Home"),
+                    (f"/s{section}/", f"Section {section}"),
+                    (f"{other}/s{section}/p{page}.html", "Elsewhere"),
+                ]
+                return f"{host} page {section}.{page}", links
         return None
 
     def _send(self, status: HTTPStatus, body: str, content_type: str = "text/html") -> None:

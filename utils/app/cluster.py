@@ -1,8 +1,8 @@
 """``crawlhive up``: a whole cluster in the foreground on one machine.
 
 Starts a private Redis and/or broker when REDIS_URL / KAFKA_BOOTSTRAP_SERVERS are not set
-(:mod:`crawlhive.utils.embedded`), records the addresses for other ``crawlhive`` commands
-(:mod:`crawlhive.utils.state`), creates the topics, and runs every component that exists as a child
+(:mod:`crawlhive.utils.app.embedded`), records the addresses for other ``crawlhive`` commands
+(:mod:`crawlhive.utils.app.state`), creates the topics, and runs every component that exists as a child
 process (restarted with back-off if it dies). On SIGINT/SIGTERM, or after ``--duration``, it stops
 the children (SIGTERM, then SIGKILL after a grace period) and the services, and returns 0.
 """
@@ -19,18 +19,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook
+from crawlhive.utils.app.state import clear_state, write_state
 from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
-from crawlhive.utils.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook
 from crawlhive.utils.errors import BackendUnavailable
 from crawlhive.utils.settings import Settings, settings_env
-from crawlhive.utils.state import clear_state, write_state
 
 if TYPE_CHECKING:
     from redis import Redis
 
 logger = logging.getLogger(__name__)
 
-#: Topics the cluster reads or writes (API.md §1); per-appid topics are created on demand.
+#: Topics the cluster reads or writes (docs/contract.md §1); per-appid topics are created on demand.
 TOPICS = ("incoming", "crawled_firehose", "outbound_firehose", "dead_letter")
 #: Seconds a child gets to exit after SIGTERM before it is killed.
 STOP_GRACE_S = 15.0
@@ -70,12 +70,11 @@ class Child:
             self.process.wait()
 
 
-def component_commands(crawlers: int, available: set[str]) -> list[tuple[str, list[str]]]:
-    """(name, crawlhive arguments) of each component process ``up`` runs, if it exists yet."""
+def component_commands(crawlers: int) -> list[tuple[str, list[str]]]:
+    """(name, crawlhive arguments) of each component process ``up`` runs."""
     wanted = [("kafka-monitor", ["kafka-monitor"]), ("redis-monitor", ["redis-monitor"])]
     wanted += [(f"crawler-{i + 1}", ["crawler", "--spider", "link"]) for i in range(crawlers)]
-    wanted += [("rest", ["rest"])]
-    return [(name, args) for name, args in wanted if args[0] in available]
+    return [*wanted, ("rest", ["rest"])]
 
 
 @contextlib.contextmanager
@@ -111,8 +110,6 @@ class LocalCluster:
         self.settings = settings
 
     def __enter__(self) -> LocalCluster:
-        from crawlhive.utils.cli import implemented_subcommands
-
         try:
             self.settings = self._stack.enter_context(backing_services(self.requested))
             redis = redis_from_settings(self.settings)
@@ -123,8 +120,8 @@ class LocalCluster:
             self._stack.callback(clear_state, self.settings.home)
             env = {**os.environ, **settings_env(self.settings), **self.extra_env}
             self.children = [
-                Child(name, [sys.executable, "-m", "crawlhive.utils.cli", *args], env=env)
-                for name, args in component_commands(self.crawlers, implemented_subcommands())
+                Child(name, [sys.executable, "-m", "crawlhive.utils.app.cli", *args], env=env)
+                for name, args in component_commands(self.crawlers)
             ]
             self._stack.callback(self._stop_children)
             for child in self.children:

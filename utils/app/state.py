@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from crawlhive.utils.settings import DECLARED, Settings, parse_value
+
 STATE_FILE = "up.json"
 
 
@@ -60,3 +62,16 @@ def clear_state(home: Path) -> None:
         return
     if isinstance(data, dict) and data.get("pid") == os.getpid():
         path.unlink(missing_ok=True)
+
+
+def with_state(settings: Settings) -> Settings:
+    """Fill REDIS_URL / KAFKA_BOOTSTRAP_SERVERS from a live ``crawlhive up`` when the user set neither."""
+    state = read_state(settings.home)
+    if state is None:
+        return settings
+    values, sources = dict(settings), {name: settings.source(name) for name in settings}
+    for name in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS"):
+        if not settings.is_set(name) and name in state:
+            values[name] = parse_value(name, DECLARED[name][0], state[name])
+            sources[name] = "state"
+    return Settings(values, sources)

@@ -1,4 +1,4 @@
-"""The ``crawlhive`` command: one entry point for every part of the cluster (API.md §8.2).
+"""The ``crawlhive`` command: one entry point for every part of the cluster (docs/contract.md §8.2).
 
 Each subcommand parses its options, resolves the settings (defaults < state file < ``--settings``
 < environment < options), configures logging once, and runs its component. Components are imported
@@ -14,28 +14,24 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
 from crawlhive.utils import __version__
+from crawlhive.utils.app.state import with_state
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
 from crawlhive.utils.log import configure_logging
 from crawlhive.utils.settings import Settings, load_settings
+from crawlhive.utils.worker import Worker
 
 logger = logging.getLogger(__name__)
 
 #: Short topic names ``dump`` accepts without the prefix (plus ``crawled_<appid>`` / ``outbound_<appid>``).
 SHORT_TOPICS = ("incoming", "crawled_firehose", "outbound_firehose", "dead_letter")
 
-#: Exit codes of ``feed`` (API.md §8.2).
+#: Exit codes of ``feed`` (docs/contract.md §8.2).
 EXIT_OK, EXIT_INVALID, EXIT_KAFKA, EXIT_NO_ANSWER = 0, 1, 2, 3
-#: Exit code of a subcommand whose component has not been built yet.
-EXIT_NOT_IMPLEMENTED = 2
-
-
-class NotImplementedYet(CrawlhiveError):
-    """The subcommand's component does not exist yet."""
 
 
 class Shutdown(Exception):
@@ -74,7 +70,8 @@ def _settings_from_args(args: argparse.Namespace, use_state_file: bool = True) -
         value = getattr(args, option, None)
         if value is not None:
             cli[name] = value
-    return load_settings(settings_file=args.settings, cli=cli, use_state_file=use_state_file)
+    settings = load_settings(settings_file=args.settings, cli=cli)
+    return with_state(settings) if use_state_file else settings
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +87,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Run the whole cluster in the foreground; embedded Redis / broker when none is configured."""
-    from crawlhive.utils.cluster import run_cluster
+    from crawlhive.utils.app.cluster import run_cluster
 
     settings = _settings_from_args(args, use_state_file=False)
     return run_cluster(settings, crawlers=args.crawlers, duration_s=args.duration)
@@ -98,7 +95,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo: the whole cluster, a bundled site, one crawl followed to its completion."""
-    from crawlhive.utils.demo import run_demo
+    from crawlhive.utils.app.demo import run_demo
 
     return run_demo(_settings_from_args(args, use_state_file=False), keep_running=args.keep_running)
 
@@ -277,20 +274,24 @@ def cmd_dump(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_worker(worker: Worker, command: str) -> int:
+    """Run a monitor's loop until SIGINT/SIGTERM: 0 after a graceful stop, 1 when forced."""
+    from crawlhive.utils.loop import ForcedShutdown
+
+    worker.install_signal_handlers()
+    try:
+        worker.run()
+    except ForcedShutdown as exc:
+        print(f"crawlhive {command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_kafka_monitor(args: argparse.Namespace) -> int:
     """Run one kafka-monitor until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
     from crawlhive.kafka_monitor.monitor import KafkaMonitor
-    from crawlhive.utils.loop import ForcedShutdown
 
-    settings = _settings_from_args(args)
-    monitor = KafkaMonitor.from_settings(settings)
-    monitor.install_signal_handlers()
-    try:
-        monitor.run()
-    except ForcedShutdown as exc:
-        print(f"crawlhive kafka-monitor: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return _run_worker(KafkaMonitor.from_settings(_settings_from_args(args)), "kafka-monitor")
 
 
 def cmd_rest(args: argparse.Namespace) -> int:
@@ -303,16 +304,8 @@ def cmd_rest(args: argparse.Namespace) -> int:
 def cmd_redis_monitor(args: argparse.Namespace) -> int:
     """Run one redis-monitor until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
     from crawlhive.redis_monitor.monitor import RedisMonitor
-    from crawlhive.utils.loop import ForcedShutdown
 
-    monitor = RedisMonitor.from_settings(_settings_from_args(args))
-    monitor.install_signal_handlers()
-    try:
-        monitor.run()
-    except ForcedShutdown as exc:
-        print(f"crawlhive redis-monitor: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return _run_worker(RedisMonitor.from_settings(_settings_from_args(args)), "redis-monitor")
 
 
 def cmd_crawler(args: argparse.Namespace) -> int:
@@ -321,22 +314,6 @@ def cmd_crawler(args: argparse.Namespace) -> int:
 
     run_crawler(_settings_from_args(args), args.spider)
     return 0
-
-
-def _not_implemented(component: str, issue: str) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        _settings_from_args(args)  # still validate the settings and options
-        raise NotImplementedYet(f"crawlhive {component}: not implemented yet ({issue})")
-
-    run.not_implemented = True  # type: ignore[attr-defined]
-    return run
-
-
-def implemented_subcommands() -> set[str]:
-    """Subcommands whose component exists (``up`` starts only these)."""
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return {name for name, p in sub.choices.items() if not getattr(p.get_default("func"), "not_implemented", False)}
 
 
 # --- parser and main ---------------------------------------------------------------------------
@@ -405,9 +382,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except Shutdown:
         return 0
-    except NotImplementedYet as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_NOT_IMPLEMENTED
     except (SettingsError, BackendUnavailable, CrawlhiveError) as exc:
         print(f"crawlhive {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,151 @@
+"""The admit: one atomic check of a fetched page's lease, and the filter of its links.
+
+When a page has been parsed, one Lua script (``utils/lua/crawler_admit.lua``) checks that the lease
+is still this process's and its crawl not stopped, renews the lease, and runs the page's links
+through the per-crawl dupefilter and page caps (docs/contract.md §3.6, §3.9).
+
+Why our own dupefilter (not scrapy-redis's ``RFPDupeFilter``): its one ``SADD`` per request cannot be
+batched with the page caps and the lease check into one atomic round trip per page, has no per-crawl
+key or expiry, and is not idempotent: a page refetched after its crawler died would find its own
+links already seen and lose them. Here each fingerprint records the page that first queued it, and
+that page may queue it again. Fingerprints are Scrapy's (``crawler.request_fingerprinter``).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import TYPE_CHECKING, Any
+
+from crawlhive.crawler.requests import child_request
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.scripts import scripts
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+
+    from crawlhive.crawler.batching import ScriptBatcher
+    from crawlhive.crawler.leases import LeaseContext
+    from crawlhive.utils.frontier import FrontierRequest
+
+logger = logging.getLogger(__name__)
+
+
+class Verdict(enum.Enum):
+    """What :meth:`Admission.admit` found about a fetched page's lease."""
+
+    EMIT = 1
+    """The lease is ours (renewed): emit the item and queue the admitted links."""
+    EMIT_NO_LINKS = 2
+    """The crawl is stopped but this lease was taken after the stop (a resubmitted seed, §3.9):
+    emit the item, follow no link."""
+    CANCELLED = 3
+    """The crawl was stopped or expired while the page was in flight: no item, no links; ack."""
+    LOST = 0
+    """The lease is gone (reclaimed after expiry): no item, no links, no ack (another crawler has
+    the request now)."""
+
+
+class Admission:
+    """Admits fetched pages and their links for one crawler process.
+
+    Args:
+        crawler: the Scrapy crawler (its request fingerprinter).
+        redis: a bytes client (for :meth:`admit`, the blocking form).
+        batcher: the hot path's batcher on an asyncio client (for :meth:`admit_async`).
+        keys: the cluster's key formats.
+        lease_s: LEASE_TIMEOUT (an admitted page's lease is renewed for this long).
+        filter_ttl_s: DUPEFILTER_TIMEOUT.
+        global_cap: GLOBAL_PAGE_PER_DOMAIN_LIMIT (None: no cluster-wide cap).
+    """
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        redis: Redis,
+        batcher: ScriptBatcher,
+        keys: Keys,
+        lease_s: float,
+        filter_ttl_s: float,
+        global_cap: int | None,
+    ) -> None:
+        self.crawler = crawler
+        self.scripts = scripts(redis)
+        self.batcher = batcher
+        self.keys = keys
+        self.lease_us = int(lease_s * 1_000_000)
+        self.filter_ttl_ms = max(1, int(filter_ttl_s * 1000))
+        self.global_cap = global_cap
+        self._reported_stopped: set[tuple[str, str]] = set()
+
+    def page_cap(self, request: FrontierRequest) -> int:
+        """The page cap of *request*'s crawl in any domain (§3.6); 0 = none."""
+        caps = [c for c in (request.domain_max_pages, self.global_cap) if c]
+        return min(caps) if caps else 0
+
+    def child(self, context: LeaseContext, request: Request, spider: Spider) -> tuple[FrontierRequest, str]:
+        """The frontier request (and fingerprint) of *request*, yielded on *context*'s page."""
+        return (
+            child_request(context.request, request, spider),
+            self.crawler.request_fingerprinter.fingerprint(request).hex(),
+        )
+
+    def admit(self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]) -> Verdict:
+        """Check *context*'s lease and filter its page's links (dedupe, page caps), atomically.
+
+        Sets ``context.children`` to the admitted links. One blocking round trip; the crawler's
+        spider middleware uses :meth:`admit_async`.
+        """
+        keys, args, unique = self._call(context, children)
+        return self._verdict(context, unique, self.scripts["crawler_admit"](keys=keys, args=args))
+
+    async def admit_async(self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]) -> Verdict:
+        """:meth:`admit` without blocking the reactor (batched with other pages' calls)."""
+        keys, args, unique = self._call(context, children)
+        return self._verdict(context, unique, await self.batcher.call("crawler_admit", keys, args))
+
+    def _call(
+        self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]
+    ) -> tuple[list[str], list[Any], dict[str, FrontierRequest]]:
+        """KEYS and ARGV of the admit script for *context*'s page, and its links by fingerprint."""
+        r = context.request
+        keys = self.keys
+        cap = self.page_cap(r)
+        cap_keys: dict[str, int] = {}
+        script_keys = [
+            keys.leases(r.spiderid),
+            keys.crawl_stopped(r.spiderid, r.appid, r.crawlid),
+            keys.dupefilter(r.spiderid, r.appid, r.crawlid),
+        ]
+
+        def cap_index(domain: str) -> int:
+            if not cap:
+                return 0
+            if domain not in cap_keys:
+                script_keys.append(keys.page_caps(r.spiderid, r.appid, r.crawlid, domain))
+                cap_keys[domain] = len(script_keys)
+            return cap_keys[domain]
+
+        args: list[Any] = [context.lease.member, self.lease_us, self.filter_ttl_ms]
+        args += [context.fingerprint, cap_index(r.domain)]
+        unique: dict[str, FrontierRequest] = {}
+        for child, fingerprint in children:
+            unique.setdefault(fingerprint, child)
+        for fingerprint, child in unique.items():
+            args += [fingerprint, cap_index(child.domain), cap]
+        return script_keys, args, unique
+
+    def _verdict(self, context: LeaseContext, unique: dict[str, FrontierRequest], reply: list[Any]) -> Verdict:
+        """The verdict of an admit *reply*; sets ``context.children`` to the admitted links."""
+        r = context.request
+        verdict = Verdict(int(reply[0]))
+        if verdict is Verdict.EMIT:
+            context.children = [c for c, ok in zip(unique.values(), reply[1:], strict=True) if int(ok)]
+        elif verdict is not Verdict.LOST:
+            crawl = (r.appid, r.crawlid)
+            if crawl not in self._reported_stopped:  # log once per crawl
+                self._reported_stopped.add(crawl)
+                logger.info("crawl %s/%s is stopped; dropping its in-flight work", r.appid, r.crawlid)
+        return verdict

@@ -1,0 +1,215 @@
+"""The leases one crawler process holds, and how each one ends.
+
+A :class:`LeaseContext` travels with a leased request through Scrapy (in its meta). The
+:class:`LeaseTable` keeps every context in flight, renews their leases, and is the only place where a
+lease ends:
+
+* :meth:`LeaseTable.finish`: the page's item (or dead letter) is acknowledged by Kafka: its links are
+  queued and its lease acked, in one ``MULTI`` shared with every page finished in the same reactor
+  turn;
+* :meth:`LeaseTable.drop`: a policy drop (nothing emitted, no counter);
+* :meth:`LeaseTable.retry`: back to the frontier as a retry, for any crawler (docs/contract.md §3.10);
+* :meth:`LeaseTable.give_back`: an unstarted request handed back unchanged (graceful shutdown);
+* :meth:`LeaseTable.abandon`: forgotten here without ending it: it expires and the redis-monitor
+  reclaims it (a Kafka or Redis failure never acks: at least once, §3.12).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+from twisted.internet import reactor
+
+from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, Lease, TouchStatus, retried
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.scripts import scripts
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class LeaseContext:
+    """One leased request while this process works on it (kept in request meta, see requests.py).
+
+    Attributes:
+        lease: what the frontier pop returned.
+        fingerprint: Scrapy's fingerprint of the request as first built (hex).
+        children: the links to queue when the page is finished (after dedupe and page caps).
+        pending_items: items handed to the pipeline and not yet acknowledged by Kafka.
+        parsed: the spider's output for the page has been handled.
+        failed: a dead letter replaced the item (the lease ends counted as failed).
+        done: the lease has ended here (acked, handed back, retried or abandoned).
+    """
+
+    lease: Lease
+    fingerprint: str = ""
+    children: list[FrontierRequest] = field(default_factory=list)
+    pending_items: int = 0
+    parsed: bool = False
+    failed: bool = False
+    done: bool = False
+    started: float = field(default_factory=time.monotonic)
+    """When the lease was taken (monotonic clock)."""
+
+    @property
+    def request(self) -> FrontierRequest:
+        return self.lease.request
+
+
+class LeaseTable:
+    """The in-flight leases of one crawler process.
+
+    Args:
+        redis: a bytes client (blocking: renewals and acks run off the hot path, batched).
+        keys: the cluster's key formats.
+        worker, frontier: the crawler side and the writer of the frontier.
+        max_hold_s: a page in flight longer than this is given up (only a bug keeps one so long,
+            and renewing its lease forever would stop its crawl from ever completing).
+        on_crawled: called once per lease that ends counted as crawled (the items stat).
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        worker: FrontierWorker,
+        frontier: Frontier,
+        max_hold_s: float,
+        on_crawled: Callable[[], None],
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.worker = worker
+        self.frontier = frontier
+        self.max_hold_s = max_hold_s
+        self.on_crawled = on_crawled
+        self.scripts = scripts(redis)
+        self.inflight: dict[bytes, LeaseContext] = {}
+        self.closed = False
+        self._finishing: list[tuple[LeaseContext, str]] = []
+        self._flush_call: Any = None
+
+    def add(self, context: LeaseContext) -> None:
+        """Track *context* from now until its lease ends here."""
+        self.inflight[context.lease.member] = context
+
+    def _end(self, context: LeaseContext) -> bool:
+        """Mark *context* done; False if it already was."""
+        if context.done:
+            return False
+        context.done = True
+        self.inflight.pop(context.lease.member, None)
+        return True
+
+    def renew_all(self) -> None:
+        """Renew every in-flight lease (one pipelined round trip); runs on a looping call.
+
+        A page in flight for longer than ``max_hold_s`` is given up on instead (logged): its lease
+        expires and is reclaimed, so the page is fetched again.
+        """
+        now = time.monotonic()
+        for stale in [c for c in self.inflight.values() if not c.done and now - c.started > self.max_hold_s]:
+            logger.error(
+                "%s has been in flight for %.0fs; giving it up (its lease will be reclaimed)",
+                stale.request.url,
+                now - stale.started,
+            )
+            self.abandon(stale)
+        contexts = [c for c in self.inflight.values() if not c.done]
+        if not contexts:
+            return
+        try:
+            statuses = self.worker.touch_many([c.lease for c in contexts])
+        except RedisError:
+            logger.warning("renewing %d leases failed; check REDIS_URL", len(contexts), exc_info=True)
+            return
+        lost = sum(1 for s in statuses if s is TouchStatus.LOST)
+        if lost:
+            logger.info("%d in-flight leases were lost (reclaimed or cancelled)", lost)
+
+    # --- how a page ends -----------------------------------------------------------------------------
+
+    def page_parsed(self, context: LeaseContext, items: int) -> None:
+        """The spider's output for *context*'s page is handled; *items* went to the pipeline."""
+        context.pending_items += items
+        context.parsed = True
+        if items == 0 and not context.failed:
+            self.finish(context, "")
+        else:
+            self.maybe_finish(context)
+
+    def maybe_finish(self, context: LeaseContext) -> None:
+        """Finish *context* once its page is parsed and Kafka acknowledged all its items."""
+        if context.parsed and context.pending_items <= 0 and not context.done:
+            self.finish(context, "failed" if context.failed else "crawled")
+
+    def drop(self, context: LeaseContext) -> None:
+        """End *context* as a policy drop (nothing emitted, no counter)."""
+        context.children = []
+        self.finish(context, "")
+
+    def finish(self, context: LeaseContext, counter: str) -> None:
+        """Queue *context*'s links and ack its lease with *counter*, in one ``MULTI`` shared with
+        every page finished in the same reactor turn."""
+        if not self._end(context):
+            return
+        if counter == "crawled":
+            self.on_crawled()
+        self._finishing.append((context, counter))
+        if self._flush_call is None and not self.closed:
+            # Twisted's interface stubs declare callLater without self: mypy misreads the arguments.
+            self._flush_call = reactor.callLater(0, self.flush_finished)  # type: ignore[arg-type]
+
+    def flush_finished(self) -> None:
+        """Write the pending :meth:`finish` batch now (links first, then the acks)."""
+        self._flush_call = None
+        batch, self._finishing = self._finishing, []
+        if not batch:
+            return
+
+        def pipeline() -> Any:
+            pipe = self.redis.pipeline(transaction=True)
+            self.frontier.push([c for context, _ in batch for c in context.children], pipe)
+            for context, counter in batch:
+                self.worker.queue_ack(context.lease, counter, pipe)
+            return pipe
+
+        try:
+            self.scripts.execute(pipeline)
+        except RedisError:
+            logger.error("finishing %d pages failed; their leases will be reclaimed", len(batch), exc_info=True)
+
+    def retry(self, context: LeaseContext) -> None:
+        """Put *context*'s request back in the frontier as a retry (§3.10), for any crawler."""
+        if self._end(context) and self.worker.requeue(context.lease.member, retried(context.request)):
+            self.wake_crawlers(context.request.spiderid)
+
+    def give_back(self, context: LeaseContext) -> None:
+        """Hand an unstarted request back to the frontier unchanged (graceful shutdown)."""
+        if self._end(context) and self.worker.requeue(context.lease.member, context.request):
+            self.wake_crawlers(context.request.spiderid)
+
+    def abandon(self, context: LeaseContext) -> None:
+        """Stop working on *context* without ending its lease: it expires and is reclaimed."""
+        context.done = True
+        self.inflight.pop(context.lease.member, None)
+
+    def wake_crawlers(self, spider: str) -> None:
+        """Tell idle crawlers of *spider* that work was queued (``requeue`` does not publish)."""
+        try:
+            self.redis.publish(self.keys.wake_channel(spider), b"1")
+        except RedisError:
+            logger.warning("could not publish a wake-up; idle crawlers find the work later", exc_info=True)
+
+    def close(self) -> None:
+        """Write what is pending; later finishes are no longer written (their leases are reclaimed)."""
+        self.flush_finished()
+        self.closed = True

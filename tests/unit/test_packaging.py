@@ -1,0 +1,82 @@
+"""What a non-editable install (the docker image's ``pip install .``) ships: every package folder and
+the Lua scripts. An editable install finds subpackages by itself, so only this test sees a miss."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _config() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def test_every_package_folder_is_listed_in_pyproject() -> None:
+    config = _config()
+    folders = {str(REPO / folder): name for name, folder in config["package-dir"].items()}
+    found = set()
+    for root, name in folders.items():
+        for init in Path(root).rglob("__init__.py"):
+            relative = init.parent.relative_to(root)
+            found.add(".".join([name, *relative.parts]) if relative.parts else name)
+    assert found == set(config["packages"])
+
+
+def test_lua_scripts_are_package_data() -> None:
+    patterns = _config()["package-data"]["crawlhive.utils"]
+    lua = {p.relative_to(REPO / "utils").as_posix() for p in (REPO / "utils" / "lua").rglob("*.lua")}
+    assert lua and all(any(Path(f).match(pattern) for pattern in patterns) for f in lua)
+
+
+def test_the_library_layer_never_imports_the_application_layer() -> None:
+    """``crawlhive.utils.app`` (CLI, up, demo, embedded services, state file) sits on top of the
+    library; components and the library must not depend on it."""
+    offenders = []
+    for folder in ("utils", "crawler", "kafka-monitor", "redis-monitor", "rest"):
+        for path in (REPO / folder).rglob("*.py"):
+            if path.is_relative_to(REPO / "utils" / "app"):
+                continue
+            if any(
+                line.lstrip().startswith(("from crawlhive.utils.app", "import crawlhive.utils.app"))
+                for line in path.read_text().splitlines()
+            ):
+                offenders.append(str(path.relative_to(REPO)))
+    assert offenders == []
+
+
+def _tracked_text_files() -> list[Path]:
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    files = [REPO / line for line in listed.splitlines()]
+    return [f for f in files if f.is_file() and f.suffix not in {".png", ".whl"}]
+
+
+def test_the_repository_stands_alone() -> None:
+    """Nothing a user reads or runs points outside the repository (the contract is docs/contract.md,
+    the bench site and baseline are in bench/)."""
+    offenders = []
+    for path in _tracked_text_files():
+        if path.name == "test_packaging.py":
+            continue
+        text = path.read_text(errors="replace")
+        if "../shared" in text or "shared/spec" in text or "shared/bench" in text or "API.md" in text:
+            offenders.append(str(path.relative_to(REPO)))
+    assert offenders == []
+
+
+def test_relative_links_in_markdown_resolve() -> None:
+    import re
+
+    broken = []
+    for path in _tracked_text_files():
+        if path.suffix != ".md":
+            continue
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (path.parent / target).exists():
+                broken.append(f"{path.relative_to(REPO)} -> {target}")
+    assert broken == []

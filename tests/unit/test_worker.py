@@ -1,0 +1,78 @@
+"""The worker skeleton both monitors run, against a real Redis: one rule for transient errors,
+back-off and retry, a teardown that never raises and always removes the heartbeat."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from crawlhive.utils.heartbeat import live_nodes
+from crawlhive.utils.settings import Settings
+from crawlhive.utils.worker import ProcessContext, Worker
+
+
+def live(client: redis.Redis, worker: Any, component: str) -> list[str]:
+    """Node ids of *component*'s live heartbeats, whatever their host."""
+    return sorted(node for nodes in live_nodes(client, worker.keys, component).values() for node in nodes)
+
+
+class Scripted(Worker):
+    """Raises what it is told to, iteration by iteration."""
+
+    component = "test-worker"
+
+    def __init__(self, settings: Settings, client: redis.Redis, script: list[BaseException | None]) -> None:
+        super().__init__(settings, client)
+        self.script = list(script)
+        self.setups = self.iterations = self.closes = 0
+        self.seen_live: list[str] = []
+
+    def setup(self) -> None:
+        self.setups += 1
+        self.beat(force=True)
+
+    def run_once(self) -> Any:
+        self.iterations += 1
+        self.seen_live = live(self.redis, self, self.component)
+        error = self.script.pop(0) if self.script else None
+        if error is not None:
+            raise error
+        if not self.script:
+            self.stopping = True
+
+    def close(self) -> None:
+        self.closes += 1
+        raise RuntimeError("closing failed")  # teardown reports it and goes on
+
+
+def test_transient_errors_back_off_and_retry_others_end_the_loop_after_teardown(
+    redis_settings: Settings, redis_client: redis.Redis
+) -> None:
+    worker = Scripted(redis_settings, redis_client, [RedisConnectionError("gone"), ResponseError("LOADING wait"), None])
+    worker.backoff.first_s = 0.01
+    worker.run()
+    assert (worker.setups, worker.iterations, worker.closes) == (1, 3, 1)
+    assert worker.seen_live == [worker.node_id]  # its heartbeat was there while it ran
+    assert live(redis_client, worker, "test-worker") == []  # and removed by the teardown
+
+    fatal = Scripted(redis_settings, redis_client, [ResponseError("WRONGTYPE Operation against a key")])
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        fatal.run()
+    assert fatal.closes == 1 and live(redis_client, fatal, "test-worker") == []
+
+
+def test_a_process_context_is_built_once_with_a_fresh_node_id(
+    redis_settings: Settings, redis_client: redis.Redis
+) -> None:
+    first = ProcessContext.create(redis_settings, redis_client, "rest")
+    second = ProcessContext.create(redis_settings, redis_client, "rest", heartbeat_extra={"spider": "link"})
+    assert first.node_id != second.node_id and len(first.node_id) == 12
+    assert first.keys.prefix == redis_settings["REDIS_KEY_PREFIX"]
+    second.heartbeat.beat()
+    assert live(redis_client, second, "rest") == [second.node_id]
+    second.close()
+    assert live(redis_client, second, "rest") == []

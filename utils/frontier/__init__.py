@@ -1,0 +1,69 @@
+"""The Redis frontier: one module per role (docs/architecture.md has the map).
+
+* :mod:`.model`: the queued request (:class:`FrontierRequest`), its score, retries, dead letters;
+* :mod:`.writer`: :class:`Frontier`, how requests are stored, indexed and counted (the layout);
+* :mod:`.worker`: :class:`FrontierWorker`, the crawler's side (pop and lease, renew, ack, requeue);
+* :mod:`.reader`: :class:`FrontierReader`, the redis-monitor's side (info, stop, complete, expiry);
+* :mod:`.reclaim`: the reaper's reclaim of expired leases;
+* :mod:`.domains`: a domain's next fetch time (``Retry-After``, domain-config changes).
+
+Every Lua script these run is a file in ``utils/lua/``, registered by :mod:`crawlhive.utils.scripts`.
+"""
+
+from crawlhive.utils.frontier.domains import RETRY_AFTER_MAX_S, defer_domain, parse_retry_after, recheck_domain
+from crawlhive.utils.frontier.model import (
+    LEASE_EXPIRED,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    SEQ_SPAN,
+    FrontierRequest,
+    clamp_priority,
+    crawl_dead_letter,
+    decode_priority,
+    encode_score,
+    retried,
+    seed_from_request,
+)
+from crawlhive.utils.frontier.reader import CrawlState, DomainBacklog, FrontierReader
+from crawlhive.utils.frontier.reclaim import ReclaimResult, reclaim_expired_leases
+from crawlhive.utils.frontier.worker import (
+    POP_SCAN_DOMAINS,
+    RECHECK_S,
+    FrontierWorker,
+    Lease,
+    PopOutcome,
+    ThrottleConfig,
+    TouchStatus,
+)
+from crawlhive.utils.frontier.writer import Frontier
+
+__all__ = [
+    "LEASE_EXPIRED",
+    "POP_SCAN_DOMAINS",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
+    "RECHECK_S",
+    "RETRY_AFTER_MAX_S",
+    "SEQ_SPAN",
+    "CrawlState",
+    "DomainBacklog",
+    "Frontier",
+    "FrontierReader",
+    "FrontierRequest",
+    "FrontierWorker",
+    "Lease",
+    "PopOutcome",
+    "ReclaimResult",
+    "ThrottleConfig",
+    "TouchStatus",
+    "clamp_priority",
+    "crawl_dead_letter",
+    "decode_priority",
+    "defer_domain",
+    "encode_score",
+    "parse_retry_after",
+    "recheck_domain",
+    "reclaim_expired_leases",
+    "retried",
+    "seed_from_request",
+]

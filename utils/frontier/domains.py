@@ -1,0 +1,82 @@
+"""Changing when a domain may be fetched next, for every crawler of a spider type: a server's
+``Retry-After`` (:func:`defer_domain`) and an operator's domain-config change (:func:`recheck_domain`).
+"""
+
+from __future__ import annotations
+
+import time
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING
+
+from crawlhive.utils.frontier.model import text
+from crawlhive.utils.scripts import scripts
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from crawlhive.utils.keys import Keys
+
+#: Longest back-off one ``Retry-After`` may impose on a domain, in seconds (a bogus or hostile
+#: value must not park a domain for days).
+RETRY_AFTER_MAX_S = 3600.0
+
+
+def defer_domain(redis: Redis, keys: Keys, spider: str, domain: str, delay_s: float) -> float:
+    """Let no crawler of *spider* fetch from *domain* for *delay_s* seconds, cluster-wide.
+
+    Pushes the domain's ready time in ``keys.domains(spider)`` (what the scheduler pop reads) to
+    Redis time + *delay_s* (capped at RETRY_AFTER_MAX_S), never earlier than it already is
+    (``ZADD GT``). Called when a server answers 429 with ``Retry-After``. A domain with nothing
+    queued is registered with that score and dropped by the next pop that finds it empty.
+
+    Returns:
+        The domain's ready time (Redis time, epoch s) after the call.
+
+    Raises:
+        redis.RedisError: nothing was changed; the caller may ignore it (the retry is still
+            throttled by the domain's ordinary limits).
+    """
+    delay_us = int(min(max(delay_s, 0.0), RETRY_AFTER_MAX_S) * 1_000_000)
+    score = scripts(redis)["domain_defer"](keys=[keys.domains(spider)], args=[domain, delay_us])
+    return float(score)
+
+
+def recheck_domain(redis: Redis, keys: Keys, spiders: set[str], domain: str) -> None:
+    """Make every crawler look at *domain* again now, after its limits changed (domain-config).
+
+    A pop parks a domain in ``keys.domains(spider)`` until the limit *in force at that pop* allows
+    the next fetch (with 1 hit / 60 s, a whole minute). When an operator loosens or removes the
+    limit, that ready time is stale: this sets it to 0 for each of *spiders* where the domain is
+    parked (``ZADD XX LT``: a domain with nothing queued is not added), and wakes their idle
+    crawlers. The next pop recomputes the wait under the new limit, so a loosened limit applies at
+    once and a tightened one at the next pop (docs/contract.md §3.11). A ``Retry-After`` back-off in force
+    for the domain is dropped too: the operator's change wins.
+
+    Raises:
+        redis.RedisError: the caller retries (the call is idempotent).
+    """
+    if not spiders:
+        return
+    pipe = redis.pipeline(transaction=False)
+    for spider in sorted(spiders):
+        pipe.zadd(keys.domains(spider), {domain: 0}, xx=True, lt=True)
+    for spider in sorted(spiders):
+        pipe.publish(keys.wake_channel(spider), b"1")
+    pipe.execute()
+
+
+def parse_retry_after(value: bytes | str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from an HTTP ``Retry-After`` value (delay-seconds or an HTTP-date), or None
+    when it is absent or unparseable. Negative results become 0."""
+    if value is None:
+        return None
+    value_text = text(value).strip()
+    if value_text.isdigit():
+        return float(value_text)
+    try:
+        when = parsedate_to_datetime(value_text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))

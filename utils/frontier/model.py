@@ -1,0 +1,172 @@
+"""The frontier's data: a queued request, its score, and the shapes derived from it.
+
+A request's score in its crawl queue packs its priority and an arrival sequence, so that
+``ZPOPMIN`` serves the highest priority first and, among equal priorities, the oldest push first
+(docs/contract.md §3.1)::
+
+    score = -priority * 2**32 + (seq mod 2**32)
+
+``seq`` comes from the cluster-wide counter ``keys.queue_sequence()`` (``INCRBY`` by the batch size
+in ``Frontier.reserve_sequence``, ``INCR`` in ``lib/requeue.lua``), so pushes from any number of
+processes are ordered by when Redis ran them. Every score is an integer of magnitude below 2**53,
+hence exact in the double Redis stores, and the priority comes back as ``-floor(score / 2**32)``
+(:func:`decode_priority`).
+
+Bounds: priorities are clamped to ``[PRIORITY_MIN, PRIORITY_MAX]`` = ±2**20 (±1,048,576; real ones
+run from ``SCHEMA_PRIORITY_MAX`` down by 10 per depth level or retry, about -1000 for a very long
+wandering crawl), so a clamped request only loses its order against other clamped ones. The
+sequence wraps every 2**32 (about 4.3 billion) pushes cluster-wide; at the wrap, requests of equal
+priority pushed just after it may be served before those pushed just before it. Nothing else
+depends on the sequence.
+
+(Scrapy-redis's queue scores ``-priority`` alone, so equal priorities pop in byte order, not
+arrival order, and it pickles requests: not reused.) ``utils/lua/lib/score.lua`` is the Lua twin of
+:func:`encode_score`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import ujson
+
+from crawlhive.utils.domains import domain_of_url
+
+SEQ_BITS = 32
+"""Bits of the score that hold the arrival sequence."""
+SEQ_SPAN = 2**SEQ_BITS
+PRIORITY_MAX = 2**20
+"""Largest priority stored as such; higher ones are clamped to it."""
+PRIORITY_MIN = -(2**20)
+"""Smallest priority stored as such; lower ones are clamped to it."""
+
+
+def clamp_priority(priority: int) -> int:
+    """*priority* limited to ``[PRIORITY_MIN, PRIORITY_MAX]``, the range the score encodes exactly."""
+    return max(PRIORITY_MIN, min(PRIORITY_MAX, int(priority)))
+
+
+def encode_score(priority: int, seq: int) -> int:
+    """The score of a request of *priority* pushed as number *seq* (what the scripts compute)."""
+    return -clamp_priority(priority) * SEQ_SPAN + seq % SEQ_SPAN
+
+
+def decode_priority(score: float) -> int:
+    """The (clamped) priority that :func:`encode_score` packed into *score*."""
+    return -math.floor(score / SEQ_SPAN)
+
+
+@dataclass
+class FrontierRequest:
+    """One request in the frontier, with every option of its crawl (docs/contract.md §2.2, §3).
+
+    ``request_id`` makes the encoding unique per accepted submission: for a seed it is derived
+    from the Kafka record, so a redelivered record encodes identically (and ``ZADD NX`` ignores
+    it) while a deliberate resubmission of the same URL is a new request.
+    """
+
+    url: str
+    appid: str
+    crawlid: str
+    spiderid: str = "link"
+    priority: int = 1
+    request_id: str = ""
+    method: str = "GET"
+    headers: dict[str, str] | None = None
+    body: str | None = None
+    cookies: dict[str, str] | None = None
+    depth: int = 0
+    retry_times: int = 0
+    maxdepth: int = 0
+    domain_max_pages: int | None = None
+    allowed_domains: list[str] | None = None
+    allow_regex: list[str] | None = None
+    deny_regex: list[str] | None = None
+    deny_extensions: list[str] | None = None
+    expires: int = 0
+    useragent: str | None = None
+    cookie: str | None = None
+    attrs: dict[str, Any] | None = None
+    seed_domain: str = ""
+    domain: str = ""
+    """The queue bucket of ``url`` (docs/contract.md §3.2); filled in from ``url`` when empty."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    scrapy_request: dict[str, Any] | None = None
+    """A followed request that is more than a plain GET of ``url`` (its own method, body, headers,
+    cookies, callback, meta or cb_kwargs) as ``scrapy.Request.to_dict`` made JSON-safe by
+    ``crawlhive.crawler.requests``; None for a seed or a plain link."""
+
+    def __post_init__(self) -> None:
+        if not self.domain:
+            self.domain = domain_of_url(self.url)
+
+    def encode(self) -> bytes:
+        """Deterministic JSON (sorted keys), so equal requests are equal members."""
+        data: bytes = ujson.dumps(self.__dict__, sort_keys=True, ensure_ascii=False).encode()
+        return data
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Self:
+        return cls(**ujson.loads(raw))
+
+
+def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
+    """The frontier request of an accepted crawl request (defaults filled in) from Kafka *origin*."""
+    domain = domain_of_url(message["url"])
+    return FrontierRequest(
+        url=message["url"],
+        appid=message["appid"],
+        crawlid=message["crawlid"],
+        spiderid=message["spiderid"],
+        priority=message["priority"],
+        request_id=origin,
+        method=message["method"],
+        headers=message["headers"],
+        body=message["body"],
+        cookies=message["cookies"],
+        maxdepth=message["maxdepth"],
+        domain_max_pages=message["domain_max_pages"],
+        allowed_domains=message["allowed_domains"],
+        allow_regex=message["allow_regex"],
+        deny_regex=message["deny_regex"],
+        deny_extensions=message["deny_extensions"],
+        expires=message["expires"],
+        useragent=message["useragent"],
+        cookie=message["cookie"],
+        attrs=message["attrs"],
+        seed_domain=domain,
+        domain=domain,  # a seed is queued under its own domain; computed once
+    )
+
+
+def retried(request: FrontierRequest) -> FrontierRequest:
+    """The retry of *request* (docs/contract.md §3.10): one more ``retry_times``, priority lowered by 10."""
+    return dataclasses.replace(request, retry_times=request.retry_times + 1, priority=request.priority - 10)
+
+
+#: The ``error`` of the dead letter of a request whose lease expired once too often (§3.12).
+LEASE_EXPIRED = "lease expired"
+
+
+def crawl_dead_letter(request: FrontierRequest, error: str, server_time: int | None = None) -> dict[str, Any]:
+    """The crawl dead letter (docs/contract.md §6 b) of *request*, which failed permanently with *error*
+    (``"<ExceptionClass>: <message>"``, ``"lease expired"``, or the item-too-large text)."""
+    return {
+        "stage": "crawl",
+        "error": error,
+        "url": request.url,
+        "appid": request.appid,
+        "crawlid": request.crawlid,
+        "spiderid": request.spiderid,
+        "retry_times": request.retry_times,
+        "server_time": int(time.time()) if server_time is None else server_time,
+    }
+
+
+def text(value: bytes | str) -> str:
+    """*value* as ``str`` (replies may be bytes or str depending on the client)."""
+    return value.decode() if isinstance(value, bytes) else value

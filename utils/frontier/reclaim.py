@@ -1,0 +1,52 @@
+"""Reclaiming the leases of crawlers that died or hung (docs/contract.md §3.12): run by the
+redis-monitor's reaper."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ujson
+
+from crawlhive.utils.frontier.model import LEASE_EXPIRED, crawl_dead_letter, retried
+from crawlhive.utils.frontier.worker import FrontierWorker
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimResult:
+    """What one :func:`reclaim_expired_leases` pass did."""
+
+    requeued: int = 0
+    """Expired leases put back in the frontier as retries (priority - 10, retry_times + 1)."""
+    failed: int = 0
+    """Expired leases whose retries were used up: counted as failed, dead letter on the stream."""
+
+
+def reclaim_expired_leases(worker: FrontierWorker, spider: str, max_retries: int, limit: int = 500) -> ReclaimResult:
+    """Reclaim the expired leases of *spider* (their crawler died or hung), docs/contract.md §3.12.
+
+    Each lease whose deadline passed on the Redis clock counts as a failed attempt (§3.10): it goes
+    back into the frontier as :func:`retried` while its ``retry_times`` is below *max_retries*;
+    otherwise it ends counted as ``failed`` and a ``dead-letter`` entry (:func:`crawl_dead_letter`
+    with error :data:`LEASE_EXPIRED`) is appended to the control stream, atomically, for the
+    redis-monitor to produce. Each lease is claimed inside its script, so concurrent reapers never
+    handle one twice, and a lease renewed in the meantime is left alone.
+
+    Args:
+        worker: the frontier client (its lease time is not used).
+        spider: the spider type whose ``keys.leases(spider)`` to reap.
+        max_retries: RETRY_TIMES.
+        limit: most leases handled in this pass (oldest first).
+
+    Raises:
+        redis.RedisError: Redis failed; leases not yet handled stay leased for the next pass.
+    """
+    requeued = failed = 0
+    for member, request in worker.expired_leases(spider, limit):
+        if request.retry_times < max_retries:
+            requeued += worker.reclaim(member, retried(request))
+        else:
+            letter = crawl_dead_letter(request, LEASE_EXPIRED)
+            failed += worker.exhaust(member, request, ujson.dumps(letter, ensure_ascii=False))
+    if requeued:
+        worker.redis.publish(worker.keys.wake_channel(spider), b"1")  # idle crawlers take it at once
+    return ReclaimResult(requeued, failed)

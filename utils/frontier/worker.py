@@ -1,0 +1,300 @@
+"""The crawler's side of the frontier: take (pop and lease), renew, finish and hand back requests.
+
+Every call is one Lua script (``utils/lua/frontier_pop.lua``, ``lease_*.lua``) on the Redis clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self, cast
+
+from crawlhive.utils.frontier.model import FrontierRequest
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.scripts import scripts
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.client import Pipeline
+
+    from crawlhive.utils.settings import Settings
+
+#: Domains one pop considers at most before it reports "nothing ready" (bounds the script's work).
+POP_SCAN_DOMAINS = 16
+#: Seconds a blacklisted or paused domain waits before the scheduler looks at it again, so a
+#: ``blacklist-remove`` or ``domain-update`` applies within this time (docs/contract.md §3.11: within 2 s).
+RECHECK_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A request taken from the frontier by one crawler.
+
+    Attributes:
+        member: the exact bytes leased (the key of the lease; pass it back to ack/renew/requeue).
+        request: the decoded request.
+        deadline: Redis time (epoch s) after which the lease may be reclaimed unless renewed.
+    """
+
+    member: bytes
+    request: FrontierRequest
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class PopOutcome:
+    """What :meth:`Frontier.pop` found: a lease, or how long until a domain may be fetched.
+
+    Attributes:
+        lease: the leased request, or None.
+        wait_s: when no lease: seconds until the next queued domain may be fetched, or None when
+            nothing at all is queued for the spider (wait for the wake channel instead of polling).
+    """
+
+    lease: Lease | None
+    wait_s: float | None
+
+
+class TouchStatus(enum.Enum):
+    """Outcome of :meth:`Frontier.touch`."""
+
+    RENEWED = 1
+    """The lease is ours and its deadline was extended."""
+    LOST = 0
+    """The lease is gone (reclaimed after expiry, or cancelled by stop): drop the result."""
+    STOPPED = 2
+    """The crawl was stopped or expired: drop the result, then :meth:`Frontier.ack` the lease."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleConfig:
+    """Default throttle of one crawler process (overridden per domain by domain-config)."""
+
+    hits: int
+    window_s: float
+    moderated: bool
+    type_enabled: bool
+    egress_id: str | None
+    margin_s: float = 0.0
+    """Added to every window when hits are counted (``QUEUE_WINDOW_MARGIN``)."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ThrottleConfig:
+        egress = settings["CRAWLER_EGRESS_ID"] if settings.getbool("SCHEDULER_IP_ENABLED") else None
+        return cls(
+            hits=settings.getint("QUEUE_HITS"),
+            window_s=settings.getfloat("QUEUE_WINDOW"),
+            moderated=settings.getbool("QUEUE_MODERATED"),
+            type_enabled=settings.getbool("SCHEDULER_TYPE_ENABLED"),
+            egress_id=egress,
+            margin_s=max(0.0, settings.getfloat("QUEUE_WINDOW_MARGIN")),
+        )
+
+
+class FrontierWorker:
+    """The crawler's side of the frontier: take, renew, finish and hand back requests.
+
+    Every method is one Lua script (one round trip) on the Redis clock.
+    """
+
+    def __init__(self, redis: Redis, keys: Keys, lease_s: float, record_ttl_s: float, throttle: ThrottleConfig) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.lease_us = int(lease_s * 1_000_000)
+        self.record_ttl_s = int(record_ttl_s)
+        self.throttle = throttle
+        self.scripts = scripts(redis)
+
+    @classmethod
+    def from_settings(cls, redis: Redis, settings: Settings) -> Self:
+        return cls(
+            redis,
+            Keys(settings["REDIS_KEY_PREFIX"]),
+            settings.getfloat("LEASE_TIMEOUT"),
+            settings.getfloat("CRAWL_RECORD_TTL"),
+            ThrottleConfig.from_settings(settings),
+        )
+
+    def pop(self, spider: str) -> PopOutcome:
+        """Lease the best request of the next domain that its throttle allows, cluster-wide.
+
+        Domains are served in the order they become ready (round robin); within a domain the crawl
+        with the highest-priority head goes first. Blacklisted and paused (``hits`` 0) domains are
+        skipped and looked at again after RECHECK_S.
+        """
+        keys, args = self.pop_call(spider)
+        return self.pop_outcome(self.scripts["frontier_pop"](keys=keys, args=args))
+
+    def pop_call(self, spider: str) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of one :meth:`pop` for *spider*; decode the reply with :meth:`pop_outcome`."""
+        keys = self.keys
+        prefixes = keys.script_prefixes(spider)
+        throttle = self.throttle
+        return (
+            [keys.domains(spider), keys.leases(spider), keys.domain_config(), keys.domain_blacklist()],
+            [
+                prefixes["crawl_queue"],
+                prefixes["domain_crawls"],
+                prefixes["crawl_domains"],
+                prefixes["crawl"],
+                prefixes["crawl_leases"],
+                keys.throttle_prefix(spider if throttle.type_enabled else None, throttle.egress_id),
+                throttle.hits,
+                int(throttle.window_s * 1_000_000),
+                "1" if throttle.moderated else "0",
+                self.lease_us,
+                POP_SCAN_DOMAINS,
+                int(RECHECK_S * 1_000_000),
+                int(throttle.margin_s * 1_000_000),
+            ],
+        )
+
+    @staticmethod
+    def pop_outcome(reply: list[Any]) -> PopOutcome:
+        """The :class:`PopOutcome` of one pop script reply."""
+        status = int(reply[0])
+        if status == 1:
+            member = bytes(reply[1])
+            deadline = int(reply[4]) + int(reply[5]) / 1_000_000
+            return PopOutcome(Lease(member, FrontierRequest.decode(member), deadline), None)
+        if status == 2:
+            return PopOutcome(None, int(reply[1]) / 1_000_000)
+        return PopOutcome(None, None)
+
+    def touch(self, lease: Lease) -> TouchStatus:
+        """Renew *lease* for another LEASE_TIMEOUT unless its crawl was stopped or it was lost."""
+        r = lease.request
+        result = self.scripts["lease_touch"](
+            keys=[self.keys.leases(r.spiderid), self.keys.crawl_stopped(r.spiderid, r.appid, r.crawlid)],
+            args=[lease.member, self.lease_us],
+        )
+        return TouchStatus(int(result) if int(result) in (0, 2) else 1)
+
+    def ack(self, lease: Lease, counter: str = "") -> bool:
+        """End *lease*: its item or dead letter is acknowledged by Kafka, or it was dropped.
+
+        Args:
+            lease: what :meth:`pop` returned.
+            counter: ``"crawled"`` (an item), ``"failed"`` (a crawl dead letter) or ``""`` (a policy
+                drop: nothing is counted).
+
+        Returns:
+            True if this ended the lease; False if it had already been reclaimed or cancelled.
+        """
+        if counter not in ("", "crawled", "failed"):
+            raise ValueError(f"counter must be 'crawled', 'failed' or '', got {counter!r}")
+        r = lease.request
+        keys = self.keys
+        return bool(
+            self.scripts["lease_ack"](
+                keys=[
+                    keys.leases(r.spiderid),
+                    keys.crawl(r.spiderid, r.appid, r.crawlid),
+                    keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
+                ],
+                args=[lease.member, counter, self.record_ttl_s],
+            )
+        )
+
+    def requeue(self, member: bytes, request: FrontierRequest) -> bool:
+        """Move the leased *member* back into the queue as *request*, if it is still leased.
+
+        Pass the decoded member unchanged to hand an unstarted request back (graceful shutdown), or
+        a copy with ``retry_times + 1`` and ``priority - 10`` to retry it (lease reclaim).
+
+        Returns:
+            True if moved; False if the lease had already ended (acked, reclaimed, cancelled).
+        """
+        keys, args = self._move_back(member, request)
+        return bool(self.scripts["lease_requeue"](keys=keys, args=args))
+
+    def _move_back(self, member: bytes, r: FrontierRequest) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of the scripts that move a lease back into the queue (requeue, reclaim)."""
+        keys = self.keys
+        return (
+            [
+                keys.leases(r.spiderid),
+                keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
+                keys.crawl(r.spiderid, r.appid, r.crawlid),
+                keys.crawl_queue(r.spiderid, r.appid, r.crawlid, r.domain),
+                keys.domain_crawls(r.spiderid, r.domain),
+                keys.domains(r.spiderid),
+                keys.crawl_domains(r.spiderid, r.appid, r.crawlid),
+                keys.queue_sequence(),
+            ],
+            [member, r.encode(), r.priority, keys.crawl_member(r.appid, r.crawlid), r.domain],
+        )
+
+    def expired_leases(self, spider: str, limit: int = 500) -> list[tuple[bytes, FrontierRequest]]:
+        """Leases of *spider* whose deadline passed on the Redis clock (oldest first), decoded."""
+        now_s, now_us = self.redis.time()
+        members = cast(
+            "list[bytes]",
+            self.redis.zrangebyscore(self.keys.leases(spider), "-inf", f"{now_s}.{now_us:06d}", start=0, num=limit),
+        )
+        return [(bytes(m), FrontierRequest.decode(m)) for m in members]
+
+    def reclaim(self, member: bytes, request: FrontierRequest) -> bool:
+        """:meth:`requeue`, but only if the lease of *member* still exists and has expired (so a
+        crawler that renewed it in the meantime keeps it). Returns True if moved."""
+        keys, args = self._move_back(member, request)
+        return bool(self.scripts["lease_reclaim"](keys=keys, args=args))
+
+    def exhaust(self, member: bytes, request: FrontierRequest, dead_letter: str) -> bool:
+        """End the expired lease of *member* as :meth:`ack` with ``"failed"`` does, and append
+        *dead_letter* (JSON) to the control stream as a ``dead-letter`` entry, atomically.
+
+        Returns:
+            True if done; False if the lease was gone or had been renewed (nothing changed).
+        """
+        keys = self.keys
+        r = request
+        return bool(
+            self.scripts["lease_exhaust"](
+                keys=[
+                    keys.leases(r.spiderid),
+                    keys.crawl(r.spiderid, r.appid, r.crawlid),
+                    keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
+                    keys.control_stream(),
+                ],
+                args=[member, "failed", self.record_ttl_s, dead_letter],
+            )
+        )
+
+    # --- crawler helpers: batched renewals and acks on a caller's pipeline -----------------------
+
+    def touch_many(self, leases: list[Lease]) -> list[TouchStatus]:
+        """:meth:`touch` of several leases in one pipelined round trip (the crawler's renewal loop)."""
+        if not leases:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for lease in leases:
+            r = lease.request
+            self.scripts["lease_touch"](
+                keys=[self.keys.leases(r.spiderid), self.keys.crawl_stopped(r.spiderid, r.appid, r.crawlid)],
+                args=[lease.member, self.lease_us],
+                client=pipe,
+            )
+        return [TouchStatus(int(x) if int(x) in (0, 2) else 1) for x in pipe.execute()]
+
+    def queue_ack(self, lease: Lease, counter: str, pipe: Pipeline) -> None:
+        """Queue :meth:`ack` of *lease* on *pipe* (the caller executes it; with ``MULTI`` it is
+        atomic with the pipe's other writes, e.g. the :meth:`Frontier.push` of the page's links).
+
+        Uses ``EVALSHA`` directly, so the pipe costs no script-existence check: run the pipe with
+        ``scripts(redis).execute``, which loads the scripts and retries when Redis lost them.
+        """
+        if counter not in ("", "crawled", "failed"):
+            raise ValueError(f"counter must be 'crawled', 'failed' or '', got {counter!r}")
+        r = lease.request
+        keys = self.keys
+        self.scripts.queue(
+            pipe,
+            "lease_ack",
+            [
+                keys.leases(r.spiderid),
+                keys.crawl(r.spiderid, r.appid, r.crawlid),
+                keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
+            ],
+            [lease.member, counter, self.record_ttl_s],
+        )

@@ -1,0 +1,29 @@
+-- Find completed crawls among some of the active ones, and report each once.
+-- KEYS: 1 active crawls, 2 control stream.
+-- ARGV: 1 SSCAN cursor, 2 SSCAN count, 3 crawl-domains prefix, 4 crawl-leases prefix, 5 crawl
+--       record prefix, 6 app-crawls prefix (each completed with a crawl ref).
+-- A crawl is complete when it has no domain with queued requests, no lease and no in-flight count;
+-- it then leaves the active set and its appid's crawl set, and a 'complete' entry carrying its
+-- counters is appended to the stream. Returns {next cursor, number of crawls found complete}.
+--! include lib/unescape.lua
+
+local scan = redis.call('SSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]))
+local found = 0
+for _, ref in ipairs(scan[2]) do
+  if redis.call('SCARD', ARGV[3] .. ref) == 0 and redis.call('SCARD', ARGV[4] .. ref) == 0 then
+    local record = redis.call('HMGET', ARGV[5] .. ref, 'inflight', 'crawled', 'failed')
+    if tonumber(record[1] or '0') <= 0 then
+      local spider, appid, crawlid = string.match(ref, '^([^:]*):([^:]*):([^:]*)$')
+      redis.call('SREM', KEYS[1], ref)
+      if spider then
+        redis.call('SREM', ARGV[6] .. spider .. ':' .. appid, unescape(crawlid))
+        local event = cjson.encode({spiderid = unescape(spider), appid = unescape(appid),
+          crawlid = unescape(crawlid), total_crawled = tonumber(record[2] or '0'),
+          total_failed = tonumber(record[3] or '0')})
+        redis.call('XADD', KEYS[2], '*', 'kind', 'complete', 'request', event)
+        found = found + 1
+      end
+    end
+  end
+end
+return {scan[1], found}

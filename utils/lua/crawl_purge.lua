@@ -1,0 +1,26 @@
+-- Stop one crawl: delete its queued requests in every domain, cancel its leases, disarm its expiry
+-- timer and mark it stopped.
+-- KEYS: 1 crawl domains, 2 crawl leases, 3 leases, 4 crawl record, 5 expiries, 6 stopped marker.
+-- ARGV: 1 crawl queue prefix + crawl member + ':', 2 domain crawls prefix, 3 crawl member,
+--       4 crawl ref, 5 stopped-marker TTL (s).
+-- Returns the number of queued requests purged.
+
+local purged = 0
+for _, domain in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local cq = ARGV[1] .. domain
+  purged = purged + redis.call('ZCARD', cq)
+  redis.call('DEL', cq)
+  redis.call('ZREM', ARGV[2] .. domain, ARGV[3])
+end
+redis.call('DEL', KEYS[1])
+for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  redis.call('ZREM', KEYS[3], member)
+end
+redis.call('DEL', KEYS[2])
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('HSET', KEYS[4], 'inflight', 0)
+  redis.call('HDEL', KEYS[4], 'expires')
+end
+redis.call('ZREM', KEYS[5], ARGV[4])
+redis.call('SET', KEYS[6], '1', 'EX', ARGV[5])
+return purged

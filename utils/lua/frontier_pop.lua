@@ -1,0 +1,72 @@
+-- Lease the best request of the next domain its throttle allows, for one spider type.
+-- KEYS: 1 domains(spider), 2 leases(spider), 3 domain_config, 4 domain_blacklist.
+-- ARGV: 1 crawl_queue prefix, 2 domain_crawls prefix, 3 crawl_domains prefix, 4 crawl prefix,
+--       5 crawl_leases prefix, 6 throttle prefix, 7 default hits, 8 default window (us),
+--       9 '1' if moderated, 10 lease (us), 11 domains to scan, 12 recheck (us), 13 window margin (us).
+-- Returns {1, member, domain, crawl member, deadline_s, deadline_us} when a request was leased;
+-- {2, wait_us} when domains exist but none may be fetched now; {0} when nothing is queued.
+--! include lib/throttle.lua
+
+local now = now_us()
+local recheck = tonumber(ARGV[12])
+local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', secs(now), 'LIMIT', 0, tonumber(ARGV[11]))
+for _, domain in ipairs(ready) do
+  local dq = ARGV[2] .. domain
+  local hits, window = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local cfg = redis.call('HGET', KEYS[3], domain)
+  if cfg then
+    local c = cjson.decode(cfg)
+    hits = math.floor(c.hits * c.scale + 1e-9)
+    window = c.window * 1000000
+  end
+  if redis.call('SISMEMBER', KEYS[4], domain) == 1 or hits <= 0 then
+    redis.call('ZADD', KEYS[1], secs(now + recheck), domain)
+  else
+    local tkey = ARGV[6] .. domain
+    local margin = tonumber(ARGV[13])
+    local wait = throttle_wait(tkey, now, hits, window, ARGV[9] == '1', margin)
+    if wait > 0 then
+      redis.call('ZADD', KEYS[1], secs(now + wait), domain)
+    else
+      while true do
+        local best = redis.call('ZRANGE', dq, 0, 0)
+        if #best == 0 then
+          redis.call('ZREM', KEYS[1], domain)
+          break
+        end
+        local crawl = best[1]
+        local cq = ARGV[1] .. crawl .. ':' .. domain
+        local popped = redis.call('ZPOPMIN', cq)
+        local head = redis.call('ZRANGE', cq, 0, 0, 'WITHSCORES')
+        if #head == 0 then
+          redis.call('ZREM', dq, crawl)
+          redis.call('SREM', ARGV[3] .. crawl, domain)
+        else
+          redis.call('ZADD', dq, head[2], crawl)
+        end
+        if #popped > 0 then
+          if redis.call('ZCARD', dq) == 0 then
+            redis.call('ZREM', KEYS[1], domain)
+          elseif ARGV[9] == '1' then
+            redis.call('ZADD', KEYS[1], secs(now + math.ceil(window / hits)), domain)
+          else
+            redis.call('ZADD', KEYS[1], secs(now), domain)
+          end
+          throttle_record(tkey, now, window + margin)
+          local deadline = now + tonumber(ARGV[10])
+          redis.call('ZADD', KEYS[2], secs(deadline), popped[1])
+          redis.call('HINCRBY', ARGV[4] .. crawl, 'inflight', 1)
+          redis.call('SADD', ARGV[5] .. crawl, popped[1])
+          return {1, popped[1], domain, crawl, math.floor(deadline / 1000000), deadline % 1000000}
+        end
+      end
+    end
+  end
+end
+local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #nxt == 0 then
+  return {0}
+end
+local wait = micros(nxt[2]) - now
+if wait < 0 then wait = 0 end
+return {2, wait}

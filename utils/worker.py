@@ -1,0 +1,215 @@
+"""What every crawlhive process builds once, and the loop both monitors run.
+
+:class:`ProcessContext` is the per-process wiring: settings, the Redis client, the key formats, a
+fresh node id, stats and the heartbeat. Both monitors, the REST service and the crawler runtime build
+one and nothing of it themselves.
+
+:class:`Worker` is the skeleton of a long-running loop (the kafka-monitor and the redis-monitor):
+
+* :meth:`Worker.start`: :meth:`~Worker.setup`, retried with back-off while a backend is unreachable;
+* :meth:`Worker.run`: :meth:`~Worker.run_once` until a stop, backing off (and logging the setting
+  to check) on a transient failure; the heartbeat renewed every HEARTBEAT_INTERVAL;
+* :meth:`Worker.teardown`: :meth:`~Worker.close`, then the heartbeat is removed and an owned Redis
+  client closed; never raises;
+* one rule for which errors are transient (:func:`~crawlhive.utils.loop.is_transient`): those are
+  retried after a back-off, anything else ends the loop (after the teardown) so ``main`` can exit
+  with its message;
+* the first SIGINT/SIGTERM finishes the current iteration, the second stops at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from crawlhive.utils.heartbeat import Heartbeat, new_node_id
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.loop import Backoff, describe_failure, install_stop_handlers, is_transient
+from crawlhive.utils.stats import Stats
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from crawlhive.utils.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ProcessContext:
+    """The wiring of one process (see the module docstring)."""
+
+    settings: Settings
+    redis: Redis
+    component: str
+    keys: Keys
+    node_id: str
+    stats: Stats
+    heartbeat: Heartbeat
+    owns_redis: bool = False
+    heartbeat_interval_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.heartbeat_interval_s = self.settings.getfloat("HEARTBEAT_INTERVAL")
+
+    @classmethod
+    def create(
+        cls,
+        settings: Settings,
+        redis: Redis,
+        component: str,
+        *,
+        owns_redis: bool = False,
+        heartbeat_extra: dict[str, Any] | None = None,
+    ) -> ProcessContext:
+        """Build the context of a *component* process on *redis* (nothing is sent yet).
+
+        Args:
+            heartbeat_extra: more fields for the heartbeat payload (crawlers add their spider type).
+        """
+        keys = Keys(settings["REDIS_KEY_PREFIX"])
+        node_id = new_node_id()
+        return cls(
+            settings=settings,
+            redis=redis,
+            component=component,
+            keys=keys,
+            node_id=node_id,
+            stats=Stats(redis, keys, settings.getlist("STATS_TIMES")),
+            heartbeat=Heartbeat(
+                redis,
+                keys,
+                component,
+                node_id,
+                settings.node_name,
+                settings.getfloat("HEARTBEAT_TIMEOUT"),
+                extra=heartbeat_extra,
+            ),
+            owns_redis=owns_redis,
+        )
+
+    def close(self) -> None:
+        """Remove the heartbeat and close the Redis client if this process owns it. Never raises."""
+        try:
+            self.heartbeat.stop()
+        except Exception:  # noqa: BLE001 - shutting down: report and go on
+            logger.warning("could not remove the %s heartbeat on shutdown (check REDIS_URL)", self.component)
+        if self.owns_redis:
+            try:
+                self.redis.close()
+            except Exception:  # noqa: BLE001 - shutting down
+                logger.debug("closing the Redis client failed", exc_info=True)
+
+
+class Worker:
+    """A long-running loop of one component (see the module docstring).
+
+    Subclasses set :attr:`component` and :attr:`iteration` and implement :meth:`setup`,
+    :meth:`run_once` and :meth:`close`; they may override :meth:`after_iteration`.
+
+    Args:
+        settings: the process settings.
+        redis: a client on REDIS_URL (not yet checked: :meth:`setup` pings it).
+        owns_redis: close *redis* in :meth:`teardown`.
+    """
+
+    #: The component name (heartbeats, stats, log lines).
+    component: ClassVar[str] = "worker"
+    #: What one iteration is called in the stop message ("finish this batch, then stop").
+    iteration: ClassVar[str] = "this iteration"
+
+    def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
+        self.context = ProcessContext.create(settings, redis, self.component, owns_redis=owns_redis)
+        self.settings = settings
+        self.redis = redis
+        self.keys = self.context.keys
+        self.node_id = self.context.node_id
+        self.stats = self.context.stats
+        self.heartbeat = self.context.heartbeat
+        self.stopping = False
+        self.backoff = Backoff()
+        self._last_beat = 0.0
+
+    # --- what a component provides ------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Check the backends and build what the loop needs; safe to call again after a failure."""
+        raise NotImplementedError
+
+    def run_once(self) -> Any:
+        """One iteration; raises on a backend failure (the loop backs off and calls it again)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close this component's own clients (Kafka); may raise (teardown reports it)."""
+
+    def after_iteration(self) -> None:
+        """Called after every iteration, failed or not (progress lines)."""
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def beat(self, force: bool = False) -> None:
+        """Renew the heartbeat when HEARTBEAT_INTERVAL has passed (or now, with *force*)."""
+        now = time.monotonic()
+        if force or now - self._last_beat >= self.context.heartbeat_interval_s:
+            self.heartbeat.beat()
+            self._last_beat = now
+
+    def install_signal_handlers(self) -> None:
+        """First SIGINT/SIGTERM: finish :attr:`iteration`, then stop. Second: stop at once."""
+        install_stop_handlers(self, self.iteration)
+
+    def start(self) -> bool:
+        """:meth:`setup`, retried with back-off while a backend is unreachable.
+
+        Returns:
+            True once set up; False if a stop was requested first.
+
+        Raises:
+            Exception: a failure that retrying cannot fix (a wrong setting or plugin path).
+        """
+        while not self.stopping:
+            try:
+                self.setup()
+                self.backoff.reset()
+                return True
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self.backoff.wait(
+                    f"{self.component} cannot start: {describe_failure(exc, self.settings)}", lambda: self.stopping
+                )
+        return False
+
+    def run(self, max_iterations: int | None = None) -> None:
+        """The worker loop; *max_iterations* (set-up attempts not included) bounds it for tests.
+
+        Returns after a stop request (the current iteration finished first) or *max_iterations*;
+        always tears down.
+        """
+        done = 0
+        try:
+            if not self.start():
+                return
+            while not self.stopping and (max_iterations is None or done < max_iterations):
+                try:
+                    self.run_once()
+                    self.backoff.reset()
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    self.backoff.wait(describe_failure(exc, self.settings), lambda: self.stopping)
+                done += 1
+                self.after_iteration()
+        finally:
+            self.teardown()
+
+    def teardown(self) -> None:
+        """:meth:`close`, remove the heartbeat, close an owned Redis client. Never raises."""
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - shutting down: report and go on closing the rest
+            logger.warning("closing %s failed", self.component, exc_info=True)
+        self.context.close()
