@@ -57,6 +57,35 @@ RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.5, 10.0
 WAITER_MARGIN_S = 5.0
 
 
+#: Fields of a dead letter the dashboard shows: never its ``payload``, which is whatever a stranger
+#: sent (docs/contract.md §10.1).
+DASHBOARD_LETTER_FIELDS = (
+    "stage",
+    "error",
+    "url",
+    "appid",
+    "crawlid",
+    "spiderid",
+    "uuid",
+    "retry_times",
+    "server_time",
+)
+#: Characters of a dead letter's text fields the dashboard keeps.
+DASHBOARD_LETTER_CHARS = 500
+
+
+def dashboard_letter(message: dict[str, Any]) -> dict[str, Any]:
+    """What the dashboard keeps of a dead letter: the known fields but ``payload``, texts cut short."""
+    kept: dict[str, Any] = {"received": time.time()}
+    for name in DASHBOARD_LETTER_FIELDS:
+        value = message.get(name)
+        if isinstance(value, str):
+            kept[name] = value[:DASHBOARD_LETTER_CHARS]
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            kept[name] = value
+    return kept
+
+
 class KafkaUnavailable(CrawlhiveError):
     """The broker cannot be reached or did not acknowledge within KAFKA_FEED_TIMEOUT."""
 
@@ -309,7 +338,7 @@ class KafkaLink:
                 if not isinstance(message, dict):
                     continue
                 if partition.topic == self.dead_letter:
-                    self.dead_letters.append({**message, "received": time.time()})
+                    self.dead_letters.append(dashboard_letter(message))
                 elif isinstance(message.get("uuid"), str):
                     origin = record_origin(record)
                     answers.append(Answer(message["uuid"], message, bytes(record.value), origin))

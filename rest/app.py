@@ -55,6 +55,8 @@ NO_ENDPOINT = "The desired endpoint does not exist"
 NO_POLL_ID = "Could not find matching poll_id"
 NO_CRAWL = "Could not find matching crawl"
 TOO_LARGE = "The payload is too large."
+#: The dashboard may not be framed by another site (clickjacking; docs/contract.md §10.1).
+DASHBOARD_HEADERS = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
 NO_KAFKA = "Unable to connect to Kafka"
 NO_REDIS = "Unable to connect to Redis"
 CORRUPT_RESULT = "Unparseable JSON Received from redis"
@@ -383,7 +385,7 @@ def create_app(settings: Settings, service: RestService | None = None) -> FastAP
         responses=_doc(200, "Self-contained HTML page", {"text/html": {}}) | _responses(401),
     )
     async def dashboard(api_key: Annotated[str | None, Query(description="the API key (browsers)")] = None) -> Response:
-        return HTMLResponse(_dashboard_html())
+        return HTMLResponse(_dashboard_html(), headers=DASHBOARD_HEADERS)
 
     @app.get("/dashboard/data", summary="Data the dashboard shows", responses=_responses(401, 500))
     async def dashboard_data() -> JSONResponse:

@@ -235,14 +235,18 @@ HEARTBEAT_INTERVAL: float = 10.0
 
 # --- REST (docs/contract.md §7) --------------------------------------------------------------------------
 
-REST_HOST: str = "0.0.0.0"
-"""Address the REST service listens on."""
+REST_HOST: str = "127.0.0.1"
+"""Address the REST service listens on. Loopback by default; any other address needs REST_API_KEY
+(or REST_INSECURE) (docs/contract.md §10.1)."""
 
 REST_PORT: int = 5343
 """Port the REST service listens on (alias: FLASK_PORT)."""
 
 REST_API_KEY: str = ""
 """When non-empty, required as the X-Api-Key header on every endpoint but ``/`` and ``/metrics``."""
+
+REST_INSECURE: bool = False
+"""Allow REST_HOST to be a non-loopback address without REST_API_KEY (a WARNING at start-up)."""
 
 WAIT_FOR_RESPONSE_TIME: float = 5.0
 """Seconds ``POST /feed`` waits for the answer to a request with a uuid."""

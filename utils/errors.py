@@ -14,6 +14,13 @@ class SettingsError(CrawlhiveError):
     """A setting has a value that does not parse or make sense; the message names the setting."""
 
 
+class UnsafeSettings(SettingsError):
+    """The settings would expose the cluster to strangers (docs/contract.md §10); the message names
+    the setting that makes it safe and the one that allows it anyway. ``main()`` exits with 2."""
+
+    exit_code = 2
+
+
 class KeyFormatError(CrawlhiveError, ValueError):
     """A string is not a Redis key of the expected format."""
 

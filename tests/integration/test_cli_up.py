@@ -56,6 +56,7 @@ def test_feed_in_a_second_terminal_reaches_up_and_dump_shows_it(cluster) -> None
     proc, env, lines = cluster
     assert any("crawlhive up: Redis redis://127.0.0.1:" in line for line in lines)
     assert any("crawlhive up: Kafka 127.0.0.1:" in line for line in lines)
+    assert any("crawlhive up: REST http://127.0.0.1:" in line for line in lines)  # loopback by default
     request = {"url": "http://example.com/", "appid": "testapp", "crawlid": "abc123"}
     fed = subprocess.run([*CLI, "feed", json.dumps(request)], env=env, capture_output=True, text=True, timeout=60)
     assert fed.returncode == 0, fed.stderr
@@ -98,6 +99,15 @@ def test_feed_reports_bad_json_and_unreachable_kafka(tmp_path: Path) -> None:
         [*CLI, "feed", '{"a": 1}', "--no-validate"], env=env, capture_output=True, text=True, timeout=30
     )
     assert down.returncode == 2 and "KAFKA_BOOTSTRAP_SERVERS" in down.stderr
+
+
+def test_up_refuses_a_public_rest_address_without_a_key_before_starting_anything(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    env.update(REST_HOST="0.0.0.0", REST_API_KEY="", REST_INSECURE="false")
+    out = subprocess.run([*CLI, "up"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "REST_API_KEY" in out.stderr and "REST_INSECURE" in out.stderr
+    assert "started embedded" not in out.stderr and not (tmp_path / "up.json").exists()
 
 
 def test_bad_setting_is_named_and_exits_1(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -459,6 +460,9 @@ def test_openapi_documents_every_endpoint_and_the_incoming_schemas(http: httpx.C
 def test_dashboard_is_one_self_contained_page(http: httpx.Client) -> None:
     page = http.get("/dashboard")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    # no other site may frame it (docs/contract.md §10.1)
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
     html = page.text
     assert "<script" in html and "src=" not in html and "<link" not in html and "@import" not in html
     assert "http://" not in html and "https://" not in html
@@ -467,17 +471,25 @@ def test_dashboard_is_one_self_contained_page(http: httpx.Client) -> None:
     assert {"nodes", "crawls", "spiders", "domains", "dead_letters", "totals"} <= set(data["data"])
 
 
-def test_dashboard_lists_recent_dead_letters(http: httpx.Client, rest_settings: Settings, rest: RunningRest) -> None:
-    letter = {"stage": "validation", "error": "Invalid request: x", "payload": {}, "appid": "dlapp", "server_time": 1}
+def test_dashboard_lists_recent_dead_letters_without_their_payload(
+    http: httpx.Client, rest_settings: Settings, rest: RunningRest
+) -> None:
+    secret = {"url": "http://e.com/", "headers": {"Authorization": "Bearer s3cret-token"}}
+    letter = {"stage": "validation", "error": "Invalid request: x", "payload": secret, "appid": "dlapp"}
     producer = make_producer(rest_settings)
     try:
         producer.send(rest_settings.topic("dead_letter"), json.dumps(letter).encode()).get(timeout=10)
     finally:
         producer.close(timeout=2)
     deadline = time.monotonic() + 10
-    while not any(d.get("appid") == "dlapp" for d in http.get("/dashboard/data").json()["data"]["dead_letters"]):
+    while not (
+        shown := [d for d in http.get("/dashboard/data").json()["data"]["dead_letters"] if d.get("appid") == "dlapp"]
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    assert shown[0]["error"] == "Invalid request: x" and shown[0]["stage"] == "validation"
+    assert "payload" not in shown[0]  # what a stranger sent is never shown (docs/contract.md §10.1)
+    assert "s3cret-token" not in http.get("/dashboard/data").text
 
 
 # --- API key and unreachable backends ---------------------------------------------------------------------
@@ -551,3 +563,92 @@ def test_crawlhive_rest_serves_until_sigterm(redis_settings: Settings) -> None:
             process.wait()
         assert process.stdout is not None
         process.stdout.close()
+
+
+# --- exposure (docs/contract.md §10.1) ---------------------------------------------------------------------
+
+
+def _rest_command(settings: Settings, *args: str, **env: str) -> tuple[list[str], dict[str, str]]:
+    import os
+    import sys
+
+    from crawlhive.utils.settings import settings_env
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("REST_")}
+    return [sys.executable, "-m", "crawlhive.utils.app.cli", "rest", *args], {**base, **settings_env(settings), **env}
+
+
+def _serving(process: Any, url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.TransportError:
+            assert process.poll() is None and time.monotonic() < deadline, "crawlhive rest did not start"
+            time.sleep(0.1)
+
+
+def _stop(process: Any) -> str:
+    import signal
+    import subprocess
+
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return str(process.communicate()[0])
+
+
+def test_rest_refuses_a_public_address_without_a_key(redis_settings: Settings) -> None:
+    import subprocess
+
+    from crawlhive.utils.app.embedded import free_port
+
+    port = free_port()
+    command, env = _rest_command(redis_settings, "--host", "0.0.0.0", "--port", str(port))
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "REST_API_KEY" in done.stderr and "REST_INSECURE" in done.stderr
+    with pytest.raises(httpx.TransportError):  # nothing was bound
+        httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+
+
+def test_rest_serves_a_public_address_with_a_key_or_when_told_it_is_insecure(redis_settings: Settings) -> None:
+    import subprocess
+
+    from crawlhive.utils.app.embedded import free_port
+
+    for extra, warned in (({"REST_API_KEY": "k3y"}, False), ({"REST_INSECURE": "true"}, True)):
+        port = free_port("0.0.0.0")
+        command, env = _rest_command(redis_settings, "--host", "0.0.0.0", "--port", str(port), **extra)
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            _serving(process, f"http://127.0.0.1:{port}/")
+        finally:
+            output = _stop(process)
+        assert f"REST service on http://0.0.0.0:{port}" in output, output
+        assert ("REST_INSECURE=true" in output and "WARNING" in output) is warned, output
+
+
+def test_rest_listens_on_loopback_by_default_and_prints_the_port_it_bound(redis_settings: Settings) -> None:
+    import re
+    import subprocess
+
+    command, env = _rest_command(redis_settings, "--port", "0")
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 30
+        line = ""
+        while "REST service on" not in line:
+            assert process.poll() is None and time.monotonic() < deadline, "no address printed"
+            line = process.stdout.readline()
+        match = re.search(r"REST service on http://127\.0\.0\.1:(\d+) ", line)
+        assert match and match.group(1) != "0", line
+        assert httpx.get(f"http://127.0.0.1:{match.group(1)}/", timeout=5).status_code == 200
+    finally:
+        _stop(process)

@@ -190,6 +190,16 @@ def test_rest_publishes_its_port(services: dict[str, dict[str, Any]]) -> None:
     assert any(str(p).split(":")[-1] == str(port) for p in rest["ports"])
 
 
+def test_rest_without_a_key_is_published_on_the_host_loopback_only(services: dict[str, dict[str, Any]]) -> None:
+    from crawlhive.rest.server import check_exposure
+
+    rest = services["rest"]
+    settings = load_settings(environ=environment(rest))
+    check_exposure(settings)  # `crawlhive rest` in the container starts (docs/contract.md §10.1)
+    assert settings["REST_API_KEY"] == ""  # compose's default
+    assert all(str(p).startswith("127.0.0.1:") for p in rest["ports"]), rest["ports"]
+
+
 def test_redis_persists_with_aof(services: dict[str, dict[str, Any]]) -> None:
     redis_service = services["redis"]
     argv = command(redis_service)

@@ -384,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (SettingsError, BackendUnavailable, CrawlhiveError) as exc:
         print(f"crawlhive {args.command}: {exc}", file=sys.stderr)
-        return 1
+        return int(getattr(exc, "exit_code", 1))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -110,6 +110,9 @@ class LocalCluster:
         self.settings = settings
 
     def __enter__(self) -> LocalCluster:
+        from crawlhive.rest.server import check_exposure
+
+        check_exposure(self.requested)  # before anything starts: exit 2 names REST_API_KEY
         try:
             self.settings = self._stack.enter_context(backing_services(self.requested))
             redis = redis_from_settings(self.settings)
@@ -172,8 +175,9 @@ def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None 
                 f"crawlhive up: addresses recorded in {live.home / 'up.json'} for other crawlhive commands", flush=True
             )
             if any(c.name == "rest" for c in cluster.children):
-                host = live["REST_HOST"] if live["REST_HOST"] not in ("0.0.0.0", "::", "") else "127.0.0.1"
-                rest = f"http://{f'[{host}]' if ':' in host else host}:{live['REST_PORT']}"
+                from crawlhive.rest.server import rest_url
+
+                rest = rest_url(live["REST_HOST"], live.getint("REST_PORT"))  # what the child binds (§10.1)
                 print(f"crawlhive up: REST {rest}/ (dashboard: {rest}/dashboard)", flush=True)
             names = ", ".join(c.name for c in cluster.children) or "none built yet"
             print(f"crawlhive up: components: {names}. Ctrl-C stops everything.", flush=True)

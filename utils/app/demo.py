@@ -19,6 +19,7 @@ from typing import Any
 
 from kafka import TopicPartition
 
+from crawlhive.rest.server import rest_url
 from crawlhive.utils.app.cluster import LocalCluster
 from crawlhive.utils.app.demo_site import DemoSite, expected_pages
 from crawlhive.utils.connections import make_consumer, make_producer, redis_from_settings
@@ -38,10 +39,10 @@ class DemoFailed(CrawlhiveError):
     """The demo did not finish; the message says which step."""
 
 
-def _port_free(port: int) -> bool:
+def _port_free(host: str, port: int) -> bool:
     with socket.socket() as sock:
         try:
-            sock.bind(("0.0.0.0", port))
+            sock.bind((host, port))
         except OSError:
             return False
     return True
@@ -51,10 +52,11 @@ def _demo_settings(settings: Settings) -> Settings:
     overrides: dict[str, Any] = {}
     if not settings.is_set("QUEUE_HITS") and not settings.is_set("QUEUE_WINDOW"):
         overrides.update(QUEUE_HITS=50, QUEUE_WINDOW=1.0)
-    if not settings.is_set("REST_PORT") and not _port_free(settings.getint("REST_PORT")):
+    host = settings["REST_HOST"]
+    if not settings.is_set("REST_PORT") and not _port_free(host, settings.getint("REST_PORT")):
         from crawlhive.utils.app.embedded import free_port
 
-        overrides["REST_PORT"] = free_port("0.0.0.0")
+        overrides["REST_PORT"] = free_port(host)
     return settings.copy_with(**overrides) if overrides else settings
 
 
@@ -75,7 +77,7 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
         print(f"component logs: {log_file}", flush=True)
         with LocalCluster(settings, crawlers=CRAWLERS, extra_env={"LOG_FILE": str(log_file)}) as cluster:
             live = cluster.settings
-            dashboard = f"http://127.0.0.1:{live['REST_PORT']}/dashboard"
+            dashboard = f"{rest_url(live['REST_HOST'], live.getint('REST_PORT'))}/dashboard"
             print(f"cluster: Redis {live['REDIS_URL']}, Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}", flush=True)
             redis = redis_from_settings(live)
             keys = Keys(live["REDIS_KEY_PREFIX"])
