@@ -143,6 +143,7 @@ def run_crawlers(
             "QUEUE_WINDOW": "1",
             "QUEUE_MODERATED": "false",
             "ROBOTSTXT_OBEY": "false",
+            "CRAWLER_ALLOWED_NETWORKS": '["127.0.0.0/8"]',  # the bench site is on loopback
             "CONCURRENT_REQUESTS": str(conc),
             "LOG_LEVEL": "WARNING",
             "SCRAPY_SETTINGS": env_value(scrapy),

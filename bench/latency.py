@@ -83,6 +83,7 @@ def main() -> int:
             REDIS_KEY_PREFIX="lat",
             KAFKA_TOPIC_PREFIX="lat",
             CRAWLHIVE_HOME=tmp,
+            CRAWLER_ALLOWED_NETWORKS='["127.0.0.0/8"]',  # the bench site is on loopback
             LOG_LEVEL="WARNING",
         )
         procs = [

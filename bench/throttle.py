@@ -121,6 +121,7 @@ def run(cluster: EmbeddedCluster, work: Path, moderated: bool, crawlers: int, du
         QUEUE_WINDOW=str(WINDOW_S),
         QUEUE_MODERATED=str(moderated).lower(),
         CONCURRENT_REQUESTS="8",
+        CRAWLER_ALLOWED_NETWORKS='["127.0.0.0/8"]',  # the bench site is on loopback
         LOG_LEVEL="WARNING",
     )
     procs = [

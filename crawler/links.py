@@ -1,8 +1,10 @@
 """Link extraction and the link filters of a crawl (docs/contract.md §3.5).
 
-Scrapy's ``LinkExtractor`` does the work (``<a>``/``<area>`` ``href``, absolute URLs, its
-``allow``/``deny`` regexes with ``re.search`` where deny wins, ``deny_extensions`` on the last path
-segment); this module maps a crawl's options onto it, keeps ``http``/``https`` links, applies
+Scrapy's ``LinkExtractor`` does the work (``<a>``/``<area>`` ``href``, absolute URLs,
+``deny_extensions`` on the last path segment); this module maps a crawl's options onto it, matches
+``allow_regex``/``deny_regex`` on the absolute URL as Scrapy's ``allow``/``deny`` would (search,
+deny wins) but with RE2 (:mod:`crawlhive.utils.patterns`: Scrapy compiles them with Python's
+backtracking ``re``, which a stranger's pattern can stall), keeps ``http``/``https`` links, applies
 ``allowed_domains`` to the host (Scrapy's ``allow_domains`` compares the netloc, port included, so
 ``127.0.0.1`` would never match ``127.0.0.1:8080``), canonicalises them (``w3lib``'s
 ``canonicalize_url``, which also drops the fragment) and keeps each canonical URL once, in
@@ -20,6 +22,8 @@ from scrapy.http import TextResponse
 from scrapy.linkextractors import LinkExtractor
 from w3lib.url import canonicalize_url
 
+from crawlhive.utils.patterns import search_any
+
 if TYPE_CHECKING:
     from scrapy.http import Response
 
@@ -34,20 +38,14 @@ class FoundLink(TypedDict):
 
 
 @lru_cache(maxsize=512)
-def link_extractor(
-    allow_regex: tuple[str, ...] | None,
-    deny_regex: tuple[str, ...] | None,
-    deny_extensions: tuple[str, ...] | None,
-) -> LinkExtractor:
-    """The extractor for one combination of a crawl's filters (``None`` = the option is unset).
+def link_extractor(deny_extensions: tuple[str, ...] | None) -> LinkExtractor:
+    """The extractor for a crawl's ``deny_extensions`` (``None`` = the option is unset).
 
-    ``deny_extensions`` entries are compared case-insensitively without their leading dot; ``None``
-    keeps Scrapy's default list of ignored extensions and ``()`` denies none.
+    Entries are compared case-insensitively without their leading dot; ``None`` keeps Scrapy's
+    default list of ignored extensions and ``()`` denies none.
     """
     extensions = None if deny_extensions is None else [e.lstrip(".").lower() for e in deny_extensions if e.strip(".")]
     return LinkExtractor(
-        allow=allow_regex or (),
-        deny=deny_regex or (),
         deny_extensions=extensions,
         tags=("a", "area"),
         attrs=("href",),
@@ -75,15 +73,15 @@ def extract_links(response: Response, request: FrontierRequest) -> list[FoundLin
     """
     if not isinstance(response, TextResponse):
         return []
-    extractor = link_extractor(
-        _tuple(request.allow_regex),
-        _tuple(request.deny_regex),
-        _tuple(request.deny_extensions),
-    )
+    extractor = link_extractor(_tuple(request.deny_extensions))
+    allow = tuple(request.allow_regex or ())
+    deny = tuple(request.deny_regex or ())
     allowed = tuple(d.lower().rstrip(".") for d in request.allowed_domains or ())
     found: dict[str, FoundLink] = {}
     for link in extractor.extract_links(response):
         if not link.url.startswith(("http://", "https://")):
+            continue
+        if (allow and not search_any(allow, link.url)) or (deny and search_any(deny, link.url)):
             continue
         if allowed and not _host_allowed(link.url, allowed):
             continue

@@ -9,8 +9,10 @@ Downloader middlewares (outermost first):
   crawl's ``useragent``, ``headers`` and cookies (docs/contract.md §3.7) to each request, redirects included.
 * :class:`RetryAfterMiddleware` (order 600, so it sees a response before Scrapy's
   ``RetryMiddleware``): a 429 with ``Retry-After`` backs the domain off cluster-wide.
-* :class:`ResponseStatsMiddleware` (order 950, next to the downloader): counts every response by
-  status, and every network failure as 504 (docs/contract.md §4.7).
+* :class:`ResponseStatsMiddleware` (order 950): counts every response by status, and every network
+  failure as 504 (docs/contract.md §4.7).
+* :class:`~crawlhive.crawler.netguard.NetworkGuardMiddleware` (order 990, next to the downloader):
+  a request the network guard refused is not retried and fails as ``blocked network: …``.
 
 Spider middleware :class:`FrontierSpiderMiddleware` (order 950, nearest the spider) turns the
 requests a spider yields into frontier requests of the same crawl, checks the lease and filters the
@@ -34,6 +36,7 @@ from scrapy.utils.python import global_object_name
 
 from crawlhive.crawler.admit import Verdict
 from crawlhive.crawler.items import CrawledItem
+from crawlhive.crawler.netguard import BLOCKED_META
 from crawlhive.crawler.requests import context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.utils.domains import domain_of_url
@@ -141,7 +144,8 @@ class LeaseOutcomeMiddleware:
         if isinstance(exception, IgnoreRequest):
             self.runtime.leases.drop(context)
         else:
-            self.runtime.emitter.fail(context, error_text(exception))
+            blocked = request.meta.get(BLOCKED_META)  # the network guard's reason (netguard.py)
+            self.runtime.emitter.fail(context, blocked if isinstance(blocked, str) else error_text(exception))
 
 
 class FrontierSpiderMiddleware:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.crawler import CrawlerProcess
 
+from crawlhive.crawler.netguard import NetworkPolicy
 from crawlhive.crawler.settings import scrapy_settings
 from crawlhive.crawler.spiders import spider_class
 from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
@@ -33,6 +34,7 @@ def run_crawler(settings: Settings, spider: str) -> None:
     """
     spider_cls = spider_class(spider)
     values = scrapy_settings(settings, spider)  # a wrong SCRAPY_SETTINGS stops here, before connecting
+    NetworkPolicy.from_settings(settings)  # so do wrong CRAWLER_*_NETWORKS
     redis = redis_from_settings(settings)
     try:
         check_redis(redis, settings)

@@ -21,8 +21,16 @@ _PKG = "crawlhive.crawler"
 #: components in ``*_BASE`` for the same reason, and ours (lease outcomes, the frontier spider
 #: middleware, the Kafka pipeline) are what makes a crawler lose no work.
 COMPONENT_DICTS = ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "ITEM_PIPELINES", "EXTENSIONS")
-#: Settings a user may not change: the frontier scheduler and the reactor it awaits Redis on.
-FIXED = ("SCHEDULER", "TWISTED_REACTOR", "CRAWLHIVE_SETTINGS", "CRAWLHIVE_SPIDER")
+#: Settings a user may not change: the frontier scheduler, the reactor it awaits Redis on, and the
+#: resolver that is the network guard.
+FIXED = (
+    "SCHEDULER",
+    "TWISTED_REACTOR",
+    "TWISTED_DNS_RESOLVER",
+    "DNS_RESOLVER",
+    "CRAWLHIVE_SETTINGS",
+    "CRAWLHIVE_SPIDER",
+)
 
 
 def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
@@ -36,6 +44,8 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         # Scrapy's default since 2.13, pinned: the scheduler and the spider middleware await Redis
         # on asyncio (crawler/batching.py), which no other reactor runs.
         "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
+        # Every connection's address passes the network guard (docs/contract.md §10.2).
+        "TWISTED_DNS_RESOLVER": f"{_PKG}.netguard.GuardedResolver",
         "CONCURRENT_REQUESTS": concurrency,
         # The cluster-wide throttle (Redis) paces domains; no per-process per-domain limit or delay.
         "CONCURRENT_REQUESTS_PER_DOMAIN": concurrency,
@@ -68,6 +78,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             f"{_PKG}.middlewares.RequestShapingMiddleware": 400,
             f"{_PKG}.middlewares.RetryAfterMiddleware": 600,
             f"{_PKG}.middlewares.ResponseStatsMiddleware": 950,
+            f"{_PKG}.netguard.NetworkGuardMiddleware": 990,
         },
         "SPIDER_MIDDLEWARES": {f"{_PKG}.middlewares.FrontierSpiderMiddleware": 950},
         "ITEM_PIPELINES": {f"{_PKG}.pipelines.KafkaPipeline": 100},

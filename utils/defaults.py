@@ -100,6 +100,10 @@ SCHEMA_MAXDEPTH_MAX: int = 3
 SCHEMA_DOMAIN_MAX_PAGES_MAX: int = 2000
 """Largest ``domain_max_pages`` a crawl request may ask for."""
 
+SCHEMA_ALLOWED_METHODS: list[str] = ["GET", "HEAD", "POST"]
+"""HTTP methods a crawl request may use (``method``; docs/contract.md §10.2). Add PUT, PATCH, DELETE
+or OPTIONS deliberately: a crawl makes the cluster send them to any site."""
+
 # --- plugins ---------------------------------------------------------------------------------------
 
 PLUGINS: dict[str, Any] = {}
@@ -208,6 +212,17 @@ the cluster-wide throttle, not a per-process one)."""
 
 ROBOTSTXT_OBEY: bool = True
 """Obey robots.txt (through Scrapy's RobotsTxtMiddleware); a disallowed request is a policy drop."""
+
+_LOCAL_AND_PRIVATE = ["0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12"]
+_LOCAL_AND_PRIVATE += ["192.168.0.0/16", "::1/128", "fc00::/7", "fe80::/10"]
+
+CRAWLER_BLOCKED_NETWORKS: list[str] = _LOCAL_AND_PRIVATE
+"""Networks (CIDRs) crawlers never connect to: this host, private networks, link-local (cloud
+metadata). Checked on the resolved address of every connection (docs/contract.md §10.2)."""
+
+CRAWLER_ALLOWED_NETWORKS: list[str] = []
+"""Networks (CIDRs) crawlers may connect to even inside CRAWLER_BLOCKED_NETWORKS (an allowed network
+wins). ``crawlhive up`` and ``demo`` allow loopback when this is not set."""
 
 CRAWLER_STATS_FLUSH_S: float = 1.0
 """Seconds between two writes of a crawler's buffered response counters to Redis."""

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from crawlhive.kafka_monitor.plugins import Cause, Incoming, IncomingPlugin
 from crawlhive.utils.control import ORIGIN_MARKER_TTL_S
 from crawlhive.utils.frontier import Frontier, seed_from_request
+from crawlhive.utils.patterns import InvalidPattern, compile_pattern
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -16,6 +17,24 @@ if TYPE_CHECKING:
     from crawlhive.kafka_monitor.monitor import KafkaMonitor
 
 _HAS_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+#: Request headers a crawl may not set (docs/contract.md §10.2): they would re-route the request,
+#: forge its origin or break its framing. Compared case-insensitively.
+FORBIDDEN_HEADERS = frozenset(
+    {"host", "forwarded", "connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "content-length"}
+)
+#: Header name prefixes a crawl may not set (``X-Forwarded-For``, ``Proxy-Authorization``, …).
+FORBIDDEN_HEADER_PREFIXES = ("x-forwarded-", "proxy-")
+
+
+def forbidden_header(name: str) -> bool:
+    """Whether a crawl's ``headers`` may not hold *name*."""
+    lowered = name.lower()
+    return lowered in FORBIDDEN_HEADERS or lowered.startswith(FORBIDDEN_HEADER_PREFIXES)
+
+
+def json_pointer_token(name: str) -> str:
+    """*name* escaped as one RFC 6901 token."""
+    return name.replace("~", "~0").replace("/", "~1")
 
 
 def normalise_url(url: str) -> str | None:
@@ -53,11 +72,14 @@ class ScraperHandler(IncomingPlugin):
         if url is None:
             return message, (f"{message['url']!r} is not an absolute http(s) URL", "/url")
         message["url"] = url
+        for name in message.get("headers") or {}:
+            if forbidden_header(name):
+                return message, (f"header {name!r} is not allowed", "/headers/" + json_pointer_token(name))
         for field in ("allow_regex", "deny_regex"):
             for i, pattern in enumerate(message.get(field) or []):
                 try:
-                    re.compile(pattern)
-                except (re.error, RecursionError, OverflowError) as exc:
+                    compile_pattern(pattern)  # RE2: what the crawler will match with (§10.4)
+                except InvalidPattern as exc:
                     return message, (f"invalid regular expression: {exc}", f"/{field}/{i}")
         return message, None
 

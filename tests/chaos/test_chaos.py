@@ -58,6 +58,7 @@ COMPONENT_SETTINGS: dict[str, Any] = {
     "HEARTBEAT_TIMEOUT": 5,
     "REDIS_MONITOR_CLAIM_IDLE_S": 3,
     "CRAWLER_STATS_FLUSH_S": 1,
+    "CRAWLER_ALLOWED_NETWORKS": ["127.0.0.0/8"],  # the tree site is on loopback (§10.2)
 }
 
 

@@ -160,6 +160,7 @@ def crawler_env(settings: Settings, **overrides: Any) -> dict[str, str]:
         "RETRY_TIMES": 2,
         "LEASE_TIMEOUT": 10,
         "HEARTBEAT_INTERVAL": 1,
+        "CRAWLER_ALLOWED_NETWORKS": ["127.0.0.0/8"],  # the test sites are on loopback (§10.2)
         "LOG_LEVEL": "INFO",
     }
     values.update(overrides)

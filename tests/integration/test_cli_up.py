@@ -57,6 +57,7 @@ def test_feed_in_a_second_terminal_reaches_up_and_dump_shows_it(cluster) -> None
     assert any("crawlhive up: Redis redis://127.0.0.1:" in line for line in lines)
     assert any("crawlhive up: Kafka 127.0.0.1:" in line for line in lines)
     assert any("crawlhive up: REST http://127.0.0.1:" in line for line in lines)  # loopback by default
+    assert any("crawlers may fetch from this machine (127.0.0.0/8, ::1/128)" in line for line in lines)
     request = {"url": "http://example.com/", "appid": "testapp", "crawlid": "abc123"}
     fed = subprocess.run([*CLI, "feed", json.dumps(request)], env=env, capture_output=True, text=True, timeout=60)
     assert fed.returncode == 0, fed.stderr

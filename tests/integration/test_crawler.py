@@ -131,6 +131,18 @@ def test_filters_deny_wins_and_default_extensions(env: dict[str, Any], site: Tes
     assert [link["url"] for link in seed_item["links"]] == [site.url("/f/doc.PDF")]
 
 
+def test_a_catastrophic_allow_regex_does_not_stall_the_crawler(env: dict[str, Any], site: TestSite) -> None:
+    """``(a+)+$`` against a link ending in 40 ``a`` and a ``!``: hours in Python's re, nothing in RE2."""
+    trap = "/re/" + "a" * 40 + "!"
+    site.page("/re/0", html(trap, "/re/aaa"))
+    site.page("/re/aaa", html())
+    site.page(trap, html())
+    crawlid = _crawl(env, url=site.url("/re/0"), maxdepth=1, allow_regex=["(a+)+$"])
+    items = env["collector"].wait_for(crawlid, 2, timeout=15)
+    items = env["collector"].settle(crawlid, 1.0)
+    assert sorted(i["url"] for i in items) == [site.url("/re/0"), site.url("/re/aaa")], env["crawler"].output()
+
+
 def test_domain_max_pages_gives_exactly_that_many_items(env: dict[str, Any], site: TestSite) -> None:
     links = [f"/cap/{i}" for i in range(10)]
     site.page("/cap/", html(*links))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 
 import pytest
 
+from crawlhive.crawler.netguard import NetworkPolicy
 from crawlhive.rest.answers import dashboard_letter
 from crawlhive.rest.server import check_exposure, is_loopback_host
-from crawlhive.utils.errors import UnsafeSettings
+from crawlhive.utils.errors import SettingsError, UnsafeSettings
 from crawlhive.utils.settings import Settings
 
 
@@ -58,3 +60,64 @@ def test_dashboard_keeps_no_payload_of_a_dead_letter() -> None:
     kept = dashboard_letter(letter)
     assert set(kept) == {"stage", "error", "appid", "retry_times", "received"}
     assert len(kept["error"]) == 500
+
+
+# --- network guard (docs/contract.md §10.2) ------------------------------------------------------------
+
+
+def _policy(**overrides: object) -> NetworkPolicy:
+    return NetworkPolicy.from_settings(Settings.from_overrides(**overrides))
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "::1",
+        "fd00::1",
+        "fe80::1",
+        "::ffff:127.0.0.1",
+        "::ffff:169.254.169.254",
+        "not-an-address",
+    ],
+)
+def test_the_default_blocks_this_host_private_networks_and_cloud_metadata(address: str) -> None:
+    assert _policy().blocking(address) is not None
+
+
+@pytest.mark.parametrize("address", ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "172.32.0.1", "100.128.0.1"])
+def test_the_default_allows_public_addresses(address: str) -> None:
+    assert _policy().blocking(address) is None
+
+
+def test_an_allowed_network_wins_over_a_blocked_one() -> None:
+    policy = _policy(CRAWLER_ALLOWED_NETWORKS=["127.0.0.2/32", "10.5.0.0/16"])
+    assert policy.blocking("127.0.0.2") is None and policy.blocking("10.5.9.9") is None
+    assert str(policy.blocking("127.0.0.1")) == "127.0.0.0/8" and str(policy.blocking("10.6.0.1")) == "10.0.0.0/8"
+    reason = policy.reason("localhost", "127.0.0.1", ipaddress.ip_network("127.0.0.0/8"))
+    assert reason.startswith("blocked network: localhost (127.0.0.1) is in 127.0.0.0/8")
+    assert "CRAWLER_BLOCKED_NETWORKS" in reason and "CRAWLER_ALLOWED_NETWORKS" in reason
+
+
+def test_networks_that_do_not_parse_name_their_setting() -> None:
+    with pytest.raises(SettingsError, match="CRAWLER_ALLOWED_NETWORKS: '300.0.0.0/8' is not a network"):
+        _policy(CRAWLER_ALLOWED_NETWORKS=["300.0.0.0/8"])
+
+
+def test_the_guard_is_every_crawler_s_resolver_and_cannot_be_replaced() -> None:
+    from crawlhive.crawler.settings import scrapy_settings
+
+    values = scrapy_settings(Settings.from_overrides(), "link")
+    assert values["TWISTED_DNS_RESOLVER"] == "crawlhive.crawler.netguard.GuardedResolver"
+    assert values["DOWNLOADER_MIDDLEWARES"]["crawlhive.crawler.netguard.NetworkGuardMiddleware"] > 550  # before retry
+    for name in ("TWISTED_DNS_RESOLVER", "DNS_RESOLVER"):
+        with pytest.raises(SettingsError, match=name):
+            scrapy_settings(
+                Settings.from_overrides(SCRAPY_SETTINGS={name: "scrapy.resolver.CachingThreadedResolver"}), "link"
+            )

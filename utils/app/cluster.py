@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 #: Topics the cluster reads or writes (docs/contract.md §1); per-appid topics are created on demand.
 TOPICS = ("incoming", "crawled_firehose", "outbound_firehose", "dead_letter")
+#: What ``up`` and ``demo`` allow their crawlers when CRAWLER_ALLOWED_NETWORKS is not set.
+LOOPBACK_NETWORKS = ["127.0.0.0/8", "::1/128"]
 #: Seconds a child gets to exit after SIGTERM before it is killed.
 STOP_GRACE_S = 15.0
 #: Seconds between two status lines.
@@ -77,6 +79,14 @@ def component_commands(crawlers: int) -> list[tuple[str, list[str]]]:
     return [*wanted, ("rest", ["rest"])]
 
 
+def loopback_note() -> str:
+    """The line ``up`` and ``demo`` print when they allow their crawlers loopback."""
+    return (
+        f"crawlers may fetch from this machine ({', '.join(LOOPBACK_NETWORKS)}), as CRAWLER_ALLOWED_NETWORKS "
+        "is not set; other private networks stay blocked (docs/security.md)"
+    )
+
+
 @contextlib.contextmanager
 def backing_services(settings: Settings) -> Iterator[Settings]:
     """*settings* with REDIS_URL / KAFKA_BOOTSTRAP_SERVERS pointing at running services.
@@ -102,6 +112,11 @@ class LocalCluster:
     """
 
     def __init__(self, settings: Settings, crawlers: int = 1, extra_env: dict[str, str] | None = None) -> None:
+        #: The crawlers of this local development cluster may fetch from loopback (its own sites),
+        #: unless the user chose CRAWLER_ALLOWED_NETWORKS (docs/contract.md §10.2).
+        self.allows_loopback = not settings.is_set("CRAWLER_ALLOWED_NETWORKS")
+        if self.allows_loopback:
+            settings = settings.copy_with(CRAWLER_ALLOWED_NETWORKS=LOOPBACK_NETWORKS)
         self.requested = settings
         self.crawlers = crawlers
         self.extra_env = extra_env or {}
@@ -171,6 +186,8 @@ def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None 
             print(f"crawlhive up: Redis {live['REDIS_URL']}", flush=True)
             print(f"crawlhive up: Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}", flush=True)
             print(f"crawlhive up: topics {', '.join(live.topic(t) for t in TOPICS)}", flush=True)
+            if cluster.allows_loopback:
+                print(f"crawlhive up: {loopback_note()}", flush=True)
             print(
                 f"crawlhive up: addresses recorded in {live.home / 'up.json'} for other crawlhive commands", flush=True
             )

@@ -20,7 +20,7 @@ from typing import Any
 from kafka import TopicPartition
 
 from crawlhive.rest.server import rest_url
-from crawlhive.utils.app.cluster import LocalCluster
+from crawlhive.utils.app.cluster import LocalCluster, loopback_note
 from crawlhive.utils.app.demo_site import DemoSite, expected_pages
 from crawlhive.utils.connections import make_consumer, make_producer, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
@@ -79,6 +79,8 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
             live = cluster.settings
             dashboard = f"{rest_url(live['REST_HOST'], live.getint('REST_PORT'))}/dashboard"
             print(f"cluster: Redis {live['REDIS_URL']}, Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}", flush=True)
+            if cluster.allows_loopback:
+                print(f"cluster: {loopback_note()}", flush=True)
             redis = redis_from_settings(live)
             keys = Keys(live["REDIS_KEY_PREFIX"])
             try:

@@ -1,0 +1,198 @@
+"""The network guard: crawlers never connect to blocked networks (docs/contract.md §10.2).
+
+A crawl request is a stranger's instruction to open connections from inside the operator's network,
+so the rule is checked on the **resolved address of every connection** a crawler opens: seeds,
+links, redirects and robots.txt alike, after DNS and before connecting. A URL check could not do
+this: a public name may resolve to ``127.0.0.1`` or to the cloud metadata address.
+
+How it is wired into Scrapy:
+
+* :class:`GuardedResolver` is the crawler's ``DNS_RESOLVER``. It is Scrapy's own caching resolver
+  (one lookup per host name, the result cached, so the guard costs a dict lookup per connection)
+  with one step added: an address inside ``CRAWLER_BLOCKED_NETWORKS`` and outside
+  ``CRAWLER_ALLOWED_NETWORKS`` is never handed to the connection, so Twisted never connects to it.
+  Every HTTP(S) connection Scrapy opens resolves its host through the reactor's resolver, IP
+  literals included (``http://127.0.0.1/`` is "resolved" to itself and checked the same way).
+* Twisted reports such a host as a failed lookup; :class:`NetworkGuardMiddleware` (nearest the
+  downloader) recognises the hosts the resolver refused and marks the request so that it is not
+  retried and ends as a crawl dead letter whose ``error`` is ``blocked network: …``.
+
+Written here rather than taken from a library: the SSRF filters on PyPI wrap ``requests`` or
+``urllib3`` sessions, which Scrapy does not use.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from typing import TYPE_CHECKING, Any, Self
+
+from scrapy.exceptions import CannotResolveHostError
+from scrapy.resolver import CachingThreadedResolver
+from scrapy.utils.datatypes import LocalCache
+from twisted.internet.error import DNSLookupError
+
+from crawlhive.utils.errors import SettingsError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from twisted.internet.base import ReactorBase
+    from twisted.internet.defer import Deferred
+
+    from crawlhive.utils.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+#: Request meta key: the ``blocked network: …`` reason of a request the guard stopped.
+BLOCKED_META = "crawlhive_blocked_network"
+#: Host names whose refusal reason is remembered for the middleware (most recent first out).
+REMEMBERED_HOSTS = 10000
+
+
+class BlockedNetwork(DNSLookupError):
+    """A host resolved to a blocked address. A ``DNSLookupError`` so that Twisted treats it as a
+    failed lookup (no traceback logged, no connection attempted)."""
+
+
+def parse_networks(name: str, values: list[Any]) -> list[Network]:
+    """The CIDRs of setting *name*.
+
+    Raises:
+        SettingsError: a value is not a network; the message names the setting and the value.
+    """
+    networks: list[Network] = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(str(value).strip(), strict=False))
+        except ValueError as exc:
+            raise SettingsError(f"{name}: {value!r} is not a network such as 10.0.0.0/8 ({exc})") from None
+    return networks
+
+
+class NetworkPolicy:
+    """Which addresses crawlers may connect to: not in *blocked*, unless in *allowed*."""
+
+    def __init__(self, blocked: list[Network], allowed: list[Network]) -> None:
+        self.blocked = blocked
+        self.allowed = allowed
+        self._verdicts: dict[str, Network | None] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """Raises SettingsError naming CRAWLER_BLOCKED_NETWORKS or CRAWLER_ALLOWED_NETWORKS."""
+        return cls(
+            parse_networks("CRAWLER_BLOCKED_NETWORKS", settings.getlist("CRAWLER_BLOCKED_NETWORKS")),
+            parse_networks("CRAWLER_ALLOWED_NETWORKS", settings.getlist("CRAWLER_ALLOWED_NETWORKS")),
+        )
+
+    def blocking(self, address: str) -> Network | None:
+        """The blocked network *address* is in (and no allowed one), or None when it may be used.
+
+        An address that does not parse is blocked by the first blocked network (or ``0.0.0.0/0``).
+        """
+        try:
+            return self._verdicts[address]
+        except KeyError:
+            pass
+        verdict = self._decide(address)
+        if len(self._verdicts) >= REMEMBERED_HOSTS:
+            self._verdicts.clear()
+        self._verdicts[address] = verdict
+        return verdict
+
+    def _decide(self, address: str) -> Network | None:
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return self.blocked[0] if self.blocked else ipaddress.ip_network("0.0.0.0/0")
+        candidates = [ip]
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            candidates.append(ip.ipv4_mapped)  # ::ffff:127.0.0.1 is 127.0.0.1
+        for candidate in candidates:
+            if any(candidate in network for network in self.allowed):
+                return None
+        for candidate in candidates:
+            for network in self.blocked:
+                if candidate in network:
+                    return network
+        return None
+
+    def reason(self, host: str, address: str, network: Network) -> str:
+        """The dead-letter ``error`` of a request to *host* refused because *address* is in *network*."""
+        shown = host if host == address else f"{host} ({address})"
+        return (
+            f"blocked network: {shown} is in {network}, which CRAWLER_BLOCKED_NETWORKS blocks "
+            "(allow it with CRAWLER_ALLOWED_NETWORKS)"
+        )
+
+
+class GuardedResolver(CachingThreadedResolver):
+    """Scrapy's caching resolver that refuses addresses the :class:`NetworkPolicy` blocks.
+
+    The refusal reason of each host is remembered for :class:`NetworkGuardMiddleware`, which finds
+    this resolver as the reactor's.
+    """
+
+    def __init__(self, reactor: ReactorBase, cache_size: int, timeout: float, policy: NetworkPolicy) -> None:
+        super().__init__(reactor, cache_size, timeout)
+        self.policy = policy
+        self.refused: LocalCache[str, str] = LocalCache(REMEMBERED_HOSTS)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, reactor: ReactorBase) -> Self:
+        # Scrapy passes its CrawlerProcess here; only its settings are read.
+        settings: Settings = crawler.settings["CRAWLHIVE_SETTINGS"]
+        cache_size = crawler.settings.getint("DNSCACHE_SIZE") if crawler.settings.getbool("DNSCACHE_ENABLED") else 0
+        return cls(reactor, cache_size, crawler.settings.getfloat("DNS_TIMEOUT"), NetworkPolicy.from_settings(settings))
+
+    def getHostByName(self, name: str, timeout: Sequence[int] = ()) -> Deferred[str]:
+        return super().getHostByName(name, timeout).addCallback(self._check, name)
+
+    def _check(self, address: str, name: str) -> str:
+        network = self.policy.blocking(address)
+        if network is None:
+            return address
+        reason = self.policy.reason(name, address, network)
+        self.refused[name.lower()] = reason
+        logger.info("%s", reason)
+        raise BlockedNetwork(reason)
+
+    def refusal(self, host: str) -> str | None:
+        """The reason *host* was last refused, or None."""
+        return self.refused.get(host.lower())
+
+
+def installed_resolver() -> GuardedResolver | None:
+    """The reactor's resolver when it is the guard (it is in every crawler process)."""
+    from twisted.internet import reactor
+
+    resolver = getattr(reactor, "resolver", None)
+    return resolver if isinstance(resolver, GuardedResolver) else None
+
+
+class NetworkGuardMiddleware:
+    """Turns the failed lookup of a host the guard refused into a ``blocked network: …`` outcome:
+    no retry (``dont_retry``), and the reason in ``request.meta`` for the lease outcome
+    (:class:`~crawlhive.crawler.middlewares.LeaseOutcomeMiddleware`). Order 990, nearest the
+    downloader, so it sees the failure before Scrapy's ``RetryMiddleware``."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls()
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        if not isinstance(exception, CannotResolveHostError | DNSLookupError):
+            return
+        resolver = installed_resolver()
+        if resolver is None:
+            return
+        from urllib.parse import urlsplit
+
+        reason = resolver.refusal(urlsplit(request.url).hostname or "")
+        if reason is not None:
+            request.meta[BLOCKED_META] = reason
+            request.meta["dont_retry"] = True
