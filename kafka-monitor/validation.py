@@ -7,13 +7,15 @@ and the same limit settings (§2.7), so they can never disagree.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
+from jsonschema.validators import extend
 
 from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, IncomingPlugin
 from crawlhive.utils.errors import PluginLoadError
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 
     from crawlhive.utils.settings import Settings
 
+#: Schema errors of a rejected request among which the reported one is chosen (the first ones).
+ERRORS_CONSIDERED = 64
 DOMAIN_CONFIG_ACTIONS = frozenset({"domain-update", "domain-remove", "blacklist-update", "blacklist-remove"})
 
 
@@ -88,6 +92,101 @@ def parse_json(raw: bytes | str | None) -> tuple[Any, str | None]:
     return value, None
 
 
+def _comparable(value: Any) -> Any:
+    """A hashable stand-in for a JSON value, equal exactly when the JSON values are equal (numbers
+    by value, so ``1`` equals ``1.0``; booleans apart from numbers; objects regardless of order)."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", value)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, list):
+        return ("a", tuple(_comparable(v) for v in value))
+    if isinstance(value, dict):
+        return ("o", frozenset((k, _comparable(v)) for k, v in value.items()))
+    return ("z", None)
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Any:
+    """``uniqueItems`` in time linear in the array's size.
+
+    jsonschema's own check falls back to comparing every pair when items cannot be sorted (mixed
+    types, lists, objects): a 40 KB array then took minutes, and a kafka-monitor partition stalled
+    behind it (docs/contract.md §10.3). Hashing a canonical form of each item is linear.
+    """
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    if _over_size_limit(instance, schema):
+        return  # maxItems rejects it already: no need to look at every item
+    if all(type(item) is str for item in instance):  # the usual case, at C speed
+        if len(set(instance)) != len(instance):
+            yield ValidationError(f"{_short(instance)} has non-unique elements")
+        return
+    seen: set[Any] = set()
+    try:
+        for item in instance:
+            key = _comparable(item)
+            if key in seen:
+                yield ValidationError(f"{_short(instance)} has non-unique elements")
+                return
+            seen.add(key)
+    except RecursionError:
+        yield ValidationError("items are nested too deeply to compare")
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value) if not isinstance(value, list) or len(value) <= 20 else repr(value[:20])[:-1] + ", ...]"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _max_json_bytes(validator: Any, limit: Any, instance: Any, schema: Any) -> Any:
+    """``maxJsonBytes`` (ours): the value, written as compact JSON, is at most *limit* bytes."""
+    try:
+        size = len(json.dumps(instance, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    except (ValueError, TypeError, RecursionError):
+        yield ValidationError("is not serialisable as JSON")
+        return
+    if size > limit:
+        yield ValidationError(f"is {size} bytes as JSON, more than the maximum of {limit}")
+
+
+def _over_size_limit(instance: Any, schema: Any) -> bool:
+    """Whether *instance* has more entries than its schema's ``maxItems`` / ``maxProperties``."""
+    if isinstance(instance, list):
+        limit = schema.get("maxItems")
+    elif isinstance(instance, dict):
+        limit = schema.get("maxProperties")
+    else:
+        return False
+    return isinstance(limit, int) and len(instance) > limit
+
+
+def _unless_oversized(keyword: Any) -> Any:
+    """*keyword* skipped for a container over its size limit, which ``maxItems`` / ``maxProperties``
+    rejects anyway: a request cannot make validation look at 100,000 entries one by one."""
+
+    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        if _over_size_limit(instance, schema):
+            return None
+        return keyword(validator, value, instance, schema)
+
+    return check
+
+
+_PER_ENTRY = ("items", "prefixItems", "contains", "propertyNames", "additionalProperties", "patternProperties")
+#: Draft 2020-12 with a linear-time ``uniqueItems``, per-entry keywords skipped for oversized
+#: containers, and our ``maxJsonBytes`` keyword.
+SchemaValidator = extend(
+    Draft202012Validator,
+    validators={
+        **{name: _unless_oversized(Draft202012Validator.VALIDATORS[name]) for name in _PER_ENTRY},
+        "uniqueItems": _unique_items,
+        "maxJsonBytes": _max_json_bytes,
+    },
+)
+
+
 def apply_limits(schema: Any, settings: Settings) -> Any:
     """A copy of *schema* with every ``"$SETTING"`` string replaced by that setting's value."""
     if isinstance(schema, dict):
@@ -107,7 +206,7 @@ class RequestValidator:
             raise ValueError("RequestValidator needs at least one plugin")
         self.plugins = list(plugins)
         self.schemas = {cls: apply_limits(cls.load_schema(), settings) for cls in self.plugins}
-        self._validators = {cls: Draft202012Validator(schema) for cls, schema in self.schemas.items()}
+        self._validators = {cls: SchemaValidator(schema) for cls, schema in self.schemas.items()}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestValidator:
@@ -125,7 +224,8 @@ class RequestValidator:
                     return Rejected(f"Invalid request: {format_cause(plugin.kind, cause[0], cause[1])}")
                 return Accepted(plugin, self._fill_defaults(plugin, message))
         closest = self._closest(value)
-        error = best_match(self._validators[closest].iter_errors(value))
+        # The first errors only: a huge array can have one error per item (§10.3, linear time).
+        error = best_match(itertools.islice(self._validators[closest].iter_errors(value), ERRORS_CONSIDERED))
         pointer = json_pointer(error.absolute_path) if error is not None else ""
         text = error.message if error is not None else "does not match"
         return Rejected(f"Invalid request: {format_cause(closest.kind, text, pointer)}")

@@ -100,6 +100,22 @@ SCHEMA_MAXDEPTH_MAX: int = 3
 SCHEMA_DOMAIN_MAX_PAGES_MAX: int = 2000
 """Largest ``domain_max_pages`` a crawl request may ask for."""
 
+SCHEMA_URL_MAX_LENGTH: int = 8192
+"""Longest crawl ``url`` accepted (characters)."""
+
+SCHEMA_ARRAY_MAX_ITEMS: int = 100
+"""Most entries of a crawl's ``allowed_domains``, ``allow_regex``, ``deny_regex`` and
+``deny_extensions`` (each entry at most 1000 characters)."""
+
+SCHEMA_ATTRS_MAX_BYTES: int = 65536
+"""Largest crawl ``attrs``, measured as compact JSON (bytes). Every item of the crawl carries it."""
+
+SCHEMA_HITS_MAX: int = 1000000
+"""Largest domain-config ``hits``."""
+
+SCHEMA_WINDOW_MAX: int = 604800
+"""Largest domain-config ``window`` (seconds; a week)."""
+
 SCHEMA_ALLOWED_METHODS: list[str] = ["GET", "HEAD", "POST"]
 """HTTP methods a crawl request may use (``method``; docs/contract.md §10.2). Add PUT, PATCH, DELETE
 or OPTIONS deliberately: a crawl makes the cluster send them to any site."""
