@@ -31,13 +31,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-import ujson
+from kafka.errors import KafkaError
 
 from crawlhive.redis_monitor.plugins import BUILTIN_PLUGINS, MonitorPlugin, Outbound, server_time
 from crawlhive.utils.connections import check_redis, ensure_topics, make_producer, redis_from_settings
 from crawlhive.utils.control import ControlConsumer, ControlEntry
+from crawlhive.utils.fit import encode, fit_message, value_limit
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.loop import is_transient
+from crawlhive.utils.loop import is_transient, never_sendable
 from crawlhive.utils.plugins import load_plugins
 from crawlhive.utils.stats import FAIL, REDIS_MONITOR, TOTAL, plugin_counter_name
 from crawlhive.utils.worker import Worker
@@ -103,6 +104,8 @@ class RedisMonitor(Worker):
         self.retry_s = settings.getfloat("REDIS_MONITOR_RETRY_S")
         self.tick_s = settings.getfloat("REDIS_MONITOR_TICK_S")
         self.kafka_timeout_s = settings.getfloat("KAFKA_FEED_TIMEOUT")
+        self.max_request_size = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
+        self.value_limit = value_limit(self.max_request_size)
         self.plugins: list[MonitorPlugin] = []
         self.producer: KafkaProducer | None = None
         self._held: dict[str, Held] = {}
@@ -335,12 +338,52 @@ class RedisMonitor(Worker):
         if missing:
             ensure_topics(self.settings, sorted(missing))
             self._topics_ready |= missing
-        futures: list[FutureRecordMetadata] = []
+        futures: list[tuple[str, Outbound, FutureRecordMetadata]] = []
         for topic, out in records:
-            futures.append(self.producer.send(topic, ujson.dumps(out.message, ensure_ascii=False).encode()))
+            value = self._fitted(out)
+            try:
+                futures.append((topic, out, self.producer.send(topic, value)))
+            except KafkaError as exc:
+                if not never_sendable(exc):
+                    raise
+                self._give_up(topic, out, exc)
         self.producer.flush(timeout=self.kafka_timeout_s)
-        for future in futures:
-            future.get(timeout=self.kafka_timeout_s)
+        for topic, out, future in futures:
+            try:
+                future.get(timeout=self.kafka_timeout_s)
+            except KafkaError as exc:
+                if not never_sendable(exc):
+                    raise  # the loop backs off and sends the held answers again
+                self._give_up(topic, out, exc)
+
+    def _fitted(self, out: Outbound) -> bytes:
+        """The record value of *out*, cut to fit the producer's limit (docs/contract.md §10.5); an
+        answer that cannot be cut enough is replaced by a dead letter saying so."""
+        value = fit_message(out.message, self.value_limit)
+        if value is not None:
+            return value
+        logger.error("answer to %r cannot fit in one Kafka record; dead-lettered instead", out.message.get("uuid"))
+        letter = {
+            "stage": "control",
+            "error": f"answer too large to send (KAFKA_PRODUCER_MAX_REQUEST_SIZE={self.max_request_size})",
+            "payload": None,
+            "server_time": server_time(),
+        }
+        for name in ("uuid", "appid"):
+            if isinstance(out.message.get(name), str):
+                letter[name] = out.message[name]
+        return encode(letter)
+
+    def _give_up(self, topic: str, out: Outbound, exc: BaseException) -> None:
+        """A record Kafka will never accept: logged and dropped, so the others are not held up."""
+        logger.error(
+            "dropped an answer to %s that Kafka refuses for good (%s: %s); check KAFKA_PRODUCER_MAX_REQUEST_SIZE "
+            "and the broker's message.max.bytes",
+            topic,
+            type(exc).__name__,
+            exc,
+            extra={"appid": out.message.get("appid")},
+        )
 
     # --- stats -----------------------------------------------------------------------------------
 

@@ -14,7 +14,14 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
-from kafka.errors import KafkaError
+from kafka.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTopicError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+)
 from redis.exceptions import BusyLoadingError, ReadOnlyError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -64,6 +71,29 @@ class Backoff:
 
 #: Redis error replies that say "not now" rather than "never": the work is retried after a back-off.
 _TRANSIENT_REPLIES = ("OOM", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "NOREPLICAS", "NOSCRIPT")
+
+
+_NEVER_SENDABLE = (
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    InvalidRecordError,
+    CorruptRecordError,
+    InvalidTopicError,
+)
+
+
+def never_sendable(exc: BaseException) -> bool:
+    """True if Kafka refused a record for good: too large for the producer or the broker, or
+    malformed. Sending it again can never succeed, so the record is reported or dropped instead
+    (docs/contract.md §10.5); every other Kafka error is worth a retry."""
+    return isinstance(
+        exc,
+        MessageSizeTooLargeError
+        | RecordListTooLargeError
+        | InvalidRecordError
+        | CorruptRecordError
+        | InvalidTopicError,
+    )
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -771,6 +771,35 @@ def test_a_failing_request_is_retried_then_reported_and_the_loop_keeps_answering
     assert stats.read("redis-monitor", "total")["lifetime"] == 4
 
 
+def test_answers_larger_than_the_producer_allows_are_cut_to_fit_and_hold_up_nothing(
+    rm_settings: Settings, redis_client: redis.Redis, outbound: Topic, running: Callable[..., RedisMonitor]
+) -> None:
+    """docs/contract.md §10.5: with KAFKA_PRODUCER_MAX_REQUEST_SIZE at 16 KiB, an info answer about
+    an appid of 40 crawls x 30 domains (about 120 KB) used to fail its send forever and wedge the
+    monitor; now it arrives cut to fit, and the small answers around it arrive too."""
+    limit = 16384
+    small = rm_settings.copy_with(KAFKA_PRODUCER_MAX_REQUEST_SIZE=limit)
+    push(
+        redis_client,
+        small,
+        *(req(f"http://site{d}.com/", crawlid=f"big{c:02d}", appid="bigapp") for c in range(40) for d in range(30)),
+    )
+    push(redis_client, small, req("http://example.com/", crawlid="tiny"))
+    before = {"action": "info", "appid": "testapp", "crawlid": "tiny", "spiderid": "link", "uuid": "before"}
+    huge = {"action": "info", "appid": "bigapp", "spiderid": "link", "uuid": "huge"}
+    after = {**before, "uuid": "after"}
+    submit(redis_client, small, "action", before, huge, after)
+    running(small)
+    answers = {m["uuid"]: m for m in outbound.wait_for(3, where=lambda m: "uuid" in m)}
+    assert set(answers) == {"before", "huge", "after"}
+    assert "truncated" not in answers["before"] and "truncated" not in answers["after"]
+    cut = answers["huge"]
+    assert cut["truncated"] is True and 0 < len(cut["crawlids"]) < 40
+    assert list(cut["crawlids"]) == [f"big{c:02d}" for c in range(len(cut["crawlids"]))]  # the first ones, in order
+    assert len(json.dumps(cut, separators=(",", ":")).encode()) <= limit
+    assert cut["total_pending"] == 40 * 30  # totals still count everything
+
+
 def test_requests_a_dead_monitor_held_are_answered_by_another(
     rm_settings: Settings, redis_client: redis.Redis, keys: Keys, outbound: Topic, running: Callable[..., RedisMonitor]
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 
 import pytest
@@ -11,6 +12,7 @@ from crawlhive.crawler.netguard import NetworkPolicy
 from crawlhive.rest.answers import dashboard_letter
 from crawlhive.rest.server import check_exposure, is_loopback_host
 from crawlhive.utils.errors import SettingsError, UnsafeSettings
+from crawlhive.utils.fit import encode, fit_message
 from crawlhive.utils.settings import Settings
 
 
@@ -121,3 +123,50 @@ def test_the_guard_is_every_crawler_s_resolver_and_cannot_be_replaced() -> None:
             scrapy_settings(
                 Settings.from_overrides(SCRAPY_SETTINGS={name: "scrapy.resolver.CachingThreadedResolver"}), "link"
             )
+
+
+# --- answers always fit (docs/contract.md §10.5) --------------------------------------------------------
+
+
+def test_a_message_that_fits_is_left_alone() -> None:
+    message = {"uuid": "u", "crawlids": {"c1": {"total": 1}}}
+    assert fit_message(message, 1000) == encode(message)
+
+
+def test_the_largest_map_keeps_its_first_entries_and_the_message_says_truncated() -> None:
+    domains = {f"site{i}.com": {"total": i} for i in range(2000)}
+    message = {"uuid": "u", "spiderid": "link", "queues": {"link": {"domains": domains, "total": 2000}}}
+    data = fit_message(message, 4096)
+    assert data is not None and len(data) <= 4096
+    cut = json.loads(data)
+    assert cut["truncated"] is True and cut["uuid"] == "u" and cut["queues"]["link"]["total"] == 2000
+    kept = list(cut["queues"]["link"]["domains"])
+    assert 0 < len(kept) < 2000 and kept == list(domains)[: len(kept)]
+    assert (
+        len(
+            encode(
+                {
+                    **cut,
+                    "queues": {
+                        "link": {**cut["queues"]["link"], "domains": dict(list(domains.items())[: len(kept) + 1])}
+                    },
+                }
+            )
+        )
+        > 4096
+    )  # as many as fit, not fewer
+    assert "truncated" not in message  # the original is untouched
+
+
+def test_a_message_that_cannot_be_cut_enough_is_none() -> None:
+    assert fit_message({"uuid": "u", "error": "x" * 10_000}, 4096) is None
+
+
+def test_only_records_kafka_refuses_for_good_are_never_sendable() -> None:
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, MessageSizeTooLargeError, RecordListTooLargeError
+
+    from crawlhive.utils.loop import is_transient, never_sendable
+
+    assert never_sendable(MessageSizeTooLargeError()) and never_sendable(RecordListTooLargeError())
+    assert not never_sendable(KafkaTimeoutError()) and not never_sendable(KafkaConnectionError())
+    assert is_transient(KafkaTimeoutError())
