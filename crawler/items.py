@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import http
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -59,9 +60,19 @@ def _text(value: bytes) -> str:
         return value.decode("latin-1")
 
 
-def header_lists(headers: Headers) -> dict[str, list[str]]:
-    """Header name (as Scrapy normalises it) -> list of values, decoded as UTF-8 or else latin-1."""
-    return {_text(name): [_text(v) for v in values] for name, values in headers.items()}
+#: What an item shows instead of the value of a header named in ITEM_REDACT_HEADERS.
+REDACTED = "[redacted]"
+
+
+def header_lists(headers: Headers, redact: Collection[str] = ()) -> dict[str, list[str]]:
+    """Header name (as Scrapy normalises it) -> list of values, decoded as UTF-8 or else latin-1;
+    the values of headers named in *redact* (lower case) are ``"[redacted]"`` (docs/contract.md §10.6)."""
+    lists: dict[str, list[str]] = {}
+    for raw_name, values in headers.items():
+        name = _text(raw_name)
+        hidden = name.lower() in redact
+        lists[name] = [REDACTED if hidden else _text(v) for v in values]
+    return lists
 
 
 def timestamp(now: datetime | None = None) -> str:
@@ -91,8 +102,10 @@ def crawled_item(
     crawlid: str,
     attrs: dict[str, Any] | None,
     base64_encode: bool,
+    redact: Collection[str] = (),
 ) -> CrawledItem:
-    """The item of *response*; *url* is the URL the request asked for, before redirects."""
+    """The item of *response*; *url* is the URL the request asked for, before redirects; the
+    request headers named in *redact* (lower case) are redacted."""
     body, encoding = body_fields(response, base64_encode)
     return CrawledItem(
         appid=appid,
@@ -102,7 +115,7 @@ def crawled_item(
         status_code=response.status,
         status_msg=status_message(response.status),
         response_headers=header_lists(response.headers),
-        request_headers=header_lists(response.request.headers) if response.request is not None else {},
+        request_headers=header_lists(response.request.headers, redact) if response.request is not None else {},
         body=body,
         encoding=encoding,
         links=links,

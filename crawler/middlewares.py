@@ -6,7 +6,8 @@ Downloader middlewares (outermost first):
   ``RetryMiddleware`` gave up): a request that finally failed ends its lease, as a crawl dead letter
   for a network error or as a policy drop for ``IgnoreRequest`` (robots.txt, …).
 * :class:`RequestShapingMiddleware` (order 400, before Scrapy's ``UserAgentMiddleware``): applies a
-  crawl's ``useragent``, ``headers`` and cookies (docs/contract.md §3.7) to each request, redirects included.
+  crawl's ``useragent`` to each request, and its ``headers`` and cookies to those of the seed's
+  origin only (docs/contract.md §3.7, §10.6), redirects included.
 * :class:`RetryAfterMiddleware` (order 600, so it sees a response before Scrapy's
   ``RetryMiddleware``): a 429 with ``Retry-After`` backs the domain off cluster-wide.
 * :class:`ResponseStatsMiddleware` (order 950): counts every response by status, and every network
@@ -39,7 +40,7 @@ from crawlhive.crawler.items import CrawledItem
 from crawlhive.crawler.netguard import BLOCKED_META
 from crawlhive.crawler.requests import context_of
 from crawlhive.crawler.runtime import CrawlRuntime
-from crawlhive.utils.domains import domain_of_url
+from crawlhive.utils.domains import domain_of_url, origin_of
 from crawlhive.utils.frontier import defer_domain, parse_retry_after
 from crawlhive.utils.stats import NETWORK_FAILURE_CODE
 
@@ -78,8 +79,10 @@ def cookie_header(request: FrontierRequest) -> str | None:
 
 class RequestShapingMiddleware:
     """Applies ``useragent`` to every request of a crawl, and ``headers`` and the cookies only to
-    requests in the seed's domain (``FrontierRequest.seed_domain``), so credentials never leak to
-    third parties (docs/contract.md §3.7). Scrapy has no per-request equivalent to reuse."""
+    requests whose scheme, host and port are the seed's (``FrontierRequest.seed_origin``), so
+    credentials never reach another site, a sibling host under the same registered domain, or the
+    target of a redirect elsewhere (docs/contract.md §3.7, §10.6). Runs again on every redirect:
+    a request that left the seed's origin loses them. Scrapy has no per-request equivalent."""
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -90,15 +93,15 @@ class RequestShapingMiddleware:
         if context is None:
             return
         crawl = context.request
-        same_domain = domain_of_url(request.url) == crawl.seed_domain
+        same_origin = bool(crawl.seed_origin) and origin_of(request.url) == crawl.seed_origin
         cookie = cookie_header(crawl)
         for name, value in (crawl.headers or {}).items():
-            if same_domain:
+            if same_origin:
                 request.headers[name] = value
             else:
                 request.headers.pop(name, None)
         if cookie is not None:
-            if same_domain:
+            if same_origin:
                 request.headers["Cookie"] = cookie
             else:
                 request.headers.pop("Cookie", None)

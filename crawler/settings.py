@@ -69,6 +69,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         # Every final response becomes an item, 4xx and 5xx included (docs/contract.md §3.10).
         "HTTPERROR_ALLOW_ALL": True,
         "KAFKA_BASE_64_ENCODE": settings.getbool("KAFKA_BASE_64_ENCODE"),
+        "ITEM_REDACT_HEADERS": settings.getlist("ITEM_REDACT_HEADERS"),
         "TELNETCONSOLE_ENABLED": False,
         "REMOTE_CONTROL_ENABLED": False,
         "LOG_LEVEL": settings["LOG_LEVEL"],

@@ -240,6 +240,10 @@ CRAWLER_ALLOWED_NETWORKS: list[str] = []
 """Networks (CIDRs) crawlers may connect to even inside CRAWLER_BLOCKED_NETWORKS (an allowed network
 wins). ``crawlhive up`` and ``demo`` allow loopback when this is not set."""
 
+ITEM_REDACT_HEADERS: list[str] = ["Authorization", "Proxy-Authorization", "Cookie"]
+"""Request headers whose values items show as ``"[redacted]"`` (``request_headers``; compared
+case-insensitively). An empty list shows them as sent, as Scrapy Cluster did."""
+
 CRAWLER_STATS_FLUSH_S: float = 1.0
 """Seconds between two writes of a crawler's buffered response counters to Redis."""
 

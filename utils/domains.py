@@ -56,3 +56,26 @@ def domain_of_url(url: str) -> str:
     except ValueError:
         return ""
     return domain_of_host(host)
+
+
+#: Ports a URL without one uses, by scheme.
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin_of(url: str) -> str:
+    """``scheme://host:port`` of an absolute URL, lower case with the port always written: two URLs
+    share an origin exactly when scheme, host and port are equal (docs/contract.md §10.6). '' when
+    the URL has no host or a malformed port."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return ""
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").rstrip(".")
+    if not host:
+        return ""
+    if port is None:
+        port = DEFAULT_PORTS.get(scheme, 0)
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}"

@@ -37,10 +37,37 @@ class JsonFormatter(logging.Formatter):
 
 
 PLAIN_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+#: Shortest secret that is masked (masking one or two characters everywhere would garble the log).
+MIN_SECRET_LENGTH = 3
 
 
-def configure_logging(level: str = "INFO", json_lines: bool = False, file: str | None = None) -> None:
-    """Install one handler on the root logger, replacing any earlier one of ours.
+def redact(text: str, secrets: list[str]) -> str:
+    """*text* with each of *secrets* (at least MIN_SECRET_LENGTH long) replaced by ``***``."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= MIN_SECRET_LENGTH and secret in text:
+            text = text.replace(secret, "***")
+    return text
+
+
+class RedactingFormatter(logging.Formatter):
+    """Another formatter's lines with every secret replaced by ``***`` (docs/contract.md §10.6):
+    messages, extra fields and tracebacks alike, whichever library wrote them (kafka-python logs
+    its whole configuration, SASL password included, at DEBUG)."""
+
+    def __init__(self, inner: logging.Formatter, secrets: list[str]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(self.inner.format(record), self.secrets)
+
+
+def configure_logging(
+    level: str = "INFO", json_lines: bool = False, file: str | None = None, secrets: list[str] | None = None
+) -> None:
+    """Install one handler on the root logger, replacing any earlier one of ours; no line it writes
+    shows any of *secrets* (``Settings.secrets()``).
 
     Raises:
         SettingsError: *level* is not a logging level name (names LOG_LEVEL).
@@ -49,7 +76,8 @@ def configure_logging(level: str = "INFO", json_lines: bool = False, file: str |
     if not isinstance(numeric, int):
         raise SettingsError(f"LOG_LEVEL: expected DEBUG, INFO, WARNING, ERROR or CRITICAL, got {level!r}")
     handler: logging.Handler = logging.FileHandler(file) if file else logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter(PLAIN_FORMAT))
+    formatter = JsonFormatter() if json_lines else logging.Formatter(PLAIN_FORMAT)
+    handler.setFormatter(RedactingFormatter(formatter, secrets or []) if secrets else formatter)
     handler._crawlhive = True  # type: ignore[attr-defined]
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "_crawlhive", False)]:

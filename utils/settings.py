@@ -22,7 +22,7 @@ import typing
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 from crawlhive.utils import __version__, defaults
 from crawlhive.utils.errors import SettingsError
@@ -181,6 +181,21 @@ class Settings(Mapping[str, Any]):
     @property
     def kafka_group(self) -> str:
         return self["KAFKA_GROUP"] or f"{self['KAFKA_TOPIC_PREFIX']}-group"
+
+    def secrets(self) -> list[str]:
+        """Values no log line or printed message may show (docs/contract.md §10.6): the password of
+        REDIS_URL (as written and decoded), KAFKA_SASL_PASSWORD and REST_API_KEY."""
+        found: list[str] = []
+        try:
+            password = urlsplit(str(self["REDIS_URL"])).password
+        except ValueError:
+            password = None
+        if password:
+            found += [password, unquote(password)]
+        for name in ("KAFKA_SASL_PASSWORD", "REST_API_KEY"):
+            if self[name]:
+                found.append(str(self[name]))
+        return found
 
     @property
     def user_agent(self) -> str:

@@ -42,4 +42,13 @@ class FrontierSpider(Spider):
             crawlid=request.crawlid,
             attrs=request.attrs if attrs is None else attrs,
             base64_encode=self.settings.getbool("KAFKA_BASE_64_ENCODE"),
+            redact=self._redacted_headers(),
         )
+
+    def _redacted_headers(self) -> frozenset[str]:
+        """ITEM_REDACT_HEADERS in lower case, computed once per spider."""
+        redact: frozenset[str] | None = getattr(self, "_redact", None)
+        if redact is None:
+            redact = frozenset(str(name).lower() for name in self.settings.getlist("ITEM_REDACT_HEADERS"))
+            self._redact = redact
+        return redact

@@ -126,3 +126,52 @@ def test_feed_validates_like_the_kafka_monitor(tmp_path: Path) -> None:
     out = subprocess.run([*CLI, "feed", request], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
     assert "crawl: 'ab' is too short (at /appid)" in out.stderr
+
+
+def test_no_password_is_printed_or_logged_and_up_json_is_private(tmp_path: Path, kafka_bootstrap: str) -> None:
+    """docs/contract.md §10.6, through the real commands at LOG_LEVEL=DEBUG (kafka-python logs its
+    whole configuration then): the password of REDIS_URL appears nowhere but in up.json, which only
+    its owner can read."""
+    import redis
+
+    from crawlhive.utils.app.embedded import EmbeddedRedis
+
+    password = "pw-" + os.urandom(6).hex()
+    with EmbeddedRedis() as server:
+        client = redis.Redis.from_url(server.url)
+        client.config_set("requirepass", password)
+        try:
+            env = _env(tmp_path)
+            env.update(
+                REDIS_URL=f"redis://:{password}@127.0.0.1:{server.port}/0",
+                KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
+                LOG_LEVEL="DEBUG",
+                REST_PORT="0",
+            )
+            proc = subprocess.Popen(
+                [*CLI, "up", "--duration", "8"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            state = tmp_path / "up.json"
+            deadline = time.monotonic() + 30
+            while not state.exists():
+                assert proc.poll() is None and time.monotonic() < deadline, "up did not start"
+                time.sleep(0.05)
+            assert state.stat().st_mode & 0o777 == 0o600
+            assert password in state.read_text()  # other crawlhive commands need it
+            output, _ = proc.communicate(timeout=90)
+            assert proc.returncode == 0, output[-3000:]
+            assert "crawlhive up: Redis redis://:***@127.0.0.1:" in output
+            assert password not in output, [line for line in output.splitlines() if password in line][:5]
+
+            env["REDIS_URL"] = f"redis://:wrong-{password}@127.0.0.1:{server.port}/0"
+            monitor = subprocess.Popen(
+                [*CLI, "redis-monitor"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            time.sleep(4)  # it retries with back-off, logging what to check
+            monitor.terminate()
+            refused, _ = monitor.communicate(timeout=30)
+            assert "REDIS_URL" in refused and "***" in refused, refused[-2000:]
+            assert password not in refused
+        finally:
+            client.config_set("requirepass", "")
+            client.close()

@@ -203,10 +203,18 @@ def test_network_error_is_retried_then_dead_lettered(env: dict[str, Any], site: 
     assert record[b"failed"] == b"1" and record[b"inflight"] == b"0"
 
 
-def test_useragent_headers_cookies_only_on_the_seed_domain(env: dict[str, Any], site: TestSite) -> None:
-    site.page("/s/0", html("/s/same", site.url("/s/other", host="127.0.0.2")))
-    site.page("/s/same", html())
-    site.page("/s/other", html())
+def test_useragent_everywhere_headers_and_cookies_only_on_the_seed_origin(env: dict[str, Any], site: TestSite) -> None:
+    """docs/contract.md §3.7 and §10.6: credentials go to the seed's scheme, host and port only (not
+    to another host of the same machine, not after a redirect elsewhere), and items redact them."""
+    elsewhere = site.url("/s/landed", host="127.0.0.2")
+    sibling = TestSite()  # the same host on another port: another origin, the same domain
+    sibling.start()
+    links = ["/s/same", "/s/jump", site.url("/s/other", host="127.0.0.2"), site.url("/s/named", "localhost")]
+    site.page("/s/0", html(*links, sibling.url("/s/port")))
+    for path in ("/s/same", "/s/other", "/s/named", "/s/landed"):
+        site.page(path, html())
+    sibling.page("/s/port", html())
+    site.handler("/s/jump", lambda _seen: (302, {"Location": elsewhere, "Content-Type": "text/html"}, b""))
     crawlid = _crawl(
         env,
         url=site.url("/s/0"),
@@ -214,17 +222,27 @@ def test_useragent_headers_cookies_only_on_the_seed_domain(env: dict[str, Any], 
         useragent="ua-test/1",
         cookie="a=1; junk; b=2",
         cookies={"a": "9", "c": "3"},
-        headers={"X-Test": "yes", "User-Agent": "ignored"},
+        headers={"X-Test": "yes", "User-Agent": "ignored", "Authorization": "Bearer t0k"},
     )
-    env["collector"].wait_for(crawlid, 3)
+    try:
+        items = env["collector"].wait_for(crawlid, 6)
+        items = env["collector"].settle(crawlid, 1.0)
+    finally:
+        sibling.stop()
     seen = {(s.host, s.path): s.headers for s in site.hits("/s/")}
-    for key in (("127.0.0.1", "/s/0"), ("127.0.0.1", "/s/same")):
+    (port_hit,) = sibling.hits("/s/port")
+    assert not {"X-Test", "Cookie", "Authorization"} & set(port_hit.headers), port_hit.headers
+    for key in (("127.0.0.1", "/s/0"), ("127.0.0.1", "/s/same"), ("127.0.0.1", "/s/jump")):
         assert seen[key]["User-Agent"] == "ua-test/1"
-        assert seen[key]["X-Test"] == "yes"
+        assert seen[key]["X-Test"] == "yes" and seen[key]["Authorization"] == "Bearer t0k"
         assert seen[key]["Cookie"] == "a=9; b=2; c=3"
-    other = seen[("127.0.0.2", "/s/other")]
-    assert other["User-Agent"] == "ua-test/1"
-    assert "X-Test" not in other and "Cookie" not in other
+    for key in (("127.0.0.2", "/s/other"), ("127.0.0.1", "/s/named"), ("127.0.0.2", "/s/landed")):
+        assert seen[key]["User-Agent"] == "ua-test/1", key
+        assert not {"X-Test", "Cookie", "Authorization"} & set(seen[key]), (key, seen[key])
+    seed_item = next(i for i in items if i["url"] == site.url("/s/0"))
+    assert seed_item["request_headers"]["Authorization"] == ["[redacted]"]
+    assert seed_item["request_headers"]["Cookie"] == ["[redacted]"]
+    assert seed_item["request_headers"]["X-Test"] == ["yes"]
 
 
 def test_post_seed_sends_method_and_body_links_are_get(env: dict[str, Any], site: TestSite) -> None:

@@ -58,7 +58,9 @@ def _page(url: str, body: str) -> HtmlResponse:
 
 
 def test_custom_request_survives_the_frontier_round_trip(spider: DemoSpider) -> None:
-    parent = FrontierRequest("http://a.com/", "app", "c1", priority=5, depth=1, attrs={"k": 1}, seed_domain="a.com")
+    parent = FrontierRequest(
+        "http://a.com/", "app", "c1", priority=5, depth=1, attrs={"k": 1}, seed_origin="http://a.com:80"
+    )
     custom = Request(
         "http://b.com/x?q=1",
         method="POST",

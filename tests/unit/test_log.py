@@ -41,3 +41,31 @@ def test_json_lines_with_extra_fields(tmp_path: Path, restore_root: None) -> Non
 def test_bad_level_names_the_setting(restore_root: None) -> None:
     with pytest.raises(SettingsError, match="LOG_LEVEL"):
         configure_logging("LOUD")
+
+
+@pytest.mark.parametrize("json_lines", [False, True])
+def test_no_line_shows_a_secret(tmp_path: Path, restore_root: None, json_lines: bool) -> None:
+    """docs/contract.md §10.6: messages, extra fields and tracebacks of any logger (kafka-python
+    logs its configuration at DEBUG) are written with the secrets masked."""
+    from crawlhive.utils.settings import Settings
+
+    settings = Settings.from_overrides(
+        REDIS_URL="redis://user:p%40ss-word@redis.internal:6380/0",
+        KAFKA_SASL_MECHANISM="PLAIN",
+        KAFKA_SASL_USERNAME="u",
+        KAFKA_SASL_PASSWORD="kafka-s3cret",
+        REST_API_KEY="rest-k3y",
+    )
+    assert set(settings.secrets()) == {"p%40ss-word", "p@ss-word", "kafka-s3cret", "rest-k3y"}
+    log_file = tmp_path / "out.log"
+    configure_logging("DEBUG", json_lines=json_lines, file=str(log_file), secrets=settings.secrets())
+    logging.getLogger("kafka.admin").debug("config: %s", {"sasl_plain_password": "kafka-s3cret"})
+    logging.getLogger("crawlhive.test").info("url %s", "redis://user:p@ss-word@x", extra={"key": "rest-k3y"})
+    try:
+        raise RuntimeError("auth p%40ss-word failed")
+    except RuntimeError:
+        logging.getLogger("crawlhive.test").exception("boom")
+    text = log_file.read_text()
+    assert "***" in text and "config" in text and "boom" in text
+    for secret in settings.secrets():
+        assert secret not in text

@@ -170,3 +170,41 @@ def test_only_records_kafka_refuses_for_good_are_never_sendable() -> None:
     assert never_sendable(MessageSizeTooLargeError()) and never_sendable(RecordListTooLargeError())
     assert not never_sendable(KafkaTimeoutError()) and not never_sendable(KafkaConnectionError())
     assert is_transient(KafkaTimeoutError())
+
+
+# --- secrets stay with their crawl (docs/contract.md §10.6) ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("http://Example.COM/a?b", "http://example.com:80"),
+        ("http://example.com:80/", "http://example.com:80"),
+        ("HTTPS://example.com/", "https://example.com:443"),
+        ("https://example.com:8443/", "https://example.com:8443"),
+        ("http://[::1]:8080/", "http://[::1]:8080"),
+        ("http://example.com./", "http://example.com:80"),
+        ("http:///nohost", ""),
+        ("http://example.com:99999/", ""),
+    ],
+)
+def test_origins(url: str, origin: str) -> None:
+    from crawlhive.utils.domains import origin_of
+
+    assert origin_of(url) == origin
+
+
+def test_a_seed_remembers_its_origin_and_old_requests_still_decode() -> None:
+    from crawlhive.utils.frontier import FrontierRequest, seed_from_request
+
+    message = {"url": "https://Shop.example.com:8443/x", "appid": "a", "crawlid": "c", "spiderid": "link"}
+    message |= dict.fromkeys(("priority", "maxdepth", "expires"), 0) | {"method": "GET"}
+    for name in ("headers", "body", "cookies", "domain_max_pages", "allowed_domains", "allow_regex", "deny_regex"):
+        message[name] = None
+    message |= {"deny_extensions": None, "useragent": None, "cookie": None, "attrs": None}
+    seed = seed_from_request(message, "origin")
+    assert seed.seed_origin == "https://shop.example.com:8443"
+    legacy = json.loads(seed.encode())
+    legacy.pop("seed_origin")
+    legacy["seed_domain"] = "example.com"  # written by 1.x
+    assert FrontierRequest.decode(json.dumps(legacy)).seed_origin == ""  # no credentials for its links

@@ -21,7 +21,7 @@ from typing import Any
 from crawlhive.utils import __version__
 from crawlhive.utils.app.state import with_state
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
-from crawlhive.utils.log import configure_logging
+from crawlhive.utils.log import configure_logging, redact
 from crawlhive.utils.settings import Settings, load_settings
 from crawlhive.utils.worker import Worker
 
@@ -375,15 +375,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; returns its exit code (0 after a graceful shutdown on SIGINT/SIGTERM)."""
     args = build_parser().parse_args(argv)
+    secrets: list[str] = []
     try:
         settings = _settings_from_args(args)
-        configure_logging(settings["LOG_LEVEL"], settings.getbool("LOG_JSON"), settings["LOG_FILE"])
+        secrets = settings.secrets()
+        configure_logging(settings["LOG_LEVEL"], settings.getbool("LOG_JSON"), settings["LOG_FILE"], secrets=secrets)
         install_shutdown_handlers()
         return int(args.func(args))
     except Shutdown:
         return 0
     except (SettingsError, BackendUnavailable, CrawlhiveError) as exc:
-        print(f"crawlhive {args.command}: {exc}", file=sys.stderr)
+        print(f"crawlhive {args.command}: {redact(str(exc), secrets)}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 1))
 
 

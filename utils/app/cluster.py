@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook
 from crawlhive.utils.app.state import clear_state, write_state
-from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
+from crawlhive.utils.connections import check_redis, ensure_topics, mask_url, redis_from_settings
 from crawlhive.utils.errors import BackendUnavailable
 from crawlhive.utils.settings import Settings, settings_env
 
@@ -183,7 +183,7 @@ def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None 
         with LocalCluster(settings, crawlers) as cluster:
             started = True
             live = cluster.settings
-            print(f"crawlhive up: Redis {live['REDIS_URL']}", flush=True)
+            print(f"crawlhive up: Redis {mask_url(live['REDIS_URL'])}", flush=True)
             print(f"crawlhive up: Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}", flush=True)
             print(f"crawlhive up: topics {', '.join(live.topic(t) for t in TOPICS)}", flush=True)
             if cluster.allows_loopback:

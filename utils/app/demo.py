@@ -22,7 +22,7 @@ from kafka import TopicPartition
 from crawlhive.rest.server import rest_url
 from crawlhive.utils.app.cluster import LocalCluster, loopback_note
 from crawlhive.utils.app.demo_site import DemoSite, expected_pages
-from crawlhive.utils.connections import make_consumer, make_producer, redis_from_settings
+from crawlhive.utils.connections import make_consumer, make_producer, mask_url, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.heartbeat import live_nodes
@@ -78,7 +78,10 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
         with LocalCluster(settings, crawlers=CRAWLERS, extra_env={"LOG_FILE": str(log_file)}) as cluster:
             live = cluster.settings
             dashboard = f"{rest_url(live['REST_HOST'], live.getint('REST_PORT'))}/dashboard"
-            print(f"cluster: Redis {live['REDIS_URL']}, Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}", flush=True)
+            print(
+                f"cluster: Redis {mask_url(live['REDIS_URL'])}, Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}",
+                flush=True,
+            )
             if cluster.allows_loopback:
                 print(f"cluster: {loopback_note()}", flush=True)
             redis = redis_from_settings(live)

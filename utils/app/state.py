@@ -48,7 +48,12 @@ def write_state(home: Path, redis_url: str, bootstrap: list[str]) -> Path:
     path = state_path(home)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     payload = {"pid": os.getpid(), "REDIS_URL": redis_url, "KAFKA_BOOTSTRAP_SERVERS": ",".join(bootstrap)}
-    tmp.write_text(json.dumps(payload))
+    # Owner only: REDIS_URL may hold a password (docs/contract.md §10.6). Created with that mode, so
+    # it is never readable by others, not even for an instant.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(payload))
+    os.chmod(tmp, 0o600)  # O_CREAT's mode is reduced by the umask, never widened; an old file keeps its own
     tmp.replace(path)
     return path
 

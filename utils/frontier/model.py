@@ -34,7 +34,7 @@ from typing import Any, Self
 
 import ujson
 
-from crawlhive.utils.domains import domain_of_url
+from crawlhive.utils.domains import domain_of_url, origin_of
 
 SEQ_BITS = 32
 """Bits of the score that hold the arrival sequence."""
@@ -91,7 +91,8 @@ class FrontierRequest:
     useragent: str | None = None
     cookie: str | None = None
     attrs: dict[str, Any] | None = None
-    seed_domain: str = ""
+    seed_origin: str = ""
+    """``scheme://host:port`` of the crawl's seed: its ``headers`` and cookies go only there (§10.6)."""
     domain: str = ""
     """The queue bucket of ``url`` (docs/contract.md §3.2); filled in from ``url`` when empty."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -111,7 +112,9 @@ class FrontierRequest:
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Self:
-        return cls(**ujson.loads(raw))
+        data = ujson.loads(raw)
+        data.pop("seed_domain", None)  # queued before 2.0: such a crawl's links get no credentials
+        return cls(**data)
 
 
 def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
@@ -138,7 +141,7 @@ def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
         useragent=message["useragent"],
         cookie=message["cookie"],
         attrs=message["attrs"],
-        seed_domain=domain,
+        seed_origin=origin_of(message["url"]),
         domain=domain,  # a seed is queued under its own domain; computed once
     )
 
