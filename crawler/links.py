@@ -53,13 +53,18 @@ def link_extractor(deny_extensions: tuple[str, ...] | None) -> LinkExtractor:
     )
 
 
-def _host_allowed(url: str, allowed: tuple[str, ...]) -> bool:
+def host_allowed(url: str, allowed: tuple[str, ...]) -> bool:
     """The host of *url* equals an entry of *allowed* or ends with ``.`` + entry (case-insensitive)."""
     try:
         host = (urlsplit(url).hostname or "").rstrip(".")
     except ValueError:
         return False
     return any(host == d or host.endswith("." + d) for d in allowed)
+
+
+def allowed_domains(request: FrontierRequest) -> tuple[str, ...]:
+    """A crawl's ``allowed_domains`` as :func:`host_allowed` compares them (lower case, no final dot)."""
+    return tuple(d.lower().rstrip(".") for d in request.allowed_domains or ())
 
 
 def _tuple(values: list[str] | None) -> tuple[str, ...] | None:
@@ -76,14 +81,14 @@ def extract_links(response: Response, request: FrontierRequest) -> list[FoundLin
     extractor = link_extractor(_tuple(request.deny_extensions))
     allow = tuple(request.allow_regex or ())
     deny = tuple(request.deny_regex or ())
-    allowed = tuple(d.lower().rstrip(".") for d in request.allowed_domains or ())
+    allowed = allowed_domains(request)
     found: dict[str, FoundLink] = {}
     for link in extractor.extract_links(response):
         if not link.url.startswith(("http://", "https://")):
             continue
         if (allow and not search_any(allow, link.url)) or (deny and search_any(deny, link.url)):
             continue
-        if allowed and not _host_allowed(link.url, allowed):
+        if allowed and not host_allowed(link.url, allowed):
             continue
         url = canonicalize_url(link.url)
         if url not in found:

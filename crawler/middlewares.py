@@ -37,8 +37,8 @@ from scrapy.utils.python import global_object_name
 
 from crawlhive.crawler.admit import Verdict
 from crawlhive.crawler.items import CrawledItem
-from crawlhive.crawler.netguard import BLOCKED_META
-from crawlhive.crawler.requests import context_of
+from crawlhive.crawler.links import allowed_domains, host_allowed
+from crawlhive.crawler.requests import FAILURE, context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.utils.domains import domain_of_url, origin_of
 from crawlhive.utils.frontier import defer_domain, parse_retry_after
@@ -82,7 +82,8 @@ class RequestShapingMiddleware:
     requests whose scheme, host and port are the seed's (``FrontierRequest.seed_origin``), so
     credentials never reach another site, a sibling host under the same registered domain, or the
     target of a redirect elsewhere (docs/contract.md §3.7, §10.6). Runs again on every redirect:
-    a request that left the seed's origin loses them. Scrapy has no per-request equivalent."""
+    a request that left the seed's origin loses them, and one that leaves the crawl's
+    ``allowed_domains`` is dropped like such a link (§10.7). Scrapy has no per-request equivalent."""
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -93,6 +94,10 @@ class RequestShapingMiddleware:
         if context is None:
             return
         crawl = context.request
+        if request.meta.get("redirect_urls") and crawl.allowed_domains:
+            # A redirect is a link the site chose: it must stay inside allowed_domains (§10.7).
+            if not host_allowed(request.url, allowed_domains(crawl)):
+                raise IgnoreRequest(f"redirect to {request.url} leaves the crawl's allowed_domains")
         same_origin = bool(crawl.seed_origin) and origin_of(request.url) == crawl.seed_origin
         cookie = cookie_header(crawl)
         for name, value in (crawl.headers or {}).items():
@@ -147,8 +152,8 @@ class LeaseOutcomeMiddleware:
         if isinstance(exception, IgnoreRequest):
             self.runtime.leases.drop(context)
         else:
-            blocked = request.meta.get(BLOCKED_META)  # the network guard's reason (netguard.py)
-            self.runtime.emitter.fail(context, blocked if isinstance(blocked, str) else error_text(exception))
+            ended = request.meta.get(FAILURE)  # a reason given by the network guard or the size limit
+            self.runtime.emitter.fail(context, ended if isinstance(ended, str) else error_text(exception))
 
 
 class FrontierSpiderMiddleware:

@@ -32,6 +32,7 @@ from scrapy.resolver import CachingThreadedResolver
 from scrapy.utils.datatypes import LocalCache
 from twisted.internet.error import DNSLookupError
 
+from crawlhive.crawler.requests import end_for_good
 from crawlhive.utils.errors import SettingsError
 
 if TYPE_CHECKING:
@@ -47,8 +48,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-#: Request meta key: the ``blocked network: …`` reason of a request the guard stopped.
-BLOCKED_META = "crawlhive_blocked_network"
 #: Host names whose refusal reason is remembered for the middleware (most recent first out).
 REMEMBERED_HOSTS = 10000
 
@@ -194,5 +193,4 @@ class NetworkGuardMiddleware:
 
         reason = resolver.refusal(urlsplit(request.url).hostname or "")
         if reason is not None:
-            request.meta[BLOCKED_META] = reason
-            request.meta["dont_retry"] = True
+            end_for_good(request, reason)

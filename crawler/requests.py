@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 CONTEXT = "crawlhive_lease"
 """Request meta key of the :class:`LeaseContext` of a request taken from the frontier."""
 
+FAILURE = "crawlhive_failure"
+"""Request meta key a crawlhive middleware sets to end a request for good: the ``error`` of its crawl
+dead letter (``blocked network: …``, ``response too large: …``). Such a request is never retried."""
+
 FRONTIER = "frontier"
 """Request meta key a spider may set on a request it yields, to override what the child inherits:
 ``{"attrs": {...}, "spiderid": "other", "priority": 5}`` (the wandering spider sets ``attrs``)."""
@@ -33,6 +37,7 @@ FRONTIER = "frontier"
 _SCRAPY_META = frozenset(
     {
         CONTEXT,
+        FAILURE,
         FRONTIER,
         "depth",
         "retry_times",
@@ -55,6 +60,13 @@ def context_of(request: Request | None) -> LeaseContext | None:
         return None
     context: LeaseContext | None = request.meta.get(CONTEXT)
     return context
+
+
+def end_for_good(request: Request, error: str) -> None:
+    """Mark *request* as failed for good with dead-letter *error*: Scrapy's ``RetryMiddleware``
+    leaves it alone (``dont_retry``) and the lease outcome uses *error* (:data:`FAILURE`)."""
+    request.meta[FAILURE] = error
+    request.meta["dont_retry"] = True
 
 
 def _user_meta(request: Request) -> dict[str, Any]:

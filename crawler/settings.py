@@ -57,6 +57,8 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "DOWNLOAD_DELAY": 0,
         "AUTOTHROTTLE_ENABLED": False,
         "DOWNLOAD_TIMEOUT": settings.getfloat("DOWNLOAD_TIMEOUT"),
+        "DOWNLOAD_MAXSIZE": settings.getint("DOWNLOAD_MAXSIZE"),
+        "DOWNLOAD_WARNSIZE": 0,  # a response is either fine or a dead letter (limits.py)
         "RETRY_ENABLED": True,
         "RETRY_TIMES": settings.getint("RETRY_TIMES"),
         "RETRY_HTTP_CODES": settings.getlist("RETRY_HTTP_CODES"),
@@ -77,6 +79,9 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "DOWNLOADER_MIDDLEWARES": {
             f"{_PKG}.middlewares.LeaseOutcomeMiddleware": 50,
             f"{_PKG}.middlewares.RequestShapingMiddleware": 400,
+            # Scrapy's decompression, done by ours so that a compression bomb is a dead letter.
+            "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
+            f"{_PKG}.limits.ResponseLimitMiddleware": 590,
             f"{_PKG}.middlewares.RetryAfterMiddleware": 600,
             f"{_PKG}.middlewares.ResponseStatsMiddleware": 950,
             f"{_PKG}.netguard.NetworkGuardMiddleware": 990,

@@ -216,6 +216,10 @@ RETRY_HTTP_CODES: list[int] = [500, 502, 503, 504, 522, 524, 408, 429]
 DOWNLOAD_TIMEOUT: float = 10.0
 """Seconds a download may take before it fails."""
 
+DOWNLOAD_MAXSIZE: int = 8388608
+"""Largest response body a crawler accepts, in bytes, counted both as received and once decoded
+(8 MiB); a larger one ends as a ``response too large`` crawl dead letter, without retries."""
+
 USER_AGENT: str = ""
 """User-Agent of requests without ``useragent``; empty means ``crawlhive/<version>``."""
 

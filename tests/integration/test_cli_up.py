@@ -148,28 +148,39 @@ def test_no_password_is_printed_or_logged_and_up_json_is_private(tmp_path: Path,
                 LOG_LEVEL="DEBUG",
                 REST_PORT="0",
             )
-            proc = subprocess.Popen(
-                [*CLI, "up", "--duration", "8"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-            state = tmp_path / "up.json"
-            deadline = time.monotonic() + 30
-            while not state.exists():
-                assert proc.poll() is None and time.monotonic() < deadline, "up did not start"
-                time.sleep(0.05)
-            assert state.stat().st_mode & 0o777 == 0o600
-            assert password in state.read_text()  # other crawlhive commands need it
-            output, _ = proc.communicate(timeout=90)
-            assert proc.returncode == 0, output[-3000:]
+            log = tmp_path / "up.log"  # a file, not a pipe: DEBUG output would fill a pipe and block `up`
+            with open(log, "w") as out:
+                proc = subprocess.Popen([*CLI, "up", "--duration", "8"], env=env, stdout=out, stderr=subprocess.STDOUT)
+                try:
+                    state = tmp_path / "up.json"
+                    deadline = time.monotonic() + 60
+                    while not state.exists():
+                        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                        time.sleep(0.05)
+                    assert state.stat().st_mode & 0o777 == 0o600
+                    assert password in state.read_text()  # other crawlhive commands need it
+                    assert proc.wait(90) == 0, log.read_text()[-3000:]
+                finally:
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
+            output = log.read_text()
             assert "crawlhive up: Redis redis://:***@127.0.0.1:" in output
             assert password not in output, [line for line in output.splitlines() if password in line][:5]
 
             env["REDIS_URL"] = f"redis://:wrong-{password}@127.0.0.1:{server.port}/0"
+            env["LOG_LEVEL"] = "INFO"
             monitor = subprocess.Popen(
                 [*CLI, "redis-monitor"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
             )
-            time.sleep(4)  # it retries with back-off, logging what to check
-            monitor.terminate()
-            refused, _ = monitor.communicate(timeout=30)
+            try:
+                time.sleep(4)  # it retries with back-off, logging what to check
+                monitor.terminate()
+                refused, _ = monitor.communicate(timeout=30)
+            finally:
+                if monitor.poll() is None:
+                    monitor.kill()
+                    monitor.communicate()
             assert "REDIS_URL" in refused and "***" in refused, refused[-2000:]
             assert password not in refused
         finally:

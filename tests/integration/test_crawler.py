@@ -5,6 +5,7 @@ crawl ids and site paths."""
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -141,6 +142,52 @@ def test_a_catastrophic_allow_regex_does_not_stall_the_crawler(env: dict[str, An
     items = env["collector"].wait_for(crawlid, 2, timeout=15)
     items = env["collector"].settle(crawlid, 1.0)
     assert sorted(i["url"] for i in items) == [site.url("/re/0"), site.url("/re/aaa")], env["crawler"].output()
+
+
+def test_responses_over_download_maxsize_are_dead_letters_raw_or_decoded(env: dict[str, Any], site: TestSite) -> None:
+    """docs/contract.md §10.7: 8 MiB by default, counted as received and once decompressed (a
+    compression bomb of 9 KB), each a ``response too large`` dead letter without retries."""
+    import gzip
+
+    limit = 8 * 1024 * 1024
+    site.page("/big/raw", b"x" * (limit + 1), content_type="text/plain")
+    bomb = gzip.compress(b"\0" * (limit + 1024))
+    site.handler("/big/bomb", lambda _s: (200, {"Content-Type": "text/plain", "Content-Encoding": "gzip"}, bomb))
+    fine = gzip.compress(b"<html><body>small and fine</body></html>")
+    site.handler("/big/fine", lambda _s: (200, {"Content-Type": "text/html", "Content-Encoding": "gzip"}, fine))
+    crawls = {path: _crawl(env, url=site.url(path)) for path in ("/big/raw", "/big/bomb", "/big/fine")}
+    for path, detail in (
+        ("/big/raw", f"more than {limit} bytes"),
+        ("/big/bomb", f"more than {limit} bytes once decoded"),
+    ):
+        (letter,) = env["collector"].wait_for(crawls[path], 1)
+        assert letter["_topic"].endswith(".dead_letter"), letter
+        assert letter["error"] == f"response too large: {detail} (DOWNLOAD_MAXSIZE)"
+        assert letter["retry_times"] == 0
+        assert env["collector"].settle(crawls[path], 1.0) == [letter]
+        assert len(site.hits(path)) == 1  # not retried
+    (item,) = env["collector"].wait_for(crawls["/big/fine"], 1)
+    assert item["body"] == "<html><body>small and fine</body></html>"
+
+
+def test_a_redirect_out_of_allowed_domains_is_not_followed(env: dict[str, Any], site: TestSite) -> None:
+    """docs/contract.md §10.7: a redirect is checked like a link of the crawl."""
+    away, inside = site.url("/rd/away", host="127.0.0.2"), site.url("/rd/inside")
+    site.handler("/rd/0", lambda _s: (302, {"Location": away, "Content-Type": "text/html"}, b""))
+    site.handler("/rd/1", lambda _s: (302, {"Location": inside, "Content-Type": "text/html"}, b""))
+    site.page("/rd/away", html())
+    site.page("/rd/inside", html())
+    crawlid = _crawl(env, url=site.url("/rd/0"), allowed_domains=["127.0.0.1"])
+    followed = _crawl(env, url=site.url("/rd/1"), allowed_domains=["127.0.0.1"])
+    (item,) = env["collector"].wait_for(followed, 1)
+    assert item["response_url"] == inside
+    key = f"{env['settings']['REDIS_KEY_PREFIX']}:crawl:link:testapp:{crawlid}"
+    deadline = time.monotonic() + 15
+    while env["redis"].hget(key, "inflight") not in (b"0", None) or not env["redis"].exists(key):
+        assert time.monotonic() < deadline, env["redis"].hgetall(key)
+        time.sleep(0.1)
+    assert env["collector"].settle(crawlid, 1.0) == []  # dropped by policy: no item, no dead letter
+    assert [s.host for s in site.hits("/rd/away")] == []
 
 
 def test_domain_max_pages_gives_exactly_that_many_items(env: dict[str, Any], site: TestSite) -> None:
