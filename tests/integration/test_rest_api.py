@@ -453,6 +453,10 @@ def test_openapi_documents_every_endpoint_and_the_incoming_schemas(http: httpx.C
         assert schemas[name]["properties"] == by_kind[kind]["properties"]
     assert schemas["DomainConfigRequest"]["required"] == by_kind["domain-config"]["required"]
     assert schemas["CrawlRequest"]["properties"]["priority"]["maximum"] == 50  # the effective limit
+    crawl = schemas["CrawlRequest"]["properties"]  # §10.3 limits, the same as the kafka-monitor's
+    assert crawl["url"]["maxLength"] == 8192 and crawl["allow_regex"]["maxItems"] == 100
+    assert crawl["attrs"]["maxJsonBytes"] == 65536 and crawl["method"]["enum"] == ["GET", "HEAD", "POST"]
+    assert schemas["DomainConfigRequest"]["properties"]["window"]["maximum"] == 604800
     feed_body = doc["paths"]["/feed"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert len(feed_body["anyOf"]) == 4
 
