@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy import signals
-from twisted.internet import defer, task
+from twisted.internet import task
 
 from crawlhive.crawler.admit import Admission
 from crawlhive.crawler.batching import ScriptBatcher
@@ -172,9 +172,9 @@ class CrawlRuntime:
         except RedisError:
             logger.warning("heartbeat failed; check REDIS_URL", exc_info=True)
 
-    def _closed(self, spider: Spider, reason: str) -> defer.Deferred[None]:
-        """Flush what is pending, stop the producer and the heartbeat; fires when the asyncio Redis
-        client is closed too (Scrapy waits for it)."""
+    async def _closed(self, spider: Spider, reason: str) -> None:
+        """Flush what is pending, stop the producer and the heartbeat; returns when the asyncio
+        Redis client is closed too (Scrapy awaits it; a coroutine, as Scrapy 2.13+ wants)."""
         for loop in self._loops:
             if loop.running:
                 loop.stop()
@@ -192,7 +192,7 @@ class CrawlRuntime:
         if self.leases.inflight:
             logger.warning("%d leases still in flight at close; they will be reclaimed", len(self.leases.inflight))
         self.redis.close()
-        return defer.Deferred.fromFuture(asyncio.ensure_future(self.batcher.close()))
+        await self.batcher.close()
 
     # --- taking work ------------------------------------------------------------------------------
 

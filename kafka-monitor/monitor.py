@@ -178,7 +178,7 @@ class KafkaMonitor(Worker):
             return
         mark, totals = self._progress_mark, self.totals
         records = totals.records - mark.records
-        if records or not force:
+        if records:  # an idle monitor says nothing (docs/contract.md §17.4)
             logger.info(
                 "kafka-monitor: %d records in %.0fs (%.0f/s): %d accepted, %d rejected; since start %d, %d, %d",
                 records,

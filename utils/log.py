@@ -63,6 +63,46 @@ class RedactingFormatter(logging.Formatter):
         return redact(self.inner.format(record), self.secrets)
 
 
+#: Loggers whose INFO lines are start-up and shutdown details nobody needs to act on (Scrapy's
+#: version, settings and component lists, server banners, our own start-up bookkeeping): they are
+#: shown at DEBUG only, so that ``crawlhive up`` stays readable (docs/contract.md §17.4).
+DETAIL_LOGGERS = (
+    "scrapy.utils.log",
+    "scrapy.addons",
+    "scrapy.middleware",
+    "scrapy.crawler",
+    "scrapy.core.engine",
+    "scrapy.extensions.logstats",
+    "scrapy.extensions.telnet",
+    "uvicorn.error",
+    "crawlhive.utils.plugins",
+    "crawlhive.utils.app.embedded",
+    "crawlhive.utils.connections",
+    "crawlhive.utils.app.cluster",
+    "scrapy.statscollectors",
+)
+#: Messages of DETAIL_LOGGERS kept at INFO: they say something happened that a person may wait for.
+_KEPT = ("Received SIG", "shutting down gracefully")
+
+
+class DetailsAtDebug(logging.Filter):
+    """Shows the INFO lines of :data:`DETAIL_LOGGERS` as DEBUG lines, and so only at LOG_LEVEL=DEBUG."""
+
+    def __init__(self, debug: bool) -> None:
+        super().__init__()
+        self.debug = debug
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or not record.name.startswith(DETAIL_LOGGERS):
+            return True
+        if any(text in str(record.msg) for text in _KEPT):
+            return True
+        if not self.debug:
+            return False
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
 def configure_logging(
     level: str = "INFO", json_lines: bool = False, file: str | None = None, secrets: list[str] | None = None
 ) -> None:
@@ -78,6 +118,8 @@ def configure_logging(
     handler: logging.Handler = logging.FileHandler(file) if file else logging.StreamHandler(sys.stderr)
     formatter = JsonFormatter() if json_lines else logging.Formatter(PLAIN_FORMAT)
     handler.setFormatter(RedactingFormatter(formatter, secrets or []) if secrets else formatter)
+    handler.setLevel(numeric)  # also for libraries that set their own loggers to DEBUG (Scrapy)
+    handler.addFilter(DetailsAtDebug(debug=numeric <= logging.DEBUG))
     handler._crawlhive = True  # type: ignore[attr-defined]
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "_crawlhive", False)]:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -186,3 +187,108 @@ def test_no_password_is_printed_or_logged_and_up_json_is_private(tmp_path: Path,
         finally:
             client.config_set("requirepass", "")
             client.close()
+
+
+NOISE = ("WARNING", "ERROR", "CRITICAL", "Traceback")
+
+
+def _start_up(tmp_path: Path, *args: str, **extra: str) -> tuple[subprocess.Popen[bytes], Path, dict[str, str]]:
+    """`crawlhive up` as a terminal runs it: the leader of its own process group, output to a file."""
+    env = _env(tmp_path)
+    env.update(REST_PORT="0", CRAWLER_ALLOWED_NETWORKS='["127.0.0.0/8"]', **extra)
+    log = tmp_path / "up.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [*CLI, "up", *args], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = time.monotonic() + 90
+    while "Ctrl-C stops everything" not in log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+    return proc, log, env
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(int(p.name)) == parent]
+        found += kids
+        todo += kids
+    return found
+
+
+def _slow_site() -> Any:
+    from crawlerkit import TestSite, html
+
+    site = TestSite()
+    site.start()
+
+    def page(seen: Any) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(0.3)  # slow enough that the crawl is still running when Ctrl-C comes
+        n = int(seen.path.rsplit("/", 1)[1] or 0)
+        return 200, {"Content-Type": "text/html"}, html(*(f"/p/{n * 4 + i}" for i in range(1, 5)))
+
+    site.handler("/p/0", page)
+    for n in range(1, 400):
+        site.handler(f"/p/{n}", page)
+    return site
+
+
+def test_ctrl_c_to_the_terminal_s_process_group_during_a_crawl_is_quiet_and_clean(tmp_path: Path) -> None:
+    """docs/contract.md §17.1, §17.4: SIGINT to the whole foreground group (as a terminal sends it)
+    while a crawl runs: exit 0 within 30 s, no WARNING/ERROR/traceback, nothing left running; and
+    the start-up output is short and ends with the summary."""
+    site = _slow_site()
+    try:
+        proc, log, env = _start_up(tmp_path)
+        startup = log.read_text().splitlines()
+        assert len(startup) <= 30, "\n".join(startup)
+        assert startup[-1].startswith("crawlhive up: components:") and "Ctrl-C" in startup[-1]
+        assert not [line for line in startup if any(word in line for word in NOISE)], startup
+        request = {"url": site.url("/p/0"), "appid": "ctrlc", "crawlid": "c1", "maxdepth": 3}
+        fed = subprocess.run([*CLI, "feed", json.dumps(request)], env=env, capture_output=True, text=True, timeout=60)
+        assert fed.returncode == 0, fed.stderr
+        deadline = time.monotonic() + 60
+        while len(site.hits("/p/")) < 3:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+        processes = _descendants(proc.pid)
+        assert len(processes) >= 6  # Redis, broker, two monitors, a crawler, REST
+        before = len(log.read_text().splitlines())
+        started = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
+        assert time.monotonic() - started <= 30
+        shutdown = log.read_text().splitlines()[before:]
+        assert not [line for line in shutdown if any(word in line for word in NOISE)], "\n".join(shutdown)
+        assert shutdown[-1] == "crawlhive up: stopped"
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in processes) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in processes if _alive(pid)]
+    finally:
+        site.stop()
+
+
+def test_a_second_ctrl_c_forces_the_stop_and_leaves_no_process(tmp_path: Path) -> None:
+    site = _slow_site()
+    try:
+        proc, log, env = _start_up(tmp_path)
+        request = {"url": site.url("/p/0"), "appid": "ctrlc", "crawlid": "c2", "maxdepth": 3}
+        subprocess.run([*CLI, "feed", json.dumps(request)], env=env, capture_output=True, timeout=60, check=True)
+        deadline = time.monotonic() + 60
+        while len(site.hits("/p/")) < 3:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+        processes = _descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 130, log.read_text()[-3000:]
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in processes) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in processes if _alive(pid)]
+    finally:
+        site.stop()

@@ -11,14 +11,13 @@ import argparse
 import base64
 import json
 import logging
-import signal
 import sys
 import time
 from collections.abc import Sequence
-from types import FrameType
 from typing import Any
 
 from crawlhive.utils import __version__
+from crawlhive.utils.app.signals import EXIT_FORCED, FORCED, Shutdown, install_shutdown_handlers
 from crawlhive.utils.app.state import with_state
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
 from crawlhive.utils.log import configure_logging, redact
@@ -32,22 +31,6 @@ SHORT_TOPICS = ("incoming", "crawled_firehose", "outbound_firehose", "dead_lette
 
 #: Exit codes of ``feed`` (docs/contract.md §8.2).
 EXIT_OK, EXIT_INVALID, EXIT_KAFKA, EXIT_NO_ANSWER = 0, 1, 2, 3
-
-
-class Shutdown(Exception):
-    """Raised in the main thread by the first SIGINT/SIGTERM, so ``with`` blocks unwind cleanly."""
-
-
-def install_shutdown_handlers() -> None:
-    """First SIGINT/SIGTERM raises :class:`Shutdown`; later ones are ignored while we clean up."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Shutdown(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
 
 
 # --- settings from options ---------------------------------------------------------------------
@@ -381,9 +364,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         secrets = settings.secrets()
         configure_logging(settings["LOG_LEVEL"], settings.getbool("LOG_JSON"), settings["LOG_FILE"], secrets=secrets)
         install_shutdown_handlers()
-        return int(args.func(args))
+        code = int(args.func(args))
+        return EXIT_FORCED if FORCED.is_set() else code
     except Shutdown:
-        return 0
+        return EXIT_FORCED if FORCED.is_set() else 0
     except (SettingsError, BackendUnavailable, CrawlhiveError) as exc:
         print(f"crawlhive {args.command}: {redact(str(exc), secrets)}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 1))

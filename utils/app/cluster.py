@@ -15,14 +15,17 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook
+from crawlhive.utils.app.signals import on_forced_stop
 from crawlhive.utils.app.state import clear_state, write_state
 from crawlhive.utils.connections import check_redis, ensure_topics, mask_url, redis_from_settings
 from crawlhive.utils.errors import BackendUnavailable
+from crawlhive.utils.heartbeat import live_nodes
+from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings, settings_env
 
 if TYPE_CHECKING:
@@ -36,6 +39,8 @@ TOPICS = ("incoming", "crawled_firehose", "outbound_firehose", "dead_letter")
 LOOPBACK_NETWORKS = ["127.0.0.0/8", "::1/128"]
 #: Seconds a child gets to exit after SIGTERM before it is killed.
 STOP_GRACE_S = 15.0
+#: Seconds `up` waits for every component's first heartbeat before it prints its summary anyway.
+READY_TIMEOUT_S = 60.0
 #: Seconds between two status lines.
 STATUS_EVERY_S = 10.0
 
@@ -52,7 +57,11 @@ class Child:
     env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> None:
-        self.process = subprocess.Popen(self.argv, env=self.env, preexec_fn=die_with_parent_hook())
+        # A session of its own: a terminal's Ctrl-C reaches `up` only, which then sends each child
+        # exactly one SIGTERM (a second signal would force the child's stop; docs/contract.md §17.1).
+        self.process = subprocess.Popen(
+            self.argv, env=self.env, start_new_session=True, preexec_fn=die_with_parent_hook()
+        )
         logger.info("started %s (pid %d)", self.name, self.process.pid)
 
     def alive(self) -> bool:
@@ -79,6 +88,12 @@ def component_commands(crawlers: int) -> list[tuple[str, list[str]]]:
     return [*wanted, ("rest", ["rest"])]
 
 
+def embedded_note(cluster: LocalCluster, service: str) -> str:
+    """`` (embedded: <binary>)`` when *cluster* started *service* itself, else ''."""
+    binary = cluster.embedded.get(service)
+    return f" (embedded: {binary})" if binary else ""
+
+
 def loopback_note() -> str:
     """The line ``up`` and ``demo`` print when they allow their crawlers loopback."""
     return (
@@ -88,19 +103,23 @@ def loopback_note() -> str:
 
 
 @contextlib.contextmanager
-def backing_services(settings: Settings) -> Iterator[Settings]:
+def backing_services(settings: Settings, started: dict[str, str] | None = None) -> Iterator[Settings]:
     """*settings* with REDIS_URL / KAFKA_BOOTSTRAP_SERVERS pointing at running services.
 
-    Starts an embedded service for each address the user did not set, and stops it on exit.
+    Starts an embedded service for each address the user did not set, and stops it on exit;
+    *started* (if given) gets the binary of each service started, by name (``redis``, ``broker``).
     """
     with contextlib.ExitStack() as stack:
         overrides: dict[str, object] = {}
+        notes = started if started is not None else {}
         if not settings.is_set("REDIS_URL"):
             redis_service = stack.enter_context(EmbeddedRedis())
             overrides["REDIS_URL"] = redis_service.url
+            notes["redis"] = redis_service.executable
         if not settings.is_set("KAFKA_BOOTSTRAP_SERVERS"):
             broker = stack.enter_context(EmbeddedBroker())
             overrides["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
+            notes["broker"] = broker.executable
         yield settings.copy_with(**overrides) if overrides else settings
 
 
@@ -118,6 +137,8 @@ class LocalCluster:
         if self.allows_loopback:
             settings = settings.copy_with(CRAWLER_ALLOWED_NETWORKS=LOOPBACK_NETWORKS)
         self.requested = settings
+        #: The binaries of the services started for it (``redis``, ``broker``), if any.
+        self.embedded: dict[str, str] = {}
         self.crawlers = crawlers
         self.extra_env = extra_env or {}
         self.children: list[Child] = []
@@ -129,7 +150,7 @@ class LocalCluster:
 
         check_exposure(self.requested)  # before anything starts: exit 2 names REST_API_KEY
         try:
-            self.settings = self._stack.enter_context(backing_services(self.requested))
+            self.settings = self._stack.enter_context(backing_services(self.requested, self.embedded))
             redis = redis_from_settings(self.settings)
             self._stack.callback(redis.close)
             check_redis(redis, self.settings)
@@ -142,6 +163,7 @@ class LocalCluster:
                 for name, args in component_commands(self.crawlers)
             ]
             self._stack.callback(self._stop_children)
+            self._stack.callback(on_forced_stop(self.force))
             for child in self.children:
                 child.start()
         except BaseException:
@@ -151,6 +173,12 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+
+    def force(self) -> None:
+        """Kill every child now (a second Ctrl-C); the services then stop as usual, quickly."""
+        for child in self.children:
+            if child.process is not None and child.process.poll() is None:
+                child.process.kill()
 
     def _stop_children(self) -> None:
         for child in self.children:  # all at once, so they shut down in parallel
@@ -176,15 +204,52 @@ class LocalCluster:
                 child.start()
 
 
+def wait_ready(
+    cluster: LocalCluster, timeout_s: float, progress: Callable[[str, bool], None] | None = None
+) -> dict[str, tuple[int, int]]:
+    """Wait until every component of *cluster* sent a heartbeat, or *timeout_s* passed.
+
+    Returns:
+        component -> (live processes, wanted), as they were when it returned. *progress* gets a
+        ``starting: …`` line at each look, and True with the last one when all are ready.
+    """
+    wanted = {"kafka-monitor": 1, "redis-monitor": 1, "crawler": cluster.crawlers, "rest": 1}
+    wanted = {c: n for c, n in wanted.items() if any(child.name.startswith(c) for child in cluster.children)}
+    keys = Keys(cluster.settings["REDIS_KEY_PREFIX"])
+    redis = redis_from_settings(cluster.settings)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            have = {c: (sum(len(v) for v in live_nodes(redis, keys, c).values()), n) for c, n in wanted.items()}
+            ready = all(live >= n for live, n in have.values())
+            if progress is not None:
+                progress(f"starting: {', '.join(f'{c} {live}/{n}' for c, (live, n) in have.items())}", ready)
+            if ready or time.monotonic() > deadline:
+                return have
+            cluster.supervise_once()
+            time.sleep(0.3)
+    finally:
+        redis.close()
+
+
 def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None = None) -> int:
-    """Run the cluster until interrupted (or for *duration_s*); returns the exit code."""
+    """Run the cluster until interrupted (or for *duration_s*); returns the exit code.
+
+    The start-up output ends with a summary printed once every component is ready (or after
+    READY_TIMEOUT_S, saying which is not), so it is the last thing on the screen (§17.4).
+    """
     started = False
     try:
         with LocalCluster(settings, crawlers) as cluster:
             started = True
             live = cluster.settings
-            print(f"crawlhive up: Redis {mask_url(live['REDIS_URL'])}", flush=True)
-            print(f"crawlhive up: Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}", flush=True)
+            have = wait_ready(cluster, READY_TIMEOUT_S)
+            late = [f"{c} {n_live}/{n}" for c, (n_live, n) in have.items() if n_live < n]
+            if late:
+                print(f"crawlhive up: not ready after {READY_TIMEOUT_S:.0f}s: {', '.join(late)}", flush=True)
+            print(f"crawlhive up: Redis {mask_url(live['REDIS_URL'])}{embedded_note(cluster, 'redis')}", flush=True)
+            kafka = ",".join(live["KAFKA_BOOTSTRAP_SERVERS"])
+            print(f"crawlhive up: Kafka {kafka}{embedded_note(cluster, 'broker')}", flush=True)
             print(f"crawlhive up: topics {', '.join(live.topic(t) for t in TOPICS)}", flush=True)
             if cluster.allows_loopback:
                 print(f"crawlhive up: {loopback_note()}", flush=True)
@@ -209,26 +274,33 @@ def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None 
 
 
 def _supervise(cluster: LocalCluster, duration_s: float | None) -> None:
-    """Restart dead children; print a status line every STATUS_EVERY_S."""
+    """Restart dead children; every STATUS_EVERY_S, print the status line if it changed (an idle,
+    healthy cluster stays quiet: docs/contract.md §17.4)."""
     deadline = None if duration_s is None else time.monotonic() + duration_s
-    next_status = time.monotonic()
+    next_status = time.monotonic() + STATUS_EVERY_S
+    last = _status(cluster.children, None, cluster.settings)  # what the summary just said
     redis = redis_from_settings(cluster.settings)
     try:
         while deadline is None or time.monotonic() < deadline:
             cluster.supervise_once()
             now = time.monotonic()
             if now >= next_status:
-                print(f"crawlhive up: {_status(cluster.children, redis, cluster.settings)}", flush=True)
+                status = _status(cluster.children, redis, cluster.settings)
+                if status != last:
+                    print(f"crawlhive up: {status}", flush=True)
+                    last = status
                 next_status = now + STATUS_EVERY_S
             time.sleep(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
     finally:
         redis.close()
 
 
-def _status(children: list[Child], redis: Redis, settings: Settings) -> str:
+def _status(children: list[Child], redis: Redis | None, settings: Settings) -> str:
+    """One line of cluster health; *redis* None takes Redis as reachable (just checked)."""
+    redis_state = "ok"
     try:
-        check_redis(redis, settings)
-        redis_state = "ok"
+        if redis is not None:
+            check_redis(redis, settings)
     except BackendUnavailable:
         redis_state = "UNREACHABLE"
     running = sum(c.alive() for c in children)

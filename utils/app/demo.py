@@ -20,12 +20,11 @@ from typing import Any
 from kafka import TopicPartition
 
 from crawlhive.rest.server import rest_url
-from crawlhive.utils.app.cluster import LocalCluster, loopback_note
+from crawlhive.utils.app.cluster import LocalCluster, embedded_note, loopback_note, wait_ready
 from crawlhive.utils.app.demo_site import DemoSite, expected_pages
 from crawlhive.utils.connections import make_consumer, make_producer, mask_url, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.heartbeat import live_nodes
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
@@ -78,16 +77,15 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
         with LocalCluster(settings, crawlers=CRAWLERS, extra_env={"LOG_FILE": str(log_file)}) as cluster:
             live = cluster.settings
             dashboard = f"{rest_url(live['REST_HOST'], live.getint('REST_PORT'))}/dashboard"
-            print(
-                f"cluster: Redis {mask_url(live['REDIS_URL'])}, Kafka {','.join(live['KAFKA_BOOTSTRAP_SERVERS'])}",
-                flush=True,
-            )
+            kafka = ",".join(live["KAFKA_BOOTSTRAP_SERVERS"])
+            print(f"cluster: Redis {mask_url(live['REDIS_URL'])}{embedded_note(cluster, 'redis')}", flush=True)
+            print(f"cluster: Kafka {kafka}{embedded_note(cluster, 'broker')}", flush=True)
             if cluster.allows_loopback:
                 print(f"cluster: {loopback_note()}", flush=True)
             redis = redis_from_settings(live)
             keys = Keys(live["REDIS_KEY_PREFIX"])
             try:
-                _wait_ready(cluster, redis, keys)
+                _wait_ready(cluster)
                 summary = _crawl(cluster, live, redis, keys, site.seed)
             finally:
                 redis.close()
@@ -101,22 +99,18 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
     return 0
 
 
-def _wait_ready(cluster: LocalCluster, redis: Any, keys: Keys) -> None:
-    """Wait until every component has sent a heartbeat."""
-    want = {"kafka-monitor": 1, "redis-monitor": 1, "crawler": CRAWLERS}
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        have = {c: sum(len(v) for v in live_nodes(redis, keys, c).values()) for c in want}
-        status = f"starting: {', '.join(f'{c} {have[c]}/{n}' for c, n in want.items())}"
-        if all(have[c] >= n for c, n in want.items()):
-            print(f"\r{status}   ", flush=True)
-            return
-        if sys.stdout.isatty():
-            print(f"\r{status}   ", end="", flush=True)
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"components not up after {READY_TIMEOUT_S:.0f}s: {have}")
-        cluster.supervise_once()
-        time.sleep(0.3)
+def _wait_ready(cluster: LocalCluster) -> None:
+    """Wait until every component has sent a heartbeat, showing progress on a terminal."""
+
+    def show(line: str, ready: bool) -> None:
+        if ready:
+            print(f"\r{line}   ", flush=True)
+        elif sys.stdout.isatty():
+            print(f"\r{line}   ", end="", flush=True)
+
+    have = wait_ready(cluster, READY_TIMEOUT_S, show)
+    if any(n_live < n for n_live, n in have.values()):
+        raise DemoFailed(f"components not up after {READY_TIMEOUT_S:.0f}s: {have}")
 
 
 def _crawl(cluster: LocalCluster, live: Settings, redis: Any, keys: Keys, seed: str) -> dict[str, Any]:

@@ -7,9 +7,11 @@ pipe, so a chatty child can never block on a full pipe).
 
 No orphans: on Linux every child asks the kernel (``prctl(PR_SET_PDEATHSIG, SIGTERM)``) to be sent
 SIGTERM when its parent dies, even by SIGKILL. The signal fires when the *thread* that started the
-child exits, so start services from a long-lived thread (the main thread). Children stay in the
-parent's session and process group, so a Ctrl-C in the terminal reaches them too. On a normal exit
-:meth:`EmbeddedService.close` (``__exit__``) and an ``atexit`` hook stop whatever is still running.
+child exits, so start services from a long-lived thread (the main thread). Each child runs in a
+session of its own, so a Ctrl-C in the terminal (SIGINT to the whole foreground process group)
+reaches only the parent, which stops the services last, after everything that uses them
+(docs/contract.md §17.1). On a normal exit :meth:`EmbeddedService.close` (``__exit__``) and an
+``atexit`` hook stop whatever is still running.
 
 Example::
 
@@ -279,7 +281,7 @@ class EmbeddedService:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
-                start_new_session=False,
+                start_new_session=True,  # a terminal's Ctrl-C is not theirs: they stop last (§17.1)
                 preexec_fn=die_with_parent_hook(),  # only prctl + getppid: no locks, no allocation
             )
         _register(self)
