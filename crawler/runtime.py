@@ -67,6 +67,10 @@ logger = logging.getLogger(__name__)
 _RUNTIMES: weakref.WeakKeyDictionary[Crawler, CrawlRuntime] = weakref.WeakKeyDictionary()
 
 
+#: Seconds between two progress lines of a crawler that is fetching pages (none while idle).
+PROGRESS_EVERY_S = 10.0
+
+
 class CrawlRuntime:
     """The shared parts of one crawler process (see the module docstring).
 
@@ -127,6 +131,7 @@ class CrawlRuntime:
         self.response_codes = {int(c) for c in settings.getlist("STATS_RESPONSE_CODES")}
         self._counts: collections.Counter[str] = collections.Counter()
         self._loops: list[task.LoopingCall] = []
+        self._progress: tuple[float, int, int] = (time.monotonic(), 0, 0)
         scripts(redis).load()  # the hot path sends EVALSHA without checking first
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
@@ -158,10 +163,32 @@ class CrawlRuntime:
             (self.context.heartbeat_interval_s, self._beat),
             (self.settings.getfloat("CRAWLER_STATS_FLUSH_S"), self.flush_stats),
             (max(0.2, self.lease_s / 4), self.leases.renew_all),
+            (PROGRESS_EVERY_S, self._log_progress),
         ):
             loop = task.LoopingCall(func)
             loop.start(interval, now=False).addErrback(self._loop_failed)
             self._loops.append(loop)
+
+    def _log_progress(self) -> None:
+        """One INFO line per PROGRESS_EVERY_S while pages are fetched, nothing while idle (§17.4)."""
+        stats = self.crawler.stats
+        pages = int(stats.get_value("response_received_count", 0)) if stats else 0
+        items = int(stats.get_value("item_scraped_count", 0)) if stats else 0
+        now = time.monotonic()
+        last_at, last_pages, last_items = self._progress
+        self._progress = (now, pages, items)
+        if pages > last_pages:
+            elapsed = max(now - last_at, 1e-9)
+            logger.info(
+                "crawler %s: %d pages in %.0fs (%.1f/s), %d items; since start %d pages, %d items",
+                self.spider,
+                pages - last_pages,
+                elapsed,
+                (pages - last_pages) / elapsed,
+                items - last_items,
+                pages,
+                items,
+            )
 
     def _loop_failed(self, failure: Any) -> None:
         logger.error("crawler maintenance loop failed", exc_info=(failure.type, failure.value, failure.tb))

@@ -90,6 +90,7 @@ def server_for(settings: Settings, host: str | None = None, port: int | None = N
         host=host if host is not None else settings["REST_HOST"],
         port=port if port is not None else settings.getint("REST_PORT"),
         log_config=None,
+        access_log=False,  # one line per request would drown `up` (the dashboard polls); /metrics counts them
         lifespan="on",
         server_header=False,
     )

@@ -292,3 +292,26 @@ def test_a_second_ctrl_c_forces_the_stop_and_leaves_no_process(tmp_path: Path) -
         assert not [pid for pid in processes if _alive(pid)]
     finally:
         site.stop()
+
+
+def test_up_is_short_at_start_and_quiet_while_idle(tmp_path: Path) -> None:
+    """docs/contract.md §17.4: at most 30 lines until 20 s after ready, at most 5 a minute idle
+    (measured over 30 s: at most 2), even with the dashboard open (it polls every 2 s)."""
+    import httpx
+
+    proc, log, _ = _start_up(tmp_path)
+    try:
+        rest = next(line for line in log.read_text().splitlines() if line.startswith("crawlhive up: REST "))
+        base = rest.split()[3].rstrip("/")
+        time.sleep(20)
+        lines = log.read_text().splitlines()
+        assert len(lines) <= 30, "\n".join(lines)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert httpx.get(f"{base}/dashboard/data", timeout=5).status_code == 200
+            time.sleep(2)
+        idle = log.read_text().splitlines()[len(lines) :]
+        assert len(idle) <= 2, "\n".join(idle)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook
+from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook, free_port
 from crawlhive.utils.app.signals import on_forced_stop
 from crawlhive.utils.app.state import clear_state, write_state
 from crawlhive.utils.connections import check_redis, ensure_topics, mask_url, redis_from_settings
@@ -88,6 +89,25 @@ def component_commands(crawlers: int) -> list[tuple[str, list[str]]]:
     return [*wanted, ("rest", ["rest"])]
 
 
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _rest_port_chosen(settings: Settings) -> Settings:
+    """*settings* with a concrete REST_PORT, so that the address printed is the one the REST child
+    binds: a free port for REST_PORT=0, or when the default port is taken (the user did not ask
+    for it)."""
+    host, port = settings["REST_HOST"], settings.getint("REST_PORT")
+    if port == 0 or (not settings.is_set("REST_PORT") and not _port_free(host, port)):
+        return settings.copy_with(REST_PORT=free_port(host))
+    return settings
+
+
 def embedded_note(cluster: LocalCluster, service: str) -> str:
     """`` (embedded: <binary>)`` when *cluster* started *service* itself, else ''."""
     binary = cluster.embedded.get(service)
@@ -136,6 +156,7 @@ class LocalCluster:
         self.allows_loopback = not settings.is_set("CRAWLER_ALLOWED_NETWORKS")
         if self.allows_loopback:
             settings = settings.copy_with(CRAWLER_ALLOWED_NETWORKS=LOOPBACK_NETWORKS)
+        settings = _rest_port_chosen(settings)
         self.requested = settings
         #: The binaries of the services started for it (``redis``, ``broker``), if any.
         self.embedded: dict[str, str] = {}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import sys
 import time
 from collections import Counter
@@ -38,24 +37,10 @@ class DemoFailed(CrawlhiveError):
     """The demo did not finish; the message says which step."""
 
 
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def _demo_settings(settings: Settings) -> Settings:
     overrides: dict[str, Any] = {}
     if not settings.is_set("QUEUE_HITS") and not settings.is_set("QUEUE_WINDOW"):
         overrides.update(QUEUE_HITS=50, QUEUE_WINDOW=1.0)
-    host = settings["REST_HOST"]
-    if not settings.is_set("REST_PORT") and not _port_free(host, settings.getint("REST_PORT")):
-        from crawlhive.utils.app.embedded import free_port
-
-        overrides["REST_PORT"] = free_port(host)
     return settings.copy_with(**overrides) if overrides else settings
 
 
