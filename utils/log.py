@@ -85,6 +85,11 @@ DETAIL_LOGGERS = (
 _KEPT = ("Received SIG", "shutting down gracefully")
 
 
+#: (logger prefix, message start) of library errors that are expected while a client closes and
+#: need no action: shown at DEBUG only (docs/contract.md §17.3).
+EXPECTED_ON_CLOSE = (("kafka.cluster", "Metadata refresh: failed Cancelled"),)
+
+
 class DetailsAtDebug(logging.Filter):
     """Shows the INFO lines of :data:`DETAIL_LOGGERS` as DEBUG lines, and so only at LOG_LEVEL=DEBUG."""
 
@@ -93,10 +98,17 @@ class DetailsAtDebug(logging.Filter):
         self.debug = debug
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO and any(
+            record.name.startswith(name) and record.getMessage().startswith(text) for name, text in EXPECTED_ON_CLOSE
+        ):
+            return self._as_debug(record)
         if record.levelno != logging.INFO or not record.name.startswith(DETAIL_LOGGERS):
             return True
         if any(text in str(record.msg) for text in _KEPT):
             return True
+        return self._as_debug(record)
+
+    def _as_debug(self, record: logging.LogRecord) -> bool:
         if not self.debug:
             return False
         record.levelno, record.levelname = logging.DEBUG, "DEBUG"

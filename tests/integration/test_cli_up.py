@@ -315,3 +315,37 @@ def test_up_is_short_at_start_and_quiet_while_idle(tmp_path: Path) -> None:
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=30) == 0
+
+
+def test_feed_wait_and_dump_are_quiet_and_ctrl_c_ends_them_cleanly(cluster) -> None:
+    """docs/contract.md §17.2, §17.3: ten answered `feed --wait` and ten `dump` stopped by Ctrl-C
+    print nothing noisy; `dump` exits 0 and an interrupted `feed --wait` 130."""
+    _, env, _ = cluster
+
+    def run(args: list[str], interrupt_after: float | None, **extra: str) -> tuple[int, str]:
+        proc = subprocess.Popen(
+            [*CLI, *args],
+            env={**env, **extra},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        if interrupt_after is not None:
+            time.sleep(interrupt_after)
+            os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+        return proc.returncode, output
+
+    for i in range(10):
+        request = {"action": "info", "appid": "quiet", "crawlid": "c1", "spiderid": "link", "uuid": f"q{i}"}
+        code, output = run(["feed", json.dumps(request), "--wait", "20"], None)
+        assert code == 0 and f'"uuid":"q{i}"' in output.replace(" ", ""), output
+        assert not [line for line in output.splitlines() if any(w in line for w in NOISE)], output
+        code, output = run(["dump", "incoming"], 2.0)
+        assert code == 0, output
+        assert not [line for line in output.splitlines() if any(w in line for w in NOISE)], output
+    unanswered = {"action": "info", "appid": "quiet", "crawlid": "c1", "spiderid": "link", "uuid": "never"}
+    code, output = run(["feed", json.dumps(unanswered), "--wait", "60"], 3.0, KAFKA_TOPIC_PREFIX="nobodyhome")
+    assert code == 130 and "interrupted while waiting" in output, output
+    assert "Traceback" not in output

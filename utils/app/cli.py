@@ -129,7 +129,11 @@ def cmd_feed(args: argparse.Namespace) -> int:
         print(f"sent to {settings.topic('incoming')}", file=sys.stderr)
         if answers is None:
             return EXIT_OK
-        answer = answers.wait_for(str(uuid), args.wait)
+        try:
+            answer = answers.wait_for(str(uuid), args.wait)
+        except Shutdown:
+            print(f"interrupted while waiting for the answer to uuid {uuid!r}", file=sys.stderr)
+            return EXIT_FORCED  # the request was sent; a script must not take this for an answer
         if answer is None:
             print(f"no answer to uuid {uuid!r} on {answers.topic} within {args.wait:g}s", file=sys.stderr)
             return EXIT_NO_ANSWER
