@@ -32,7 +32,43 @@ def test_demo_crawls_the_bundled_site_to_completion_and_stops_cleanly(tmp_path: 
     assert info["total_crawled"] == total and info["total_pending"] == 0 and info["total_inflight"] == 0
     sample = json.loads(next(line for line in lines if line.startswith("sample item: ")).split(": ", 1)[1])
     assert sample["status_code"] == 200 and sample["status_msg"] == "OK"
-    assert any("/dashboard" in line for line in lines)
+    assert not any("/dashboard" in line for line in lines)  # no link to a cluster that is stopping (§17.5)
+    assert "crawlhive demo --keep-running" in lines[-1]
     assert "Traceback" not in out.stderr
     assert "SIGTERM" not in out.stderr  # one signal each: a graceful stop, never a forced one
     assert not (tmp_path / "up.json").exists()
+
+
+def test_demo_keep_running_prints_a_working_dashboard_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """docs/contract.md §17.1, §17.5: the dashboard URL only while it works; Ctrl-C to the group."""
+    import re
+    import signal
+    import time
+
+    import httpx
+
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_HOSTS")}
+    env["CRAWLHIVE_HOME"] = str(tmp_path)
+    log = tmp_path / "demo.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "crawlhive.utils.app.cli", "demo", "--keep-running"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 150
+        while not (found := re.search(r"--keep-running: dashboard at (\S+);", log.read_text())):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert httpx.get(found.group(1), timeout=10).status_code == 200
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
+        tail = log.read_text().split("--keep-running: dashboard at", 1)[1]
+        assert not any(word in tail for word in ("WARNING", "ERROR", "Traceback")), tail
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -3,6 +3,7 @@ the Lua scripts. An editable install finds subpackages by itself, so only this t
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -80,3 +81,34 @@ def test_relative_links_in_markdown_resolve() -> None:
             if not (path.parent / target).exists():
                 broken.append(f"{path.relative_to(REPO)} -> {target}")
     assert broken == []
+
+
+def test_every_subcommand_s_help_ends_with_an_example() -> None:
+    """docs/contract.md §17.8."""
+    import re
+    import shlex
+
+    from crawlhive.crawler.spiders import SPIDERS
+    from crawlhive.kafka_monitor.validation import Accepted, RequestValidator
+    from crawlhive.utils.app.cli import BUILTIN_SPIDERS, build_parser
+    from crawlhive.utils.settings import Settings
+
+    assert set(BUILTIN_SPIDERS) == set(SPIDERS)
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command").choices  # type: ignore[attr-defined]
+    assert set(subparsers) == {"up", "demo", "kafka-monitor", "redis-monitor", "crawler", "rest", "feed", "dump"}
+    for name, sub in subparsers.items():
+        text = sub.format_help()
+        last = [line for line in text.splitlines() if line.strip()][-1]
+        assert "crawlhive " in last, (name, last)
+        assert "example" in text, name
+    feed_help = subparsers["feed"].format_help()
+    for kind in ("crawl", "action", "stats", "domain-config"):
+        assert re.search(rf"^  {kind} ", feed_help, re.M), kind
+    validator = RequestValidator.from_settings(Settings.from_overrides())
+    for line in feed_help.splitlines():
+        if line.strip().startswith("crawlhive feed '"):
+            request = json.loads(shlex.split(line.strip())[2])
+            assert isinstance(validator.validate(request), Accepted), line
+    crawler_help = subparsers["crawler"].format_help()
+    assert all(spider in crawler_help for spider in SPIDERS)

@@ -306,44 +306,96 @@ def cmd_crawler(args: argparse.Namespace) -> int:
 # --- parser and main ---------------------------------------------------------------------------
 
 
+#: The crawler's built-in spider types, listed by ``crawler --help`` without importing Scrapy
+#: (a test checks it against ``crawlhive.crawler.spiders.SPIDERS``).
+BUILTIN_SPIDERS = ("link", "wandering")
+
+#: ``--help`` examples (docs/contract.md §17.8), by subcommand.
+EXAMPLES = {
+    "up": """examples:
+  crawlhive up                      # everything on this machine, private Redis and broker
+  crawlhive up --crawlers 4         # four link crawlers
+  REDIS_URL=redis://db:6379/0 KAFKA_BOOTSTRAP_SERVERS=kafka:9092 crawlhive up""",
+    "demo": """examples:
+  crawlhive demo                    # crawl a bundled site, print a summary, stop
+  crawlhive demo --keep-running     # then keep the cluster up to explore the dashboard""",
+    "kafka-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_HOSTS=kafka:9092 crawlhive kafka-monitor",
+    "redis-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_HOSTS=kafka:9092 crawlhive redis-monitor",
+    "crawler": f"""spiders: {", ".join(BUILTIN_SPIDERS)}, or the dotted path of a Scrapy spider class
+
+examples:
+  crawlhive crawler                           # the link spider
+  crawlhive crawler --spider wandering
+  crawlhive crawler --spider mypackage.spiders.ShopSpider""",
+    "rest": """examples:
+  crawlhive rest                              # on 127.0.0.1:5343
+  REST_API_KEY=s3cret crawlhive rest --host 0.0.0.0   # reachable from other machines""",
+    "feed": """request kinds (the required fields; docs/contract.md §2):
+  crawl          url, appid, crawlid
+  action         action ("info" or "stop"), appid, uuid, spiderid (+ crawlid for one crawl)
+  stats          stats ("kafka-monitor", "redis-monitor", "crawler", "spider", "machine",
+                 "queue", "rest" or "all"), appid, uuid
+  domain-config  action ("domain-update", "domain-remove", "blacklist-update",
+                 "blacklist-remove"), domain, appid, uuid (+ hits, window for domain-update)
+
+examples:
+  crawlhive feed '{"url": "http://127.0.0.1:8000/", "appid": "tour", "crawlid": "c1", "maxdepth": 2}'
+  crawlhive feed '{"action": "info", "appid": "tour", "crawlid": "c1", "spiderid": "link", "uuid": "i1"}' --wait 10
+  crawlhive feed '{"stats": "queue", "appid": "tour", "uuid": "s1"}' --wait 10""",
+    "dump": """examples:
+  crawlhive dump crawled_firehose -nb         # new crawled pages, without bodies
+  crawlhive dump outbound_firehose -b -p      # every answer so far, indented
+  crawlhive dump dead_letter -b -n 10""",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="crawlhive", description="Distributed on-demand web crawling: Kafka in, Scrapy on Redis, Kafka out."
+        prog="crawlhive",
+        description="Distributed on-demand web crawling: Kafka in, Scrapy on Redis, Kafka out.",
+        epilog="examples:\n  crawlhive demo\n  crawlhive up\n  crawlhive feed --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"crawlhive {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
 
-    up = sub.add_parser("up", help="run every component (embedded Redis and broker if none configured)")
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, help=help_text, epilog=EXAMPLES[name], formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+
+    up = command("up", "run every component (embedded Redis and broker if none configured)")
     up.add_argument("--crawlers", type=int, default=1, help="link crawler processes (default 1)")
     up.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after SECONDS")
     up.set_defaults(func=cmd_up)
 
-    demo = sub.add_parser("demo", help="run the cluster on a bundled demo site and show a crawl")
+    demo = command("demo", "run the cluster on a bundled demo site and show a crawl")
     demo.add_argument("--keep-running", action="store_true", help="stay up after the demo crawl")
     demo.set_defaults(func=cmd_demo)
 
-    sub.add_parser("kafka-monitor", help="run one kafka-monitor process").set_defaults(func=cmd_kafka_monitor)
-    redis_monitor = sub.add_parser("redis-monitor", help="run one redis-monitor process")
-    redis_monitor.set_defaults(func=cmd_redis_monitor)
+    command("kafka-monitor", "run one kafka-monitor process").set_defaults(func=cmd_kafka_monitor)
+    command("redis-monitor", "run one redis-monitor process").set_defaults(func=cmd_redis_monitor)
 
-    crawler = sub.add_parser("crawler", help="run one crawler process")
-    crawler.add_argument("--spider", default="link", help="spider type (default link)")
+    crawler = command("crawler", "run one crawler process")
+    crawler.add_argument(
+        "--spider", default="link", help=f"spider type: {', '.join(BUILTIN_SPIDERS)} or a dotted path (default link)"
+    )
     crawler.set_defaults(func=cmd_crawler)
 
-    rest = sub.add_parser("rest", help="run the REST service")
+    rest = command("rest", "run the REST service")
     rest.add_argument("--host", help="listen address (REST_HOST)")
     rest.add_argument("--port", type=int, help="listen port (REST_PORT)")
     rest.set_defaults(func=cmd_rest, setting_options={"host": "REST_HOST", "port": "REST_PORT"})
 
-    feed = sub.add_parser("feed", help="send one JSON request to <prefix>.incoming")
-    feed.add_argument("json", help="the request, as JSON")
+    feed = command("feed", "send one JSON request to <prefix>.incoming")
+    feed.add_argument("json", help="the request, as JSON (kinds below)")
     feed.add_argument(
         "--wait", type=float, metavar="SECONDS", help="print the outbound answer to the request's uuid (exit 3 if none)"
     )
     feed.add_argument("--no-validate", action="store_true", help="send without validating")
     feed.set_defaults(func=cmd_feed)
 
-    dump = sub.add_parser("dump", help="print the messages of a topic")
+    dump = command("dump", "print the messages of a topic")
     dump.add_argument("topic", help="full topic name, or incoming / crawled_firehose / outbound_firehose / …")
     dump.add_argument("-b", "--from-beginning", action="store_true", help="start at the oldest message")
     dump.add_argument("-c", "--group", default=None, help="consumer group (commits its offsets)")

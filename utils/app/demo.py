@@ -74,7 +74,7 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
                 summary = _crawl(cluster, live, redis, keys, site.seed)
             finally:
                 redis.close()
-            summary["dashboard"] = dashboard
+            summary["dashboard"], summary["keep_running"] = dashboard, keep_running
             _print_summary(summary)
             if keep_running:
                 print(f"--keep-running: dashboard at {dashboard}; Ctrl-C stops everything.", flush=True)
@@ -195,4 +195,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if sample:
         shown = {**sample, "body": sample["body"][:80] + "…", "links": sample["links"][:3]}
         print(f"sample item: {json.dumps(shown)}")
-    print(f"dashboard (while running): {summary['dashboard']}", flush=True)
+    if not summary.get("keep_running"):
+        print(
+            "the cluster stops now; run `crawlhive demo --keep-running` to keep it up and explore the dashboard",
+            flush=True,
+        )
