@@ -3,23 +3,37 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo up test test-quick lint typecheck format bench clean browser
+.PHONY: install install-run demo up test test-quick lint typecheck format bench clean browser
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements.txt -r requirements-dev.txt
-	$(BIN)/python -m pip install -q --no-deps -e .
-	touch $(STAMP)
+# What running needs (`make demo`, `make up`): crawlhive and its runtime dependencies only.
+$(RUN_STAMP): requirements.txt pyproject.toml
+	@echo "make: creating $(VENV) and installing crawlhive's runtime dependencies (the first time takes about a minute)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@echo "make: installing $$(grep -c '==' requirements.txt) pinned packages from requirements.txt"
+	@$(BIN)/python -m pip install -q -r requirements.txt
+	@echo "make: installing crawlhive itself (editable)"
+	@# setuptools prints an information-only notice on every editable install; it asks nothing of anyone
+	@PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install -q --no-deps -e .
+	@touch $(RUN_STAMP)
+
+# What testing adds (`make test`, `make lint`): the test and lint tools of requirements-dev.txt.
+$(STAMP): $(RUN_STAMP) requirements-dev.txt
+	@echo "make: installing the test and lint tools of requirements-dev.txt into $(VENV)"
+	@$(BIN)/python -m pip install -q -r requirements-dev.txt
+	@touch $(STAMP)
+
+install-run: $(RUN_STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(RUN_STAMP)
 	$(BIN)/crawlhive demo
 
-up: $(STAMP)
+up: $(RUN_STAMP)
 	$(BIN)/crawlhive up
 
 lint: $(STAMP) typecheck

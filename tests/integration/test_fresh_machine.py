@@ -265,3 +265,35 @@ never
         (".venv/bin/crawlhive dump dead_letter -b -n 1", 0, False),
     ]
     assert shlex.split(steps[2].command)[0] == ".venv/bin/crawlhive"
+
+
+def test_the_run_install_is_lean_and_prints_no_warning(fresh_env: dict[str, str], tmp_path: Path) -> None:
+    """docs/contract.md §17.7: what `make demo` installs on a fresh clone: runtime dependencies
+    only, steps shown, no warning about our packaging (the machine's own pip configuration may
+    warn about its package index; those lines are not ours)."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    for name in files:
+        if (REPO / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, clone / name)
+    done = subprocess.run(
+        ["make", "install-run"], cwd=clone, env=fresh_env, capture_output=True, text=True, timeout=600
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    ours = [line for line in output.splitlines() if "Location 'file:" not in line]
+    assert ours[0].startswith("make: creating .venv") and "about a minute" in ours[0]
+    assert not [line for line in ours if re.search(r"warn|deprecat", line, re.I)], "\n".join(ours)
+    installed = subprocess.run(
+        [str(clone / ".venv" / "bin" / "python"), "-m", "pip", "list", "--format", "freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.lower()
+    for tool in ("pytest", "ruff", "mypy", "playwright", "hypothesis", "schemathesis", "httpx"):
+        assert f"\n{tool}==" not in f"\n{installed}", tool
+    assert "\nscrapy==" in f"\n{installed}"
