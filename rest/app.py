@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Path, Query, Request
@@ -353,6 +353,14 @@ def create_app(settings: Settings, service: RestService | None = None) -> FastAP
         return JSONResponse(envelope(message))
 
     # --- new endpoints -----------------------------------------------------------------------------
+
+    @app.get("/crawls", summary="List crawls: active, then recently finished", responses=_responses(400, 401, 500))
+    async def crawl_list(
+        state: Annotated[Literal["active", "finished", "all"], Query(description="which crawls (default all)")] = "all",
+        limit: Annotated[int, Query(ge=1, le=1000, description="most crawls listed")] = 100,
+    ) -> JSONResponse:
+        crawls = await in_thread(rest.view.crawl_list, state, limit)
+        return JSONResponse(envelope({"crawls": crawls}))
 
     @app.get(
         "/crawls/{appid}/{crawlid}", summary="Crawl status (info by crawlid)", responses=_responses(400, 401, 404, 500)

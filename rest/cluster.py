@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.frontier import CrawlState, FrontierReader
-from crawlhive.utils.heartbeat import live_nodes
+from crawlhive.utils.heartbeat import live_heartbeats, live_nodes
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.stats import (
     CRAWLER,
@@ -94,7 +94,8 @@ class ClusterView:
     def __init__(self, redis: Redis, settings: Settings, plugin_kinds: dict[str, str]) -> None:
         self.redis = redis
         self.keys = Keys(settings["REDIS_KEY_PREFIX"])
-        self.reader = FrontierReader(redis, self.keys, settings.getfloat("CRAWL_RECORD_TTL"))
+        self.record_ttl_s = settings.getfloat("CRAWL_RECORD_TTL")
+        self.reader = FrontierReader(redis, self.keys, self.record_ttl_s)
         self.stats = Stats(redis, self.keys, settings.getlist("STATS_TIMES"))
         self.plugin_kinds = dict(plugin_kinds)
         self.response_codes = {str(c) for c in settings.getlist("STATS_RESPONSE_CODES")}
@@ -135,6 +136,88 @@ class ClusterView:
         for (spider, appid), crawlids in groups.items():
             states += self.reader.crawl_states(spider, appid, crawlids)
         return states
+
+    def crawl_list(self, state: str = "all", limit: int = 100) -> list[dict[str, Any]]:
+        """``GET /crawls`` (docs/contract.md §17.6): the active crawls (most recently started first),
+        then the finished ones (most recently ended first), at most *limit* in all.
+
+        *state* is ``active``, ``finished`` or ``all``. An active crawl is ``waiting`` when nothing
+        queued for it can be served now: no live crawler of its spider type, or nothing in flight
+        and every domain it has work in parked by the throttle or a domain config. Otherwise it is
+        ``running``.
+        """
+        rows: list[dict[str, Any]] = []
+        if state in ("active", "all"):
+            rows += self._active_rows()[:limit]
+        if state in ("finished", "all") and len(rows) < limit:
+            rows += self._finished_rows(limit - len(rows))
+        return rows
+
+    def _active_rows(self) -> list[dict[str, Any]]:
+        crawls = self.active_crawls()
+        if not crawls:
+            return []
+        serving = {str(b.get("spider")) for b in live_heartbeats(self.redis, self.keys, "crawler")}
+        now = float(self.redis.time()[0])
+        pipe = self.redis.pipeline(transaction=False)
+        for c in crawls:
+            pipe.hget(self.keys.crawl(c.spiderid, c.appid, c.crawlid), "started")
+            pipe.zmscore(self.keys.domains(c.spiderid), list(c.domains) or ["-"])
+        replies = pipe.execute()
+        rows = []
+        for i, c in enumerate(crawls):
+            started, ready_at = replies[2 * i], replies[2 * i + 1]
+            parked = bool(c.domains) and all(score is not None and float(score) > now for score in ready_at)
+            waiting = c.spiderid not in serving or (c.inflight == 0 and parked)
+            rows.append(self._row(c.spiderid, c.appid, c.crawlid, "waiting" if waiting else "running", c, started))
+        rows.sort(key=lambda r: -(r["started"] or 0))
+        return rows
+
+    def _finished_rows(self, limit: int) -> list[dict[str, Any]]:
+        now = float(self.redis.time()[0])
+        entries: list[tuple[Any, float]] = self.redis.zrevrangebyscore(  # type: ignore[assignment]
+            self.keys.finished_crawls(), "+inf", now - self.record_ttl_s, start=0, num=limit, withscores=True
+        )
+        refs = [(r.decode() if isinstance(r, bytes) else str(r), score) for r, score in entries]
+        pipe = self.redis.pipeline(transaction=False)
+        parsed = []
+        for ref, score in refs:
+            try:
+                spider, appid, crawlid = Keys.parse_crawl_ref(ref)
+            except KeyFormatError:
+                continue
+            parsed.append((spider, appid, crawlid, score))
+            pipe.hgetall(self.keys.crawl(spider, appid, crawlid))
+        rows = []
+        for (spider, appid, crawlid, score), record in zip(parsed, pipe.execute() if parsed else [], strict=True):
+            fields = {_text(k): _text(v) for k, v in record.items()}
+            ended_as = fields.get("ended_as", "complete")
+            row = self._row(spider, appid, crawlid, ended_as if ended_as in ENDINGS else "complete", None, None)
+            row.update(
+                total_crawled=int(fields.get("crawled") or 0),
+                total_failed=int(fields.get("failed") or 0),
+                started=_epoch(fields.get("started")),
+                ended=int(score),
+            )
+            rows.append(row)
+        return rows
+
+    @staticmethod
+    def _row(
+        spider: str, appid: str, crawlid: str, state: str, crawl: CrawlState | None, started: Any
+    ) -> dict[str, Any]:
+        return {
+            "appid": appid,
+            "crawlid": crawlid,
+            "spiderid": spider,
+            "state": state,
+            "total_pending": crawl.pending if crawl else 0,
+            "total_inflight": crawl.inflight if crawl else 0,
+            "total_crawled": crawl.crawled if crawl else 0,
+            "total_failed": crawl.failed if crawl else 0,
+            "started": _epoch(started),
+            "ended": None,
+        }
 
     def stopped(self, states: list[CrawlState]) -> list[bool]:
         """Whether each crawl is blacklisted by a stop or expiry (``keys.crawl_stopped``), in one round trip."""
@@ -231,3 +314,21 @@ class ClusterView:
                     responses[(status[1], str(status[2]))] += count
         dead = {"validation": incoming["invalid"], "crawl": sum(failed.values())}
         return Counters(incoming, dict(pages), dict(responses), dict(failed), dead)
+
+
+#: How a finished crawl ended (the crawl record's ``ended_as``).
+ENDINGS = ("complete", "stopped", "expired")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _epoch(value: Any) -> int | None:
+    """An epoch-seconds field of a crawl record, or None when absent or unreadable."""
+    if value is None:
+        return None
+    try:
+        return int(float(_text(value)))
+    except ValueError:
+        return None

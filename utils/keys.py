@@ -115,7 +115,8 @@ class Keys:
     @key("hash", ttl="CRAWL_RECORD_TTL after the last activity")
     def crawl(self, spider: str, appid: str, crawlid: str) -> str:
         """The crawl record: ``appid``, ``crawlid``, ``spiderid``, ``expires`` (epoch s, armed timer),
-        counters ``inflight``, ``crawled``, ``failed``, and ``last_activity`` (epoch s)."""
+        counters ``inflight``, ``crawled``, ``failed``, ``last_activity``, ``started`` and, once it
+        ended, ``ended`` (epoch s) and ``ended_as`` (``complete``, ``stopped`` or ``expired``)."""
         return f"{self.prefix}:crawl:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
 
     @key("set")
@@ -123,6 +124,12 @@ class Keys:
         """Every crawl with pending or in-flight work: member = :meth:`crawl_ref`. The redis-monitor
         emits ``complete`` for a member once it has neither, and removes it."""
         return f"{self.prefix}:active-crawls"
+
+    @key("zset", ttl="entries older than CRAWL_RECORD_TTL are trimmed")
+    def finished_crawls(self) -> str:
+        """Crawls that ended (complete, stopped or expired) within CRAWL_RECORD_TTL: member =
+        :meth:`crawl_ref`, score = end time (epoch s); what ``GET /crawls`` lists after the active ones."""
+        return f"{self.prefix}:finished-crawls"
 
     @key("zset")
     def expiries(self) -> str:

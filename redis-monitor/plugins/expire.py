@@ -52,7 +52,7 @@ class ExpireMonitor(MonitorPlugin):
             # Disarmed by a stop, or re-armed later by a resubmission (whose timer is queued again):
             # this firing no longer applies.
             return []
-        expired = self.frontier.purge(spider, appid, crawlid)
+        expired = self.frontier.purge(spider, appid, crawlid, ended_as="expired")
         return [
             Outbound(
                 {

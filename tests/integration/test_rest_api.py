@@ -335,6 +335,86 @@ def test_get_crawl_reads_the_frontier(http: httpx.Client, rest_settings: Setting
     assert other_spider.status_code == 404
 
 
+def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
+    http: httpx.Client, rest_settings: Settings, rclient: redis.Redis
+) -> None:
+    """docs/contract.md §17.6: running, waiting, then complete / stopped / expired, most recent first.
+    Crawls end through the calls the redis-monitor's complete, stop and expire plugins make."""
+    from crawlhive.utils.frontier import FrontierReader
+
+    appid = unique("lst")
+    keys = Keys(rest_settings["REDIS_KEY_PREFIX"])
+    frontier = Frontier.from_settings(rclient, rest_settings)
+    reader = FrontierReader.from_settings(rclient, rest_settings)
+
+    def push(crawlid: str, spiderid: str = "link") -> None:
+        pipe = rclient.pipeline()
+        request = FrontierRequest(
+            url=f"http://{crawlid}.example.com/", appid=appid, crawlid=crawlid, spiderid=spiderid, request_id=crawlid
+        )
+        frontier.push([request], pipe)
+        pipe.execute()
+
+    def finish_all() -> None:
+        cursor = None
+        while cursor != 0:
+            cursor, _ = reader.scan_complete(cursor or 0)
+
+    crawler = Heartbeat(rclient, keys, "crawler", new_node_id(), "worker-1", 60, extra={"spider": "link"})
+    crawler.beat()
+    try:
+        push("done", spiderid="lists")  # a spider type of its own: the pop below gets this request
+        worker = FrontierWorker.from_settings(rclient, rest_settings)
+        lease = worker.pop("lists").lease
+        assert lease is not None and lease.request.crawlid == "done"
+        worker.ack(lease, "crawled")
+        finish_all()
+        time.sleep(1.1)  # distinct end times, so the order is known
+        push("stopped")
+        reader.purge("link", appid, "stopped", ended_as="stopped")
+        finish_all()
+        time.sleep(1.1)
+        push("expired")
+        reader.purge("link", appid, "expired", ended_as="expired")
+        finish_all()
+        push("running")
+        push("waiting", spiderid="nobody-crawls-this")
+
+        crawls = [c for c in http.get("/crawls").json()["data"]["crawls"] if c["appid"] == appid]
+        states = [(c["crawlid"], c["state"]) for c in crawls]
+        assert set(states[:2]) == {("running", "running"), ("waiting", "waiting")}  # active first
+        assert states[2:] == [("expired", "expired"), ("stopped", "stopped"), ("done", "complete")]  # latest first
+        by_id = {c["crawlid"]: c for c in crawls}
+        assert set(by_id["running"]) == {
+            "appid",
+            "crawlid",
+            "spiderid",
+            "state",
+            "total_pending",
+            "total_inflight",
+            "total_crawled",
+            "total_failed",
+            "started",
+            "ended",
+        }
+        assert by_id["running"]["total_pending"] == 1 and by_id["running"]["ended"] is None
+        assert by_id["done"]["total_crawled"] == 1 and by_id["done"]["ended"] >= by_id["done"]["started"] > 0
+        assert by_id["done"]["spiderid"] == "lists"
+        assert by_id["waiting"]["spiderid"] == "nobody-crawls-this"
+
+        active = [c["crawlid"] for c in http.get("/crawls", params={"state": "active"}).json()["data"]["crawls"]]
+        assert {"running", "waiting"} <= set(active) and not {"done", "stopped", "expired"} & set(active)
+        finished = http.get("/crawls", params={"state": "finished", "limit": 2}).json()["data"]["crawls"]
+        assert [c["crawlid"] for c in finished] == ["expired", "stopped"]
+        for bad in ({"limit": 0}, {"limit": 1001}, {"state": "sleeping"}):
+            assert http.get("/crawls", params=bad).status_code == 400
+        push("done", spiderid="lists")  # resubmitted: active again, no longer finished
+        again = {c["crawlid"]: c for c in http.get("/crawls").json()["data"]["crawls"] if c["appid"] == appid}
+        assert again["done"]["state"] == "waiting" and again["done"]["ended"] is None  # no crawler of "lists"
+    finally:
+        crawler.stop()
+
+
 def test_crawl_path_parameters_are_checked(http: httpx.Client) -> None:
     cases = [
         ("/crawls/ab/c1", "appid: 'ab' is too short"),
@@ -444,7 +524,7 @@ def _metrics(http: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]]
 def test_openapi_documents_every_endpoint_and_the_incoming_schemas(http: httpx.Client, rest_settings: Settings) -> None:
     doc = http.get("/openapi.json").json()
     assert doc["openapi"].startswith("3.1")
-    assert {"/", "/feed", "/poll", "/crawls/{appid}/{crawlid}", "/metrics", "/dashboard"} <= set(doc["paths"])
+    assert {"/", "/feed", "/poll", "/crawls", "/crawls/{appid}/{crawlid}", "/metrics", "/dashboard"} <= set(doc["paths"])
     assert set(doc["paths"]["/crawls/{appid}/{crawlid}"]) == {"get", "delete"}
     schemas = doc["components"]["schemas"]
     effective = RequestValidator.from_settings(rest_settings).schemas

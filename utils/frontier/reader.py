@@ -113,7 +113,7 @@ class FrontierReader:
         """Crawl ids of *appid* that have (or recently had) queued or in-flight work."""
         return sorted(text(c) for c in self.redis.smembers(self.keys.app_crawls(spider, appid)))
 
-    def purge(self, spider: str, appid: str, crawlid: str) -> int:
+    def purge(self, spider: str, appid: str, crawlid: str, ended_as: str = "stopped") -> int:
         """Stop one crawl atomically (docs/contract.md §3.9): delete its queued requests in every domain,
         cancel its leases, disarm its expiry timer and blacklist it for CRAWL_RECORD_TTL.
 
@@ -139,6 +139,7 @@ class FrontierReader:
                     member,
                     keys.crawl_ref(spider, appid, crawlid),
                     self.record_ttl_s,
+                    ended_as,
                 ],
             )
         )
@@ -155,7 +156,7 @@ class FrontierReader:
         """
         prefixes = self.keys.crawl_ref_prefixes()
         cursor_out, found = self.scripts["complete_scan"](
-            keys=[self.keys.active_crawls(), self.keys.control_stream()],
+            keys=[self.keys.active_crawls(), self.keys.control_stream(), self.keys.finished_crawls()],
             args=[
                 cursor,
                 count,
@@ -163,6 +164,7 @@ class FrontierReader:
                 prefixes["crawl_leases"],
                 prefixes["crawl"],
                 prefixes["app_crawls"],
+                self.record_ttl_s,
             ],
         )
         return int(cursor_out), int(found)

@@ -106,6 +106,8 @@ class Frontier:
             pipe.sadd(keys.crawl_domains(spider, appid, crawlid), *domains)
             record = keys.crawl(spider, appid, crawlid)
             pipe.hset(record, mapping={"appid": appid, "crawlid": crawlid, "spiderid": spider, "last_activity": now})
+            pipe.hsetnx(record, "started", now)
+            pipe.hdel(record, "ended", "ended_as")  # work again: active, not finished
             if expires:
                 pipe.hset(record, "expires", expires)
                 pipe.zadd(keys.expiries(), {ref: expires})
@@ -113,5 +115,6 @@ class Frontier:
         for (spider, appid), crawlids in apps.items():
             pipe.sadd(keys.app_crawls(spider, appid), *crawlids)
         pipe.sadd(keys.active_crawls(), *refs)
+        pipe.zrem(keys.finished_crawls(), *refs)
         for spider in spider_domains:
             pipe.publish(keys.wake_channel(spider), b"1")

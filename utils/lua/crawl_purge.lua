@@ -2,7 +2,7 @@
 -- timer and mark it stopped.
 -- KEYS: 1 crawl domains, 2 crawl leases, 3 leases, 4 crawl record, 5 expiries, 6 stopped marker.
 -- ARGV: 1 crawl queue prefix + crawl member + ':', 2 domain crawls prefix, 3 crawl member,
---       4 crawl ref, 5 stopped-marker TTL (s).
+--       4 crawl ref, 5 stopped-marker TTL (s), 6 how the crawl ends ('stopped' or 'expired').
 -- Returns the number of queued requests purged.
 
 local purged = 0
@@ -18,7 +18,7 @@ for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do
 end
 redis.call('DEL', KEYS[2])
 if redis.call('EXISTS', KEYS[4]) == 1 then
-  redis.call('HSET', KEYS[4], 'inflight', 0)
+  redis.call('HSET', KEYS[4], 'inflight', 0, 'ended_as', ARGV[6])
   redis.call('HDEL', KEYS[4], 'expires')
 end
 redis.call('ZREM', KEYS[5], ARGV[4])
