@@ -219,6 +219,23 @@ class ClusterView:
             "ended": None,
         }
 
+    def domain_config(self) -> dict[str, Any]:
+        """The operators' domain config: throttle overrides (``domain-update``) and the blacklist."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self.keys.domain_config())
+        pipe.smembers(self.keys.domain_blacklist())
+        overrides, blacklist = pipe.execute()
+        rows = []
+        for domain, raw in sorted((_text(d), r) for d, r in overrides.items())[:MAX_DOMAINS]:
+            try:
+                config = json.loads(raw)
+            except ValueError:
+                config = {}
+            if not isinstance(config, dict):
+                config = {}
+            rows.append({"domain": domain, **{k: config.get(k) for k in ("hits", "window", "scale")}})
+        return {"overrides": rows, "blacklist": sorted(_text(d) for d in blacklist)[:MAX_DOMAINS]}
+
     def stopped(self, states: list[CrawlState]) -> list[bool]:
         """Whether each crawl is blacklisted by a stop or expiry (``keys.crawl_stopped``), in one round trip."""
         pipe = self.redis.pipeline(transaction=False)

@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     from crawlhive.utils.frontier import CrawlState
 
 
+#: Recently finished crawls the page lists (GET /crawls lists more).
+FINISHED_SHOWN = 20
+
+
 def crawl_row(state: CrawlState, stopped: bool = False) -> dict[str, Any]:
     """One line of the crawls table: counts, progress (0-100) and a one-word state."""
     done = state.crawled + state.failed
@@ -75,4 +79,6 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
             "dead_letters": counters.dead_letters,
         },
         "dead_letters": list(reversed(rest.kafka.dead_letters.copy())),  # copy(): atomic vs the listener
+        "finished": rest.view.crawl_list("finished", FINISHED_SHOWN),
+        "domain_config": rest.view.domain_config(),
     }

@@ -408,11 +408,24 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
         assert [c["crawlid"] for c in finished] == ["expired", "stopped"]
         for bad in ({"limit": 0}, {"limit": 1001}, {"state": "sleeping"}):
             assert http.get("/crawls", params=bad).status_code == 400
+        shown = http.get("/dashboard/data").json()["data"]
+        assert [c["crawlid"] for c in shown["finished"] if c["appid"] == appid] == ["expired", "stopped", "done"]
+        rclient.hset(keys.domain_config(), "slow.example", json.dumps({"hits": 1, "window": 60, "scale": 0.5}))
+        rclient.sadd(keys.domain_blacklist(), "banned.example")
+        config = http.get("/dashboard/data").json()["data"]["domain_config"]
+        assert {"domain": "slow.example", "hits": 1, "window": 60, "scale": 0.5} in config["overrides"]
+        assert "banned.example" in config["blacklist"]
+        assert (
+            "Recently finished crawls" in http.get("/dashboard").text
+            and 'id="domain-config"' in http.get("/dashboard").text
+        )
         push("done", spiderid="lists")  # resubmitted: active again, no longer finished
         again = {c["crawlid"]: c for c in http.get("/crawls").json()["data"]["crawls"] if c["appid"] == appid}
         assert again["done"]["state"] == "waiting" and again["done"]["ended"] is None  # no crawler of "lists"
     finally:
         crawler.stop()
+        rclient.hdel(keys.domain_config(), "slow.example")
+        rclient.srem(keys.domain_blacklist(), "banned.example")
 
 
 def test_crawl_path_parameters_are_checked(http: httpx.Client) -> None:
@@ -524,7 +537,9 @@ def _metrics(http: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]]
 def test_openapi_documents_every_endpoint_and_the_incoming_schemas(http: httpx.Client, rest_settings: Settings) -> None:
     doc = http.get("/openapi.json").json()
     assert doc["openapi"].startswith("3.1")
-    assert {"/", "/feed", "/poll", "/crawls", "/crawls/{appid}/{crawlid}", "/metrics", "/dashboard"} <= set(doc["paths"])
+    assert {"/", "/feed", "/poll", "/crawls", "/crawls/{appid}/{crawlid}", "/metrics", "/dashboard"} <= set(
+        doc["paths"]
+    )
     assert set(doc["paths"]["/crawls/{appid}/{crawlid}"]) == {"get", "delete"}
     schemas = doc["components"]["schemas"]
     effective = RequestValidator.from_settings(rest_settings).schemas
@@ -552,7 +567,9 @@ def test_dashboard_is_one_self_contained_page(http: httpx.Client) -> None:
     assert "http://" not in html and "https://" not in html
     data = http.get("/dashboard/data").json()
     assert data["status"] == "SUCCESS"
-    assert {"nodes", "crawls", "spiders", "domains", "dead_letters", "totals"} <= set(data["data"])
+    assert {"nodes", "crawls", "spiders", "domains", "dead_letters", "totals", "finished", "domain_config"} <= set(
+        data["data"]
+    )
 
 
 def test_dashboard_lists_recent_dead_letters_without_their_payload(
