@@ -125,7 +125,7 @@ class Keys:
         emits ``complete`` for a member once it has neither, and removes it."""
         return f"{self.prefix}:active-crawls"
 
-    @key("zset", ttl="entries older than CRAWL_RECORD_TTL are trimmed")
+    @key("zset", ttl="CRAWL_RECORD_TTL after the last crawl ended; older entries are trimmed")
     def finished_crawls(self) -> str:
         """Crawls that ended (complete, stopped or expired) within CRAWL_RECORD_TTL: member =
         :meth:`crawl_ref`, score = end time (epoch s); what ``GET /crawls`` lists after the active ones."""

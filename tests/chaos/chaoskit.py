@@ -328,6 +328,7 @@ ALLOWED_AFTER_COMPLETE: dict[str, bool] = {
     "control": False,  # the control stream (must hold no pending entry: checked separately)
     "throttle": True,  # the rolling window of fetch starts
     "stopped": True,
+    "finished-crawls": True,  # GET /crawls' list of ended crawls, CRAWL_RECORD_TTL
 }
 
 

@@ -36,5 +36,6 @@ for _, ref in ipairs(scan[2]) do
 end
 if found > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[7]))
+  redis.call('EXPIRE', KEYS[3], tonumber(ARGV[7]))  -- an idle cluster forgets it with its last record
 end
 return {scan[1], found}
