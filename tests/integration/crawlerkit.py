@@ -8,16 +8,18 @@ a unique path prefix.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
+import secrets
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from typing import Any
 import redis
 
 from crawlhive.utils.app.demo_site import SiteServer
-from crawlhive.utils.connections import make_consumer
+from crawlhive.utils.connections import ensure_topics, make_consumer
 from crawlhive.utils.frontier import Frontier, seed_from_request
 from crawlhive.utils.settings import Settings, env_value
 
@@ -268,3 +270,35 @@ class Collector:
         self._stop.set()
         self.thread.join(5)
         self.consumer.close()
+
+
+@contextlib.contextmanager
+def crawler_module(
+    redis_url: str, kafka_bootstrap: str, home: Path, token_prefix: str, **overrides: Any
+) -> Iterator[dict[str, Any]]:
+    """One real ``crawlhive crawler`` on its own key and topic prefix, with a collector of its
+    output topics: ``{"settings", "redis", "collector", "crawler", "home"}``. Everything under the
+    prefix is deleted afterwards, and the crawler must have stopped cleanly."""
+    token = f"{token_prefix}{secrets.token_hex(5)}"
+    settings = Settings.from_overrides(
+        REDIS_URL=redis_url,
+        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
+        REDIS_KEY_PREFIX=token,
+        KAFKA_TOPIC_PREFIX=token,
+        CRAWLHIVE_HOME=str(home),
+    )
+    client = redis.Redis.from_url(redis_url)
+    topics = [settings.topic("crawled_firehose"), settings.topic("dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics)
+    crawler = Crawler(crawler_env(settings, **overrides), home)
+    try:
+        crawler.wait_ready(client, token)
+        yield {"settings": settings, "redis": client, "collector": collector, "crawler": crawler, "home": home}
+    finally:
+        code = crawler.terminate()
+        collector.close()
+        for key in client.scan_iter(match=f"{token}*", count=1000):
+            client.delete(key)
+        client.close()
+        assert code == 0, crawler.output()

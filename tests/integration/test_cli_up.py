@@ -235,6 +235,24 @@ def _slow_site() -> Any:
     return site
 
 
+def _crawl_under_way(env: dict[str, str], site: Any, crawlid: str, log: Path) -> None:
+    """Feed a crawl of *site* through the real `feed` and wait until its pages are being fetched."""
+    request = {"url": site.url("/p/0"), "appid": "ctrlc", "crawlid": crawlid, "maxdepth": 3}
+    fed = subprocess.run([*CLI, "feed", json.dumps(request)], env=env, capture_output=True, text=True, timeout=60)
+    assert fed.returncode == 0, fed.stderr
+    deadline = time.monotonic() + 60
+    while len(site.hits("/p/")) < 3:
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+
+
+def _all_gone(processes: list[int]) -> None:
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in processes) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in processes if _alive(pid)]
+
+
 def test_ctrl_c_to_the_terminal_s_process_group_during_a_crawl_is_quiet_and_clean(tmp_path: Path) -> None:
     """docs/contract.md §17.1, §17.4: SIGINT to the whole foreground group (as a terminal sends it)
     while a crawl runs: exit 0 within 30 s, no WARNING/ERROR/traceback, nothing left running; and
@@ -246,13 +264,7 @@ def test_ctrl_c_to_the_terminal_s_process_group_during_a_crawl_is_quiet_and_clea
         assert len(startup) <= 30, "\n".join(startup)
         assert startup[-1].startswith("crawlhive up: components:") and "Ctrl-C" in startup[-1]
         assert not [line for line in startup if any(word in line for word in NOISE)], startup
-        request = {"url": site.url("/p/0"), "appid": "ctrlc", "crawlid": "c1", "maxdepth": 3}
-        fed = subprocess.run([*CLI, "feed", json.dumps(request)], env=env, capture_output=True, text=True, timeout=60)
-        assert fed.returncode == 0, fed.stderr
-        deadline = time.monotonic() + 60
-        while len(site.hits("/p/")) < 3:
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.1)
+        _crawl_under_way(env, site, "c1", log)
         processes = _descendants(proc.pid)
         assert len(processes) >= 6  # Redis, broker, two monitors, a crawler, REST
         before = len(log.read_text().splitlines())
@@ -263,10 +275,7 @@ def test_ctrl_c_to_the_terminal_s_process_group_during_a_crawl_is_quiet_and_clea
         shutdown = log.read_text().splitlines()[before:]
         assert not [line for line in shutdown if any(word in line for word in NOISE)], "\n".join(shutdown)
         assert shutdown[-1] == "crawlhive up: stopped"
-        deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in processes) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not [pid for pid in processes if _alive(pid)]
+        _all_gone(processes)
     finally:
         site.stop()
 
@@ -275,21 +284,13 @@ def test_a_second_ctrl_c_forces_the_stop_and_leaves_no_process(tmp_path: Path) -
     site = _slow_site()
     try:
         proc, log, env = _start_up(tmp_path)
-        request = {"url": site.url("/p/0"), "appid": "ctrlc", "crawlid": "c2", "maxdepth": 3}
-        subprocess.run([*CLI, "feed", json.dumps(request)], env=env, capture_output=True, timeout=60, check=True)
-        deadline = time.monotonic() + 60
-        while len(site.hits("/p/")) < 3:
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.1)
+        _crawl_under_way(env, site, "c2", log)
         processes = _descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)
         time.sleep(0.3)
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=30) == 130, log.read_text()[-3000:]
-        deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in processes) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not [pid for pid in processes if _alive(pid)]
+        _all_gone(processes)
     finally:
         site.stop()
 

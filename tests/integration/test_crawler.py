@@ -10,11 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
-from crawlerkit import Collector, Crawler, TestSite, crawler_env, html, seed
-
-from crawlhive.utils.connections import ensure_topics
-from crawlhive.utils.settings import Settings
+from crawlerkit import TestSite, crawler_module, html, seed
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -29,30 +25,9 @@ def site() -> Iterator[TestSite]:
 
 @pytest.fixture(scope="module")
 def env(redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    token = f"t{secrets.token_hex(5)}"
     home = tmp_path_factory.mktemp("crawler")
-    settings = Settings.from_overrides(
-        REDIS_URL=redis_url,
-        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
-        REDIS_KEY_PREFIX=token,
-        KAFKA_TOPIC_PREFIX=token,
-        CRAWLHIVE_HOME=str(home),
-    )
-    client = redis.Redis.from_url(redis_url)
-    topics = [settings.topic("crawled_firehose"), settings.topic("dead_letter")]
-    ensure_topics(settings, topics)
-    collector = Collector(settings, topics)
-    crawler = Crawler(crawler_env(settings, RETRY_TIMES=2, DOWNLOAD_TIMEOUT=2), home)
-    try:
-        crawler.wait_ready(client, token)
-        yield {"settings": settings, "redis": client, "collector": collector, "crawler": crawler, "home": home}
-    finally:
-        code = crawler.terminate()
-        collector.close()
-        for key in client.scan_iter(match=f"{token}*", count=1000):
-            client.delete(key)
-        client.close()
-        assert code == 0, crawler.output()
+    with crawler_module(redis_url, kafka_bootstrap, home, "t", RETRY_TIMES=2, DOWNLOAD_TIMEOUT=2) as env:
+        yield env
 
 
 def _crawl(env: dict[str, Any], **request: Any) -> str:

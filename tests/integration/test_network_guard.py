@@ -14,10 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
-from crawlerkit import Collector, Crawler, TestSite, crawler_env, html, seed
+from crawlerkit import TestSite, crawler_env, crawler_module, html, seed
 
-from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.settings import Settings
 
@@ -37,30 +35,11 @@ def site() -> Iterator[TestSite]:
 
 @pytest.fixture(scope="module")
 def env(redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    token = f"g{secrets.token_hex(5)}"
     home = tmp_path_factory.mktemp("guard")
-    settings = Settings.from_overrides(
-        REDIS_URL=redis_url,
-        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
-        REDIS_KEY_PREFIX=token,
-        KAFKA_TOPIC_PREFIX=token,
-        CRAWLHIVE_HOME=str(home),
-    )
-    client = redis.Redis.from_url(redis_url)
-    topics = [settings.topic("crawled_firehose"), settings.topic("dead_letter")]
-    ensure_topics(settings, topics)
-    collector = Collector(settings, topics)
-    crawler = Crawler(crawler_env(settings, CRAWLER_ALLOWED_NETWORKS=[f"{ALLOWED}/32"], RETRY_TIMES=2), home)
-    try:
-        crawler.wait_ready(client, token)
-        yield {"settings": settings, "redis": client, "collector": collector, "crawler": crawler}
-    finally:
-        code = crawler.terminate()
-        collector.close()
-        for key in client.scan_iter(match=f"{token}*", count=1000):
-            client.delete(key)
-        client.close()
-        assert code == 0, crawler.output()
+    with crawler_module(
+        redis_url, kafka_bootstrap, home, "g", CRAWLER_ALLOWED_NETWORKS=[f"{ALLOWED}/32"], RETRY_TIMES=2
+    ) as env:
+        yield env
 
 
 def _crawl(env: dict[str, Any], **request: Any) -> str:
