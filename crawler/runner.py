@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.crawler import CrawlerProcess
 
 from crawlhive.crawler.netguard import NetworkPolicy
-from crawlhive.crawler.settings import scrapy_settings
+from crawlhive.crawler.settings import scrapy_settings, spider_modules
 from crawlhive.crawler.spiders import spider_class
 from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
@@ -32,8 +32,9 @@ def run_crawler(settings: Settings, spider: str) -> None:
         BackendUnavailable: Redis or Kafka cannot be reached at start-up.
         CrawlerFailed: the crawl stopped on an error.
     """
-    spider_cls = spider_class(spider)
-    values = scrapy_settings(settings, spider)  # a wrong SCRAPY_SETTINGS stops here, before connecting
+    spider_cls = spider_class(spider, spider_modules(settings))
+    # The spider type served is the class's ``name`` (``--spider`` may be a path or a module's spider).
+    values = scrapy_settings(settings, str(spider_cls.name))  # a wrong SCRAPY_SETTINGS stops here, before connecting
     NetworkPolicy.from_settings(settings)  # so do wrong CRAWLER_*_NETWORKS
     redis = redis_from_settings(settings)
     try:

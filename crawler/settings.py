@@ -131,3 +131,14 @@ def merge_user_settings(ours: dict[str, Any], user: dict[str, Any], source: str)
             components[path] = order
         merged[name] = components
     return merged
+
+
+def spider_modules(settings: Settings) -> list[str]:
+    """Where ``--spider NAME`` looks for user spiders: SPIDER_MODULES, plus the ``SPIDER_MODULES``
+    of SCRAPY_SETTINGS (Scrapy's own setting, for users who keep it there)."""
+    modules = [str(m) for m in settings.getlist("SPIDER_MODULES")]
+    extra = settings.getdict("SCRAPY_SETTINGS").get("SPIDER_MODULES") or []
+    for module in [extra] if isinstance(extra, str) else list(extra):
+        if str(module) not in modules:
+            modules.append(str(module))
+    return modules

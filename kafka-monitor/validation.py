@@ -207,6 +207,8 @@ class RequestValidator:
         self.plugins = list(plugins)
         self.schemas = {cls: apply_limits(cls.load_schema(), settings) for cls in self.plugins}
         self._validators = {cls: SchemaValidator(schema) for cls, schema in self.schemas.items()}
+        #: The spider types requests may name; empty = any (docs/contract.md §11).
+        self.spider_ids = frozenset(str(s) for s in settings.getlist("SPIDER_IDS"))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestValidator:
@@ -222,7 +224,11 @@ class RequestValidator:
                 message, cause = plugin.semantic_check(dict(value))
                 if cause is not None:
                     return Rejected(f"Invalid request: {format_cause(plugin.kind, cause[0], cause[1])}")
-                return Accepted(plugin, self._fill_defaults(plugin, message))
+                message = self._fill_defaults(plugin, message)
+                spiderid = message.get("spiderid")
+                if self.spider_ids and isinstance(spiderid, str) and spiderid not in self.spider_ids:
+                    return Rejected(f"Invalid request: {plugin.kind}: {spiderid!r} is not a known spider (SPIDER_IDS)")
+                return Accepted(plugin, message)
         closest = self._closest(value)
         # The first errors only: a huge array can have one error per item (§10.3, linear time).
         error = best_match(itertools.islice(self._validators[closest].iter_errors(value), ERRORS_CONSIDERED))

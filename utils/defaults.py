@@ -233,6 +233,13 @@ the cluster-wide throttle, not a per-process one)."""
 ROBOTSTXT_OBEY: bool = True
 """Obey robots.txt (through Scrapy's RobotsTxtMiddleware); a disallowed request is a policy drop."""
 
+SPIDER_MODULES: list[str] = []
+"""Python modules whose Scrapy spiders ``crawlhive crawler --spider NAME`` can run by their ``name``
+(Scrapy's setting of the same name; importable from the working directory or ``PYTHONPATH``)."""
+
+SPIDER_IDS: list[str] = []
+"""The spider types crawl and action requests may name (``spiderid``); empty = any (docs/contract.md §11)."""
+
 _LOCAL_AND_PRIVATE = ["0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12"]
 _LOCAL_AND_PRIVATE += ["192.168.0.0/16", "::1/128", "fc00::/7", "fe80::/10"]
 

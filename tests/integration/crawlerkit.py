@@ -274,7 +274,7 @@ class Collector:
 
 @contextlib.contextmanager
 def crawler_module(
-    redis_url: str, kafka_bootstrap: str, home: Path, token_prefix: str, **overrides: Any
+    redis_url: str, kafka_bootstrap: str, home: Path, token_prefix: str, spider: str = "link", **overrides: Any
 ) -> Iterator[dict[str, Any]]:
     """One real ``crawlhive crawler`` on its own key and topic prefix, with a collector of its
     output topics: ``{"settings", "redis", "collector", "crawler", "home"}``. Everything under the
@@ -291,7 +291,7 @@ def crawler_module(
     topics = [settings.topic("crawled_firehose"), settings.topic("dead_letter")]
     ensure_topics(settings, topics)
     collector = Collector(settings, topics)
-    crawler = Crawler(crawler_env(settings, **overrides), home)
+    crawler = Crawler(crawler_env(settings, **overrides), home, spider=spider)
     try:
         crawler.wait_ready(client, token)
         yield {"settings": settings, "redis": client, "collector": collector, "crawler": crawler, "home": home}

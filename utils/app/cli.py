@@ -321,12 +321,13 @@ EXAMPLES = {
   crawlhive demo --keep-running     # then keep the cluster up to explore the dashboard""",
     "kafka-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_HOSTS=kafka:9092 crawlhive kafka-monitor",
     "redis-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_HOSTS=kafka:9092 crawlhive redis-monitor",
-    "crawler": f"""spiders: {", ".join(BUILTIN_SPIDERS)}, or the dotted path of a Scrapy spider class
+    "crawler": f"""spiders: {", ".join(BUILTIN_SPIDERS)}, package.module:ClassName, or the name of a spider in SPIDER_MODULES
 
 examples:
   crawlhive crawler                           # the link spider
   crawlhive crawler --spider wandering
-  crawlhive crawler --spider mypackage.spiders.ShopSpider""",
+  crawlhive crawler --spider mypackage.spiders:ShopSpider
+  SPIDER_MODULES='["mypackage.spiders"]' crawlhive crawler --spider shop""",
     "rest": """examples:
   crawlhive rest                              # on 127.0.0.1:5343
   REST_API_KEY=s3cret crawlhive rest --host 0.0.0.0   # reachable from other machines""",
@@ -378,7 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     crawler = command("crawler", "run one crawler process")
     crawler.add_argument(
-        "--spider", default="link", help=f"spider type: {', '.join(BUILTIN_SPIDERS)} or a dotted path (default link)"
+        "--spider",
+        default="link",
+        help=f"spider: {', '.join(BUILTIN_SPIDERS)}, package.module:Class or a name in SPIDER_MODULES (default link)",
     )
     crawler.set_defaults(func=cmd_crawler)
 
