@@ -321,7 +321,7 @@ EXAMPLES = {
   crawlhive demo --keep-running     # then keep the cluster up to explore the dashboard""",
     "kafka-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_HOSTS=kafka:9092 crawlhive kafka-monitor",
     "redis-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_HOSTS=kafka:9092 crawlhive redis-monitor",
-    "crawler": f"""spiders: {", ".join(BUILTIN_SPIDERS)}, package.module:ClassName, or the name of a spider in SPIDER_MODULES
+    "crawler": f"""spiders: {", ".join(BUILTIN_SPIDERS)}, package.module:ClassName, or a spider name in SPIDER_MODULES
 
 examples:
   crawlhive crawler                           # the link spider
