@@ -69,3 +69,25 @@ def test_no_line_shows_a_secret(tmp_path: Path, restore_root: None, json_lines: 
     assert "***" in text and "config" in text and "boom" in text
     for secret in settings.secrets():
         assert secret not in text
+
+
+def test_errors_kafka_python_logs_while_a_client_closes_are_debug(tmp_path: Path, restore_root: None) -> None:
+    """docs/contract.md §17.3: seen at Ctrl-C of `up` (1 run in 3 on CI): a read delivered to a
+    transport kafka-python had just closed. Shown at DEBUG only, with its traceback."""
+    log_file = tmp_path / "out.log"
+    configure_logging("INFO", file=str(log_file))
+    transport = logging.getLogger("kafka.net.transport")
+    try:
+        raise AttributeError("'NoneType' object has no attribute 'recv'")
+    except AttributeError:
+        transport.exception("%s: Error receiving network data closing socket", "<KafkaTCPTransport [none] (closed)>")
+    transport.error("%s: socket disconnected", "<KafkaTCPTransport [127.0.0.1:1<-2]>")  # a real problem: kept
+    lines = log_file.read_text()
+    assert "Error receiving network data" not in lines and "Traceback" not in lines
+    assert "socket disconnected" in lines
+    configure_logging("DEBUG", file=str(log_file))
+    try:
+        raise AttributeError("x")
+    except AttributeError:
+        transport.exception("%s: Error receiving network data closing socket", "<KafkaTCPTransport [none] (closed)>")
+    assert "DEBUG   kafka.net.transport: <KafkaTCPTransport [none] (closed)>: Error receiving" in log_file.read_text()
