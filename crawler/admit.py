@@ -14,6 +14,7 @@ that page may queue it again. Fingerprints are Scrapy's (``crawler.request_finge
 from __future__ import annotations
 
 import enum
+import hashlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -85,12 +86,19 @@ class Admission:
         caps = [c for c in (request.domain_max_pages, self.global_cap) if c]
         return min(caps) if caps else 0
 
-    def child(self, context: LeaseContext, request: Request, spider: Spider) -> tuple[FrontierRequest, str]:
-        """The frontier request (and fingerprint) of *request*, yielded on *context*'s page."""
-        return (
-            child_request(context.request, request, spider),
-            self.crawler.request_fingerprinter.fingerprint(request).hex(),
-        )
+    def child(
+        self, context: LeaseContext, request: Request, spider: Spider, index: int = 0
+    ) -> tuple[FrontierRequest, str]:
+        """The frontier request (and fingerprint) of *request*, the *index*-th yielded on *context*'s page.
+
+        A request with ``dont_filter`` gets a fingerprint of its own, derived from the page's and
+        its position on the page: the dupefilter never holds it back (and a refetch of the page
+        queues it again, as every link of a refetched page), while page caps still count it (§11).
+        """
+        fingerprint = self.crawler.request_fingerprinter.fingerprint(request).hex()
+        if request.dont_filter:
+            fingerprint = hashlib.sha1(f"{context.fingerprint}:{index}:{fingerprint}".encode()).hexdigest()
+        return child_request(context.request, request, spider), fingerprint
 
     def admit(self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]) -> Verdict:
         """Check *context*'s lease and filter its page's links (dedupe, page caps), atomically.

@@ -1,9 +1,17 @@
-"""Items and crawl dead letters to Kafka, as Deferreds that fire on the broker's acknowledgement.
+r"""Items and crawl dead letters out of a crawler, as Deferreds that fire on their acknowledgement.
 
-kafka-python's producer sends from its own thread and reports through futures; :meth:`Emitter.send`
-bridges one record to a Twisted Deferred that fires in the reactor thread. A page's lease ends only
-after the broker acknowledged every item of the page (:class:`~crawlhive.crawler.leases.LeaseTable`);
-a Kafka failure never acks: the lease is abandoned, expires and is reclaimed (at least once).
+:class:`Emitter` decides what a record is and where it goes (page items to the firehose, a spider's
+own items to ``items`` in the §11 envelope, dead letters; the size limit); a sink delivers it:
+
+* :class:`KafkaSink`: kafka-python's producer sends from its own thread and reports through
+  futures; one record becomes a Twisted Deferred that fires in the reactor thread on the broker's
+  acknowledgement (per-appid topics are created on first use);
+* :class:`RedisSink`: Redis-only mode (docs/contract.md §12): records are ``RPUSH``\ ed to the
+  scrapy-redis style lists ``REDIS_ITEMS_KEY`` and ``<spider>:dead_letter``.
+
+A page's lease ends only after every item of the page was acknowledged
+(:class:`~crawlhive.crawler.leases.LeaseTable`); a failed send never acks: the lease is abandoned,
+expires and is reclaimed (at least once).
 """
 
 from __future__ import annotations
@@ -11,21 +19,24 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ujson
+from itemadapter import ItemAdapter
 from kafka.errors import MessageSizeTooLargeError
 from scrapy.exceptions import DropItem
+from scrapy.utils.serialize import ScrapyJSONEncoder
 from twisted.internet import defer, reactor, threads
 from twisted.python.failure import Failure
 
+from crawlhive.crawler.items import CrawledItem, timestamp
 from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.frontier import crawl_dead_letter
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
+    from redis import Redis
 
-    from crawlhive.crawler.items import CrawledItem
     from crawlhive.crawler.leases import LeaseContext, LeaseTable
     from crawlhive.utils.settings import Settings
 
@@ -34,74 +45,111 @@ logger = logging.getLogger(__name__)
 #: Legal per-appid topic name fragment (docs/contract.md §1).
 _APPID_TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
 
+_ENCODER = ScrapyJSONEncoder()
+
+
+def _json_default(value: Any) -> Any:
+    """What ujson cannot encode in a spider's item, as Scrapy's JSON exporters encode it (dates,
+    decimals, sets, nested items); raises TypeError for anything else."""
+    return _ENCODER.default(value)
+
+
+class Sink(Protocol):
+    """Where an emitter's records go."""
+
+    name: str
+
+    def send(self, topic: str, data: bytes) -> defer.Deferred[None]:
+        """Deliver *data* as a record of *topic*; fires in the reactor thread once it is stored."""
+
+    def close(self) -> None:
+        """Deliver what is pending (a few seconds at most) and release the connection."""
+
 
 class Emitter:
     """Sends a crawler's items and dead letters, and ends their pages' leases when acknowledged.
 
     Args:
         settings: KAFKA_PRODUCER_MAX_REQUEST_SIZE, KAFKA_APPID_TOPICS and the topic names.
-        producer: a Kafka producer (``make_producer``).
+        sink: where records go (:class:`KafkaSink`, or :class:`RedisSink` in Redis-only mode).
         leases: the process's lease table (pages finish there).
-        on_failed: called once per crawl dead letter the broker acknowledged (the failed stat).
+        on_failed: called once per crawl dead letter the sink acknowledged (the failed stat).
     """
 
-    def __init__(
-        self, settings: Settings, producer: KafkaProducer, leases: LeaseTable, on_failed: Callable[[], None]
-    ) -> None:
+    def __init__(self, settings: Settings, sink: Sink, leases: LeaseTable, on_failed: Callable[[], None]) -> None:
         self.settings = settings
-        self.producer = producer
+        self.sink = sink
         self.leases = leases
         self.on_failed = on_failed
         self.max_item_bytes = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
-        self.appid_topics = settings.getbool("KAFKA_APPID_TOPICS")
+        self.appid_topics = settings.getbool("KAFKA_APPID_TOPICS") and isinstance(sink, KafkaSink)
         self.firehose = settings.topic("crawled_firehose")
+        self.items_topic = settings.topic("items")
         self.dead_letter_topic = settings.topic("dead_letter")
-        self._appid_topic_state: dict[str, Any] = {}  # topic -> True (exists) or waiters while being created
 
-    def emit(self, item: CrawledItem) -> defer.Deferred[None]:
-        """Send *item* to the firehose (and its appid topic); fires when the broker acknowledged it.
+    def emit(self, item: Any, context: LeaseContext | None) -> defer.Deferred[None]:
+        """Send *item*, an item of *context*'s page; fires when the broker acknowledged it.
 
-        When the last item of a page is acknowledged the page is finished.
+        A :class:`CrawledItem` goes to the firehose (and ``crawled_<appid>``, §5); any other item
+        (whatever ``itemadapter`` supports) goes to ``items`` (and ``items_<appid>``) in the §11
+        envelope. The caller accounts for the item on the page (:class:`FrontierItemProcessor`).
 
         Raises (in the Deferred):
-            DropItem: the item was not sent (too large: a dead letter was written instead; or Kafka
-                failed: the lease is left to expire and be reclaimed).
+            DropItem: the item was not sent (too large or not JSON-serialisable: a dead letter was
+                written instead; or Kafka failed: the lease is left to expire and be reclaimed).
         """
-        context = item.context
-        data = ujson.dumps(dict(item), ensure_ascii=False, escape_forward_slashes=False).encode()
+        if isinstance(item, CrawledItem):
+            kind, record = "crawled", dict(item)
+        else:
+            kind, record = "items", self.envelope(item, context)
+        try:
+            data = ujson.dumps(record, ensure_ascii=False, escape_forward_slashes=False, default=_json_default).encode()
+        except (TypeError, ValueError, OverflowError) as exc:
+            error = f"item error: {type(exc).__name__}: {exc}"
+            if context is not None:
+                self.fail(context, error)
+            return defer.fail(DropItem(error))
         if len(data) > self.max_item_bytes:
             return self._too_large(context, len(data))
-        topics = [self.firehose]
-        appid = str(item.get("appid", ""))
+        topics = [self.firehose if kind == "crawled" else self.items_topic]
+        appid = str(record.get("appid", ""))
         if self.appid_topics:
-            if _APPID_TOPIC.match(appid) and len(self.settings.topic(f"crawled_{appid}")) <= 249:
-                topics.append(self.settings.topic(f"crawled_{appid}"))
+            if _APPID_TOPIC.match(appid) and len(self.settings.topic(f"{kind}_{appid}")) <= 249:
+                topics.append(self.settings.topic(f"{kind}_{appid}"))
             else:
                 logger.warning("appid %r is not a legal topic name fragment; firehose only", appid)
         result: defer.Deferred[Any] = defer.gatherResults([self.send(t, data) for t in topics], consumeErrors=True)
-
-        def sent(_: Any) -> None:
-            if context is not None:
-                context.pending_items -= 1
-                self.leases.maybe_finish(context)
 
         def failed(failure: Any) -> None:
             error = failure.value.subFailure.value if isinstance(failure.value, defer.FirstError) else failure.value
             if isinstance(error, MessageSizeTooLargeError):
                 self._too_large(context, len(data))
                 raise DropItem(f"item too large for Kafka ({len(data)} bytes); dead letter written")
-            logger.error("Kafka did not accept an item of %s: %r; its lease will be reclaimed", item.get("url"), error)
+            url = context.request.url if context is not None else record.get("url")
+            logger.error("%s did not accept an item of %s: %r; its lease will be reclaimed", self.sink.name, url, error)
             if context is not None:
                 self.leases.abandon(context)
-            raise DropItem(f"Kafka failed: {error!r}")
+            raise DropItem(f"{self.sink.name} failed: {error!r}")
 
-        result.addCallbacks(sent, failed)
+        result.addCallbacks(lambda _: None, failed)
         return result
+
+    @staticmethod
+    def envelope(item: Any, context: LeaseContext | None) -> dict[str, Any]:
+        """The §11 record of a spider's own *item*, yielded on *context*'s page."""
+        request = context.request if context is not None else None
+        return {
+            "appid": request.appid if request else "",
+            "crawlid": request.crawlid if request else "",
+            "spiderid": request.spiderid if request else "",
+            "url": request.url if request else "",
+            "timestamp": timestamp(),
+            "item": ItemAdapter(item).asdict(),
+        }
 
     def _too_large(self, context: LeaseContext | None, size: int) -> defer.Deferred[None]:
         error = f"item too large: {size} bytes > KAFKA_PRODUCER_MAX_REQUEST_SIZE {self.max_item_bytes}"
         if context is not None:
-            context.pending_items -= 1
             self.fail(context, error)
         return defer.fail(DropItem(error))
 
@@ -110,19 +158,51 @@ class Emitter:
         if context.done or context.failed:
             return
         context.failed = True
+        context.pending_items += 1  # the dead letter: the page ends once the broker has it
         letter = crawl_dead_letter(context.request, error)
         data = ujson.dumps(letter, ensure_ascii=False, escape_forward_slashes=False).encode()
 
         def sent(_: Any) -> None:
             self.on_failed()
             context.parsed = True
+            context.pending_items -= 1
             self.leases.maybe_finish(context)
 
         def failed(failure: Any) -> None:
-            logger.error("Kafka did not accept a dead letter for %s: %r", context.request.url, failure.value)
+            logger.error(
+                "%s did not accept a dead letter for %s: %r", self.sink.name, context.request.url, failure.value
+            )
             self.leases.abandon(context)
 
         self.send(self.dead_letter_topic, data).addCallbacks(sent, failed)
+
+    def send(self, topic: str, data: bytes) -> defer.Deferred[None]:
+        """Deliver *data* as a record of *topic* through the sink."""
+        return self.sink.send(topic, data)
+
+
+class KafkaSink:
+    """Records to Kafka topics through one producer.
+
+    Args:
+        settings: connection settings (per-appid topics are created with them on first use).
+        producer: a Kafka producer (``make_producer``).
+    """
+
+    name = "Kafka"
+
+    def __init__(self, settings: Settings, producer: KafkaProducer) -> None:
+        self.settings = settings
+        self.producer = producer
+        self._known = {settings.topic(t) for t in ("crawled_firehose", "items", "dead_letter")}
+        self._appid_topic_state: dict[str, Any] = {}  # topic -> True (exists) or waiters while being created
+
+    def close(self) -> None:
+        try:
+            self.producer.flush(timeout=5)
+        except Exception:  # kafka-python raises several types; the leases stay and are reclaimed
+            logger.warning("Kafka producer flush failed on close", exc_info=True)
+        self.producer.close(timeout=5)
 
     def send(self, topic: str, data: bytes) -> defer.Deferred[None]:
         """Produce *data* to *topic*; the Deferred fires in the reactor thread on the broker's ack."""
@@ -144,7 +224,7 @@ class Emitter:
     def _topic_ready(self, topic: str) -> defer.Deferred[Any]:
         """Fires once *topic* exists (per-appid topics are created on first use, in a thread)."""
         state = self._appid_topic_state.get(topic)
-        if topic in (self.firehose, self.dead_letter_topic) or state is True:
+        if topic in self._known or state is True:
             return defer.succeed(True)
         waiter: defer.Deferred[Any] = defer.Deferred()
         if state is None:
@@ -164,3 +244,39 @@ class Emitter:
         else:
             state.append(waiter)
         return waiter
+
+
+class RedisSink:
+    """Redis-only mode (docs/contract.md §12): records pushed to Redis lists named as scrapy-redis
+    names them, items (page items and a spider's own) to ``REDIS_ITEMS_KEY`` (default
+    ``%(spider)s:items``), dead letters to ``%(spider)s:dead_letter``.
+
+    Why not scrapy-redis's ``RedisPipeline``: it pushes from a pipeline and returns before Redis
+    answered, in a thread pool of its own, so a crawler could ack a page whose item was never
+    stored; here a page's lease ends only once its ``RPUSH`` returned. Its key format and JSON
+    records are kept.
+
+    Args:
+        redis: a bytes client (pushes run in the reactor's thread pool, off the reactor).
+        items_key: the list of items.
+        dead_letter_key: the list of dead letters.
+        dead_letter_topic: the topic name the emitter gives dead letters.
+    """
+
+    name = "Redis"
+
+    def __init__(self, redis: Redis, items_key: str, dead_letter_key: str, dead_letter_topic: str) -> None:
+        self.redis = redis
+        self.items_key = items_key
+        self.dead_letter_key = dead_letter_key
+        self.dead_letter_topic = dead_letter_topic
+
+    def key_of(self, topic: str) -> str:
+        return self.dead_letter_key if topic == self.dead_letter_topic else self.items_key
+
+    def send(self, topic: str, data: bytes) -> defer.Deferred[None]:
+        pushed: defer.Deferred[Any] = threads.deferToThread(self.redis.rpush, self.key_of(topic), data)
+        return pushed.addCallback(lambda _: None)
+
+    def close(self) -> None:
+        """Nothing is buffered: every push was answered before its Deferred fired."""

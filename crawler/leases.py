@@ -4,7 +4,7 @@ A :class:`LeaseContext` travels with a leased request through Scrapy (in its met
 :class:`LeaseTable` keeps every context in flight, renews their leases, and is the only place where a
 lease ends:
 
-* :meth:`LeaseTable.finish`: the page's item (or dead letter) is acknowledged by Kafka: its links are
+* :meth:`LeaseTable.finish`: the page's items (or dead letter) are acknowledged: its links are
   queued and its lease acked, in one ``MULTI`` shared with every page finished in the same reactor
   turn;
 * :meth:`LeaseTable.drop`: a policy drop (nothing emitted, no counter);
@@ -43,7 +43,7 @@ class LeaseContext:
         lease: what the frontier pop returned.
         fingerprint: Scrapy's fingerprint of the request as first built (hex).
         children: the links to queue when the page is finished (after dedupe and page caps).
-        pending_items: items handed to the pipeline and not yet acknowledged by Kafka.
+        pending_items: items (and a dead letter) handed on and not yet acknowledged by the sink.
         parsed: the spider's output for the page has been handled.
         failed: a dead letter replaced the item (the lease ends counted as failed).
         done: the lease has ended here (acked, handed back, retried or abandoned).
@@ -95,6 +95,7 @@ class LeaseTable:
         self.inflight: dict[bytes, LeaseContext] = {}
         self.closed = False
         self._finishing: list[tuple[LeaseContext, str]] = []
+        self._items: dict[int, tuple[Any, LeaseContext, int]] = {}  # id(item) -> (item, its page, times yielded)
         self._flush_call: Any = None
 
     def add(self, context: LeaseContext) -> None:
@@ -109,6 +110,43 @@ class LeaseTable:
         self.inflight.pop(context.lease.member, None)
         return True
 
+    # --- items on their way through the item pipelines -------------------------------------------
+
+    def page_items(self, context: LeaseContext, items: list[Any]) -> None:
+        """*items* of *context*'s page go to the item pipelines: :meth:`claim` finds their page.
+
+        Items are matched by identity, because a user's item (a dict, a ``scrapy.Item``, a
+        dataclass, …) cannot carry an attribute and must reach the user's pipelines unchanged.
+        """
+        for item in items:
+            entry = self._items.get(id(item))
+            times = entry[2] + 1 if entry is not None and entry[0] is item else 1
+            self._items[id(item)] = (item, context, times)
+        context.pending_items += len(items)
+        context.parsed = True
+        self.maybe_finish(context)
+
+    def claim(self, item: Any) -> LeaseContext | None:
+        """The page of *item* as registered by :meth:`page_items` (None: an item of no page, or
+        one a spider middleware replaced after crawlhive's saw it). The page may have ended
+        meanwhile (``done``: its lease was lost or abandoned); its items are not sent then."""
+        entry = self._items.pop(id(item), None)
+        if entry is None or entry[0] is not item:
+            return None
+        if entry[2] > 1:  # the same object yielded again
+            self._items[id(item)] = (item, entry[1], entry[2] - 1)
+        return entry[1]
+
+    def item_done(self, context: LeaseContext) -> None:
+        """One item of *context*'s page is through: sent, dropped or failed."""
+        context.pending_items -= 1
+        self.maybe_finish(context)
+
+    def _forget_items(self, context: LeaseContext) -> None:
+        """Drop the registrations of a page given up on (items a spider middleware swallowed)."""
+        for key in [k for k, (_, c, _n) in self._items.items() if c is context]:
+            del self._items[key]
+
     def renew_all(self) -> None:
         """Renew every in-flight lease (one pipelined round trip); runs on a looping call.
 
@@ -122,6 +160,14 @@ class LeaseTable:
                 stale.request.url,
                 now - stale.started,
             )
+            if stale.pending_items > 0:
+                logger.error(
+                    "%d items of %s never reached the item pipelines: does a spider middleware with an "
+                    "order below 950 replace or drop items? (docs/spiders.md)",
+                    stale.pending_items,
+                    stale.request.url,
+                )
+            self._forget_items(stale)
             self.abandon(stale)
         contexts = [c for c in self.inflight.values() if not c.done]
         if not contexts:
@@ -137,17 +183,9 @@ class LeaseTable:
 
     # --- how a page ends -----------------------------------------------------------------------------
 
-    def page_parsed(self, context: LeaseContext, items: int) -> None:
-        """The spider's output for *context*'s page is handled; *items* went to the pipeline."""
-        context.pending_items += items
-        context.parsed = True
-        if items == 0 and not context.failed:
-            self.finish(context, "")
-        else:
-            self.maybe_finish(context)
-
     def maybe_finish(self, context: LeaseContext) -> None:
-        """Finish *context* once its page is parsed and Kafka acknowledged all its items."""
+        """Finish *context* once its page is parsed and the sink acknowledged all its items
+        (a page counts as crawled whatever its callback yielded, items or none: §11)."""
         if context.parsed and context.pending_items <= 0 and not context.done:
             self.finish(context, "failed" if context.failed else "crawled")
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, TypedDict
 from urllib.parse import urlsplit
 
 from scrapy.http import TextResponse
-from scrapy.linkextractors import LinkExtractor
+from scrapy.linkextractors import IGNORED_EXTENSIONS, LinkExtractor
+from scrapy.utils.url import url_has_any_extension
 from w3lib.url import canonicalize_url
 
 from crawlhive.utils.patterns import search_any
@@ -69,6 +70,29 @@ def allowed_domains(request: FrontierRequest) -> tuple[str, ...]:
 
 def _tuple(values: list[str] | None) -> tuple[str, ...] | None:
     return None if values is None else tuple(values)
+
+
+@lru_cache(maxsize=512)
+def _denied_extensions(deny_extensions: tuple[str, ...] | None) -> frozenset[str]:
+    """``.ext`` forms of a crawl's ``deny_extensions`` (``None``: Scrapy's default list), as
+    :func:`link_extractor` reads them."""
+    names = IGNORED_EXTENSIONS if deny_extensions is None else [e.lstrip(".").lower() for e in deny_extensions]
+    return frozenset(f".{e}" for e in names if e)
+
+
+def link_allowed(url: str, request: FrontierRequest) -> bool:
+    """Whether a request a spider yields for *url* passes the link filters of *request*'s crawl,
+    as :func:`extract_links` applies them to extracted links (docs/contract.md §11)."""
+    if not url.startswith(("http://", "https://")):
+        return False
+    allow, deny = request.allow_regex, request.deny_regex
+    if (allow and not search_any(tuple(allow), url)) or (deny and search_any(tuple(deny), url)):
+        return False
+    allowed = allowed_domains(request)
+    if allowed and not host_allowed(url, allowed):
+        return False
+    denied = _denied_extensions(_tuple(request.deny_extensions))
+    return not (denied and url_has_any_extension(url, denied))
 
 
 def extract_links(response: Response, request: FrontierRequest) -> list[FoundLink]:

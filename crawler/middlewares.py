@@ -17,7 +17,8 @@ Downloader middlewares (outermost first):
 
 Spider middleware :class:`FrontierSpiderMiddleware` (order 950, nearest the spider) turns the
 requests a spider yields into frontier requests of the same crawl, checks the lease and filters the
-links (:meth:`CrawlRuntime.admit`), and passes the items on to the Kafka pipeline.
+links (:meth:`CrawlRuntime.admit`), and passes the items on to the item pipelines, which end with
+crawlhive's output (:mod:`crawlhive.crawler.pipelines`).
 
 Retries are Scrapy's own ``RetryMiddleware`` (``get_retry_request``); its retry comes back to the
 scheduler, which puts it into the frontier for any crawler. Scrapy's cookie jar is disabled
@@ -33,11 +34,9 @@ from typing import TYPE_CHECKING, Any, Self
 from redis.exceptions import RedisError
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
-from scrapy.utils.python import global_object_name
 
 from crawlhive.crawler.admit import Verdict
-from crawlhive.crawler.items import CrawledItem
-from crawlhive.crawler.links import allowed_domains, host_allowed
+from crawlhive.crawler.links import allowed_domains, host_allowed, link_allowed
 from crawlhive.crawler.requests import FAILURE, context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.utils.domains import domain_of_url, origin_of
@@ -158,8 +157,9 @@ class LeaseOutcomeMiddleware:
 
 class FrontierSpiderMiddleware:
     """Between a spider and the rest: its requests become frontier requests of the same crawl
-    (depth + 1, priority - 10, options inherited; docs/contract.md §3.1, §3.5), queued only after the page's
-    item was acknowledged by Kafka; its items get the page's lease for the Kafka pipeline.
+    (depth + 1, priority - 10, options inherited; docs/contract.md §3.1, §3.5, §11), queued only after the
+    page's items were acknowledged by Kafka; its items are registered with the page's lease for the
+    item processor (:class:`~crawlhive.crawler.pipelines.FrontierItemProcessor`).
 
     The whole output of a callback is collected first, so links and items are decided together:
     the lease is checked (a stopped crawl's in-flight page yields nothing) and the links pass the
@@ -219,19 +219,30 @@ class FrontierSpiderMiddleware:
         self.runtime.leases.abandon(context)
 
     def process_spider_exception(self, response: Response, exception: Exception) -> list[Any] | None:
+        """A callback raised: the page ends as a crawl dead letter ``spider error: …``, never
+        retried (a retry would fail the same way), with the traceback in the log (§11)."""
         context = context_of(response.request)
         if context is None or context.done:
             return None
         logger.error("spider failed on %s", response.url, exc_info=exception)
-        self.runtime.emitter.fail(context, error_text(exception))
+        self.runtime.emitter.fail(context, f"spider error: {type(exception).__name__}: {exception}")
         return []
 
     def _split(self, context: LeaseContext, outputs: list[Any]) -> tuple[list[Any], list[tuple[FrontierRequest, str]]]:
-        """The items of a callback's *outputs*, and its requests as frontier requests of the crawl."""
+        """The items of a callback's *outputs*, and its requests as frontier requests of the crawl
+        that pass the crawl's link filters (§11): ``maxdepth``, ``allowed_domains``,
+        ``allow_regex``/``deny_regex``, ``deny_extensions``, http(s) only. The built-in spiders
+        filter their links themselves (``filters_own_links``) and are not checked twice."""
         spider = self.crawler.spider
         assert spider is not None, "a page is parsed only while the spider is open"
-        items = [o for o in outputs if not isinstance(o, Request)]
-        children = [self.runtime.admission.child(context, o, spider) for o in outputs if isinstance(o, Request)]
+        items = [o for o in outputs if o is not None and not isinstance(o, Request)]
+        requests = [o for o in outputs if isinstance(o, Request)]
+        if requests and not getattr(spider, "filters_own_links", False):
+            crawl = context.request
+            if crawl.depth >= crawl.maxdepth:
+                requests = []
+            requests = [r for r in requests if link_allowed(r.url, crawl)]
+        children = [self.runtime.admission.child(context, r, spider, i) for i, r in enumerate(requests)]
         return items, children
 
     def _apply(self, context: LeaseContext, verdict: Verdict, items: list[Any]) -> list[Any]:
@@ -246,15 +257,8 @@ class FrontierSpiderMiddleware:
             return []
         if verdict is Verdict.EMIT_NO_LINKS:
             context.children = []
-        wrapped = []
-        for item in items:
-            if not isinstance(item, CrawledItem):
-                logger.debug("%s: wrapping a %s item", context.request.url, global_object_name(type(item)))
-                item = CrawledItem(item)
-            item.context = context
-            wrapped.append(item)
-        self.runtime.leases.page_parsed(context, len(wrapped))
-        return wrapped
+        self.runtime.leases.page_items(context, items)
+        return items
 
 
 class RetryAfterMiddleware:

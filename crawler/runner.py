@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.crawler import CrawlerProcess
 
 from crawlhive.crawler.netguard import NetworkPolicy
-from crawlhive.crawler.settings import scrapy_settings, spider_modules
+from crawlhive.crawler.settings import apply_custom_settings, scrapy_settings, spider_lists, spider_modules
 from crawlhive.crawler.spiders import spider_class
 from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
@@ -35,13 +35,22 @@ def run_crawler(settings: Settings, spider: str) -> None:
     spider_cls = spider_class(spider, spider_modules(settings))
     # The spider type served is the class's ``name`` (``--spider`` may be a path or a module's spider).
     values = scrapy_settings(settings, str(spider_cls.name))  # a wrong SCRAPY_SETTINGS stops here, before connecting
+    values = apply_custom_settings(values, spider_cls)  # so does a wrong custom_settings
     NetworkPolicy.from_settings(settings)  # so do wrong CRAWLER_*_NETWORKS
+    if not settings.getbool("KAFKA_ENABLED"):
+        spider_lists(settings)  # and wrong REDIS_*_KEY formats
     redis = redis_from_settings(settings)
     try:
         check_redis(redis, settings)
     finally:
         redis.close()
-    ensure_topics(settings, [settings.topic("crawled_firehose"), settings.topic("dead_letter")])
+    if settings.getbool("KAFKA_ENABLED"):
+        ensure_topics(settings, [settings.topic(t) for t in ("crawled_firehose", "items", "dead_letter")])
+    else:
+        logger.info(
+            "Redis-only mode (KAFKA_ENABLED=false): no Kafka connection; seeds from %s",
+            spider_lists(settings).start_urls(str(spider_cls.name)),
+        )
 
     process = CrawlerProcess(values)
     # Scrapy's logging defaults put its loggers at DEBUG; ours (configured once in main) decide.

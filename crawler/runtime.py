@@ -4,12 +4,15 @@ The scheduler, the middlewares, the pipeline and the extensions of one crawler e
 :class:`CrawlRuntime` through :meth:`CrawlRuntime.of` (one per Scrapy ``Crawler``). It builds, once:
 
 * the connections (a blocking Redis client, an asyncio one behind a
-  :class:`~crawlhive.crawler.batching.ScriptBatcher` for the hot path, a Kafka producer);
+  :class:`~crawlhive.crawler.batching.ScriptBatcher` for the hot path, a Kafka producer, or none
+  in Redis-only mode);
 * :attr:`leases` (:class:`~crawlhive.crawler.leases.LeaseTable`): the in-flight leases and how each
   ends;
 * :attr:`admission` (:class:`~crawlhive.crawler.admit.Admission`): the atomic lease check and link
   filter of a parsed page;
-* :attr:`emitter` (:class:`~crawlhive.crawler.emitter.Emitter`): items and dead letters to Kafka;
+* :attr:`emitter` (:class:`~crawlhive.crawler.emitter.Emitter`): items and dead letters to Kafka
+  (or to Redis lists in Redis-only mode, where :attr:`seeds` reads seeds from a Redis list:
+  :mod:`crawlhive.crawler.redis_only`);
 * the heartbeat, the response counters, and the looping calls that renew leases and write stats.
 
 The life of a leased request:
@@ -19,8 +22,9 @@ The life of a leased request:
 2. while it is downloaded a looping call renews every in-flight lease (``leases.renew_all``);
 3. when its response has been parsed, ``admission.admit_async`` checks the lease (stopped crawl? lost
    lease?) and filters the links (dupefilter, page caps), in one Lua script;
-4. the item goes to Kafka (``emitter.emit``); when the broker has acknowledged it, the links are
-   queued and the lease is acked, in one ``MULTI`` (``leases.finish``);
+4. its items go through the item pipelines to Kafka (``emitter.emit``); when the broker has
+   acknowledged every one, the links are queued and the lease is acked, in one ``MULTI``
+   (``leases.finish``);
 5. or instead the lease ends another way (dead letter, retry, drop, give-back, abandon: see
    :mod:`crawlhive.crawler.leases`).
 
@@ -40,21 +44,22 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy import signals
-from twisted.internet import task
+from twisted.internet import defer, task, threads
 
 from crawlhive.crawler.admit import Admission
 from crawlhive.crawler.batching import ScriptBatcher
-from crawlhive.crawler.emitter import Emitter
+from crawlhive.crawler.emitter import Emitter, KafkaSink, RedisSink, Sink
 from crawlhive.crawler.leases import LeaseContext, LeaseTable
+from crawlhive.crawler.redis_only import SeedReader
 from crawlhive.crawler.requests import scrapy_request
+from crawlhive.crawler.settings import spider_lists
 from crawlhive.utils import stats as stat_names
 from crawlhive.utils.connections import async_redis_from_settings, make_producer, redis_from_settings
-from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome
+from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ProcessContext
 
 if TYPE_CHECKING:
-    from kafka import KafkaProducer
     from redis import Redis
     from redis.asyncio import Redis as AsyncRedis
     from scrapy import Request, Spider
@@ -69,6 +74,8 @@ _RUNTIMES: weakref.WeakKeyDictionary[Crawler, CrawlRuntime] = weakref.WeakKeyDic
 
 #: Seconds between two progress lines of a crawler that is fetching pages (none while idle).
 PROGRESS_EVERY_S = 10.0
+#: Seconds between two reads of the start-URLs list in Redis-only mode.
+REDIS_ONLY_SEEDS_EVERY_S = 1.0
 
 
 class CrawlRuntime:
@@ -79,7 +86,7 @@ class CrawlRuntime:
         settings: crawlhive settings.
         spider: the spider type this process crawls (its frontier and stats name).
         redis: a bytes Redis client (blocking calls off the hot path: renewals, acks, stats).
-        producer: a Kafka producer (``make_producer``).
+        sink: where items and dead letters go (Kafka, or Redis lists in Redis-only mode).
         aredis: an asyncio Redis client for the hot path (pops and admits, through a
             :class:`ScriptBatcher`); None builds one from *settings*.
     """
@@ -90,14 +97,14 @@ class CrawlRuntime:
         settings: Settings,
         spider: str,
         redis: Redis,
-        producer: KafkaProducer,
+        sink: Sink,
         aredis: AsyncRedis | None = None,
     ) -> None:
         self.crawler = crawler
         self.settings = settings
         self.spider = spider
         self.redis = redis
-        self.producer = producer
+        self.sink = sink
         self.batcher = ScriptBatcher(aredis if aredis is not None else async_redis_from_settings(settings))
         self.context = ProcessContext.create(settings, redis, stat_names.CRAWLER, heartbeat_extra={"spider": spider})
         self.keys = self.context.keys
@@ -126,8 +133,12 @@ class CrawlRuntime:
             settings["GLOBAL_PAGE_PER_DOMAIN_LIMIT"],
         )
         self.emitter = Emitter(
-            settings, producer, self.leases, on_failed=lambda: self._count(stat_names.failed_counter_name(spider))
+            settings, sink, self.leases, on_failed=lambda: self._count(stat_names.failed_counter_name(spider))
         )
+        self.seeds: SeedReader | None = None
+        if isinstance(sink, RedisSink):
+            lists = spider_lists(settings)
+            self.seeds = SeedReader(redis, settings, spider, lists.start_urls(spider), lists.dead_letter(spider))
         self.response_codes = {int(c) for c in settings.getlist("STATS_RESPONSE_CODES")}
         self._counts: collections.Counter[str] = collections.Counter()
         self._loops: list[task.LoopingCall] = []
@@ -149,9 +160,15 @@ class CrawlRuntime:
         runtime = _RUNTIMES.get(crawler)
         if runtime is None:
             settings: Settings = crawler.settings["CRAWLHIVE_SETTINGS"]
+            spider = crawler.settings["CRAWLHIVE_SPIDER"]
             redis = redis_from_settings(settings)
-            producer = make_producer(settings)
-            runtime = cls(crawler, settings, crawler.settings["CRAWLHIVE_SPIDER"], redis, producer)
+            sink: Sink
+            if settings.getbool("KAFKA_ENABLED"):
+                sink = KafkaSink(settings, make_producer(settings))
+            else:
+                lists = spider_lists(settings)
+                sink = RedisSink(redis, lists.items(spider), lists.dead_letter(spider), settings.topic("dead_letter"))
+            runtime = cls(crawler, settings, spider, redis, sink)
             _RUNTIMES[crawler] = runtime
         return runtime
 
@@ -164,10 +181,40 @@ class CrawlRuntime:
             (self.settings.getfloat("CRAWLER_STATS_FLUSH_S"), self.flush_stats),
             (max(0.2, self.lease_s / 4), self.leases.renew_all),
             (PROGRESS_EVERY_S, self._log_progress),
+            *self._redis_only_loops(),
         ):
             loop = task.LoopingCall(func)
             loop.start(interval, now=False).addErrback(self._loop_failed)
             self._loops.append(loop)
+
+    def _redis_only_loops(self) -> list[tuple[float, Any]]:
+        """Redis-only mode: read seeds every second, and reclaim expired leases (no redis-monitor)."""
+        if self.seeds is None:
+            return []
+        return [(REDIS_ONLY_SEEDS_EVERY_S, self._read_seeds), (max(1.0, self.lease_s / 2), self._reclaim)]
+
+    def _read_seeds(self) -> defer.Deferred[None]:
+        """Move the start-URLs list into the frontier, in a thread (validation takes CPU)."""
+        seeds = self.seeds
+        assert seeds is not None
+
+        def read() -> None:
+            try:
+                while seeds.run_once():
+                    pass
+            except RedisError:
+                logger.warning("reading %s failed; check REDIS_URL", seeds.start_urls_key, exc_info=True)
+
+        return threads.deferToThread(read)
+
+    def _reclaim(self) -> defer.Deferred[None]:
+        def reclaim() -> None:
+            try:
+                reclaim_expired_leases(self.worker, self.spider, self.settings.getint("RETRY_TIMES"))
+            except RedisError:
+                logger.warning("reclaiming expired leases failed; check REDIS_URL", exc_info=True)
+
+        return threads.deferToThread(reclaim)
 
     def _log_progress(self) -> None:
         """One INFO line per PROGRESS_EVERY_S while pages are fetched, nothing while idle (§17.4)."""
@@ -207,11 +254,7 @@ class CrawlRuntime:
                 loop.stop()
         self.leases.close()
         self.flush_stats()
-        try:
-            self.producer.flush(timeout=5)
-        except Exception:  # kafka-python raises several types; the leases stay and are reclaimed
-            logger.warning("Kafka producer flush failed on close", exc_info=True)
-        self.producer.close(timeout=5)
+        self.sink.close()
         try:
             self.heartbeat.stop()
         except RedisError:

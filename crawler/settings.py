@@ -11,8 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.keys import SpiderLists
 
 if TYPE_CHECKING:
+    from scrapy import Spider
+
     from crawlhive.utils.settings import Settings
 
 _PKG = "crawlhive.crawler"
@@ -21,10 +24,12 @@ _PKG = "crawlhive.crawler"
 #: components in ``*_BASE`` for the same reason, and ours (lease outcomes, the frontier spider
 #: middleware, the Kafka pipeline) are what makes a crawler lose no work.
 COMPONENT_DICTS = ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "ITEM_PIPELINES", "EXTENSIONS")
-#: Settings a user may not change: the frontier scheduler, the reactor it awaits Redis on, and the
-#: resolver that is the network guard.
+#: Settings a user may not change: the frontier scheduler, the item processor that ends with
+#: crawlhive's output, the reactor the scheduler awaits Redis on, and the resolver that is the
+#: network guard.
 FIXED = (
     "SCHEDULER",
+    "ITEM_PROCESSOR",
     "TWISTED_REACTOR",
     "TWISTED_DNS_RESOLVER",
     "DNS_RESOLVER",
@@ -87,7 +92,9 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             f"{_PKG}.netguard.NetworkGuardMiddleware": 990,
         },
         "SPIDER_MIDDLEWARES": {f"{_PKG}.middlewares.FrontierSpiderMiddleware": 950},
-        "ITEM_PIPELINES": {f"{_PKG}.pipelines.KafkaPipeline": 100},
+        # The user's ITEM_PIPELINES, then crawlhive's output, whatever their orders (pipelines.py).
+        "ITEM_PROCESSOR": f"{_PKG}.pipelines.FrontierItemProcessor",
+        "ITEM_PIPELINES": {},
         "EXTENSIONS": {},
     }
     return merge_user_settings(values, settings.getdict("SCRAPY_SETTINGS"), "SCRAPY_SETTINGS")
@@ -133,6 +140,25 @@ def merge_user_settings(ours: dict[str, Any], user: dict[str, Any], source: str)
     return merged
 
 
+def apply_custom_settings(values: dict[str, Any], spider_cls: type[Spider]) -> dict[str, Any]:
+    """*values* with the ``custom_settings`` of *spider_cls* merged in as :func:`merge_user_settings`
+    merges SCRAPY_SETTINGS (docs/contract.md §11).
+
+    Scrapy would apply them itself, at a higher priority, *replacing* component dicts such as
+    ``DOWNLOADER_MIDDLEWARES`` (and with them crawlhive's components); so they are merged here and
+    the class's ``custom_settings`` is set to the merged values of the names it sets.
+
+    Raises:
+        SettingsError: as :func:`merge_user_settings`, naming ``<Class>.custom_settings``.
+    """
+    custom = dict(getattr(spider_cls, "custom_settings", None) or {})
+    if not custom:
+        return values
+    merged = merge_user_settings(values, custom, f"{spider_cls.__name__}.custom_settings")
+    spider_cls.custom_settings = {name: merged[name] for name in custom}
+    return merged
+
+
 def spider_modules(settings: Settings) -> list[str]:
     """Where ``--spider NAME`` looks for user spiders: SPIDER_MODULES, plus the ``SPIDER_MODULES``
     of SCRAPY_SETTINGS (Scrapy's own setting, for users who keep it there)."""
@@ -142,3 +168,12 @@ def spider_modules(settings: Settings) -> list[str]:
         if str(module) not in modules:
             modules.append(str(module))
     return modules
+
+
+def spider_lists(settings: Settings) -> SpiderLists:
+    """Redis-only mode's lists, from REDIS_START_URLS_KEY and REDIS_ITEMS_KEY (docs/contract.md §12).
+
+    Raises:
+        KeyFormatError: a format with a wrong placeholder (names the setting).
+    """
+    return SpiderLists(settings["REDIS_START_URLS_KEY"], settings["REDIS_ITEMS_KEY"])

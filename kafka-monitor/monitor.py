@@ -22,17 +22,16 @@ the same way, so the process can be started before its backends.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Self
 
 from kafka.errors import KafkaError
 
 from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, Incoming, IncomingPlugin
-from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, parse_json
+from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, validation_dead_letter
 from crawlhive.utils.connections import (
     check_redis,
     ensure_topics,
@@ -58,13 +57,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 COMPONENT = "kafka-monitor"
-#: Characters of the original text kept in a dead letter whose full payload is too large (docs/contract.md §6).
-TRUNCATED_PAYLOAD_CHARS = 65536
-#: Characters of a rejection reason kept when the dead letter is too large (a jsonschema message
-#: quotes the offending value, which may be megabytes long).
-TRUNCATED_ERROR_CHARS = 1024
-#: Extra bytes a dead-letter record may need beyond its JSON (Kafka record and batch headers).
-DEAD_LETTER_OVERHEAD_BYTES = 4096
 #: Seconds between two progress lines of a running monitor.
 PROGRESS_EVERY_S = 10.0
 #: The dead-letter reason of a request a plugin failed on (docs/contract.md §6: ``Invalid request: <cause>``).
@@ -332,36 +324,9 @@ class KafkaMonitor(Worker):
     # --- dead letters ------------------------------------------------------------------------
 
     def dead_letter(self, raw: bytes | None, reason: str) -> bytes:
-        """The dead-letter record (docs/contract.md §6 a) of *raw* rejected for *reason*.
-
-        ``payload`` is the parsed JSON if *raw* is valid JSON, else its text (invalid UTF-8 as
-        U+FFFD). A record that would exceed KAFKA_PRODUCER_MAX_REQUEST_SIZE gets the first
-        TRUNCATED_PAYLOAD_CHARS characters of the text instead (fewer if even that is too large),
-        and ``error`` the suffix `` (payload truncated)``.
-        """
-        text = (raw or b"").decode("utf-8", errors="replace")
-        parsed, error = parse_json(raw)
-        payload: Any = text if error is not None else parsed
-        letter: dict[str, Any] = {"stage": "validation", "error": reason, "payload": payload}
-        if isinstance(payload, dict):
-            for field in ("uuid", "appid"):
-                if isinstance(payload.get(field), str):
-                    letter[field] = payload[field]
-        letter["server_time"] = int(time.time())
-        limit = self.max_record_bytes - DEAD_LETTER_OVERHEAD_BYTES
-        encoded = _encode(letter)
-        if encoded is not None and len(encoded) <= limit:
-            return encoded
-        if len(reason) > TRUNCATED_ERROR_CHARS:
-            reason = reason[:TRUNCATED_ERROR_CHARS] + "…"
-        letter["error"] = f"{reason} (payload truncated)"
-        chars = TRUNCATED_PAYLOAD_CHARS
-        while True:
-            letter["payload"] = text[:chars]
-            encoded = _encode(letter)
-            if encoded is not None and (len(encoded) <= limit or chars == 0):
-                return encoded
-            chars //= 2
+        """The dead-letter record (docs/contract.md §6 a) of *raw* rejected for *reason*
+        (:func:`validation_dead_letter`, within KAFKA_PRODUCER_MAX_REQUEST_SIZE)."""
+        return validation_dead_letter(raw, reason, self.max_record_bytes)
 
     def _send_dead_letters(self, dead: list[tuple[ConsumerRecord, str]]) -> None:
         """Produce every dead letter and wait for the broker's acks (raises KafkaError if not)."""
@@ -377,13 +342,3 @@ class KafkaMonitor(Worker):
         self.producer.flush(timeout=self.ack_timeout_s)
         for future in futures:
             future.get(timeout=self.ack_timeout_s)
-
-
-def _encode(letter: dict[str, Any]) -> bytes | None:
-    """*letter* as UTF-8 JSON; non-ASCII escaped when a string cannot be UTF-8 (lone surrogates)."""
-    try:
-        return json.dumps(letter, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return json.dumps(letter).encode()
-    except (ValueError, RecursionError):
-        return None

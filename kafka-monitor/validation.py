@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -262,6 +263,58 @@ class RequestValidator:
         else:
             kind = "crawl"
         return next((p for p in self.plugins if p.kind == kind), self.plugins[0])
+
+
+#: Characters of the original text kept in a dead letter whose full payload is too large (docs/contract.md §6).
+TRUNCATED_PAYLOAD_CHARS = 65536
+#: Characters of a rejection reason kept when the dead letter is too large (a jsonschema message
+#: quotes the offending value, which may be megabytes long).
+TRUNCATED_ERROR_CHARS = 1024
+#: Extra bytes a dead-letter record may need beyond its JSON (Kafka record and batch headers).
+DEAD_LETTER_OVERHEAD_BYTES = 4096
+
+
+def validation_dead_letter(raw: bytes | None, reason: str, max_record_bytes: int) -> bytes:
+    """The dead-letter record (docs/contract.md §6 a) of *raw* rejected for *reason*, as JSON.
+
+    ``payload`` is the parsed JSON if *raw* is valid JSON, else its text (invalid UTF-8 as
+    U+FFFD). A record that would exceed *max_record_bytes* gets the first TRUNCATED_PAYLOAD_CHARS
+    characters of the text instead (fewer if even that is too large), and ``error`` the suffix
+    `` (payload truncated)``.
+    """
+    text = (raw or b"").decode("utf-8", errors="replace")
+    parsed, error = parse_json(raw)
+    payload: Any = text if error is not None else parsed
+    letter: dict[str, Any] = {"stage": "validation", "error": reason, "payload": payload}
+    if isinstance(payload, dict):
+        for field in ("uuid", "appid"):
+            if isinstance(payload.get(field), str):
+                letter[field] = payload[field]
+    letter["server_time"] = int(time.time())
+    limit = max_record_bytes - DEAD_LETTER_OVERHEAD_BYTES
+    encoded = _encode(letter)
+    if encoded is not None and len(encoded) <= limit:
+        return encoded
+    if len(reason) > TRUNCATED_ERROR_CHARS:
+        reason = reason[:TRUNCATED_ERROR_CHARS] + "…"
+    letter["error"] = f"{reason} (payload truncated)"
+    chars = TRUNCATED_PAYLOAD_CHARS
+    while True:
+        letter["payload"] = text[:chars]
+        encoded = _encode(letter)
+        if encoded is not None and (len(encoded) <= limit or chars == 0):
+            return encoded
+        chars //= 2
+
+
+def _encode(letter: dict[str, Any]) -> bytes | None:
+    """*letter* as UTF-8 JSON; non-ASCII escaped when a string cannot be UTF-8 (lone surrogates)."""
+    try:
+        return json.dumps(letter, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(letter).encode()
+    except (ValueError, RecursionError):
+        return None
 
 
 def plugin_classes(settings: Settings) -> list[type[IncomingPlugin]]:

@@ -240,6 +240,18 @@ SPIDER_MODULES: list[str] = []
 SPIDER_IDS: list[str] = []
 """The spider types crawl and action requests may name (``spiderid``); empty = any (docs/contract.md §11)."""
 
+KAFKA_ENABLED: bool = True
+"""False: a crawler runs in Redis-only mode (``crawlhive crawler --no-kafka``, docs/contract.md §12):
+no Kafka connection; seeds from REDIS_START_URLS_KEY, items and dead letters to Redis lists."""
+
+REDIS_START_URLS_KEY: str = "%(name)s:start_urls"
+"""Redis-only mode: the list a crawler pops seeds from (scrapy-redis's setting and format; ``name``
+is the spider's name). An entry is a URL or a JSON crawl request."""
+
+REDIS_ITEMS_KEY: str = "%(spider)s:items"
+"""Redis-only mode: the list items go to as JSON (scrapy-redis's setting and format; ``spider`` is
+the spider's name). Dead letters go to ``<spider>:dead_letter``."""
+
 _LOCAL_AND_PRIVATE = ["0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12"]
 _LOCAL_AND_PRIVATE += ["192.168.0.0/16", "::1/128", "fc00::/7", "fe80::/10"]
 

@@ -395,6 +395,41 @@ class Keys:
         return f"{self.prefix}:poll-waiter:{escape(uuid)}"
 
 
+class SpiderLists:
+    """Redis-only mode's lists (docs/contract.md §12), named as scrapy-redis names them: from the
+    settings REDIS_START_URLS_KEY (``%(name)s``: the spider's name) and REDIS_ITEMS_KEY
+    (``%(spider)s``), not under REDIS_KEY_PREFIX, so a developer's scrapy-redis tooling finds them.
+
+    Raises:
+        KeyFormatError: a format has a ``%`` placeholder other than its own (names the setting).
+    """
+
+    def __init__(self, start_urls_format: str, items_format: str) -> None:
+        self.start_urls_format = start_urls_format
+        self.items_format = items_format
+        for setting, fmt, field in (
+            ("REDIS_START_URLS_KEY", start_urls_format, "name"),
+            ("REDIS_ITEMS_KEY", items_format, "spider"),
+        ):
+            try:
+                fmt % {field: "x"}
+            except (KeyError, ValueError, TypeError) as exc:
+                raise KeyFormatError(f"{setting}: {fmt!r} is not a key format with %({field})s: {exc!r}") from exc
+
+    def start_urls(self, spider: str) -> str:
+        """List of seeds (a URL or a JSON crawl request per entry), popped by the crawler."""
+        return self.start_urls_format % {"name": spider}
+
+    def items(self, spider: str) -> str:
+        """List of items (page items and the spider's own, JSON), pushed by the crawler."""
+        return self.items_format % {"spider": spider}
+
+    @staticmethod
+    def dead_letter(spider: str) -> str:
+        """List of dead letters (docs/contract.md §6, JSON), invalid seeds included."""
+        return f"{spider}:dead_letter"
+
+
 def document(prefix: str = "<prefix>") -> list[KeyDoc]:
     """One :class:`KeyDoc` per key format of :class:`Keys`, in definition order."""
     keys = Keys.__new__(Keys)
@@ -423,6 +458,19 @@ def render_markdown() -> str:
         "|---|---|---|---|",
     ]
     lines += [f"| `{r.pattern}` | {r.redis_type} | {r.ttl} | {r.doc} |" for r in document()]
+    lists = SpiderLists("%(name)s:start_urls", "%(spider)s:items")
+    lines += [
+        "",
+        "Redis-only mode (`crawlhive crawler --no-kafka`) adds three lists named as scrapy-redis names",
+        "them, not under the prefix (`<spider>` is the spider's name; the first two follow the settings",
+        "`REDIS_START_URLS_KEY` and `REDIS_ITEMS_KEY`):",
+        "",
+        "| Key | Type | TTL | Holds |",
+        "|---|---|---|---|",
+    ]
+    for name in ("start_urls", "items", "dead_letter"):
+        doc = " ".join((inspect.getdoc(getattr(SpiderLists, name)) or "").split())
+        lines.append(f"| `{getattr(lists, name)('<spider>')}` | list | none | {doc} |")
     return "\n".join(lines) + "\n"
 
 
@@ -435,4 +483,4 @@ if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
 
 
-__all__ = ["KeyDoc", "Keys", "document", "render_markdown"]
+__all__ = ["KeyDoc", "Keys", "SpiderLists", "document", "render_markdown"]

@@ -18,6 +18,7 @@ class LinkSpider(FrontierSpider):
     """Each page yields its item; below ``maxdepth`` also every link that passes the crawl's filters."""
 
     name = "link"
+    filters_own_links = True  # extract_links applies the crawl's filters; maxdepth is checked here
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
         request = self.frontier_request(response)

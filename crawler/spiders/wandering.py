@@ -21,6 +21,7 @@ class WanderingSpider(FrontierSpider):
     Items carry ``attrs.step``: 0 for the seed, then 1, 2, …"""
 
     name = "wandering"
+    filters_own_links = True  # extract_links applies the crawl's filters; maxdepth does not apply
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
         request = self.frontier_request(response)

@@ -190,7 +190,8 @@ class Crawler:
         raise AssertionError(f"crawler not ready:\n{self.output()}")
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text()
 
     def terminate(self, timeout: float = 20) -> int:
@@ -288,7 +289,7 @@ def crawler_module(
         CRAWLHIVE_HOME=str(home),
     )
     client = redis.Redis.from_url(redis_url)
-    topics = [settings.topic("crawled_firehose"), settings.topic("dead_letter")]
+    topics = [settings.topic(t) for t in ("crawled_firehose", "items", "dead_letter")]
     ensure_topics(settings, topics)
     collector = Collector(settings, topics)
     crawler = Crawler(crawler_env(settings, **overrides), home, spider=spider)

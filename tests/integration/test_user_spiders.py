@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,194 @@ def test_spider_ids_limit_the_spider_types_requests_may_name() -> None:
     info = {"action": "info", "appid": "app", "uuid": "u", "spiderid": "x", "crawlid": "c"}
     assert only.validate(info) == Rejected("Invalid request: action: 'x' is not a known spider (SPIDER_IDS)")
     assert isinstance(only.validate({"stats": "queue", "appid": "app", "uuid": "s"}), Accepted)  # no spiderid
+
+
+#: An ordinary Scrapy spider (no crawlhive base class) with pipelines, callbacks, cb_kwargs, meta,
+#: response.follow and Request, a dataclass item, a spider error, and custom_settings.
+QUOTES_MODULE = """
+import dataclasses
+
+import scrapy
+from scrapy.exceptions import DropItem
+
+
+@dataclasses.dataclass
+class Detail:
+    title: str
+    n: int
+    label: str
+
+
+class DropSecrets:
+    def process_item(self, item):
+        if "secret" in str(dict(item) if isinstance(item, dict) else item):
+            raise DropItem("secret")
+        return item
+
+
+class Shout:
+    def process_item(self, item):
+        if isinstance(item, dict):
+            item = {**item, "text": item["text"].upper()}  # a new object: still delivered
+        return item
+
+
+class Explode:
+    def process_item(self, item):
+        if isinstance(item, dict) and item.get("text", "").lower() == "pipeline bomb":
+            raise RuntimeError("pipeline exploded")
+        return item
+
+
+class QuoteSpider(scrapy.Spider):
+    name = "quotes"
+    custom_settings = {
+        "ITEM_PIPELINES": {
+            "userspiders.quotes.DropSecrets": 100,
+            "userspiders.quotes.Shout": 200,
+            "userspiders.quotes.Explode": 300,
+        },
+    }
+
+    def parse(self, response):
+        if "boom" in response.url:
+            raise ValueError("boom on purpose")
+        for text in response.css("p.quote::text").getall():
+            yield {"text": text, "page": response.url}
+        for href in response.css("a.detail::attr(href)").getall():
+            yield response.follow(href, callback=self.parse_detail, cb_kwargs={"n": 7}, meta={"label": "L"})
+        for href in response.css("a.plain::attr(href)").getall():
+            yield scrapy.Request(response.urljoin(href))
+        for href in response.css("a.again::attr(href)").getall():
+            yield scrapy.Request(response.urljoin(href), dont_filter=True)
+
+    def parse_detail(self, response, n):
+        yield Detail(title=response.css("title::text").get(), n=n, label=response.meta["label"])
+"""
+
+
+def _quote_page(*quotes: str, links: str = "", title: str = "page") -> bytes:
+    body = "".join(f'<p class="quote">{q}</p>' for q in quotes)
+    return f"<html><head><title>{title}</title></head><body>{body}{links}</body></html>".encode()
+
+
+@pytest.fixture
+def quotes_module(user_module: Path) -> Path:
+    (user_module / "userspiders" / "quotes.py").write_text(textwrap.dedent(QUOTES_MODULE))
+    return user_module
+
+
+def test_a_plain_scrapy_spider_runs_on_the_cluster_with_items_callbacks_pipelines_and_filters(
+    quotes_module: Path, redis_url: str, kafka_bootstrap: str
+) -> None:
+    """docs/contract.md §11: items in the envelope on <prefix>.items after the user's pipelines
+    (DropItem drops, a replaced object is delivered), callbacks with cb_kwargs and meta, and the
+    crawl's maxdepth, filters and dedupe on the requests the spider yields (dont_filter skips only
+    dedupe); a page counts as crawled whatever it yielded."""
+    site = TestSite()
+    site.start()
+    links = (
+        '<a class="detail" href="/q/detail">d</a>'
+        '<a class="plain" href="/q/1">1</a><a class="plain" href="/q/1">1 again</a>'  # deduped
+        '<a class="plain" href="/q/0">self</a>'  # seen already
+        f'<a class="plain" href="{site.url("/q/other", host="127.0.0.2")}">other host</a>'  # allowed_domains
+        '<a class="plain" href="/q/deny-me">denied</a>'  # deny_regex
+        '<a class="plain" href="/q/file.pdf">pdf</a>'  # deny_extensions (Scrapy's default list)
+        '<a class="plain" href="ftp://127.0.0.1/x">ftp</a>'  # not http(s)
+    )
+    site.page("/q/0", _quote_page("first", "a secret one", links=links))
+    site.page("/q/detail", _quote_page(title="Detail page"))
+    site.page(
+        "/q/1", _quote_page("second", links='<a class="plain" href="/q/2">2</a><a class="again" href="/q/0">0</a>')
+    )
+    site.page("/q/2", _quote_page("third", links='<a class="plain" href="/q/3">3</a>'))  # depth 2 = maxdepth
+    site.page("/q/3", _quote_page("too deep"))
+    try:
+        with crawler_module(
+            redis_url, kafka_bootstrap, quotes_module, "q", spider="quotes", SPIDER_MODULES=["userspiders.quotes"]
+        ) as env:
+            settings = env["settings"]
+            seed(
+                settings,
+                env["redis"],
+                appid="qapp",
+                crawlid="q1",
+                spiderid="quotes",
+                url=site.url("/q/0"),
+                maxdepth=2,
+                allowed_domains=["127.0.0.1"],
+                deny_regex=["deny"],
+            )
+            collector = env["collector"]
+            collector.wait_for("q1", 6, topic=settings.topic("items"), timeout=30)
+            items = collector.settle("q1", quiet_s=2.0)
+    finally:
+        site.stop()
+    assert {m["_topic"] for m in items} == {settings.topic("items")}, items  # no page items: none yielded
+    for m in items:
+        assert set(m) == {"appid", "crawlid", "spiderid", "url", "timestamp", "item", "_topic"}
+        assert (m["appid"], m["crawlid"], m["spiderid"]) == ("qapp", "q1", "quotes")
+    quotes = sorted((m["item"].get("text"), m["url"]) for m in items if "text" in m["item"])
+    # "first" twice: /q/0 was fetched again by the dont_filter request on /q/1
+    assert quotes == [
+        ("FIRST", site.url("/q/0")),
+        ("FIRST", site.url("/q/0")),
+        ("SECOND", site.url("/q/1")),
+        ("THIRD", site.url("/q/2")),
+    ], quotes
+    (detail,) = [m for m in items if "title" in m["item"]]
+    assert detail["item"] == {"title": "Detail page", "n": 7, "label": "L"}
+    assert detail["url"] == site.url("/q/detail")
+    fetched = sorted(s.path for s in site.hits("/q/"))
+    assert fetched == ["/q/0", "/q/0", "/q/1", "/q/2", "/q/detail"], fetched
+
+
+def test_spider_and_pipeline_errors_are_dead_letters_without_retries(
+    quotes_module: Path, redis_url: str, kafka_bootstrap: str
+) -> None:
+    site = TestSite()
+    site.start()
+    site.page("/e/boom", _quote_page("never"))
+    site.page("/e/pipe", _quote_page("pipeline bomb", "fine"))
+    try:
+        with crawler_module(
+            redis_url, kafka_bootstrap, quotes_module, "e", spider="userspiders.quotes:QuoteSpider"
+        ) as env:
+            settings = env["settings"]
+            for crawlid, path in (("e1", "/e/boom"), ("e2", "/e/pipe")):
+                seed(settings, env["redis"], appid="eapp", crawlid=crawlid, spiderid="quotes", url=site.url(path))
+            collector = env["collector"]
+            (boom,) = collector.wait_for("e1", 1, topic=settings.topic("dead_letter"), timeout=30)
+            pipe = collector.wait_for("e2", 1, topic=settings.topic("dead_letter"), timeout=30)
+            time.sleep(1.0)
+            log = env["crawler"].output()
+    finally:
+        site.stop()
+    assert boom["error"] == "spider error: ValueError: boom on purpose"
+    assert boom["stage"] == "crawl" and boom["retry_times"] == 0
+    assert pipe[0]["error"] == "item pipeline error: RuntimeError: pipeline exploded"
+    assert len(site.hits("/e/boom")) == 1  # not retried
+    assert "Traceback" in log and "boom on purpose" in log
+    assert collector.of("e1", settings.topic("items")) == []
+
+
+def test_custom_settings_cannot_remove_crawlhive_components(user_module: Path, tmp_path: Path) -> None:
+    (user_module / "userspiders" / "rude.py").write_text(
+        textwrap.dedent(
+            """
+            import scrapy
+
+            class Rude(scrapy.Spider):
+                name = "rude"
+                custom_settings = {
+                    "SPIDER_MIDDLEWARES": {"crawlhive.crawler.middlewares.FrontierSpiderMiddleware": None}
+                }
+            """
+        )
+    )
+    env = crawler_env(Settings.from_overrides(CRAWLHIVE_HOME=str(tmp_path)))
+    done = subprocess.run(
+        [*CLI, "crawler", "--spider", "userspiders.rude:Rude"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Rude.custom_settings" in done.stderr and "FrontierSpiderMiddleware" in done.stderr

@@ -22,7 +22,6 @@ from crawlhive.crawler.items import ITEM_KEYS, crawled_item, status_message, tim
 from crawlhive.crawler.leases import LeaseContext
 from crawlhive.crawler.links import extract_links
 from crawlhive.crawler.middlewares import FrontierSpiderMiddleware, cookie_header, error_text
-from crawlhive.crawler.pipelines import KafkaPipeline
 from crawlhive.crawler.requests import (
     CONTEXT,
     FRONTIER,
@@ -165,10 +164,8 @@ def test_user_scrapy_settings_add_components_and_cannot_remove_or_reorder_ours()
     assert middlewares["myproject.middlewares.Proxy"] == 610
     assert middlewares["scrapy.downloadermiddlewares.stats.DownloaderStats"] is None  # Scrapy's own: may go
     assert middlewares["crawlhive.crawler.middlewares.LeaseOutcomeMiddleware"] == 50  # ours: kept
-    assert converted["ITEM_PIPELINES"] == {
-        "crawlhive.crawler.pipelines.KafkaPipeline": 100,
-        "myproject.pipelines.Clean": 300,
-    }
+    assert converted["ITEM_PIPELINES"] == {"myproject.pipelines.Clean": 300}
+    assert converted["ITEM_PROCESSOR"] == "crawlhive.crawler.pipelines.FrontierItemProcessor"  # output comes last
     assert converted["SPIDER_MIDDLEWARES"] == {"crawlhive.crawler.middlewares.FrontierSpiderMiddleware": 950}
 
     for wrong, named in [
@@ -176,7 +173,8 @@ def test_user_scrapy_settings_add_components_and_cannot_remove_or_reorder_ours()
             {"DOWNLOADER_MIDDLEWARES": {"crawlhive.crawler.middlewares.LeaseOutcomeMiddleware": None}},
             "LeaseOutcomeMiddleware",
         ),
-        ({"ITEM_PIPELINES": {KafkaPipeline: 900}}, "crawlhive.crawler.pipelines.KafkaPipeline"),
+        ({"ITEM_PROCESSOR": "scrapy.pipelines.ItemPipelineManager"}, "ITEM_PROCESSOR"),
+        ({"SPIDER_MIDDLEWARES": {FrontierSpiderMiddleware: 100}}, "FrontierSpiderMiddleware"),
         ({"SCHEDULER": "scrapy.core.scheduler.Scheduler"}, "SCHEDULER"),
         ({"SPIDER_MIDDLEWARES": ["not", "a", "mapping"]}, "SPIDER_MIDDLEWARES"),
     ]:

@@ -327,7 +327,8 @@ examples:
   crawlhive crawler                           # the link spider
   crawlhive crawler --spider wandering
   crawlhive crawler --spider mypackage.spiders:ShopSpider
-  SPIDER_MODULES='["mypackage.spiders"]' crawlhive crawler --spider shop""",
+  SPIDER_MODULES='["mypackage.spiders"]' crawlhive crawler --spider shop
+  crawlhive crawler --spider shop --no-kafka  # Redis only: redis-cli rpush shop:start_urls https://…""",
     "rest": """examples:
   crawlhive rest                              # on 127.0.0.1:5343
   REST_API_KEY=s3cret crawlhive rest --host 0.0.0.0   # reachable from other machines""",
@@ -383,7 +384,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="link",
         help=f"spider: {', '.join(BUILTIN_SPIDERS)}, package.module:Class or a name in SPIDER_MODULES (default link)",
     )
-    crawler.set_defaults(func=cmd_crawler)
+    crawler.add_argument(
+        "--no-kafka",
+        dest="kafka_enabled",
+        action="store_const",
+        const=False,
+        help="Redis-only mode: no Kafka; seeds from <spider>:start_urls, items to <spider>:items (KAFKA_ENABLED=false)",
+    )
+    crawler.set_defaults(func=cmd_crawler, setting_options={"kafka_enabled": "KAFKA_ENABLED"})
 
     rest = command("rest", "run the REST service")
     rest.add_argument("--host", help="listen address (REST_HOST)")
