@@ -173,10 +173,18 @@ def crawler_env(settings: Settings, **overrides: Any) -> dict[str, str]:
 class Crawler:
     """One ``crawlhive crawler`` subprocess; its log goes to a file under *log_dir*."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path, spider: str = "link", name: str = "crawler") -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        log_dir: Path,
+        spider: str = "link",
+        name: str = "crawler",
+        extra_args: list[str] | None = None,
+    ) -> None:
         self.log_path = log_dir / f"{name}-{time.monotonic_ns()}.log"
         self.log = self.log_path.open("w")
-        self.proc = subprocess.Popen([*CLI, "crawler", "--spider", spider], env=env, stdout=self.log, stderr=self.log)
+        command = [*CLI, "crawler", "--spider", spider, *(extra_args or [])]
+        self.proc = subprocess.Popen(command, env=env, stdout=self.log, stderr=self.log)
 
     def wait_ready(self, redis_client: redis.Redis, prefix: str, count: int = 1, timeout: float = 30) -> None:
         """Wait until *count* crawler heartbeats exist (the crawler is polling the frontier)."""

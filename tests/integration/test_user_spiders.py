@@ -4,16 +4,24 @@ exits 2 naming SPIDER_MODULES, and SPIDER_IDS limits the spider types requests m
 
 from __future__ import annotations
 
+import json
+import secrets
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from crawlerkit import TestSite, crawler_env, crawler_module, html, seed
+import redis
+from crawlerkit import Collector, Crawler, TestSite, crawler_env, crawler_module, html, seed
 
 from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
+from crawlhive.utils.connections import ensure_topics
+from crawlhive.utils.frontier import FrontierWorker, reclaim_expired_leases
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -287,3 +295,146 @@ def test_custom_settings_cannot_remove_crawlhive_components(user_module: Path, t
     )
     assert done.returncode == 2, done.stderr
     assert "Rude.custom_settings" in done.stderr and "FrontierSpiderMiddleware" in done.stderr
+
+
+def test_redis_only_mode_crawls_from_a_start_urls_list_with_no_broker(
+    quotes_module: Path, redis_url: str, tmp_path: Path
+) -> None:
+    """docs/contract.md §12: ``--no-kafka`` with an unreachable broker: seeds (a URL, a JSON crawl
+    request) from ``<name>:start_urls``, items to ``<spider>:items``, invalid entries and crawl
+    dead letters to ``<spider>:dead_letter``, nothing left in the start list."""
+    site = TestSite()
+    site.start()
+    detail = '<a class="detail" href="/r/detail">d</a>'
+    site.page("/r/0", _quote_page("one", links=detail))  # a bare URL: maxdepth 0, the link is not followed
+    site.page("/r/detail", _quote_page(title="R detail"))
+    site.page("/r/json", _quote_page("from json", links=detail))
+    site.page("/r/boom", _quote_page("never"))
+    prefix = f"ro{secrets.token_hex(4)}"
+    name = f"quotes{secrets.token_hex(3)}"  # the lists are not under the prefix: unique per test
+    settings = Settings.from_overrides(
+        REDIS_URL=redis_url,
+        KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1",  # nothing listens: any Kafka use would fail
+        REDIS_KEY_PREFIX=prefix,
+        KAFKA_TOPIC_PREFIX=prefix,
+        CRAWLHIVE_HOME=str(tmp_path),
+    )
+    client = redis.Redis.from_url(redis_url)
+    env = crawler_env(
+        settings,
+        SPIDER_MODULES=["userspiders.quotes"],
+        REDIS_START_URLS_KEY=f"{name}:start_urls",
+        REDIS_ITEMS_KEY=f"{name}:items",
+    )
+    crawler = Crawler(env, tmp_path, spider="quotes", name="redis-only", extra_args=["--no-kafka"])
+    try:
+        crawler.wait_ready(client, prefix)
+        client.rpush(
+            f"{name}:start_urls",
+            site.url("/r/0"),
+            json.dumps({"url": site.url("/r/json"), "appid": "japp", "crawlid": "j1", "maxdepth": 1}),
+            json.dumps({"url": site.url("/r/boom"), "appid": "japp", "crawlid": "j2"}),
+            "not a url at all",
+            "{broken json",
+            json.dumps({"action": "info", "appid": "app1", "uuid": "u1", "spiderid": "quotes", "crawlid": "j1"}),
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (
+            client.llen(f"{name}:items") < 3 or client.llen("quotes:dead_letter") < 4
+        ):
+            time.sleep(0.1)
+        items = [json.loads(x) for x in client.lrange(f"{name}:items", 0, -1)]
+        letters = [json.loads(x) for x in client.lrange("quotes:dead_letter", 0, -1)]
+        assert client.llen(f"{name}:start_urls") == 0
+    finally:
+        code = crawler.terminate()
+        site.stop()
+        for key in [*client.scan_iter(match=f"{prefix}*", count=1000), f"{name}:items", "quotes:dead_letter"]:
+            client.delete(key)
+        client.close()
+    assert code == 0, crawler.output()
+    by_text = {i["item"].get("text") or i["item"].get("title"): i for i in items}
+    assert set(by_text) == {"ONE", "R detail", "FROM JSON"}, items
+    assert (by_text["ONE"]["appid"], by_text["ONE"]["crawlid"]) == ("redis", "quotes")
+    assert (by_text["FROM JSON"]["appid"], by_text["FROM JSON"]["crawlid"]) == ("japp", "j1")
+    assert by_text["R detail"]["crawlid"] == "j1" and len(site.hits("/r/detail")) == 1
+    errors = sorted(letter["error"] for letter in letters)
+    assert "spider error: ValueError: boom on purpose" in errors
+    assert len(errors) == 4, errors
+    assert any(e.startswith("Invalid request: crawl: 'not a url at all' is not an absolute") for e in errors), errors
+    assert any(e.startswith("Invalid request: action requests are not read from") for e in errors), errors
+    assert any("JSON" in e for e in errors), errors
+    log = crawler.output()
+    assert "Redis-only mode" in log
+    assert not [line for line in log.splitlines() if "kafka" in line.lower() and "Redis-only mode" not in line], log
+
+
+def test_a_user_spider_crawl_survives_a_sigkilled_crawler(
+    quotes_module: Path, redis_url: str, kafka_bootstrap: str
+) -> None:
+    """At least once (§11): a crawler SIGKILLed mid-crawl; its expired leases are reclaimed (as
+    the redis-monitor's reaper does) and another crawler delivers every page's item."""
+    site = TestSite()
+    site.start()
+
+    def leaf(seen: Any) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(0.05)
+        return 200, {"Content-Type": "text/html"}, _quote_page(f"quote {seen.path}")
+
+    pages = [f"/k/{i}" for i in range(1, 200)]
+    site.page("/k/0", _quote_page("quote /k/0", links="".join(f'<a class="plain" href="{p}">x</a>' for p in pages)))
+    for page in pages:
+        site.handler(page, leaf)
+    token = f"k{secrets.token_hex(5)}"
+    settings = Settings.from_overrides(
+        REDIS_URL=redis_url,
+        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
+        REDIS_KEY_PREFIX=token,
+        KAFKA_TOPIC_PREFIX=token,
+        CRAWLHIVE_HOME=str(quotes_module),
+    )
+    client = redis.Redis.from_url(redis_url)
+    topics = [settings.topic(t) for t in ("crawled_firehose", "items", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics)
+    env = crawler_env(settings, SPIDER_MODULES=["userspiders.quotes"], LEASE_TIMEOUT=2, CONCURRENT_REQUESTS=8)
+    victim = Crawler(env, quotes_module, spider="quotes", name="victim")
+    survivor: Crawler | None = None
+    stop = threading.Event()
+    worker = FrontierWorker.from_settings(client, settings)
+    reclaimed: list[int] = []
+
+    def reaper() -> None:  # what the redis-monitor's reaper does, in a small loop
+        while not stop.is_set():
+            reclaimed.append(reclaim_expired_leases(worker, "quotes", 2).requeued)
+            stop.wait(0.3)
+
+    thread = threading.Thread(target=reaper, daemon=True)
+    try:
+        victim.wait_ready(client, token)
+        seed(settings, client, appid="kapp", crawlid="kill", spiderid="quotes", url=site.url("/k/0"), maxdepth=1)
+        collector.wait_for("kill", 40, timeout=30)
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
+        survivor = Crawler(env, quotes_module, spider="quotes", name="survivor")
+        thread.start()
+        deadline = time.monotonic() + 60
+        urls: set[str] = set()
+        while len(urls) < 200 and time.monotonic() < deadline:
+            urls = {m["url"] for m in collector.of("kill", settings.topic("items"))}
+            time.sleep(0.1)
+        assert len(urls) == 200, (sum(reclaimed), survivor.output()[-3000:])
+        assert sum(reclaimed) > 0  # the victim held leases when it died
+        assert collector.of("kill", settings.topic("dead_letter")) == []
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join(5)
+        victim.kill()
+        if survivor is not None:
+            assert survivor.terminate() == 0, survivor.output()
+        collector.close()
+        site.stop()
+        for key in client.scan_iter(match=f"{token}*", count=1000):
+            client.delete(key)
+        client.close()
