@@ -22,6 +22,7 @@ from crawlerkit import Collector, Crawler, TestSite, crawler_env, crawler_module
 from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.frontier import FrontierWorker, reclaim_expired_leases
+from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -202,8 +203,14 @@ def test_a_plain_scrapy_spider_runs_on_the_cluster_with_items_callbacks_pipeline
     site.page("/q/0", _quote_page("first", "a secret one", links=links))
     site.page("/q/detail", _quote_page(title="Detail page"))
     site.page(
-        "/q/1", _quote_page("second", links='<a class="plain" href="/q/2">2</a><a class="again" href="/q/0">0</a>')
+        "/q/1",
+        _quote_page(
+            "second",
+            links='<a class="plain" href="/q/2">2</a><a class="again" href="/q/0">0</a>'
+            '<a class="plain" href="/q/empty">e</a>',
+        ),
     )
+    site.page("/q/empty", _quote_page())  # yields nothing: still a crawled page
     site.page("/q/2", _quote_page("third", links='<a class="plain" href="/q/3">3</a>'))  # depth 2 = maxdepth
     site.page("/q/3", _quote_page("too deep"))
     try:
@@ -223,8 +230,9 @@ def test_a_plain_scrapy_spider_runs_on_the_cluster_with_items_callbacks_pipeline
                 deny_regex=["deny"],
             )
             collector = env["collector"]
-            collector.wait_for("q1", 6, topic=settings.topic("items"), timeout=30)
+            collector.wait_for("q1", 5, topic=settings.topic("items"), timeout=30)
             items = collector.settle("q1", quiet_s=2.0)
+            record = env["redis"].hgetall(Keys(settings["REDIS_KEY_PREFIX"]).crawl("quotes", "qapp", "q1"))
     finally:
         site.stop()
     assert {m["_topic"] for m in items} == {settings.topic("items")}, items  # no page items: none yielded
@@ -243,7 +251,8 @@ def test_a_plain_scrapy_spider_runs_on_the_cluster_with_items_callbacks_pipeline
     assert detail["item"] == {"title": "Detail page", "n": 7, "label": "L"}
     assert detail["url"] == site.url("/q/detail")
     fetched = sorted(s.path for s in site.hits("/q/"))
-    assert fetched == ["/q/0", "/q/0", "/q/1", "/q/2", "/q/detail"], fetched
+    assert fetched == ["/q/0", "/q/0", "/q/1", "/q/2", "/q/detail", "/q/empty"], fetched
+    assert int(record[b"crawled"]) == 6, record  # every fetched page, /q/empty included
 
 
 def test_spider_and_pipeline_errors_are_dead_letters_without_retries(
