@@ -67,6 +67,8 @@ class SpiderSummary:
     domains: int = 0
     inflight: int = 0
     active_crawls: int = 0
+    crawlers: int = 0
+    """Live crawler processes serving this spider type (0 with a backlog: its crawls wait)."""
 
 
 @dataclass
@@ -256,6 +258,9 @@ class ClusterView:
                 domain_backlog[(state.spiderid, domain)] += backlog.total
         for (spider, _), _count in domain_backlog.items():
             spiders[spider].domains += 1
+        for beat in live_heartbeats(self.redis, self.keys, "crawler"):
+            served = str(beat.get("spider") or "unknown")
+            spiders.setdefault(served, SpiderSummary(served)).crawlers += 1
         names = sorted(spiders)
         pipe = self.redis.pipeline(transaction=False)
         for spider in names:

@@ -17,12 +17,15 @@ if TYPE_CHECKING:
 FINISHED_SHOWN = 20
 
 
-def crawl_row(state: CrawlState, stopped: bool = False) -> dict[str, Any]:
-    """One line of the crawls table: counts, progress (0-100) and a one-word state."""
+def crawl_row(state: CrawlState, stopped: bool = False, served: bool = True) -> dict[str, Any]:
+    """One line of the crawls table: counts, progress (0-100) and a one-word state (``waiting``:
+    work is queued for a spider type no live crawler serves)."""
     done = state.crawled + state.failed
     total = done + state.pending + state.inflight
     if stopped:
         phase = "stopped"
+    elif state.pending and not state.inflight and not served:
+        phase = "waiting"
     elif state.pending or state.inflight:
         phase = "running"
     elif done:
@@ -50,7 +53,8 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
     counters = snap.counters
     assert counters is not None
     flags = rest.view.stopped(snap.crawls)
-    rows = (crawl_row(s, stopped) for s, stopped in zip(snap.crawls, flags, strict=True))
+    served = {name for name, s in snap.spiders.items() if s.crawlers}
+    rows = (crawl_row(s, stopped, s.spiderid in served) for s, stopped in zip(snap.crawls, flags, strict=True))
     crawls = sorted(rows, key=lambda r: (r["state"] != "running", r["appid"], r["crawlid"]))
     return {
         "server_time": snap.server_time,
@@ -67,6 +71,7 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
                 "domains": s.domains,
                 "inflight": s.inflight,
                 "active_crawls": s.active_crawls,
+                "crawlers": s.crawlers,
             }
             for _, s in sorted(snap.spiders.items())
         ],

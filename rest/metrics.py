@@ -54,12 +54,16 @@ class ClusterCollector(Collector):
         active = GaugeMetricFamily(
             "crawlhive_active_crawls", "Crawls with queued or in-flight work per spider type.", labels=["spiderid"]
         )
+        crawlers = GaugeMetricFamily(
+            "crawlhive_spider_crawlers", "Live crawler processes per spider type.", labels=["spiderid"]
+        )
         for spider, summary in sorted(snap.spiders.items()):
+            crawlers.add_metric([spider], summary.crawlers)
             backlog.add_metric([spider], summary.backlog)
             domains.add_metric([spider], summary.domains)
             inflight.add_metric([spider], summary.inflight)
             active.add_metric([spider], summary.active_crawls)
-        yield from (backlog, domains, inflight, active)
+        yield from (backlog, domains, inflight, active, crawlers)
 
         spiders = sorted(set(snap.spiders) | set(counters.pages_crawled) | set(counters.requests_failed))
         pages = CounterMetricFamily("crawlhive_pages_crawled", "Items emitted per spider type.", labels=["spiderid"])

@@ -169,7 +169,10 @@ class StatsMonitor(MonitorPlugin):
         return machines
 
     def queues(self) -> dict[str, Any]:
-        """The ``queues`` map: backlog per spider type with queued requests, domains capped."""
+        """The ``queues`` map: backlog per spider type with queued requests, domains capped, and
+        ``crawlers``: the live crawler processes of that spider type (0: its crawls wait for a
+        crawler nobody runs, docs/contract.md §11)."""
+        live = Counter(str(beat.get("spider") or "unknown") for beat in live_heartbeats(self.redis, self.keys, CRAWLER))
         queues: dict[str, Any] = {}
         total = 0
         for spider in sorted(self.frontier.active_spiders()):
@@ -181,6 +184,7 @@ class StatsMonitor(MonitorPlugin):
             queues[f"queue_{spider}"] = {
                 "spider_backlog": spider_total,
                 "num_domains": len(backlog),
+                "crawlers": live.get(spider, 0),
                 "domains": [{"domain": domain, "backlog": n} for domain, n in ranked],
             }
             total += spider_total

@@ -592,11 +592,13 @@ def test_stats_answers_of_every_type(
         "queue_link": {
             "spider_backlog": 4,
             "num_domains": 2,
+            "crawlers": 2,
             "domains": [{"domain": "example.com", "backlog": 3}, {"domain": "other.org", "backlog": 1}],
         },
         "queue_wandering": {
             "spider_backlog": 1,
             "num_domains": 1,
+            "crawlers": 0,  # nobody runs a wandering crawler: its crawls wait (§11)
             "domains": [{"domain": "example.com", "backlog": 1}],
         },
         "total_backlog": 5,

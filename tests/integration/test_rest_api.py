@@ -410,6 +410,13 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
             assert http.get("/crawls", params=bad).status_code == 400
         shown = http.get("/dashboard/data").json()["data"]
         assert [c["crawlid"] for c in shown["finished"] if c["appid"] == appid] == ["expired", "stopped", "done"]
+        # §11: which spider types live crawlers serve, and which crawls wait for one nobody runs
+        spiders = {s["spiderid"]: s for s in shown["spiders"]}
+        assert spiders["nobody-crawls-this"]["crawlers"] == 0 and spiders["nobody-crawls-this"]["backlog"] == 1
+        assert spiders["link"]["crawlers"] >= 1
+        rows = {c["crawlid"]: c["state"] for c in shown["crawls"] if c["appid"] == appid}
+        assert rows["waiting"] == "waiting" and rows["running"] == "running"
+        assert "none: crawls wait" in http.get("/dashboard").text
         rclient.hset(keys.domain_config(), "slow.example", json.dumps({"hits": 1, "window": 60, "scale": 0.5}))
         rclient.sadd(keys.domain_blacklist(), "banned.example")
         config = http.get("/dashboard/data").json()["data"]["domain_config"]
@@ -473,7 +480,7 @@ def test_metrics_expose_cluster_state_from_redis(
             ("crawler", failed_counter_name("link"), 3),
         ]
     )
-    crawler = Heartbeat(rclient, keys, "crawler", new_node_id(), "worker-1", 60)
+    crawler = Heartbeat(rclient, keys, "crawler", new_node_id(), "worker-1", 60, extra={"spider": spider})
     crawler.beat()
     crawlid = unique("m")
     pipe = rclient.pipeline()
@@ -505,6 +512,7 @@ def test_metrics_expose_cluster_state_from_redis(
     assert delta("crawlhive_queue_domains", spiderid=spider) == 2
     assert delta("crawlhive_inflight_requests", spiderid=spider) == 1
     assert delta("crawlhive_active_crawls", spiderid=spider) == 1
+    assert delta("crawlhive_spider_crawlers", spiderid=spider) == 1
     assert delta("crawlhive_pages_crawled_total", spiderid="link") == 6
     assert delta("crawlhive_responses_total", spiderid="link", code="200") == 5
     assert delta("crawlhive_responses_total", spiderid="link", code="404") == 1

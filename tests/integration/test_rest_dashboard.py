@@ -77,7 +77,9 @@ class StandInCrawler:
         self.worker = FrontierWorker.from_settings(client, settings)
         self.frontier = Frontier.from_settings(client, settings)
         self.stats = Stats(client, self.keys, settings.getlist("STATS_TIMES"))
-        self.heartbeat = Heartbeat(client, self.keys, "crawler", new_node_id(), "browser-test", 30)
+        self.heartbeat = Heartbeat(
+            client, self.keys, "crawler", new_node_id(), "browser-test", 30, extra={"spider": "link"}
+        )
         self.stop = threading.Event()
         self.release = threading.Event()
         self.thread = threading.Thread(target=self.run, name="stand-in-crawler", daemon=True)
@@ -176,7 +178,9 @@ def test_dashboard_submits_a_crawl_shows_it_complete_and_stops_another(
                 page.fill("#f-spiderid", "parked")
                 page.click("#f-submit")
                 parked = page.locator("#crawls tbody tr", has_text="crawl-two")
-                sync_api.expect(parked.locator(".pill")).to_have_text("running", timeout=30_000)
+                sync_api.expect(parked.locator(".pill")).to_have_text("waiting", timeout=30_000)
+                parked_spider = page.locator("#spiders tbody tr", has_text="parked")
+                sync_api.expect(parked_spider).to_contain_text("none: crawls wait")
                 sync_api.expect(page.locator("#domains tbody")).to_contain_text("example.net")
                 _send_invalid_request(cluster_settings)  # shows up under dead letters (real kafka-monitor)
                 parked.locator("button.stop").click()
