@@ -18,7 +18,10 @@ Measures, in order, on a private embedded Redis and broker:
    ``measure.Measure`` extension measures pages/s and CPU, plus ``bench/crawl_ext.py`` counting
    Redis round trips, and INFO commandstats gives Redis commands per page;
 3. **crawlhive, 2 processes** on a fresh key prefix, each stopping after ``--pages`` / 2 responses:
-   combined pages/s from the first response of either to the last of both.
+   combined pages/s from the first response of either to the last of both;
+4. **a user spider, 1 process** (``bench/bench_spiders.py``: an ordinary Scrapy spider that follows
+   every link and yields one structured item per page to ``<prefix>.items``), against the link
+   spider of step 2 (docs/contract.md §11: target >= 0.9).
 
 Each crawlhive line also gives the CPU milliseconds per page of the crawlers, Redis, the broker and
 nginx (from ``/proc``), i.e. what a page costs the whole machine.
@@ -96,10 +99,10 @@ def commands(client: redis.Redis) -> int:
     return sum(int(v["calls"]) for k, v in stats.items() if k not in ("cmdstat_info",))
 
 
-def seed_crawl(settings: Settings, client: redis.Redis, crawlid: str, maxdepth: int) -> None:
+def seed_crawl(settings: Settings, client: redis.Redis, crawlid: str, maxdepth: int, spiderid: str = "link") -> None:
     urls = [u.strip() for u in SEEDS.read_text().splitlines() if u.strip()]
     base = {
-        "appid": "bench", "crawlid": crawlid, "spiderid": "link", "priority": 50, "maxdepth": maxdepth,
+        "appid": "bench", "crawlid": crawlid, "spiderid": spiderid, "priority": 50, "maxdepth": maxdepth,
         "domain_max_pages": None, "allowed_domains": None, "allow_regex": None, "deny_regex": None,
         "deny_extensions": None, "expires": 0, "useragent": None, "cookie": None, "attrs": None,
         "method": "GET", "headers": None, "body": None, "cookies": None,
@@ -120,8 +123,10 @@ def run_crawlers(
     maxdepth: int,
     work: Path,
     services: dict[str, list[int]],
+    spider: tuple[str, str] = ("link", "link"),
 ) -> dict[str, Any]:
-    outs = [(work / f"measure-{n}-{i}.json", work / f"rtt-{n}-{i}.json") for i in range(n)]
+    """*n* crawler processes of ``spider`` = (``--spider`` argument, its spiderid)."""
+    outs = [(work / f"measure-{n}-{spider[1]}-{i}.json", work / f"rtt-{n}-{spider[1]}-{i}.json") for i in range(n)]
     procs = []
     env_base = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")}
     for measure, rtt in outs:
@@ -148,14 +153,15 @@ def run_crawlers(
             "LOG_LEVEL": "WARNING",
             "SCRAPY_SETTINGS": env_value(scrapy),
         }
-        procs.append(subprocess.Popen([sys.executable, "-m", "crawlhive.utils.app.cli", "crawler"], env=env))
+        command = [sys.executable, "-m", "crawlhive.utils.app.cli", "crawler", "--spider", spider[0]]
+        procs.append(subprocess.Popen(command, env=env))
     # wait until every crawler is polling (heartbeat), then seed, so start-up is not measured
     deadline = time.monotonic() + 60
     while client.zcard(f"{settings['REDIS_KEY_PREFIX']}:nodes:crawler") < n and time.monotonic() < deadline:
         time.sleep(0.05)
     before = commands(client)
     cpu_before = {name: cpu_s(pids) for name, pids in services.items()}
-    seed_crawl(settings, client, f"c{n}", maxdepth)
+    seed_crawl(settings, client, f"c{n}", maxdepth, spider[1])
     for proc in procs:
         proc.wait(timeout=600)
     after = commands(client)
@@ -206,23 +212,26 @@ def main() -> int:
         )
         print(f"    CPU ms per page: crawler {tuned['cpu_s'] * 1000 / tuned['pages']:.2f}")
         results = []
-        for n in (1, 2):
+        runs = [(1, ("link", "link")), (2, ("link", "link")), (1, ("bench_spiders:ItemSpider", "benchitems"))]
+        for n, spider in runs:
+            prefix = f"bench{n}{spider[1]}"
             settings = Settings.from_overrides(
                 REDIS_URL=cluster.redis_url,
                 KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap,
-                REDIS_KEY_PREFIX=f"bench{n}",
-                KAFKA_TOPIC_PREFIX=f"bench{n}",
+                REDIS_KEY_PREFIX=prefix,
+                KAFKA_TOPIC_PREFIX=prefix,
                 CRAWLHIVE_HOME=str(work),
             )
-            ensure_topics(settings, [settings.topic("crawled_firehose"), settings.topic("dead_letter")])
+            ensure_topics(settings, [settings.topic(t) for t in ("crawled_firehose", "items", "dead_letter")])
             client = redis.Redis.from_url(cluster.redis_url)
             result = run_crawlers(
-                settings, client, n, args.pages, args.conc, args.maxdepth, work, service_pids(cluster)
+                settings, client, n, args.pages, args.conc, args.maxdepth, work, service_pids(cluster), spider
             )
             client.close()
             results.append(result)
+            label = f"crawlhive x{n}" if spider[1] == "link" else f"user spider x{n}"
             print(
-                f"crawlhive x{n}        : {result['pages_per_s']:7.1f} pages/s  per process {result['per_process']}"
+                f"{label:<20}: {result['pages_per_s']:7.1f} pages/s  per process {result['per_process']}"
                 f"  cpu {result['cpu_pct']}%  Redis: {result['redis_round_trips_per_page']} round trips,"
                 f" {result['redis_commands_per_page']} commands per page"
             )
@@ -231,13 +240,17 @@ def main() -> int:
                 + ", ".join(f"{k} {v}" for k, v in result["cpu_ms_per_page"].items())
                 + f" (total {sum(result['cpu_ms_per_page'].values()):.2f})"
             )
-        one, two = results
+        one, two, user = results
         print(f"ratio 1 process / plain Scrapy: {one['pages_per_s'] / plain['pages_per_s']:.2f} (target >= 0.9)")
         print(
             f"ratio 1 process / plain Scrapy with CONCURRENT_ITEMS={CRAWLHIVE_ITEMS}:"
             f" {one['pages_per_s'] / tuned['pages_per_s']:.2f} (same tuning on both sides)"
         )
         print(f"ratio 2 processes / 1 process : {two['pages_per_s'] / one['pages_per_s']:.2f} (target >= 1.6)")
+        print(
+            f"ratio user spider / link spider: {user['pages_per_s'] / one['pages_per_s']:.2f} (target >= 0.9;"
+            " one structured item per page to <prefix>.items)"
+        )
         print(json.dumps({"plain": plain, "plain_tuned": tuned, "crawlhive": results}))
     return 0
 
