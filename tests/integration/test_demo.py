@@ -34,6 +34,7 @@ def test_demo_crawls_the_bundled_site_to_completion_and_stops_cleanly(tmp_path: 
     assert sample["status_code"] == 200 and sample["status_msg"] == "OK"
     assert not any("/dashboard" in line for line in lines)  # no link to a cluster that is stopping (§17.5)
     assert "crawlhive demo --keep-running" in lines[-1]
+    assert any(line.startswith("next: your own Scrapy spiders") and "docs/spiders.md" in line for line in lines)
     assert "Traceback" not in out.stderr
     assert "SIGTERM" not in out.stderr  # one signal each: a graceful stop, never a forced one
     assert not (tmp_path / "up.json").exists()

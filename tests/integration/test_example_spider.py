@@ -8,6 +8,7 @@ import functools
 import http.server
 import json
 import secrets
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 import redis
-from crawlerkit import Crawler, crawler_env, crawler_module, seed
+from crawlerkit import CLI, Crawler, crawler_env, crawler_module, seed
 
 from crawlhive.utils.settings import Settings
 
@@ -77,6 +78,16 @@ def test_the_example_spider_crawls_its_sample_site_to_the_items_topic(
         )
         env["collector"].wait_for("quotes1", 7, topic=settings.topic("items"), timeout=30)
         items = env["collector"].settle("quotes1", quiet_s=1.0)
+        # docs/spiders.md: `crawlhive dump items` shows them
+        dumped = subprocess.run(
+            [*CLI, "dump", "items", "-b", "-n", "7"],
+            env=crawler_env(settings),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert dumped.returncode == 0, dumped.stderr
+    assert sorted(json.loads(line)["url"] for line in dumped.stdout.splitlines()) == sorted(i["url"] for i in items)
     assert {i["_topic"] for i in items} == {settings.topic("items")}
     assert len(items) == 7, items
     _check_items(items, sample_site)

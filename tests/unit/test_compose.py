@@ -390,3 +390,22 @@ def test_main_exit_codes(healthcheck: ModuleType, capsys: pytest.CaptureFixture[
     monkeypatch.setenv("QUEUE_HITS", "ten")
     assert healthcheck.main(["crawler"]) == 1
     assert "QUEUE_HITS: expected an integer, got 'ten'" in capsys.readouterr().out
+
+
+def test_the_spider_example_override_mounts_a_module_the_crawler_can_load(services: dict[str, dict[str, Any]]) -> None:
+    """examples/quotes/compose.override.yml (docs/spiders.md, "Deploying"): merged over the
+    crawler service, its command parses, its variables are settings, and the mounted path exists
+    relative to docker/ (the project directory) and holds the spider module SPIDER_MODULES names."""
+    override = yaml.safe_load((ROOT / "examples" / "quotes" / "compose.override.yml").read_text())
+    crawler = {**services["crawler"], **override["services"]["crawler"]}
+    argv = command(crawler)
+    assert argv == ["crawler", "--spider", "quotes"]
+    build_parser().parse_args(argv)
+    env = {**environment(services["crawler"]), **override["services"]["crawler"]["environment"]}
+    settings = load_settings(environ=env)
+    (mount,) = crawler["volumes"]
+    source, target, _mode = mount.split(":")
+    module_dir = (COMPOSE_FILE.parent / source).resolve()
+    assert module_dir.is_dir() and (module_dir / "spiders.py").exists()
+    assert str(PurePosixPath(target).parent) == env["PYTHONPATH"]
+    assert settings["SPIDER_MODULES"] == [f"{PurePosixPath(target).name}.spiders"]

@@ -27,7 +27,7 @@ from crawlhive.utils.worker import Worker
 logger = logging.getLogger(__name__)
 
 #: Short topic names ``dump`` accepts without the prefix (plus ``crawled_<appid>`` / ``outbound_<appid>``).
-SHORT_TOPICS = ("incoming", "crawled_firehose", "outbound_firehose", "dead_letter")
+SHORT_TOPICS = ("incoming", "crawled_firehose", "items", "outbound_firehose", "dead_letter")
 
 #: Exit codes of ``feed`` (docs/contract.md §8.2).
 EXIT_OK, EXIT_INVALID, EXIT_KAFKA, EXIT_NO_ANSWER = 0, 1, 2, 3
@@ -207,7 +207,7 @@ def _validate(settings: Settings, request: Any) -> str | None:
 
 def resolve_topic(settings: Settings, name: str) -> str:
     """``incoming`` -> ``<prefix>.incoming``; a full name is kept."""
-    if name in SHORT_TOPICS or name.startswith(("crawled_", "outbound_")):
+    if name in SHORT_TOPICS or name.startswith(("crawled_", "items_", "outbound_")):
         return settings.topic(name)
     return name
 
@@ -407,7 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     feed.set_defaults(func=cmd_feed)
 
     dump = command("dump", "print the messages of a topic")
-    dump.add_argument("topic", help="full topic name, or incoming / crawled_firehose / outbound_firehose / …")
+    dump.add_argument(
+        "topic", help="full topic name, or incoming / crawled_firehose / items / outbound_firehose / dead_letter / …"
+    )
     dump.add_argument("-b", "--from-beginning", action="store_true", help="start at the oldest message")
     dump.add_argument("-c", "--group", default=None, help="consumer group (commits its offsets)")
     dump.add_argument("-nb", "--no-body", action="store_true", help="leave out item bodies")

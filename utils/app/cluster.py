@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Topics the cluster reads or writes (docs/contract.md §1); per-appid topics are created on demand.
-TOPICS = ("incoming", "crawled_firehose", "outbound_firehose", "dead_letter")
+TOPICS = ("incoming", "crawled_firehose", "items", "outbound_firehose", "dead_letter")
 #: What ``up`` and ``demo`` allow their crawlers when CRAWLER_ALLOWED_NETWORKS is not set.
 LOOPBACK_NETWORKS = ["127.0.0.0/8", "::1/128"]
 #: Seconds a child gets to exit after SIGTERM before it is killed.

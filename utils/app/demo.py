@@ -195,6 +195,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if sample:
         shown = {**sample, "body": sample["body"][:80] + "…", "links": sample["links"][:3]}
         print(f"sample item: {json.dumps(shown)}")
+    print(
+        "next: your own Scrapy spiders on the cluster, with an example project to start from: "
+        "docs/spiders.md, examples/quotes"
+    )
     if not summary.get("keep_running"):
         print(
             "the cluster stops now; run `crawlhive demo --keep-running` to keep it up and explore the dashboard",
