@@ -144,6 +144,11 @@ class Explode:
         return item
 
 
+class Tag:
+    def process_request(self, request):
+        request.headers["X-Quotes"] = "1"
+
+
 class QuoteSpider(scrapy.Spider):
     name = "quotes"
     custom_settings = {
@@ -152,6 +157,7 @@ class QuoteSpider(scrapy.Spider):
             "userspiders.quotes.Shout": 200,
             "userspiders.quotes.Explode": 300,
         },
+        "DOWNLOADER_MIDDLEWARES": {"userspiders.quotes.Tag": 543},
     }
 
     def parse(self, response):
@@ -253,6 +259,8 @@ def test_a_plain_scrapy_spider_runs_on_the_cluster_with_items_callbacks_pipeline
     fetched = sorted(s.path for s in site.hits("/q/"))
     assert fetched == ["/q/0", "/q/0", "/q/1", "/q/2", "/q/detail", "/q/empty"], fetched
     assert int(record[b"crawled"]) == 6, record  # every fetched page, /q/empty included
+    # the spider's own downloader middleware ran beside crawlhive's
+    assert all({k.lower(): v for k, v in s.headers.items()}.get("x-quotes") == "1" for s in site.hits("/q/"))
 
 
 def test_spider_and_pipeline_errors_are_dead_letters_without_retries(
@@ -447,3 +455,39 @@ def test_a_user_spider_crawl_survives_a_sigkilled_crawler(
         for key in client.scan_iter(match=f"{token}*", count=1000):
             client.delete(key)
         client.close()
+
+
+def test_items_go_to_the_appid_topic_too_and_an_oversized_item_is_a_dead_letter(
+    quotes_module: Path, redis_url: str, kafka_bootstrap: str
+) -> None:
+    site = TestSite()
+    site.start()
+    site.page("/b/ok", _quote_page("small"))
+    site.page("/b/big", _quote_page("x" * 60_000))
+    try:
+        with crawler_module(
+            redis_url,
+            kafka_bootstrap,
+            quotes_module,
+            "b",
+            spider="userspiders.quotes:QuoteSpider",
+            KAFKA_APPID_TOPICS=True,
+            KAFKA_PRODUCER_MAX_REQUEST_SIZE=50_000,
+        ) as env:
+            settings = env["settings"]
+            appid_topic = settings.topic("items_bapp")
+            ensure_topics(settings, [appid_topic])
+            per_app = Collector(settings, [appid_topic])
+            try:
+                time.sleep(1.0)  # the new consumer has its partitions
+                for crawlid, path in (("b1", "/b/ok"), ("b2", "/b/big")):
+                    seed(settings, env["redis"], appid="bapp", crawlid=crawlid, spiderid="quotes", url=site.url(path))
+                (copy,) = per_app.wait_for("b1", 1, timeout=30)
+                (letter,) = env["collector"].wait_for("b2", 1, topic=settings.topic("dead_letter"), timeout=30)
+                (item,) = env["collector"].wait_for("b1", 1, topic=settings.topic("items"), timeout=30)
+            finally:
+                per_app.close()
+    finally:
+        site.stop()
+    assert copy["item"] == item["item"] == {"text": "SMALL", "page": site.url("/b/ok")}
+    assert letter["error"].startswith("item too large: ") and "KAFKA_PRODUCER_MAX_REQUEST_SIZE 50000" in letter["error"]
