@@ -37,7 +37,7 @@ from scrapy.exceptions import IgnoreRequest
 
 from crawlhive.crawler.admit import Verdict
 from crawlhive.crawler.links import allowed_domains, host_allowed, link_allowed
-from crawlhive.crawler.requests import FAILURE, context_of
+from crawlhive.crawler.requests import FAILURE, CannotTravel, context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.utils.domains import domain_of_url, origin_of
 from crawlhive.utils.frontier import defer_domain, parse_retry_after
@@ -242,7 +242,12 @@ class FrontierSpiderMiddleware:
             if crawl.depth >= crawl.maxdepth:
                 requests = []
             requests = [r for r in requests if link_allowed(r.url, crawl)]
-        children = [self.runtime.admission.child(context, r, spider, i) for i, r in enumerate(requests)]
+        children = []
+        for i, request in enumerate(requests):
+            try:
+                children.append(self.runtime.admission.child(context, request, spider, i))
+            except CannotTravel as exc:
+                logger.error("dropping a request the spider yielded on %s: %s", context.request.url, exc)
         return items, children
 
     def _apply(self, context: LeaseContext, verdict: Verdict, items: list[Any]) -> list[Any]:

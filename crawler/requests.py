@@ -11,6 +11,8 @@ travels whole: ``scrapy.Request.to_dict`` made JSON-safe (bytes as latin-1 text)
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
@@ -32,6 +34,11 @@ dead letter (``blocked network: …``, ``response too large: …``). Such a requ
 FRONTIER = "frontier"
 """Request meta key a spider may set on a request it yields, to override what the child inherits:
 ``{"attrs": {...}, "spiderid": "other", "priority": 5}`` (the wandering spider sets ``attrs``)."""
+
+logger = logging.getLogger(__name__)
+
+#: Meta keys already reported as not JSON values (one warning per key per process).
+_DROPPED_META_KEYS: set[str] = set()
 
 #: Meta keys Scrapy's own components set; never part of a serialised request.
 _SCRAPY_META = frozenset(
@@ -90,9 +97,40 @@ def is_plain(request: Request, spider: Spider) -> bool:
     )
 
 
+class CannotTravel(ValueError):
+    """A request a spider yielded cannot be stored in the frontier (docs/contract.md §11)."""
+
+
+def _json_safe(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return False
+    return True
+
+
 def request_to_json(request: Request, spider: Spider) -> dict[str, Any]:
-    """``request.to_dict`` without Scrapy's own meta keys, with bytes as latin-1 text (JSON-safe)."""
-    clean = request.replace(meta=_user_meta(request))
+    """``request.to_dict`` without Scrapy's own meta keys, with bytes as latin-1 text (JSON-safe).
+
+    A ``meta`` entry that is not a JSON value is left out (logged once per key); ``cb_kwargs``
+    that are not JSON values, or a callback that is not a method of the spider, raise.
+
+    Raises:
+        CannotTravel: the request cannot be serialised (the message says why).
+    """
+    meta = _user_meta(request)
+    for key in [k for k, v in meta.items() if not _json_safe(v)]:
+        del meta[key]
+        if key not in _DROPPED_META_KEYS:
+            _DROPPED_META_KEYS.add(key)
+            logger.warning("request meta %r is not a JSON value: left out of frontier requests (§11)", key)
+    if request.cb_kwargs and not _json_safe(request.cb_kwargs):
+        raise CannotTravel(f"{request.url}: cb_kwargs are not JSON values")
+    try:
+        clean = request.replace(meta=meta)
+        data = clean.to_dict(spider=spider)
+    except ValueError as exc:  # Scrapy: a callback that is not a method of the spider
+        raise CannotTravel(f"{request.url}: {exc}") from exc
     data = clean.to_dict(spider=spider)
     data["headers"] = {
         k.decode("latin-1"): [v.decode("latin-1") for v in values] for k, values in data.get("headers", {}).items()

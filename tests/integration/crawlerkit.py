@@ -281,6 +281,25 @@ class Collector:
         self.consumer.close()
 
 
+def isolated_settings(redis_url: str, kafka_bootstrap: str, home: Path, token_prefix: str) -> Settings:
+    """Settings on the test Redis and broker under a key and topic prefix of their own."""
+    token = f"{token_prefix}{secrets.token_hex(5)}"
+    return Settings.from_overrides(
+        REDIS_URL=redis_url,
+        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
+        REDIS_KEY_PREFIX=token,
+        KAFKA_TOPIC_PREFIX=token,
+        CRAWLHIVE_HOME=str(home),
+    )
+
+
+def output_collector(settings: Settings) -> Collector:
+    """A collector of what crawlers write: the firehose, spider items and dead letters (created first)."""
+    topics = [settings.topic(t) for t in ("crawled_firehose", "items", "dead_letter")]
+    ensure_topics(settings, topics)
+    return Collector(settings, topics)
+
+
 @contextlib.contextmanager
 def crawler_module(
     redis_url: str, kafka_bootstrap: str, home: Path, token_prefix: str, spider: str = "link", **overrides: Any
@@ -288,18 +307,10 @@ def crawler_module(
     """One real ``crawlhive crawler`` on its own key and topic prefix, with a collector of its
     output topics: ``{"settings", "redis", "collector", "crawler", "home"}``. Everything under the
     prefix is deleted afterwards, and the crawler must have stopped cleanly."""
-    token = f"{token_prefix}{secrets.token_hex(5)}"
-    settings = Settings.from_overrides(
-        REDIS_URL=redis_url,
-        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
-        REDIS_KEY_PREFIX=token,
-        KAFKA_TOPIC_PREFIX=token,
-        CRAWLHIVE_HOME=str(home),
-    )
+    settings = isolated_settings(redis_url, kafka_bootstrap, home, token_prefix)
+    token = settings["REDIS_KEY_PREFIX"]
     client = redis.Redis.from_url(redis_url)
-    topics = [settings.topic(t) for t in ("crawled_firehose", "items", "dead_letter")]
-    ensure_topics(settings, topics)
-    collector = Collector(settings, topics)
+    collector = output_collector(settings)
     crawler = Crawler(crawler_env(settings, **overrides), home, spider=spider)
     try:
         crawler.wait_ready(client, token)

@@ -17,7 +17,17 @@ from typing import Any
 
 import pytest
 import redis
-from crawlerkit import Collector, Crawler, TestSite, crawler_env, crawler_module, html, seed
+from crawlerkit import (
+    Collector,
+    Crawler,
+    TestSite,
+    crawler_env,
+    crawler_module,
+    html,
+    isolated_settings,
+    output_collector,
+    seed,
+)
 
 from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.connections import ensure_topics
@@ -111,6 +121,7 @@ def test_spider_ids_limit_the_spider_types_requests_may_name() -> None:
 #: response.follow and Request, a dataclass item, a spider error, and custom_settings.
 QUOTES_MODULE = """
 import dataclasses
+import threading
 
 import scrapy
 from scrapy.exceptions import DropItem
@@ -171,6 +182,11 @@ class QuoteSpider(scrapy.Spider):
             yield scrapy.Request(response.urljoin(href))
         for href in response.css("a.again::attr(href)").getall():
             yield scrapy.Request(response.urljoin(href), dont_filter=True)
+        for href in response.css("a.odd::attr(href)").getall():
+            url = response.urljoin(href)
+            meta = {"label": "kept", "lock": threading.Lock()}  # the lock cannot travel: left out
+            yield scrapy.Request(url, callback=self.parse_detail, cb_kwargs={"n": 1}, meta=meta)
+            yield scrapy.Request(url + "?bad", callback=self.parse_detail, cb_kwargs={"n": object()})  # dropped
 
     def parse_detail(self, response, n):
         yield Detail(title=response.css("title::text").get(), n=n, label=response.meta["label"])
@@ -270,16 +286,27 @@ def test_spider_and_pipeline_errors_are_dead_letters_without_retries(
     site.start()
     site.page("/e/boom", _quote_page("never"))
     site.page("/e/pipe", _quote_page("pipeline bomb", "fine"))
+    site.page("/e/odd", _quote_page(links='<a class="odd" href="/e/target">t</a>'))
+    site.page("/e/target", _quote_page(title="Target"))
     try:
         with crawler_module(
             redis_url, kafka_bootstrap, quotes_module, "e", spider="userspiders.quotes:QuoteSpider"
         ) as env:
             settings = env["settings"]
-            for crawlid, path in (("e1", "/e/boom"), ("e2", "/e/pipe")):
-                seed(settings, env["redis"], appid="eapp", crawlid=crawlid, spiderid="quotes", url=site.url(path))
+            for crawlid, path in (("e1", "/e/boom"), ("e2", "/e/pipe"), ("e3", "/e/odd")):
+                seed(
+                    settings,
+                    env["redis"],
+                    appid="eapp",
+                    crawlid=crawlid,
+                    spiderid="quotes",
+                    url=site.url(path),
+                    maxdepth=1,
+                )
             collector = env["collector"]
             (boom,) = collector.wait_for("e1", 1, topic=settings.topic("dead_letter"), timeout=30)
             pipe = collector.wait_for("e2", 1, topic=settings.topic("dead_letter"), timeout=30)
+            odd = collector.wait_for("e3", 1, topic=settings.topic("items"), timeout=30)
             time.sleep(1.0)
             log = env["crawler"].output()
     finally:
@@ -290,6 +317,10 @@ def test_spider_and_pipeline_errors_are_dead_letters_without_retries(
     assert len(site.hits("/e/boom")) == 1  # not retried
     assert "Traceback" in log and "boom on purpose" in log
     assert collector.of("e1", settings.topic("items")) == []
+    # meta that is not JSON is left out, cb_kwargs that are not JSON drop the request (§11)
+    assert [m["item"] for m in odd] == [{"title": "Target", "n": 1, "label": "kept"}]
+    assert [s.path for s in site.hits("/e/target")] == ["/e/target"]
+    assert "'lock' is not a JSON value" in log and "cb_kwargs are not JSON values" in log
 
 
 def test_custom_settings_cannot_remove_crawlhive_components(user_module: Path, tmp_path: Path) -> None:
@@ -402,18 +433,10 @@ def test_a_user_spider_crawl_survives_a_sigkilled_crawler(
     site.page("/k/0", _quote_page("quote /k/0", links="".join(f'<a class="plain" href="{p}">x</a>' for p in pages)))
     for page in pages:
         site.handler(page, leaf)
-    token = f"k{secrets.token_hex(5)}"
-    settings = Settings.from_overrides(
-        REDIS_URL=redis_url,
-        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
-        REDIS_KEY_PREFIX=token,
-        KAFKA_TOPIC_PREFIX=token,
-        CRAWLHIVE_HOME=str(quotes_module),
-    )
+    settings = isolated_settings(redis_url, kafka_bootstrap, quotes_module, "k")
+    token = settings["REDIS_KEY_PREFIX"]
     client = redis.Redis.from_url(redis_url)
-    topics = [settings.topic(t) for t in ("crawled_firehose", "items", "dead_letter")]
-    ensure_topics(settings, topics)
-    collector = Collector(settings, topics)
+    collector = output_collector(settings)
     env = crawler_env(settings, SPIDER_MODULES=["userspiders.quotes"], LEASE_TIMEOUT=2, CONCURRENT_REQUESTS=8)
     victim = Crawler(env, quotes_module, spider="quotes", name="victim")
     survivor: Crawler | None = None
