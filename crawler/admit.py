@@ -2,7 +2,7 @@
 
 When a page has been parsed, one Lua script (``utils/lua/crawler_admit.lua``) checks that the lease
 is still this process's and its crawl not stopped, renews the lease, and runs the page's links
-through the per-crawl dupefilter and page caps (docs/contract.md §3.6, §3.9).
+through the per-crawl dupefilter, page caps and page budget (docs/contract.md §3.6, §3.9, §10.7).
 
 Why our own dupefilter (not scrapy-redis's ``RFPDupeFilter``): its one ``SADD`` per request cannot be
 batched with the page caps and the lease check into one atomic round trip per page, has no per-crawl
@@ -71,6 +71,7 @@ class Admission:
         lease_s: float,
         filter_ttl_s: float,
         global_cap: int | None,
+        default_budget: int | None = None,
     ) -> None:
         self.crawler = crawler
         self.scripts = scripts(redis)
@@ -79,7 +80,14 @@ class Admission:
         self.lease_us = int(lease_s * 1_000_000)
         self.filter_ttl_ms = max(1, int(filter_ttl_s * 1000))
         self.global_cap = global_cap
+        self.default_budget = default_budget
         self._reported_stopped: set[tuple[str, str]] = set()
+
+    def budget(self, request: FrontierRequest) -> int:
+        """The page budget of *request*'s crawl across all domains (§10.7): the smaller of its
+        ``max_pages`` and CRAWL_MAX_PAGES_DEFAULT; 0 = none."""
+        budgets = [b for b in (request.max_pages, self.default_budget) if b]
+        return min(budgets) if budgets else 0
 
     def page_cap(self, request: FrontierRequest) -> int:
         """The page cap of *request*'s crawl in any domain (§3.6); 0 = none."""
@@ -137,7 +145,7 @@ class Admission:
             return cap_keys[domain]
 
         args: list[Any] = [context.lease.member, self.lease_us, self.filter_ttl_ms]
-        args += [context.fingerprint, cap_index(r.domain)]
+        args += [context.fingerprint, cap_index(r.domain), self.budget(r)]
         unique: dict[str, FrontierRequest] = {}
         for child, fingerprint in children:
             unique.setdefault(fingerprint, child)

@@ -6,16 +6,18 @@ Scrapy's ``LinkExtractor`` does the work (``<a>``/``<area>`` ``href``, absolute 
 deny wins) but with RE2 (:mod:`crawlhive.utils.patterns`: Scrapy compiles them with Python's
 backtracking ``re``, which a stranger's pattern can stall), keeps ``http``/``https`` links, applies
 ``allowed_domains`` to the host (Scrapy's ``allow_domains`` compares the netloc, port included, so
-``127.0.0.1`` would never match ``127.0.0.1:8080``), canonicalises them (``w3lib``'s
-``canonicalize_url``, which also drops the fragment) and keeps each canonical URL once, in
-document order. Extractors are cached
-per filter combination, since all pages of a crawl share one.
+``127.0.0.1`` would never match ``127.0.0.1:8080``), drops crawl traps (links too long, or whose
+path repeats a segment: :class:`LinkLimits`), canonicalises them (``w3lib``'s ``canonicalize_url``,
+which also drops the fragment) and keeps each canonical URL once, in document order. Extractors
+are cached per filter combination, since all pages of a crawl share one.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import urlsplit
 
 from scrapy.http import TextResponse
@@ -29,6 +31,37 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
     from crawlhive.utils.frontier import FrontierRequest
+
+
+@dataclass(frozen=True)
+class LinkLimits:
+    """The crawl-trap rules of the link filters (docs/contract.md §10.7), from the settings
+    LINK_MAX_URL_LENGTH and LINK_MAX_SEGMENT_REPEATS (0 = rule off)."""
+
+    max_url_length: int = 2083
+    max_segment_repeats: int = 3
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> LinkLimits:
+        """From crawlhive or Scrapy settings (both answer ``getint``)."""
+        return cls(settings.getint("LINK_MAX_URL_LENGTH"), settings.getint("LINK_MAX_SEGMENT_REPEATS"))
+
+    def is_trap(self, url: str) -> bool:
+        """*url* is longer than allowed, or its path holds one segment more than allowed."""
+        if self.max_url_length and len(url) > self.max_url_length:
+            return True
+        if self.max_segment_repeats:
+            try:
+                path = urlsplit(url).path
+            except ValueError:
+                return True
+            counts = Counter(segment for segment in path.split("/") if segment)
+            if counts and max(counts.values()) > self.max_segment_repeats:
+                return True
+        return False
+
+
+DEFAULT_LIMITS = LinkLimits()
 
 
 class FoundLink(TypedDict):
@@ -80,10 +113,10 @@ def _denied_extensions(deny_extensions: tuple[str, ...] | None) -> frozenset[str
     return frozenset(f".{e}" for e in names if e)
 
 
-def link_allowed(url: str, request: FrontierRequest) -> bool:
+def link_allowed(url: str, request: FrontierRequest, limits: LinkLimits = DEFAULT_LIMITS) -> bool:
     """Whether a request a spider yields for *url* passes the link filters of *request*'s crawl,
     as :func:`extract_links` applies them to extracted links (docs/contract.md §11)."""
-    if not url.startswith(("http://", "https://")):
+    if not url.startswith(("http://", "https://")) or limits.is_trap(url):
         return False
     allow, deny = request.allow_regex, request.deny_regex
     if (allow and not search_any(tuple(allow), url)) or (deny and search_any(tuple(deny), url)):
@@ -95,8 +128,9 @@ def link_allowed(url: str, request: FrontierRequest) -> bool:
     return not (denied and url_has_any_extension(url, denied))
 
 
-def extract_links(response: Response, request: FrontierRequest) -> list[FoundLink]:
-    """The links of *response* that pass the filters of *request*'s crawl, in document order.
+def extract_links(response: Response, request: FrontierRequest, limits: LinkLimits = DEFAULT_LIMITS) -> list[FoundLink]:
+    """The links of *response* that pass the filters of *request*'s crawl and the trap rules of
+    *limits*, in document order.
 
     Non-text responses have none.
     """
@@ -113,6 +147,8 @@ def extract_links(response: Response, request: FrontierRequest) -> list[FoundLin
         if (allow and not search_any(allow, link.url)) or (deny and search_any(deny, link.url)):
             continue
         if allowed and not host_allowed(link.url, allowed):
+            continue
+        if limits.is_trap(link.url):
             continue
         url = canonicalize_url(link.url)
         if url not in found:

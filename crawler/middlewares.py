@@ -241,7 +241,7 @@ class FrontierSpiderMiddleware:
             crawl = context.request
             if crawl.depth >= crawl.maxdepth:
                 requests = []
-            requests = [r for r in requests if link_allowed(r.url, crawl)]
+            requests = [r for r in requests if link_allowed(r.url, crawl, self.runtime.link_limits)]
         children = []
         for i, request in enumerate(requests):
             try:

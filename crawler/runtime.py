@@ -50,6 +50,7 @@ from crawlhive.crawler.admit import Admission
 from crawlhive.crawler.batching import ScriptBatcher
 from crawlhive.crawler.emitter import Emitter, KafkaSink, RedisSink, Sink
 from crawlhive.crawler.leases import LeaseContext, LeaseTable
+from crawlhive.crawler.links import LinkLimits
 from crawlhive.crawler.redis_only import SeedReader
 from crawlhive.crawler.requests import scrapy_request
 from crawlhive.crawler.settings import spider_lists
@@ -131,6 +132,7 @@ class CrawlRuntime:
             self.lease_s,
             settings.getfloat("DUPEFILTER_TIMEOUT"),
             settings["GLOBAL_PAGE_PER_DOMAIN_LIMIT"],
+            settings["CRAWL_MAX_PAGES_DEFAULT"],
         )
         self.emitter = Emitter(
             settings, sink, self.leases, on_failed=lambda: self._count(stat_names.failed_counter_name(spider))
@@ -140,6 +142,7 @@ class CrawlRuntime:
             lists = spider_lists(settings)
             self.seeds = SeedReader(redis, settings, spider, lists.start_urls(spider), lists.dead_letter(spider))
         self.response_codes = {int(c) for c in settings.getlist("STATS_RESPONSE_CODES")}
+        self.link_limits = LinkLimits.from_settings(settings)
         self._counts: collections.Counter[str] = collections.Counter()
         self._loops: list[task.LoopingCall] = []
         self._progress: tuple[float, int, int] = (time.monotonic(), 0, 0)

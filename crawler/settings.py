@@ -77,6 +77,8 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "HTTPERROR_ALLOW_ALL": True,
         "KAFKA_BASE_64_ENCODE": settings.getbool("KAFKA_BASE_64_ENCODE"),
         "ITEM_REDACT_HEADERS": settings.getlist("ITEM_REDACT_HEADERS"),
+        "LINK_MAX_URL_LENGTH": settings.getint("LINK_MAX_URL_LENGTH"),
+        "LINK_MAX_SEGMENT_REPEATS": settings.getint("LINK_MAX_SEGMENT_REPEATS"),
         # A pipeline's DropItem is a decision, not a problem: INFO, not Scrapy's WARNING (§17.3).
         "DEFAULT_DROPITEM_LOG_LEVEL": "INFO",
         "TELNETCONSOLE_ENABLED": False,

@@ -100,6 +100,9 @@ SCHEMA_MAXDEPTH_MAX: int = 3
 SCHEMA_DOMAIN_MAX_PAGES_MAX: int = 2000
 """Largest ``domain_max_pages`` a crawl request may ask for."""
 
+SCHEMA_MAX_PAGES_MAX: int = 1000000
+"""Largest ``max_pages`` (a crawl's page budget across all domains) a request may ask for."""
+
 SCHEMA_URL_MAX_LENGTH: int = 8192
 """Longest crawl ``url`` accepted (characters)."""
 
@@ -201,6 +204,17 @@ DUPEFILTER_TIMEOUT: float = 600.0
 
 GLOBAL_PAGE_PER_DOMAIN_LIMIT: int | None = None
 """Cap on requests per (crawl, domain) applied to every crawl; unset = no cap."""
+
+CRAWL_MAX_PAGES_DEFAULT: int | None = None
+"""Page budget of a crawl across all domains when its request sets no ``max_pages``; when both
+apply the smaller wins; unset = no budget (docs/contract.md §10.7)."""
+
+LINK_MAX_URL_LENGTH: int = 2083
+"""Links longer than this (characters) are dropped by the link filters: a crawl trap (§10.7)."""
+
+LINK_MAX_SEGMENT_REPEATS: int = 3
+"""Links whose path holds one segment more often than this are dropped (``/a/b/a/b/a/b/a/b/``:
+a crawl trap, §10.7)."""
 
 CRAWL_RECORD_TTL: float = 604800.0
 """Seconds a crawl's counters and stop blacklist are kept after its last activity."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Spider
 
 from crawlhive.crawler.items import CrawledItem, crawled_item
+from crawlhive.crawler.links import LinkLimits
 from crawlhive.crawler.requests import context_of
 
 if TYPE_CHECKING:
@@ -44,6 +45,13 @@ class FrontierSpider(Spider):
             base64_encode=self.settings.getbool("KAFKA_BASE_64_ENCODE"),
             redact=self._redacted_headers(),
         )
+
+    def link_limits(self) -> LinkLimits:
+        """The crawl-trap rules of the link filters (LINK_MAX_*), read once per spider."""
+        limits: LinkLimits | None = getattr(self, "_link_limits", None)
+        if limits is None:
+            limits = self._link_limits = LinkLimits.from_settings(self.settings)
+        return limits
 
     def _redacted_headers(self) -> frozenset[str]:
         """ITEM_REDACT_HEADERS in lower case, computed once per spider."""

@@ -22,7 +22,7 @@ class LinkSpider(FrontierSpider):
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
         request = self.frontier_request(response)
-        links = extract_links(response, request) if request.depth < request.maxdepth else []
+        links = extract_links(response, request, self.link_limits()) if request.depth < request.maxdepth else []
         for link in links:
             yield Request(link["url"])
         yield self.item(response, links)

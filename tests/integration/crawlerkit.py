@@ -39,6 +39,7 @@ CRAWL_DEFAULTS: dict[str, Any] = {
     "priority": 1,
     "maxdepth": 0,
     "domain_max_pages": None,
+    "max_pages": None,
     "allowed_domains": None,
     "allow_regex": None,
     "deny_regex": None,

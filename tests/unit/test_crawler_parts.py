@@ -20,7 +20,7 @@ from scrapy.utils.test import get_crawler
 
 from crawlhive.crawler.items import ITEM_KEYS, crawled_item, status_message, timestamp
 from crawlhive.crawler.leases import LeaseContext
-from crawlhive.crawler.links import extract_links
+from crawlhive.crawler.links import LinkLimits, extract_links, link_allowed
 from crawlhive.crawler.middlewares import FrontierSpiderMiddleware, cookie_header, error_text
 from crawlhive.crawler.requests import (
     CONTEXT,
@@ -105,6 +105,26 @@ def test_links_filters_canonical_unique_in_order() -> None:
         "http://sub.a.com:81/e",
     ]
     assert extract_links(Response("http://a.com/x.bin", body=b"\x00"), request) == []
+
+
+def test_crawl_traps_are_dropped_by_the_link_filters() -> None:
+    """docs/contract.md §10.7: too long, or one path segment repeated more than allowed."""
+    limits = LinkLimits(max_url_length=60, max_segment_repeats=3)
+    assert not limits.is_trap("http://a.com/a/b/a/b/a/b/")  # three times each: allowed
+    assert limits.is_trap("http://a.com/a/b/a/b/a/b/a/b/")  # four
+    assert limits.is_trap("http://a.com/" + "x" * 60)
+    assert not LinkLimits(0, 0).is_trap("http://a.com/a/a/a/a/a/" + "x" * 9000)  # 0 = rule off
+    body = (
+        '<a href="/cal/2026/11/2026/11/2026/11/2026/11/">trap</a><a href="/ok">ok</a><a href="/'
+        + "y" * 80
+        + '">long</a>'
+    )
+    page = _page("http://a.com/", body)
+    request = FrontierRequest("http://a.com/", "app", "c1")
+    assert [link["url"] for link in extract_links(page, request, limits)] == ["http://a.com/ok"]
+    assert len(extract_links(page, request)) == 2  # the defaults (2083 characters, 3 repeats) keep the long one
+    assert link_allowed("http://a.com/ok", request, limits)
+    assert not link_allowed("http://a.com/cal/1/1/1/1/", request, limits)
 
 
 def test_item_has_the_13_keys_and_api_formats() -> None:

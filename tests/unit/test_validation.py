@@ -36,9 +36,9 @@ def test_minimal_crawl_gets_every_default(validator: RequestValidator) -> None:
     assert out.plugin is ScraperHandler
     assert out.message == {
         "url": "http://example.com/", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "priority": 1,
-        "maxdepth": 0, "domain_max_pages": None, "allowed_domains": None, "allow_regex": None, "deny_regex": None,
-        "deny_extensions": None, "expires": 0, "useragent": None, "cookie": None, "attrs": None, "method": "GET",
-        "headers": None, "body": None, "cookies": None,
+        "maxdepth": 0, "domain_max_pages": None, "max_pages": None, "allowed_domains": None, "allow_regex": None,
+        "deny_regex": None, "deny_extensions": None, "expires": 0, "useragent": None, "cookie": None, "attrs": None,
+        "method": "GET", "headers": None, "body": None, "cookies": None,
     }  # fmt: skip
 
 
@@ -195,12 +195,18 @@ def test_escaped_surrogate_pairs_are_fine(validator: RequestValidator) -> None:
 
 def test_limits_come_from_settings() -> None:
     strict = RequestValidator.from_settings(
-        Settings.from_overrides(SCHEMA_PRIORITY_MAX=10, SCHEMA_MAXDEPTH_MAX=1, SCHEMA_DOMAIN_MAX_PAGES_MAX=5)
+        Settings.from_overrides(
+            SCHEMA_PRIORITY_MAX=10, SCHEMA_MAXDEPTH_MAX=1, SCHEMA_DOMAIN_MAX_PAGES_MAX=5, SCHEMA_MAX_PAGES_MAX=100
+        )
     )
     base = {"url": "http://x.com/", "appid": "app", "crawlid": "c"}
     assert reason(strict, {**base, "priority": 11}).endswith("11 is greater than the maximum of 10 (at /priority)")
     assert reason(strict, {**base, "maxdepth": 2}).endswith("(at /maxdepth)")
     assert reason(strict, {**base, "domain_max_pages": 6}).endswith("(at /domain_max_pages)")
+    assert reason(strict, {**base, "max_pages": 101}).endswith("(at /max_pages)")
+    assert reason(strict, {**base, "max_pages": 0}).endswith("0 is less than the minimum of 1 (at /max_pages)")
+    accepted = strict.validate({**base, "max_pages": 100})
+    assert isinstance(accepted, Accepted) and accepted.message["max_pages"] == 100
     assert isinstance(strict.validate({**base, "priority": 10}), Accepted)
     put = RequestValidator.from_settings(Settings.from_overrides(SCHEMA_ALLOWED_METHODS=["GET", "PUT"]))
     assert isinstance(put.validate({**base, "method": "PUT"}), Accepted)

@@ -83,6 +83,8 @@ class FrontierRequest:
     retry_times: int = 0
     maxdepth: int = 0
     domain_max_pages: int | None = None
+    max_pages: int | None = None
+    """The crawl's page budget across all domains (§10.7); None = none."""
     allowed_domains: list[str] | None = None
     allow_regex: list[str] | None = None
     deny_regex: list[str] | None = None
@@ -133,6 +135,7 @@ def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
         cookies=message["cookies"],
         maxdepth=message["maxdepth"],
         domain_max_pages=message["domain_max_pages"],
+        max_pages=message.get("max_pages"),
         allowed_domains=message["allowed_domains"],
         allow_regex=message["allow_regex"],
         deny_regex=message["deny_regex"],

@@ -1,7 +1,8 @@
 -- Check a fetched page's lease and filter its links, in one step.
 -- KEYS: 1 leases(spider), 2 crawl stopped marker, 3 dupefilter(crawl), 4.. page-cap sets.
 -- ARGV: 1 leased member, 2 lease (us), 3 filter TTL (ms), 4 page fingerprint, 5 page cap-set index
---       into KEYS (0 = none), then per link: fingerprint, cap-set index (0 = none), cap.
+--       into KEYS (0 = none), 6 the crawl's page budget (max_pages; 0 = none), then per link:
+--       fingerprint, cap-set index (0 = none), cap.
 -- Returns {verdict, admitted flags...}: verdict 1 = lease ours and renewed, links checked;
 -- 2 = crawl stopped, lease taken after the stop (a resubmitted seed: emit, queue no links);
 -- 3 = crawl stopped while in flight (drop); 0 = lease lost (drop, do not ack).
@@ -20,15 +21,34 @@ redis.call('HSETNX', KEYS[3], owner, owner)
 local own = tonumber(ARGV[5])
 if own > 0 then redis.call('SADD', KEYS[own], owner) end
 local out = {1}
-for i = 6, #ARGV, 3 do
+local budget = tonumber(ARGV[6])
+-- Requests of the crawl admitted so far: every fingerprint of its dupefilter (pages fetched and
+-- links queued), so a crawl's budget holds across processes and refetches count once.
+local used = 0
+if budget > 0 then used = redis.call('HLEN', KEYS[3]) end
+for i = 7, #ARGV, 3 do
   local fp = ARGV[i]
   local idx = tonumber(ARGV[i + 1])
-  local ok = fp ~= owner and (redis.call('HSETNX', KEYS[3], fp, owner) == 1 or redis.call('HGET', KEYS[3], fp) == owner)
-  if ok and idx > 0 and redis.call('SISMEMBER', KEYS[idx], fp) == 0 then
-    if redis.call('SCARD', KEYS[idx]) < tonumber(ARGV[i + 2]) then
-      redis.call('SADD', KEYS[idx], fp)
+  local ok = false
+  if fp ~= owner then
+    if idx == 0 and budget == 0 then
+      -- no cap, no budget: the dupefilter alone (a link this page queued before is queued again)
+      ok = redis.call('HSETNX', KEYS[3], fp, owner) == 1 or redis.call('HGET', KEYS[3], fp) == owner
     else
-      ok = false
+      local seen = redis.call('HGET', KEYS[3], fp)
+      if seen then
+        ok = seen == owner
+      else
+        ok = budget == 0 or used < budget
+        if ok and idx > 0 and redis.call('SISMEMBER', KEYS[idx], fp) == 0 then
+          ok = redis.call('SCARD', KEYS[idx]) < tonumber(ARGV[i + 2])
+        end
+        if ok then
+          redis.call('HSET', KEYS[3], fp, owner)
+          used = used + 1
+          if idx > 0 then redis.call('SADD', KEYS[idx], fp) end
+        end
+      end
     end
   end
   out[#out + 1] = ok and 1 or 0
