@@ -88,6 +88,7 @@ test-quick: $(STAMP)
 bench: $(STAMP)
 	@echo "machine: $$(nproc) cores, $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $$(free -h | awk '/^Mem:/{print $$2}') memory"
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/feed.py
 	$(BIN)/python bench/info.py
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/throttle.py

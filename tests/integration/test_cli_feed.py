@@ -103,3 +103,93 @@ def test_feed_wait_without_uuid_just_sends(settings: Settings, tmp_path: Path) -
     )
     assert out.returncode == 0, out.stderr
     assert "--wait ignored: the request has no uuid" in out.stderr
+
+
+def _incoming(settings: Settings, count: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    consumer = make_consumer(settings, settings.topic("incoming"), group_id=None)
+    found: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while len(found) < count and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                found += [json.loads(record.value) for record in records]
+        time.sleep(0.5)
+        for records in consumer.poll(timeout_ms=500).values():  # nothing more than expected
+            found += [json.loads(record.value) for record in records]
+    finally:
+        consumer.close()
+    return found
+
+
+def test_feed_file_sends_valid_lines_lists_rejected_ones_and_exits_1(settings: Settings, tmp_path: Path) -> None:
+    """docs/contract.md §14: one crawl request per line, URL or JSON; rejected lines listed with
+    their number and reason; exit 1 when any was rejected, the others sent."""
+    ensure_topics(settings, [settings.topic("incoming")])
+    lines = [
+        "http://a.example/1",
+        "",
+        "# a comment",
+        "http://a.example/2",
+        '{"url": "http://b.example/", "crawlid": "own", "priority": 5}',
+        "ftp://a.example/3",
+        '{"url": "http://b.example/broken"',
+        '{"action": "info", "appid": "bulk", "uuid": "u1", "spiderid": "link"}',
+        "a.example/4",
+    ]
+    path = tmp_path / "urls.txt"
+    path.write_text("\n".join(lines) + "\n")
+    done = subprocess.run(
+        [*CLI, "feed", "--file", str(path), "--appid", "bulk", "--crawlid", "b1", "--set-field", "maxdepth=1"],
+        env=_env(settings, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "line 6: Invalid request: crawl: 'ftp://a.example/3' is not an absolute http(s) URL" in done.stderr
+    assert "line 7: Invalid request: not JSON" in done.stderr
+    assert "line 8: Invalid request: " in done.stderr  # an info request (with crawl fields added)
+    assert f"feed: 4 crawl requests sent to {settings.topic('incoming')}; 3 lines rejected" in done.stderr
+    sent = _incoming(settings, 4)
+    assert sorted((m["url"], m["crawlid"], m["maxdepth"]) for m in sent) == [
+        ("a.example/4", "b1", 1),  # sent as given; the kafka-monitor adds the scheme as it does for feed
+        ("http://a.example/1", "b1", 1),
+        ("http://a.example/2", "b1", 1),
+        ("http://b.example/", "own", 1),
+    ]
+    assert {m["appid"] for m in sent} == {"bulk"}
+
+
+def test_feed_file_exit_codes(settings: Settings, tmp_path: Path) -> None:
+    ensure_topics(settings, [settings.topic("incoming")])
+    path = tmp_path / "ok.txt"
+    path.write_text("".join(f"http://c.example/{i}\n" for i in range(2000)))
+    env = _env(settings, tmp_path)
+    ok = subprocess.run(
+        [*CLI, "feed", "--file", str(path), "--appid", "bulk", "--crawlid", "b2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "feed: 2,000 crawl requests sent" in ok.stderr and "Traceback" not in ok.stderr
+    assert len([m for m in _incoming(settings, 2000) if m["crawlid"] == "b2"]) == 2000
+    no_ids = subprocess.run([*CLI, "feed", "--file", str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert no_ids.returncode == 1 and "--appid and --crawlid are required" in no_ids.stderr
+    missing = subprocess.run(
+        [*CLI, "feed", "--file", str(tmp_path / "nope.txt"), "--appid", "bulk", "--crawlid", "b3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1 and "--file: cannot read" in missing.stderr and "Traceback" not in missing.stderr
+    no_broker = subprocess.run(
+        [*CLI, "feed", "--file", str(path), "--appid", "bulk", "--crawlid", "b4"],
+        env={**env, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert no_broker.returncode == 2 and "KAFKA_BOOTSTRAP_SERVERS" in no_broker.stderr, no_broker.stderr

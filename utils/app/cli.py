@@ -84,10 +84,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_feed(args: argparse.Namespace) -> int:
-    """Produce one request to ``<prefix>.incoming``; with ``--wait``, print the answer to its uuid."""
+    """Produce one request to ``<prefix>.incoming``; with ``--wait``, print the answer to its uuid.
+    With ``--file``, one crawl request per line (:func:`cmd_feed_file`)."""
     from crawlhive.utils.connections import make_producer
 
     settings = _settings_from_args(args)
+    if args.file is not None:
+        return cmd_feed_file(args, settings)
+    if args.json is None:
+        print("feed: give a request as JSON, or --file PATH (see crawlhive feed --help)", file=sys.stderr)
+        return EXIT_INVALID
     try:
         request = json.loads(args.json)
     except ValueError as exc:
@@ -142,6 +148,40 @@ def cmd_feed(args: argparse.Namespace) -> int:
     finally:
         if answers is not None:
             answers.close()
+
+
+def cmd_feed_file(args: argparse.Namespace, settings: Settings) -> int:
+    """``feed --file``: exit 0 when every line was sent, 1 when some were rejected (the rest were
+    sent), 2 when Kafka did not acknowledge them all, 130 after Ctrl-C (docs/contract.md §14)."""
+    from crawlhive.utils.app.bulkfeed import feed_file, parse_fields
+
+    if args.json is not None:
+        print("feed: give either a request as JSON or --file, not both", file=sys.stderr)
+        return EXIT_INVALID
+    if not args.appid or not args.crawlid:
+        print("feed --file: --appid and --crawlid are required (lines that set them win)", file=sys.stderr)
+        return EXIT_INVALID
+    defaults = {"appid": args.appid, "crawlid": args.crawlid, **parse_fields(args.set_field or [])}
+    try:
+        result = feed_file(settings, args.file, defaults, validate=not args.no_validate)
+    except BackendUnavailable as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_KAFKA
+    topic = settings.topic("incoming")
+    summary = f"feed: {result.sent:,} crawl requests sent to {topic}"
+    if result.rejected_count:
+        summary += f"; {result.rejected_count:,} lines rejected (listed above)"
+    if result.failed:
+        error = result.first_error or "no answer"
+        summary += f"; {result.failed:,} not acknowledged by Kafka ({error}; check KAFKA_BOOTSTRAP_SERVERS)"
+    if result.interrupted:
+        summary += "; interrupted: the rest of the file was not read"
+    print(summary, file=sys.stderr, flush=True)
+    if result.interrupted:
+        return EXIT_FORCED
+    if result.failed:
+        return EXIT_KAFKA
+    return EXIT_INVALID if result.rejected_count else EXIT_OK
 
 
 class _AnswerWatch:
@@ -343,7 +383,9 @@ examples:
 examples:
   crawlhive feed '{"url": "http://127.0.0.1:8000/", "appid": "tour", "crawlid": "c1", "maxdepth": 2}'
   crawlhive feed '{"action": "info", "appid": "tour", "crawlid": "c1", "spiderid": "link", "uuid": "i1"}' --wait 10
-  crawlhive feed '{"stats": "queue", "appid": "tour", "uuid": "s1"}' --wait 10""",
+  crawlhive feed '{"stats": "queue", "appid": "tour", "uuid": "s1"}' --wait 10
+  crawlhive feed --file urls.txt --appid tour --crawlid big1 --set-field maxdepth=1
+                 # one URL (or JSON crawl request) per line; exit 1 if a line was rejected""",
     "dump": """examples:
   crawlhive dump crawled_firehose -nb         # new crawled pages, without bodies
   crawlhive dump outbound_firehose -b -p      # every answer so far, indented
@@ -398,8 +440,19 @@ def build_parser() -> argparse.ArgumentParser:
     rest.add_argument("--port", type=int, help="listen port (REST_PORT)")
     rest.set_defaults(func=cmd_rest, setting_options={"host": "REST_HOST", "port": "REST_PORT"})
 
-    feed = command("feed", "send one JSON request to <prefix>.incoming")
-    feed.add_argument("json", help="the request, as JSON (kinds below)")
+    feed = command("feed", "send one JSON request, or a file of crawl requests, to <prefix>.incoming")
+    feed.add_argument("json", nargs="?", help="the request, as JSON (kinds below)")
+    feed.add_argument(
+        "--file", metavar="PATH", help="one crawl request per line: a URL or a JSON crawl request (- for stdin)"
+    )
+    feed.add_argument("--appid", help="with --file: the appid of every request")
+    feed.add_argument("--crawlid", help="with --file: the crawlid of every request")
+    feed.add_argument(
+        "--set-field",
+        action="append",
+        metavar="NAME=JSON",
+        help='with --file: a crawl field for every request, e.g. maxdepth=1 or allowed_domains=["a.com"]',
+    )
     feed.add_argument(
         "--wait", type=float, metavar="SECONDS", help="print the outbound answer to the request's uuid (exit 3 if none)"
     )
