@@ -150,6 +150,10 @@ def cmd_feed(args: argparse.Namespace) -> int:
             answers.close()
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def cmd_feed_file(args: argparse.Namespace, settings: Settings) -> int:
     """``feed --file``: exit 0 when every line was sent, 1 when some were rejected (the rest were
     sent), 2 when Kafka did not acknowledge them all, 130 after Ctrl-C (docs/contract.md §14)."""
@@ -168,9 +172,9 @@ def cmd_feed_file(args: argparse.Namespace, settings: Settings) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_KAFKA
     topic = settings.topic("incoming")
-    summary = f"feed: {result.sent:,} crawl requests sent to {topic}"
+    summary = f"feed: {_count(result.sent, 'crawl request')} sent to {topic}"
     if result.rejected_count:
-        summary += f"; {result.rejected_count:,} lines rejected (listed above)"
+        summary += f"; {_count(result.rejected_count, 'line')} rejected (listed above)"
     if result.failed:
         error = result.first_error or "no answer"
         summary += f"; {result.failed:,} not acknowledged by Kafka ({error}; check KAFKA_BOOTSTRAP_SERVERS)"
