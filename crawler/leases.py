@@ -8,7 +8,8 @@ lease ends:
   queued and its lease acked, in one ``MULTI`` shared with every page finished in the same reactor
   turn;
 * :meth:`LeaseTable.drop`: a policy drop (nothing emitted, no counter);
-* :meth:`LeaseTable.retry`: back to the frontier as a retry, for any crawler (docs/contract.md §3.10);
+* :meth:`LeaseTable.retry`: back to the frontier as a retry, for any crawler, after its back-off
+  (docs/contract.md §3.10, §14);
 * :meth:`LeaseTable.give_back`: an unstarted request handed back unchanged (graceful shutdown);
 * :meth:`LeaseTable.abandon`: forgotten here without ending it: it expires and the redis-monitor
   reclaims it (a Kafka or Redis failure never acks: at least once, §3.12).
@@ -95,6 +96,7 @@ class LeaseTable:
         self.inflight: dict[bytes, LeaseContext] = {}
         self.closed = False
         self._finishing: list[tuple[LeaseContext, str]] = []
+        self._parked: dict[bytes, Any] = {}  # member -> timer of a retry waiting out its back-off
         self._items: dict[int, tuple[Any, LeaseContext, int]] = {}  # id(item) -> (item, its page, times yielded)
         self._flush_call: Any = None
 
@@ -225,10 +227,41 @@ class LeaseTable:
         except RedisError:
             logger.error("finishing %d pages failed; their leases will be reclaimed", len(batch), exc_info=True)
 
-    def retry(self, context: LeaseContext) -> None:
-        """Put *context*'s request back in the frontier as a retry (§3.10), for any crawler."""
-        if self._end(context) and self.worker.requeue(context.lease.member, retried(context.request)):
-            self.wake_crawlers(context.request.spiderid)
+    def retry(self, context: LeaseContext, wait_s: float = 0.0) -> None:
+        """Put *context*'s request back in the frontier as a retry (§3.10), for any crawler, once
+        *wait_s* seconds (its back-off, §14) have passed.
+
+        Meanwhile the lease is parked in Redis (:meth:`FrontierWorker.park`) and this process goes
+        on with other work; a timer requeues it when due. Should this process stop first, the lease
+        expires then and a lease reaper requeues it the same way.
+        """
+        if not self._end(context):
+            return
+        if wait_s <= 0:
+            self._requeue_retry(context.lease)
+            return
+        try:
+            status = self.worker.park(context.lease, wait_s)
+        except RedisError:
+            logger.warning("could not park a retry of %s; its lease will be reclaimed", context.request.url)
+            return
+        if status is TouchStatus.STOPPED:  # nothing to retry: end it as a policy drop
+            self._finishing.append((context, ""))
+            self.flush_finished()
+        elif status is TouchStatus.RENEWED and not self.closed:
+            call = reactor.callLater(wait_s, self._due, context.lease)  # type: ignore[arg-type]
+            self._parked[context.lease.member] = call
+
+    def _due(self, lease: Lease) -> None:
+        self._parked.pop(lease.member, None)
+        self._requeue_retry(lease)
+
+    def _requeue_retry(self, lease: Lease) -> None:
+        try:
+            if self.worker.requeue(lease.member, retried(lease.request)):
+                self.wake_crawlers(lease.request.spiderid)
+        except RedisError:
+            logger.warning("could not requeue a retry of %s; its lease will be reclaimed", lease.request.url)
 
     def give_back(self, context: LeaseContext) -> None:
         """Hand an unstarted request back to the frontier unchanged (graceful shutdown)."""
@@ -248,6 +281,11 @@ class LeaseTable:
             logger.warning("could not publish a wake-up; idle crawlers find the work later", exc_info=True)
 
     def close(self) -> None:
-        """Write what is pending; later finishes are no longer written (their leases are reclaimed)."""
+        """Write what is pending; later finishes are no longer written (their leases are reclaimed).
+        Retries waiting out their back-off stay parked in Redis: a lease reaper requeues them."""
         self.flush_finished()
+        for call in self._parked.values():
+            if call.active():
+                call.cancel()
+        self._parked.clear()
         self.closed = True

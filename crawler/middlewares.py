@@ -37,7 +37,7 @@ from scrapy.exceptions import IgnoreRequest
 
 from crawlhive.crawler.admit import Verdict
 from crawlhive.crawler.links import allowed_domains, host_allowed, link_allowed
-from crawlhive.crawler.requests import FAILURE, CannotTravel, context_of
+from crawlhive.crawler.requests import FAILURE, RETRY_AFTER, CannotTravel, context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.utils.domains import domain_of_url, origin_of
 from crawlhive.utils.frontier import defer_domain, parse_retry_after
@@ -286,6 +286,7 @@ class RetryAfterMiddleware:
         context = context_of(request)
         if delay is None or context is None:
             return response
+        request.meta[RETRY_AFTER] = delay  # the retry Scrapy makes of it (a copy) waits as long
         crawl = context.request
         domain = domain_of_url(request.url)
         try:

@@ -31,6 +31,10 @@ FAILURE = "crawlhive_failure"
 """Request meta key a crawlhive middleware sets to end a request for good: the ``error`` of its crawl
 dead letter (``blocked network: …``, ``response too large: …``). Such a request is never retried."""
 
+RETRY_AFTER = "crawlhive_retry_after"
+"""Request meta key: seconds a response's ``Retry-After`` asked for (set by the Retry-After
+middleware; a retry waits at least that long, docs/contract.md §14)."""
+
 FRONTIER = "frontier"
 """Request meta key a spider may set on a request it yields, to override what the child inherits:
 ``{"attrs": {...}, "spiderid": "other", "priority": 5}`` (the wandering spider sets ``attrs``)."""
@@ -46,6 +50,7 @@ _SCRAPY_META = frozenset(
         CONTEXT,
         FAILURE,
         FRONTIER,
+        RETRY_AFTER,
         "depth",
         "retry_times",
         "download_slot",

@@ -56,7 +56,7 @@ from crawlhive.crawler.requests import scrapy_request
 from crawlhive.crawler.settings import spider_lists
 from crawlhive.utils import stats as stat_names
 from crawlhive.utils.connections import async_redis_from_settings, make_producer, redis_from_settings
-from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases
+from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases, retry_backoff
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ProcessContext
 
@@ -327,6 +327,17 @@ class CrawlRuntime:
         context.fingerprint = self.crawler.request_fingerprinter.fingerprint(built).hex()
         self.leases.add(context)
         return built
+
+    def retry_wait(self, failures: int, retry_after: Any = None) -> float:
+        """Seconds the retry after the *failures*-th failed attempt waits (docs/contract.md §14):
+        its back-off (RETRY_BACKOFF_BASE doubling up to RETRY_BACKOFF_MAX, jittered), or the
+        response's ``Retry-After`` (*retry_after*, seconds) when that is later."""
+        wait = retry_backoff(
+            failures, self.settings.getfloat("RETRY_BACKOFF_BASE"), self.settings.getfloat("RETRY_BACKOFF_MAX")
+        )
+        if isinstance(retry_after, int | float) and retry_after > wait:
+            wait = float(retry_after)
+        return wait
 
     # --- stats --------------------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ time the pop reported (``wait_s``: the next domain's throttle opens) has passed 
 
 Requests that Scrapy hands back to the scheduler (``enqueue_request``) all belong to a lease: a
 redirect is kept here and served first, a retry from Scrapy's ``RetryMiddleware`` (its
-``retry_times`` meta went up) goes back to the frontier for any crawler. Spiders' own requests never
+``retry_times`` meta went up) goes back to the frontier for any crawler once its back-off has
+passed (:meth:`CrawlRuntime.retry_wait`, docs/contract.md §14). Spiders' own requests never
 arrive here: the spider middleware turns them into frontier requests.
 """
 
@@ -35,7 +36,7 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import reactor
 
-from crawlhive.crawler.requests import context_of
+from crawlhive.crawler.requests import RETRY_AFTER, context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 
 if TYPE_CHECKING:
@@ -170,8 +171,9 @@ class FrontierScheduler(BaseScheduler):
         if context is None or context.done:
             logger.warning("dropping %s: not a request of a frontier lease", request)
             return False
-        if request.meta.get("retry_times", 0) > context.request.retry_times:
-            self.runtime.leases.retry(context)
+        failures = int(request.meta.get("retry_times", 0))
+        if failures > context.request.retry_times:
+            self.runtime.leases.retry(context, self.runtime.retry_wait(failures, request.meta.get(RETRY_AFTER)))
             return True
         self._local.append(request)
         return True

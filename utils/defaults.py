@@ -227,6 +227,14 @@ RETRY_TIMES: int = 3
 RETRY_HTTP_CODES: list[int] = [500, 502, 503, 504, 522, 524, 408, 429]
 """HTTP statuses that count as a failed fetch and are retried."""
 
+RETRY_BACKOFF_BASE: float = 5.0
+"""Seconds before the first retry of a failed fetch; each later retry waits twice as long
+(±20 % jitter), up to RETRY_BACKOFF_MAX, or the response's ``Retry-After`` if later (§14).
+0 = retry at once."""
+
+RETRY_BACKOFF_MAX: float = 300.0
+"""Longest wait before a retry (seconds)."""
+
 DOWNLOAD_TIMEOUT: float = 10.0
 """Seconds a download may take before it fails."""
 

@@ -161,6 +161,7 @@ def crawler_env(settings: Settings, **overrides: Any) -> dict[str, str]:
         "QUEUE_MODERATED": False,
         "DOWNLOAD_TIMEOUT": 3,
         "RETRY_TIMES": 2,
+        "RETRY_BACKOFF_BASE": 0.2,  # retries wait out a short back-off (§14); its own test sets more
         "LEASE_TIMEOUT": 10,
         "HEARTBEAT_INTERVAL": 1,
         "CRAWLER_ALLOWED_NETWORKS": ["127.0.0.0/8"],  # the test sites are on loopback (§10.2)

@@ -1,14 +1,29 @@
 """Frontier features (docs/contract.md §10.7, §14), seen from the site's side: a crawl's page budget
-(``max_pages``, CRAWL_MAX_PAGES_DEFAULT) across crawler processes, and crawl-trap links never
-requested."""
+(``max_pages``, CRAWL_MAX_PAGES_DEFAULT) across crawler processes, crawl-trap links never
+requested, and retries that wait out their back-off (request times), across a crawler restart."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import redis
-from crawlerkit import Crawler, TestSite, crawler_env, crawler_module, html, isolated_settings, output_collector, seed
+from crawlerkit import (
+    Crawler,
+    Seen,
+    TestSite,
+    crawler_env,
+    crawler_module,
+    html,
+    isolated_settings,
+    output_collector,
+    seed,
+)
+
+from crawlhive.utils.frontier import FrontierWorker, reclaim_expired_leases
+from crawlhive.utils.keys import Keys
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,3 +90,91 @@ def test_max_pages_bounds_a_crawl_across_two_crawlers(
     assert len(site.hits("/d/")) == 9
     assert len(site.hits("/s/")) == 9
     assert len(collector.of("m1")) == 7
+
+
+def test_a_failed_fetch_waits_out_its_back_off_while_other_work_goes_on(
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """§14: the n-th retry waits RETRY_BACKOFF_BASE × 2^(n−1) (±20 %), parked in Redis (the crawl
+    shows it in flight), while the crawler fetches other work meanwhile."""
+    answers = iter([503, 503])
+
+    def flaky(_seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        return next(answers, 200), {"Content-Type": "text/html"}, html()
+
+    site.handler("/bo/flaky", flaky)
+    site.page("/bo/other", html())
+    with crawler_module(redis_url, kafka_bootstrap, tmp_path, "bo", RETRY_BACKOFF_BASE=1.0, RETRY_TIMES=3) as env:
+        settings, client = env["settings"], env["redis"]
+        keys = Keys(settings["REDIS_KEY_PREFIX"])
+        seed(settings, client, appid="boapp", crawlid="b1", url=site.url("/bo/flaky"))
+        _wait_for_hits(site, "/bo/flaky", 1)
+        time.sleep(0.3)
+        record = client.hgetall(keys.crawl("link", "boapp", "b1"))
+        assert int(record[b"inflight"]) == 1  # the waiting retry: parked, not lost, not queued
+        seed(settings, client, appid="boapp", crawlid="b2", url=site.url("/bo/other"))
+        (item,) = env["collector"].wait_for("b1", 1, timeout=30)
+        assert item["status_code"] == 200
+    flaky_times = [s.at for s in site.hits("/bo/flaky")]
+    other_at = site.hits("/bo/other")[0].at
+    assert len(flaky_times) == 3
+    first, second = flaky_times[1] - flaky_times[0], flaky_times[2] - flaky_times[1]
+    assert 0.8 <= first <= 2.5, flaky_times  # 1 s ± 20 %, plus a pop
+    assert 1.6 <= second <= 3.5, flaky_times  # 2 s ± 20 %
+    assert flaky_times[0] < other_at < flaky_times[1]  # fetched while the retry waited
+
+
+def test_a_waiting_retry_survives_the_restart_of_its_crawler(
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    answers = iter([503])
+
+    def flaky(_seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        return next(answers, 200), {"Content-Type": "text/html"}, html()
+
+    site.handler("/rs/flaky", flaky)
+    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rs")
+    client = redis.Redis.from_url(redis_url)
+    collector = output_collector(settings)
+    env = crawler_env(settings, RETRY_BACKOFF_BASE=3.0)
+    worker = FrontierWorker.from_settings(client, settings)
+    stop = threading.Event()
+
+    def reaper() -> None:  # the redis-monitor's lease reaper, in a small loop
+        while not stop.is_set():
+            reclaim_expired_leases(worker, "link", 2)
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=reaper, daemon=True)
+    first = Crawler(env, tmp_path, name="before")
+    second: Crawler | None = None
+    try:
+        first.wait_ready(client, settings["REDIS_KEY_PREFIX"])
+        seed(settings, client, appid="rsapp", crawlid="r1", url=site.url("/rs/flaky"))
+        _wait_for_hits(site, "/rs/flaky", 1)
+        time.sleep(0.3)
+        assert first.terminate() == 0, first.output()  # a graceful stop with the retry waiting
+        thread.start()
+        second = Crawler(env, tmp_path, name="after")
+        (item,) = collector.wait_for("r1", 1, timeout=30)
+        assert item["status_code"] == 200
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join(5)
+        first.kill()
+        if second is not None:
+            assert second.terminate() == 0, second.output()
+        collector.close()
+        for key in client.scan_iter(match=f"{settings['REDIS_KEY_PREFIX']}*", count=1000):
+            client.delete(key)
+        client.close()
+    times = [s.at for s in site.hits("/rs/flaky")]
+    assert len(times) == 2 and times[1] - times[0] >= 3.0 * 0.8, times
+
+
+def _wait_for_hits(site: TestSite, prefix: str, count: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while len(site.hits(prefix)) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(site.hits(prefix)) >= count, f"{prefix} was not fetched"

@@ -265,3 +265,18 @@ def test_score_encoding_is_exact_and_the_lua_twin_agrees(
         assert redis_client.zscore(queue, lease.member) == encode_score(priority, seq)
         assert worker.pop("link").lease is not None  # leave the queue empty for the next priority
         redis_client.delete(keys.crawl_queue("link", "app", "c1", "example.com"))
+
+
+def test_retry_backoff_doubles_to_its_cap_with_jitter() -> None:
+    """docs/contract.md §14: base × 2^(n−1), capped, ±20 %; 0 base = at once."""
+    import random
+
+    from crawlhive.utils.frontier import retry_backoff
+
+    rng = random.Random(7)
+    for failures, nominal in ((1, 5.0), (2, 10.0), (3, 20.0), (7, 300.0), (60, 300.0), (10_000, 300.0)):
+        waits = [retry_backoff(failures, 5.0, 300.0, rng) for _ in range(200)]
+        assert all(nominal * 0.8 <= w <= nominal * 1.2 for w in waits), (failures, min(waits), max(waits))
+        assert max(waits) - min(waits) > nominal * 0.2  # jittered, not constant
+    assert retry_backoff(3, 0.0, 300.0) == 0.0
+    assert retry_backoff(0, 5.0, 300.0) == 0.0

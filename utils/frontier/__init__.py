@@ -22,6 +22,7 @@ from crawlhive.utils.frontier.model import (
     decode_priority,
     encode_score,
     retried,
+    retry_backoff,
     seed_from_request,
 )
 from crawlhive.utils.frontier.reader import CrawlState, DomainBacklog, FrontierReader
@@ -65,5 +66,6 @@ __all__ = [
     "recheck_domain",
     "reclaim_expired_leases",
     "retried",
+    "retry_backoff",
     "seed_from_request",
 ]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -152,6 +153,21 @@ def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
 def retried(request: FrontierRequest) -> FrontierRequest:
     """The retry of *request* (docs/contract.md §3.10): one more ``retry_times``, priority lowered by 10."""
     return dataclasses.replace(request, retry_times=request.retry_times + 1, priority=request.priority - 10)
+
+
+#: Relative jitter of a retry back-off: the wait is drawn within ±20 % of its nominal value.
+RETRY_BACKOFF_JITTER = 0.2
+
+
+def retry_backoff(failures: int, base_s: float, cap_s: float, rng: random.Random | None = None) -> float:
+    """Seconds before the retry that follows the *failures*-th failed attempt (docs/contract.md
+    §14): ``base × 2^(failures − 1)`` capped at *cap_s*, within ±20 % jitter (so the retries of
+    many requests that failed together do not return together); 0 when *base_s* is 0."""
+    if base_s <= 0 or failures <= 0:
+        return 0.0
+    nominal = min(cap_s, base_s * 2.0 ** min(failures - 1, 60))
+    jitter = (rng or random).uniform(-RETRY_BACKOFF_JITTER, RETRY_BACKOFF_JITTER)
+    return max(0.0, nominal * (1.0 + jitter))
 
 
 #: The ``error`` of the dead letter of a request whose lease expired once too often (§3.12).

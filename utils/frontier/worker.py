@@ -170,6 +170,18 @@ class FrontierWorker:
         )
         return TouchStatus(int(result) if int(result) in (0, 2) else 1)
 
+    def park(self, lease: Lease, wait_s: float) -> TouchStatus:
+        """Keep *lease* for *wait_s* seconds more and no longer renew it: a retry waiting out its
+        back-off (docs/contract.md §14). When the wait is over, whoever comes first requeues it as a
+        retry: the crawler that parked it, or any lease reaper (the lease has expired), so a waiting
+        retry survives the restart of its crawler. Stopping the crawl cancels it like any lease."""
+        r = lease.request
+        result = self.scripts["lease_touch"](
+            keys=[self.keys.leases(r.spiderid), self.keys.crawl_stopped(r.spiderid, r.appid, r.crawlid)],
+            args=[lease.member, max(1, int(wait_s * 1_000_000))],
+        )
+        return TouchStatus(int(result) if int(result) in (0, 2) else 1)
+
     def ack(self, lease: Lease, counter: str = "") -> bool:
         """End *lease*: its item or dead letter is acknowledged by Kafka, or it was dropped.
 
