@@ -27,6 +27,7 @@ scheduler, which puts it into the frontier for any crawler. Scrapy's cookie jar 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Self
@@ -36,9 +37,18 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 
 from crawlhive.crawler.admit import Verdict
+from crawlhive.crawler.limits import too_large
 from crawlhive.crawler.links import allowed_domains, host_allowed, link_allowed
-from crawlhive.crawler.requests import FAILURE, RETRY_AFTER, CannotTravel, context_of
+from crawlhive.crawler.requests import FAILURE, RETRY_AFTER, CannotTravel, context_of, is_seed
 from crawlhive.crawler.runtime import CrawlRuntime
+from crawlhive.crawler.sitemaps import (
+    SITEMAP,
+    Discovered,
+    SitemapTooLarge,
+    discover,
+    robots_request,
+    sitemap_request,
+)
 from crawlhive.utils.domains import domain_of_url, origin_of
 from crawlhive.utils.frontier import defer_domain, parse_retry_after
 from crawlhive.utils.stats import NETWORK_FAILURE_CODE
@@ -218,12 +228,66 @@ class FrontierSpiderMiddleware:
         )
         self.runtime.leases.abandon(context)
 
+    def process_spider_input(self, response: Response) -> None:
+        """A robots.txt or sitemap document of a ``sitemap: true`` crawl (or its seed, when that is
+        a sitemap) never reaches the spider: :class:`_SitemapDocument` takes it to
+        :meth:`process_spider_exception`, which queues what it lists (§14)."""
+        context = context_of(response.request)
+        if context is None or context.done or not context.request.sitemap:
+            return
+        kind = response.request.meta.get(SITEMAP) if response.request is not None else None
+        if kind is None and not is_seed(context.request):
+            return
+        try:
+            found = discover(response, kind, self.runtime.settings.getint("DOWNLOAD_MAXSIZE"))
+        except SitemapTooLarge as exc:
+            raise _SitemapDocument(None, too_large(str(exc))) from None
+        if found is not None:
+            raise _SitemapDocument(found)
+
+    def _sitemap_document(self, context: LeaseContext, document: _SitemapDocument) -> None:
+        """Queue what a robots.txt or sitemap lists, and end its lease without an item or count:
+        sitemaps to read next, and pages at depth 1 through the crawl's link filters (§14)."""
+        if document.error is not None:
+            self.runtime.emitter.fail(context, document.error)
+            return
+        found = document.found
+        assert found is not None
+        spider = self.crawler.spider
+        assert spider is not None
+        crawl = context.request
+        children = [
+            self.runtime.admission.child(context, sitemap_request(u), spider, i) for i, u in enumerate(found.sitemaps)
+        ]
+        offset = len(children)
+        for i, url in enumerate(found.pages):
+            if link_allowed(url, crawl, self.runtime.link_limits):
+                child, fingerprint = self.runtime.admission.child(context, Request(url), spider, offset + i)
+                children.append((dataclasses.replace(child, depth=1, sitemap=False), fingerprint))
+        try:
+            verdict = self.runtime.admission.admit(context, children)  # rare: blocking is fine
+        except RedisError:
+            self._admit_failed(context)
+            return
+        if verdict is Verdict.LOST:
+            self.runtime.leases.abandon(context)
+        elif verdict is Verdict.CANCELLED:
+            self.runtime.leases.drop(context)
+        else:
+            if verdict is Verdict.EMIT_NO_LINKS:
+                context.children = []
+            logger.debug("%s lists %d sitemaps, %d pages", crawl.url, len(found.sitemaps), len(found.pages))
+            self.runtime.leases.finish(context, "")
+
     def process_spider_exception(self, response: Response, exception: Exception) -> list[Any] | None:
         """A callback raised: the page ends as a crawl dead letter ``spider error: …``, never
         retried (a retry would fail the same way), with the traceback in the log (§11)."""
         context = context_of(response.request)
         if context is None or context.done:
             return None
+        if isinstance(exception, _SitemapDocument):
+            self._sitemap_document(context, exception)
+            return []
         logger.error("spider failed on %s", response.url, exc_info=exception)
         self.runtime.emitter.fail(context, f"spider error: {type(exception).__name__}: {exception}")
         return []
@@ -237,6 +301,9 @@ class FrontierSpiderMiddleware:
         assert spider is not None, "a page is parsed only while the spider is open"
         items = [o for o in outputs if o is not None and not isinstance(o, Request)]
         requests = [o for o in outputs if isinstance(o, Request)]
+        extra = []
+        if context.request.sitemap and is_seed(context.request):  # an ordinary page: look for sitemaps (§14)
+            extra.append(self.runtime.admission.child(context, robots_request(context.request.url), spider, -1))
         if requests and not getattr(spider, "filters_own_links", False):
             crawl = context.request
             if crawl.depth >= crawl.maxdepth:
@@ -248,7 +315,7 @@ class FrontierSpiderMiddleware:
                 children.append(self.runtime.admission.child(context, request, spider, i))
             except CannotTravel as exc:
                 logger.error("dropping a request the spider yielded on %s: %s", context.request.url, exc)
-        return items, children
+        return items, children + extra
 
     def _apply(self, context: LeaseContext, verdict: Verdict, items: list[Any]) -> list[Any]:
         """End or go on with *context*'s page after the admit's *verdict*; the items to pass on."""
@@ -264,6 +331,16 @@ class FrontierSpiderMiddleware:
             context.children = []
         self.runtime.leases.page_items(context, items)
         return items
+
+
+class _SitemapDocument(Exception):  # noqa: N818 - a signal between two hooks, not an error
+    """Raised by :meth:`FrontierSpiderMiddleware.process_spider_input` for a robots.txt or sitemap
+    response: Scrapy then skips the spider's callback and calls ``process_spider_exception``."""
+
+    def __init__(self, found: Discovered | None, error: str | None = None) -> None:
+        super().__init__(error or "sitemap document")
+        self.found = found
+        self.error = error
 
 
 class RetryAfterMiddleware:

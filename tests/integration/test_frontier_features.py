@@ -4,6 +4,7 @@ requested, and retries that wait out their back-off (request times), across a cr
 
 from __future__ import annotations
 
+import gzip
 import threading
 import time
 from pathlib import Path
@@ -178,3 +179,70 @@ def _wait_for_hits(site: TestSite, prefix: str, count: int, timeout: float = 20)
     while len(site.hits(prefix)) < count and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(site.hits(prefix)) >= count, f"{prefix} was not fetched"
+
+
+def _urlset(*urls: str) -> bytes:
+    entries = "".join(f"<url><loc>{u}</loc></url>" for u in urls)
+    return f'<?xml version="1.0" encoding="UTF-8"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>'.encode()
+
+
+def test_sitemaps_from_robots_txt_and_a_sitemap_seed(
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """§14: robots.txt Sitemap: lines, an index, plain and gzipped sitemaps; every listed URL that
+    passes the crawl's filters is fetched once at depth 1; sitemap documents give no items; a seed
+    that is a sitemap is read directly; a gzipped sitemap over DOWNLOAD_MAXSIZE is a dead letter."""
+    xml = "application/xml"
+    site.page("/sm/", html("/sm/linked"))  # maxdepth 0: its own link is not followed
+    site.page("/sm/linked", html())
+    site.page(
+        "/robots.txt",
+        f"User-agent: *\nAllow: /\nSitemap: {site.url('/sm/index.xml')}\n".encode(),
+        content_type="text/plain",
+    )
+    site.page(
+        "/sm/index.xml",
+        f'<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+        f"<sitemap><loc>{site.url('/sm/a.xml')}</loc></sitemap><sitemap><loc>{site.url('/sm/b.xml.gz')}</loc></sitemap>"
+        f"</sitemapindex>".encode(),
+        content_type=xml,
+    )
+    site.page(
+        "/sm/a.xml",
+        _urlset(site.url("/sm/p1"), site.url("/sm/p2"), site.url("/sm/deny-p3"), site.url("/sm/p4", host="127.0.0.2")),
+        content_type=xml,
+    )
+    site.page("/sm/b.xml.gz", gzip.compress(_urlset(site.url("/sm/p5"))), content_type="application/x-gzip")
+    for page in ("/sm/p1", "/sm/p2", "/sm/deny-p3", "/sm/p4", "/sm/p5", "/sm2/x"):
+        site.page(page, html())
+    site.page("/sm2/map.xml", _urlset(site.url("/sm2/x")), content_type=xml)
+    site.page(
+        "/sm3/big.xml.gz", gzip.compress(b"<urlset>" + b" " * 300_000 + b"</urlset>"), content_type="application/x-gzip"
+    )
+    with crawler_module(redis_url, kafka_bootstrap, tmp_path, "sm", DOWNLOAD_MAXSIZE=200_000) as env:
+        settings, client = env["settings"], env["redis"]
+        common = {"appid": "smapp", "sitemap": True, "allowed_domains": ["127.0.0.1"], "deny_regex": ["deny"]}
+        seed(settings, client, crawlid="s1", url=site.url("/sm/"), **common)
+        seed(settings, client, crawlid="s2", url=site.url("/sm2/map.xml"), **common)
+        seed(settings, client, crawlid="s3", url=site.url("/sm3/big.xml.gz"), **common)
+        env["collector"].wait_for("s1", 4, timeout=30)
+        env["collector"].wait_for("s2", 1, timeout=30)
+        (letter,) = env["collector"].wait_for("s3", 1, timeout=30, topic=settings.topic("dead_letter"))
+        s1 = env["collector"].settle("s1", quiet_s=1.5)
+        s2 = env["collector"].settle("s2", quiet_s=0.5)
+    assert sorted(i["url"] for i in s1) == sorted(site.url(p) for p in ("/sm/", "/sm/p1", "/sm/p2", "/sm/p5"))
+    assert [i["url"] for i in s2] == [site.url("/sm2/x")]
+    fetched = sorted(s.path for s in site.hits("/sm"))
+    assert fetched == [
+        "/sm/",
+        "/sm/a.xml",
+        "/sm/b.xml.gz",
+        "/sm/index.xml",
+        "/sm/p1",
+        "/sm/p2",
+        "/sm/p5",
+        "/sm2/map.xml",
+        "/sm2/x",
+        "/sm3/big.xml.gz",
+    ]
+    assert letter["error"] == "response too large: more than 200000 bytes once decoded (DOWNLOAD_MAXSIZE)"

@@ -388,8 +388,8 @@ examples:
   crawlhive feed '{"url": "http://127.0.0.1:8000/", "appid": "tour", "crawlid": "c1", "maxdepth": 2}'
   crawlhive feed '{"action": "info", "appid": "tour", "crawlid": "c1", "spiderid": "link", "uuid": "i1"}' --wait 10
   crawlhive feed '{"stats": "queue", "appid": "tour", "uuid": "s1"}' --wait 10
-  crawlhive feed --file urls.txt --appid tour --crawlid big1 --set-field maxdepth=1
-                 # one URL (or JSON crawl request) per line; exit 1 if a line was rejected""",
+  # one URL (or JSON crawl request) per line; exit 1 if a line was rejected:
+  crawlhive feed --file urls.txt --appid tour --crawlid big1 --set-field maxdepth=1""",
     "dump": """examples:
   crawlhive dump crawled_firehose -nb         # new crawled pages, without bodies
   crawlhive dump outbound_firehose -b -p      # every answer so far, indented

@@ -86,6 +86,8 @@ class FrontierRequest:
     domain_max_pages: int | None = None
     max_pages: int | None = None
     """The crawl's page budget across all domains (§10.7); None = none."""
+    sitemap: bool = False
+    """Also queue what the seed host's sitemaps list (§14)."""
     allowed_domains: list[str] | None = None
     allow_regex: list[str] | None = None
     deny_regex: list[str] | None = None
@@ -137,6 +139,7 @@ def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
         maxdepth=message["maxdepth"],
         domain_max_pages=message["domain_max_pages"],
         max_pages=message.get("max_pages"),
+        sitemap=bool(message.get("sitemap")),
         allowed_domains=message["allowed_domains"],
         allow_regex=message["allow_regex"],
         deny_regex=message["deny_regex"],
