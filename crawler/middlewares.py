@@ -10,6 +10,8 @@ Downloader middlewares (outermost first):
   origin only (docs/contract.md §3.7, §10.6), redirects included.
 * :class:`RetryAfterMiddleware` (order 600, so it sees a response before Scrapy's
   ``RetryMiddleware``): a 429 with ``Retry-After`` backs the domain off cluster-wide.
+* :class:`CrawlDelayMiddleware` (order 960): a robots.txt ``Crawl-delay`` becomes a cluster-wide
+  limit of its domain.
 * :class:`ResponseStatsMiddleware` (order 950): counts every response by status, and every network
   failure as 504 (docs/contract.md §4.7).
 * :class:`~crawlhive.crawler.netguard.NetworkGuardMiddleware` (order 990, next to the downloader):
@@ -31,7 +33,9 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import urlsplit
 
+from protego import Protego
 from redis.exceptions import RedisError
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
@@ -341,6 +345,51 @@ class _SitemapDocument(Exception):  # noqa: N818 - a signal between two hooks, n
         super().__init__(error or "sitemap document")
         self.found = found
         self.error = error
+
+
+class CrawlDelayMiddleware:
+    """Reads ``Crawl-delay`` from every robots.txt that Scrapy's ``RobotsTxtMiddleware`` (or a
+    sitemap crawl) fetches, for our user agent, and stores it for the domain in Redis
+    (``keys.crawl_delay``, capped at ROBOTSTXT_MAX_CRAWL_DELAY, refreshed with each read and gone a
+    day after the last); the pop script then fetches that domain at most once per delay,
+    cluster-wide, unless a stricter limit applies (docs/contract.md §14). Parsing is Protego's,
+    the parser Scrapy's own robots.txt middleware uses."""
+
+    #: Seconds a stored Crawl-delay lives without a new read of its robots.txt.
+    CRAWL_DELAY_TTL_S = 86_400
+
+    def __init__(self, runtime: CrawlRuntime, user_agent: str, obey: bool) -> None:
+        self.runtime = runtime
+        self.user_agent = user_agent
+        self.obey = obey
+        self.cap = runtime.settings.getfloat("ROBOTSTXT_MAX_CRAWL_DELAY")
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        settings = crawler.settings
+        user_agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
+        return cls(CrawlRuntime.of(crawler), str(user_agent), settings.getbool("ROBOTSTXT_OBEY"))
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        if not self.obey or not request.meta.get("dont_obey_robotstxt") or response.status != 200:
+            return response
+        if urlsplit(request.url).path != "/robots.txt":
+            return response
+        try:
+            delay = Protego.parse(response.body.decode("utf-8", errors="replace")).crawl_delay(self.user_agent)
+        except Exception:  # noqa: BLE001 - a robots.txt Protego cannot read sets no delay
+            delay = None
+        key = self.runtime.keys.crawl_delay(domain_of_url(request.url))
+        try:
+            if delay is not None and float(delay) > 0:
+                seconds = min(float(delay), self.cap)
+                self.runtime.redis.set(key, f"{seconds:g}", ex=self.CRAWL_DELAY_TTL_S)
+                logger.info("%s asks for a Crawl-delay of %gs: applied cluster-wide", request.url, seconds)
+            else:
+                self.runtime.redis.delete(key)
+        except RedisError:
+            logger.warning("could not store the Crawl-delay of %s; check REDIS_URL", request.url, exc_info=True)
+        return response
 
 
 class RetryAfterMiddleware:

@@ -93,6 +93,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             f"{_PKG}.limits.ResponseLimitMiddleware": 590,
             f"{_PKG}.middlewares.RetryAfterMiddleware": 600,
             f"{_PKG}.middlewares.ResponseStatsMiddleware": 950,
+            f"{_PKG}.middlewares.CrawlDelayMiddleware": 960,
             f"{_PKG}.netguard.NetworkGuardMiddleware": 990,
         },
         "SPIDER_MIDDLEWARES": {f"{_PKG}.middlewares.FrontierSpiderMiddleware": 950},

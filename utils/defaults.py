@@ -252,6 +252,9 @@ CONCURRENT_REQUESTS: int = 16
 """Fetches one crawler process runs at once (Scrapy's CONCURRENT_REQUESTS; the per-domain limit is
 the cluster-wide throttle, not a per-process one)."""
 
+ROBOTSTXT_MAX_CRAWL_DELAY: float = 60.0
+"""Longest robots.txt ``Crawl-delay`` honoured (seconds): a larger one is taken as this (§14)."""
+
 ROBOTSTXT_OBEY: bool = True
 """Obey robots.txt (through Scrapy's RobotsTxtMiddleware); a disallowed request is a policy drop."""
 

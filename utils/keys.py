@@ -170,6 +170,16 @@ class Keys:
         for scripts that pick the domain inside Redis."""
         return self.throttle(self.throttle_key("-", spider, egress_id))[:-1]
 
+    @key("string", ttl="CRAWL_DELAY_TTL_S (a day; refreshed whenever a crawler reads the robots.txt)")
+    def crawl_delay(self, domain: str) -> str:
+        """Seconds a domain's robots.txt asks between two fetches (``Crawl-delay`` for our user
+        agent, capped at ROBOTSTXT_MAX_CRAWL_DELAY): the pop script never fetches it faster (§14)."""
+        return f"{self.prefix}:crawl-delay:{domain}"
+
+    def crawl_delay_prefix(self) -> str:
+        """``crawl_delay_prefix() + domain == crawl_delay(domain)``, for the pop script."""
+        return self.crawl_delay("")
+
     def script_prefixes(self, spider: str) -> dict[str, str]:
         """Key prefixes a Lua script completes with a :meth:`crawl_member` or a domain.
 

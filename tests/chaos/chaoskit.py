@@ -329,6 +329,7 @@ ALLOWED_AFTER_COMPLETE: dict[str, bool] = {
     "throttle": True,  # the rolling window of fetch starts
     "stopped": True,
     "finished-crawls": True,  # GET /crawls' list of ended crawls, CRAWL_RECORD_TTL
+    "crawl-delay": True,  # a robots.txt Crawl-delay, refreshed with each read of the robots.txt
 }
 
 

@@ -246,3 +246,25 @@ def test_sitemaps_from_robots_txt_and_a_sitemap_seed(
         "/sm3/big.xml.gz",
     ]
     assert letter["error"] == "response too large: more than 200000 bytes once decoded (DOWNLOAD_MAXSIZE)"
+
+
+def test_a_robots_crawl_delay_spaces_the_fetches_of_its_domain(
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """§14: robots.txt `Crawl-delay: 1` for our user agent: the domain's pages are fetched at most
+    once a second (the crawler's own throttle would allow 100,000 a second)."""
+    links = [f"/cd/{i}" for i in range(1, 6)]
+    site.page("/robots.txt", b"User-agent: *\nCrawl-delay: 1\n", content_type="text/plain")
+    site.page("/cd/0", html(*links))
+    for link in links:
+        site.page(link, html())
+    with crawler_module(redis_url, kafka_bootstrap, tmp_path, "cd", CONCURRENT_REQUESTS=16) as env:
+        settings, client = env["settings"], env["redis"]
+        seed(settings, client, appid="cdapp", crawlid="c1", url=site.url("/cd/0"), maxdepth=1)
+        env["collector"].wait_for("c1", 6, timeout=40)
+        stored = client.get(Keys(settings["REDIS_KEY_PREFIX"]).crawl_delay("127.0.0.1"))
+    assert stored == b"1"
+    starts = sorted(s.at for s in site.hits("/cd/"))
+    assert len(starts) == 6
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert min(gaps) >= 0.85, gaps  # one second apart, less connection jitter

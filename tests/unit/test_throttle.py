@@ -115,3 +115,35 @@ def test_four_processes_never_exceed_hits_per_window(
         assert min(gaps) >= _us(throttle.window_s / throttle.hits) - 1
     # the budget is used: at least 90 % of hits per window over the run
     assert len(starts) >= 0.9 * throttle.hits * (duration_s // throttle.window_s), len(starts)
+
+
+# --- robots.txt Crawl-delay ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "delay", "expected_wait"),
+    [
+        (None, 2.0, 2.0),  # the default throttle (100/s) is looser: the Crawl-delay applies
+        ({"hits": 1, "window": 4, "scale": 1.0}, 2.0, 4.0),  # an operator's stricter limit wins
+        ({"hits": 100, "window": 1, "scale": 1.0}, 2.0, 2.0),  # a looser domain-update never loosens it
+        (None, None, 0.01),  # no Crawl-delay: the default throttle alone
+    ],
+)
+def test_a_crawl_delay_limits_its_domain_unless_a_stricter_limit_applies(
+    redis_client: redis.Redis, names: Any, config: dict[str, Any] | None, delay: float | None, expected_wait: float
+) -> None:
+    """docs/contract.md §14: at most one fetch per Crawl-delay, cluster-wide."""
+    import json
+
+    keys = Keys(names.key_prefix)
+    throttle = ThrottleConfig(hits=100, window_s=1.0, moderated=True, type_enabled=False, egress_id=None)
+    worker = FrontierWorker(redis_client, keys, lease_s=LEASE_S, record_ttl_s=3600, throttle=throttle)
+    _fill(redis_client, keys, 3)
+    if config is not None:
+        redis_client.hset(keys.domain_config(), "example.com", json.dumps(config))
+    if delay is not None:
+        redis_client.set(keys.crawl_delay("example.com"), str(delay))
+    assert worker.pop("link").lease is not None
+    second = worker.pop("link")
+    assert second.lease is None and second.wait_s is not None
+    assert expected_wait * 0.9 <= second.wait_s <= expected_wait * 1.1 + 0.01, second.wait_s

@@ -146,6 +146,7 @@ class FrontierWorker:
                 POP_SCAN_DOMAINS,
                 int(RECHECK_S * 1_000_000),
                 int(throttle.margin_s * 1_000_000),
+                keys.crawl_delay_prefix(),
             ],
         )
 

@@ -2,7 +2,8 @@
 -- KEYS: 1 domains(spider), 2 leases(spider), 3 domain_config, 4 domain_blacklist.
 -- ARGV: 1 crawl_queue prefix, 2 domain_crawls prefix, 3 crawl_domains prefix, 4 crawl prefix,
 --       5 crawl_leases prefix, 6 throttle prefix, 7 default hits, 8 default window (us),
---       9 '1' if moderated, 10 lease (us), 11 domains to scan, 12 recheck (us), 13 window margin (us).
+--       9 '1' if moderated, 10 lease (us), 11 domains to scan, 12 recheck (us), 13 window margin (us),
+--       14 crawl-delay prefix (+ domain: seconds robots.txt asks between fetches).
 -- Returns {1, member, domain, crawl member, deadline_s, deadline_us} when a request was leased;
 -- {2, wait_us} when domains exist but none may be fetched now; {0} when nothing is queued.
 --! include lib/throttle.lua
@@ -18,6 +19,15 @@ for _, domain in ipairs(ready) do
     local c = cjson.decode(cfg)
     hits = math.floor(c.hits * c.scale + 1e-9)
     window = c.window * 1000000
+  end
+  -- robots.txt Crawl-delay: at most one fetch per delay, unless the limit above is stricter
+  local delay = redis.call('GET', ARGV[14] .. domain)
+  if delay and hits > 0 then
+    local dw = tonumber(delay) * 1000000
+    if dw and dw > 0 and hits * dw > window then
+      hits = 1
+      window = dw
+    end
   end
   if redis.call('SISMEMBER', KEYS[4], domain) == 1 or hits <= 0 then
     redis.call('ZADD', KEYS[1], secs(now + recheck), domain)
