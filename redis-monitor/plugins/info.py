@@ -28,12 +28,19 @@ class InfoMonitor(MonitorPlugin):
 
     name = "InfoMonitor"
 
-    def __init__(self, frontier: FrontierReader) -> None:
+    def __init__(self, frontier: FrontierReader, default_budget: int | None = None) -> None:
         self.frontier = frontier
+        self.default_budget = default_budget
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
-        return cls(monitor.frontier)
+        return cls(monitor.frontier, monitor.settings["CRAWL_MAX_PAGES_DEFAULT"])
+
+    def budget(self, state: CrawlState) -> int:
+        """The page budget that holds for *state*'s crawl (§10.7): the smaller of its
+        ``max_pages`` and CRAWL_MAX_PAGES_DEFAULT; 0 = none."""
+        budgets = [b for b in (state.max_pages, self.default_budget) if b]
+        return min(budgets) if budgets else 0
 
     def accepts(self, kind: str, request: dict[str, Any]) -> bool:
         return kind == "action" and request.get("action") == "info"
@@ -60,6 +67,8 @@ class InfoMonitor(MonitorPlugin):
         if state.expires:
             message["expires"] = str(state.expires)  # a string, as in Scrapy Cluster
         message.update(total_inflight=state.inflight, total_crawled=state.crawled, total_failed=state.failed)
+        if budget := self.budget(state):
+            message["max_pages"] = budget  # ours (§10.7): the crawl stops being fed past it
         return message
 
     def by_appid(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -292,6 +292,31 @@ def test_info_by_crawlid_and_by_appid_have_the_exact_shapes(
     assert redis_client.xlen(keys.control_stream()) == 0
 
 
+def test_info_shows_the_page_budget_that_holds(
+    rm_settings: Settings, redis_client: redis.Redis, outbound: Topic, running: Callable[..., RedisMonitor]
+) -> None:
+    """docs/contract.md §10.7: ``max_pages`` of the request, or CRAWL_MAX_PAGES_DEFAULT, the smaller."""
+    push(
+        redis_client,
+        rm_settings,
+        req("http://example.com/a", crawlid="b1", max_pages=50),
+        req("http://example.com/b", crawlid="b2", max_pages=10),
+        req("http://example.com/c", crawlid="b3"),
+    )
+    submit(
+        redis_client,
+        rm_settings,
+        "action",
+        *[
+            {"action": "info", "appid": "testapp", "crawlid": c, "spiderid": "link", "uuid": f"budget-{c}"}
+            for c in ("b1", "b2", "b3")
+        ],
+    )
+    running(rm_settings.copy_with(CRAWL_MAX_PAGES_DEFAULT=20))
+    answers = by_uuid(outbound.wait_for(3))
+    assert [answers[f"budget-{c}"].get("max_pages") for c in ("b1", "b2", "b3")] == [20, 10, 20]
+
+
 def test_info_priorities_are_request_priorities(
     rm_settings: Settings, redis_client: redis.Redis, outbound: Topic, running: Callable[..., RedisMonitor]
 ) -> None:

@@ -43,6 +43,8 @@ class CrawlState:
     crawled: int
     failed: int
     expires: int
+    max_pages: int = 0
+    """The crawl's page budget from its request (``max_pages``, §10.7); 0 = none."""
 
     @property
     def pending(self) -> int:
@@ -105,6 +107,7 @@ class FrontierReader:
                     crawled=int(record.get("crawled", 0)),
                     failed=int(record.get("failed", 0)),
                     expires=int(record.get("expires", 0)),
+                    max_pages=int(record.get("max_pages", 0)),
                 )
             )
         return states

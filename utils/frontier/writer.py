@@ -73,6 +73,7 @@ class Frontier:
         spider_domains: dict[str, set[str]] = {}
         # (spider, appid, crawlid) -> (domains, last non-zero expires)
         crawls: dict[tuple[str, str, str], tuple[set[str], int]] = {}
+        budgets: dict[tuple[str, str, str], int] = {}  # crawl -> max_pages (§10.7), shown by info
         for offset, request in enumerate(requests):
             domain = request.domain
             spider, appid, crawlid = request.spiderid, request.appid, request.crawlid
@@ -91,6 +92,8 @@ class Frontier:
             domains, expires = crawls.get(crawl) or (set(), 0)
             domains.add(domain)
             crawls[crawl] = (domains, request.expires or expires)
+            if request.max_pages:
+                budgets[crawl] = request.max_pages
         for queue, members in queues.items():
             pipe.zadd(queue, members, nx=True)
         for (spider, domain), crawl_best in best.items():
@@ -111,6 +114,8 @@ class Frontier:
             if expires:
                 pipe.hset(record, "expires", expires)
                 pipe.zadd(keys.expiries(), {ref: expires})
+            if (spider, appid, crawlid) in budgets:
+                pipe.hset(record, "max_pages", budgets[(spider, appid, crawlid)])
             pipe.expire(record, self.record_ttl_s)
         for (spider, appid), crawlids in apps.items():
             pipe.sadd(keys.app_crawls(spider, appid), *crawlids)
