@@ -371,14 +371,16 @@ class CrawlDelayMiddleware:
         return cls(CrawlRuntime.of(crawler), str(user_agent), settings.getbool("ROBOTSTXT_OBEY"))
 
     def process_response(self, request: Request, response: Response) -> Response:
-        if not self.obey or not request.meta.get("dont_obey_robotstxt") or response.status != 200:
-            return response
+        if not self.obey or not request.meta.get("dont_obey_robotstxt") or response.status >= 500:
+            return response  # a server error says nothing about the delay: keep what is known
         if urlsplit(request.url).path != "/robots.txt":
             return response
-        try:
-            delay = Protego.parse(response.body.decode("utf-8", errors="replace")).crawl_delay(self.user_agent)
-        except Exception:  # noqa: BLE001 - a robots.txt Protego cannot read sets no delay
-            delay = None
+        delay = None  # no robots.txt (4xx), or one without a Crawl-delay for us
+        if response.status == 200:
+            try:
+                delay = Protego.parse(response.body.decode("utf-8", errors="replace")).crawl_delay(self.user_agent)
+            except Exception:  # noqa: BLE001 - a robots.txt Protego cannot read sets no delay
+                delay = None
         key = self.runtime.keys.crawl_delay(domain_of_url(request.url))
         try:
             if delay is not None and float(delay) > 0:

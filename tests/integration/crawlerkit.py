@@ -28,7 +28,7 @@ import redis
 
 from crawlhive.utils.app.demo_site import SiteServer
 from crawlhive.utils.connections import ensure_topics, make_consumer
-from crawlhive.utils.frontier import Frontier, seed_from_request
+from crawlhive.utils.frontier import Frontier, FrontierWorker, reclaim_expired_leases, seed_from_request
 from crawlhive.utils.settings import Settings, env_value
 
 CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
@@ -217,6 +217,33 @@ class Crawler:
             self.proc.kill()
         self.proc.wait()
         self.log.close()
+
+
+class LeaseReaper:
+    """What the redis-monitor's lease reaper does, in a thread of the test: every *interval_s*,
+    reclaim the expired leases of *spider* (``requeued`` counts each pass's requeued leases)."""
+
+    def __init__(
+        self, client: redis.Redis, settings: Settings, spider: str = "link", interval_s: float = 0.3, retries: int = 2
+    ) -> None:
+        self.worker = FrontierWorker.from_settings(client, settings)
+        self.spider, self.interval_s, self.retries = spider, interval_s, retries
+        self.requeued: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.requeued.append(reclaim_expired_leases(self.worker, self.spider, self.retries).requeued)
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
 
 
 def seed(settings: Settings, redis_client: redis.Redis, origin: str = "", **request: Any) -> None:

@@ -8,7 +8,6 @@ import base64
 import json
 import secrets
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,10 +15,9 @@ from typing import Any
 
 import pytest
 import redis
-from crawlerkit import Collector, Crawler, TestSite, crawler_env, html, seed
+from crawlerkit import Collector, Crawler, LeaseReaper, TestSite, crawler_env, html, seed
 
 from crawlhive.utils.connections import ensure_topics, make_consumer
-from crawlhive.utils.frontier import FrontierWorker, reclaim_expired_leases
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
@@ -93,17 +91,8 @@ def test_sigkilled_crawler_loses_nothing_of_a_500_page_crawl(
     victim.proc.send_signal(signal.SIGKILL)
     victim.proc.wait()
 
-    worker = FrontierWorker.from_settings(redis_client, settings)
-    stop = threading.Event()
-    reclaimed = []
-
-    def reaper() -> None:  # what the redis-monitor's reaper does, in a small loop
-        while not stop.is_set():
-            reclaimed.append(reclaim_expired_leases(worker, "link", 2).requeued)
-            stop.wait(0.3)
-
-    thread = threading.Thread(target=reaper, daemon=True)
-    thread.start()
+    reaper = LeaseReaper(redis_client, settings)
+    reaper.start()
     try:
         items = kit["collector"].wait_for("kill", 500, timeout=60)
         urls = {i["url"] for i in items}
@@ -112,8 +101,8 @@ def test_sigkilled_crawler_loses_nothing_of_a_500_page_crawl(
             urls = {i["url"] for i in kit["collector"].of("kill")}
             time.sleep(0.1)
     finally:
-        stop.set()
-        thread.join(5)
+        reaper.stop()
+    reclaimed = reaper.requeued
     assert len(urls) == 500, (sum(reclaimed), survivor.output()[-3000:])
     assert sum(reclaimed) > 0  # the victim held leases when it died
     assert kit["collector"].of("kill", settings.topic("dead_letter")) == []

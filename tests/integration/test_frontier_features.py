@@ -5,7 +5,6 @@ requested, and retries that wait out their back-off (request times), across a cr
 from __future__ import annotations
 
 import gzip
-import threading
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 import redis
 from crawlerkit import (
     Crawler,
+    LeaseReaper,
     Seen,
     TestSite,
     crawler_env,
@@ -23,7 +23,6 @@ from crawlerkit import (
     seed,
 )
 
-from crawlhive.utils.frontier import FrontierWorker, reclaim_expired_leases
 from crawlhive.utils.keys import Keys
 
 pytestmark = pytest.mark.timeout(120)
@@ -120,6 +119,7 @@ def test_a_failed_fetch_waits_out_its_back_off_while_other_work_goes_on(
     other_at = site.hits("/bo/other")[0].at
     assert len(flaky_times) == 3
     first, second = flaky_times[1] - flaky_times[0], flaky_times[2] - flaky_times[1]
+    print(f"retry back-off, base 1 s: gaps {first:.2f} s, {second:.2f} s")  # the measured figures (-s)
     assert 0.8 <= first <= 2.5, flaky_times  # 1 s ± 20 %, plus a pop
     assert 1.6 <= second <= 3.5, flaky_times  # 2 s ± 20 %
     assert flaky_times[0] < other_at < flaky_times[1]  # fetched while the retry waited
@@ -138,15 +138,7 @@ def test_a_waiting_retry_survives_the_restart_of_its_crawler(
     client = redis.Redis.from_url(redis_url)
     collector = output_collector(settings)
     env = crawler_env(settings, RETRY_BACKOFF_BASE=3.0)
-    worker = FrontierWorker.from_settings(client, settings)
-    stop = threading.Event()
-
-    def reaper() -> None:  # the redis-monitor's lease reaper, in a small loop
-        while not stop.is_set():
-            reclaim_expired_leases(worker, "link", 2)
-            stop.wait(0.2)
-
-    thread = threading.Thread(target=reaper, daemon=True)
+    reaper = LeaseReaper(client, settings, interval_s=0.2)
     first = Crawler(env, tmp_path, name="before")
     second: Crawler | None = None
     try:
@@ -155,14 +147,12 @@ def test_a_waiting_retry_survives_the_restart_of_its_crawler(
         _wait_for_hits(site, "/rs/flaky", 1)
         time.sleep(0.3)
         assert first.terminate() == 0, first.output()  # a graceful stop with the retry waiting
-        thread.start()
+        reaper.start()
         second = Crawler(env, tmp_path, name="after")
         (item,) = collector.wait_for("r1", 1, timeout=30)
         assert item["status_code"] == 200
     finally:
-        stop.set()
-        if thread.is_alive():
-            thread.join(5)
+        reaper.stop()
         first.kill()
         if second is not None:
             assert second.terminate() == 0, second.output()
@@ -267,4 +257,5 @@ def test_a_robots_crawl_delay_spaces_the_fetches_of_its_domain(
     starts = sorted(s.at for s in site.hits("/cd/"))
     assert len(starts) == 6
     gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    print("Crawl-delay 1 s: gaps " + ", ".join(f"{g:.2f}" for g in gaps))  # the measured figures (-s)
     assert min(gaps) >= 0.85, gaps  # one second apart, less connection jitter

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import redis
 from crawlerkit import (
     Collector,
     Crawler,
+    LeaseReaper,
     TestSite,
     crawler_env,
     crawler_module,
@@ -31,7 +31,6 @@ from crawlerkit import (
 
 from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.connections import ensure_topics
-from crawlhive.utils.frontier import FrontierWorker, reclaim_expired_leases
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
@@ -441,16 +440,7 @@ def test_a_user_spider_crawl_survives_a_sigkilled_crawler(
     env = crawler_env(settings, SPIDER_MODULES=["userspiders.quotes"], LEASE_TIMEOUT=2, CONCURRENT_REQUESTS=8)
     victim = Crawler(env, quotes_module, spider="quotes", name="victim")
     survivor: Crawler | None = None
-    stop = threading.Event()
-    worker = FrontierWorker.from_settings(client, settings)
-    reclaimed: list[int] = []
-
-    def reaper() -> None:  # what the redis-monitor's reaper does, in a small loop
-        while not stop.is_set():
-            reclaimed.append(reclaim_expired_leases(worker, "quotes", 2).requeued)
-            stop.wait(0.3)
-
-    thread = threading.Thread(target=reaper, daemon=True)
+    reaper = LeaseReaper(client, settings, "quotes")
     try:
         victim.wait_ready(client, token)
         seed(settings, client, appid="kapp", crawlid="kill", spiderid="quotes", url=site.url("/k/0"), maxdepth=1)
@@ -458,19 +448,17 @@ def test_a_user_spider_crawl_survives_a_sigkilled_crawler(
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait()
         survivor = Crawler(env, quotes_module, spider="quotes", name="survivor")
-        thread.start()
+        reaper.start()
         deadline = time.monotonic() + 60
         urls: set[str] = set()
         while len(urls) < 200 and time.monotonic() < deadline:
             urls = {m["url"] for m in collector.of("kill", settings.topic("items"))}
             time.sleep(0.1)
-        assert len(urls) == 200, (sum(reclaimed), survivor.output()[-3000:])
-        assert sum(reclaimed) > 0  # the victim held leases when it died
+        assert len(urls) == 200, (sum(reaper.requeued), survivor.output()[-3000:])
+        assert sum(reaper.requeued) > 0  # the victim held leases when it died
         assert collector.of("kill", settings.topic("dead_letter")) == []
     finally:
-        stop.set()
-        if thread.is_alive():
-            thread.join(5)
+        reaper.stop()
         victim.kill()
         if survivor is not None:
             assert survivor.terminate() == 0, survivor.output()
