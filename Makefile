@@ -51,6 +51,7 @@ typecheck: $(STAMP)
 	@ln -s ../../../kafka-monitor $(TYPECHECK)/crawlhive/kafka_monitor
 	@ln -s ../../../redis-monitor $(TYPECHECK)/crawlhive/redis_monitor
 	@ln -s ../../../rest $(TYPECHECK)/crawlhive/rest
+	@ln -s ../../../cleaner $(TYPECHECK)/crawlhive/cleaner
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --python-executable $(CURDIR)/$(BIN)/python --cache-dir $(CURDIR)/build/mypy-cache -p crawlhive
 
 # Debian's chromium for the dashboard's browser test (tests/integration/test_rest_dashboard.py):

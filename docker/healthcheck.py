@@ -2,9 +2,9 @@
 
 Usage (the compose file's ``healthcheck``)::
 
-    python /opt/crawlhive/healthcheck.py kafka-monitor | redis-monitor | crawler | rest [--max-age S]
+    python /opt/crawlhive/healthcheck.py kafka-monitor | redis-monitor | crawler | cleaner | rest [--max-age S]
 
-* ``kafka-monitor``, ``redis-monitor``, ``crawler``: healthy when **this container's** process has a
+* ``kafka-monitor``, ``redis-monitor``, ``crawler``, ``cleaner``: healthy when **this container's** process has a
   heartbeat in Redis (``utils/heartbeat.py``, the same keys the ``nodes`` maps of docs/contract.md §4.1 come
   from) that was renewed at most ``--max-age`` seconds ago (default 3 x HEARTBEAT_INTERVAL). This
   container's process is the one whose heartbeat names this container's node name (CRAWLER_NODE_NAME,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from redis import Redis
 
 #: Components that write heartbeats and are checked through them.
-HEARTBEAT_COMPONENTS = ("kafka-monitor", "redis-monitor", "crawler")
+HEARTBEAT_COMPONENTS = ("kafka-monitor", "redis-monitor", "crawler", "cleaner")
 #: Seconds the REST probe waits for ``GET /``.
 REST_TIMEOUT_S = 5.0
 
@@ -69,7 +69,7 @@ def heartbeat_problem(
 
     Args:
         redis, keys: the cluster's Redis and key formats.
-        component: ``kafka-monitor``, ``redis-monitor`` or ``crawler``.
+        component: ``kafka-monitor``, ``redis-monitor``, ``crawler`` or ``cleaner``.
         host: the node name the process reports (Settings.node_name).
         timeout_s: HEARTBEAT_TIMEOUT, the lifetime each beat gives the key.
         max_age_s: the oldest acceptable beat, in seconds.

@@ -28,8 +28,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
-from kafka.errors import KafkaError
-
 from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, Incoming, IncomingPlugin
 from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, validation_dead_letter
 from crawlhive.utils.connections import (
@@ -38,7 +36,6 @@ from crawlhive.utils.connections import (
     make_consumer,
     make_producer,
     mask_url,
-    probe_kafka,
     record_origin,
     redis_from_settings,
 )
@@ -49,7 +46,6 @@ from crawlhive.utils.worker import Worker
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, KafkaProducer
     from kafka.consumer.fetcher import ConsumerRecord
-    from kafka.structs import TopicPartition
     from redis import Redis
 
     from crawlhive.utils.settings import Settings
@@ -98,7 +94,6 @@ class KafkaMonitor(Worker):
         self.consumer: KafkaConsumer | None = None
         self.producer: KafkaProducer | None = None
         self.totals = BatchResult()
-        self._busy = False
         self._progress_at = time.monotonic()
         self._progress_mark = BatchResult()
 
@@ -202,45 +197,14 @@ class KafkaMonitor(Worker):
                 result = self.process(records)
                 self.consumer.commit(timeout_ms=int(self.ack_timeout_s * 1000))
             except BaseException:
-                self._rewind(polled)
+                if self.consumer is not None:
+                    self.rewind(self.consumer, polled)
                 raise
             self.totals.records += result.records
             self.totals.accepted += result.accepted
             self.totals.rejected += result.rejected
-        self._maybe_beat(busy=bool(records))
+        self.beat_or_probe(busy=bool(records))
         return result
-
-    def _rewind(self, polled: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        """Seek every partition of the batch back to its first record, so it is processed again.
-
-        kafka-python drops fetched data that does not start at the new position, so the next poll
-        fetches the batch again from the broker.
-        """
-        if self.consumer is None:
-            return
-        for partition, batch in polled.items():
-            if batch:
-                try:
-                    self.consumer.seek(partition, batch[0].offset)
-                except (KafkaError, ValueError):
-                    # Partition no longer assigned: its next owner resumes from the committed offset.
-                    logger.info("could not rewind %s (no longer assigned)", partition)
-
-    def _maybe_beat(self, busy: bool) -> None:
-        """Every HEARTBEAT_INTERVAL: renew the heartbeat; if no record arrived meanwhile, also check
-        that the broker still accepts connections (an idle consumer does not notice it is gone).
-
-        Raises:
-            RedisError: the heartbeat failed (REDIS_URL).
-            BackendUnavailable: the broker is unreachable (KAFKA_BOOTSTRAP_SERVERS).
-        """
-        self._busy = self._busy or busy
-        if time.monotonic() - self._last_beat < self.context.heartbeat_interval_s:
-            return
-        idle, self._busy = not self._busy, False
-        self.beat(force=True)
-        if idle:
-            probe_kafka(self.settings)
 
     def process(self, records: list[ConsumerRecord]) -> BatchResult:
         """Validate, write to Redis, dead-letter the rest, count; raises if Redis or Kafka fails."""

@@ -34,6 +34,23 @@ KAFKA_TOPIC_PREFIX: str = "demo"
 KAFKA_GROUP: str = ""
 """kafka-monitor consumer group; empty means ``<KAFKA_TOPIC_PREFIX>-group``."""
 
+CLEANER_GROUP: str = ""
+"""Consumer group of the cleaners on ``<prefix>.crawled_firehose``; empty means
+``<KAFKA_TOPIC_PREFIX>-cleaner`` (docs/contract.md §13)."""
+
+CLEANER_PLUGINS: dict[str, int | None] = {}
+"""The cleaner's steps: ``{"path.Class": order}`` added to (or ``None`` removing) the built-in ones
+(extract 100, language 200, dates 300, pii 400, validate 500, dedupe 600)."""
+
+CLEANER_MASK_PII: bool = True
+"""Replace e-mail addresses with ``[email]`` and phone numbers with ``[phone]`` in cleaned records."""
+
+CLEANER_REQUIRED_FIELDS: list[str] = ["text"]
+"""Fields a cleaned record must have (null or empty counts as missing); else a dead letter."""
+
+CLEANER_DEDUPE_TTL: float = 86400.0
+"""Seconds a crawl remembers the ``content_hash`` values it emitted (a repeat is not emitted again)."""
+
 KAFKA_SECURITY_PROTOCOL: str = "PLAINTEXT"
 """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; applied to every Kafka client."""
 

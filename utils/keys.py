@@ -170,6 +170,12 @@ class Keys:
         for scripts that pick the domain inside Redis."""
         return self.throttle(self.throttle_key("-", spider, egress_id))[:-1]
 
+    @key("string", ttl="CLEANER_DEDUPE_TTL")
+    def cleaned_content(self, appid: str, crawlid: str, content_hash: str) -> str:
+        """A ``content_hash`` a cleaner emitted for a crawl; holds the origin (topic, partition,
+        offset) of the record that emitted it, so a redelivered record is not its own duplicate."""
+        return f"{self.prefix}:cleaned:{escape(appid)}:{escape(crawlid)}:{content_hash}"
+
     @key("string", ttl="CRAWL_DELAY_TTL_S (a day; refreshed whenever a crawler reads the robots.txt)")
     def crawl_delay(self, domain: str) -> str:
         """Seconds a domain's robots.txt asks between two fetches (``Crawl-delay`` for our user

@@ -182,6 +182,11 @@ class Settings(Mapping[str, Any]):
     def kafka_group(self) -> str:
         return self["KAFKA_GROUP"] or f"{self['KAFKA_TOPIC_PREFIX']}-group"
 
+    @property
+    def cleaner_group(self) -> str:
+        """The cleaners' consumer group (docs/contract.md §13)."""
+        return self["CLEANER_GROUP"] or f"{self['KAFKA_TOPIC_PREFIX']}-cleaner"
+
     def secrets(self) -> list[str]:
         """Values no log line or printed message may show (docs/contract.md §10.6): the password of
         REDIS_URL (as written and decoded), KAFKA_SASL_PASSWORD and REST_API_KEY."""

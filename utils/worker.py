@@ -24,6 +24,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from kafka.errors import KafkaError
+
+from crawlhive.utils.connections import probe_kafka
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.loop import Backoff, describe_failure, install_stop_handlers, is_transient
@@ -131,6 +134,7 @@ class Worker:
         self.stopping = False
         self.backoff = Backoff()
         self._last_beat = 0.0
+        self._busy = False
 
     # --- what a component provides ------------------------------------------------------------
 
@@ -156,6 +160,34 @@ class Worker:
         if force or now - self._last_beat >= self.context.heartbeat_interval_s:
             self.heartbeat.beat()
             self._last_beat = now
+
+    def rewind(self, consumer: Any, polled: dict[Any, list[Any]]) -> None:
+        """Seek every partition of a polled batch back to its first record, so it is processed
+        again (kafka-python drops fetched data that does not start at the new position)."""
+        for partition, batch in polled.items():
+            if batch:
+                try:
+                    consumer.seek(partition, batch[0].offset)
+                except (KafkaError, ValueError):
+                    # Partition no longer assigned: its next owner resumes from the committed offset.
+                    logger.info("could not rewind %s (no longer assigned)", partition)
+
+    def beat_or_probe(self, busy: bool) -> None:
+        """For a consumer loop, every HEARTBEAT_INTERVAL: renew the heartbeat; if no record arrived
+        meanwhile, also check that the broker still accepts connections (an idle consumer does not
+        notice it is gone).
+
+        Raises:
+            RedisError: the heartbeat failed (REDIS_URL).
+            BackendUnavailable: the broker is unreachable (KAFKA_BOOTSTRAP_SERVERS).
+        """
+        self._busy = self._busy or busy
+        if time.monotonic() - self._last_beat < self.context.heartbeat_interval_s:
+            return
+        idle, self._busy = not self._busy, False
+        self.beat(force=True)
+        if idle:
+            probe_kafka(self.settings)
 
     def install_signal_handlers(self) -> None:
         """First SIGINT/SIGTERM: finish :attr:`iteration`, then stop. Second: stop at once."""

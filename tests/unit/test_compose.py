@@ -42,6 +42,7 @@ COMPONENT_SERVICES = {
     "kafka-monitor": "kafka-monitor",
     "redis-monitor": "redis-monitor",
     "crawler": "crawler",
+    "cleaner": "cleaner",
     "rest": "rest",
 }
 

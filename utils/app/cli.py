@@ -27,7 +27,7 @@ from crawlhive.utils.worker import Worker
 logger = logging.getLogger(__name__)
 
 #: Short topic names ``dump`` accepts without the prefix (plus ``crawled_<appid>`` / ``outbound_<appid>``).
-SHORT_TOPICS = ("incoming", "crawled_firehose", "items", "outbound_firehose", "dead_letter")
+SHORT_TOPICS = ("incoming", "crawled_firehose", "items", "cleaned", "outbound_firehose", "dead_letter")
 
 #: Exit codes of ``feed`` (docs/contract.md §8.2).
 EXIT_OK, EXIT_INVALID, EXIT_KAFKA, EXIT_NO_ANSWER = 0, 1, 2, 3
@@ -73,7 +73,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from crawlhive.utils.app.cluster import run_cluster
 
     settings = _settings_from_args(args, use_state_file=False)
-    return run_cluster(settings, crawlers=args.crawlers, duration_s=args.duration)
+    return run_cluster(settings, crawlers=args.crawlers, duration_s=args.duration, cleaners=args.cleaners)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -339,6 +339,13 @@ def cmd_redis_monitor(args: argparse.Namespace) -> int:
     return _run_worker(RedisMonitor.from_settings(_settings_from_args(args)), "redis-monitor")
 
 
+def cmd_cleaner(args: argparse.Namespace) -> int:
+    """Run one cleaner until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
+    from crawlhive.cleaner.worker import Cleaner
+
+    return _run_worker(Cleaner.from_settings(_settings_from_args(args)), "cleaner")
+
+
 def cmd_crawler(args: argparse.Namespace) -> int:
     """Run one crawler process until SIGINT/SIGTERM (0 after a graceful stop)."""
     from crawlhive.crawler.runner import run_crawler
@@ -359,12 +366,18 @@ EXAMPLES = {
     "up": """examples:
   crawlhive up                      # everything on this machine, private Redis and broker
   crawlhive up --crawlers 4         # four link crawlers
+  crawlhive up --cleaners 2         # two cleaners (docs/contract.md §13)
   REDIS_URL=redis://db:6379/0 KAFKA_BOOTSTRAP_SERVERS=kafka:9092 crawlhive up""",
     "demo": """examples:
   crawlhive demo                    # crawl a bundled site, print a summary, stop
   crawlhive demo --keep-running     # then keep the cluster up to explore the dashboard""",
     "kafka-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_HOSTS=kafka:9092 crawlhive kafka-monitor",
     "redis-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_HOSTS=kafka:9092 crawlhive redis-monitor",
+    "cleaner": """crawled pages (<prefix>.crawled_firehose) -> clean records (<prefix>.cleaned): contract §13
+
+examples:
+  crawlhive cleaner                 # one more cleaner beside `crawlhive up` (they share the partitions)
+  CLEANER_MASK_PII=false crawlhive cleaner""",
     "crawler": f"""spiders: {", ".join(BUILTIN_SPIDERS)}, package.module:ClassName, or a spider name in SPIDER_MODULES
 
 examples:
@@ -414,6 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = command("up", "run every component (embedded Redis and broker if none configured)")
     up.add_argument("--crawlers", type=int, default=1, help="link crawler processes (default 1)")
+    up.add_argument("--cleaners", type=int, default=1, help="cleaner processes (default 1; docs/contract.md §13)")
     up.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after SECONDS")
     up.set_defaults(func=cmd_up)
 
@@ -423,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("kafka-monitor", "run one kafka-monitor process").set_defaults(func=cmd_kafka_monitor)
     command("redis-monitor", "run one redis-monitor process").set_defaults(func=cmd_redis_monitor)
+    command("cleaner", "run one cleaner process: crawled_firehose -> cleaned").set_defaults(func=cmd_cleaner)
 
     crawler = command("crawler", "run one crawler process")
     crawler.add_argument(

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Topics the cluster reads or writes (docs/contract.md §1); per-appid topics are created on demand.
-TOPICS = ("incoming", "crawled_firehose", "items", "outbound_firehose", "dead_letter")
+TOPICS = ("incoming", "crawled_firehose", "items", "cleaned", "outbound_firehose", "dead_letter")
 #: What ``up`` and ``demo`` allow their crawlers when CRAWLER_ALLOWED_NETWORKS is not set.
 LOOPBACK_NETWORKS = ["127.0.0.0/8", "::1/128"]
 #: Seconds a child gets to exit after SIGTERM before it is killed.
@@ -82,10 +82,11 @@ class Child:
             self.process.wait()
 
 
-def component_commands(crawlers: int) -> list[tuple[str, list[str]]]:
+def component_commands(crawlers: int, cleaners: int = 1) -> list[tuple[str, list[str]]]:
     """(name, crawlhive arguments) of each component process ``up`` runs."""
     wanted = [("kafka-monitor", ["kafka-monitor"]), ("redis-monitor", ["redis-monitor"])]
     wanted += [(f"crawler-{i + 1}", ["crawler", "--spider", "link"]) for i in range(crawlers)]
+    wanted += [(f"cleaner-{i + 1}", ["cleaner"]) for i in range(cleaners)]
     return [*wanted, ("rest", ["rest"])]
 
 
@@ -150,7 +151,9 @@ class LocalCluster:
     ``cluster.settings`` has the live addresses; leaving the block stops it all.
     """
 
-    def __init__(self, settings: Settings, crawlers: int = 1, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, crawlers: int = 1, extra_env: dict[str, str] | None = None, cleaners: int = 1
+    ) -> None:
         #: The crawlers of this local development cluster may fetch from loopback (its own sites),
         #: unless the user chose CRAWLER_ALLOWED_NETWORKS (docs/contract.md §10.2).
         self.allows_loopback = not settings.is_set("CRAWLER_ALLOWED_NETWORKS")
@@ -161,6 +164,7 @@ class LocalCluster:
         #: The binaries of the services started for it (``redis``, ``broker``), if any.
         self.embedded: dict[str, str] = {}
         self.crawlers = crawlers
+        self.cleaners = cleaners
         self.extra_env = extra_env or {}
         self.children: list[Child] = []
         self._stack = contextlib.ExitStack()
@@ -181,7 +185,7 @@ class LocalCluster:
             env = {**os.environ, **settings_env(self.settings), **self.extra_env}
             self.children = [
                 Child(name, [sys.executable, "-m", "crawlhive.utils.app.cli", *args], env=env)
-                for name, args in component_commands(self.crawlers)
+                for name, args in component_commands(self.crawlers, self.cleaners)
             ]
             self._stack.callback(self._stop_children)
             self._stack.callback(on_forced_stop(self.force))
@@ -234,7 +238,13 @@ def wait_ready(
         component -> (live processes, wanted), as they were when it returned. *progress* gets a
         ``starting: …`` line at each look, and True with the last one when all are ready.
     """
-    wanted = {"kafka-monitor": 1, "redis-monitor": 1, "crawler": cluster.crawlers, "rest": 1}
+    wanted = {
+        "kafka-monitor": 1,
+        "redis-monitor": 1,
+        "crawler": cluster.crawlers,
+        "cleaner": cluster.cleaners,
+        "rest": 1,
+    }
     wanted = {c: n for c, n in wanted.items() if any(child.name.startswith(c) for child in cluster.children)}
     keys = Keys(cluster.settings["REDIS_KEY_PREFIX"])
     redis = redis_from_settings(cluster.settings)
@@ -253,7 +263,7 @@ def wait_ready(
         redis.close()
 
 
-def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None = None) -> int:
+def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None = None, cleaners: int = 1) -> int:
     """Run the cluster until interrupted (or for *duration_s*); returns the exit code.
 
     The start-up output ends with a summary printed once every component is ready (or after
@@ -261,7 +271,7 @@ def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None 
     """
     started = False
     try:
-        with LocalCluster(settings, crawlers) as cluster:
+        with LocalCluster(settings, crawlers, cleaners=cleaners) as cluster:
             started = True
             live = cluster.settings
             have = wait_ready(cluster, READY_TIMEOUT_S)

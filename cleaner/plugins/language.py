@@ -1,0 +1,33 @@
+"""``language`` (docs/contract.md §13): ISO 639-1 code of the main text, by py3langid (a maintained
+langid.py with its bundled model; nothing is downloaded), or the page's declared ``lang`` when the
+text is too short to tell; null when neither says."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import py3langid
+
+from crawlhive.cleaner.plugins import CleanerPlugin
+
+if TYPE_CHECKING:
+    from crawlhive.cleaner.page import Page
+
+#: Characters of text below which the identifier is not trusted.
+MIN_CHARS = 40
+_LANG = re.compile(r"^[a-z]{2}$")
+
+
+class LanguagePlugin(CleanerPlugin):
+    name = "language"
+
+    def process(self, page: Page) -> None:
+        text = page.record.get("text") or ""
+        language = None
+        if len(text) >= MIN_CHARS:
+            language = str(py3langid.classify(text)[0])
+        else:
+            declared = str((page.extra.get("document") or {}).get("language") or "").split("-")[0].lower()
+            language = declared or None
+        page.record["language"] = language if language and _LANG.match(language) else None

@@ -1,0 +1,298 @@
+"""``crawlhive cleaner``: one cleaner process (docs/contract.md §13).
+
+A :class:`~crawlhive.utils.worker.Worker` (set-up with back-off, signals, heartbeat, teardown, as
+every crawlhive loop) that consumes ``<prefix>.crawled_firehose`` in the consumer group
+CLEANER_GROUP, runs each batch through the steps (:mod:`crawlhive.cleaner.plugins`), produces the
+cleaned records to ``<prefix>.cleaned`` and the dead letters to ``<prefix>.dead_letter``, waits for
+the broker's acknowledgement of all of them, and only then commits the batch's offsets: a cleaner
+killed at any moment leaves every crawled page cleaned at least once by whoever owns its partition
+next. A failure of Redis or Kafka rewinds the batch (it is processed again after the back-off);
+a bug in a step on one record makes that record a dead letter, never stops the loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
+
+from crawlhive.cleaner.page import Duplicate, NotAnItem, Page, Reject, Skip
+from crawlhive.cleaner.plugins import BUILTIN_PLUGINS, CleanerPlugin
+from crawlhive.crawler.items import timestamp
+from crawlhive.utils.connections import (
+    check_redis,
+    ensure_topics,
+    make_consumer,
+    make_producer,
+    mask_url,
+    redis_from_settings,
+)
+from crawlhive.utils.loop import is_transient
+from crawlhive.utils.plugins import load_plugins
+from crawlhive.utils.worker import Worker
+
+if TYPE_CHECKING:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.consumer.fetcher import ConsumerRecord
+    from redis import Redis
+
+    from crawlhive.utils.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+COMPONENT = "cleaner"
+#: Seconds between two progress lines of a busy cleaner (none while idle).
+PROGRESS_EVERY_S = 10.0
+#: The counters of a cleaner in the stats (``stats: cleaner``).
+COUNTERS = ("cleaned", "skipped", "duplicates", "dead_letters")
+
+
+@dataclass
+class CleanResult:
+    """What one batch did."""
+
+    records: int = 0
+    cleaned: int = 0
+    skipped: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+
+    def add(self, other: CleanResult) -> None:
+        for name in ("records", *COUNTERS):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+class Cleaner(Worker):
+    """Consumes the crawled firehose and publishes cleaned records (see the module docstring)."""
+
+    component = COMPONENT
+    iteration = "this batch"
+
+    def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
+        super().__init__(settings, redis, owns_redis=owns_redis)
+        self.source_topic = settings.topic("crawled_firehose")
+        self.cleaned_topic = settings.topic("cleaned")
+        self.dead_letter_topic = settings.topic("dead_letter")
+        self.poll_timeout_ms = settings.getint("KAFKA_CONSUMER_POLL_TIMEOUT_MS")
+        self.max_poll_records = settings.getint("KAFKA_CONSUMER_MAX_POLL_RECORDS")
+        self.ack_timeout_s = settings.getfloat("KAFKA_FEED_TIMEOUT")
+        self.steps: list[CleanerPlugin] = []
+        self.consumer: KafkaConsumer | None = None
+        self.producer: KafkaProducer | None = None
+        self.totals = CleanResult()
+        self._progress = (time.monotonic(), CleanResult())
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """A cleaner on REDIS_URL (nothing is connected before :meth:`setup`)."""
+        return cls(settings, redis_from_settings(settings), owns_redis=True)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Check Redis, build the steps, create the topics, join the consumer group.
+
+        Raises:
+            BackendUnavailable: Redis or Kafka cannot be reached (names REDIS_URL or
+                KAFKA_BOOTSTRAP_SERVERS).
+            PluginLoadError: a CLEANER_PLUGINS path is wrong.
+        """
+        check_redis(self.redis, self.settings)
+        if not self.steps:
+            self.steps = load_plugins(
+                COMPONENT, BUILTIN_PLUGINS, [self.settings["CLEANER_PLUGINS"]], lambda cls: cls.from_cleaner(self)
+            )
+        ensure_topics(self.settings, [self.source_topic, self.cleaned_topic, self.dead_letter_topic])
+        if self.producer is None:
+            self.producer = make_producer(self.settings)
+        if self.consumer is None:
+            self.consumer = make_consumer(self.settings, self.source_topic, group_id=self.settings.cleaner_group)
+        self.beat(force=True)
+        logger.info(
+            "cleaner %s consuming %s as group %s (Redis %s)",
+            self.node_id,
+            self.source_topic,
+            self.settings.cleaner_group,
+            mask_url(self.settings["REDIS_URL"]),
+        )
+
+    def close(self) -> None:
+        """Leave the group and close the Kafka clients."""
+        consumer, self.consumer = self.consumer, None
+        producer, self.producer = self.producer, None
+        if consumer is not None:
+            try:
+                consumer.close(autocommit=False, timeout_ms=2000)
+            except Exception:  # shutting down: report and go on closing the rest
+                logger.warning("closing the Kafka consumer failed", exc_info=True)
+        if producer is not None:
+            try:
+                producer.close(timeout=5)
+            except Exception:  # shutting down: report and go on closing the rest
+                logger.warning("closing the Kafka producer failed", exc_info=True)
+        self._log_progress(force=True)
+
+    def after_iteration(self) -> None:
+        self._log_progress()
+
+    def _log_progress(self, force: bool = False) -> None:
+        now = time.monotonic()
+        at, mark = self._progress
+        if not force and now - at < PROGRESS_EVERY_S:
+            return
+        totals = self.totals
+        records = totals.records - mark.records
+        if records:  # an idle cleaner says nothing (docs/contract.md §17.4)
+            logger.info(
+                "cleaner: %d records in %.0fs: %d cleaned, %d skipped, %d duplicates, %d dead letters",
+                records,
+                now - at,
+                totals.cleaned - mark.cleaned,
+                totals.skipped - mark.skipped,
+                totals.duplicates - mark.duplicates,
+                totals.dead_letters - mark.dead_letters,
+            )
+        snapshot = CleanResult()
+        snapshot.add(totals)
+        self._progress = (now, snapshot)
+
+    # --- one iteration -----------------------------------------------------------------------
+
+    def run_once(self) -> CleanResult:
+        """Poll a batch, clean it, produce and await the outputs, commit; on a failure rewind.
+
+        Raises:
+            RedisError, KafkaError: a backend failed; the batch will be processed again.
+        """
+        assert self.consumer is not None, "setup() first"
+        polled = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=self.max_poll_records)
+        records = [record for batch in polled.values() for record in batch]
+        result = CleanResult()
+        if records:
+            try:
+                result = self.process(records)
+                self.consumer.commit(timeout_ms=int(self.ack_timeout_s * 1000))
+            except BaseException:
+                if self.consumer is not None:
+                    self.rewind(self.consumer, polled)
+                raise
+            self.totals.add(result)
+        self.beat_or_probe(busy=bool(records))
+        return result
+
+    def process(self, records: list[ConsumerRecord]) -> CleanResult:
+        """Clean *records*; every output acknowledged by the broker when this returns."""
+        result = CleanResult(records=len(records))
+        outputs: list[tuple[str, dict[str, Any]]] = []
+        pages: list[Page] = []
+        for record in records:
+            origin = f"{record.topic}/{record.partition}/{record.offset}"
+            item: Any = None
+            try:
+                item = json.loads(record.value)
+                pages.append(Page.from_item(item, origin))
+            except Skip:
+                result.skipped += 1
+            except (ValueError, NotAnItem) as exc:  # not JSON (ValueError), or not a crawled item
+                reason = str(exc) if isinstance(exc, NotAnItem) else f"not a crawled item: not JSON ({exc})"
+                outputs.append((self.dead_letter_topic, self.dead_letter(item, reason)))
+        for step in self.steps:
+            pages = self._run_step(step, pages, outputs, result)
+        for page in pages:
+            outputs.append((self.cleaned_topic, self.cleaned_record(page)))
+            result.cleaned += 1
+        result.dead_letters = sum(1 for topic, _ in outputs if topic == self.dead_letter_topic)
+        self._send(outputs)
+        self._count(result)
+        return result
+
+    def _run_step(
+        self, step: CleanerPlugin, pages: list[Page], outputs: list[tuple[str, dict[str, Any]]], result: CleanResult
+    ) -> list[Page]:
+        """*pages* through *step*; those it stops are counted or dead-lettered here."""
+        try:
+            kept = step.process_batch(pages)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            logger.error("cleaner step %s failed on a batch; trying its pages one by one", step.name, exc_info=True)
+            kept = []
+            for page in pages:
+                try:
+                    kept += step.process_batch([page])
+                except Exception as one:
+                    if is_transient(one):
+                        raise
+                    page.extra["outcome"] = Reject(f"internal error in cleaner step {step.name}")
+        stopped = [p for p in pages if p not in kept] if len(kept) != len(pages) else []
+        for page in stopped:
+            outcome = page.extra.pop("outcome", None)
+            if isinstance(outcome, Skip):
+                result.skipped += 1
+            elif isinstance(outcome, Duplicate):
+                result.duplicates += 1
+            elif isinstance(outcome, Reject):
+                outputs.append((self.dead_letter_topic, self.dead_letter(page.item, str(outcome))))
+            else:
+                if outcome is not None and is_transient(outcome):
+                    raise outcome
+                logger.error("cleaner step %s failed on %s: %r", step.name, page.item.get("url"), outcome)
+                outputs.append(
+                    (self.dead_letter_topic, self.dead_letter(page.item, f"internal error in cleaner step {step.name}"))
+                )
+        return kept
+
+    def cleaned_record(self, page: Page) -> dict[str, Any]:
+        """The §13 record of a cleaned page (its steps' fields, then any a plugin added)."""
+        item, fields = page.item, page.record
+        record: dict[str, Any] = {
+            "appid": item["appid"],
+            "crawlid": item["crawlid"],
+            "url": item["url"],
+            "response_url": item.get("response_url", item["url"]),
+            "status_code": item["status_code"],
+            "crawled_at": item["timestamp"],
+            "cleaned_at": timestamp(),
+            "title": fields.get("title"),
+            "description": fields.get("description"),
+            "text": fields.get("text"),
+            "language": fields.get("language"),
+            "published": fields.get("published"),
+            "content_hash": fields.get("content_hash"),
+            "pii_masked": int(fields.get("pii_masked") or 0),
+            "attrs": item.get("attrs"),
+        }
+        for name, value in fields.items():
+            record.setdefault(name, value)
+        return record
+
+    @staticmethod
+    def dead_letter(item: Any, error: str) -> dict[str, Any]:
+        """A ``stage: clean`` dead letter (docs/contract.md §6, §13)."""
+        letter: dict[str, Any] = {"stage": "clean", "error": error}
+        if isinstance(item, dict):
+            for name in ("url", "appid", "crawlid"):
+                if isinstance(item.get(name), str):
+                    letter[name] = item[name]
+        letter["server_time"] = int(time.time())
+        return letter
+
+    def _send(self, outputs: list[tuple[str, dict[str, Any]]]) -> None:
+        """Produce *outputs* and wait for every acknowledgement (raises KafkaError if one fails)."""
+        if not outputs:
+            return
+        assert self.producer is not None
+        futures = [
+            self.producer.send(topic, json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
+            for topic, value in outputs
+        ]
+        self.producer.flush(timeout=self.ack_timeout_s)
+        for future in futures:
+            future.get(timeout=self.ack_timeout_s)
+
+    def _count(self, result: CleanResult) -> None:
+        counts = [(COMPONENT, name, getattr(result, name)) for name in COUNTERS if getattr(result, name)]
+        if counts:
+            self.stats.incr_many(counts)

@@ -1,0 +1,257 @@
+"""The cleaning stage (docs/contract.md §13): ``crawlhive cleaner`` from ``crawled_firehose`` to
+``cleaned`` through the real commands, on realistic pages the tests serve; garbage input; a
+cleaner SIGKILLed mid-stream."""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from crawlerkit import CLI, Collector, Crawler, TestSite, crawler_env, seed
+
+from crawlhive.cleaner.worker import COUNTERS
+from crawlhive.utils.connections import ensure_topics, make_producer
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.settings import Settings
+
+pytestmark = pytest.mark.timeout(120)
+
+EN_ARTICLE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Rivers of the North | Daily Planet</title>
+<meta name="description" content="A long walk along the rivers. Write to editor@planet.example.">
+<meta property="article:published_time" content="2024-03-05T10:00:00Z">
+<script>window.tracking = {id: 42}; function ad() { return "BUY NOW"; }</script>
+<style>body { color: red; }</style></head>
+<body>
+<nav><a href="/">Home</a> | <a href="/news">News</a> | <a href="/sport">Sport</a> | <a href="/login">Log in</a></nav>
+<div class="ad banner">BUY CHEAP WATCHES NOW - LIMITED OFFER</div>
+<article><h1>Rivers of the North</h1>
+<p>The rivers of the north run cold and clear through the valleys, and every spring the melting snow
+turns them into torrents that carry stones the size of houses down towards the sea.</p>
+<p>Fishermen who have worked these waters for decades say the seasons are changing, and that the
+salmon now return weeks earlier than their fathers remember. Call the river office on
++1 202-555-0143 or write to jane.doe@example.com for the fishing calendar.</p>
+<p>Scientists from the university have been measuring the temperature of the water every hour for
+ten years, and their data confirm what the fishermen say about the warming rivers.</p>
+</article>
+<footer>Copyright 2024 Daily Planet. All rights reserved. <a href="/privacy">Privacy</a></footer>
+</body></html>"""
+
+FR_ARTICLE = """<!DOCTYPE html>
+<html lang="fr"><head><meta charset="iso-8859-1"><title>Les vignes de Bourgogne</title>
+<script type="application/ld+json">{"@type": "NewsArticle", "datePublished": "2022-07-04"}</script></head>
+<body><header><a href="/">Accueil</a> <a href="/contact">Contact</a></header>
+<main><h1>Les vignes de Bourgogne</h1>
+<p>Les vignerons de Bourgogne commencent les vendanges plus tôt chaque année, car les étés sont de
+plus en plus chauds et les raisins mûrissent avant la fin du mois d'août.</p>
+<p>Dans les caves, les anciens racontent que leurs parents vendangeaient en octobre, sous la pluie,
+et que le vin de cette époque avait un goût bien différent de celui d'aujourd'hui.</p>
+<p>Pour visiter le domaine, appelez le 01 42 68 53 00 ou écrivez à visites@domaine.example.</p></main>
+<aside class="sidebar">Publicité : achetez nos bouteilles en ligne !</aside>
+</body></html>"""
+
+
+def item(
+    url: str, body: str, status: int = 200, content_type: str = "text/html; charset=utf-8", **extra: Any
+) -> dict[str, Any]:
+    """A crawled item (docs/contract.md §5) as a crawler sends it."""
+    return {
+        "appid": "capp",
+        "crawlid": "c1",
+        "url": url,
+        "response_url": url,
+        "status_code": status,
+        "status_msg": "OK",
+        "response_headers": {"Content-Type": [content_type]},
+        "request_headers": {},
+        "body": body,
+        "encoding": "utf-8",
+        "links": [],
+        "attrs": {"tag": "t"},
+        "timestamp": "2026-11-25T12:00:00.000000",
+        **extra,
+    }
+
+
+def _produce(settings: Settings, values: list[bytes]) -> None:
+    producer = make_producer(settings)
+    try:
+        for value in values:
+            producer.send(settings.topic("crawled_firehose"), value)
+        producer.flush(timeout=10)
+    finally:
+        producer.close(timeout=5)
+
+
+def _cleaner(settings: Settings, home: Path, name: str = "cleaner", **overrides: Any) -> subprocess.Popen[bytes]:
+    """A ``crawlhive cleaner`` process logging to a file under *home* (named by its last argument)."""
+    path = home / f"{name}-{time.monotonic_ns()}.log"
+    with path.open("w") as log:
+        command = [*CLI, "cleaner", "--log-file", str(path)]
+        return subprocess.Popen(command, env=crawler_env(settings, **overrides), stdout=log, stderr=log)
+
+
+#: Pages of the SIGKILL test: enough that the victim dies with work left.
+PAGES = 800
+
+
+def _stop(cleaner: subprocess.Popen[bytes], timeout: float = 30) -> int:
+    """SIGTERM *cleaner* once it is consuming (its signal handlers are installed); its exit code."""
+    log = Path(str(cleaner.args[-1]))
+    deadline = time.monotonic() + timeout
+    while "consuming" not in log.read_text() and cleaner.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    cleaner.send_signal(signal.SIGTERM)
+    return cleaner.wait(20)
+
+
+def _by_url(
+    collector: Collector, crawlid: str, count: int, topic: str, timeout: float = 30
+) -> dict[str, dict[str, Any]]:
+    return {m["url"]: m for m in collector.wait_for(crawlid, count, timeout=timeout, topic=topic)}
+
+
+def test_the_cleaner_builds_the_cleaned_record_and_handles_bad_input(settings: Settings, tmp_path: Path) -> None:
+    """Every field of §13 on realistic pages; base64 and non-UTF-8 bodies; skips; duplicates;
+    dead letters for missing text and for records that are not crawled items."""
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    fr_latin1 = base64.b64encode(FR_ARTICLE.encode("iso-8859-1")).decode()
+    records = [
+        item("http://news.example/en", EN_ARTICLE),
+        item("http://news.example/fr", fr_latin1, encoding="iso-8859-1", content_type="text/html; charset=iso-8859-1"),
+        item("http://news.example/en-copy", EN_ARTICLE),  # the same content again: a duplicate
+        item("http://news.example/empty", "<html><head><script>var a = 1;</script></head><body>  </body></html>"),
+        item("http://news.example/missing", "<html><body><p>gone</p></body></html>", status=404),
+        item("http://news.example/logo.png", "iVBORw0KGgo=", content_type="image/png"),
+        item("http://news.example/broken", "<html><body><div><p>Unclosed tags everywhere <b>and <i>more text " * 30),
+    ]
+    garbage = [b"not json at all", json.dumps({"foo": 1, "crawlid": "c1"}).encode(), json.dumps([1, 2]).encode()]
+    _produce(settings, [json.dumps(r).encode() for r in records] + garbage)
+    cleaner = _cleaner(settings, tmp_path)
+    try:
+        cleaned = _by_url(collector, "c1", 3, settings.topic("cleaned"))
+        letters = collector.wait_for("c1", 2, timeout=30, topic=settings.topic("dead_letter"))
+        anonymous = collector.wait_for("None", 2, timeout=30, topic=settings.topic("dead_letter"))
+        time.sleep(1.0)
+        cleaned = {m["url"]: m for m in collector.of("c1", settings.topic("cleaned"))}
+    finally:
+        code = _stop(cleaner)
+        collector.close()
+    assert code == 0
+    # the same content twice in one crawl: whichever came first (partitions interleave) is emitted
+    copies = [u for u in ("http://news.example/en", "http://news.example/en-copy") if u in cleaned]
+    assert len(copies) == 1, sorted(cleaned)
+    assert set(cleaned) == {copies[0], "http://news.example/fr", "http://news.example/broken"}
+    en = cleaned[copies[0]]
+    assert set(en) >= {
+        "appid", "crawlid", "url", "response_url", "status_code", "crawled_at", "cleaned_at", "title", "description",
+        "text", "language", "published", "content_hash", "pii_masked", "attrs",
+    }  # fmt: skip
+    assert en["title"] == "Rivers of the North"
+    assert en["description"] == "A long walk along the rivers. Write to [email]."
+    assert "rivers of the north run cold" in en["text"] and "[phone]" in en["text"] and "[email]" in en["text"]
+    for noise in ("BUY", "Copyright", "Log in", "tracking", "color: red", "jane.doe", "555-0143"):
+        assert noise not in en["text"], noise
+    assert en["language"] == "en" and en["published"] == "2024-03-05" and en["pii_masked"] == 3
+    assert en["crawled_at"] == "2026-11-25T12:00:00.000000" and en["attrs"] == {"tag": "t"}
+    import hashlib
+
+    assert en["content_hash"] == hashlib.sha256(en["text"].encode()).hexdigest()
+    fr = cleaned["http://news.example/fr"]
+    assert fr["language"] == "fr" and fr["published"] == "2022-07-04"
+    assert "vendanges plus tôt" in fr["text"] and "Publicité" not in fr["text"]
+    assert "[phone]" in fr["text"] and "[email]" in fr["text"] and fr["pii_masked"] == 2
+    errors = sorted(letter["error"] for letter in letters)
+    assert errors == [
+        "missing required field: text",  # the empty page
+        "not a crawled item: no appid, url, status_code, response_headers, body, encoding, timestamp",
+    ], errors
+    assert sorted(letter["error"][:35] for letter in anonymous) == [
+        "not a crawled item: not JSON (Expec",
+        "not a crawled item: not a JSON obje",
+    ]
+    assert all(letter["stage"] == "clean" for letter in letters + anonymous)
+    keys = Keys(settings["REDIS_KEY_PREFIX"])
+    client = redis.Redis.from_url(settings["REDIS_URL"])
+    counts = {n: int(client.get(keys.stats_lifetime("cleaner", n)) or 0) for n in COUNTERS}
+    client.close()
+    assert counts == {"cleaned": 3, "skipped": 2, "duplicates": 1, "dead_letters": 4}, counts
+    empty = next(letter for letter in letters if letter["error"].startswith("missing"))
+    assert empty["url"] == "http://news.example/empty" and empty["appid"] == "capp" and "server_time" in empty
+
+
+def test_a_cleaner_killed_mid_stream_and_restarted_cleans_every_page(settings: Settings, tmp_path: Path) -> None:
+    """At least once (§13): offsets are committed only after the outputs were acknowledged."""
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    pages = [
+        item(f"http://many.example/{i}", EN_ARTICLE.replace("Rivers of the North", f"River number {i}"), crawlid="k1")
+        for i in range(PAGES)
+    ]
+    _produce(settings, [json.dumps(p).encode() for p in pages])
+    victim = _cleaner(settings, tmp_path, "victim", KAFKA_CONSUMER_MAX_POLL_RECORDS=20)  # small batches
+    survivor = None
+    try:
+        collector.wait_for("k1", 20, timeout=60, topic=settings.topic("cleaned"))
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        cleaned_by_victim = len({m["url"] for m in collector.of("k1", settings.topic("cleaned"))})
+        survivor = _cleaner(settings, tmp_path, "survivor")
+        deadline = time.monotonic() + 90
+        urls: set[str] = set()
+        while len(urls) < PAGES and time.monotonic() < deadline:
+            urls = {m["url"] for m in collector.of("k1", settings.topic("cleaned"))}
+            time.sleep(0.2)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+        if survivor is not None:
+            assert _stop(survivor) == 0
+        collector.close()
+    assert len(urls) == PAGES
+    assert cleaned_by_victim < PAGES  # it died with work left
+    assert collector.of("k1", settings.topic("dead_letter")) == []
+
+
+def test_crawled_pages_become_cleaned_records_through_the_real_commands(settings: Settings, tmp_path: Path) -> None:
+    """crawler -> crawled_firehose -> cleaner -> cleaned, on pages a test site serves."""
+    site = TestSite()
+    site.start()
+    site.page(
+        "/n/", b"<html><body><a href='/n/en'>en</a><a href='/n/fr'>fr</a><a href='/n/gone'>gone</a></body></html>"
+    )
+    site.page("/n/en", EN_ARTICLE.encode())
+    site.page("/n/fr", FR_ARTICLE.encode("iso-8859-1"), content_type="text/html; charset=iso-8859-1")
+    site.page("/n/gone", b"<html><body>missing</body></html>", status=404)
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    client = redis.Redis.from_url(settings["REDIS_URL"])
+    crawler = Crawler(crawler_env(settings), tmp_path)
+    cleaner = _cleaner(settings, tmp_path)
+    try:
+        crawler.wait_ready(client, settings["REDIS_KEY_PREFIX"])
+        seed(settings, client, appid="napp", crawlid="n1", url=site.url("/n/"), maxdepth=1)
+        cleaned = {m["url"]: m for m in collector.wait_for("n1", 3, timeout=60, topic=settings.topic("cleaned"))}
+        time.sleep(1.0)
+        cleaned = {m["url"]: m for m in collector.of("n1", settings.topic("cleaned"))}
+    finally:
+        assert crawler.terminate() == 0, crawler.output()
+        assert _stop(cleaner) == 0
+        collector.close()
+        client.close()
+        site.stop()
+    assert set(cleaned) == {site.url(p) for p in ("/n/", "/n/en", "/n/fr")}  # the 404 is skipped
+    assert cleaned[site.url("/n/en")]["title"] == "Rivers of the North"
+    assert cleaned[site.url("/n/fr")]["language"] == "fr" and "vendanges" in cleaned[site.url("/n/fr")]["text"]
+    assert cleaned[site.url("/n/en")]["appid"] == "napp" and cleaned[site.url("/n/en")]["status_code"] == 200
