@@ -31,6 +31,7 @@ from crawlhive.utils.connections import (
 )
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
+from crawlhive.utils.stats import CLEANER, CLEANER_COUNTERS
 from crawlhive.utils.worker import Worker
 
 if TYPE_CHECKING:
@@ -42,11 +43,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-COMPONENT = "cleaner"
+COMPONENT = CLEANER
 #: Seconds between two progress lines of a busy cleaner (none while idle).
 PROGRESS_EVERY_S = 10.0
 #: The counters of a cleaner in the stats (``stats: cleaner``).
-COUNTERS = ("cleaned", "skipped", "duplicates", "dead_letters")
+COUNTERS = CLEANER_COUNTERS
 
 
 @dataclass

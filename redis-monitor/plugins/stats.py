@@ -16,6 +16,8 @@ from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.heartbeat import live_heartbeats, live_nodes
 from crawlhive.utils.stats import (
+    CLEANER,
+    CLEANER_COUNTERS,
     CRAWLER,
     FAIL,
     KAFKA_MONITOR,
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor
     from crawlhive.utils.keys import Keys
 
-TYPES = ("all", "kafka-monitor", "redis-monitor", "crawler", "spider", "machine", "queue", "rest")
+TYPES = ("all", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "spider", "machine", "queue", "rest")
 REST = "rest"
 
 
@@ -99,12 +101,24 @@ class StatsMonitor(MonitorPlugin):
             return {"queues": self.queues()}
         if kind == REST:
             return self.rest_body()
+        if kind == CLEANER:
+            return self.cleaner_body()
         return {
             KAFKA_MONITOR: self.monitor_body(KAFKA_MONITOR),
             REDIS_MONITOR: self.monitor_body(REDIS_MONITOR),
             "crawler": self.crawler_body(),
+            CLEANER: self.cleaner_body(),
             REST: self.rest_body(),
         }
+
+    def cleaner_body(self) -> dict[str, Any]:
+        """The cleaners' counters (docs/contract.md §13), each a window map, and their live nodes."""
+        maps = self.stats.read_many([(CLEANER, name) for name in CLEANER_COUNTERS])
+        body: dict[str, Any] = {name: maps.get((CLEANER, name)) or {} for name in CLEANER_COUNTERS}
+        nodes = live_nodes(self.redis, self.keys, CLEANER)
+        if nodes:
+            body["nodes"] = nodes
+        return body
 
     def monitor_body(self, component: str) -> dict[str, Any]:
         """``total``, ``fail``, ``plugins`` and ``nodes`` of a monitor, each only with data."""

@@ -585,6 +585,9 @@ def test_stats_answers_of_every_type(
         beat.beat()
     km = Heartbeat(redis_client, keys, "kafka-monitor", "e2be29329410", "worker-1", 60)
     km.beat()
+    cleaner = Heartbeat(redis_client, keys, "cleaner", "c1ea0000000a", "worker-2", 60)
+    cleaner.beat()
+    stats.incr_many([("cleaner", "cleaned", 5), ("cleaner", "skipped", 2), ("cleaner", "dead_letters", 1)])
     push(
         redis_client,
         rm_settings,
@@ -593,7 +596,7 @@ def test_stats_answers_of_every_type(
         req("http://example.com/w", spiderid="wandering"),
     )
     monitor = running(rm_settings)
-    uuids = ["kafka-monitor", "crawler", "spider", "machine", "queue", "rest", "all"]
+    uuids = ["kafka-monitor", "crawler", "cleaner", "spider", "machine", "queue", "rest", "all"]
     submit(redis_client, rm_settings, "stats", *[{"uuid": u, "appid": "testapp", "stats": u} for u in uuids])
     answers = by_uuid(outbound.wait_for(len(uuids)))
     assert answers["kafka-monitor"] == {
@@ -642,7 +645,13 @@ def test_stats_answers_of_every_type(
     }
     assert answers["rest"] == {"stats": "rest", "appid": "testapp", "uuid": "rest"}  # no REST running
     everything = answers["all"]
-    assert set(everything) == {"stats", "appid", "uuid", "kafka-monitor", "redis-monitor", "crawler", "rest"}
+    assert set(everything) == {"stats", "appid", "uuid", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest"}
+    # docs/contract.md §13: the cleaners' counters per window, and their nodes
+    cleaned = answers["cleaner"]
+    assert cleaned["cleaned"]["lifetime"] == 5 and cleaned["skipped"]["900"] == 2
+    assert cleaned["duplicates"] == {} and cleaned["dead_letters"]["lifetime"] == 1
+    assert cleaned["nodes"] == {"worker-2": ["c1ea0000000a"]}
+    assert everything["cleaner"] == {k: v for k, v in cleaned.items() if k not in ("stats", "appid", "uuid")}
     assert everything["kafka-monitor"]["total"]["lifetime"] == 3
     assert everything["crawler"]["queues"] == queues and everything["rest"] == {}
     assert everything["redis-monitor"]["nodes"] == {"worker-1": [monitor.node_id]}
