@@ -32,6 +32,10 @@ def test_demo_crawls_the_bundled_site_to_completion_and_stops_cleanly(tmp_path: 
     assert info["total_crawled"] == total and info["total_pending"] == 0 and info["total_inflight"] == 0
     sample = json.loads(next(line for line in lines if line.startswith("sample item: ")).split(": ", 1)[1])
     assert sample["status_code"] == 200 and sample["status_msg"] == "OK"
+    # §13: a page of the crawl, cleaned by the cleaner `up`/`demo` start
+    line = next(line for line in lines if line.startswith("cleaned record (demo.cleaned): "))
+    cleaned = json.loads(line.split(": ", 1)[1])
+    assert cleaned["appid"] == "demo" and cleaned["text"] and len(cleaned["content_hash"]) == 64
     assert not any("/dashboard" in line for line in lines)  # no link to a cluster that is stopping (§17.5)
     assert "crawlhive demo --keep-running" in lines[-1]
     assert any(line.startswith("next: your own Scrapy spiders") and "docs/spiders.md" in line for line in lines)

@@ -103,7 +103,7 @@ def _crawl(cluster: LocalCluster, live: Settings, redis: Any, keys: Keys, seed: 
     request = {"url": seed, "appid": "demo", "crawlid": crawlid, "maxdepth": 3, "priority": 50}
     consumer = make_consumer(live, group_id=None)
     producer = make_producer(live)
-    topics = [live.topic("outbound_firehose"), live.topic("crawled_firehose")]
+    topics = [live.topic("outbound_firehose"), live.topic("crawled_firehose"), live.topic("cleaned")]
     try:
         partitions = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or [])]
         consumer.assign(partitions)
@@ -115,6 +115,7 @@ def _crawl(cluster: LocalCluster, live: Settings, redis: Any, keys: Keys, seed: 
         reader = FrontierReader(redis, keys, live.getfloat("CRAWL_RECORD_TTL"))
         codes: Counter[int] = Counter()
         sample: dict[str, Any] | None = None
+        cleaned: list[dict[str, Any]] = []  # records of the cleaning stage (§13)
         complete: dict[str, Any] | None = None
         started = time.monotonic()
         total = expected_pages()
@@ -130,6 +131,8 @@ def _crawl(cluster: LocalCluster, live: Settings, redis: Any, keys: Keys, seed: 
                         codes[message["status_code"]] += 1
                         if sample is None and message["status_code"] == 200:
                             sample = message
+                    elif record.topic.endswith(".cleaned"):
+                        cleaned.append(message)
                     elif message.get("action") == "complete":
                         complete = message
             state = reader.crawl_state("link", "demo", crawlid)
@@ -153,7 +156,12 @@ def _crawl(cluster: LocalCluster, live: Settings, redis: Any, keys: Keys, seed: 
             producer,
             live,
             {"action": "info", "appid": "demo", "crawlid": crawlid, "spiderid": "link", "uuid": f"info-{crawlid}"},
+            cleaned,
         )
+        deadline = time.monotonic() + 15
+        while not any(c.get("crawlid") == crawlid for c in cleaned) and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=300).values():
+                cleaned += [json.loads(r.value) for r in records if r.topic.endswith(".cleaned")]
     finally:
         consumer.close()
         producer.close(timeout=5)
@@ -164,18 +172,25 @@ def _crawl(cluster: LocalCluster, live: Settings, redis: Any, keys: Keys, seed: 
         "complete": complete,
         "sample": sample,
         "info": info,
+        "cleaned": next((c for c in cleaned if c.get("crawlid") == crawlid and c.get("text")), None),
+        "cleaned_topic": live.topic("cleaned"),
     }
 
 
-def _ask(consumer: Any, producer: Any, live: Settings, request: dict[str, Any]) -> dict[str, Any] | None:
-    """Send *request* through Kafka and return the outbound answer with its uuid (or None in 10 s)."""
+def _ask(
+    consumer: Any, producer: Any, live: Settings, request: dict[str, Any], cleaned: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Send *request* through Kafka and return the outbound answer with its uuid (or None in 10 s);
+    cleaned records read meanwhile are added to *cleaned*."""
     producer.send(live.topic("incoming"), json.dumps(request).encode()).get(timeout=10)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         for records in consumer.poll(timeout_ms=300).values():
             for record in records:
                 message = json.loads(record.value)
-                if message.get("uuid") == request["uuid"]:
+                if record.topic.endswith(".cleaned"):
+                    cleaned.append(message)
+                elif message.get("uuid") == request["uuid"]:
                     return dict(message)
     return None
 
@@ -195,6 +210,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if sample:
         shown = {**sample, "body": sample["body"][:80] + "…", "links": sample["links"][:3]}
         print(f"sample item: {json.dumps(shown)}")
+    record = summary.get("cleaned")
+    if record:
+        shown = {**record, "text": (record.get("text") or "")[:80] + "…"}
+        print(f"cleaned record ({summary['cleaned_topic']}): {json.dumps(shown, ensure_ascii=False)}")
+    else:
+        print("cleaned record: none arrived within 15 s (is a cleaner running? crawlhive dump cleaned)")
     print(
         "next: your own Scrapy spiders on the cluster, with an example project to start from: "
         "docs/spiders.md, examples/quotes"
