@@ -24,6 +24,8 @@ from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.heartbeat import live_heartbeats, live_nodes
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.stats import (
+    CLEANER,
+    CLEANER_COUNTERS,
     CRAWLER,
     FAIL,
     KAFKA_MONITOR,
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
 
 #: Components whose live processes are counted (docs/contract.md §7.2 ``crawlhive_nodes``).
-COMPONENTS = ("kafka-monitor", "redis-monitor", "crawler", "rest")
+COMPONENTS = ("kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest")
 #: Spider type always reported, even with nothing queued (the default spiderid).
 DEFAULT_SPIDER = "link"
 #: Most active crawls read per snapshot (the dashboard and metrics stay cheap on huge clusters).
@@ -58,6 +60,8 @@ class Counters:
     responses: dict[tuple[str, str], int]
     requests_failed: dict[str, int]
     dead_letters: dict[str, int]
+    cleaner: dict[str, int] = field(default_factory=dict)
+    """The cleaners' lifetime counters: cleaned, skipped, duplicates, dead_letters (§13)."""
 
 
 @dataclass
@@ -313,15 +317,19 @@ class ClusterView:
     def counters(self) -> Counters:
         """Lifetime counters of the kafka-monitor and crawlers (see the module docstring for names)."""
         wanted = self.stats.counters(KAFKA_MONITOR) + self.stats.counters(CRAWLER)
+        wanted += [(CLEANER, name) for name in CLEANER_COUNTERS]
         values = self.redis.mget([self.keys.stats_lifetime(c, n) for c, n in wanted]) if wanted else []
         incoming: dict[str, int] = {kind: 0 for kind in ("crawl", "action", "stats", "domain-config", "invalid")}
         pages: dict[str, int] = defaultdict(int)
         responses: dict[tuple[str, str], int] = defaultdict(int)
         failed: dict[str, int] = defaultdict(int)
+        cleaner: dict[str, int] = dict.fromkeys(CLEANER_COUNTERS, 0)
         items_prefix, failed_prefix = items_counter_name(""), failed_counter_name("")
         for (component, name), raw in zip(wanted, values, strict=True):
             count = int(raw or 0)
-            if component == KAFKA_MONITOR:
+            if component == CLEANER:
+                cleaner[name] = count
+            elif component == KAFKA_MONITOR:
                 plugin = parse_plugin_counter_name(name)
                 if name == FAIL:
                     incoming["invalid"] += count
@@ -334,8 +342,8 @@ class ClusterView:
             elif (status := parse_status_counter_name(name)) is not None and status[0] == "spider":
                 if str(status[2]) in self.response_codes:
                     responses[(status[1], str(status[2]))] += count
-        dead = {"validation": incoming["invalid"], "crawl": sum(failed.values())}
-        return Counters(incoming, dict(pages), dict(responses), dict(failed), dead)
+        dead = {"validation": incoming["invalid"], "crawl": sum(failed.values()), "clean": cleaner["dead_letters"]}
+        return Counters(incoming, dict(pages), dict(responses), dict(failed), dead, cleaner)
 
 
 #: How a finished crawl ended (the crawl record's ``ended_as``).

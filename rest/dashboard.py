@@ -82,6 +82,7 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
             "requests_failed": sum(counters.requests_failed.values()),
             "incoming": counters.incoming,
             "dead_letters": counters.dead_letters,
+            "cleaner": counters.cleaner,
         },
         "dead_letters": list(reversed(rest.kafka.dead_letters.copy())),  # copy(): atomic vs the listener
         "finished": rest.view.crawl_list("finished", FINISHED_SHOWN),

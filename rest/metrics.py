@@ -86,7 +86,14 @@ class ClusterCollector(Collector):
         dead = CounterMetricFamily("crawlhive_dead_letter", "Dead letters by stage.", labels=["stage"])
         for stage, count in counters.dead_letters.items():
             dead.add_metric([stage], count)
-        yield from (incoming, dead)
+        cleaned = CounterMetricFamily(
+            "crawlhive_cleaner_records",
+            "Records the cleaners handled, by outcome: cleaned, skipped, duplicates, dead_letters (§13).",
+            labels=["kind"],
+        )
+        for kind, count in counters.cleaner.items():
+            cleaned.add_metric([kind], count)
+        yield from (incoming, dead, cleaned)
 
 
 class _Read(Collector):

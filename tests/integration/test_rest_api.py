@@ -478,6 +478,9 @@ def test_metrics_expose_cluster_state_from_redis(
             ("crawler", machine_counter_name("worker-1", 200), 5),  # host names are never labels
             ("crawler", items_counter_name("link"), 6),
             ("crawler", failed_counter_name("link"), 3),
+            ("cleaner", "cleaned", 8),
+            ("cleaner", "skipped", 2),
+            ("cleaner", "dead_letters", 1),
         ]
     )
     crawler = Heartbeat(rclient, keys, "crawler", new_node_id(), "worker-1", 60, extra={"spider": spider})
@@ -523,6 +526,10 @@ def test_metrics_expose_cluster_state_from_redis(
     assert delta("crawlhive_incoming_total", kind="invalid") == 2
     assert delta("crawlhive_dead_letter_total", stage="validation") == 2
     assert delta("crawlhive_dead_letter_total", stage="crawl") == 3
+    assert delta("crawlhive_dead_letter_total", stage="clean") == 1  # §13
+    assert delta("crawlhive_cleaner_records_total", kind="cleaned") == 8
+    assert delta("crawlhive_cleaner_records_total", kind="skipped") == 2
+    assert ("crawlhive_nodes", (("component", "cleaner"),)) in after
     assert after[("crawlhive_rest_responses_total", (("code", "200"), ("method", "GET")))] >= 1
     labels = {label for (_, pairs) in after for label, _ in pairs}
     assert labels <= {"component", "spiderid", "code", "kind", "stage", "method"}
