@@ -96,6 +96,7 @@ bench: $(STAMP)
 	@if [ -f bench/memory.py ]; then $(BIN)/python bench/memory.py; else echo "bench/memory.py not present: skipped"; fi
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
+	$(BIN)/python bench/clean.py
 	$(BIN)/python bench/crawl.py; status=$$?; bench/nginx.sh stop; exit $$status
 
 format: $(STAMP)

@@ -1,13 +1,12 @@
-"""``published`` (docs/contract.md §13): the page's own publication date as ``YYYY-MM-DD``: what
-trafilatura's metadata found (htmldate: meta tags, JSON-LD, time elements, visible dates, URL), or
-else htmldate's search of the page; a date that does not parse is null."""
+"""``published`` (docs/contract.md §13): the page's own publication date as ``YYYY-MM-DD``, as
+trafilatura's metadata found it (it runs htmldate over meta tags, JSON-LD, time elements, visible
+dates and the URL; a second htmldate search here found nothing more on the test pages and cost a
+fifth of the cleaning time); a date that does not parse is null."""
 
 from __future__ import annotations
 
 from datetime import date
 from typing import TYPE_CHECKING
-
-import htmldate
 
 from crawlhive.cleaner.plugins import CleanerPlugin
 
@@ -27,10 +26,4 @@ class DatePlugin(CleanerPlugin):
     name = "dates"
 
     def process(self, page: Page) -> None:
-        found = iso_date((page.extra.get("document") or {}).get("date"))
-        if found is None and page.html.strip():
-            try:
-                found = iso_date(htmldate.find_date(page.html, outputformat="%Y-%m-%d", original_date=True))
-            except (ValueError, TypeError):
-                found = None
-        page.record["published"] = found
+        page.record["published"] = iso_date((page.extra.get("document") or {}).get("date"))

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
 #: Characters of text below which the identifier is not trusted.
 MIN_CHARS = 40
+#: Characters of text the identifier reads (the start of a page tells its language as well as the
+#: whole; the cost grows with the length).
+MAX_CHARS = 3000
 _LANG = re.compile(r"^[a-z]{2}$")
 
 
@@ -26,7 +29,7 @@ class LanguagePlugin(CleanerPlugin):
         text = page.record.get("text") or ""
         language = None
         if len(text) >= MIN_CHARS:
-            language = str(py3langid.classify(text)[0])
+            language = str(py3langid.classify(text[:MAX_CHARS])[0])
         else:
             declared = str((page.extra.get("document") or {}).get("language") or "").split("-")[0].lower()
             language = declared or None
