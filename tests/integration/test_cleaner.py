@@ -58,6 +58,20 @@ et que le vin de cette époque avait un goût bien différent de celui d'aujourd
 </body></html>"""
 
 
+#: Publication dates as pages show them: visible text, a time element, a path-like date.
+DATED = (
+    '<p class="date">Published 14 February 2023</p>',
+    '<time datetime="2021-11-30">30/11/2021</time>',
+    "<span>Posted on 2020/06/15 by Ann</span>",
+)
+
+
+def _dated(date_html: str) -> str:
+    paragraph = "<p>The harvest began early this year and the farmers were surprised by the heat of the summer.</p>"
+    article = f"<article><h1>Harvest</h1>{date_html}{paragraph * 3}</article>"
+    return f"<html><head><title>Harvest</title></head><body>{article}</body></html>"
+
+
 def item(
     url: str, body: str, status: int = 200, content_type: str = "text/html; charset=utf-8", **extra: Any
 ) -> dict[str, Any]:
@@ -133,12 +147,13 @@ def test_the_cleaner_builds_the_cleaned_record_and_handles_bad_input(settings: S
         item("http://news.example/missing", "<html><body><p>gone</p></body></html>", status=404),
         item("http://news.example/logo.png", "iVBORw0KGgo=", content_type="image/png"),
         item("http://news.example/broken", "<html><body><div><p>Unclosed tags everywhere <b>and <i>more text " * 30),
+        *[item(f"http://news.example/dated-{i}", _dated(date_html)) for i, date_html in enumerate(DATED)],
     ]
     garbage = [b"not json at all", json.dumps({"foo": 1, "crawlid": "c1"}).encode(), json.dumps([1, 2]).encode()]
     _produce(settings, [json.dumps(r).encode() for r in records] + garbage)
     cleaner = _cleaner(settings, tmp_path)
     try:
-        cleaned = _by_url(collector, "c1", 3, settings.topic("cleaned"))
+        cleaned = _by_url(collector, "c1", 6, settings.topic("cleaned"))
         letters = collector.wait_for("c1", 2, timeout=30, topic=settings.topic("dead_letter"))
         anonymous = collector.wait_for("None", 2, timeout=30, topic=settings.topic("dead_letter"))
         time.sleep(1.0)
@@ -150,7 +165,14 @@ def test_the_cleaner_builds_the_cleaned_record_and_handles_bad_input(settings: S
     # the same content twice in one crawl: whichever came first (partitions interleave) is emitted
     copies = [u for u in ("http://news.example/en", "http://news.example/en-copy") if u in cleaned]
     assert len(copies) == 1, sorted(cleaned)
-    assert set(cleaned) == {copies[0], "http://news.example/fr", "http://news.example/broken"}
+    dated = {f"http://news.example/dated-{i}" for i in range(len(DATED))}
+    assert set(cleaned) == {copies[0], "http://news.example/fr", "http://news.example/broken", *dated}
+    # dates written in several ways, all normalised
+    assert [cleaned[f"http://news.example/dated-{i}"]["published"] for i in range(len(DATED))] == [
+        "2023-02-14",
+        "2021-11-30",
+        "2020-06-15",
+    ]
     en = cleaned[copies[0]]
     assert set(en) >= {
         "appid", "crawlid", "url", "response_url", "status_code", "crawled_at", "cleaned_at", "title", "description",
@@ -184,7 +206,7 @@ def test_the_cleaner_builds_the_cleaned_record_and_handles_bad_input(settings: S
     client = redis.Redis.from_url(settings["REDIS_URL"])
     counts = {n: int(client.get(keys.stats_lifetime("cleaner", n)) or 0) for n in COUNTERS}
     client.close()
-    assert counts == {"cleaned": 3, "skipped": 2, "duplicates": 1, "dead_letters": 4}, counts
+    assert counts == {"cleaned": 6, "skipped": 2, "duplicates": 1, "dead_letters": 4}, counts
     empty = next(letter for letter in letters if letter["error"].startswith("missing"))
     assert empty["url"] == "http://news.example/empty" and empty["appid"] == "capp" and "server_time" in empty
 
