@@ -31,7 +31,7 @@ from crawlhive.utils.connections import (
 )
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
-from crawlhive.utils.stats import CLEANER, CLEANER_COUNTERS
+from crawlhive.utils.stats import CLEANER, CLEANER_COUNTERS, cleaner_machine_counter_name
 from crawlhive.utils.worker import Worker
 
 if TYPE_CHECKING:
@@ -294,6 +294,11 @@ class Cleaner(Worker):
             future.get(timeout=self.ack_timeout_s)
 
     def _count(self, result: CleanResult) -> None:
-        counts = [(COMPONENT, name, getattr(result, name)) for name in COUNTERS if getattr(result, name)]
+        """Add *result* to the cluster's counters and this host's (``stats: cleaner``)."""
+        host = self.settings.node_name
+        counts = []
+        for name in COUNTERS:
+            if n := getattr(result, name):
+                counts += [(COMPONENT, name, n), (COMPONENT, cleaner_machine_counter_name(host, name), n)]
         if counts:
             self.stats.incr_many(counts)

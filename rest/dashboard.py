@@ -47,6 +47,11 @@ def crawl_row(state: CrawlState, stopped: bool = False, served: bool = True) -> 
     }
 
 
+def _number(value: float) -> float | None:
+    """*value*, or None for NaN (JSON has no NaN)."""
+    return None if value != value else value
+
+
 def dashboard_data(rest: RestService) -> dict[str, Any]:
     """Everything the page shows, as one JSON-able dict (blocking; raises ``redis.RedisError``)."""
     snap = rest.view.snapshot(with_domains=True)
@@ -82,7 +87,7 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
             "requests_failed": sum(counters.requests_failed.values()),
             "incoming": counters.incoming,
             "dead_letters": counters.dead_letters,
-            "cleaner": counters.cleaner,
+            "cleaner": {**counters.cleaner, "lag": _number(rest.cleaner_lag())},
         },
         "dead_letters": list(reversed(rest.kafka.dead_letters.copy())),  # copy(): atomic vs the listener
         "finished": rest.view.crawl_list("finished", FINISHED_SHOWN),

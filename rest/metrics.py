@@ -111,7 +111,13 @@ class _Read(Collector):
 class RestMetrics:
     """The registry of one REST process: the cluster collector plus the process's own metrics."""
 
-    def __init__(self, view: ClusterView, waiting: Callable[[], float], stored: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        view: ClusterView,
+        waiting: Callable[[], float],
+        stored: Callable[[], float],
+        cleaner_lag: Callable[[], float] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ClusterCollector(view))
         ProcessCollector(registry=self.registry)
@@ -128,6 +134,9 @@ class RestMetrics:
         self.registry.register(
             _Read(CounterMetricFamily, "crawlhive_rest_answers_stored", "Answers stored for POST /poll.", stored)
         )
+        if cleaner_lag is not None:
+            doc = "Records of crawled_firehose the cleaners have not committed yet (consumer lag, §13)."
+            self.registry.register(_Read(GaugeMetricFamily, "crawlhive_cleaner_lag", doc, cleaner_lag))
 
     def render(self) -> bytes:
         """The exposition text (blocking: reads Redis; raises ``redis.RedisError`` on failure)."""

@@ -21,7 +21,7 @@ from crawlhive.kafka_monitor.validation import RequestValidator
 from crawlhive.rest.answers import WAITER_MARGIN_S, AnswerBook, KafkaLink
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import RestMetrics
-from crawlhive.utils.connections import redis_from_settings
+from crawlhive.utils.connections import consumer_lag, redis_from_settings
 from crawlhive.utils.worker import ProcessContext
 
 if TYPE_CHECKING:
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+#: Seconds a read of the cleaners' consumer lag is reused (each read opens a Kafka consumer).
+CLEANER_LAG_CACHE_S = 10.0
 
 COMPONENT = "rest"
 
@@ -67,10 +70,27 @@ class RestService:
         self.kafka = KafkaLink(settings, self.book)
         kinds = {plugin.name: plugin.kind for plugin in self.validator.plugins}
         self.view = ClusterView(redis, settings, kinds)
-        self.metrics = RestMetrics(self.view, lambda: self.book.waiting(), lambda: self.book.stored)
+        self.metrics = RestMetrics(self.view, lambda: self.book.waiting(), lambda: self.book.stored, self.cleaner_lag)
+        self._lag: tuple[float, float] = (0.0, float("nan"))  # (read at, value) of cleaner_lag
         self._beat_interval_s = self.context.heartbeat_interval_s
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
+
+    def cleaner_lag(self) -> float:
+        """Records of crawled_firehose the cleaners' group has not committed (§13), read at most
+        every CLEANER_LAG_CACHE_S; NaN while the broker cannot say. The embedded broker counts
+        record batches here, Apache Kafka records."""
+        at, value = self._lag
+        if time.monotonic() - at >= CLEANER_LAG_CACHE_S:
+            try:
+                value = float(
+                    consumer_lag(self.settings, self.settings.topic("crawled_firehose"), self.settings.cleaner_group)
+                )
+            except Exception:  # noqa: BLE001 - a metric must not fail the scrape; NaN says "unknown"
+                logger.debug("reading the cleaners' lag failed", exc_info=True)
+                value = float("nan")
+            self._lag = (time.monotonic(), value)
+        return value
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:

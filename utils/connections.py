@@ -471,3 +471,30 @@ def record_origin(record: Any) -> str:
     again at 0) while Redis keeps its data.
     """
     return f"{record.topic}/{record.partition}/{record.offset}@{record.timestamp}"
+
+
+def consumer_lag(settings: Settings, topic: str, group: str) -> int:
+    """Records of *topic* that consumer group *group* has not committed yet, over all partitions
+    (what a partition's group never committed counts from its first record).
+
+    Raises:
+        BackendUnavailable: no broker answered (names KAFKA_BOOTSTRAP_SERVERS).
+        KafkaError: the broker failed the offset requests.
+    """
+    from kafka import TopicPartition
+
+    consumer = make_consumer(settings, group_id=group)
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        if not partitions:
+            return 0
+        ends = consumer.end_offsets(partitions)
+        starts = consumer.beginning_offsets(partitions)
+        lag = 0
+        for partition in partitions:
+            committed = consumer.committed(partition)
+            position = committed if committed is not None else starts[partition]
+            lag += max(0, ends[partition] - position)
+        return lag
+    finally:
+        consumer.close(autocommit=False)

@@ -286,6 +286,21 @@ def machine_counter_name(host: str, code: int) -> str:
     return f"machine:{host}:{int(code)}"
 
 
+def cleaner_machine_counter_name(host: str, counter: str) -> str:
+    """Cleaner counter *counter* (one of CLEANER_COUNTERS) of the cleaners on *host*
+    (``CRAWLER_NODE_NAME``): ``machine:<host>:<counter>``."""
+    return f"machine:{host}:{counter}"
+
+
+def parse_cleaner_machine_counter_name(name: str) -> tuple[str, str] | None:
+    """``(host, counter)`` of a :func:`cleaner_machine_counter_name`; None for any other name."""
+    kind, sep, rest = name.partition(":")
+    host, sep2, counter = rest.rpartition(":")
+    if kind != "machine" or not sep or not sep2 or not host or counter not in CLEANER_COUNTERS:
+        return None
+    return host, counter
+
+
 def items_counter_name(spider: str) -> str:
     """Crawler counter of the items spider type *spider* emitted: ``items:<spider>``."""
     return f"items:{spider}"

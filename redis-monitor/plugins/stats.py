@@ -24,6 +24,7 @@ from crawlhive.utils.stats import (
     REDIS_MONITOR,
     TOTAL,
     Stats,
+    parse_cleaner_machine_counter_name,
     parse_plugin_counter_name,
     parse_status_counter_name,
 )
@@ -112,9 +113,18 @@ class StatsMonitor(MonitorPlugin):
         }
 
     def cleaner_body(self) -> dict[str, Any]:
-        """The cleaners' counters (docs/contract.md §13), each a window map, and their live nodes."""
-        maps = self.stats.read_many([(CLEANER, name) for name in CLEANER_COUNTERS])
+        """The cleaners' counters (docs/contract.md §13), each a window map, the same per host
+        (``machines``) and their live nodes."""
+        per_host = [c for c in self.stats.counters(CLEANER) if parse_cleaner_machine_counter_name(c[1])]
+        maps = self.stats.read_many([(CLEANER, name) for name in CLEANER_COUNTERS] + per_host)
         body: dict[str, Any] = {name: maps.get((CLEANER, name)) or {} for name in CLEANER_COUNTERS}
+        machines: dict[str, dict[str, Any]] = {}
+        for counter in per_host:
+            parsed = parse_cleaner_machine_counter_name(counter[1])
+            if parsed and maps.get(counter):
+                machines.setdefault(parsed[0], {})[parsed[1]] = maps[counter]
+        if machines:
+            body["machines"] = dict(sorted(machines.items()))
         nodes = live_nodes(self.redis, self.keys, CLEANER)
         if nodes:
             body["nodes"] = nodes

@@ -17,7 +17,7 @@ import redis
 from crawlerkit import CLI, Collector, Crawler, TestSite, crawler_env, seed
 
 from crawlhive.cleaner.worker import COUNTERS
-from crawlhive.utils.connections import ensure_topics, make_producer
+from crawlhive.utils.connections import consumer_lag, ensure_topics, make_producer
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
@@ -277,3 +277,26 @@ def test_crawled_pages_become_cleaned_records_through_the_real_commands(settings
     assert cleaned[site.url("/n/en")]["title"] == "Rivers of the North"
     assert cleaned[site.url("/n/fr")]["language"] == "fr" and "vendanges" in cleaned[site.url("/n/fr")]["text"]
     assert cleaned[site.url("/n/en")]["appid"] == "napp" and cleaned[site.url("/n/en")]["status_code"] == 200
+
+
+def test_the_cleaners_consumer_lag_is_what_their_group_has_not_committed(settings: Settings, tmp_path: Path) -> None:
+    """What ``/metrics`` reports as crawlhive_cleaner_lag: positive while records wait, 0 once the
+    cleaners committed them (the embedded broker counts record batches, Apache Kafka records)."""
+    topic = settings.topic("crawled_firehose")
+    ensure_topics(settings, [topic, settings.topic("cleaned"), settings.topic("dead_letter")])
+    assert consumer_lag(settings, topic, settings.cleaner_group) == 0
+    _produce(
+        settings, [json.dumps(item(f"http://lag.example/{i}", EN_ARTICLE, crawlid="l1")).encode() for i in range(5)]
+    )
+    assert consumer_lag(settings, topic, settings.cleaner_group) > 0
+    collector = Collector(settings, [settings.topic("cleaned")])
+    cleaner = _cleaner(settings, tmp_path)
+    try:
+        collector.wait_for("l1", 1, timeout=30)
+        deadline = time.monotonic() + 30
+        while consumer_lag(settings, topic, settings.cleaner_group) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert consumer_lag(settings, topic, settings.cleaner_group) == 0
+    finally:
+        assert _stop(cleaner) == 0
+        collector.close()

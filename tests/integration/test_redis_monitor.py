@@ -588,6 +588,7 @@ def test_stats_answers_of_every_type(
     cleaner = Heartbeat(redis_client, keys, "cleaner", "c1ea0000000a", "worker-2", 60)
     cleaner.beat()
     stats.incr_many([("cleaner", "cleaned", 5), ("cleaner", "skipped", 2), ("cleaner", "dead_letters", 1)])
+    stats.incr("cleaner", "machine:worker-2:cleaned", 5)
     push(
         redis_client,
         rm_settings,
@@ -651,6 +652,7 @@ def test_stats_answers_of_every_type(
     assert cleaned["cleaned"]["lifetime"] == 5 and cleaned["skipped"]["900"] == 2
     assert cleaned["duplicates"] == {} and cleaned["dead_letters"]["lifetime"] == 1
     assert cleaned["nodes"] == {"worker-2": ["c1ea0000000a"]}
+    assert cleaned["machines"] == {"worker-2": {"cleaned": cleaned["cleaned"]}}  # per host
     assert everything["cleaner"] == {k: v for k, v in cleaned.items() if k not in ("stats", "appid", "uuid")}
     assert everything["kafka-monitor"]["total"]["lifetime"] == 3
     assert everything["crawler"]["queues"] == queues and everything["rest"] == {}
