@@ -24,18 +24,15 @@ from crawlhive.crawler.items import timestamp
 from crawlhive.utils.connections import (
     check_redis,
     ensure_topics,
-    make_consumer,
-    make_producer,
     mask_url,
     redis_from_settings,
 )
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
 from crawlhive.utils.stats import CLEANER, CLEANER_COUNTERS, cleaner_machine_counter_name
-from crawlhive.utils.worker import Worker
+from crawlhive.utils.worker import ConsumerWorker
 
 if TYPE_CHECKING:
-    from kafka import KafkaConsumer, KafkaProducer
     from kafka.consumer.fetcher import ConsumerRecord
     from redis import Redis
 
@@ -65,23 +62,17 @@ class CleanResult:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
-class Cleaner(Worker):
+class Cleaner(ConsumerWorker):
     """Consumes the crawled firehose and publishes cleaned records (see the module docstring)."""
 
     component = COMPONENT
-    iteration = "this batch"
 
     def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
         super().__init__(settings, redis, owns_redis=owns_redis)
         self.source_topic = settings.topic("crawled_firehose")
         self.cleaned_topic = settings.topic("cleaned")
         self.dead_letter_topic = settings.topic("dead_letter")
-        self.poll_timeout_ms = settings.getint("KAFKA_CONSUMER_POLL_TIMEOUT_MS")
-        self.max_poll_records = settings.getint("KAFKA_CONSUMER_MAX_POLL_RECORDS")
-        self.ack_timeout_s = settings.getfloat("KAFKA_FEED_TIMEOUT")
         self.steps: list[CleanerPlugin] = []
-        self.consumer: KafkaConsumer | None = None
-        self.producer: KafkaProducer | None = None
         self.totals = CleanResult()
         self._progress = (time.monotonic(), CleanResult())
 
@@ -106,10 +97,7 @@ class Cleaner(Worker):
                 COMPONENT, BUILTIN_PLUGINS, [self.settings["CLEANER_PLUGINS"]], lambda cls: cls.from_cleaner(self)
             )
         ensure_topics(self.settings, [self.source_topic, self.cleaned_topic, self.dead_letter_topic])
-        if self.producer is None:
-            self.producer = make_producer(self.settings)
-        if self.consumer is None:
-            self.consumer = make_consumer(self.settings, self.source_topic, group_id=self.settings.cleaner_group)
+        self.open_kafka(self.source_topic, self.settings.cleaner_group)
         self.beat(force=True)
         logger.info(
             "cleaner %s consuming %s as group %s (Redis %s)",
@@ -121,18 +109,7 @@ class Cleaner(Worker):
 
     def close(self) -> None:
         """Leave the group and close the Kafka clients."""
-        consumer, self.consumer = self.consumer, None
-        producer, self.producer = self.producer, None
-        if consumer is not None:
-            try:
-                consumer.close(autocommit=False, timeout_ms=2000)
-            except Exception:  # shutting down: report and go on closing the rest
-                logger.warning("closing the Kafka consumer failed", exc_info=True)
-        if producer is not None:
-            try:
-                producer.close(timeout=5)
-            except Exception:  # shutting down: report and go on closing the rest
-                logger.warning("closing the Kafka producer failed", exc_info=True)
+        self.close_kafka()
         self._log_progress(force=True)
 
     def after_iteration(self) -> None:
@@ -162,25 +139,15 @@ class Cleaner(Worker):
     # --- one iteration -----------------------------------------------------------------------
 
     def run_once(self) -> CleanResult:
-        """Poll a batch, clean it, produce and await the outputs, commit; on a failure rewind.
+        """One batch (:meth:`ConsumerWorker.consume_batch`), added to the totals.
 
         Raises:
             RedisError, KafkaError: a backend failed; the batch will be processed again.
         """
-        assert self.consumer is not None, "setup() first"
-        polled = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=self.max_poll_records)
-        records = [record for batch in polled.values() for record in batch]
-        result = CleanResult()
-        if records:
-            try:
-                result = self.process(records)
-                self.consumer.commit(timeout_ms=int(self.ack_timeout_s * 1000))
-            except BaseException:
-                if self.consumer is not None:
-                    self.rewind(self.consumer, polled)
-                raise
-            self.totals.add(result)
-        self.beat_or_probe(busy=bool(records))
+        result, _ = self.consume_batch()
+        if result is None:
+            return CleanResult()
+        self.totals.add(result)
         return result
 
     def process(self, records: list[ConsumerRecord]) -> CleanResult:

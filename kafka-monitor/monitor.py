@@ -33,18 +33,15 @@ from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, valid
 from crawlhive.utils.connections import (
     check_redis,
     ensure_topics,
-    make_consumer,
-    make_producer,
     mask_url,
     record_origin,
     redis_from_settings,
 )
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
-from crawlhive.utils.worker import Worker
+from crawlhive.utils.worker import ConsumerWorker
 
 if TYPE_CHECKING:
-    from kafka import KafkaConsumer, KafkaProducer
     from kafka.consumer.fetcher import ConsumerRecord
     from redis import Redis
 
@@ -68,7 +65,7 @@ class BatchResult:
     rejected: int = 0
 
 
-class KafkaMonitor(Worker):
+class KafkaMonitor(ConsumerWorker):
     """Consumes ``<prefix>.incoming`` in the consumer group KAFKA_GROUP and feeds Redis (the loop,
     back-off, signals and teardown are :class:`~crawlhive.utils.worker.Worker`'s).
 
@@ -79,20 +76,14 @@ class KafkaMonitor(Worker):
     """
 
     component = COMPONENT
-    iteration = "this batch"
 
     def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
         super().__init__(settings, redis, owns_redis=owns_redis)
         self.incoming_topic = settings.topic("incoming")
         self.dead_letter_topic = settings.topic("dead_letter")
         self.max_record_bytes = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
-        self.poll_timeout_ms = settings.getint("KAFKA_CONSUMER_POLL_TIMEOUT_MS")
-        self.max_poll_records = settings.getint("KAFKA_CONSUMER_MAX_POLL_RECORDS")
-        self.ack_timeout_s = settings.getfloat("KAFKA_FEED_TIMEOUT")
         self.validator: RequestValidator | None = None
         self.plugins: dict[type[IncomingPlugin], IncomingPlugin] = {}
-        self.consumer: KafkaConsumer | None = None
-        self.producer: KafkaProducer | None = None
         self.totals = BatchResult()
         self._progress_at = time.monotonic()
         self._progress_mark = BatchResult()
@@ -126,10 +117,7 @@ class KafkaMonitor(Worker):
             # Validate against the plugins that run: a disabled kind is rejected like any unknown one.
             self.validator = RequestValidator(list(self.plugins), self.settings)
         ensure_topics(self.settings, [self.incoming_topic, self.dead_letter_topic])
-        if self.producer is None:
-            self.producer = make_producer(self.settings)
-        if self.consumer is None:
-            self.consumer = make_consumer(self.settings, self.incoming_topic, group_id=self.settings.kafka_group)
+        self.open_kafka(self.incoming_topic, self.settings.kafka_group)
         self.beat(force=True)
         logger.info(
             "kafka-monitor %s consuming %s as group %s (Redis %s)",
@@ -141,18 +129,7 @@ class KafkaMonitor(Worker):
 
     def close(self) -> None:
         """Leave the group and close the Kafka clients (each failure reported, the rest closed)."""
-        consumer, self.consumer = self.consumer, None
-        producer, self.producer = self.producer, None
-        if consumer is not None:
-            try:
-                consumer.close(autocommit=False, timeout_ms=2000)
-            except Exception:  # shutting down: report and go on closing the rest
-                logger.warning("closing the Kafka consumer failed", exc_info=True)
-        if producer is not None:
-            try:
-                producer.close(timeout=5)
-            except Exception:  # shutting down: report and go on closing the rest
-                logger.warning("closing the Kafka producer failed", exc_info=True)
+        self.close_kafka()
         self._log_progress(force=True)
 
     def after_iteration(self) -> None:
@@ -183,27 +160,17 @@ class KafkaMonitor(Worker):
     # --- one iteration ---------------------------------------------------------------------
 
     def run_once(self) -> BatchResult:
-        """Poll one batch, process it, commit; on any failure rewind the batch and re-raise.
+        """One batch (:meth:`ConsumerWorker.consume_batch`), added to the totals.
 
         Raises:
             RedisError, KafkaError: a backend failed; the batch will be delivered again.
         """
-        assert self.consumer is not None, "setup() first"
-        polled = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=self.max_poll_records)
-        records = [record for batch in polled.values() for record in batch]
-        result = BatchResult()
-        if records:
-            try:
-                result = self.process(records)
-                self.consumer.commit(timeout_ms=int(self.ack_timeout_s * 1000))
-            except BaseException:
-                if self.consumer is not None:
-                    self.rewind(self.consumer, polled)
-                raise
-            self.totals.records += result.records
-            self.totals.accepted += result.accepted
-            self.totals.rejected += result.rejected
-        self.beat_or_probe(busy=bool(records))
+        result, _ = self.consume_batch()
+        if result is None:
+            return BatchResult()
+        self.totals.records += result.records
+        self.totals.accepted += result.accepted
+        self.totals.rejected += result.rejected
         return result
 
     def process(self, records: list[ConsumerRecord]) -> BatchResult:

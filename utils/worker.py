@@ -4,7 +4,7 @@
 fresh node id, stats and the heartbeat. Both monitors, the REST service and the crawler runtime build
 one and nothing of it themselves.
 
-:class:`Worker` is the skeleton of a long-running loop (the kafka-monitor and the redis-monitor):
+:class:`Worker` is the skeleton of a long-running loop (the monitors, the cleaner):
 
 * :meth:`Worker.start`: :meth:`~Worker.setup`, retried with back-off while a backend is unreachable;
 * :meth:`Worker.run`: :meth:`~Worker.run_once` until a stop, backing off (and logging the setting
@@ -15,6 +15,9 @@ one and nothing of it themselves.
   retried after a back-off, anything else ends the loop (after the teardown) so ``main`` can exit
   with its message;
 * the first SIGINT/SIGTERM finishes the current iteration, the second stops at once.
+
+:class:`ConsumerWorker` adds what a loop over a Kafka consumer group needs (the kafka-monitor, the
+cleaner): poll, process, commit only then, rewind a failed batch.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kafka.errors import KafkaError
 
-from crawlhive.utils.connections import probe_kafka
+from crawlhive.utils.connections import make_consumer, make_producer, probe_kafka
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.loop import Backoff, describe_failure, install_stop_handlers, is_transient
 from crawlhive.utils.stats import Stats
 
 if TYPE_CHECKING:
+    from kafka import KafkaConsumer, KafkaProducer
     from redis import Redis
 
     from crawlhive.utils.settings import Settings
@@ -134,7 +138,6 @@ class Worker:
         self.stopping = False
         self.backoff = Backoff()
         self._last_beat = 0.0
-        self._busy = False
 
     # --- what a component provides ------------------------------------------------------------
 
@@ -160,34 +163,6 @@ class Worker:
         if force or now - self._last_beat >= self.context.heartbeat_interval_s:
             self.heartbeat.beat()
             self._last_beat = now
-
-    def rewind(self, consumer: Any, polled: dict[Any, list[Any]]) -> None:
-        """Seek every partition of a polled batch back to its first record, so it is processed
-        again (kafka-python drops fetched data that does not start at the new position)."""
-        for partition, batch in polled.items():
-            if batch:
-                try:
-                    consumer.seek(partition, batch[0].offset)
-                except (KafkaError, ValueError):
-                    # Partition no longer assigned: its next owner resumes from the committed offset.
-                    logger.info("could not rewind %s (no longer assigned)", partition)
-
-    def beat_or_probe(self, busy: bool) -> None:
-        """For a consumer loop, every HEARTBEAT_INTERVAL: renew the heartbeat; if no record arrived
-        meanwhile, also check that the broker still accepts connections (an idle consumer does not
-        notice it is gone).
-
-        Raises:
-            RedisError: the heartbeat failed (REDIS_URL).
-            BackendUnavailable: the broker is unreachable (KAFKA_BOOTSTRAP_SERVERS).
-        """
-        self._busy = self._busy or busy
-        if time.monotonic() - self._last_beat < self.context.heartbeat_interval_s:
-            return
-        idle, self._busy = not self._busy, False
-        self.beat(force=True)
-        if idle:
-            probe_kafka(self.settings)
 
     def install_signal_handlers(self) -> None:
         """First SIGINT/SIGTERM: finish :attr:`iteration`, then stop. Second: stop at once."""
@@ -245,3 +220,104 @@ class Worker:
         except Exception:  # noqa: BLE001 - shutting down: report and go on closing the rest
             logger.warning("closing %s failed", self.component, exc_info=True)
         self.context.close()
+
+
+class ConsumerWorker(Worker):
+    """A :class:`Worker` whose iteration is one batch of a Kafka consumer group (the kafka-monitor
+    and the cleaner): the Kafka clients, poll → :meth:`process` → commit, the rewind of a batch
+    that failed (processed again after the back-off), and a heartbeat that also probes the broker
+    while idle.
+
+    Subclasses implement :meth:`process` and call :meth:`open_kafka` from :meth:`setup`.
+    """
+
+    iteration = "this batch"
+
+    def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
+        super().__init__(settings, redis, owns_redis=owns_redis)
+        self.poll_timeout_ms = settings.getint("KAFKA_CONSUMER_POLL_TIMEOUT_MS")
+        self.max_poll_records = settings.getint("KAFKA_CONSUMER_MAX_POLL_RECORDS")
+        self.ack_timeout_s = settings.getfloat("KAFKA_FEED_TIMEOUT")
+        self.consumer: KafkaConsumer | None = None
+        self.producer: KafkaProducer | None = None
+        self._busy = False
+
+    def process(self, records: list[Any]) -> Any:
+        """Handle one polled batch; every output durable when it returns (raises if not)."""
+        raise NotImplementedError
+
+    def open_kafka(self, topic: str, group: str) -> None:
+        """The producer, and the consumer of *topic* in *group*, unless built already."""
+        if self.producer is None:
+            self.producer = make_producer(self.settings)
+        if self.consumer is None:
+            self.consumer = make_consumer(self.settings, topic, group_id=group)
+
+    def close_kafka(self) -> None:
+        """Leave the group and close the Kafka clients (each failure reported, the rest closed)."""
+        consumer, self.consumer = self.consumer, None
+        producer, self.producer = self.producer, None
+        if consumer is not None:
+            try:
+                consumer.close(autocommit=False, timeout_ms=2000)
+            except Exception:  # shutting down: report and go on closing the rest
+                logger.warning("closing the Kafka consumer failed", exc_info=True)
+        if producer is not None:
+            try:
+                producer.close(timeout=5)
+            except Exception:  # shutting down: report and go on closing the rest
+                logger.warning("closing the Kafka producer failed", exc_info=True)
+
+    def consume_batch(self) -> tuple[Any, int]:
+        """Poll one batch, :meth:`process` it, commit; on any failure rewind the batch and re-raise.
+
+        Returns:
+            ``(what process returned or None, records polled)``.
+
+        Raises:
+            RedisError, KafkaError: a backend failed; the batch will be delivered again.
+        """
+        assert self.consumer is not None, "setup() first"
+        polled = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=self.max_poll_records)
+        records = [record for batch in polled.values() for record in batch]
+        result = None
+        if records:
+            try:
+                result = self.process(records)
+                self.consumer.commit(timeout_ms=int(self.ack_timeout_s * 1000))
+            except BaseException:
+                self.rewind(polled)
+                raise
+        self.beat_or_probe(busy=bool(records))
+        return result, len(records)
+
+    def rewind(self, polled: dict[Any, list[Any]]) -> None:
+        """Seek every partition of a polled batch back to its first record, so it is processed
+        again (kafka-python drops fetched data that does not start at the new position)."""
+        consumer = self.consumer
+        if consumer is None:
+            return
+        for partition, batch in polled.items():
+            if batch:
+                try:
+                    consumer.seek(partition, batch[0].offset)
+                except (KafkaError, ValueError):
+                    # Partition no longer assigned: its next owner resumes from the committed offset.
+                    logger.info("could not rewind %s (no longer assigned)", partition)
+
+    def beat_or_probe(self, busy: bool) -> None:
+        """For a consumer loop, every HEARTBEAT_INTERVAL: renew the heartbeat; if no record arrived
+        meanwhile, also check that the broker still accepts connections (an idle consumer does not
+        notice it is gone).
+
+        Raises:
+            RedisError: the heartbeat failed (REDIS_URL).
+            BackendUnavailable: the broker is unreachable (KAFKA_BOOTSTRAP_SERVERS).
+        """
+        self._busy = self._busy or busy
+        if time.monotonic() - self._last_beat < self.context.heartbeat_interval_s:
+            return
+        idle, self._busy = not self._busy, False
+        self.beat(force=True)
+        if idle:
+            probe_kafka(self.settings)
