@@ -23,8 +23,6 @@ from crawlhive.cleaner.plugins import BUILTIN_PLUGINS, CleanerPlugin
 from crawlhive.crawler.items import timestamp
 from crawlhive.utils.connections import (
     check_redis,
-    ensure_topics,
-    mask_url,
     redis_from_settings,
 )
 from crawlhive.utils.loop import is_transient
@@ -96,26 +94,9 @@ class Cleaner(ConsumerWorker):
             self.steps = load_plugins(
                 COMPONENT, BUILTIN_PLUGINS, [self.settings["CLEANER_PLUGINS"]], lambda cls: cls.from_cleaner(self)
             )
-        ensure_topics(self.settings, [self.source_topic, self.cleaned_topic, self.dead_letter_topic])
-        self.open_kafka(self.source_topic, self.settings.cleaner_group)
-        self.beat(force=True)
-        logger.info(
-            "cleaner %s consuming %s as group %s (Redis %s)",
-            self.node_id,
-            self.source_topic,
-            self.settings.cleaner_group,
-            mask_url(self.settings["REDIS_URL"]),
-        )
+        self.open_kafka(self.source_topic, self.settings.cleaner_group, [self.cleaned_topic, self.dead_letter_topic])
 
-    def close(self) -> None:
-        """Leave the group and close the Kafka clients."""
-        self.close_kafka()
-        self._log_progress(force=True)
-
-    def after_iteration(self) -> None:
-        self._log_progress()
-
-    def _log_progress(self, force: bool = False) -> None:
+    def log_progress(self, force: bool = False) -> None:
         now = time.monotonic()
         at, mark = self._progress
         if not force and now - at < PROGRESS_EVERY_S:

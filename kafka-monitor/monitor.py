@@ -32,8 +32,6 @@ from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, Incoming, IncomingP
 from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, validation_dead_letter
 from crawlhive.utils.connections import (
     check_redis,
-    ensure_topics,
-    mask_url,
     record_origin,
     redis_from_settings,
 )
@@ -116,26 +114,9 @@ class KafkaMonitor(ConsumerWorker):
             self.plugins = {type(p): p for p in built}
             # Validate against the plugins that run: a disabled kind is rejected like any unknown one.
             self.validator = RequestValidator(list(self.plugins), self.settings)
-        ensure_topics(self.settings, [self.incoming_topic, self.dead_letter_topic])
-        self.open_kafka(self.incoming_topic, self.settings.kafka_group)
-        self.beat(force=True)
-        logger.info(
-            "kafka-monitor %s consuming %s as group %s (Redis %s)",
-            self.node_id,
-            self.incoming_topic,
-            self.settings.kafka_group,
-            mask_url(self.settings["REDIS_URL"]),
-        )
+        self.open_kafka(self.incoming_topic, self.settings.kafka_group, [self.dead_letter_topic])
 
-    def close(self) -> None:
-        """Leave the group and close the Kafka clients (each failure reported, the rest closed)."""
-        self.close_kafka()
-        self._log_progress(force=True)
-
-    def after_iteration(self) -> None:
-        self._log_progress()
-
-    def _log_progress(self, force: bool = False) -> None:
+    def log_progress(self, force: bool = False) -> None:
         now = time.monotonic()
         elapsed = now - self._progress_at
         if not force and elapsed < PROGRESS_EVERY_S:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kafka.errors import KafkaError
 
-from crawlhive.utils.connections import make_consumer, make_producer, probe_kafka
+from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, mask_url, probe_kafka
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.loop import Backoff, describe_failure, install_stop_handlers, is_transient
@@ -42,6 +42,11 @@ if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+
+def logger_of(worker: Worker) -> logging.Logger:
+    """The logger of *worker*'s own module (its lines are named after the component's code)."""
+    return logging.getLogger(type(worker).__module__)
 
 
 @dataclass
@@ -246,12 +251,38 @@ class ConsumerWorker(Worker):
         """Handle one polled batch; every output durable when it returns (raises if not)."""
         raise NotImplementedError
 
-    def open_kafka(self, topic: str, group: str) -> None:
-        """The producer, and the consumer of *topic* in *group*, unless built already."""
+    def open_kafka(self, topic: str, group: str, outputs: list[str]) -> None:
+        """Create *topic* and the *outputs* topics if missing, build the producer and the consumer
+        of *topic* in *group* (unless built already), beat, and say so.
+
+        Raises:
+            BackendUnavailable: no broker answered (names KAFKA_BOOTSTRAP_SERVERS).
+        """
+        ensure_topics(self.settings, [topic, *outputs])
         if self.producer is None:
             self.producer = make_producer(self.settings)
         if self.consumer is None:
             self.consumer = make_consumer(self.settings, topic, group_id=group)
+        self.beat(force=True)
+        logger_of(self).info(
+            "%s %s consuming %s as group %s (Redis %s)",
+            self.component,
+            self.node_id,
+            topic,
+            group,
+            mask_url(self.settings["REDIS_URL"]),
+        )
+
+    def log_progress(self, force: bool = False) -> None:
+        """A progress line every so often while records flow (none while idle, §17.4)."""
+
+    def after_iteration(self) -> None:
+        self.log_progress()
+
+    def close(self) -> None:
+        """Leave the group, close the Kafka clients, and give the last progress line."""
+        self.close_kafka()
+        self.log_progress(force=True)
 
     def close_kafka(self) -> None:
         """Leave the group and close the Kafka clients (each failure reported, the rest closed)."""
