@@ -113,7 +113,7 @@ def _cleaner(settings: Settings, home: Path, name: str = "cleaner", **overrides:
 
 
 #: Pages of the SIGKILL test: enough that the victim dies with work left.
-PAGES = 800
+PAGES = 400
 
 
 def _stop(cleaner: subprocess.Popen[bytes], timeout: float = 30) -> int:
