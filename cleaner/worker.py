@@ -175,7 +175,9 @@ class Cleaner(ConsumerWorker):
                     if is_transient(one):
                         raise
                     page.extra["outcome"] = Reject(f"internal error in cleaner step {step.name}")
-        stopped = [p for p in pages if p not in kept] if len(kept) != len(pages) else []
+        # By identity: Page is a dataclass, and `in` would compare whole items field by field.
+        kept_ids = {id(p) for p in kept}
+        stopped = [p for p in pages if id(p) not in kept_ids]
         for page in stopped:
             outcome = page.extra.pop("outcome", None)
             if isinstance(outcome, Skip):
