@@ -21,7 +21,7 @@ $(RUN_STAMP): requirements.txt pyproject.toml
 	@touch $(RUN_STAMP)
 
 # What testing adds (`make test`, `make lint`): the test and lint tools of requirements-dev.txt.
-$(STAMP): $(RUN_STAMP) requirements-dev.txt
+$(STAMP): $(RUN_STAMP) requirements-dev.txt requirements-render.txt
 	@echo "make: installing the test and lint tools of requirements-dev.txt into $(VENV)"
 	@$(BIN)/python -m pip install -q -r requirements-dev.txt
 	@touch $(STAMP)

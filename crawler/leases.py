@@ -259,24 +259,25 @@ class LeaseTable:
     def _requeue_retry(self, lease: Lease) -> None:
         try:
             if self.worker.requeue(lease.member, retried(lease.request)):
-                self.wake_crawlers(lease.request.spiderid)
+                self.wake_crawlers(lease.request.spiderid, lease.request.render)
         except RedisError:
             logger.warning("could not requeue a retry of %s; its lease will be reclaimed", lease.request.url)
 
     def give_back(self, context: LeaseContext) -> None:
         """Hand an unstarted request back to the frontier unchanged (graceful shutdown)."""
         if self._end(context) and self.worker.requeue(context.lease.member, context.request):
-            self.wake_crawlers(context.request.spiderid)
+            self.wake_crawlers(context.request.spiderid, context.request.render)
 
     def abandon(self, context: LeaseContext) -> None:
         """Stop working on *context* without ending its lease: it expires and is reclaimed."""
         context.done = True
         self.inflight.pop(context.lease.member, None)
 
-    def wake_crawlers(self, spider: str) -> None:
-        """Tell idle crawlers of *spider* that work was queued (``requeue`` does not publish)."""
+    def wake_crawlers(self, spider: str, render: bool = False) -> None:
+        """Tell idle crawlers of *spider* (of the rendering lane if *render*) that work was queued
+        (``requeue`` does not publish)."""
         try:
-            self.redis.publish(self.keys.wake_channel(spider), b"1")
+            self.redis.publish(self.keys.wake_channel(spider, render), b"1")
         except RedisError:
             logger.warning("could not publish a wake-up; idle crawlers find the work later", exc_info=True)
 

@@ -82,7 +82,7 @@ def end_for_good(request: Request, error: str) -> None:
 
 
 def _user_meta(request: Request) -> dict[str, Any]:
-    return {k: v for k, v in request.meta.items() if k not in _SCRAPY_META}
+    return {k: v for k, v in request.meta.items() if k not in _SCRAPY_META and not k.startswith("playwright")}
 
 
 def is_plain(request: Request, spider: Spider) -> bool:

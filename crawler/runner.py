@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.crawler import CrawlerProcess
 
 from crawlhive.crawler.netguard import NetworkPolicy
+from crawlhive.crawler.render import render_settings
 from crawlhive.crawler.settings import apply_custom_settings, scrapy_settings, spider_lists, spider_modules
 from crawlhive.crawler.spiders import spider_class
 from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
@@ -37,6 +38,8 @@ def run_crawler(settings: Settings, spider: str) -> None:
     values = scrapy_settings(settings, str(spider_cls.name))  # a wrong SCRAPY_SETTINGS stops here, before connecting
     values = apply_custom_settings(values, spider_cls)  # so does a wrong custom_settings
     NetworkPolicy.from_settings(settings)  # so do wrong CRAWLER_*_NETWORKS
+    if settings.getbool("RENDER"):
+        values = render_settings(values, settings)  # and a missing browser or scrapy-playwright
     if not settings.getbool("KAFKA_ENABLED"):
         spider_lists(settings)  # and wrong REDIS_*_KEY formats
     redis = redis_from_settings(settings)

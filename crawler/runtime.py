@@ -104,10 +104,14 @@ class CrawlRuntime:
         self.crawler = crawler
         self.settings = settings
         self.spider = spider
+        self.render = settings.getbool("RENDER")
+        """A rendering crawler: it pops the rendering lane of the frontier (§15)."""
         self.redis = redis
         self.sink = sink
         self.batcher = ScriptBatcher(aredis if aredis is not None else async_redis_from_settings(settings))
-        self.context = ProcessContext.create(settings, redis, stat_names.CRAWLER, heartbeat_extra={"spider": spider})
+        self.context = ProcessContext.create(
+            settings, redis, stat_names.CRAWLER, heartbeat_extra={"spider": spider, "render": self.render}
+        )
         self.keys = self.context.keys
         self.node_id = self.context.node_id
         self.stats = self.context.stats
@@ -282,7 +286,7 @@ class CrawlRuntime:
         Raises:
             RedisError: every pop failed (the pops that succeeded beside a failed one are kept).
         """
-        keys, args = self.worker.pop_call(self.spider)
+        keys, args = self.worker.pop_call(self.spider, self.render)
         replies = await asyncio.gather(
             *(self.batcher.call("frontier_pop", keys, args) for _ in range(count)), return_exceptions=True
         )

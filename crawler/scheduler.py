@@ -131,7 +131,9 @@ class FrontierScheduler(BaseScheduler):
     def open(self, spider: Spider) -> None:
         self.spider = spider
         self.crawler.signals.connect(self._keep_alive, signal=signals.spider_idle)
-        self._listener = WakeListener(self.runtime, self.runtime.keys.wake_channel(self.runtime.spider), self._wake)
+        self._listener = WakeListener(
+            self.runtime, self.runtime.keys.wake_channel(self.runtime.spider, self.runtime.render), self._wake
+        )
         self._listener.start()
         logger.info("crawling spider type %r from the frontier", self.runtime.spider)
         return None

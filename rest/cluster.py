@@ -73,6 +73,8 @@ class SpiderSummary:
     active_crawls: int = 0
     crawlers: int = 0
     """Live crawler processes serving this spider type (0 with a backlog: its crawls wait)."""
+    render_crawlers: int = 0
+    """Live rendering crawler processes of this spider type (§15; counted in ``crawlers`` too)."""
 
 
 @dataclass
@@ -148,7 +150,8 @@ class ClusterView:
         then the finished ones (most recently ended first), at most *limit* in all.
 
         *state* is ``active``, ``finished`` or ``all``. An active crawl is ``waiting`` when nothing
-        queued for it can be served now: no live crawler of its spider type, or nothing in flight
+        queued for it can be served now: no live crawler of its spider type (a rendering one for
+        work queued with ``render: true``), or nothing in flight
         and every domain it has work in parked by the throttle or a domain config. Otherwise it is
         ``running``.
         """
@@ -163,18 +166,22 @@ class ClusterView:
         crawls = self.active_crawls()
         if not crawls:
             return []
-        serving = {str(b.get("spider")) for b in live_heartbeats(self.redis, self.keys, "crawler")}
+        serving = {
+            (str(b.get("spider")), bool(b.get("render"))) for b in live_heartbeats(self.redis, self.keys, "crawler")
+        }
         now = float(self.redis.time()[0])
         pipe = self.redis.pipeline(transaction=False)
         for c in crawls:
             pipe.hget(self.keys.crawl(c.spiderid, c.appid, c.crawlid), "started")
-            pipe.zmscore(self.keys.domains(c.spiderid), list(c.domains) or ["-"])
+            render = c.lanes == {True}  # only rendering work queued: its lane's domains say when
+            pipe.zmscore(self.keys.domains(c.spiderid, render), list(c.domains) or ["-"])
         replies = pipe.execute()
         rows = []
         for i, c in enumerate(crawls):
             started, ready_at = replies[2 * i], replies[2 * i + 1]
             parked = bool(c.domains) and all(score is not None and float(score) > now for score in ready_at)
-            waiting = c.spiderid not in serving or (c.inflight == 0 and parked)
+            unserved = any((c.spiderid, lane) not in serving for lane in c.lanes or {False})
+            waiting = unserved or (c.inflight == 0 and parked)
             rows.append(self._row(c.spiderid, c.appid, c.crawlid, "waiting" if waiting else "running", c, started))
         rows.sort(key=lambda r: -(r["started"] or 0))
         return rows
@@ -264,7 +271,9 @@ class ClusterView:
             spiders[spider].domains += 1
         for beat in live_heartbeats(self.redis, self.keys, "crawler"):
             served = str(beat.get("spider") or "unknown")
-            spiders.setdefault(served, SpiderSummary(served)).crawlers += 1
+            summary = spiders.setdefault(served, SpiderSummary(served))
+            summary.crawlers += 1
+            summary.render_crawlers += bool(beat.get("render"))
         names = sorted(spiders)
         pipe = self.redis.pipeline(transaction=False)
         for spider in names:

@@ -57,13 +57,19 @@ class ClusterCollector(Collector):
         crawlers = GaugeMetricFamily(
             "crawlhive_spider_crawlers", "Live crawler processes per spider type.", labels=["spiderid"]
         )
+        render_crawlers = GaugeMetricFamily(
+            "crawlhive_spider_render_crawlers",
+            "Live rendering crawler processes per spider type (docs/contract.md §15).",
+            labels=["spiderid"],
+        )
         for spider, summary in sorted(snap.spiders.items()):
             crawlers.add_metric([spider], summary.crawlers)
+            render_crawlers.add_metric([spider], summary.render_crawlers)
             backlog.add_metric([spider], summary.backlog)
             domains.add_metric([spider], summary.domains)
             inflight.add_metric([spider], summary.inflight)
             active.add_metric([spider], summary.active_crawls)
-        yield from (backlog, domains, inflight, active, crawlers)
+        yield from (backlog, domains, inflight, active, crawlers, render_crawlers)
 
         spiders = sorted(set(snap.spiders) | set(counters.pages_crawled) | set(counters.requests_failed))
         pages = CounterMetricFamily("crawlhive_pages_crawled", "Items emitted per spider type.", labels=["spiderid"])

@@ -286,6 +286,21 @@ KAFKA_ENABLED: bool = True
 """False: a crawler runs in Redis-only mode (``crawlhive crawler --no-kafka``, docs/contract.md §12):
 no Kafka connection; seeds from REDIS_START_URLS_KEY, items and dead letters to Redis lists."""
 
+RENDER: bool = False
+"""True: a rendering crawler (``crawlhive crawler --render``, docs/contract.md §15): it loads pages in
+headless Chromium and takes only the requests of crawls sent with ``render: true``."""
+
+RENDER_CONCURRENCY: int = 4
+"""Pages one rendering crawler loads at once (each in a browser context of its own)."""
+
+RENDER_TIMEOUT: float = 30.0
+"""Seconds a rendered page may take: its DOM is taken once the network is idle or this has passed
+(the page must reach ``DOMContentLoaded`` within it, else the load fails and is retried)."""
+
+RENDER_BROWSER: str = ""
+"""The Chromium a rendering crawler starts (a path or a name on ``PATH``); empty = ``chromium`` (or
+``chromium-browser``, ``google-chrome``) on ``PATH``. Nothing is downloaded at run time."""
+
 REDIS_START_URLS_KEY: str = "%(name)s:start_urls"
 """Redis-only mode: the list a crawler pops seeds from (scrapy-redis's setting and format; ``name``
 is the spider's name). An entry is a URL or a JSON crawl request."""

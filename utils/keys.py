@@ -43,6 +43,15 @@ def unescape(part: str) -> str:
     return part.replace("%3A", ":").replace("%25", "%")
 
 
+#: Suffix of the key kinds of the rendering lane of the frontier (§15).
+RENDER_LANE = "-render"
+
+
+def lane(kind: str, render: bool) -> str:
+    """The key kind *kind* of the plain lane, or of the rendering lane when *render*."""
+    return kind + RENDER_LANE if render else kind
+
+
 def key(redis_type: str, ttl: str = "none") -> Callable[[F], F]:
     """Mark a :class:`Keys` method as a key format, for the generated documentation."""
 
@@ -75,10 +84,13 @@ class Keys:
     # --- frontier (layout: utils/frontier.py) ----------------------------------------------------
 
     @key("zset")
-    def crawl_queue(self, spider: str, appid: str, crawlid: str, domain: str) -> str:
+    def crawl_queue(self, spider: str, appid: str, crawlid: str, domain: str, render: bool = False) -> str:
         """Pending requests of one crawl in one domain: member = encoded request, score = -priority
-        (higher first) plus an arrival sequence (FIFO among equals), see ``utils/frontier/model.py``."""
-        return f"{self.prefix}:cq:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
+        (higher first) plus an arrival sequence (FIFO among equals), see ``utils/frontier/model.py``.
+        Lane keys (this one, ``dq``, ``domains``, ``crawl-domains``, ``wake``) have a ``-render`` twin
+        (``cq-render`` …) holding the requests of crawls with ``render: true``, which only rendering
+        crawlers pop (§15)."""
+        return f"{self.prefix}:{lane('cq', render)}:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
 
     def parse_crawl_queue(self, key_: str) -> tuple[str, str, str, str]:
         """``<prefix>:cq:link:app:c1:example.com`` -> ``("link", "app", "c1", "example.com")``."""
@@ -86,26 +98,26 @@ class Keys:
         return unescape(spider), unescape(appid), unescape(crawlid), domain
 
     @key("zset")
-    def domain_crawls(self, spider: str, domain: str) -> str:
+    def domain_crawls(self, spider: str, domain: str, render: bool = False) -> str:
         """Crawls with pending requests in one domain: member = :meth:`crawl_member`, score = the
         best (lowest) score queued in that crawl's queue there, so a domain serves its best crawl."""
-        return f"{self.prefix}:dq:{escape(spider)}:{domain}"
+        return f"{self.prefix}:{lane('dq', render)}:{escape(spider)}:{domain}"
 
     def parse_domain_crawls(self, key_: str) -> tuple[str, str]:
         spider, domain = self._parse(key_, "dq", 2)
         return unescape(spider), domain
 
     @key("zset")
-    def domains(self, spider: str) -> str:
+    def domains(self, spider: str, render: bool = False) -> str:
         """Domains with pending requests for one spider type: member = domain, score = Redis time (s)
         from which the domain may be fetched again (0 = now). New domains are added here, so the
         scheduler never scans with ``KEYS``."""
-        return f"{self.prefix}:domains:{escape(spider)}"
+        return f"{self.prefix}:{lane('domains', render)}:{escape(spider)}"
 
     @key("set", ttl="CRAWL_RECORD_TTL")
-    def crawl_domains(self, spider: str, appid: str, crawlid: str) -> str:
+    def crawl_domains(self, spider: str, appid: str, crawlid: str, render: bool = False) -> str:
         """Domains in which one crawl has pending requests (what ``info`` and ``stop`` walk)."""
-        return f"{self.prefix}:crawl-domains:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+        return f"{self.prefix}:{lane('crawl-domains', render)}:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
 
     @key("set", ttl="CRAWL_RECORD_TTL")
     def app_crawls(self, spider: str, appid: str) -> str:
@@ -137,10 +149,10 @@ class Keys:
         return f"{self.prefix}:expiries"
 
     @key("pub/sub channel")
-    def wake_channel(self, spider: str) -> str:
+    def wake_channel(self, spider: str, render: bool = False) -> str:
         """Published after new requests are queued for a spider type, so idle crawlers wake at once
         instead of polling."""
-        return f"{self.prefix}:wake:{escape(spider)}"
+        return f"{self.prefix}:{lane('wake', render)}:{escape(spider)}"
 
     @key("set", ttl="CRAWL_RECORD_TTL")
     def crawl_leases(self, spider: str, appid: str, crawlid: str) -> str:
@@ -186,8 +198,9 @@ class Keys:
         """``crawl_delay_prefix() + domain == crawl_delay(domain)``, for the pop script."""
         return self.crawl_delay("")
 
-    def script_prefixes(self, spider: str) -> dict[str, str]:
-        """Key prefixes a Lua script completes with a :meth:`crawl_member` or a domain.
+    def script_prefixes(self, spider: str, render: bool = False) -> dict[str, str]:
+        """Key prefixes a Lua script completes with a :meth:`crawl_member` or a domain (the queue
+        keys of the lane *render* selects; the crawl record and its leases are shared by both lanes).
 
         Scripts that discover a crawl or a domain inside Redis cannot call this module, so they get
         these prefixes; ``tests/unit/test_keys.py`` checks that each prefix + suffix equals the key
@@ -195,9 +208,9 @@ class Keys:
         """
         s = escape(spider)
         return {
-            "crawl_queue": f"{self.prefix}:cq:{s}:",  # + crawl member + ":" + domain
-            "domain_crawls": f"{self.prefix}:dq:{s}:",  # + domain
-            "crawl_domains": f"{self.prefix}:crawl-domains:{s}:",  # + crawl member
+            "crawl_queue": f"{self.prefix}:{lane('cq', render)}:{s}:",  # + crawl member + ":" + domain
+            "domain_crawls": f"{self.prefix}:{lane('dq', render)}:{s}:",  # + domain
+            "crawl_domains": f"{self.prefix}:{lane('crawl-domains', render)}:{s}:",  # + crawl member
             "crawl": f"{self.prefix}:crawl:{s}:",  # + crawl member
             "crawl_leases": f"{self.prefix}:crawl-leases:{s}:",  # + crawl member
         }
@@ -211,6 +224,7 @@ class Keys:
         """
         return {
             "crawl_domains": f"{self.prefix}:crawl-domains:",  # + crawl ref
+            "render_crawl_domains": f"{self.prefix}:{lane('crawl-domains', True)}:",  # + crawl ref
             "crawl_leases": f"{self.prefix}:crawl-leases:",  # + crawl ref
             "crawl": f"{self.prefix}:crawl:",  # + crawl ref
             "app_crawls": f"{self.prefix}:app-crawls:",  # + escaped spider + ":" + escaped appid

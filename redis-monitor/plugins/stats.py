@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor
     from crawlhive.utils.keys import Keys
 
+#: Suffix of the ``queues`` entry of a spider type's rendering lane (``+`` is not allowed in spider ids).
+RENDER_QUEUE_SUFFIX = "+render"
 TYPES = ("all", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "spider", "machine", "queue", "rest")
 REST = "rest"
 
@@ -195,20 +197,24 @@ class StatsMonitor(MonitorPlugin):
     def queues(self) -> dict[str, Any]:
         """The ``queues`` map: backlog per spider type with queued requests, domains capped, and
         ``crawlers``: the live crawler processes of that spider type (0: its crawls wait for a
-        crawler nobody runs, docs/contract.md §11)."""
-        live = Counter(str(beat.get("spider") or "unknown") for beat in live_heartbeats(self.redis, self.keys, CRAWLER))
+        crawler nobody runs, docs/contract.md §11). The rendering lane of a spider type is
+        ``queue_<spider>+render``, with its rendering crawlers (§15)."""
+        live = Counter(
+            (str(beat.get("spider") or "unknown"), bool(beat.get("render")))
+            for beat in live_heartbeats(self.redis, self.keys, CRAWLER)
+        )
         queues: dict[str, Any] = {}
         total = 0
-        for spider in sorted(self.frontier.active_spiders()):
-            backlog = self.frontier.spider_backlog(spider)
+        for spider, render in [(s, r) for s in sorted(self.frontier.active_spiders()) for r in (False, True)]:
+            backlog = self.frontier.spider_backlog(spider, render)
             if not backlog:
                 continue
             spider_total = sum(backlog.values())
             ranked = sorted(backlog.items(), key=lambda item: (-item[1], item[0]))[: self.max_domains]
-            queues[f"queue_{spider}"] = {
+            queues[f"queue_{spider}{RENDER_QUEUE_SUFFIX if render else ''}"] = {
                 "spider_backlog": spider_total,
                 "num_domains": len(backlog),
-                "crawlers": live.get(spider, 0),
+                "crawlers": live.get((spider, render), 0),
                 "domains": [{"domain": domain, "backlog": n} for domain, n in ranked],
             }
             total += spider_total

@@ -385,7 +385,8 @@ examples:
   crawlhive crawler --spider wandering
   crawlhive crawler --spider mypackage.spiders:ShopSpider
   SPIDER_MODULES='["mypackage.spiders"]' crawlhive crawler --spider shop
-  crawlhive crawler --spider shop --no-kafka  # Redis only: redis-cli rpush shop:start_urls https://…""",
+  crawlhive crawler --spider shop --no-kafka  # Redis only: redis-cli rpush shop:start_urls https://…
+  crawlhive crawler --render                  # pages of crawls sent with "render": true, in Chromium""",
     "rest": """examples:
   crawlhive rest                              # on 127.0.0.1:5343
   REST_API_KEY=s3cret crawlhive rest --host 0.0.0.0   # reachable from other machines""",
@@ -452,7 +453,13 @@ def build_parser() -> argparse.ArgumentParser:
         const=False,
         help="Redis-only mode: no Kafka; seeds from <spider>:start_urls, items to <spider>:items (KAFKA_ENABLED=false)",
     )
-    crawler.set_defaults(func=cmd_crawler, setting_options={"kafka_enabled": "KAFKA_ENABLED"})
+    crawler.add_argument(
+        "--render",
+        action="store_const",
+        const=True,
+        help="a rendering crawler: pages of crawls sent with render: true, loaded in headless Chromium (RENDER=true)",
+    )
+    crawler.set_defaults(func=cmd_crawler, setting_options={"kafka_enabled": "KAFKA_ENABLED", "render": "RENDER"})
 
     rest = command("rest", "run the REST service")
     rest.add_argument("--host", help="listen address (REST_HOST)")

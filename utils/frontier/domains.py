@@ -24,7 +24,8 @@ RETRY_AFTER_MAX_S = 3600.0
 def defer_domain(redis: Redis, keys: Keys, spider: str, domain: str, delay_s: float) -> float:
     """Let no crawler of *spider* fetch from *domain* for *delay_s* seconds, cluster-wide.
 
-    Pushes the domain's ready time in ``keys.domains(spider)`` (what the scheduler pop reads) to
+    Pushes the domain's ready time in ``keys.domains(spider)`` of both lanes, plain and rendering
+    (what the scheduler pop reads) to
     Redis time + *delay_s* (capped at RETRY_AFTER_MAX_S), never earlier than it already is
     (``ZADD GT``). Called when a server answers 429 with ``Retry-After``. A domain with nothing
     queued is registered with that score and dropped by the next pop that finds it empty.
@@ -37,7 +38,9 @@ def defer_domain(redis: Redis, keys: Keys, spider: str, domain: str, delay_s: fl
             throttled by the domain's ordinary limits).
     """
     delay_us = int(min(max(delay_s, 0.0), RETRY_AFTER_MAX_S) * 1_000_000)
-    score = scripts(redis)["domain_defer"](keys=[keys.domains(spider)], args=[domain, delay_us])
+    defer = scripts(redis)["domain_defer"]
+    score = defer(keys=[keys.domains(spider)], args=[domain, delay_us])
+    defer(keys=[keys.domains(spider, render=True)], args=[domain, delay_us])
     return float(score)
 
 
@@ -58,10 +61,11 @@ def recheck_domain(redis: Redis, keys: Keys, spiders: set[str], domain: str) -> 
     if not spiders:
         return
     pipe = redis.pipeline(transaction=False)
-    for spider in sorted(spiders):
-        pipe.zadd(keys.domains(spider), {domain: 0}, xx=True, lt=True)
-    for spider in sorted(spiders):
-        pipe.publish(keys.wake_channel(spider), b"1")
+    lanes = [(spider, render) for spider in sorted(spiders) for render in (False, True)]
+    for spider, render in lanes:
+        pipe.zadd(keys.domains(spider, render), {domain: 0}, xx=True, lt=True)
+    for spider, render in lanes:
+        pipe.publish(keys.wake_channel(spider, render), b"1")
     pipe.execute()
 
 

@@ -88,6 +88,8 @@ class FrontierRequest:
     """The crawl's page budget across all domains (§10.7); None = none."""
     sitemap: bool = False
     """Also queue what the seed host's sitemaps list (§14)."""
+    render: bool = False
+    """Load the page in a browser (§15): queued in the rendering lane, popped only by rendering crawlers."""
     allowed_domains: list[str] | None = None
     allow_regex: list[str] | None = None
     deny_regex: list[str] | None = None
@@ -140,6 +142,7 @@ def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
         domain_max_pages=message["domain_max_pages"],
         max_pages=message.get("max_pages"),
         sitemap=bool(message.get("sitemap")),
+        render=bool(message.get("render")),
         allowed_domains=message["allowed_domains"],
         allow_regex=message["allow_regex"],
         deny_regex=message["deny_regex"],

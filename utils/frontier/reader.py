@@ -45,6 +45,8 @@ class CrawlState:
     expires: int
     max_pages: int = 0
     """The crawl's page budget from its request (``max_pages``, §10.7); 0 = none."""
+    lanes: frozenset[bool] = frozenset()
+    """The frontier lanes the crawl has queued requests in: False plain, True rendering (§15)."""
 
     @property
     def pending(self) -> int:
@@ -77,26 +79,34 @@ class FrontierReader:
         domains costs one reply of 4,000 values rather than 3,000 pipelined commands.
         """
         keys = self.keys
-        prefix = keys.script_prefixes(spider)["crawl_queue"]
+        lanes_order = (False, True)  # plain and rendering (§15): one crawl record, queues in each lane
+        prefixes = {render: keys.script_prefixes(spider, render)["crawl_queue"] for render in lanes_order}
         pipe = self.redis.pipeline(transaction=False)
         for crawlid in crawlids:
-            self.scripts["crawl_backlog"](
-                keys=[keys.crawl_domains(spider, appid, crawlid)],
-                args=[prefix + keys.crawl_member(appid, crawlid) + ":"],
-                client=pipe,
-            )
+            for render in lanes_order:
+                self.scripts["crawl_backlog"](
+                    keys=[keys.crawl_domains(spider, appid, crawlid, render)],
+                    args=[prefixes[render] + keys.crawl_member(appid, crawlid) + ":"],
+                    client=pipe,
+                )
             pipe.hgetall(keys.crawl(spider, appid, crawlid))
         replies = pipe.execute()
         states = []
         for i, crawlid in enumerate(crawlids):
-            flat = replies[2 * i]
-            backlog = {
-                text(flat[j]): DomainBacklog(
-                    int(flat[j + 1]), decode_priority(float(flat[j + 2])), decode_priority(float(flat[j + 3]))
-                )
-                for j in range(0, len(flat), 4)
-            }
-            record = {text(k): text(v) for k, v in replies[2 * i + 1].items()}
+            backlog: dict[str, DomainBacklog] = {}
+            lanes = frozenset(
+                render for render, flat in zip(lanes_order, replies[3 * i : 3 * i + 2], strict=True) if flat
+            )
+            for flat in replies[3 * i : 3 * i + 2]:
+                for j in range(0, len(flat), 4):
+                    domain, queued = text(flat[j]), int(flat[j + 1])
+                    high, low = decode_priority(float(flat[j + 2])), decode_priority(float(flat[j + 3]))
+                    seen = backlog.get(domain)
+                    if seen is not None:
+                        queued = queued + seen.total
+                        high, low = max(high, seen.high_priority), min(low, seen.low_priority)
+                    backlog[domain] = DomainBacklog(queued, high, low)
+            record = {text(k): text(v) for k, v in replies[3 * i + 2].items()}
             states.append(
                 CrawlState(
                     spiderid=spider,
@@ -108,6 +118,7 @@ class FrontierReader:
                     failed=int(record.get("failed", 0)),
                     expires=int(record.get("expires", 0)),
                     max_pages=int(record.get("max_pages", 0)),
+                    lanes=lanes,
                 )
             )
         return states
@@ -125,6 +136,7 @@ class FrontierReader:
         """
         keys = self.keys
         prefixes = keys.script_prefixes(spider)
+        render_prefixes = keys.script_prefixes(spider, render=True)
         member = keys.crawl_member(appid, crawlid)
         return int(
             self.scripts["crawl_purge"](
@@ -135,6 +147,7 @@ class FrontierReader:
                     keys.crawl(spider, appid, crawlid),
                     keys.expiries(),
                     keys.crawl_stopped(spider, appid, crawlid),
+                    keys.crawl_domains(spider, appid, crawlid, render=True),
                 ],
                 args=[
                     prefixes["crawl_queue"] + member + ":",
@@ -143,6 +156,8 @@ class FrontierReader:
                     keys.crawl_ref(spider, appid, crawlid),
                     self.record_ttl_s,
                     ended_as,
+                    render_prefixes["crawl_queue"] + member + ":",
+                    render_prefixes["domain_crawls"],
                 ],
             )
         )
@@ -168,6 +183,7 @@ class FrontierReader:
                 prefixes["crawl"],
                 prefixes["app_crawls"],
                 self.record_ttl_s,
+                prefixes["render_crawl_domains"],
             ],
         )
         return int(cursor_out), int(found)
@@ -182,12 +198,13 @@ class FrontierReader:
         """
         return int(self.scripts["expire_due"](keys=[self.keys.expiries(), self.keys.control_stream()], args=[limit]))
 
-    def spider_backlog(self, spider: str) -> dict[str, int]:
-        """Queued requests per domain of *spider* (domains with none left out), in one script that
-        sums the ``ZCARD`` of each domain's crawl queues: O(domains x crawls), not O(backlog)."""
-        prefixes = self.keys.script_prefixes(spider)
+    def spider_backlog(self, spider: str, render: bool = False) -> dict[str, int]:
+        """Queued requests per domain of *spider* in one lane (the rendering one if *render*;
+        domains with none left out), in one script that sums the ``ZCARD`` of each domain's crawl
+        queues: O(domains x crawls), not O(backlog)."""
+        prefixes = self.keys.script_prefixes(spider, render)
         reply = self.scripts["spider_backlog"](
-            keys=[self.keys.domains(spider)], args=[prefixes["domain_crawls"], prefixes["crawl_queue"]]
+            keys=[self.keys.domains(spider, render)], args=[prefixes["domain_crawls"], prefixes["crawl_queue"]]
         )
         return {text(reply[i]): int(reply[i + 1]) for i in range(0, len(reply), 2)}
 

@@ -41,12 +41,16 @@ def reclaim_expired_leases(worker: FrontierWorker, spider: str, max_retries: int
         redis.RedisError: Redis failed; leases not yet handled stay leased for the next pass.
     """
     requeued = failed = 0
+    lanes: set[bool] = set()
     for member, request in worker.expired_leases(spider, limit):
         if request.retry_times < max_retries:
-            requeued += worker.reclaim(member, retried(request))
+            if worker.reclaim(member, retried(request)):
+                requeued += 1
+                lanes.add(request.render)
         else:
             letter = crawl_dead_letter(request, LEASE_EXPIRED)
             failed += worker.exhaust(member, request, ujson.dumps(letter, ensure_ascii=False))
     if requeued:
-        worker.redis.publish(worker.keys.wake_channel(spider), b"1")  # idle crawlers take it at once
+        for render in sorted(lanes):  # idle crawlers of the lane take it at once
+            worker.redis.publish(worker.keys.wake_channel(spider, render), b"1")
     return ReclaimResult(requeued, failed)

@@ -115,23 +115,24 @@ class FrontierWorker:
             ThrottleConfig.from_settings(settings),
         )
 
-    def pop(self, spider: str) -> PopOutcome:
+    def pop(self, spider: str, render: bool = False) -> PopOutcome:
         """Lease the best request of the next domain that its throttle allows, cluster-wide.
 
         Domains are served in the order they become ready (round robin); within a domain the crawl
         with the highest-priority head goes first. Blacklisted and paused (``hits`` 0) domains are
-        skipped and looked at again after RECHECK_S.
+        skipped and looked at again after RECHECK_S. *render* selects the rendering lane (§15).
         """
-        keys, args = self.pop_call(spider)
+        keys, args = self.pop_call(spider, render)
         return self.pop_outcome(self.scripts["frontier_pop"](keys=keys, args=args))
 
-    def pop_call(self, spider: str) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of one :meth:`pop` for *spider*; decode the reply with :meth:`pop_outcome`."""
+    def pop_call(self, spider: str, render: bool = False) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of one :meth:`pop` for *spider* (in the rendering lane if *render*);
+        decode the reply with :meth:`pop_outcome`."""
         keys = self.keys
-        prefixes = keys.script_prefixes(spider)
+        prefixes = keys.script_prefixes(spider, render)
         throttle = self.throttle
         return (
-            [keys.domains(spider), keys.leases(spider), keys.domain_config(), keys.domain_blacklist()],
+            [keys.domains(spider, render), keys.leases(spider), keys.domain_config(), keys.domain_blacklist()],
             [
                 prefixes["crawl_queue"],
                 prefixes["domain_crawls"],
@@ -229,10 +230,10 @@ class FrontierWorker:
                 keys.leases(r.spiderid),
                 keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
                 keys.crawl(r.spiderid, r.appid, r.crawlid),
-                keys.crawl_queue(r.spiderid, r.appid, r.crawlid, r.domain),
-                keys.domain_crawls(r.spiderid, r.domain),
-                keys.domains(r.spiderid),
-                keys.crawl_domains(r.spiderid, r.appid, r.crawlid),
+                keys.crawl_queue(r.spiderid, r.appid, r.crawlid, r.domain, r.render),
+                keys.domain_crawls(r.spiderid, r.domain, r.render),
+                keys.domains(r.spiderid, r.render),
+                keys.crawl_domains(r.spiderid, r.appid, r.crawlid, r.render),
                 keys.queue_sequence(),
             ],
             [member, r.encode(), r.priority, keys.crawl_member(r.appid, r.crawlid), r.domain],

@@ -2,8 +2,9 @@
 
 Layout (key formats in :mod:`crawlhive.utils.keys`):
 
-* one priority queue per **(spider, crawl, domain)**: ``crawl_queue`` (member = encoded request,
-  score from ``utils/frontier/model.py``: priority, then arrival order);
+* one priority queue per **(spider, crawl, domain)** in each of two lanes (plain, and rendering
+  for crawls with ``render: true``, §15: only rendering crawlers pop from it): ``crawl_queue``
+  (member = encoded request, score from ``utils/frontier/model.py``: priority, then arrival order);
 * per (spider, domain) the crawls with work there, scored by their best queued score:
   ``domain_crawls`` — the scheduler serves a domain from its best crawl;
 * per spider the domains with work, scored by when they may next be fetched: ``domains`` — new
@@ -67,27 +68,29 @@ class Frontier:
         first = self.reserve_sequence(len(requests))
         now = int(time.time())
         keys = self.keys
-        # queue key -> {member: score}; (spider, domain) -> {crawl member: best score}
+        # queue key -> {member: score}; (spider, render, domain) -> {crawl member: best score}
         queues: dict[str, dict[bytes, int]] = {}
-        best: dict[tuple[str, str], dict[str, int]] = {}
-        spider_domains: dict[str, set[str]] = {}
-        # (spider, appid, crawlid) -> (domains, last non-zero expires)
+        best: dict[tuple[str, bool, str], dict[str, int]] = {}
+        spider_domains: dict[tuple[str, bool], set[str]] = {}
+        # (spider, appid, crawlid) -> (domains, last non-zero expires); lane domains per crawl
         crawls: dict[tuple[str, str, str], tuple[set[str], int]] = {}
+        lane_domains: dict[tuple[str, str, str, bool], set[str]] = {}
         budgets: dict[tuple[str, str, str], int] = {}  # crawl -> max_pages (§10.7), shown by info
         for offset, request in enumerate(requests):
             domain = request.domain
-            spider, appid, crawlid = request.spiderid, request.appid, request.crawlid
+            spider, appid, crawlid, render = request.spiderid, request.appid, request.crawlid, request.render
             value = encode_score(request.priority, first + offset)
-            queue = keys.crawl_queue(spider, appid, crawlid, domain)
+            queue = keys.crawl_queue(spider, appid, crawlid, domain, render)
             members = queues.get(queue)
             if members is None:
                 members = queues[queue] = {}
             members.setdefault(request.encode(), value)
-            crawl_best = best.setdefault((spider, domain), {})
+            crawl_best = best.setdefault((spider, render, domain), {})
             crawl_member = keys.crawl_member(appid, crawlid)
             if value < crawl_best.get(crawl_member, value + 1):
                 crawl_best[crawl_member] = value
-            spider_domains.setdefault(spider, set()).add(domain)
+            spider_domains.setdefault((spider, render), set()).add(domain)
+            lane_domains.setdefault((spider, appid, crawlid, render), set()).add(domain)
             crawl = (spider, appid, crawlid)
             domains, expires = crawls.get(crawl) or (set(), 0)
             domains.add(domain)
@@ -96,17 +99,18 @@ class Frontier:
                 budgets[crawl] = request.max_pages
         for queue, members in queues.items():
             pipe.zadd(queue, members, nx=True)
-        for (spider, domain), crawl_best in best.items():
-            pipe.zadd(keys.domain_crawls(spider, domain), crawl_best, lt=True)
-        for spider, domains in spider_domains.items():
-            pipe.zadd(keys.domains(spider), dict.fromkeys(domains, 0), nx=True)
+        for (spider, render, domain), crawl_best in best.items():
+            pipe.zadd(keys.domain_crawls(spider, domain, render), crawl_best, lt=True)
+        for (spider, render), domains in spider_domains.items():
+            pipe.zadd(keys.domains(spider, render), dict.fromkeys(domains, 0), nx=True)
+        for (spider, appid, crawlid, render), domains in lane_domains.items():
+            pipe.sadd(keys.crawl_domains(spider, appid, crawlid, render), *domains)
         apps: dict[tuple[str, str], set[str]] = {}
         refs = []
-        for (spider, appid, crawlid), (domains, expires) in crawls.items():
+        for (spider, appid, crawlid), (_domains, expires) in crawls.items():
             ref = keys.crawl_ref(spider, appid, crawlid)
             refs.append(ref)
             apps.setdefault((spider, appid), set()).add(crawlid)
-            pipe.sadd(keys.crawl_domains(spider, appid, crawlid), *domains)
             record = keys.crawl(spider, appid, crawlid)
             pipe.hset(record, mapping={"appid": appid, "crawlid": crawlid, "spiderid": spider, "last_activity": now})
             pipe.hsetnx(record, "started", now)
@@ -121,5 +125,5 @@ class Frontier:
             pipe.sadd(keys.app_crawls(spider, appid), *crawlids)
         pipe.sadd(keys.active_crawls(), *refs)
         pipe.zrem(keys.finished_crawls(), *refs)
-        for spider in spider_domains:
-            pipe.publish(keys.wake_channel(spider), b"1")
+        for spider, render in spider_domains:
+            pipe.publish(keys.wake_channel(spider, render), b"1")

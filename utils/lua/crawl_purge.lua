@@ -1,18 +1,23 @@
--- Stop one crawl: delete its queued requests in every domain, cancel its leases, disarm its expiry
--- timer and mark it stopped.
--- KEYS: 1 crawl domains, 2 crawl leases, 3 leases, 4 crawl record, 5 expiries, 6 stopped marker.
+-- Stop one crawl: delete its queued requests in every domain of both lanes (plain and rendering),
+-- cancel its leases, disarm its expiry timer and mark it stopped.
+-- KEYS: 1 crawl domains, 2 crawl leases, 3 leases, 4 crawl record, 5 expiries, 6 stopped marker,
+--       7 crawl domains of the rendering lane.
 -- ARGV: 1 crawl queue prefix + crawl member + ':', 2 domain crawls prefix, 3 crawl member,
---       4 crawl ref, 5 stopped-marker TTL (s), 6 how the crawl ends ('stopped' or 'expired').
+--       4 crawl ref, 5 stopped-marker TTL (s), 6 how the crawl ends ('stopped' or 'expired'),
+--       7 and 8: ARGV 1 and 2 of the rendering lane.
 -- Returns the number of queued requests purged.
 
 local purged = 0
-for _, domain in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local cq = ARGV[1] .. domain
-  purged = purged + redis.call('ZCARD', cq)
-  redis.call('DEL', cq)
-  redis.call('ZREM', ARGV[2] .. domain, ARGV[3])
+local lanes = {{KEYS[1], ARGV[1], ARGV[2]}, {KEYS[7], ARGV[7], ARGV[8]}}
+for _, lane in ipairs(lanes) do
+  for _, domain in ipairs(redis.call('SMEMBERS', lane[1])) do
+    local cq = lane[2] .. domain
+    purged = purged + redis.call('ZCARD', cq)
+    redis.call('DEL', cq)
+    redis.call('ZREM', lane[3] .. domain, ARGV[3])
+  end
+  redis.call('DEL', lane[1])
 end
-redis.call('DEL', KEYS[1])
 for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   redis.call('ZREM', KEYS[3], member)
 end

