@@ -140,7 +140,7 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
     proxy = listening_socket()
     port = int(proxy.getsockname()[1])
     _PROXY_SOCKETS[port] = proxy
-    handler = "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler"
+    handler = "crawlhive.crawler.render.RenderDownloadHandler"
     values = dict(values)
     values.update(
         {
@@ -162,9 +162,10 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
                     "--webrtc-ip-handling-policy=disable_non_proxied_udp",
                     "--disable-dev-shm-usage",
                     "--disable-background-networking",
+                    "--disable-crash-reporter",  # no crashpad handler left behind by a killed browser
+                    "--disable-breakpad",
                 ],
             },
-            "PLAYWRIGHT_MAX_CONTEXTS": concurrency,
             "PLAYWRIGHT_MAX_PAGES_PER_CONTEXT": 1,
             "PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT": timeout_s * 1000,
             "PLAYWRIGHT_RESTART_DISCONNECTED_BROWSER": True,
@@ -220,6 +221,39 @@ async def watch_navigation(page: Any, request: Request) -> None:
             navigated.append(browser_request.url)
 
     page.on("request", record)
+
+
+def _playwright_handler() -> type:
+    from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
+
+    return ScrapyPlaywrightDownloadHandler
+
+
+class RenderDownloadHandler:
+    """scrapy-playwright's download handler with a deadline on every browser load.
+
+    Scrapy's DOWNLOAD_TIMEOUT is enforced by its own HTTP handler, not by scrapy-playwright, and a
+    load whose browser was killed can wait forever on the dead page; here each load fails after
+    RENDER_TIMEOUT + DOWNLOAD_TIMEOUT, and is retried like any failed download. Built by
+    :meth:`from_crawler` as a subclass, so that importing this module needs no Playwright.
+    """
+
+    lazy = False  # started with the engine, as scrapy-playwright's own handler is
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Any:
+        base = _playwright_handler()
+        settings: Settings = crawler.settings["CRAWLHIVE_SETTINGS"]
+        limit = settings.getfloat("RENDER_TIMEOUT") + settings.getfloat("DOWNLOAD_TIMEOUT")
+
+        class Handler(base):  # type: ignore[misc,valid-type]
+            async def _download_request(self, request: Request, spider: Any = None) -> Any:
+                try:
+                    return await asyncio.wait_for(super()._download_request(request, spider), limit)
+                except TimeoutError:
+                    raise TimeoutError(f"the browser did not load the page within {limit:g} s") from None
+
+        return Handler(crawler)
 
 
 class RenderMiddleware:

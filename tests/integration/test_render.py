@@ -13,6 +13,7 @@ driving Debian's Chromium against a site of the test's own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -73,7 +74,9 @@ def _wait_heartbeats(client: redis.Redis, prefix: str, count: int, crawlers: lis
         crawler.wait_ready(client, prefix, count=count, timeout=60)
 
 
-def test_script_links_are_followed_only_when_rendered(site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_script_links_are_followed_only_when_rendered(
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
     site.page("/js/0", SCRIPT_LINKS.replace(b"PREFIX", b"/js/"))
     for name in ("a", "b"):
         site.page(f"/js/{name}", html(title=name))
@@ -168,3 +171,98 @@ def test_the_guard_blocks_every_connection_the_browser_would_make(
     assert sorted(s.path for s in site.hits("/g/") if s.host == "127.0.0.1") == ["/g/0", "/g/away", "/g/ok.js"]
     assert [s.path for s in site.seen if s.host == "127.0.0.2"] == []
     assert code == 0, renderer.output()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below *pid* (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _browsers(pid: int) -> list[int]:
+    """The Chromium processes started under *pid*."""
+    names = []
+    for child in _descendants(pid):
+        try:
+            if "chrom" in Path(f"/proc/{child}/comm").read_text():
+                names.append(child)
+        except OSError:
+            continue
+    return names
+
+
+def test_a_killed_rendering_crawler_and_a_crashed_browser_lose_no_page(
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A rendering crawler SIGKILLed mid-crawl: its leases expire and another rendering crawler
+    renders those pages. Then that crawler's browser is killed under it: the pages it was loading
+    fail, are retried, and arrive; the crawler starts a new browser."""
+
+    def leaf(_seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(0.3)
+        return 200, {"Content-Type": "text/html"}, html(title="leaf")
+
+    count = 40
+    script = "".join(
+        f'document.body.appendChild(Object.assign(document.createElement("a"), {{href: "/k/{i}"}}));'
+        for i in range(1, count + 1)
+    )
+    site.page("/k/0", f"<html><body><script>{script}</script></body></html>".encode())
+    for i in range(1, count + 1):
+        site.handler(f"/k/{i}", leaf)
+    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rk")
+    prefix = settings["REDIS_KEY_PREFIX"]
+    client = redis.Redis.from_url(redis_url)
+    collector = output_collector(settings)
+    env = _render_env(settings, LEASE_TIMEOUT=3, RENDER_CONCURRENCY=4, RETRY_TIMES=3)
+    victim = Crawler(env, tmp_path, name="render-victim", extra_args=["--render"])
+    survivor: Crawler | None = None
+    reaper = LeaseReaper(client, settings)
+    try:
+        victim.wait_ready(client, prefix, timeout=60)
+        seed(settings, client, appid="kapp", crawlid="k1", url=site.url("/k/0"), maxdepth=1, render=True)
+        collector.wait_for("k1", 6, timeout=60)
+        orphans = _descendants(victim.proc.pid)
+        victim.kill()
+        reaper.start()
+        survivor = Crawler(env, tmp_path, name="render-survivor", extra_args=["--render"])
+        collector.wait_for("k1", 16, timeout=60)
+        browsers = _browsers(survivor.proc.pid)
+        assert browsers, "the survivor's browser is not running"
+        for pid in browsers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        items = collector.wait_for("k1", count + 1, timeout=90)
+        urls = {item["url"] for item in items}
+        deadline = time.monotonic() + 30
+        while len(urls) < count + 1 and time.monotonic() < deadline:
+            urls = {item["url"] for item in collector.of("k1")}
+            time.sleep(0.2)
+        assert urls == {site.url(f"/k/{i}") for i in range(count + 1)}
+        assert collector.of("k1", settings.topic("dead_letter")) == []
+        assert sum(reaper.requeued) > 0  # the victim held leases when it died
+        assert _browsers(survivor.proc.pid), "no new browser was started"
+    finally:
+        reaper.stop()
+        code = survivor.terminate(30) if survivor else 0
+        collector.close()
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            client.delete(key)
+        client.close()
+    deadline = time.monotonic() + 10
+    while [p for p in orphans if Path(f"/proc/{p}").exists()] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p for p in orphans if Path(f"/proc/{p}").exists()] == [], "the killed crawler left processes behind"
+    assert code == 0, survivor.output() if survivor else ""
