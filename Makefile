@@ -54,18 +54,20 @@ typecheck: $(STAMP)
 	@ln -s ../../../cleaner $(TYPECHECK)/crawlhive/cleaner
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --python-executable $(CURDIR)/$(BIN)/python --cache-dir $(CURDIR)/build/mypy-cache -p crawlhive
 
-# Debian's chromium for the dashboard's browser test (tests/integration/test_rest_dashboard.py):
-# Playwright drives this system binary, nothing is downloaded. Without root (or apt) the test skips.
+# Debian's Chromium for the browser tests: `chromium` drives the dashboard's test
+# (tests/integration/test_rest_dashboard.py), `chromium-headless-shell` is what rendering crawlers
+# run (tests/integration/test_render.py). Playwright drives these system binaries; nothing is
+# downloaded. Without root (or apt) those tests skip.
 browser:
-	@if [ -x /usr/bin/chromium ]; then :; \
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromium-headless-shell ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing Debian's chromium for the dashboard browser test"; \
+		echo "installing Debian's chromium and chromium-headless-shell for the browser tests"; \
 		export DEBIAN_FRONTEND=noninteractive; \
-		apt-get install -y -qq chromium >/dev/null 2>&1 || \
-		{ apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
-		echo "could not install chromium: the dashboard browser test will be skipped"; \
+		apt-get install -y -qq chromium chromium-headless-shell >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq chromium chromium-headless-shell >/dev/null; } || \
+		echo "could not install chromium: the browser tests will be skipped"; \
 	else \
-		echo "chromium is missing and this is not root: the dashboard browser test will be skipped"; \
+		echo "chromium is missing and this is not root: the browser tests will be skipped"; \
 	fi
 
 # The Redis-heavy tests run twice: on the redis-server found on PATH (the machine's, usually 7.x) and

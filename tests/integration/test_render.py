@@ -38,7 +38,7 @@ from crawlhive.utils.frontier import FrontierReader
 
 pytestmark = [
     pytest.mark.timeout(180),
-    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian's chromium is not installed"),
+    pytest.mark.skipif(not Path("/usr/bin/chromium-headless-shell").exists(), reason="no chromium-headless-shell"),
 ]
 
 SCRIPT_LINKS = b"""<!doctype html><html><head><title>js page</title></head><body><p>static</p>
