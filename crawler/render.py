@@ -407,7 +407,10 @@ class GuardProxy:
         except BlockedNetwork as exc:
             self.refused += 1
             logger.debug("render proxy refused %s:%s: %s", host, port, exc)
-            writer.write(b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            if tunnel:  # the browser fails the tunnel (ERR_TUNNEL_CONNECTION_FAILED)
+                writer.write(b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            # A plain request gets no answer at all: an answer would be taken as the site's, and a
+            # page redirected here would become an item of the proxy's 403.
             return
         except DNSLookupError:
             writer.write(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")

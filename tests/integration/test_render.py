@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import redis
 from crawlerkit import (
+    CLI,
     Crawler,
     LeaseReaper,
     Seen,
@@ -266,3 +268,16 @@ def test_a_killed_rendering_crawler_and_a_crashed_browser_lose_no_page(
         time.sleep(0.2)
     assert [p for p in orphans if Path(f"/proc/{p}").exists()] == [], "the killed crawler left processes behind"
     assert code == 0, survivor.output() if survivor else ""
+
+
+def test_a_missing_browser_is_named_before_anything_starts(
+    redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rm")
+    env = crawler_env(settings, RENDER_BROWSER="/nonexistent/chromium")
+    done = subprocess.run(
+        [*CLI, "crawler", "--render"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1, done.stderr
+    assert "RENDER_BROWSER: '/nonexistent/chromium' is not an executable browser" in done.stderr
+    assert "Traceback" not in done.stderr
