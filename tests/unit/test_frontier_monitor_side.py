@@ -57,6 +57,7 @@ def test_crawl_ref_prefixes_complete_to_the_real_keys(spider: str, appid: str, c
     p = keys.crawl_ref_prefixes()
     ref = keys.crawl_ref(spider, appid, crawlid)
     assert p["crawl_domains"] + ref == keys.crawl_domains(spider, appid, crawlid)
+    assert p["render_crawl_domains"] + ref == keys.crawl_domains(spider, appid, crawlid, render=True)
     assert p["crawl_leases"] + ref == keys.crawl_leases(spider, appid, crawlid)
     assert p["crawl"] + ref == keys.crawl(spider, appid, crawlid)
     assert p["app_crawls"] + ref.rsplit(":", 1)[0] == keys.app_crawls(spider, appid)
@@ -161,3 +162,37 @@ def test_stats_counter_names_round_trip() -> None:
     assert parse_plugin_counter_name(plugin_counter_name("InfoMonitor")) == "InfoMonitor"
     assert parse_plugin_counter_name("fail") is None
     assert json.dumps(crawler_counter_name("link", 404)) == '"spider:link:404"'
+
+
+def test_a_crawl_with_work_in_both_lanes_is_one_crawl(
+    redis_client: redis.Redis, keys: Keys, reader: FrontierReader
+) -> None:
+    """§15: a crawl's rendering requests sit in their own lane (only rendering crawlers pop them),
+    but info, stop and completion see the one crawl across both lanes."""
+    plain = FrontierRequest(url="http://a.example/1", appid="app", crawlid="both", priority=5)
+    rendered = [
+        FrontierRequest(url="http://a.example/2", appid="app", crawlid="both", priority=9, render=True),
+        FrontierRequest(url="http://b.example/1", appid="app", crawlid="both", priority=1, render=True),
+    ]
+    push(redis_client, keys, plain, *rendered)
+    worker = FrontierWorker(redis_client, keys, lease_s=60, record_ttl_s=3600, throttle=FAST)
+    state = reader.crawl_state("link", "app", "both")
+    assert state.pending == 3 and state.lanes == {False, True}
+    assert state.domains["a.example"].total == 2
+    assert (state.domains["a.example"].high_priority, state.domains["a.example"].low_priority) == (9, 5)
+    # A plain crawler pops only the plain request, a rendering one only the rendered ones.
+    first = worker.pop("link")
+    assert first.lease is not None and first.lease.request.url == "http://a.example/1"
+    assert worker.pop("link").lease is None
+    leases = [worker.pop("link", render=True).lease for _ in range(2)]
+    assert {lease.request.url for lease in leases if lease} == {"http://a.example/2", "http://b.example/1"}
+    assert worker.pop("link", render=True).lease is None
+    # Not complete while a rendered request is queued (nothing in flight); stop purges both lanes.
+    push(redis_client, keys, FrontierRequest(url="http://c.example/", appid="app", crawlid="both", render=True))
+    for lease in [first.lease, *leases]:
+        assert lease is not None and worker.ack(lease, "crawled")
+    reader.scan_complete()
+    assert all(kind != "complete" for kind, _ in events(redis_client, keys))
+    assert reader.purge("link", "app", "both") == 1
+    assert redis_client.zcard(keys.domain_crawls("link", "c.example", render=True)) == 0
+    assert reader.crawl_state("link", "app", "both").pending == 0

@@ -53,15 +53,31 @@ def test_docs_redis_keys_md_is_current() -> None:
 @pytest.mark.parametrize(
     ("spider", "appid", "crawlid", "domain"), [("link", "app", "c1", "x.com"), ("a:b", "%", ":", "::1")]
 )
-def test_script_prefixes_complete_to_the_real_keys(spider: str, appid: str, crawlid: str, domain: str) -> None:
+@pytest.mark.parametrize("render", [False, True])
+def test_script_prefixes_complete_to_the_real_keys(
+    spider: str, appid: str, crawlid: str, domain: str, render: bool
+) -> None:
     keys = Keys("ch")
-    p = keys.script_prefixes(spider)
+    p = keys.script_prefixes(spider, render)
     member = keys.crawl_member(appid, crawlid)
-    assert p["crawl_queue"] + member + ":" + domain == keys.crawl_queue(spider, appid, crawlid, domain)
-    assert p["domain_crawls"] + domain == keys.domain_crawls(spider, domain)
-    assert p["crawl_domains"] + member == keys.crawl_domains(spider, appid, crawlid)
-    assert p["crawl"] + member == keys.crawl(spider, appid, crawlid)
+    assert p["crawl_queue"] + member + ":" + domain == keys.crawl_queue(spider, appid, crawlid, domain, render)
+    assert p["domain_crawls"] + domain == keys.domain_crawls(spider, domain, render)
+    assert p["crawl_domains"] + member == keys.crawl_domains(spider, appid, crawlid, render)
+    assert p["crawl"] + member == keys.crawl(spider, appid, crawlid)  # one record for both lanes
     assert p["crawl_leases"] + member == keys.crawl_leases(spider, appid, crawlid)
+
+
+def test_the_rendering_lane_never_shares_a_queue_key_with_the_plain_one() -> None:
+    keys = Keys("ch")
+    pairs = [
+        (keys.crawl_queue("link", "a", "c", "x.com"), keys.crawl_queue("link", "a", "c", "x.com", render=True)),
+        (keys.domain_crawls("link", "x.com"), keys.domain_crawls("link", "x.com", render=True)),
+        (keys.domains("link"), keys.domains("link", render=True)),
+        (keys.crawl_domains("link", "a", "c"), keys.crawl_domains("link", "a", "c", render=True)),
+        (keys.wake_channel("link"), keys.wake_channel("link", render=True)),
+    ]
+    for plain, render in pairs:
+        assert plain != render and "-render:" in render and "-render" not in plain
 
 
 @pytest.mark.parametrize(("spider", "egress"), [(None, None), ("link", None), ("link", "2001:db8::1")])
