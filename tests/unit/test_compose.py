@@ -42,6 +42,7 @@ COMPONENT_SERVICES = {
     "kafka-monitor": "kafka-monitor",
     "redis-monitor": "redis-monitor",
     "crawler": "crawler",
+    "crawler-render": "crawler",
     "cleaner": "cleaner",
     "rest": "rest",
 }
@@ -121,8 +122,12 @@ def test_every_component_has_its_service(services: dict[str, dict[str, Any]]) ->
     assert {"kafka", "redis", *COMPONENT_SERVICES} <= set(services)
     ours = crawlhive_services(services)
     assert set(COMPONENT_SERVICES) <= set(ours)
-    images = {s["image"] for s in ours.values()}
+    images = {s["image"] for name, s in ours.items() if name != "crawler-render"}
     assert len(images) == 1, f"one image for every component, got {images}"
+    # Rendering crawlers: the same Dockerfile's `render` stage (the browser), an image of its own.
+    assert ours["crawler-render"]["build"]["target"] == "render"
+    assert ours["crawler-render"]["image"] not in images
+    assert "--render" in ours["crawler-render"]["command"]
     for name, service in ours.items():
         assert service["build"]["dockerfile"] == "docker/Dockerfile", name
         assert (COMPOSE_FILE.parent / service["build"]["context"]).resolve() == ROOT, name
@@ -269,7 +274,10 @@ def healthcheck_path_in_image() -> str:
 
 def test_dockerfile_builds_from_requirements_and_runs_crawlhive() -> None:
     steps = dockerfile_instructions()
-    assert steps[0] == ("FROM", "python:3.11-slim")
+    assert steps[0] == ("FROM", "python:3.11-slim AS base")
+    stages = [args for word, args in steps if word == "FROM"]
+    assert stages[-1] == "base AS plain", "the default target is the image without a browser"
+    assert "base AS render" in stages
     copies = [args.split() for word, args in steps if word == "COPY"]
     runs = [args for word, args in steps if word == "RUN"]
     assert ["requirements.txt", "./"] in copies
@@ -280,6 +288,10 @@ def test_dockerfile_builds_from_requirements_and_runs_crawlhive() -> None:
     assert entrypoint == [["crawlhive"]]
     user = [args for word, args in steps if word == "USER"]
     assert user and user[-1] not in ("root", "0"), "the image must run as a non-root user"
+    render = steps[[i for i, (word, args) in enumerate(steps) if word == "FROM" and "AS render" in args][0] :]
+    render_runs = " ".join(args for word, args in render if word == "RUN")
+    assert "apt-get install" in render_runs and "chromium-headless-shell" in render_runs
+    assert "requirements-render.txt" in render_runs  # scrapy-playwright, pinned
 
 
 def test_dockerfile_copies_every_package_folder() -> None:
