@@ -64,8 +64,10 @@ def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def crawlhive_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The services that run the crawlhive image."""
-    return {name: s for name, s in services.items() if str(s.get("image", "")).split(":")[0] == IMAGE}
+    """The services that run a crawlhive image (``crawlhive``, or ``crawlhive-render`` with the browser)."""
+    return {
+        name: s for name, s in services.items() if str(s.get("image", "")).split(":")[0] in (IMAGE, f"{IMAGE}-render")
+    }
 
 
 _VAR = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?-)(?P<default>[^}]*))?\}")
