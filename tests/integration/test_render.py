@@ -14,6 +14,7 @@ driving Debian's Chromium against a site of the test's own.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ import pytest
 import redis
 from crawlerkit import (
     CLI,
+    Collector,
     Crawler,
     LeaseReaper,
     Seen,
@@ -37,6 +39,7 @@ from crawlerkit import (
 )
 
 from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.settings import Settings
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -281,3 +284,46 @@ def test_a_missing_browser_is_named_before_anything_starts(
     assert done.returncode == 1, done.stderr
     assert "RENDER_BROWSER: '/nonexistent/chromium' is not an executable browser" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_up_with_a_rendering_crawler_renders_a_crawl_fed_from_the_command_line(site: TestSite, tmp_path: Path) -> None:
+    """The real commands: ``crawlhive up --render-crawlers 1`` and ``crawlhive feed`` of a crawl with
+    ``"render": true``: the kafka-monitor accepts the field, the rendering crawler renders the page
+    and follows the links its script inserted, and the crawl completes with the right counts."""
+    site.page("/up/0", SCRIPT_LINKS.replace(b"PREFIX", b"/up/"))
+    for name in ("a", "b"):
+        site.page(f"/up/{name}", html(title=name))
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_HOSTS")}
+    env.update(CRAWLHIVE_HOME=str(tmp_path), KAFKA_TOPIC_PREFIX="renderup", RENDER_TIMEOUT="10")
+    log = tmp_path / "up.log"
+    with log.open("w") as out:
+        up = subprocess.Popen(
+            [*CLI, "up", "--cleaners", "0", "--render-crawlers", "1"], env=env, stdout=out, stderr=out
+        )
+    collector = None
+    try:
+        deadline = time.monotonic() + 90
+        while "Ctrl-C stops everything" not in log.read_text() and time.monotonic() < deadline:
+            assert up.poll() is None, log.read_text()
+            time.sleep(0.2)
+        assert "crawler-render-1" in log.read_text(), log.read_text()
+        state = json.loads((tmp_path / "up.json").read_text())
+        settings = Settings.from_overrides(
+            REDIS_URL=state["REDIS_URL"], KAFKA_BOOTSTRAP_SERVERS=state["KAFKA_BOOTSTRAP_SERVERS"],
+            KAFKA_TOPIC_PREFIX="renderup", CRAWLHIVE_HOME=str(tmp_path),
+        )  # fmt: skip
+        collector = Collector(settings, [settings.topic("crawled_firehose"), settings.topic("outbound_firehose")])
+        request = {"url": site.url("/up/0"), "appid": "upapp", "crawlid": "up1", "maxdepth": 1, "render": True}
+        fed = subprocess.run([*CLI, "feed", json.dumps(request)], env=env, capture_output=True, text=True, timeout=60)
+        assert fed.returncode == 0, fed.stderr
+        found = collector.wait_for("up1", 4, timeout=90)
+        pages = {m["url"] for m in found if m["_topic"] == settings.topic("crawled_firehose")}
+        assert pages == {site.url(p) for p in ("/up/0", "/up/a", "/up/b")}, log.read_text()[-3000:]
+        complete = [m for m in found if m.get("action") == "complete"]
+        assert complete and complete[0]["total_crawled"] == 3, found
+    finally:
+        if collector is not None:
+            collector.close()
+        up.send_signal(signal.SIGINT)
+        code = up.wait(timeout=60)
+    assert code == 0, log.read_text()[-3000:]

@@ -73,7 +73,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     from crawlhive.utils.app.cluster import run_cluster
 
     settings = _settings_from_args(args, use_state_file=False)
-    return run_cluster(settings, crawlers=args.crawlers, duration_s=args.duration, cleaners=args.cleaners)
+    return run_cluster(
+        settings,
+        crawlers=args.crawlers,
+        duration_s=args.duration,
+        cleaners=args.cleaners,
+        render_crawlers=args.render_crawlers,
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -367,6 +373,7 @@ EXAMPLES = {
   crawlhive up                      # everything on this machine, private Redis and broker
   crawlhive up --crawlers 4         # four link crawlers
   crawlhive up --cleaners 2         # two cleaners (docs/contract.md §13)
+  crawlhive up --render-crawlers 1  # one rendering crawler (headless Chromium, §15)
   REDIS_URL=redis://db:6379/0 KAFKA_BOOTSTRAP_SERVERS=kafka:9092 crawlhive up""",
     "demo": """examples:
   crawlhive demo                    # crawl a bundled site, print a summary, stop
@@ -429,6 +436,13 @@ def build_parser() -> argparse.ArgumentParser:
     up = command("up", "run every component (embedded Redis and broker if none configured)")
     up.add_argument("--crawlers", type=int, default=1, help="link crawler processes (default 1)")
     up.add_argument("--cleaners", type=int, default=1, help="cleaner processes (default 1; docs/contract.md §13)")
+    up.add_argument(
+        "--render-crawlers",
+        type=int,
+        default=0,
+        metavar="N",
+        help='rendering crawlers for crawls sent with "render": true (default 0; needs Chromium; §15)',
+    )
     up.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after SECONDS")
     up.set_defaults(func=cmd_up)
 

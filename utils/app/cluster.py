@@ -82,10 +82,11 @@ class Child:
             self.process.wait()
 
 
-def component_commands(crawlers: int, cleaners: int = 1) -> list[tuple[str, list[str]]]:
+def component_commands(crawlers: int, cleaners: int = 1, render_crawlers: int = 0) -> list[tuple[str, list[str]]]:
     """(name, crawlhive arguments) of each component process ``up`` runs."""
     wanted = [("kafka-monitor", ["kafka-monitor"]), ("redis-monitor", ["redis-monitor"])]
     wanted += [(f"crawler-{i + 1}", ["crawler", "--spider", "link"]) for i in range(crawlers)]
+    wanted += [(f"crawler-render-{i + 1}", ["crawler", "--spider", "link", "--render"]) for i in range(render_crawlers)]
     wanted += [(f"cleaner-{i + 1}", ["cleaner"]) for i in range(cleaners)]
     return [*wanted, ("rest", ["rest"])]
 
@@ -152,7 +153,12 @@ class LocalCluster:
     """
 
     def __init__(
-        self, settings: Settings, crawlers: int = 1, extra_env: dict[str, str] | None = None, cleaners: int = 1
+        self,
+        settings: Settings,
+        crawlers: int = 1,
+        extra_env: dict[str, str] | None = None,
+        cleaners: int = 1,
+        render_crawlers: int = 0,
     ) -> None:
         #: The crawlers of this local development cluster may fetch from loopback (its own sites),
         #: unless the user chose CRAWLER_ALLOWED_NETWORKS (docs/contract.md §10.2).
@@ -165,6 +171,7 @@ class LocalCluster:
         self.embedded: dict[str, str] = {}
         self.crawlers = crawlers
         self.cleaners = cleaners
+        self.render_crawlers = render_crawlers
         self.extra_env = extra_env or {}
         self.children: list[Child] = []
         self._stack = contextlib.ExitStack()
@@ -174,6 +181,11 @@ class LocalCluster:
         from crawlhive.rest.server import check_exposure
 
         check_exposure(self.requested)  # before anything starts: exit 2 names REST_API_KEY
+        if self.render_crawlers:
+            from crawlhive.crawler.render import check_render_installed, find_browser
+
+            check_render_installed()  # and a missing browser or scrapy-playwright is named here
+            find_browser(self.requested)
         try:
             self.settings = self._stack.enter_context(backing_services(self.requested, self.embedded))
             redis = redis_from_settings(self.settings)
@@ -185,7 +197,7 @@ class LocalCluster:
             env = {**os.environ, **settings_env(self.settings), **self.extra_env}
             self.children = [
                 Child(name, [sys.executable, "-m", "crawlhive.utils.app.cli", *args], env=env)
-                for name, args in component_commands(self.crawlers, self.cleaners)
+                for name, args in component_commands(self.crawlers, self.cleaners, self.render_crawlers)
             ]
             self._stack.callback(self._stop_children)
             self._stack.callback(on_forced_stop(self.force))
@@ -241,7 +253,7 @@ def wait_ready(
     wanted = {
         "kafka-monitor": 1,
         "redis-monitor": 1,
-        "crawler": cluster.crawlers,
+        "crawler": cluster.crawlers + cluster.render_crawlers,
         "cleaner": cluster.cleaners,
         "rest": 1,
     }
@@ -263,7 +275,9 @@ def wait_ready(
         redis.close()
 
 
-def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None = None, cleaners: int = 1) -> int:
+def run_cluster(
+    settings: Settings, crawlers: int = 1, duration_s: float | None = None, cleaners: int = 1, render_crawlers: int = 0
+) -> int:
     """Run the cluster until interrupted (or for *duration_s*); returns the exit code.
 
     The start-up output ends with a summary printed once every component is ready (or after
@@ -271,7 +285,7 @@ def run_cluster(settings: Settings, crawlers: int = 1, duration_s: float | None 
     """
     started = False
     try:
-        with LocalCluster(settings, crawlers, cleaners=cleaners) as cluster:
+        with LocalCluster(settings, crawlers, cleaners=cleaners, render_crawlers=render_crawlers) as cluster:
             started = True
             live = cluster.settings
             have = wait_ready(cluster, READY_TIMEOUT_S)
