@@ -87,8 +87,9 @@ test-quick: $(STAMP)
 # Benchmarks (never part of `make test`; see bench/README.md). Each prints its figure against its
 # target or beside a baseline measured in the same run. The crawl benchmark needs the bench site
 # (bench/site.py: generated into /tmp/perfsite, served by a private nginx, which bench/nginx.sh installs
-# as root if missing); bench/memory.py runs when it exists.
-bench: $(STAMP)
+# as root if missing); bench/memory.py runs when it exists; bench/render.py needs Debian's
+# chromium-headless-shell (the `browser` target installs it).
+bench: $(STAMP) browser
 	@echo "machine: $$(nproc) cores, $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $$(free -h | awk '/^Mem:/{print $$2}') memory"
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/feed.py
@@ -99,7 +100,7 @@ bench: $(STAMP)
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
 	$(BIN)/python bench/clean.py
-	$(BIN)/python bench/crawl.py; status=$$?; bench/nginx.sh stop; exit $$status
+	$(BIN)/python bench/crawl.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; exit $$status
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
