@@ -43,7 +43,7 @@ from scrapy.exceptions import IgnoreRequest
 from crawlhive.crawler.admit import Verdict
 from crawlhive.crawler.limits import too_large
 from crawlhive.crawler.links import allowed_domains, host_allowed, link_allowed
-from crawlhive.crawler.requests import FAILURE, RETRY_AFTER, CannotTravel, context_of, is_seed
+from crawlhive.crawler.requests import FAILURE, RETRY_AFTER, CannotTravel, context_of, cookie_pairs, is_seed
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.crawler.sitemaps import (
     SITEMAP,
@@ -79,14 +79,8 @@ def error_text(exception: BaseException) -> str:
 
 
 def cookie_header(request: FrontierRequest) -> str | None:
-    """The ``Cookie`` header of a crawl (docs/contract.md §3.7): ``cookie`` split on ``;`` into ``name=value``
-    pairs (pieces without ``=`` ignored), merged with ``cookies`` (which wins a clash)."""
-    pairs: dict[str, str] = {}
-    for piece in (request.cookie or "").split(";"):
-        name, sep, value = piece.strip().partition("=")
-        if sep and name.strip():
-            pairs[name.strip()] = value.strip()
-    pairs.update(request.cookies or {})
+    """The ``Cookie`` header of a crawl's :func:`cookie_pairs`, or None without any."""
+    pairs = cookie_pairs(request)
     return "; ".join(f"{k}={v}" for k, v in pairs.items()) if pairs else None
 
 

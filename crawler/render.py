@@ -44,6 +44,7 @@ import logging
 import shutil
 import socket
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
@@ -52,7 +53,7 @@ from twisted.internet.error import DNSLookupError
 
 from crawlhive.crawler.links import allowed_domains, host_allowed
 from crawlhive.crawler.netguard import BlockedNetwork, installed_resolver
-from crawlhive.crawler.requests import context_of, end_for_good
+from crawlhive.crawler.requests import context_of, cookie_pairs, end_for_good
 from crawlhive.crawler.sitemaps import SITEMAP
 from crawlhive.utils.errors import SettingsError
 
@@ -81,6 +82,8 @@ _page_numbers = itertools.count(1)
 #: Proxy sockets bound before Scrapy starts, by port (Scrapy deep-copies its settings, which a
 #: socket cannot be, so the settings carry the port: ``CRAWLHIVE_RENDER_PROXY_PORT``).
 _PROXY_SOCKETS: dict[int, socket.socket] = {}
+#: The download handler of each crawler (one for http and https).
+_HANDLERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def find_browser(settings: Settings) -> str:
@@ -172,6 +175,10 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
             "PLAYWRIGHT_MAX_PAGES_PER_CONTEXT": 1,
             "PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT": timeout_s * 1000,
             "PLAYWRIGHT_RESTART_DISCONNECTED_BROWSER": True,
+            # The browser's own headers on every request: headers given to Playwright for the
+            # page's request would be carried to every redirect, to any site. The user agent is
+            # the context's (render_meta), the crawl's cookies are in the page's cookie jar.
+            "PLAYWRIGHT_PROCESS_REQUEST_HEADERS": None,
         }
     )
     values["DOWNLOADER_MIDDLEWARES"] = {
@@ -193,7 +200,7 @@ async def settle(page: Any, deadline: float) -> None:
         await page.wait_for_load_state("networkidle", timeout=remaining_ms)
 
 
-def render_meta(timeout_s: float) -> dict[str, Any]:
+def render_meta(timeout_s: float, user_agent: str) -> dict[str, Any]:
     """The request meta that makes scrapy-playwright load a request in the browser, in a context
     of its own, until DOMContentLoaded and then until settled (:func:`settle`)."""
     from scrapy_playwright.page import PageMethod
@@ -202,7 +209,7 @@ def render_meta(timeout_s: float) -> dict[str, Any]:
     return {
         "playwright": True,
         "playwright_context": f"page-{next(_page_numbers)}",
-        "playwright_context_kwargs": {"service_workers": "block", "accept_downloads": False},
+        "playwright_context_kwargs": {"service_workers": "block", "accept_downloads": False, "user_agent": user_agent},
         "playwright_include_page": True,  # so that RenderMiddleware closes its context
         "playwright_page_goto_kwargs": {"wait_until": "domcontentloaded"},
         "playwright_page_methods": [PageMethod(settle, deadline)],
@@ -215,8 +222,17 @@ NAVIGATED = "crawlhive_navigated"
 
 
 async def watch_navigation(page: Any, request: Request) -> None:
-    """Record in ``request.meta[NAVIGATED]`` every URL the page's main frame requests (its URL and
-    each redirect), so that a load the guard cut short can be told apart from a network error."""
+    """Before the page loads: put the crawl's cookies in the page's cookie jar, for the seed's
+    host only (the browser then sends them there, subresources included, and nowhere else, however
+    the page redirects; §10.6), and record in ``request.meta[NAVIGATED]`` every URL the main frame
+    requests (its URL and each redirect), so that a load the guard cut short can be told apart
+    from a network error."""
+    context = context_of(request)
+    if context is not None and context.request.seed_origin:
+        url = context.request.seed_origin + "/"
+        jar = [{"name": name, "value": value, "url": url} for name, value in cookie_pairs(context.request).items()]
+        if jar:
+            await page.context.add_cookies(jar)
     navigated: list[str] = request.meta.setdefault(NAVIGATED, [])
 
     def record(browser_request: Any) -> None:
@@ -245,18 +261,31 @@ class RenderDownloadHandler:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Any:
+        # One handler for both schemes: Scrapy builds one per scheme, and each would start a
+        # Playwright driver (a Node.js process of about 100 MB) and a browser of its own.
+        shared = _HANDLERS.get(crawler)
+        if shared is not None:
+            return shared
         base = _playwright_handler()
         settings: Settings = crawler.settings["CRAWLHIVE_SETTINGS"]
         limit = settings.getfloat("RENDER_TIMEOUT") + settings.getfloat("DOWNLOAD_TIMEOUT")
 
         class Handler(base):  # type: ignore[misc,valid-type]
+            _closed = False
+
             async def _download_request(self, request: Request, spider: Any = None) -> Any:
                 try:
                     return await asyncio.wait_for(super()._download_request(request, spider), limit)
                 except TimeoutError:
                     raise TimeoutError(f"the browser did not load the page within {limit:g} s") from None
 
-        return Handler(crawler)
+            async def close(self) -> None:
+                if not self._closed:  # once, though registered for two schemes
+                    self._closed = True
+                    await super().close()
+
+        handler = _HANDLERS[crawler] = Handler(crawler)
+        return handler
 
 
 class RenderMiddleware:
@@ -265,9 +294,10 @@ class RenderMiddleware:
     browser context when its download ends, and drops a page the browser was redirected out of the
     crawl's ``allowed_domains`` (Chromium follows redirects itself, so Scrapy never sees them)."""
 
-    def __init__(self, proxy_socket: socket.socket, timeout_s: float) -> None:
+    def __init__(self, proxy_socket: socket.socket, timeout_s: float, user_agent: str) -> None:
         self.proxy = GuardProxy(proxy_socket, _guarded_lookup)
         self.timeout_s = timeout_s
+        self.user_agent = user_agent
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -275,7 +305,7 @@ class RenderMiddleware:
 
         settings: Settings = crawler.settings["CRAWLHIVE_SETTINGS"]
         sock = _PROXY_SOCKETS.pop(crawler.settings.getint("CRAWLHIVE_RENDER_PROXY_PORT"))
-        middleware = cls(sock, settings.getfloat("RENDER_TIMEOUT"))
+        middleware = cls(sock, settings.getfloat("RENDER_TIMEOUT"), settings.user_agent)
         crawler.signals.connect(middleware._engine_started, signal=signals.engine_started)
         crawler.signals.connect(middleware._engine_stopped, signal=signals.engine_stopped)
         return middleware
@@ -289,7 +319,9 @@ class RenderMiddleware:
     async def process_request(self, request: Request) -> None:
         if context_of(request) is None or request.meta.get(SITEMAP):
             return  # robots.txt and sitemaps are fetched without the browser, through the guard
-        request.meta.update(render_meta(self.timeout_s))
+        crawl = context_of(request)
+        user_agent = (crawl.request.useragent if crawl else None) or self.user_agent
+        request.meta.update(render_meta(self.timeout_s, user_agent))
         host = urlsplit(request.url).hostname or ""
         await _guarded_lookup(host)  # BlockedNetwork: NetworkGuardMiddleware ends it for good
 

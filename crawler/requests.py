@@ -155,6 +155,18 @@ def request_from_json(data: dict[str, Any], spider: Spider) -> Request:
     return request_from_dict(restored, spider=spider)
 
 
+def cookie_pairs(request: FrontierRequest) -> dict[str, str]:
+    """A crawl's cookies (docs/contract.md §3.7): ``cookie`` split on ``;`` into ``name=value``
+    pairs (pieces without ``=`` ignored), merged with ``cookies`` (which wins a clash)."""
+    pairs: dict[str, str] = {}
+    for piece in (request.cookie or "").split(";"):
+        name, sep, value = piece.strip().partition("=")
+        if sep and name.strip():
+            pairs[name.strip()] = value.strip()
+    pairs.update(request.cookies or {})
+    return pairs
+
+
 def is_seed(request: FrontierRequest) -> bool:
     """A seed (or its retry): depth 0 and not made by a spider."""
     return request.depth == 0 and request.scrapy_request is None

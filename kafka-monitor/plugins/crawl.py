@@ -75,6 +75,10 @@ class ScraperHandler(IncomingPlugin):
         for name in message.get("headers") or {}:
             if forbidden_header(name):
                 return message, (f"header {name!r} is not allowed", "/headers/" + json_pointer_token(name))
+        if message.get("render") and message.get("headers"):
+            # The browser would carry them across redirects to other sites (§15); cookies are
+            # scoped to the seed's host by the browser itself, so those are allowed.
+            return message, ("headers cannot be sent with render: true (use cookie or cookies)", "/headers")
         for field in ("allow_regex", "deny_regex"):
             for i, pattern in enumerate(message.get(field) or []):
                 try:

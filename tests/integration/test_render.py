@@ -327,3 +327,47 @@ def test_up_with_a_rendering_crawler_renders_a_crawl_fed_from_the_command_line(s
         up.send_signal(signal.SIGINT)
         code = up.wait(timeout=60)
     assert code == 0, log.read_text()[-3000:]
+
+
+def test_cookies_reach_only_the_seed_s_host_and_the_user_agent_is_the_crawl_s(
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """§10.6 in a browser: the crawl's cookies go to the seed's host (its page and subresources) and
+    never to another host, whether the page loads from it, links to it or redirects to it."""
+    other = site.url("", host="127.0.0.2")
+    page = f'<html><head><script src="/c/same.js"></script><script src="{other}/c/other.js"></script></head>'
+    page += f'<body><a href="{other}/c/next">next</a></body></html>'
+    site.page("/c/0", page.encode())
+    site.page("/c/same.js", b"1;", content_type="application/javascript")
+    site.page("/c/other.js", b"1;", content_type="application/javascript")
+    site.page("/c/next", html(title="next"))
+    site.page("/c/target", html(title="target"))
+    site.handler("/c/away", lambda _seen: (302, {"Location": f"{other}/c/target"}, b""))
+    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rc")
+    prefix = settings["REDIS_KEY_PREFIX"]
+    client = redis.Redis.from_url(redis_url)
+    collector = output_collector(settings)
+    renderer = Crawler(_render_env(settings), tmp_path, name="render-cookies", extra_args=["--render"])
+    try:
+        renderer.wait_ready(client, prefix, timeout=60)
+        crawl = {"appid": "capp", "render": True, "useragent": "crawlhive-test-agent", "cookies": {"session": "s3cret"}}
+        seed(settings, client, crawlid="c1", url=site.url("/c/0"), maxdepth=1, **crawl)
+        seed(settings, client, crawlid="c2", url=site.url("/c/away"), **crawl)
+        assert len(collector.wait_for("c1", 2, timeout=60)) == 2
+        assert len(collector.wait_for("c2", 1, timeout=60)) == 1
+    finally:
+        code = renderer.terminate(30)
+        collector.close()
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            client.delete(key)
+        client.close()
+    hits = site.hits("/c/")
+    cookie = {(s.host, s.path): s.headers.get("Cookie") or s.headers.get("cookie") for s in hits}
+    assert cookie[("127.0.0.1", "/c/0")] == "session=s3cret"
+    assert cookie[("127.0.0.1", "/c/same.js")] == "session=s3cret"
+    assert cookie[("127.0.0.1", "/c/away")] == "session=s3cret"
+    elsewhere = {path: value for (host, path), value in cookie.items() if host == "127.0.0.2"}
+    assert set(elsewhere) == {"/c/other.js", "/c/next", "/c/target"} and set(elsewhere.values()) == {None}
+    agents = {s.headers.get("User-Agent") or s.headers.get("user-agent") for s in hits}
+    assert agents == {"crawlhive-test-agent"}
+    assert code == 0, renderer.output()

@@ -31,6 +31,9 @@ def reason(validator: RequestValidator, message: Any) -> str:
     return outcome.reason
 
 
+_CRAWL = {"url": "http://example.com/", "appid": "testapp", "crawlid": "c1"}
+
+
 def test_minimal_crawl_gets_every_default(validator: RequestValidator) -> None:
     out = accepted(validator, {"url": "http://example.com/", "appid": "testapp", "crawlid": "c1"})
     assert out.plugin is ScraperHandler
@@ -164,6 +167,11 @@ def test_stats_default_and_scheme_prepended_and_domain_normalised(validator: Req
             "Invalid request: action: {'nested': 1} is not of type 'string' (at /action)",
         ),
         ({"hello": "world"}, "Invalid request: crawl: 'appid' is a required property"),  # best_match's pick
+        (
+            {**_CRAWL, "render": True, "headers": {"Authorization": "Bearer x"}},
+            "Invalid request: crawl: headers cannot be sent with render: true (use cookie or cookies) (at /headers)",
+        ),
+        ({**_CRAWL, "render": "yes"}, "Invalid request: crawl: 'yes' is not of type 'boolean' (at /render)"),
     ],
 )
 def test_rejections_name_kind_message_and_pointer(validator: RequestValidator, message: Any, expected: str) -> None:
