@@ -294,18 +294,22 @@ class RenderMiddleware:
     browser context when its download ends, and drops a page the browser was redirected out of the
     crawl's ``allowed_domains`` (Chromium follows redirects itself, so Scrapy never sees them)."""
 
-    def __init__(self, proxy_socket: socket.socket, timeout_s: float, user_agent: str) -> None:
+    def __init__(self, proxy_socket: socket.socket, timeout_s: float, user_agent: str, leases: Any) -> None:
         self.proxy = GuardProxy(proxy_socket, _guarded_lookup)
         self.timeout_s = timeout_s
         self.user_agent = user_agent
+        self.leases = leases
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         from scrapy import signals
 
+        from crawlhive.crawler.runtime import CrawlRuntime  # here: importing it installs the reactor
+
         settings: Settings = crawler.settings["CRAWLHIVE_SETTINGS"]
         sock = _PROXY_SOCKETS.pop(crawler.settings.getint("CRAWLHIVE_RENDER_PROXY_PORT"))
-        middleware = cls(sock, settings.getfloat("RENDER_TIMEOUT"), settings.user_agent)
+        leases = CrawlRuntime.of(crawler).leases
+        middleware = cls(sock, settings.getfloat("RENDER_TIMEOUT"), settings.user_agent, leases)
         crawler.signals.connect(middleware._engine_started, signal=signals.engine_started)
         crawler.signals.connect(middleware._engine_stopped, signal=signals.engine_stopped)
         return middleware
@@ -330,6 +334,9 @@ class RenderMiddleware:
         context = context_of(request)
         if context is not None and response.url != request.url and context.request.allowed_domains:
             if not host_allowed(response.url, allowed_domains(context.request)):
+                # A policy drop, as for a plain redirect out (§10.7). Scrapy hands an IgnoreRequest
+                # raised here to no process_exception, so the lease is ended here.
+                self.leases.drop(context)
                 raise IgnoreRequest(f"redirect to {response.url} leaves the crawl's allowed_domains")
         return response
 

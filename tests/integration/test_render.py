@@ -353,8 +353,17 @@ def test_cookies_reach_only_the_seed_s_host_and_the_user_agent_is_the_crawl_s(
         crawl = {"appid": "capp", "render": True, "useragent": "crawlhive-test-agent", "cookies": {"session": "s3cret"}}
         seed(settings, client, crawlid="c1", url=site.url("/c/0"), maxdepth=1, **crawl)
         seed(settings, client, crawlid="c2", url=site.url("/c/away"), **crawl)
+        # Redirected by the site out of allowed_domains: dropped, its lease ended, no item.
+        seed(settings, client, crawlid="c3", url=site.url("/c/away"), allowed_domains=["127.0.0.1"], **crawl)
         assert len(collector.wait_for("c1", 2, timeout=60)) == 2
         assert len(collector.wait_for("c2", 1, timeout=60)) == 1
+        reader = FrontierReader.from_settings(client, settings)
+        deadline = time.monotonic() + 30
+        while reader.crawl_state("link", "capp", "c3").inflight and time.monotonic() < deadline:
+            time.sleep(0.1)
+        state = reader.crawl_state("link", "capp", "c3")
+        assert (state.inflight, state.pending, state.crawled, state.failed) == (0, 0, 0, 0)
+        assert collector.of("c3") == []
     finally:
         code = renderer.terminate(30)
         collector.close()
