@@ -58,8 +58,13 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
     counters = snap.counters
     assert counters is not None
     flags = rest.view.stopped(snap.crawls)
-    served = {name for name, s in snap.spiders.items() if s.crawlers}
-    rows = (crawl_row(s, stopped, s.spiderid in served) for s, stopped in zip(snap.crawls, flags, strict=True))
+    # Which lanes of each spider type a live crawler serves: plain, and rendering (§15).
+    served = {(name, False) for name, s in snap.spiders.items() if s.crawlers > s.render_crawlers}
+    served |= {(name, True) for name, s in snap.spiders.items() if s.render_crawlers}
+    rows = (
+        crawl_row(s, stopped, all((s.spiderid, lane) in served for lane in s.lanes or {False}))
+        for s, stopped in zip(snap.crawls, flags, strict=True)
+    )
     crawls = sorted(rows, key=lambda r: (r["state"] != "running", r["appid"], r["crawlid"]))
     return {
         "server_time": snap.server_time,
@@ -77,6 +82,7 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
                 "inflight": s.inflight,
                 "active_crawls": s.active_crawls,
                 "crawlers": s.crawlers,
+                "render_crawlers": s.render_crawlers,
             }
             for _, s in sorted(snap.spiders.items())
         ],
