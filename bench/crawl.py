@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from benchkit import bench_settings
 
 from crawlhive.crawler.settings import scrapy_settings
 from crawlhive.utils.app.embedded import EmbeddedCluster
-from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.frontier import Frontier, seed_from_request
 from crawlhive.utils.settings import Settings, env_value
 
@@ -215,14 +215,7 @@ def main() -> int:
         runs = [(1, ("link", "link")), (2, ("link", "link")), (1, ("bench_spiders:ItemSpider", "benchitems"))]
         for n, spider in runs:
             prefix = f"bench{n}{spider[1]}"
-            settings = Settings.from_overrides(
-                REDIS_URL=cluster.redis_url,
-                KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap,
-                REDIS_KEY_PREFIX=prefix,
-                KAFKA_TOPIC_PREFIX=prefix,
-                CRAWLHIVE_HOME=str(work),
-            )
-            ensure_topics(settings, [settings.topic(t) for t in ("crawled_firehose", "items", "dead_letter")])
+            settings = bench_settings(cluster, work, prefix, ("crawled_firehose", "items", "dead_letter"))
             client = redis.Redis.from_url(cluster.redis_url)
             result = run_crawlers(
                 settings, client, n, args.pages, args.conc, args.maxdepth, work, service_pids(cluster), spider

@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from benchkit import bench_settings
 
 from crawlhive.utils.app.embedded import EmbeddedCluster
-from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.settings import Settings, env_value
+from crawlhive.utils.settings import env_value
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "bench" / "baseline"
@@ -121,14 +121,7 @@ class Sampler:
 def crawl(
     cluster: EmbeddedCluster, work: Path, prefix: str, pages: int, render: bool, concurrency: int
 ) -> dict[str, Any]:
-    settings = Settings.from_overrides(
-        REDIS_URL=cluster.redis_url,
-        KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap,
-        REDIS_KEY_PREFIX=prefix,
-        KAFKA_TOPIC_PREFIX=prefix,
-        CRAWLHIVE_HOME=str(work),
-    )
-    ensure_topics(settings, [settings.topic(t) for t in ("crawled_firehose", "items", "dead_letter")])
+    settings = bench_settings(cluster, work, prefix, ("crawled_firehose", "items", "dead_letter"))
     client = redis.Redis.from_url(cluster.redis_url)
     rtt = work / f"{prefix}-rtt.json"
     scrapy = {

@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,23 @@ def site() -> Any:
     site.stop()
 
 
+@pytest.fixture
+def isolated(
+    redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> Iterator[tuple[Settings, str, redis.Redis, Collector]]:
+    """Settings under a key and topic prefix of their own, a client, and a collector of the
+    crawlers' output topics; afterwards everything under the prefix is deleted."""
+    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "r")
+    prefix = settings["REDIS_KEY_PREFIX"]
+    client = redis.Redis.from_url(redis_url)
+    collector = output_collector(settings)
+    yield settings, prefix, client, collector
+    collector.close()
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        client.delete(key)
+    client.close()
+
+
 def _browser_hit(seen: Seen) -> bool:
     """A request made by Chromium (Scrapy sends no ``Sec-Fetch-*`` headers)."""
     return any(name.lower().startswith("sec-fetch") for name in seen.headers)
@@ -79,16 +97,11 @@ def _wait_heartbeats(client: redis.Redis, prefix: str, count: int, crawlers: lis
         crawler.wait_ready(client, prefix, count=count, timeout=60)
 
 
-def test_script_links_are_followed_only_when_rendered(
-    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
-) -> None:
+def test_script_links_are_followed_only_when_rendered(site: TestSite, isolated: Any, tmp_path: Path) -> None:
     site.page("/js/0", SCRIPT_LINKS.replace(b"PREFIX", b"/js/"))
     for name in ("a", "b"):
         site.page(f"/js/{name}", html(title=name))
-    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rj")
-    prefix = settings["REDIS_KEY_PREFIX"]
-    client = redis.Redis.from_url(redis_url)
-    collector = output_collector(settings)
+    settings, prefix, client, collector = isolated
     plain = Crawler(crawler_env(settings), tmp_path, name="plain")
     renderer: Crawler | None = None
     try:
@@ -118,10 +131,6 @@ def test_script_links_are_followed_only_when_rendered(
         assert collector.settle("rend1", quiet_s=1.0) == rendered  # each page once
     finally:
         codes = [plain.terminate()] + ([renderer.terminate(30)] if renderer else [])
-        collector.close()
-        for key in client.scan_iter(match=f"{prefix}*", count=1000):
-            client.delete(key)
-        client.close()
     assert codes == [0, 0], (plain.output(), renderer.output() if renderer else "")
 
 
@@ -143,15 +152,12 @@ def _resources(site: TestSite) -> None:
 
 
 def test_the_guard_blocks_every_connection_the_browser_would_make(
-    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+    site: TestSite, isolated: Any, tmp_path: Path
 ) -> None:
     """127.0.0.2 is blocked (only 127.0.0.1/32 allowed): nothing the page loads, no redirect and no
     seed reaches it; the page itself and its allowed script load."""
     _resources(site)
-    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rg")
-    prefix = settings["REDIS_KEY_PREFIX"]
-    client = redis.Redis.from_url(redis_url)
-    collector = output_collector(settings)
+    settings, prefix, client, collector = isolated
     env = _render_env(settings, CRAWLER_ALLOWED_NETWORKS=["127.0.0.1/32"])
     renderer = Crawler(env, tmp_path, name="render-guard", extra_args=["--render"])
     try:
@@ -169,10 +175,6 @@ def test_the_guard_blocks_every_connection_the_browser_would_make(
         collector.settle("g1", quiet_s=1.0)
     finally:
         code = renderer.terminate(30)
-        collector.close()
-        for key in client.scan_iter(match=f"{prefix}*", count=1000):
-            client.delete(key)
-        client.close()
     assert sorted(s.path for s in site.hits("/g/") if s.host == "127.0.0.1") == ["/g/0", "/g/away", "/g/ok.js"]
     assert [s.path for s in site.seen if s.host == "127.0.0.2"] == []
     assert code == 0, renderer.output()
@@ -209,7 +211,7 @@ def _browsers(pid: int) -> list[int]:
 
 
 def test_a_killed_rendering_crawler_and_a_crashed_browser_lose_no_page(
-    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+    site: TestSite, isolated: Any, tmp_path: Path
 ) -> None:
     """A rendering crawler SIGKILLed mid-crawl: its leases expire and another rendering crawler
     renders those pages. Then that crawler's browser is killed under it: the pages it was loading
@@ -227,10 +229,7 @@ def test_a_killed_rendering_crawler_and_a_crashed_browser_lose_no_page(
     site.page("/k/0", f"<html><body><script>{script}</script></body></html>".encode())
     for i in range(1, count + 1):
         site.handler(f"/k/{i}", leaf)
-    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rk")
-    prefix = settings["REDIS_KEY_PREFIX"]
-    client = redis.Redis.from_url(redis_url)
-    collector = output_collector(settings)
+    settings, prefix, client, collector = isolated
     env = _render_env(settings, LEASE_TIMEOUT=3, RENDER_CONCURRENCY=4, RETRY_TIMES=3)
     victim = Crawler(env, tmp_path, name="render-victim", extra_args=["--render"])
     survivor: Crawler | None = None
@@ -262,10 +261,6 @@ def test_a_killed_rendering_crawler_and_a_crashed_browser_lose_no_page(
     finally:
         reaper.stop()
         code = survivor.terminate(30) if survivor else 0
-        collector.close()
-        for key in client.scan_iter(match=f"{prefix}*", count=1000):
-            client.delete(key)
-        client.close()
     deadline = time.monotonic() + 10
     while [p for p in orphans if Path(f"/proc/{p}").exists()] and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -330,7 +325,7 @@ def test_up_with_a_rendering_crawler_renders_a_crawl_fed_from_the_command_line(s
 
 
 def test_cookies_reach_only_the_seed_s_host_and_the_user_agent_is_the_crawl_s(
-    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+    site: TestSite, isolated: Any, tmp_path: Path
 ) -> None:
     """§10.6 in a browser: the crawl's cookies go to the seed's host (its page and subresources) and
     never to another host, whether the page loads from it, links to it or redirects to it."""
@@ -343,10 +338,7 @@ def test_cookies_reach_only_the_seed_s_host_and_the_user_agent_is_the_crawl_s(
     site.page("/c/next", html(title="next"))
     site.page("/c/target", html(title="target"))
     site.handler("/c/away", lambda _seen: (302, {"Location": f"{other}/c/target"}, b""))
-    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rc")
-    prefix = settings["REDIS_KEY_PREFIX"]
-    client = redis.Redis.from_url(redis_url)
-    collector = output_collector(settings)
+    settings, prefix, client, collector = isolated
     renderer = Crawler(_render_env(settings), tmp_path, name="render-cookies", extra_args=["--render"])
     try:
         renderer.wait_ready(client, prefix, timeout=60)
@@ -366,10 +358,6 @@ def test_cookies_reach_only_the_seed_s_host_and_the_user_agent_is_the_crawl_s(
         assert collector.of("c3") == []
     finally:
         code = renderer.terminate(30)
-        collector.close()
-        for key in client.scan_iter(match=f"{prefix}*", count=1000):
-            client.delete(key)
-        client.close()
     hits = site.hits("/c/")
     cookie = {(s.host, s.path): s.headers.get("Cookie") or s.headers.get("cookie") for s in hits}
     assert cookie[("127.0.0.1", "/c/0")] == "session=s3cret"
