@@ -18,7 +18,10 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from crawlhive.crawler.requests import child_request
+from scrapy import Request
+from scrapy.utils.request import RequestFingerprinter
+
+from crawlhive.crawler.requests import child_request, link_child, url_fingerprint
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.scripts import scripts
 
@@ -83,6 +86,12 @@ class Admission:
         self.default_budget = default_budget
         self._reported_stopped: set[tuple[str, str]] = set()
 
+    @property
+    def default_fingerprints(self) -> bool:
+        """The crawler fingerprints requests with Scrapy's own default fingerprinter (what
+        :func:`~crawlhive.crawler.requests.url_fingerprint` reproduces)."""
+        return type(self.crawler.request_fingerprinter) is RequestFingerprinter
+
     def budget(self, request: FrontierRequest) -> int:
         """The page budget of *request*'s crawl across all domains (§10.7): the smaller of its
         ``max_pages`` and CRAWL_MAX_PAGES_DEFAULT; 0 = none."""
@@ -107,6 +116,17 @@ class Admission:
         if request.dont_filter:
             fingerprint = hashlib.sha1(f"{context.fingerprint}:{index}:{fingerprint}".encode()).hexdigest()
         return child_request(context.request, request, spider), fingerprint
+
+    def link_children(self, context: LeaseContext, urls: list[str]) -> list[tuple[FrontierRequest, str]]:
+        r"""The frontier requests (and fingerprints) of the links a built-in spider found on
+        *context*'s page (:class:`~crawlhive.crawler.requests.FrontierLinks`): plain ``GET``\ s of
+        canonical URLs, fingerprinted as Scrapy's default fingerprinter would (another
+        REQUEST_FINGERPRINTER_CLASS is asked through a ``Request``)."""
+        parent = context.request
+        if self.default_fingerprints:
+            return [(link_child(parent, url), url_fingerprint(url)) for url in urls]
+        fingerprinter = self.crawler.request_fingerprinter
+        return [(link_child(parent, url), fingerprinter.fingerprint(Request(url)).hex()) for url in urls]
 
     def admit(self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]) -> Verdict:
         """Check *context*'s lease and filter its page's links (dedupe, page caps), atomically.

@@ -43,7 +43,15 @@ from scrapy.exceptions import IgnoreRequest
 from crawlhive.crawler.admit import Verdict
 from crawlhive.crawler.limits import too_large
 from crawlhive.crawler.links import allowed_domains, host_allowed, link_allowed
-from crawlhive.crawler.requests import FAILURE, RETRY_AFTER, CannotTravel, context_of, cookie_pairs, is_seed
+from crawlhive.crawler.requests import (
+    FAILURE,
+    RETRY_AFTER,
+    CannotTravel,
+    FrontierLinks,
+    context_of,
+    cookie_pairs,
+    is_seed,
+)
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.crawler.sitemaps import (
     SITEMAP,
@@ -297,8 +305,9 @@ class FrontierSpiderMiddleware:
         filter their links themselves (``filters_own_links``) and are not checked twice."""
         spider = self.crawler.spider
         assert spider is not None, "a page is parsed only while the spider is open"
-        items = [o for o in outputs if o is not None and not isinstance(o, Request)]
+        items = [o for o in outputs if o is not None and not isinstance(o, Request | FrontierLinks)]
         requests = [o for o in outputs if isinstance(o, Request)]
+        found = [url for o in outputs if isinstance(o, FrontierLinks) for url in o.urls]
         extra = []
         if context.request.sitemap and is_seed(context.request):  # an ordinary page: look for sitemaps (§14)
             extra.append(self.runtime.admission.child(context, robots_request(context.request.url), spider, -1))
@@ -307,8 +316,8 @@ class FrontierSpiderMiddleware:
             if crawl.depth >= crawl.maxdepth:
                 requests = []
             requests = [r for r in requests if link_allowed(r.url, crawl, self.runtime.link_limits)]
-        children = []
-        for i, request in enumerate(requests):
+        children = self.runtime.admission.link_children(context, found) if found else []
+        for i, request in enumerate(requests, start=len(children)):
             try:
                 children.append(self.runtime.admission.child(context, request, spider, i))
             except CannotTravel as exc:

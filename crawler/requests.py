@@ -11,6 +11,7 @@ travels whole: ``scrapy.Request.to_dict`` made JSON-safe (bytes as latin-1 text)
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -190,6 +191,44 @@ def scrapy_request(request: FrontierRequest, spider: Spider, context: LeaseConte
     built.meta["depth"] = request.depth
     built.priority = request.priority
     return built
+
+
+class FrontierLinks:
+    """What a built-in spider yields for its page's links instead of one ``scrapy.Request`` each:
+    their canonical URLs, already through the crawl's filters (``crawler/links.py``). The frontier
+    spider middleware (nearest the spider) turns them into frontier requests with
+    :func:`link_child` and :func:`url_fingerprint`; no other middleware sees them. A ``Request``
+    per link cost its URL made safe again, and its fingerprint canonicalised it once more: about a
+    fifth of a crawler's CPU on the bench site."""
+
+    __slots__ = ("urls",)
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+
+
+def link_child(parent: FrontierRequest, url: str) -> FrontierRequest:
+    """:func:`child_request` of a plain ``GET`` of *url* (a link of *parent*'s page)."""
+    return dataclasses.replace(
+        parent,
+        url=url,
+        priority=parent.priority - 10,
+        request_id="",
+        method="GET",
+        body=None,
+        depth=parent.depth + 1,
+        retry_times=0,
+        domain="",  # recomputed from the URL
+        scrapy_request=None,
+    )
+
+
+def url_fingerprint(url: str) -> str:
+    """Scrapy's request fingerprint (``scrapy.utils.request.fingerprint``, hex) of ``Request(url)``
+    for a URL that ``canonicalize_url`` and ``safe_url_string`` leave as it is (every URL
+    ``crawler/links.py`` returns: a test checks both), without building the request."""
+    data = json.dumps({"body": "", "headers": {}, "method": "GET", "url": url}, sort_keys=True)
+    return hashlib.sha1(data.encode()).hexdigest()  # noqa: S324 - Scrapy's fingerprint is SHA-1
 
 
 def child_request(parent: FrontierRequest, request: Request, spider: Spider) -> FrontierRequest:

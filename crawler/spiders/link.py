@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from scrapy import Request
-
 from crawlhive.crawler.links import extract_links
+from crawlhive.crawler.requests import FrontierLinks
 from crawlhive.crawler.spiders.base import FrontierSpider
 
 if TYPE_CHECKING:
@@ -23,6 +22,6 @@ class LinkSpider(FrontierSpider):
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
         request = self.frontier_request(response)
         links = extract_links(response, request, self.link_limits()) if request.depth < request.maxdepth else []
-        for link in links:
-            yield Request(link["url"])
+        if links:
+            yield FrontierLinks([link["url"] for link in links])  # not a Request each: see FrontierLinks
         yield self.item(response, links)

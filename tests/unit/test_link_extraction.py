@@ -201,4 +201,31 @@ def test_any_href_resolves_as_scrapy_resolves_it(href: str, host: str) -> None:
     response = page(f'<html><body><a href="{href}">x</a><a href="http://{host}/{href}">y</a></body></html>',
                     url=f"http://{host}/dir/page.html")  # fmt: skip
     request = FrontierRequest(url=response.url, appid="a", crawlid="c", deny_extensions=[])
-    assert extract_links(response, request) == reference_links(response, request)
+    found = extract_links(response, request)
+    assert found == reference_links(response, request)
+    from scrapy.utils.request import fingerprint
+
+    from crawlhive.crawler.requests import url_fingerprint
+
+    for link in found:
+        assert url_fingerprint(link["url"]) == fingerprint(Request(link["url"])).hex()
+
+
+@pytest.mark.parametrize(("name", "response"), SAMPLES, ids=[name for name, _ in SAMPLES])
+def test_a_link_s_fingerprint_is_scrapy_s_fingerprint_of_its_request(name: str, response: HtmlResponse) -> None:
+    """The link spider hands its links to the frontier as URLs (crawler/requests.py FrontierLinks)
+    and fingerprints them without a Request: the same fingerprint as Scrapy's, so the dupefilter
+    sees no difference, and the same frontier request as a yielded ``Request(url)`` gave."""
+    from scrapy.utils.request import fingerprint
+
+    from crawlhive.crawler.requests import link_child, url_fingerprint
+
+    parent = FrontierRequest(url=response.url, appid="a", crawlid="c", maxdepth=3, attrs={"k": 1})
+    for link in extract_links(response, FrontierRequest(url=response.url, appid="a", crawlid="c", deny_extensions=[])):
+        request = Request(link["url"])
+        assert request.url == link["url"]  # already safe: a Request would not change it
+        assert url_fingerprint(link["url"]) == fingerprint(request).hex()
+        child = link_child(parent, link["url"])
+        assert (child.url, child.depth, child.priority, child.attrs, child.scrapy_request) == (
+            link["url"], 1, parent.priority - 10, {"k": 1}, None,
+        )  # fmt: skip

@@ -123,10 +123,10 @@ def test_four_processes_never_exceed_hits_per_window(
 @pytest.mark.parametrize(
     ("config", "delay", "expected_wait"),
     [
-        (None, 2.0, 2.0),  # the default throttle (100/s) is looser: the Crawl-delay applies
+        (None, 2.0, 2.0),  # the default throttle (2/s) is looser: the Crawl-delay applies
         ({"hits": 1, "window": 4, "scale": 1.0}, 2.0, 4.0),  # an operator's stricter limit wins
         ({"hits": 100, "window": 1, "scale": 1.0}, 2.0, 2.0),  # a looser domain-update never loosens it
-        (None, None, 0.01),  # no Crawl-delay: the default throttle alone
+        (None, None, 0.5),  # no Crawl-delay: the default throttle alone (a wait long enough to measure)
     ],
 )
 def test_a_crawl_delay_limits_its_domain_unless_a_stricter_limit_applies(
@@ -136,7 +136,7 @@ def test_a_crawl_delay_limits_its_domain_unless_a_stricter_limit_applies(
     import json
 
     keys = Keys(names.key_prefix)
-    throttle = ThrottleConfig(hits=100, window_s=1.0, moderated=True, type_enabled=False, egress_id=None)
+    throttle = ThrottleConfig(hits=2, window_s=1.0, moderated=True, type_enabled=False, egress_id=None)
     worker = FrontierWorker(redis_client, keys, lease_s=LEASE_S, record_ttl_s=3600, throttle=throttle)
     _fill(redis_client, keys, 3)
     if config is not None:
