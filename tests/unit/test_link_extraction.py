@@ -11,6 +11,7 @@ must be equal.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +230,8 @@ def test_a_link_s_fingerprint_is_scrapy_s_fingerprint_of_its_request(name: str, 
         assert (child.url, child.depth, child.priority, child.attrs, child.scrapy_request) == (
             link["url"], 1, parent.priority - 10, {"k": 1}, None,
         )  # fmt: skip
+        reference = dataclasses.replace(
+            parent, url=link["url"], priority=parent.priority - 10, request_id="", method="GET", body=None,
+            depth=parent.depth + 1, retry_times=0, domain="", scrapy_request=None,
+        )  # fmt: skip
+        assert child == reference and child.encode() == reference.encode()
