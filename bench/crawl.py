@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from benchkit import bench_settings
+from benchkit import bench_settings, crawler_env
 
 from crawlhive.crawler.settings import scrapy_settings
 from crawlhive.utils.app.embedded import EmbeddedCluster
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.settings import Settings, env_value
+from crawlhive.utils.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "bench" / "baseline"
@@ -127,7 +127,6 @@ def run_crawlers(
     """*n* crawler processes of ``spider`` = (``--spider`` argument, its spiderid)."""
     outs = [(work / f"measure-{n}-{spider[1]}-{i}.json", work / f"rtt-{n}-{spider[1]}-{i}.json") for i in range(n)]
     procs = []
-    env_base = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")}
     for measure, rtt in outs:
         scrapy = {
             "EXTENSIONS": {"measure.Measure": 0, "crawl_ext.RoundTrips": 1},
@@ -135,23 +134,7 @@ def run_crawlers(
             "BENCH_RTT_OUT": str(rtt),
             "CLOSESPIDER_PAGECOUNT": pages // n,
         }
-        env = {
-            **env_base,
-            "PYTHONPATH": os.pathsep.join([str(BASELINE), str(ROOT / "bench")]),
-            "REDIS_URL": settings["REDIS_URL"],
-            "KAFKA_BOOTSTRAP_SERVERS": ",".join(settings["KAFKA_BOOTSTRAP_SERVERS"]),
-            "REDIS_KEY_PREFIX": settings["REDIS_KEY_PREFIX"],
-            "KAFKA_TOPIC_PREFIX": settings["KAFKA_TOPIC_PREFIX"],
-            "CRAWLHIVE_HOME": str(work),
-            "QUEUE_HITS": "1000000000",
-            "QUEUE_WINDOW": "1",
-            "QUEUE_MODERATED": "false",
-            "ROBOTSTXT_OBEY": "false",
-            "CRAWLER_ALLOWED_NETWORKS": '["127.0.0.0/8"]',  # the bench site is on loopback
-            "CONCURRENT_REQUESTS": str(conc),
-            "LOG_LEVEL": "WARNING",
-            "SCRAPY_SETTINGS": env_value(scrapy),
-        }
+        env = crawler_env(settings, work, scrapy, CONCURRENT_REQUESTS=str(conc))
         command = [sys.executable, "-m", "crawlhive.utils.app.cli", "crawler", "--spider", spider[0]]
         procs.append(subprocess.Popen(command, env=env))
     # wait until every crawler is polling (heartbeat), then seed, so start-up is not measured

@@ -35,11 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from benchkit import bench_settings
+from benchkit import bench_settings, crawler_env
 
 from crawlhive.utils.app.embedded import EmbeddedCluster
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.settings import env_value
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "bench" / "baseline"
@@ -130,24 +129,7 @@ def crawl(
         "CLOSESPIDER_PAGECOUNT": pages,
         "LOGSTATS_INTERVAL": 3600,
     }
-    env = {
-        **{k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")},
-        "PYTHONPATH": os.pathsep.join([str(BASELINE), str(ROOT / "bench")]),
-        "REDIS_URL": cluster.redis_url,
-        "KAFKA_BOOTSTRAP_SERVERS": cluster.bootstrap,
-        "REDIS_KEY_PREFIX": prefix,
-        "KAFKA_TOPIC_PREFIX": prefix,
-        "CRAWLHIVE_HOME": str(work),
-        "QUEUE_HITS": "1000000000",
-        "QUEUE_WINDOW": "1",
-        "QUEUE_MODERATED": "false",
-        "ROBOTSTXT_OBEY": "false",
-        "CRAWLER_ALLOWED_NETWORKS": '["127.0.0.0/8"]',  # the bench site is on loopback
-        "CONCURRENT_REQUESTS": "32",
-        "RENDER_CONCURRENCY": str(concurrency),
-        "LOG_LEVEL": "WARNING",
-        "SCRAPY_SETTINGS": env_value(scrapy),
-    }
+    env = crawler_env(settings, work, scrapy, CONCURRENT_REQUESTS="32", RENDER_CONCURRENCY=str(concurrency))
     command = [sys.executable, "-m", "crawlhive.utils.app.cli", "crawler", *(["--render"] if render else [])]
     proc = subprocess.Popen(command, env=env)
     deadline = time.monotonic() + 60
