@@ -255,6 +255,12 @@ def test_redis_crash_with_aof_mid_crawl_loses_nothing(
             client.close()
 
 
+# While the broker is down, kafka-python's clients in this process (the test's consumer) open
+# sockets whose connect is refused and drop them without closing; Python reports them when they are
+# collected, from whatever module runs then (seen once from `selectors`, with two test workers), so
+# the module filter in pyproject.toml cannot name them. Only for this test, whose subject is that
+# restart; every other test still fails on any leaked socket.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_broker_restart_mid_crawl(settings: Settings, tmp_path: Path, cluster_factory: Callable[..., Cluster]) -> None:
     """Tansu's only local storage engine is memory (its binary offers memory, s3 and postgres):
     a restart loses every topic, record and committed offset. What can hold, and is checked here:
