@@ -2,7 +2,7 @@
 
 The links of a page are what Scrapy's ``LinkExtractor`` would find (``<a>``/``<area>`` ``href``,
 ``<base href>``, absolute URLs, ``deny_extensions`` on the path), computed here on the page's lxml
-tree for a third of the CPU (:func:`extract_links` says how; a test pins the equality). The
+tree for a quarter of the CPU (:func:`extract_links` says how; a test pins the equality). The
 crawl's options are applied on top: ``allow_regex``/``deny_regex`` matched on the absolute URL as
 Scrapy's ``allow``/``deny`` would (search, deny wins) but with RE2 (:mod:`crawlhive.utils.patterns`:
 Scrapy compiles them with Python's backtracking ``re``, which a stranger's pattern can stall); only
@@ -122,11 +122,12 @@ def extract_links(response: Response, request: FrontierRequest, limits: LinkLimi
     Non-text responses have none. The same links as Scrapy's ``LinkExtractor(tags=("a", "area"),
     attrs=("href",))`` followed by the crawl's filters and ``canonicalize_url`` (what this module
     did until 2026-11; ``tests/unit/test_link_extraction.py`` pins the equality on a corpus of
-    awkward HTML), for about a third of the CPU: the tree is walked for ``a`` and ``area`` only
-    (lxml's C iteration, not a Python test per element), each ``href`` is joined and canonicalised
-    once (Scrapy also makes it safe and joins it a second time, which canonicalisation makes
-    moot), rejected links cost no text extraction, and ``deny_extensions`` is a set lookup on the
-    path's suffixes rather than an ``endswith`` per extension (about 100 by default).
+    awkward HTML), for about a quarter of the CPU: the tree is walked for ``a`` and ``area`` only
+    (lxml's C iteration, not a Python test per element), the common links (a simple path or
+    absolute URL) are recognised by a regular expression instead of being joined, made safe and
+    canonicalised (:func:`_resolve`; the others take Scrapy's steps), rejected links cost no text
+    extraction, and ``deny_extensions`` is a set lookup on the path's suffixes rather than an
+    ``endswith`` per extension (about 100 by default).
     """
     if not isinstance(response, TextResponse):
         return []

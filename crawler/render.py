@@ -321,11 +321,10 @@ class RenderMiddleware:
         await self.proxy.close()
 
     async def process_request(self, request: Request) -> None:
-        if context_of(request) is None or request.meta.get(SITEMAP):
+        context = context_of(request)
+        if context is None or request.meta.get(SITEMAP):
             return  # robots.txt and sitemaps are fetched without the browser, through the guard
-        crawl = context_of(request)
-        user_agent = (crawl.request.useragent if crawl else None) or self.user_agent
-        request.meta.update(render_meta(self.timeout_s, user_agent))
+        request.meta.update(render_meta(self.timeout_s, context.request.useragent or self.user_agent))
         host = urlsplit(request.url).hostname or ""
         await _guarded_lookup(host)  # BlockedNetwork: NetworkGuardMiddleware ends it for good
 
@@ -415,9 +414,9 @@ class GuardProxy:
         try:
             await self._proxy(reader, writer)
         except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-            pass
+            pass  # a browser connection gone or malformed: nothing to answer
         except asyncio.CancelledError:
-            pass
+            pass  # the proxy is closing
         finally:
             writer.close()
             if task is not None:

@@ -226,13 +226,13 @@ def link_child(parent: FrontierRequest, url: str) -> FrontierRequest:
         body=None,
         depth=parent.depth + 1,
         retry_times=0,
-        domain=_domain_of_netloc(url.split("/", 3)[2]) if url.startswith(("http://", "https://")) else "",
+        domain=_domain_of_netloc(url.split("/", 3)[2])
+        if url.startswith(("http://", "https://"))
+        else domain_of_url(url),
         scrapy_request=None,
     )
     child = FrontierRequest.__new__(FrontierRequest)
     child.__dict__.update(fields)
-    if not child.domain:
-        child.domain = domain_of_url(url)
     return child
 
 

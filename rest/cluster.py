@@ -64,6 +64,13 @@ class Counters:
     """The cleaners' lifetime counters: cleaned, skipped, duplicates, dead_letters (§13)."""
 
 
+def lanes_served(state: CrawlState, serving: set[tuple[str, bool]]) -> bool:
+    """Whether every frontier lane *state* has work queued in has a live crawler: *serving* holds
+    ``(spiderid, render)`` of the live crawlers (§11, §15; a crawl with nothing queued needs the
+    plain lane)."""
+    return all((state.spiderid, lane) in serving for lane in state.lanes or {False})
+
+
 @dataclass
 class SpiderSummary:
     spiderid: str
@@ -180,8 +187,7 @@ class ClusterView:
         for i, c in enumerate(crawls):
             started, ready_at = replies[2 * i], replies[2 * i + 1]
             parked = bool(c.domains) and all(score is not None and float(score) > now for score in ready_at)
-            unserved = any((c.spiderid, lane) not in serving for lane in c.lanes or {False})
-            waiting = unserved or (c.inflight == 0 and parked)
+            waiting = not lanes_served(c, serving) or (c.inflight == 0 and parked)
             rows.append(self._row(c.spiderid, c.appid, c.crawlid, "waiting" if waiting else "running", c, started))
         rows.sort(key=lambda r: -(r["started"] or 0))
         return rows

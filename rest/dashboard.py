@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from crawlhive.rest.cluster import lanes_served
+
 if TYPE_CHECKING:
     from crawlhive.rest.service import RestService
     from crawlhive.utils.frontier import CrawlState
@@ -59,12 +61,9 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
     assert counters is not None
     flags = rest.view.stopped(snap.crawls)
     # Which lanes of each spider type a live crawler serves: plain, and rendering (§15).
-    served = {(name, False) for name, s in snap.spiders.items() if s.crawlers > s.render_crawlers}
-    served |= {(name, True) for name, s in snap.spiders.items() if s.render_crawlers}
-    rows = (
-        crawl_row(s, stopped, all((s.spiderid, lane) in served for lane in s.lanes or {False}))
-        for s, stopped in zip(snap.crawls, flags, strict=True)
-    )
+    serving = {(name, False) for name, s in snap.spiders.items() if s.crawlers > s.render_crawlers}
+    serving |= {(name, True) for name, s in snap.spiders.items() if s.render_crawlers}
+    rows = (crawl_row(s, stopped, lanes_served(s, serving)) for s, stopped in zip(snap.crawls, flags, strict=True))
     crawls = sorted(rows, key=lambda r: (r["state"] != "running", r["appid"], r["crawlid"]))
     return {
         "server_time": snap.server_time,

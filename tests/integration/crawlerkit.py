@@ -147,6 +147,24 @@ class TestSite:
             server.server_close()
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below *pid* (one read of ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def crawler_env(settings: Settings, **overrides: Any) -> dict[str, str]:
     """Environment for a crawler subprocess with *settings* (Redis, Kafka, prefixes) and *overrides*."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_HOSTS")}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from crawlerkit import descendants
 
 CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
 
@@ -208,16 +209,6 @@ def _start_up(tmp_path: Path, *args: str, **extra: str) -> tuple[subprocess.Pope
     return proc, log, env
 
 
-def _descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        kids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(int(p.name)) == parent]
-        found += kids
-        todo += kids
-    return found
-
-
 def _slow_site() -> Any:
     from crawlerkit import TestSite, html
 
@@ -265,7 +256,7 @@ def test_ctrl_c_to_the_terminal_s_process_group_during_a_crawl_is_quiet_and_clea
         assert startup[-1].startswith("crawlhive up: components:") and "Ctrl-C" in startup[-1]
         assert not [line for line in startup if any(word in line for word in NOISE)], startup
         _crawl_under_way(env, site, "c1", log)
-        processes = _descendants(proc.pid)
+        processes = descendants(proc.pid)
         assert len(processes) >= 6  # Redis, broker, two monitors, a crawler, REST
         before = len(log.read_text().splitlines())
         started = time.monotonic()
@@ -285,7 +276,7 @@ def test_a_second_ctrl_c_forces_the_stop_and_leaves_no_process(tmp_path: Path) -
     try:
         proc, log, env = _start_up(tmp_path)
         _crawl_under_way(env, site, "c2", log)
-        processes = _descendants(proc.pid)
+        processes = descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)
         time.sleep(0.3)
         os.killpg(proc.pid, signal.SIGINT)

@@ -33,6 +33,7 @@ from crawlerkit import (
     Seen,
     TestSite,
     crawler_env,
+    descendants,
     html,
     isolated_settings,
     output_collector,
@@ -180,28 +181,10 @@ def test_the_guard_blocks_every_connection_the_browser_would_make(
     assert code == 0, renderer.output()
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below *pid* (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def _browsers(pid: int) -> list[int]:
     """The Chromium processes started under *pid*."""
     names = []
-    for child in _descendants(pid):
+    for child in descendants(pid):
         try:
             if "chrom" in Path(f"/proc/{child}/comm").read_text():
                 names.append(child)
@@ -238,7 +221,7 @@ def test_a_killed_rendering_crawler_and_a_crashed_browser_lose_no_page(
         victim.wait_ready(client, prefix, timeout=60)
         seed(settings, client, appid="kapp", crawlid="k1", url=site.url("/k/0"), maxdepth=1, render=True)
         collector.wait_for("k1", 6, timeout=60)
-        orphans = _descendants(victim.proc.pid)
+        orphans = descendants(victim.proc.pid)
         victim.kill()
         reaper.start()
         survivor = Crawler(env, tmp_path, name="render-survivor", extra_args=["--render"])

@@ -72,8 +72,8 @@ class Frontier:
         queues: dict[str, dict[bytes, int]] = {}
         best: dict[tuple[str, bool, str], dict[str, int]] = {}
         spider_domains: dict[tuple[str, bool], set[str]] = {}
-        # (spider, appid, crawlid) -> (domains, last non-zero expires); lane domains per crawl
-        crawls: dict[tuple[str, str, str], tuple[set[str], int]] = {}
+        # (spider, appid, crawlid) -> last non-zero expires; (crawl, render) -> domains of that lane
+        crawls: dict[tuple[str, str, str], int] = {}
         lane_domains: dict[tuple[str, str, str, bool], set[str]] = {}
         budgets: dict[tuple[str, str, str], int] = {}  # crawl -> max_pages (§10.7), shown by info
         for offset, request in enumerate(requests):
@@ -92,9 +92,7 @@ class Frontier:
             spider_domains.setdefault((spider, render), set()).add(domain)
             lane_domains.setdefault((spider, appid, crawlid, render), set()).add(domain)
             crawl = (spider, appid, crawlid)
-            domains, expires = crawls.get(crawl) or (set(), 0)
-            domains.add(domain)
-            crawls[crawl] = (domains, request.expires or expires)
+            crawls[crawl] = request.expires or crawls.get(crawl, 0)
             if request.max_pages:
                 budgets[crawl] = request.max_pages
         for queue, members in queues.items():
@@ -107,7 +105,7 @@ class Frontier:
             pipe.sadd(keys.crawl_domains(spider, appid, crawlid, render), *domains)
         apps: dict[tuple[str, str], set[str]] = {}
         refs = []
-        for (spider, appid, crawlid), (_domains, expires) in crawls.items():
+        for (spider, appid, crawlid), expires in crawls.items():
             ref = keys.crawl_ref(spider, appid, crawlid)
             refs.append(ref)
             apps.setdefault((spider, appid), set()).add(crawlid)
