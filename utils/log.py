@@ -80,6 +80,7 @@ DETAIL_LOGGERS = (
     "crawlhive.utils.connections",
     "crawlhive.utils.app.cluster",
     "scrapy.statscollectors",
+    "scrapy-playwright",  # rendering crawlers: its versions, browser launched, handler closing
 )
 #: Messages of DETAIL_LOGGERS kept at INFO: they say something happened that a person may wait for.
 _KEPT = ("Received SIG", "shutting down gracefully")
