@@ -11,13 +11,17 @@ Fills a private Redis the way the cluster does and reports the growth of ``INFO 
   sets no options, and with a "rich" one (allowed_domains, allow_regex, attrs, useragent), because
   every queued request carries its crawl's options.
 * **dedupe entry**: *N* fingerprints in the per-crawl dupefilter hashes (``Keys.dupefilter``), as
-  the crawler's admit script writes them: field = Scrapy request fingerprint (40 hex characters),
-  value = the fingerprint of the page that queued it (one page per 20 links), ``HSETNX``.
+  the crawler's admit script writes them: field = the stored form of the Scrapy request
+  fingerprint (``crawler/admit.py stored_fingerprint``: 12 bytes), value = the first 4 bytes of the
+  stored fingerprint of the page that queued it (one page per 20 links), ``HSETNX``.
 * **page-cap entry**: *N* fingerprints in the page-cap sets (``Keys.page_caps``), written only for
   crawls with ``domain_max_pages`` or GLOBAL_PAGE_PER_DOMAIN_LIMIT.
 
+Then the figure of docs/contract.md §18.5: **bytes per queued URL** = queued request (plain crawl)
++ dedupe entry (the large-crawl one), against the target of 300.
+
 Usage: ``.venv/bin/python bench/memory.py [--requests N] [--domains D] [--crawls C] [--redis-url URL]``
-(defaults 100000, 100, 10). Without ``--redis-url`` a private redis-server is started and stopped;
+(defaults 1000000, 1000, 10). Without ``--redis-url`` a private redis-server is started and stopped;
 with it, use an otherwise idle Redis (other clients' writes would be counted) and a key prefix of
 its own is deleted afterwards.
 """
@@ -33,17 +37,19 @@ from typing import Any
 
 import redis
 from scrapy import Request
-from scrapy.utils.request import fingerprint
 
-from crawlhive.crawler.requests import child_request
+from crawlhive.crawler.admit import stored_fingerprint
+from crawlhive.crawler.requests import child_request, url_fingerprint
 from crawlhive.utils.app.embedded import EmbeddedRedis
-from crawlhive.utils.frontier import Frontier, FrontierRequest, seed_from_request
+from crawlhive.utils.frontier import Frontier, FrontierRequest, OptionSet, seed_from_request
 from crawlhive.utils.keys import Keys
 
 PREFIX = "benchmem"
 SPIDER, APPID = "link", "benchapp"
 BATCH = 2000
 LINKS_PER_PAGE = 20
+#: Bytes of Redis memory per queued URL with its dedupe entry that docs/contract.md §18.5 allows.
+TARGET_PER_URL = 300
 #: DUPEFILTER_TIMEOUT's default, in milliseconds: the expiry the crawler gives filters and caps.
 FILTER_TTL_MS = 600_000
 
@@ -82,8 +88,9 @@ def used_memory(client: redis.Redis) -> int:
 
 
 def link_url(domain: int, i: int) -> str:
-    """A typical article URL (about 70 characters) on the registered domain ``site<domain>.com``."""
-    return f"http://www.site{domain:04d}.com/articles/2024/{i % 12 + 1:02d}/a-story-about-item-{i:07d}.html"
+    """A typical article URL (80 characters, as docs/contract.md §18.5 assumes) on the registered
+    domain ``site<domain>.com``."""
+    return f"http://www.site{domain:04d}.com/news/articles/2024/{i % 12 + 1:02d}/a-story-about-item-{i:07d}.html"
 
 
 def links(requests: int, domains: int, crawls: int, options: dict[str, Any]) -> Iterator[FrontierRequest]:
@@ -123,18 +130,19 @@ def push_all(client: redis.Redis, frontier: Frontier, requests: Iterator[Frontie
         pipe.execute()
 
 
-def fingerprints(count: int) -> Iterator[str]:
-    """Scrapy request fingerprints (SHA-1, 40 hex characters) of *count* distinct URLs."""
+def fingerprints(count: int) -> Iterator[bytes]:
+    """Stored request fingerprints (as the dupefilter holds them) of *count* distinct URLs
+    (Scrapy's fingerprint of ``Request(url)``, ``url_fingerprint``)."""
     for i in range(count):
-        yield fingerprint(Request(link_url(i % 100, i))).hex()
+        yield stored_fingerprint(url_fingerprint(link_url(i % 100, i)))
 
 
 def fill_dupefilter(client: redis.Redis, keys: Keys, count: int, crawls: int) -> None:
     pipe = client.pipeline(transaction=False)
-    owner = ""
+    owner = b""
     for i, fp in enumerate(fingerprints(count)):
         if i % LINKS_PER_PAGE == 0:  # a new page that queues the next links
-            owner = hashlib.sha1(f"page-{i}".encode()).hexdigest()
+            owner = stored_fingerprint(hashlib.sha1(f"page-{i}".encode()).hexdigest())[:4]
         pipe.hsetnx(keys.dupefilter(SPIDER, APPID, f"crawl-{i % crawls:04d}"), fp, owner)
         if i % 5000 == 4999:
             pipe.execute()
@@ -168,12 +176,15 @@ def run(url: str, requests: int, domains: int, crawls: int) -> int:
         print(f"Redis {server['redis_version']}, allocator {client.info('memory')['mem_allocator']}")
         sample = next(links(1, 1, 1, {}))
         rich_sample = next(links(1, 1, 1, RICH_OPTIONS))
+        for r in (sample, rich_sample):
+            r.option_set = OptionSet.of(r)
         print(
-            f"{requests:,} requests over {domains:,} domains and {crawls:,} crawls; encoded request: "
-            f"{len(sample.encode())} bytes (plain crawl), {len(rich_sample.encode())} bytes (rich crawl)"
+            f"{requests:,} requests over {domains:,} domains and {crawls:,} crawls; queue member: "
+            f"{len(sample.member())} bytes (plain crawl), {len(rich_sample.member())} bytes (rich crawl), "
+            f"URL {len(sample.url)} characters"
         )
         frontier = Frontier(client, keys, record_ttl_s=3600)
-        measure(
+        queued = measure(
             client,
             "queued request, plain crawl",
             requests,
@@ -191,7 +202,7 @@ def run(url: str, requests: int, domains: int, crawls: int) -> int:
         for batch in iter(lambda: list(client.scan_iter(match=f"{PREFIX}rich*", count=10000))[:10000], []):
             client.delete(*batch)
         per_crawl = requests // crawls
-        measure(
+        dedupe = measure(
             client,
             f"dedupe entry ({per_crawl:,} per crawl)",
             requests,
@@ -203,6 +214,10 @@ def run(url: str, requests: int, domains: int, crawls: int) -> int:
             requests,
             lambda: fill_dupefilter(client, Keys(PREFIX + "small"), requests, max(1, requests // 15)),
         )
+        per_url = queued + dedupe
+        verdict = "met" if per_url <= TARGET_PER_URL else "NOT MET"
+        label = "per queued URL (queued request + dedupe entry)"
+        print(f"{label:<44} {per_url:8.0f} bytes  (target <= {TARGET_PER_URL}: {verdict})")
         measure(
             client,
             f"page-cap entry ({requests // (crawls * domains):,} per crawl and domain)",
@@ -218,8 +233,8 @@ def run(url: str, requests: int, domains: int, crawls: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--redis-url", help="an existing, otherwise idle Redis (default: a private redis-server)")
-    parser.add_argument("--requests", type=int, default=100_000, help="entries of each kind (default 100000)")
-    parser.add_argument("--domains", type=int, default=100)
+    parser.add_argument("--requests", type=int, default=1_000_000, help="entries of each kind (default 1000000)")
+    parser.add_argument("--domains", type=int, default=1000)
     parser.add_argument("--crawls", type=int, default=10)
     args = parser.parse_args(argv)
     if args.redis_url:

@@ -297,7 +297,7 @@ class CrawlRuntime:
             if isinstance(reply, BaseException):
                 errors.append(reply)
                 continue
-            outcome = self.worker.pop_outcome(reply)
+            outcome = self.worker.pop_outcome(reply, self.spider)
             if outcome.lease is None:
                 waits.append(outcome.wait_s)
                 continue
@@ -320,6 +320,16 @@ class CrawlRuntime:
         lease = outcome.lease
         assert lease is not None
         request = lease.request
+        if request.option_set is not None and request.option_set.lost:
+            # its crawl record expired while it was queued: the reaper ends the lease with a
+            # dead letter once it expires (crawling without the crawl's options would ignore them)
+            logger.error(
+                "%s: crawl %s/%s has no options left (CRAWL_RECORD_TTL); not fetched",
+                request.url,
+                request.appid,
+                request.crawlid,
+            )
+            return None
         if request.expires and request.expires <= time.time():
             try:
                 self.worker.ack(lease, "")

@@ -85,7 +85,8 @@ class Keys:
 
     @key("zset")
     def crawl_queue(self, spider: str, appid: str, crawlid: str, domain: str, render: bool = False) -> str:
-        """Pending requests of one crawl in one domain: member = encoded request, score = -priority
+        """Pending requests of one crawl in one domain: member = ``FrontierRequest.member`` (URL,
+        depth, option set id; JSON when it has more), score = -priority
         (higher first) plus an arrival sequence (FIFO among equals), see ``utils/frontier/model.py``.
         Lane keys (this one, ``dq``, ``domains``, ``crawl-domains``, ``wake``) have a ``-render`` twin
         (``cq-render`` …) holding the requests of crawls with ``render: true``, which only rendering
@@ -128,7 +129,9 @@ class Keys:
     def crawl(self, spider: str, appid: str, crawlid: str) -> str:
         """The crawl record: ``appid``, ``crawlid``, ``spiderid``, ``expires`` (epoch s, armed timer),
         counters ``inflight``, ``crawled``, ``failed``, ``last_activity``, ``started`` and, once it
-        ended, ``ended`` (epoch s) and ``ended_as`` (``complete``, ``stopped`` or ``expired``)."""
+        ended, ``ended`` (epoch s) and ``ended_as`` (``complete``, ``stopped`` or ``expired``); and
+        ``o:<id>``: the crawl's option sets (JSON, ``utils/frontier/model.py OptionSet``) that its
+        queued members name by id."""
         return f"{self.prefix}:crawl:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
 
     @key("set")
@@ -272,14 +275,15 @@ class Keys:
 
     @key("hash", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
     def dupefilter(self, spider: str, appid: str, crawlid: str) -> str:
-        """Per-crawl dupefilter (docs/contract.md §3.8): field = request fingerprint (hex), value = fingerprint
-        of the page that first queued it, so that page, refetched after a lost lease, queues its
-        links again instead of finding them already seen."""
+        """Per-crawl dupefilter (docs/contract.md §3.8): field = request fingerprint (its first 12
+        bytes, binary), value = the first 4 bytes of the fingerprint of the page that first queued
+        it, so that page, refetched after a lost lease, queues its links again instead of finding
+        them already seen."""
         return f"{self.prefix}:dupefilter:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
 
     @key("set", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
     def page_caps(self, spider: str, appid: str, crawlid: str, domain: str) -> str:
-        """Fingerprints of the requests admitted for one crawl in one domain while a page cap
+        """Fingerprints (as in :meth:`dupefilter`) of the requests admitted for one crawl in one domain while a page cap
         (``domain_max_pages``, GLOBAL_PAGE_PER_DOMAIN_LIMIT) applies; its size is the count capped."""
         return f"{self.prefix}:page-caps:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
 
@@ -334,8 +338,9 @@ class Keys:
 
     @key("zset")
     def leases(self, spider: str) -> str:
-        """In-flight requests of one spider type: member = encoded request, score = lease deadline
-        (Redis server time, s). Written atomically with the pop that took the request."""
+        """In-flight requests of one spider type: member = ``<score>:<crawl member>:<length of
+        domain>:<domain><queue member>`` (``utils/frontier/model.py lease_member``), score = lease
+        deadline (Redis server time, s). Written atomically with the pop that took the request."""
         return f"{self.prefix}:leases:{spider}"
 
     def parse_leases(self, key_: str) -> str:

@@ -24,7 +24,7 @@ from crawlhive.kafka_monitor.validation import Accepted, RequestValidator
 from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, record_origin
 from crawlhive.utils.control import ControlQueue
-from crawlhive.utils.frontier import FrontierRequest, FrontierWorker, decode_priority, seed_from_request
+from crawlhive.utils.frontier import FrontierWorker, OptionSet, decode_priority, seed_from_request
 from crawlhive.utils.heartbeat import live_nodes
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.loop import ForcedShutdown
@@ -175,10 +175,13 @@ def test_each_kind_lands_in_redis_as_specified(
     expected = seed_from_request(accepted.message, origin)
 
     # crawl: the exact encoded request in its (spider, crawl, domain) queue, and every index
-    queue = redis_client.zrange(keys.crawl_queue("link", "testapp", "c1", "example.com"), 0, -1, withscores=True)
-    assert len(queue) == 1 and queue[0][0] == expected.encode()
+    queue_key = keys.crawl_queue("link", "testapp", "c1", "example.com")
+    queue = redis_client.zrange(queue_key, 0, -1, withscores=True)
+    expected.option_set = OptionSet.of(expected)
+    assert len(queue) == 1 and queue[0][0] == expected.member()
     assert decode_priority(queue[0][1]) == 7
-    member = FrontierRequest.decode(queue[0][0])
+    member = FrontierWorker.from_settings(redis_client, km_settings).queued_request(queue_key, *queue[0])
+    assert member == expected
     assert (member.url, member.domain, member.request_id, member.method) == (
         "http://www.Example.com/a?b=1",
         "example.com",
@@ -232,8 +235,9 @@ def test_priorities_pop_highest_first_then_in_arrival_order(
     drain(monitor, len(priorities))
     key = Keys(names.key_prefix).crawl_queue("link", "testapp", "c1", "example.com")
     popped = []
+    worker = FrontierWorker.from_settings(redis_client, km_settings)
     while entry := redis_client.zpopmin(key):
-        request = FrontierRequest.decode(entry[0][0])
+        request = worker.queued_request(key, *entry[0])
         popped.append((request.priority, request.url))
     assert popped == [
         (100, "http://example.com/5"),

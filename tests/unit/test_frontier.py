@@ -262,7 +262,7 @@ def test_score_encoding_is_exact_and_the_lua_twin_agrees(
         assert lease is not None and worker.requeue(lease.member, lease.request)
         seq = int(redis_client.get(keys.queue_sequence()))
         queue = keys.crawl_queue("link", "app", "c1", "example.com")
-        assert redis_client.zscore(queue, lease.member) == encode_score(priority, seq)
+        assert redis_client.zscore(queue, lease.request.member()) == encode_score(priority, seq)
         assert worker.pop("link").lease is not None  # leave the queue empty for the next priority
         redis_client.delete(keys.crawl_queue("link", "app", "c1", "example.com"))
 

@@ -26,7 +26,9 @@ arrival order, and it pickles requests: not reused.) ``utils/lua/lib/score.lua``
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 import math
 import random
 import time
@@ -36,6 +38,7 @@ from typing import Any, Self
 import ujson
 
 from crawlhive.utils.domains import domain_of_url, origin_of
+from crawlhive.utils.keys import Keys, unescape
 
 SEQ_BITS = 32
 """Bits of the score that hold the arrival sequence."""
@@ -107,26 +110,224 @@ class FrontierRequest:
     """A followed request that is more than a plain GET of ``url`` (its own method, body, headers,
     cookies, callback, meta or cb_kwargs) as ``scrapy.Request.to_dict`` made JSON-safe by
     ``crawlhive.crawler.requests``; None for a seed or a plain link."""
+    option_set: OptionSet | None = field(default=None, compare=False, repr=False)
+    """The crawl options this request's queue member refers to (:meth:`member`); children inherit
+    their parent's. None until :meth:`Frontier.push` (or a legacy member's decode) sets it."""
 
     def __post_init__(self) -> None:
         if not self.domain:
             self.domain = domain_of_url(self.url)
 
-    def encode(self) -> bytes:
-        """Deterministic JSON (sorted keys), so equal requests are equal members; fields at their
-        default value are left out (``decode`` restores them), which halves a queued link: most of
-        a crawl's two dozen options are unset. Members queued before this encoding (every field
-        written) decode the same."""
+    def member(self) -> bytes:
+        """The queue member of this request in its crawl's queue (``Keys.crawl_queue``), which names
+        the spider, appid, crawlid, domain and lane, and whose score holds the priority: none of
+        them is written again. The crawl options (:data:`OPTION_FIELDS`) are written once per crawl
+        as an :class:`OptionSet` in the crawl record, and the member names it by id, so a plain
+        link is ``b"<depth> <option set id> <url>"`` (~20 bytes beside its URL). Anything else that
+        differs from the option set or from the defaults (a seed's ``request_id``, ``retry_times``,
+        a spider's ``attrs`` or ``scrapy_request``) makes the member JSON with those fields, led by
+        ``"o"`` (the pop script reads the id from either form, ``utils/lua/frontier_pop.lua``).
+        Deterministic, so an equal request is an equal member (``ZADD NX``).
+
+        A request without an option set (decoded from a member queued before 2.1) keeps the old
+        self-contained JSON (:meth:`encode`), so a requeue never needs an option set it lacks.
+        """
+        options = self.option_set
+        if options is None:
+            return self.encode()
+        values = options.values
         defaults = _ENCODE_DEFAULTS
-        compact = {k: v for k, v in self.__dict__.items() if k not in defaults or v != defaults[k]}
+        inline: dict[str, Any] = {}
+        for k, v in self.__dict__.items():
+            if k in _NOT_IN_MEMBER:
+                continue
+            if k in _OPTION_FIELD_SET:
+                if v != values.get(k, defaults[k]):
+                    inline[k] = v
+            elif k not in defaults or v != defaults[k]:
+                inline[k] = v
+        depth = inline.pop("depth", 0)
+        url = inline.pop("url")
+        if not inline:
+            return b"%d %s %s" % (depth, options.id.encode(), url.encode())
+        inline["url"] = url
+        if depth:
+            inline["depth"] = depth
+        data = ujson.dumps(inline, sort_keys=True, ensure_ascii=False, escape_forward_slashes=False).encode()
+        # "o" first, so the pop script finds the id with an anchored match (not inside attrs)
+        return b'{"o":"%s",%s' % (options.id.encode(), data[1:])
+
+    @classmethod
+    def from_member(
+        cls,
+        member: bytes,
+        *,
+        spiderid: str,
+        appid: str,
+        crawlid: str,
+        domain: str,
+        priority: int,
+        options: OptionSet | None,
+    ) -> Self:
+        """The request of a queue *member* (:meth:`member`) of the crawl queue named by *spiderid*,
+        *appid*, *crawlid* and *domain*, popped with *priority*, whose option set is *options*.
+
+        Raises:
+            OptionsMissing: the member names an option set and *options* is not it (the crawl
+                record that held it expired: CRAWL_RECORD_TTL).
+        """
+        if member[:1] == b"{":
+            data = ujson.loads(member)
+            if "appid" in data:  # self-contained, queued before 2.1 (see encode)
+                return cls.decode(member)
+            oid = data.pop("o")
+        else:
+            depth, oid_raw, url = member.split(b" ", 2)
+            oid = oid_raw.decode()
+            data = {"depth": int(depth), "url": url.decode()}
+        if options is None or options.id != oid:
+            raise OptionsMissing(f"crawl {appid}/{crawlid}: {OPTIONS_LOST} ({oid!r} not in its record)")
+        fields = dict(_ENCODE_DEFAULTS)
+        fields["extra"] = {}
+        fields.update(options.values)
+        fields.update(data)
+        fields.update(spiderid=spiderid, appid=appid, crawlid=crawlid, domain=domain, priority=priority)
+        fields["option_set"] = options
+        request = cls.__new__(cls)
+        request.__dict__.update(fields)
+        return request
+
+    def encode(self) -> bytes:
+        """Self-contained deterministic JSON (sorted keys), fields at their default value left out:
+        the queue member of releases before 2.1, still decoded (:meth:`decode`) and written back
+        by a requeue of such a member; new members are :meth:`member`."""
+        defaults = _ENCODE_DEFAULTS
+        compact = {
+            k: v for k, v in self.__dict__.items() if k != "option_set" and (k not in defaults or v != defaults[k])
+        }
         data: bytes = ujson.dumps(compact, sort_keys=True, ensure_ascii=False, escape_forward_slashes=False).encode()
         return data
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Self:
+        """The request of a self-contained :meth:`encode` JSON."""
         data = ujson.loads(raw)
         data.pop("seed_domain", None)  # queued before 2.0: such a crawl's links get no credentials
         return cls(**data)
+
+
+class OptionsMissing(LookupError):
+    """A queue member names an option set that is not in its crawl record."""
+
+
+#: The start of the ``error`` of the dead letter of a request whose option set was gone.
+OPTIONS_LOST = "crawl options lost"
+
+
+#: The fields of a request that its crawl's links inherit unchanged (docs/contract.md §3): stored
+#: once per crawl as an :class:`OptionSet`, not in every queued member.
+OPTION_FIELDS = (
+    "maxdepth",
+    "domain_max_pages",
+    "max_pages",
+    "sitemap",
+    "render",
+    "allowed_domains",
+    "allow_regex",
+    "deny_regex",
+    "deny_extensions",
+    "expires",
+    "useragent",
+    "cookie",
+    "cookies",
+    "headers",
+    "attrs",
+    "seed_origin",
+)
+_OPTION_FIELD_SET = frozenset(OPTION_FIELDS)
+#: Fields a queue member never holds: its key and score hold them (and the option set is named by id).
+_NOT_IN_MEMBER = frozenset({"spiderid", "appid", "crawlid", "domain", "priority", "option_set"})
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSet:
+    """The crawl options of a group of queued requests (their :data:`OPTION_FIELDS` not at their
+    default), stored once in the crawl record (``o:<id>``) instead of in every member.
+
+    The id is derived from the content (BLAKE2b, 48 bits, base64url): pushes of the same options
+    from any process name the same set, and a redelivered seed writes the same member. Ids are
+    only ever looked up within one crawl record, so a collision could only mix two option sets of
+    the same crawl.
+    """
+
+    id: str
+    values: dict[str, Any]
+    json: bytes
+
+    @classmethod
+    def of(cls, request: FrontierRequest) -> OptionSet:
+        """The option set of *request*'s own options."""
+        defaults = _ENCODE_DEFAULTS
+        values = {k: getattr(request, k) for k in OPTION_FIELDS if getattr(request, k) != defaults[k]}
+        return cls.from_json(ujson.dumps(values, sort_keys=True, ensure_ascii=False, escape_forward_slashes=False))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> OptionSet:
+        """The option set stored as *raw* (what :attr:`json` holds), cached by content."""
+        data = raw.encode() if isinstance(raw, str) else bytes(raw)
+        cached = _OPTION_SETS.get(data)
+        if cached is None:
+            digest = hashlib.blake2b(data, digest_size=6).digest()
+            cached = cls(base64.urlsafe_b64encode(digest).decode(), ujson.loads(data), data)
+            if len(_OPTION_SETS) >= 4096:
+                _OPTION_SETS.clear()
+            _OPTION_SETS[data] = cached
+        return cached
+
+    @classmethod
+    def missing(cls, oid: str) -> OptionSet:
+        """A stand-in for option set *oid* that its crawl record no longer holds (:attr:`lost`):
+        its requests can only be ended, never fetched or requeued."""
+        return cls(oid, {}, b"")
+
+    @property
+    def lost(self) -> bool:
+        """True for a :meth:`missing` stand-in."""
+        return not self.json
+
+    @property
+    def field(self) -> str:
+        """Its field in the crawl record (``Keys.crawl``)."""
+        return "o:" + self.id
+
+
+#: Option sets already parsed, by their JSON (a crawler pops many requests of few crawls).
+_OPTION_SETS: dict[bytes, OptionSet] = {}
+
+
+def lease_member(score: bytes, appid: str, crawlid: str, domain: str, member: bytes) -> bytes:
+    """The lease of queue *member*, as the pop script writes it (``utils/lua/frontier_pop.lua``):
+    ``<score>:<crawl member>:<length of domain>:<domain><member>``, so a lease names its crawl,
+    domain and priority and two crawls' equal members are two leases. Tests build leases with it."""
+    crawl = Keys.crawl_member(appid, crawlid)
+    return b"%s:%s:%d:%s%s" % (score, crawl.encode(), len(domain.encode()), domain.encode(), member)
+
+
+def parse_lease_member(lease: bytes) -> tuple[int, str, str, str, bytes] | None:
+    """``(priority, appid, crawlid, domain, queue member)`` of a :func:`lease_member`; None for a
+    lease of a self-contained member taken before 2.1 (decode it with :meth:`FrontierRequest.decode`)."""
+    if lease[:1] == b"{":
+        return None
+    score, appid, crawlid, rest = lease.split(b":", 3)
+    size, _, rest = rest.partition(b":")
+    n = int(size)
+    return (
+        decode_priority(float(score)),
+        unescape(appid.decode()),
+        unescape(crawlid.decode()),
+        rest[:n].decode(),
+        rest[n:],
+    )
 
 
 #: The default of each field of :class:`FrontierRequest` that :meth:`FrontierRequest.encode`

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import ujson
 
-from crawlhive.utils.frontier.model import LEASE_EXPIRED, crawl_dead_letter, retried
+from crawlhive.utils.frontier.model import LEASE_EXPIRED, OPTIONS_LOST, crawl_dead_letter, retried
 from crawlhive.utils.frontier.worker import FrontierWorker
 
 
@@ -43,7 +43,11 @@ def reclaim_expired_leases(worker: FrontierWorker, spider: str, max_retries: int
     requeued = failed = 0
     lanes: set[bool] = set()
     for member, request in worker.expired_leases(spider, limit):
-        if request.retry_times < max_retries:
+        if request.option_set is not None and request.option_set.lost:
+            error = f"{OPTIONS_LOST}: crawl record expired (CRAWL_RECORD_TTL)"
+            letter = crawl_dead_letter(request, error)
+            failed += worker.exhaust(member, request, ujson.dumps(letter, ensure_ascii=False))
+        elif request.retry_times < max_retries:
             if worker.reclaim(member, retried(request)):
                 requeued += 1
                 lanes.add(request.render)

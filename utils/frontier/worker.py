@@ -9,7 +9,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, cast
 
-from crawlhive.utils.frontier.model import FrontierRequest
+from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, decode_priority, parse_lease_member
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.scripts import scripts
 
@@ -91,6 +91,32 @@ class ThrottleConfig:
         )
 
 
+def decode_lease(lease: bytes, spider: str, options: OptionSet | None) -> FrontierRequest:
+    """The request of *lease* (a member of ``Keys.leases(spider)``) whose option set is *options*
+    (as the crawl record holds it; None if it holds none). A request whose member names another
+    option set gets an :attr:`OptionSet.lost` stand-in: it can only be ended with a dead letter."""
+    parsed = parse_lease_member(lease)
+    if parsed is None:
+        return FrontierRequest.decode(lease)  # leased before 2.1: self-contained
+    priority, appid, crawlid, domain, member = parsed
+    oid = member_option_id(member)
+    if oid is not None and (options is None or options.id != oid):
+        options = OptionSet.missing(oid)
+    return FrontierRequest.from_member(
+        member, spiderid=spider, appid=appid, crawlid=crawlid, domain=domain, priority=priority, options=options
+    )
+
+
+def member_option_id(member: bytes) -> str | None:
+    """The option set id a queue member names (None for a self-contained one): the Python twin of
+    the match in ``utils/lua/frontier_pop.lua``."""
+    if member[:6] == b'{"o":"':
+        return member[6 : member.index(b'"', 6)].decode()
+    if member[:1] == b"{":
+        return None
+    return member.split(b" ", 2)[1].decode()
+
+
 class FrontierWorker:
     """The crawler's side of the frontier: take, renew, finish and hand back requests.
 
@@ -123,7 +149,7 @@ class FrontierWorker:
         skipped and looked at again after RECHECK_S. *render* selects the rendering lane (§15).
         """
         keys, args = self.pop_call(spider, render)
-        return self.pop_outcome(self.scripts["frontier_pop"](keys=keys, args=args))
+        return self.pop_outcome(self.scripts["frontier_pop"](keys=keys, args=args), spider)
 
     def pop_call(self, spider: str, render: bool = False) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of one :meth:`pop` for *spider* (in the rendering lane if *render*);
@@ -152,13 +178,15 @@ class FrontierWorker:
         )
 
     @staticmethod
-    def pop_outcome(reply: list[Any]) -> PopOutcome:
-        """The :class:`PopOutcome` of one pop script reply."""
+    def pop_outcome(reply: list[Any], spider: str) -> PopOutcome:
+        """The :class:`PopOutcome` of one pop script reply for *spider* (a request whose option
+        set is gone has a :attr:`OptionSet.lost` one: leave its lease to the reaper)."""
         status = int(reply[0])
         if status == 1:
             member = bytes(reply[1])
             deadline = int(reply[4]) + int(reply[5]) / 1_000_000
-            return PopOutcome(Lease(member, FrontierRequest.decode(member), deadline), None)
+            options = OptionSet.from_json(reply[6]) if reply[6] else None
+            return PopOutcome(Lease(member, decode_lease(member, spider, options), deadline), None)
         if status == 2:
             return PopOutcome(None, int(reply[1]) / 1_000_000)
         return PopOutcome(None, None)
@@ -236,17 +264,67 @@ class FrontierWorker:
                 keys.crawl_domains(r.spiderid, r.appid, r.crawlid, r.render),
                 keys.queue_sequence(),
             ],
-            [member, r.encode(), r.priority, keys.crawl_member(r.appid, r.crawlid), r.domain],
+            [
+                member,
+                r.member(),
+                r.priority,
+                keys.crawl_member(r.appid, r.crawlid),
+                r.domain,
+                r.option_set.field if r.option_set else "",
+                r.option_set.json if r.option_set else "",
+            ],
+        )
+
+    def queued_request(self, queue: str, member: bytes, score: float) -> FrontierRequest:
+        """The request of *member* queued with *score* in crawl queue *queue* (a ``Keys.crawl_queue``
+        key), with its option set read from the crawl record: for tools and tests that read a queue
+        directly (crawlers pop)."""
+        spider, appid, crawlid, domain = self.keys.parse_crawl_queue(queue)
+        oid = member_option_id(member)
+        if oid is None:
+            return FrontierRequest.decode(member)  # self-contained, queued before 2.1
+        raw = cast("bytes | None", self.redis.hget(self.keys.crawl(spider, appid, crawlid), "o:" + oid))
+        options = OptionSet.from_json(raw) if raw else OptionSet.missing(oid)
+        return FrontierRequest.from_member(
+            member,
+            spiderid=spider,
+            appid=appid,
+            crawlid=crawlid,
+            domain=domain,
+            priority=decode_priority(score),
+            options=options,
         )
 
     def expired_leases(self, spider: str, limit: int = 500) -> list[tuple[bytes, FrontierRequest]]:
-        """Leases of *spider* whose deadline passed on the Redis clock (oldest first), decoded."""
+        """Leases of *spider* whose deadline passed on the Redis clock (oldest first), decoded
+        with their option sets (read from the crawl records in one round trip). A request whose
+        option set is gone (its crawl record expired) comes with a :attr:`OptionSet.lost` one."""
         now_s, now_us = self.redis.time()
         members = cast(
             "list[bytes]",
             self.redis.zrangebyscore(self.keys.leases(spider), "-inf", f"{now_s}.{now_us:06d}", start=0, num=limit),
         )
-        return [(bytes(m), FrontierRequest.decode(m)) for m in members]
+        parsed = [(bytes(m), parse_lease_member(bytes(m))) for m in members]
+        wanted: dict[tuple[str, str, str], None] = {}
+        for _, p in parsed:
+            if p is not None:
+                oid = member_option_id(p[4])
+                if oid is not None:
+                    wanted[(p[1], p[2], oid)] = None
+        pipe = self.redis.pipeline(transaction=False)
+        for appid, crawlid, oid in wanted:
+            pipe.hget(self.keys.crawl(spider, appid, crawlid), "o:" + oid)
+        found = dict(zip(wanted, pipe.execute() if wanted else [], strict=True))
+        out: list[tuple[bytes, FrontierRequest]] = []
+        for member, p in parsed:
+            options = None
+            if p is not None:
+                oid = member_option_id(p[4])
+                if oid is not None:
+                    raw = found.get((p[1], p[2], oid))
+                    options = OptionSet.from_json(raw) if raw else OptionSet.missing(oid)
+            out.append((member, decode_lease(member, spider, options)))
+        return out
 
     def reclaim(self, member: bytes, request: FrontierRequest) -> bool:
         """:meth:`requeue`, but only if the lease of *member* still exists and has expired (so a

@@ -4,7 +4,8 @@ Layout (key formats in :mod:`crawlhive.utils.keys`):
 
 * one priority queue per **(spider, crawl, domain)** in each of two lanes (plain, and rendering
   for crawls with ``render: true``, §15: only rendering crawlers pop from it): ``crawl_queue``
-  (member = encoded request, score from ``utils/frontier/model.py``: priority, then arrival order);
+  (member = ``FrontierRequest.member``: the URL, depth and the id of the crawl's option set, which
+  the crawl record holds once; score from ``utils/frontier/model.py``: priority, then arrival order);
 * per (spider, domain) the crawls with work there, scored by their best queued score:
   ``domain_crawls`` — the scheduler serves a domain from its best crawl;
 * per spider the domains with work, scored by when they may next be fetched: ``domains`` — new
@@ -25,7 +26,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Self
 
-from crawlhive.utils.frontier.model import FrontierRequest, encode_score
+from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, encode_score
 from crawlhive.utils.keys import Keys
 
 if TYPE_CHECKING:
@@ -76,7 +77,11 @@ class Frontier:
         crawls: dict[tuple[str, str, str], int] = {}
         lane_domains: dict[tuple[str, str, str, bool], set[str]] = {}
         budgets: dict[tuple[str, str, str], int] = {}  # crawl -> max_pages (§10.7), shown by info
+        option_sets: dict[tuple[str, str, str], dict[str, OptionSet]] = {}  # crawl -> its sets in this batch
         for offset, request in enumerate(requests):
+            options = request.option_set
+            if options is None:
+                options = request.option_set = OptionSet.of(request)
             domain = request.domain
             spider, appid, crawlid, render = request.spiderid, request.appid, request.crawlid, request.render
             value = encode_score(request.priority, first + offset)
@@ -84,7 +89,7 @@ class Frontier:
             members = queues.get(queue)
             if members is None:
                 members = queues[queue] = {}
-            members.setdefault(request.encode(), value)
+            members.setdefault(request.member(), value)
             crawl_best = best.setdefault((spider, render, domain), {})
             crawl_member = keys.crawl_member(appid, crawlid)
             if value < crawl_best.get(crawl_member, value + 1):
@@ -93,6 +98,7 @@ class Frontier:
             lane_domains.setdefault((spider, appid, crawlid, render), set()).add(domain)
             crawl = (spider, appid, crawlid)
             crawls[crawl] = request.expires or crawls.get(crawl, 0)
+            option_sets.setdefault(crawl, {})[options.id] = options
             if request.max_pages:
                 budgets[crawl] = request.max_pages
         for queue, members in queues.items():
@@ -110,7 +116,15 @@ class Frontier:
             refs.append(ref)
             apps.setdefault((spider, appid), set()).add(crawlid)
             record = keys.crawl(spider, appid, crawlid)
-            pipe.hset(record, mapping={"appid": appid, "crawlid": crawlid, "spiderid": spider, "last_activity": now})
+            fields: dict[str, str | int | bytes] = {
+                "appid": appid,
+                "crawlid": crawlid,
+                "spiderid": spider,
+                "last_activity": now,
+            }
+            for options in option_sets[(spider, appid, crawlid)].values():
+                fields[options.field] = options.json
+            pipe.hset(record, mapping=fields)  # type: ignore[arg-type]
             pipe.hsetnx(record, "started", now)
             pipe.hdel(record, "ended", "ended_as")  # work again: active, not finished
             if expires:

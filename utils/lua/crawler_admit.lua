@@ -15,11 +15,14 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 if not alive then return {0} end
 renew_lease(KEYS[1], ARGV[1], ARGV[2])
-local owner = ARGV[4]
+local page = ARGV[4]
+-- a dupefilter value names the page that queued the link by the first 4 bytes of its fingerprint
+-- (crawler/admit.py: a clash only lets one page queue again a link another page queued)
+local owner = string.sub(page, 1, 4)
 local ttl = tonumber(ARGV[3])
-redis.call('HSETNX', KEYS[3], owner, owner)
+redis.call('HSETNX', KEYS[3], page, owner)
 local own = tonumber(ARGV[5])
-if own > 0 then redis.call('SADD', KEYS[own], owner) end
+if own > 0 then redis.call('SADD', KEYS[own], page) end
 local out = {1}
 local budget = tonumber(ARGV[6])
 -- Requests of the crawl admitted so far: every fingerprint of its dupefilter (pages fetched and
@@ -30,7 +33,7 @@ for i = 7, #ARGV, 3 do
   local fp = ARGV[i]
   local idx = tonumber(ARGV[i + 1])
   local ok = false
-  if fp ~= owner then
+  if fp ~= page then
     if idx == 0 and budget == 0 then
       -- no cap, no budget: the dupefilter alone (a link this page queued before is queued again)
       ok = redis.call('HSETNX', KEYS[3], fp, owner) == 1 or redis.call('HGET', KEYS[3], fp) == owner

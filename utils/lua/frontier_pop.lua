@@ -4,7 +4,9 @@
 --       5 crawl_leases prefix, 6 throttle prefix, 7 default hits, 8 default window (us),
 --       9 '1' if moderated, 10 lease (us), 11 domains to scan, 12 recheck (us), 13 window margin (us),
 --       14 crawl-delay prefix (+ domain: seconds robots.txt asks between fetches).
--- Returns {1, member, domain, crawl member, deadline_s, deadline_us} when a request was leased;
+-- Returns {1, lease, domain, crawl member, deadline_s, deadline_us, option set JSON ('' if none)}
+-- when a request was leased (lease = score:crawl member:#domain:domain member, see
+-- utils/frontier/model.py lease_member);
 -- {2, wait_us} when domains exist but none may be fetched now; {0} when nothing is queued.
 --! include lib/throttle.lua
 
@@ -64,10 +66,18 @@ for _, domain in ipairs(ready) do
           end
           throttle_record(tkey, now, window + margin)
           local deadline = now + tonumber(ARGV[10])
-          redis.call('ZADD', KEYS[2], secs(deadline), popped[1])
+          -- the lease names the crawl, priority (score) and domain the queue key and score held
+          local lease = popped[2] .. ':' .. crawl .. ':' .. #domain .. ':' .. domain .. popped[1]
+          redis.call('ZADD', KEYS[2], secs(deadline), lease)
           redis.call('HINCRBY', ARGV[4] .. crawl, 'inflight', 1)
-          redis.call('SADD', ARGV[5] .. crawl, popped[1])
-          return {1, popped[1], domain, crawl, math.floor(deadline / 1000000), deadline % 1000000}
+          redis.call('SADD', ARGV[5] .. crawl, lease)
+          -- the option set the member names (utils/frontier/model.py FrontierRequest.member)
+          local oid = string.match(popped[1], '^%-?%d+ ([^ ]+) ') or string.match(popped[1], '^{"o":"([^"]*)"')
+          local options = ''
+          if oid then
+            options = redis.call('HGET', ARGV[4] .. crawl, 'o:' .. oid) or ''
+          end
+          return {1, lease, domain, crawl, math.floor(deadline / 1000000), deadline % 1000000, options}
         end
       end
     end

@@ -2,7 +2,8 @@
 -- lease_reclaim.lua, which share it:
 -- KEYS: 1 leases, 2 crawl leases, 3 crawl record, 4 crawl queue, 5 domain crawls, 6 domains,
 --       7 crawl domains, 8 queue sequence.
--- ARGV: 1 leased member, 2 member to queue, 3 priority, 4 crawl member, 5 domain.
+-- ARGV: 1 leased member, 2 member to queue, 3 priority, 4 crawl member, 5 domain, 6 option set
+--       field of the crawl record ('' for a self-contained member), 7 option set JSON.
 --! include lib/score.lua
 
 -- Returns 1 if moved, 0 if the lease had already ended.
@@ -17,5 +18,8 @@ local function requeue_lease()
   redis.call('ZADD', KEYS[5], 'LT', score, ARGV[4])
   redis.call('ZADD', KEYS[6], 'NX', 0, ARGV[5])
   redis.call('SADD', KEYS[7], ARGV[5])
+  if ARGV[6] ~= '' then
+    redis.call('HSET', KEYS[3], ARGV[6], ARGV[7])
+  end
   return 1
 end

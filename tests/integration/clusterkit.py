@@ -1,0 +1,198 @@
+"""A local Redis Cluster for the tests: real ``redis-server --cluster-enabled yes`` nodes on free
+loopback ports, joined with CLUSTER MEET / ADDSLOTS / REPLICATE (no ``redis-cli`` needed).
+
+``LocalCluster(primaries=3, replicas=1)`` starts 3 primaries that share the 16,384 slots evenly and
+one replica of each; :meth:`LocalCluster.kill` SIGKILLs a node (its replica is promoted after
+``node_timeout_ms``), :meth:`LocalCluster.restart` starts it again on its port with its node file,
+so it rejoins (as a replica of its promoted former replica), as a supervisor would.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from crawlhive.utils.app.binaries import find_redis_server
+from crawlhive.utils.app.embedded import free_port
+
+SLOTS = 16384
+
+
+@dataclass
+class Node:
+    port: int
+    workdir: Path
+    process: subprocess.Popen[bytes] | None = None
+    node_id: str = ""
+    primary_of: list[int] = field(default_factory=list)
+    """The slot range ``[first, last]`` it was given (primaries), else empty."""
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=5)
+
+
+class LocalCluster:
+    """A Redis Cluster of *primaries* primaries with *replicas* replicas each (see module doc)."""
+
+    def __init__(self, primaries: int = 3, replicas: int = 1, node_timeout_ms: int = 1500) -> None:
+        self.binary = find_redis_server()
+        self.node_timeout_ms = node_timeout_ms
+        self.root = Path(tempfile.mkdtemp(prefix="crawlhive-cluster-"))
+        self.primaries = [self._new_node() for _ in range(primaries)]
+        self.replicas = [self._new_node() for _ in range(primaries * replicas)]
+        self.replicas_per_primary = replicas
+
+    def _new_node(self) -> Node:
+        port = free_port()
+        workdir = self.root / str(port)
+        workdir.mkdir()
+        return Node(port, workdir)
+
+    @property
+    def nodes(self) -> list[Node]:
+        return self.primaries + self.replicas
+
+    @property
+    def url(self) -> str:
+        """REDIS_URL naming every node (comma-separated seed nodes, contract §18.1)."""
+        return ",".join(n.url for n in self.nodes)
+
+    # --- life cycle -------------------------------------------------------------------------------
+
+    def _spawn(self, node: Node) -> None:
+        node.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(node.port),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                str(self.node_timeout_ms),
+                "--dir",
+                str(node.workdir),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                node.client().ping()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or node.process.poll() is not None:
+                    raise RuntimeError(f"redis-server on port {node.port} did not start") from None
+                time.sleep(0.05)
+
+    def start(self) -> LocalCluster:
+        """Start every node, assign the slots, join the nodes and attach the replicas; returns
+        once every node reports ``cluster_state:ok`` and every replica is in sync."""
+        for node in self.nodes:
+            self._spawn(node)
+            node.node_id = node.client().execute_command("CLUSTER MYID").decode()
+        per = SLOTS // len(self.primaries)
+        for i, node in enumerate(self.primaries):
+            first, last = i * per, (SLOTS - 1 if i == len(self.primaries) - 1 else (i + 1) * per - 1)
+            node.primary_of = [first, last]
+            node.client().execute_command("CLUSTER ADDSLOTS", *range(first, last + 1))
+        seed = self.primaries[0].client()
+        for node in self.nodes[1:]:
+            seed.execute_command("CLUSTER MEET", "127.0.0.1", node.port)
+        self._wait(lambda: all(self._known(n) == len(self.nodes) for n in self.nodes), "nodes to meet")
+        for i, replica in enumerate(self.replicas):
+            primary = self.primaries[i // self.replicas_per_primary]
+            replica.client().execute_command("CLUSTER REPLICATE", primary.node_id)
+        self._wait(self.healthy, "the cluster to be ok with replicas in sync")
+        return self
+
+    def healthy(self) -> bool:
+        """Every live node says ``cluster_state:ok``, and every replica's link to its primary is up."""
+        for node in self.nodes:
+            if node.process is None or node.process.poll() is not None:
+                continue
+            try:
+                client = node.client()
+                if b"cluster_state:ok" not in client.execute_command("CLUSTER INFO"):
+                    return False
+                role = client.info("replication")
+                if role["role"] == "slave" and role.get("master_link_status") != "up":
+                    return False
+            except redis.RedisError:
+                return False
+        return True
+
+    def _known(self, node: Node) -> int:
+        return len(node.client().execute_command("CLUSTER NODES").decode().strip().splitlines())
+
+    def _wait(self, check: object, what: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if check():  # type: ignore[operator]
+                    return
+            except redis.RedisError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"local Redis Cluster: timed out waiting for {what}")
+            time.sleep(0.1)
+
+    def primary_nodes(self) -> list[Node]:
+        """The nodes that are primaries now (a promoted replica included, a killed one not)."""
+        out = []
+        for node in self.nodes:
+            if node.process is None or node.process.poll() is not None:
+                continue
+            try:
+                if node.client().info("replication")["role"] == "master":
+                    out.append(node)
+            except redis.RedisError:
+                continue
+        return out
+
+    def kill(self, node: Node) -> None:
+        """SIGKILL *node* (no shutdown, no save)."""
+        assert node.process is not None
+        node.process.send_signal(signal.SIGKILL)
+        node.process.wait(10)
+
+    def restart(self, node: Node) -> None:
+        """Start a killed *node* again on its port with its node file (it rejoins the cluster)."""
+        self._spawn(node)
+
+    def wait_healthy(self, timeout: float = 30.0) -> None:
+        self._wait(self.healthy, "the cluster to be ok", timeout)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            if node.process is not None and node.process.poll() is None:
+                node.process.kill()
+                node.process.wait(10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
