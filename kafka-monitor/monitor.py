@@ -37,11 +37,13 @@ from crawlhive.utils.connections import (
 )
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
+from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ConsumerWorker
 
 if TYPE_CHECKING:
     from kafka.consumer.fetcher import ConsumerRecord
     from redis import Redis
+    from redis.client import Pipeline
 
     from crawlhive.utils.settings import Settings
 
@@ -219,12 +221,15 @@ class KafkaMonitor(ConsumerWorker):
         return written, dead
 
     def _write(self, plugin: IncomingPlugin, requests: list[Incoming]) -> None:
-        pipe = self.redis.pipeline(transaction=True)
-        try:
+        """Run *plugin*'s writes for *requests* in one ``MULTI`` (again, whole, if Redis had lost
+        the scripts: every plugin's writes are idempotent)."""
+
+        def build() -> Pipeline:
+            pipe = self.redis.pipeline(transaction=True)
             plugin.handle(requests, pipe)
-            pipe.execute()
-        finally:
-            pipe.reset()
+            return pipe
+
+        scripts(self.redis).execute(build)
 
     def _count(self, total: int, failed: int, handled: dict[str, int]) -> None:
         counts = [(COMPONENT, "total", total), (COMPONENT, "fail", failed)]

@@ -41,6 +41,7 @@ from crawlhive.utils.scripts import scripts
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, KafkaProducer
     from redis import Redis
+    from redis.client import Pipeline
 
     from crawlhive.utils.keys import Keys
     from crawlhive.utils.settings import Settings
@@ -210,18 +211,23 @@ class AnswerBook:
         if not to_store:
             return
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            for answer in to_store:
-                self.scripts["answer_store"](
-                    keys=[
-                        self.keys.poll_waiter(answer.uuid),
-                        self.keys.poll_origin(answer.origin),
-                        self.keys.poll_result(answer.uuid),
-                    ],
-                    args=[answer.raw, self.poll_ttl_ms],
-                    client=pipe,
-                )
-            self.stored += sum(int(done) for done in pipe.execute())
+
+            def build() -> Pipeline:
+                pipe = self.redis.pipeline(transaction=False)
+                for answer in to_store:
+                    self.scripts.queue(
+                        pipe,
+                        "answer_store",
+                        [
+                            self.keys.poll_waiter(answer.uuid),
+                            self.keys.poll_origin(answer.origin),
+                            self.keys.poll_result(answer.uuid),
+                        ],
+                        [answer.raw, self.poll_ttl_ms],
+                    )
+                return pipe
+
+            self.stored += sum(int(done) for done in self.scripts.execute(build))
         except RedisError as exc:
             logger.error("could not store %d answer(s) for /poll (%r); check REDIS_URL", len(to_store), exc)
 

@@ -35,6 +35,7 @@ import redis
 import redis.asyncio
 
 from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
+from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
 with warnings.catch_warnings():
@@ -171,6 +172,50 @@ def check_redis(client: redis.Redis, settings: Settings) -> None:
             f"Redis at {url} is version {found}; crawlhive needs Redis {needed} or newer: "
             "upgrade it, or point REDIS_URL at a newer server"
         )
+    if is_cluster_node(client):
+        raise UnsupportedBackend(
+            f"Redis at {url} is a node of a Redis Cluster; this release keeps its frontier on one "
+            "Redis (with replicas for failover): point REDIS_URL at a standalone Redis "
+            "(docs/operations.md, 'Redis Cluster')"
+        )
+    check_frontier_shards(client, settings)
+
+
+#: FRONTIER_SHARDS when it is 0 (automatic): one shard on a single Redis, 64 on a Redis Cluster.
+DEFAULT_CLUSTER_SHARDS = 64
+
+
+def is_cluster_node(client: redis.Redis) -> bool:
+    """True when *client* talks to a node of a Redis Cluster (``INFO cluster``; False when refused)."""
+    try:
+        return bool(int(client.info("cluster").get("cluster_enabled", 0)))
+    except redis.ResponseError:
+        return False
+
+
+def check_frontier_shards(client: redis.Redis, settings: Settings, cluster: bool = False) -> int:
+    """The frontier's shard count: FRONTIER_SHARDS (0: 1 on a single Redis, 64 on a cluster),
+    stored in Redis by the first component to start (``Keys.frontier_shards``) and checked by every
+    later one, since the shard count is fixed for the life of the data (docs/contract.md §18.2).
+
+    Raises:
+        SettingsError: FRONTIER_SHARDS is out of range, or differs from the stored count (the
+            message names both and the fix).
+    """
+    configured = settings.getint("FRONTIER_SHARDS")
+    if not 0 <= configured <= 16384:
+        raise SettingsError(f"FRONTIER_SHARDS: must be 0 (automatic) or 1-16384, got {configured}")
+    wanted = configured or (DEFAULT_CLUSTER_SHARDS if cluster else 1)
+    key = Keys(settings["REDIS_KEY_PREFIX"]).frontier_shards()
+    client.set(key, wanted, nx=True)
+    stored = int(client.get(key) or wanted)
+    if stored != wanted:
+        raise SettingsError(
+            f"FRONTIER_SHARDS: this component would use {wanted} shards, but the frontier at "
+            f"{mask_url(settings['REDIS_URL'])} (prefix {settings['REDIS_KEY_PREFIX']!r}) was created "
+            f"with {stored}; the count is fixed for the life of the data: set FRONTIER_SHARDS={stored}"
+        )
+    return wanted
 
 
 # --- Kafka -----------------------------------------------------------------------------------------

@@ -61,10 +61,11 @@ class ControlQueue:
         return cls(redis, Keys(settings["REDIS_KEY_PREFIX"]))
 
     def submit(self, pipe: Pipeline, kind: str, message: dict[str, Any], origin: str) -> None:
-        """Queue on *pipe* the append of *message* (of *kind*), at most once per *origin*."""
+        """Queue on *pipe* the append of *message* (of *kind*), at most once per *origin* (run *pipe*
+        with ``scripts(redis).execute``, which handles a ``NOSCRIPT`` reply)."""
         keys = [self.keys.control_origin(origin), self.keys.control_stream()]
         args: list[str | int] = [ORIGIN_MARKER_TTL_S, kind, ujson.dumps(message, ensure_ascii=False)]
-        self.scripts["control_submit"](keys=keys, args=args, client=pipe)
+        self.scripts.queue(pipe, "control_submit", keys, args)
 
     def pending(self) -> list[tuple[str, dict[str, Any]]]:
         """Every entry in the stream as ``(kind, request)``, oldest first (for tests and tools)."""

@@ -25,6 +25,11 @@ REDIS_KEY_PREFIX: str = "ch"
 """Prefix of every Redis key crawlhive writes (see docs/redis-keys.md). Lets several clusters, or
 tests, share one Redis."""
 
+FRONTIER_SHARDS: int = 0
+"""Virtual shards of the frontier (docs/contract.md §18.2); 0 = automatic: 1 on a single Redis, 64 on
+a Redis Cluster. Fixed for the life of the data: the first component to start stores it in Redis,
+and a component configured with another value refuses to start."""
+
 KAFKA_BOOTSTRAP_SERVERS: list[str] = ["127.0.0.1:9092"]
 """Kafka brokers, comma-separated (alias: KAFKA_HOSTS)."""
 

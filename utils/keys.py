@@ -263,6 +263,12 @@ class Keys:
         """Arrival counter: every push takes the next value, so equal priorities pop in order."""
         return f"{self.prefix}:queue-seq"
 
+    @key("string (integer)")
+    def frontier_shards(self) -> str:
+        """The frontier's shard count (FRONTIER_SHARDS), written by the first component to start;
+        a component configured with another count refuses to start (docs/contract.md §18.2)."""
+        return f"{self.prefix}:frontier-shards"
+
     @key("string", ttl="1 day")
     def seed_origin(self, origin: str) -> str:
         """Marker that the crawl request of Kafka record ``<topic>/<partition>/<offset>@<timestamp>``

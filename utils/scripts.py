@@ -63,8 +63,8 @@ def source(name: str) -> str:
 class ScriptSet:
     """The scripts of one Redis client, each registered (``register_script``) on first use.
 
-    ``scripts(redis)["lease_ack"](keys=..., args=...)`` runs a script; ``client=pipe`` queues it on
-    a pipeline (redis-py then checks that it is loaded when the pipeline runs).
+    ``scripts(redis)["lease_ack"](keys=..., args=...)`` runs a script; :meth:`queue` queues it on a
+    pipeline that :meth:`execute` runs.
     """
 
     def __init__(self, redis: Any) -> None:
@@ -86,8 +86,12 @@ class ScriptSet:
 
     def queue(self, pipe: Pipeline, name: str, keys: Sequence[Any], args: Sequence[Any]) -> None:
         """Queue ``EVALSHA`` of *name* on *pipe* without an existence check; run the pipe with
-        :meth:`execute` so that a ``NOSCRIPT`` reply is handled."""
-        pipe.evalsha(self.sha(name), len(keys), *keys, *args)
+        :meth:`execute` so that a ``NOSCRIPT`` reply is handled.
+
+        Queued as a raw command, not with ``pipe.evalsha``: redis-py refuses that method on a
+        Redis Cluster pipeline, whereas the command is routed by its first key like any other
+        (a test runs it on a local cluster)."""
+        pipe.execute_command("EVALSHA", self.sha(name), len(keys), *keys, *args)
 
     def load(self) -> None:
         """Load every script into Redis (idempotent; one round trip each)."""

@@ -9,8 +9,10 @@ so it rejoins (as a replica of its promoted former replica), as a supervisor wou
 
 from __future__ import annotations
 
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -20,9 +22,29 @@ from pathlib import Path
 import redis
 
 from crawlhive.utils.app.binaries import find_redis_server
-from crawlhive.utils.app.embedded import free_port
 
 SLOTS = 16384
+#: A node's cluster bus listens on its port + 10,000, so node ports come from below the
+#: ephemeral range (where ``free_port`` finds ports) and must leave port + 10,000 free as well.
+PORT_RANGE = (16000, 26000)
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_cluster_port() -> int:
+    """A loopback port whose cluster bus port (+10,000) is free too."""
+    for _ in range(1000):
+        port = random.randrange(*PORT_RANGE)
+        if _free(port) and _free(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a Redis Cluster node")
 
 
 @dataclass
@@ -54,7 +76,7 @@ class LocalCluster:
         self.replicas_per_primary = replicas
 
     def _new_node(self) -> Node:
-        port = free_port()
+        port = free_cluster_port()
         workdir = self.root / str(port)
         workdir.mkdir()
         return Node(port, workdir)
@@ -134,7 +156,7 @@ class LocalCluster:
                 continue
             try:
                 client = node.client()
-                if b"cluster_state:ok" not in client.execute_command("CLUSTER INFO"):
+                if client.cluster("info").get("cluster_state") != "ok":
                     return False
                 role = client.info("replication")
                 if role["role"] == "slave" and role.get("master_link_status") != "up":
@@ -144,7 +166,7 @@ class LocalCluster:
         return True
 
     def _known(self, node: Node) -> int:
-        return len(node.client().execute_command("CLUSTER NODES").decode().strip().splitlines())
+        return len(node.client().execute_command("CLUSTER NODES"))  # redis-py: {address: node}
 
     def _wait(self, check: object, what: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 from kafka.structs import TopicPartition
+from redis.client import Pipeline
 
 from crawlhive.redis_monitor.monitor import RedisMonitor
 from crawlhive.utils.app.embedded import EmbeddedRedis
@@ -27,6 +28,7 @@ from crawlhive.utils.control import ControlConsumer, ControlQueue
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker, ThrottleConfig
 from crawlhive.utils.heartbeat import Heartbeat
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.scripts import scripts
 from crawlhive.utils.settings import Settings, settings_env
 from crawlhive.utils.stats import KAFKA_MONITOR, Stats, failed_counter_name, plugin_counter_name, record_response
 
@@ -143,10 +145,15 @@ def running(redis_url: str) -> Iterator[Callable[..., RedisMonitor]]:
 
 def submit(client: redis.Redis, settings: Settings, kind: str, *messages: dict[str, Any]) -> None:
     control = ControlQueue.from_settings(client, settings)
-    pipe = client.pipeline(transaction=True)
-    for message in messages:
-        control.submit(pipe, kind, message, f"test/0/{message.get('uuid') or time.monotonic_ns()}")
-    pipe.execute()
+    origins = [f"test/0/{message.get('uuid') or time.monotonic_ns()}" for message in messages]
+
+    def build() -> Pipeline:
+        pipe = client.pipeline(transaction=True)
+        for message, origin in zip(messages, origins, strict=True):
+            control.submit(pipe, kind, message, origin)
+        return pipe
+
+    scripts(client).execute(build)
 
 
 def push(client: redis.Redis, settings: Settings, *requests: FrontierRequest) -> None:

@@ -230,3 +230,29 @@ def test_redis_from_settings_rejects_a_non_redis_url() -> None:
 )
 def test_mask_url(url: str, masked: str) -> None:
     assert connections.mask_url(url) == masked
+
+
+def test_the_shard_count_is_stored_by_the_first_component_and_checked_by_every_other(
+    redis_url: str, names: Any
+) -> None:
+    settings = Settings.from_overrides(REDIS_URL=redis_url, REDIS_KEY_PREFIX=names.key_prefix)
+    client = connections.redis_from_settings(settings)
+    try:
+        assert connections.check_frontier_shards(client, settings) == 1  # automatic on one Redis
+        assert connections.check_frontier_shards(client, settings) == 1
+        connections.check_redis(client, settings)
+        other = Settings.from_overrides(REDIS_URL=redis_url, REDIS_KEY_PREFIX=names.key_prefix, FRONTIER_SHARDS=16)
+        with pytest.raises(
+            SettingsError, match=r"FRONTIER_SHARDS: .* 16 shards, .* created with 1; .*FRONTIER_SHARDS=1"
+        ):
+            connections.check_redis(client, other)
+        with pytest.raises(SettingsError, match="FRONTIER_SHARDS: must be"):
+            connections.check_frontier_shards(client, Settings.from_overrides(FRONTIER_SHARDS=-1))
+        # another cluster (prefix) chooses its own
+        fresh = Settings.from_overrides(
+            REDIS_URL=redis_url, REDIS_KEY_PREFIX=names.key_prefix + "x", FRONTIER_SHARDS=16
+        )
+        assert connections.check_frontier_shards(client, fresh) == 16
+    finally:
+        client.delete(f"{names.key_prefix}x:frontier-shards")
+        client.close()

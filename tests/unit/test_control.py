@@ -6,9 +6,11 @@ import time
 
 import pytest
 import redis
+from redis.client import Pipeline
 
 from crawlhive.utils.control import CONTROL_GROUP, ControlConsumer, ControlQueue
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.scripts import scripts
 from crawlhive.utils.settings import Settings
 
 
@@ -19,10 +21,14 @@ def keys(redis_settings: Settings) -> Keys:
 
 def submit(client: redis.Redis, keys: Keys, *uuids: str) -> None:
     queue = ControlQueue(client, keys)
-    pipe = client.pipeline(transaction=True)
-    for uuid in uuids:
-        queue.submit(pipe, "stats", {"uuid": uuid, "appid": "testapp"}, f"t/0/{uuid}")
-    pipe.execute()
+
+    def build() -> Pipeline:
+        pipe = client.pipeline(transaction=True)
+        for uuid in uuids:
+            queue.submit(pipe, "stats", {"uuid": uuid, "appid": "testapp"}, f"t/0/{uuid}")
+        return pipe
+
+    scripts(client).execute(build)
 
 
 def test_group_creation_is_idempotent_and_reads_what_was_appended_before(redis_client: redis.Redis, keys: Keys) -> None:

@@ -18,6 +18,7 @@ from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
     from redis import Redis
+    from redis.client import Pipeline
 
     from crawlhive.utils.settings import Settings
 
@@ -71,8 +72,7 @@ class FrontierReader:
         return self.crawl_states(spider, appid, [crawlid])[0]
 
     def crawl_states(self, spider: str, appid: str, crawlids: list[str]) -> list[CrawlState]:
-        """:meth:`crawl_state` of several crawls of one appid, in one pipeline (two round trips:
-        redis-py first checks that the script is loaded).
+        """:meth:`crawl_state` of several crawls of one appid, in one pipeline (one round trip).
 
         Per crawl one script reads, per domain with queued requests, the ``ZCARD`` and the first and
         last score of its queue inside Redis (O(domains), never O(backlog)), so a crawl over 1,000
@@ -81,16 +81,21 @@ class FrontierReader:
         keys = self.keys
         lanes_order = (False, True)  # plain and rendering (§15): one crawl record, queues in each lane
         prefixes = {render: keys.script_prefixes(spider, render)["crawl_queue"] for render in lanes_order}
-        pipe = self.redis.pipeline(transaction=False)
-        for crawlid in crawlids:
-            for render in lanes_order:
-                self.scripts["crawl_backlog"](
-                    keys=[keys.crawl_domains(spider, appid, crawlid, render)],
-                    args=[prefixes[render] + keys.crawl_member(appid, crawlid) + ":"],
-                    client=pipe,
-                )
-            pipe.hgetall(keys.crawl(spider, appid, crawlid))
-        replies = pipe.execute()
+
+        def build() -> Pipeline:
+            pipe = self.redis.pipeline(transaction=False)
+            for crawlid in crawlids:
+                for render in lanes_order:
+                    self.scripts.queue(
+                        pipe,
+                        "crawl_backlog",
+                        [keys.crawl_domains(spider, appid, crawlid, render)],
+                        [prefixes[render] + keys.crawl_member(appid, crawlid) + ":"],
+                    )
+                pipe.hgetall(keys.crawl(spider, appid, crawlid))
+            return pipe
+
+        replies = self.scripts.execute(build)
         states = []
         for i, crawlid in enumerate(crawlids):
             backlog: dict[str, DomainBacklog] = {}

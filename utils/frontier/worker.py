@@ -359,15 +359,20 @@ class FrontierWorker:
         """:meth:`touch` of several leases in one pipelined round trip (the crawler's renewal loop)."""
         if not leases:
             return []
-        pipe = self.redis.pipeline(transaction=False)
-        for lease in leases:
-            r = lease.request
-            self.scripts["lease_touch"](
-                keys=[self.keys.leases(r.spiderid), self.keys.crawl_stopped(r.spiderid, r.appid, r.crawlid)],
-                args=[lease.member, self.lease_us],
-                client=pipe,
-            )
-        return [TouchStatus(int(x) if int(x) in (0, 2) else 1) for x in pipe.execute()]
+
+        def build() -> Pipeline:
+            pipe = self.redis.pipeline(transaction=False)
+            for lease in leases:
+                r = lease.request
+                self.scripts.queue(
+                    pipe,
+                    "lease_touch",
+                    [self.keys.leases(r.spiderid), self.keys.crawl_stopped(r.spiderid, r.appid, r.crawlid)],
+                    [lease.member, self.lease_us],
+                )
+            return pipe
+
+        return [TouchStatus(int(x) if int(x) in (0, 2) else 1) for x in self.scripts.execute(build)]
 
     def queue_ack(self, lease: Lease, counter: str, pipe: Pipeline) -> None:
         """Queue :meth:`ack` of *lease* on *pipe* (the caller executes it; with ``MULTI`` it is
