@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -64,19 +65,47 @@ def key(redis_type: str, ttl: str = "none") -> Callable[[F], F]:
 
 
 class Keys:
-    """The key formats of one crawlhive cluster, all under ``<prefix>:``."""
+    """The key formats of one crawlhive cluster, all under ``<prefix>:``.
 
-    def __init__(self, prefix: str) -> None:
-        if not prefix or ":" in prefix:
-            raise KeyFormatError(f"REDIS_KEY_PREFIX: must be non-empty and contain no ':', got {prefix!r}")
+    **Shards** (docs/contract.md §18.2). With *shards* > 1 the frontier is divided into that many
+    virtual shards by a hash of the queue's domain (:meth:`shard_of`), and every key carries a
+    Redis Cluster hash tag right after the prefix: ``<prefix>:{<prefix>.<shard>}:`` for the keys
+    of one shard, ``<prefix>:{<prefix>}:`` for the cluster-wide ones (crawl records, control
+    stream, stats…). Every script then touches keys of one slot. The tag comes before any part a
+    client chose (an appid may contain ``{``), so no client can move a key to another slot. With
+    one shard (a single Redis) no key has a tag: the layout is the one releases before 2.1 wrote.
+    A key method that takes a ``shard`` belongs to one shard; one that takes a domain derives it.
+    """
+
+    def __init__(self, prefix: str, shards: int = 1) -> None:
+        if not prefix or any(ch in prefix for ch in ":{}"):
+            raise KeyFormatError(f"REDIS_KEY_PREFIX: must be non-empty, without ':', '{{' or '}}', got {prefix!r}")
+        if not 1 <= shards <= 16384:
+            raise KeyFormatError(f"FRONTIER_SHARDS: must be 1-16384, got {shards}")
         self.prefix = prefix
+        self.shards = shards
+        self._heads = [f"{prefix}:"] if shards == 1 else [f"{prefix}:{{{prefix}.{k}}}:" for k in range(shards)]
+        self._global = f"{prefix}:" if shards == 1 else f"{prefix}:{{{prefix}}}:"
+
+    def shard_of(self, domain: str) -> int:
+        """The shard of a queue's domain: CRC-32 of the domain modulo the shard count."""
+        return zlib.crc32(domain.encode()) % self.shards if self.shards > 1 else 0
+
+    def head(self, shard: int) -> str:
+        """``<prefix>:`` and the hash tag of *shard* (nothing more with one shard)."""
+        return self._heads[shard]
 
     def _parse(self, key_: str, kind: str, parts: int) -> list[str]:
-        """Split *key_* into its *parts* variable parts after ``<prefix>:<kind>:``."""
-        head = f"{self.prefix}:{kind}:"
+        """Split *key_* into its *parts* variable parts after ``<prefix>:[<tag>:]<kind>:``."""
+        head = f"{self.prefix}:"
         if not key_.startswith(head):
             raise KeyFormatError(f"not a {kind} key under prefix {self.prefix!r}: {key_!r}")
-        pieces = key_[len(head) :].split(":", parts - 1)
+        rest = key_[len(head) :]
+        if rest.startswith("{") and "}:" in rest:
+            rest = rest[rest.index("}:") + 2 :]
+        if not rest.startswith(kind + ":"):
+            raise KeyFormatError(f"not a {kind} key under prefix {self.prefix!r}: {key_!r}")
+        pieces = rest[len(kind) + 1 :].split(":", parts - 1)
         if len(pieces) != parts or not all(pieces):
             raise KeyFormatError(f"not a {kind} key: {key_!r}")
         return pieces
@@ -91,7 +120,8 @@ class Keys:
         Lane keys (this one, ``dq``, ``domains``, ``crawl-domains``, ``wake``) have a ``-render`` twin
         (``cq-render`` …) holding the requests of crawls with ``render: true``, which only rendering
         crawlers pop (§15)."""
-        return f"{self.prefix}:{lane('cq', render)}:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
+        head = self._heads[self.shard_of(domain)]
+        return f"{head}{lane('cq', render)}:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
 
     def parse_crawl_queue(self, key_: str) -> tuple[str, str, str, str]:
         """``<prefix>:cq:link:app:c1:example.com`` -> ``("link", "app", "c1", "example.com")``."""
@@ -102,28 +132,29 @@ class Keys:
     def domain_crawls(self, spider: str, domain: str, render: bool = False) -> str:
         """Crawls with pending requests in one domain: member = :meth:`crawl_member`, score = the
         best (lowest) score queued in that crawl's queue there, so a domain serves its best crawl."""
-        return f"{self.prefix}:{lane('dq', render)}:{escape(spider)}:{domain}"
+        return f"{self._heads[self.shard_of(domain)]}{lane('dq', render)}:{escape(spider)}:{domain}"
 
     def parse_domain_crawls(self, key_: str) -> tuple[str, str]:
         spider, domain = self._parse(key_, "dq", 2)
         return unescape(spider), domain
 
     @key("zset")
-    def domains(self, spider: str, render: bool = False) -> str:
+    def domains(self, spider: str, render: bool = False, shard: int = 0) -> str:
         """Domains with pending requests for one spider type: member = domain, score = Redis time (s)
         from which the domain may be fetched again (0 = now). New domains are added here, so the
         scheduler never scans with ``KEYS``."""
-        return f"{self.prefix}:{lane('domains', render)}:{escape(spider)}"
+        return f"{self._heads[shard]}{lane('domains', render)}:{escape(spider)}"
 
     @key("set", ttl="CRAWL_RECORD_TTL")
-    def crawl_domains(self, spider: str, appid: str, crawlid: str, render: bool = False) -> str:
-        """Domains in which one crawl has pending requests (what ``info`` and ``stop`` walk)."""
-        return f"{self.prefix}:{lane('crawl-domains', render)}:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+    def crawl_domains(self, spider: str, appid: str, crawlid: str, render: bool = False, shard: int = 0) -> str:
+        """Domains of one shard in which one crawl has pending requests (what ``info`` and ``stop`` walk)."""
+        head = self._heads[shard]
+        return f"{head}{lane('crawl-domains', render)}:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
 
     @key("set", ttl="CRAWL_RECORD_TTL")
     def app_crawls(self, spider: str, appid: str) -> str:
         """Crawl ids of one appid with pending or in-flight requests (``info`` by appid)."""
-        return f"{self.prefix}:app-crawls:{escape(spider)}:{escape(appid)}"
+        return f"{self._global}app-crawls:{escape(spider)}:{escape(appid)}"
 
     @key("hash", ttl="CRAWL_RECORD_TTL after the last activity")
     def crawl(self, spider: str, appid: str, crawlid: str) -> str:
@@ -132,24 +163,33 @@ class Keys:
         ended, ``ended`` (epoch s) and ``ended_as`` (``complete``, ``stopped`` or ``expired``); and
         ``o:<id>``: the crawl's option sets (JSON, ``utils/frontier/model.py OptionSet``) that its
         queued members name by id."""
-        return f"{self.prefix}:crawl:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+        return f"{self._global}crawl:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+
+    @key("hash", ttl="CRAWL_RECORD_TTL after the last activity")
+    def crawl_shard(self, spider: str, appid: str, crawlid: str, shard: int = 0) -> str:
+        """One shard's part of a crawl record: its counters ``inflight``, ``crawled``, ``failed`` and
+        option sets ``o:<id>`` (what the shard's scripts update and read). With one shard it is
+        :meth:`crawl` itself."""
+        if self.shards == 1:
+            return self.crawl(spider, appid, crawlid)
+        return f"{self._heads[shard]}crawl:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
 
     @key("set")
     def active_crawls(self) -> str:
         """Every crawl with pending or in-flight work: member = :meth:`crawl_ref`. The redis-monitor
         emits ``complete`` for a member once it has neither, and removes it."""
-        return f"{self.prefix}:active-crawls"
+        return f"{self._global}active-crawls"
 
     @key("zset", ttl="CRAWL_RECORD_TTL after the last crawl ended; older entries are trimmed")
     def finished_crawls(self) -> str:
         """Crawls that ended (complete, stopped or expired) within CRAWL_RECORD_TTL: member =
         :meth:`crawl_ref`, score = end time (epoch s); what ``GET /crawls`` lists after the active ones."""
-        return f"{self.prefix}:finished-crawls"
+        return f"{self._global}finished-crawls"
 
     @key("zset")
     def expiries(self) -> str:
         """Armed expiry timers: member = :meth:`crawl_ref`, score = ``expires`` (epoch s)."""
-        return f"{self.prefix}:expiries"
+        return f"{self._global}expiries"
 
     @key("pub/sub channel")
     def wake_channel(self, spider: str, render: bool = False) -> str:
@@ -158,50 +198,50 @@ class Keys:
         return f"{self.prefix}:{lane('wake', render)}:{escape(spider)}"
 
     @key("set", ttl="CRAWL_RECORD_TTL")
-    def crawl_leases(self, spider: str, appid: str, crawlid: str) -> str:
+    def crawl_leases(self, spider: str, appid: str, crawlid: str, shard: int = 0) -> str:
         """Leased (in-flight) requests of one crawl, the members of :meth:`leases` that ``stop``
         cancels."""
-        return f"{self.prefix}:crawl-leases:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+        return f"{self._heads[shard]}crawl-leases:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
 
     @key("string", ttl="CRAWL_RECORD_TTL")
-    def crawl_stopped(self, spider: str, appid: str, crawlid: str) -> str:
+    def crawl_stopped(self, spider: str, appid: str, crawlid: str, shard: int = 0) -> str:
         """Present while a crawl is blacklisted by ``stop`` or expiry: its in-flight fetches are
         dropped when they finish and a resubmitted seed's links are not followed."""
-        return f"{self.prefix}:stopped:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+        return f"{self._heads[shard]}stopped:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
 
     @key("hash")
-    def domain_config(self) -> str:
+    def domain_config(self, shard: int = 0) -> str:
         """Throttle overrides set by ``domain-update``: field = domain, value = JSON
         ``{"hits", "window", "scale"}``; the effective limit is ``floor(hits * scale)`` per window."""
-        return f"{self.prefix}:domain-config"
+        return f"{self._heads[shard]}domain-config"
 
     @key("set")
-    def domain_blacklist(self) -> str:
+    def domain_blacklist(self, shard: int = 0) -> str:
         """Domains that ``blacklist-update`` stopped fetching from (their requests stay queued)."""
-        return f"{self.prefix}:domain-blacklist"
+        return f"{self._heads[shard]}domain-blacklist"
 
-    def throttle_prefix(self, spider: str | None = None, egress_id: str | None = None) -> str:
-        """``throttle_prefix(spider, egress) + domain == throttle(throttle_key(domain, spider, egress))``,
-        for scripts that pick the domain inside Redis."""
-        return self.throttle(self.throttle_key("-", spider, egress_id))[:-1]
+    def throttle_prefix(self, spider: str | None = None, egress_id: str | None = None, shard: int = 0) -> str:
+        """``throttle_prefix(spider, egress, shard_of(domain)) + domain ==
+        throttle(throttle_key(domain, spider, egress))``, for scripts that pick the domain inside Redis."""
+        return f"{self._heads[shard]}throttle:{self.throttle_key('-', spider, egress_id)[:-1]}"
 
     @key("string", ttl="CLEANER_DEDUPE_TTL")
     def cleaned_content(self, appid: str, crawlid: str, content_hash: str) -> str:
         """A ``content_hash`` a cleaner emitted for a crawl; holds the origin (topic, partition,
         offset) of the record that emitted it, so a redelivered record is not its own duplicate."""
-        return f"{self.prefix}:cleaned:{escape(appid)}:{escape(crawlid)}:{content_hash}"
+        return f"{self._global}cleaned:{escape(appid)}:{escape(crawlid)}:{content_hash}"
 
     @key("string", ttl="CRAWL_DELAY_TTL_S (a day; refreshed whenever a crawler reads the robots.txt)")
     def crawl_delay(self, domain: str) -> str:
         """Seconds a domain's robots.txt asks between two fetches (``Crawl-delay`` for our user
         agent, capped at ROBOTSTXT_MAX_CRAWL_DELAY): the pop script never fetches it faster (§14)."""
-        return f"{self.prefix}:crawl-delay:{domain}"
+        return f"{self._heads[self.shard_of(domain)]}crawl-delay:{domain}"
 
-    def crawl_delay_prefix(self) -> str:
-        """``crawl_delay_prefix() + domain == crawl_delay(domain)``, for the pop script."""
-        return self.crawl_delay("")
+    def crawl_delay_prefix(self, shard: int = 0) -> str:
+        """``crawl_delay_prefix(shard_of(domain)) + domain == crawl_delay(domain)``, for the pop script."""
+        return f"{self._heads[shard]}crawl-delay:"
 
-    def script_prefixes(self, spider: str, render: bool = False) -> dict[str, str]:
+    def script_prefixes(self, spider: str, render: bool = False, shard: int = 0) -> dict[str, str]:
         """Key prefixes a Lua script completes with a :meth:`crawl_member` or a domain (the queue
         keys of the lane *render* selects; the crawl record and its leases are shared by both lanes).
 
@@ -210,27 +250,30 @@ class Keys:
         its method builds.
         """
         s = escape(spider)
+        head = self._heads[shard]
         return {
-            "crawl_queue": f"{self.prefix}:{lane('cq', render)}:{s}:",  # + crawl member + ":" + domain
-            "domain_crawls": f"{self.prefix}:{lane('dq', render)}:{s}:",  # + domain
-            "crawl_domains": f"{self.prefix}:{lane('crawl-domains', render)}:{s}:",  # + crawl member
-            "crawl": f"{self.prefix}:crawl:{s}:",  # + crawl member
-            "crawl_leases": f"{self.prefix}:crawl-leases:{s}:",  # + crawl member
+            "crawl_queue": f"{head}{lane('cq', render)}:{s}:",  # + crawl member + ":" + domain
+            "domain_crawls": f"{head}{lane('dq', render)}:{s}:",  # + domain
+            "crawl_domains": f"{head}{lane('crawl-domains', render)}:{s}:",  # + crawl member
+            "crawl": f"{head}crawl:{s}:",  # + crawl member: the shard's part of the record
+            "crawl_leases": f"{head}crawl-leases:{s}:",  # + crawl member
         }
 
-    def crawl_ref_prefixes(self) -> dict[str, str]:
+    def crawl_ref_prefixes(self, shard: int = 0) -> dict[str, str]:
         """Key prefixes a Lua script completes with a :meth:`crawl_ref` (``<spider>:<appid>:<crawlid>``,
         escaped), for scripts that walk crawls of every spider type (e.g. :meth:`active_crawls`).
 
         ``app_crawls`` is completed with ``<spider>:<appid>`` (the ref without its last part) and
         holds the crawl id unescaped. ``tests/unit/test_keys.py`` checks each against its method.
         """
+        head = self._heads[shard]
         return {
-            "crawl_domains": f"{self.prefix}:crawl-domains:",  # + crawl ref
-            "render_crawl_domains": f"{self.prefix}:{lane('crawl-domains', True)}:",  # + crawl ref
-            "crawl_leases": f"{self.prefix}:crawl-leases:",  # + crawl ref
-            "crawl": f"{self.prefix}:crawl:",  # + crawl ref
-            "app_crawls": f"{self.prefix}:app-crawls:",  # + escaped spider + ":" + escaped appid
+            "crawl_domains": f"{head}crawl-domains:",  # + crawl ref
+            "render_crawl_domains": f"{head}{lane('crawl-domains', True)}:",  # + crawl ref
+            "crawl_leases": f"{head}crawl-leases:",  # + crawl ref
+            "crawl_shard": f"{head}crawl:" if self.shards > 1 else f"{self._global}crawl:",  # + crawl ref
+            "crawl": f"{self._global}crawl:",  # + crawl ref
+            "app_crawls": f"{self._global}app-crawls:",  # + escaped spider + ":" + escaped appid
         }
 
     @staticmethod
@@ -259,39 +302,40 @@ class Keys:
         return unescape(spider), unescape(appid), unescape(crawlid)
 
     @key("string (integer)")
-    def queue_sequence(self) -> str:
-        """Arrival counter: every push takes the next value, so equal priorities pop in order."""
-        return f"{self.prefix}:queue-seq"
+    def queue_sequence(self, shard: int = 0) -> str:
+        """Arrival counter of a shard: every push takes the next value, so equal priorities pop in order."""
+        return f"{self._heads[shard]}queue-seq"
 
     @key("string (integer)")
     def frontier_shards(self) -> str:
         """The frontier's shard count (FRONTIER_SHARDS), written by the first component to start;
         a component configured with another count refuses to start (docs/contract.md §18.2)."""
-        return f"{self.prefix}:frontier-shards"
+        return f"{self._global}frontier-shards"
 
     @key("string", ttl="1 day")
-    def seed_origin(self, origin: str) -> str:
+    def seed_origin(self, origin: str, shard: int = 0) -> str:
         """Marker that the crawl request of Kafka record ``<topic>/<partition>/<offset>@<timestamp>``
         was queued, written in the same ``MULTI`` as the seed: a record redelivered after its seed
         was already crawled (a kafka-monitor killed between its Redis write and its offset commit)
         queues nothing again, so the seed's subtree is not crawled twice."""
-        return f"{self.prefix}:seed-origin:{origin}"
+        return f"{self._heads[shard]}seed-origin:{origin}"
 
     # --- crawler: dedupe and page caps (crawler/runtime.py) -------------------------------------
 
     @key("hash", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
-    def dupefilter(self, spider: str, appid: str, crawlid: str) -> str:
+    def dupefilter(self, spider: str, appid: str, crawlid: str, shard: int = 0) -> str:
         """Per-crawl dupefilter (docs/contract.md §3.8): field = request fingerprint (its first 12
         bytes, binary), value = the first 4 bytes of the fingerprint of the page that first queued
         it, so that page, refetched after a lost lease, queues its links again instead of finding
         them already seen."""
-        return f"{self.prefix}:dupefilter:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+        return f"{self._heads[shard]}dupefilter:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
 
     @key("set", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
     def page_caps(self, spider: str, appid: str, crawlid: str, domain: str) -> str:
         """Fingerprints (as in :meth:`dupefilter`) of the requests admitted for one crawl in one domain while a page cap
         (``domain_max_pages``, GLOBAL_PAGE_PER_DOMAIN_LIMIT) applies; its size is the count capped."""
-        return f"{self.prefix}:page-caps:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
+        head = self._heads[self.shard_of(domain)]
+        return f"{head}page-caps:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
 
     # --- throttle -------------------------------------------------------------------------------
 
@@ -299,7 +343,7 @@ class Keys:
     def throttle(self, throttle_key: str) -> str:
         """Fetch starts of one throttle key (domain, plus spider type and egress id when enabled)
         in the current rolling window: member = unique start id, score = Redis server time (s)."""
-        return f"{self.prefix}:throttle:{throttle_key}"
+        return f"{self._heads[self.shard_of(throttle_key.split(':', 2)[-1])]}throttle:{throttle_key}"
 
     def parse_throttle(self, key_: str) -> str:
         (throttle_key,) = self._parse(key_, "throttle", 1)
@@ -343,11 +387,11 @@ class Keys:
     # --- leases ---------------------------------------------------------------------------------
 
     @key("zset")
-    def leases(self, spider: str) -> str:
+    def leases(self, spider: str, shard: int = 0) -> str:
         """In-flight requests of one spider type: member = ``<score>:<crawl member>:<length of
         domain>:<domain><queue member>`` (``utils/frontier/model.py lease_member``), score = lease
         deadline (Redis server time, s). Written atomically with the pop that took the request."""
-        return f"{self.prefix}:leases:{spider}"
+        return f"{self._heads[shard]}leases:{spider}"
 
     def parse_leases(self, key_: str) -> str:
         """``<prefix>:leases:link`` -> ``"link"``."""
@@ -362,13 +406,13 @@ class Keys:
         notifications its timers cause (``expire``, ``complete``, ``dead-letter``): fields ``kind``
         and ``request`` (JSON). Read through the consumer group ``redis-monitor``; entries are
         deleted once their answer is acknowledged by Kafka."""
-        return f"{self.prefix}:control"
+        return f"{self._global}control"
 
     @key("string", ttl="1 day")
     def control_origin(self, origin: str) -> str:
         """Marker that the Kafka record ``<topic>/<partition>/<offset>`` was appended to the control
         stream, so a redelivered record is not appended twice."""
-        return f"{self.prefix}:control-origin:{origin}"
+        return f"{self._global}control-origin:{origin}"
 
     # --- stats and heartbeats -----------------------------------------------------------------
 
@@ -376,7 +420,7 @@ class Keys:
     def stats_window(self, component: str, name: str) -> str:
         """Rolling-window counter ``name`` of ``component`` (e.g. ``kafka-monitor``, ``total``):
         member = ``<window s>:<bucket index>`` (60 buckets per window), score = count in that bucket."""
-        return f"{self.prefix}:stats:{component}:{name}"
+        return f"{self._global}stats:{component}:{name}"
 
     def parse_stats_window(self, key_: str) -> tuple[str, str]:
         component, name = self._parse(key_, "stats", 2)
@@ -385,23 +429,23 @@ class Keys:
     @key("string (integer)", ttl="none")
     def stats_lifetime(self, component: str, name: str) -> str:
         """Lifetime total of counter ``name`` of ``component``."""
-        return f"{self.prefix}:stats-lifetime:{component}:{name}"
+        return f"{self._global}stats-lifetime:{component}:{name}"
 
     @key("hyperloglog", ttl="longest STATS_TIMES window, renewed on write")
     def stats_unique(self, component: str, name: str) -> str:
         """Lifetime count of distinct values (e.g. crawl ids) seen by counter ``name``."""
-        return f"{self.prefix}:stats-unique:{component}:{name}"
+        return f"{self._global}stats-unique:{component}:{name}"
 
     @key("set")
     def stats_index(self) -> str:
         """Every ``component:name`` that has stats keys, so readers never need ``KEYS``."""
-        return f"{self.prefix}:stats-index"
+        return f"{self._global}stats-index"
 
     @key("string (JSON)", ttl="HEARTBEAT_TIMEOUT")
     def heartbeat(self, component: str, node_id: str) -> str:
         """One live process: ``{"host", "pid", "node_id", "component", "started"}``, renewed every
         HEARTBEAT_INTERVAL; gone when the process stops or dies."""
-        return f"{self.prefix}:heartbeat:{component}:{node_id}"
+        return f"{self._global}heartbeat:{component}:{node_id}"
 
     def parse_heartbeat(self, key_: str) -> tuple[str, str]:
         component, node_id = self._parse(key_, "heartbeat", 2)
@@ -411,7 +455,7 @@ class Keys:
     def heartbeat_index(self, component: str) -> str:
         """Node ids of ``component`` that have sent a heartbeat: score = when it expires (Redis
         time, s); entries past their score are pruned by readers."""
-        return f"{self.prefix}:nodes:{component}"
+        return f"{self._global}nodes:{component}"
 
     # --- REST answers (rest/answers.py) ----------------------------------------------------------
 
@@ -419,21 +463,21 @@ class Keys:
     def poll_result(self, uuid: str) -> str:
         """An outbound message with a ``uuid`` that no ``POST /feed`` delivered, kept for
         ``POST /poll`` (any REST instance; read and deleted in one ``GETDEL``)."""
-        return f"{self.prefix}:poll:{escape(uuid)}"
+        return f"{self._global}poll:{escape(uuid)}"
 
     @key("string", ttl="POLL_RESULT_TTL")
     def poll_origin(self, origin: str) -> str:
         """Marker that the outbound record ``<topic>/<partition>/<offset>`` was stored for ``/poll``:
         every REST instance consumes every answer, and only the first stores it, so a polled
         answer is not stored again by a slower instance."""
-        return f"{self.prefix}:poll-origin:{origin}"
+        return f"{self._global}poll-origin:{origin}"
 
     @key("string", ttl="WAIT_FOR_RESPONSE_TIME + KAFKA_FEED_TIMEOUT + a margin")
     def poll_waiter(self, uuid: str) -> str:
         """Present while some REST instance's ``POST /feed`` waits for the answer to ``uuid``: the
         other instances then do not store that answer for ``/poll``; the waiting one stores it
         itself if its wait ends first."""
-        return f"{self.prefix}:poll-waiter:{escape(uuid)}"
+        return f"{self._global}poll-waiter:{escape(uuid)}"
 
 
 class SpiderLists:
@@ -473,14 +517,19 @@ class SpiderLists:
 
 def document(prefix: str = "<prefix>") -> list[KeyDoc]:
     """One :class:`KeyDoc` per key format of :class:`Keys`, in definition order."""
-    keys = Keys.__new__(Keys)
+    keys = Keys("x")
     keys.prefix = prefix
+    keys._heads, keys._global = [f"{prefix}:"], f"{prefix}:"
     rows = []
     for name, func in Keys.__dict__.items():
         if not hasattr(func, "_redis_type"):
             continue
-        params = list(inspect.signature(func).parameters)[1:]
+        parameters = list(inspect.signature(func).parameters.values())[1:]
+        params = [p.name for p in parameters if p.default is inspect.Parameter.empty]
+        if name == "crawl_shard":  # the same key as crawl() with one shard: show the sharded form
+            keys.shards, keys._heads = 2, [f"{prefix}:{{{prefix}.<shard>}}:"]
         pattern = getattr(keys, name)(*(f"<{p}>" for p in params))
+        keys.shards, keys._heads = 1, [f"{prefix}:"]
         doc = " ".join(inspect.getdoc(func).split())  # type: ignore[union-attr]
         rows.append(KeyDoc(pattern, func._redis_type, func._ttl, doc))
     return rows
@@ -494,6 +543,11 @@ def render_markdown() -> str:
         "Generated from `utils/keys.py` by `python -m crawlhive.utils.keys > docs/redis-keys.md`;",
         "`tests/unit/test_keys.py` fails when this file is stale. Every key starts with the setting",
         "`REDIS_KEY_PREFIX` (default `ch`). These names are internal, not part of the wire contract.",
+        "",
+        "With `FRONTIER_SHARDS` above 1 (docs/contract.md §18.2) every key also has a Redis Cluster",
+        "hash tag right after the prefix: `<prefix>:{<prefix>.<shard>}:` for the keys of one frontier",
+        "shard (queues, domain indexes, leases, throttles, dedupe, a shard's part of a crawl record),",
+        "`<prefix>:{<prefix>}:` for the cluster-wide ones; the shard of a queue is a hash of its domain.",
         "",
         "| Key | Type | TTL | Holds |",
         "|---|---|---|---|",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from redis.crc import key_slot
 
 from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.keys import Keys, document, render_markdown
@@ -86,3 +87,90 @@ def test_throttle_prefix_completes_to_the_throttle_key(spider: str | None, egres
     for domain in ("example.com", "::1"):
         expected = keys.throttle(keys.throttle_key(domain, spider, egress))
         assert keys.throttle_prefix(spider, egress) + domain == expected
+
+
+def test_one_shard_keeps_the_layout_of_earlier_releases() -> None:
+    keys = Keys("ch")
+    assert keys.crawl_queue("link", "app", "c1", "example.com") == "ch:cq:link:app:c1:example.com"
+    assert keys.domains("link") == "ch:domains:link" and keys.leases("link") == "ch:leases:link"
+    assert keys.crawl("link", "app", "c1") == keys.crawl_shard("link", "app", "c1") == "ch:crawl:link:app:c1"
+    assert keys.throttle(keys.throttle_key("example.com", "link")) == "ch:throttle:link::example.com"
+    assert keys.control_stream() == "ch:control" and keys.dupefilter("link", "a", "c") == "ch:dupefilter:link:a:c"
+    assert {keys.shard_of(f"site{i}.com") for i in range(100)} == {0}
+
+
+def slot(key: str) -> int:
+    return int(key_slot(key.encode()))
+
+
+@pytest.mark.parametrize(("appid", "crawlid"), [("app", "c1"), ("{evil}", "c{1}"), ("a:b", "%{x}")])
+def test_with_shards_every_key_a_script_touches_shares_one_slot(appid: str, crawlid: str) -> None:
+    keys = Keys("ch", shards=16)
+    domains = [f"site{i}.com" for i in range(200)] + ["::1", "127.0.0.1", "xn--bcher-kva.example"]
+    shards = {keys.shard_of(d) for d in domains}
+    assert shards == set(range(16))  # the domains spread over every shard
+    for domain in domains:
+        k = keys.shard_of(domain)
+        p = keys.script_prefixes("link", shard=k)
+        member = keys.crawl_member(appid, crawlid)
+        touched = [
+            keys.domains("link", shard=k),
+            keys.leases("link", shard=k),
+            keys.domain_config(k),
+            keys.domain_blacklist(k),
+            keys.crawl_queue("link", appid, crawlid, domain),
+            keys.domain_crawls("link", domain),
+            keys.crawl_domains("link", appid, crawlid, shard=k),
+            keys.crawl_shard("link", appid, crawlid, k),
+            keys.crawl_leases("link", appid, crawlid, k),
+            keys.crawl_stopped("link", appid, crawlid, k),
+            keys.dupefilter("link", appid, crawlid, k),
+            keys.page_caps("link", appid, crawlid, domain),
+            keys.throttle(keys.throttle_key(domain, "link")),
+            keys.throttle_prefix("link", None, k) + domain,
+            keys.crawl_delay(domain),
+            keys.crawl_delay_prefix(k) + domain,
+            keys.queue_sequence(k),
+            keys.seed_origin("t/0/1", k),
+            p["crawl_queue"] + member + ":" + domain,
+            p["domain_crawls"] + domain,
+            p["crawl_domains"] + member,
+            p["crawl"] + member,
+            p["crawl_leases"] + member,
+        ]
+        assert {slot(t) for t in touched} == {slot(keys.leases("link", shard=k))}
+        assert keys.parse_crawl_queue(keys.crawl_queue("link", appid, crawlid, domain)) == (
+            "link",
+            appid,
+            crawlid,
+            domain,
+        )
+    # cluster-wide keys share a slot of their own, whatever the ids
+    cluster_wide = [
+        keys.crawl("link", appid, crawlid),
+        keys.app_crawls("link", appid),
+        keys.active_crawls(),
+        keys.finished_crawls(),
+        keys.expiries(),
+        keys.control_stream(),
+        keys.control_origin("t/0/1"),
+        keys.frontier_shards(),
+        keys.stats_window("crawler", "total"),
+        keys.heartbeat("crawler", "n1"),
+        keys.heartbeat_index("crawler"),
+        keys.poll_result("u{1}"),
+        keys.poll_origin("t/0/1"),
+        keys.poll_waiter("u{1}"),
+    ]
+    assert len({slot(t) for t in cluster_wide}) == 1
+    assert slot(cluster_wide[0]) not in {slot(keys.leases("link", shard=k)) for k in range(16)}
+
+
+def test_shards_are_a_pure_function_of_the_domain_and_the_count() -> None:
+    a, b = Keys("ch", shards=64), Keys("other", shards=64)
+    assert [a.shard_of(f"d{i}.org") for i in range(50)] == [b.shard_of(f"d{i}.org") for i in range(50)]
+    assert a.head(3) == "ch:{ch.3}:" and b.head(3) == "other:{other.3}:"
+    with pytest.raises(KeyFormatError, match="FRONTIER_SHARDS"):
+        Keys("ch", shards=0)
+    with pytest.raises(KeyFormatError, match="REDIS_KEY_PREFIX"):
+        Keys("c{h}")
