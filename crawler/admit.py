@@ -162,10 +162,11 @@ class Admission:
         keys = self.keys
         cap = self.page_cap(r)
         cap_keys: dict[str, int] = {}
+        shard = keys.shard_of(r.domain)
         script_keys = [
-            keys.leases(r.spiderid),
-            keys.crawl_stopped(r.spiderid, r.appid, r.crawlid),
-            keys.dupefilter(r.spiderid, r.appid, r.crawlid),
+            keys.leases(r.spiderid, shard),
+            keys.crawl_stopped(r.spiderid, r.appid, r.crawlid, shard),
+            keys.dupefilter(r.spiderid, r.appid, r.crawlid),  # one per crawl (a single Redis)
         ]
 
         def cap_index(domain: str) -> int:

@@ -105,6 +105,8 @@ class CrawlRuntime:
         self.settings = settings
         self.spider = spider
         self.render = settings.getbool("RENDER")
+        self._next_shard = 0  # the frontier shard the next pops start at (several shards)
+        self._empty_shards = 0  # shards in a row whose pops found nothing queued
         """A rendering crawler: it pops the rendering lane of the frontier (§15)."""
         self.redis = redis
         self.sink = sink
@@ -286,9 +288,16 @@ class CrawlRuntime:
         Raises:
             RedisError: every pop failed (the pops that succeeded beside a failed one are kept).
         """
-        keys, args = self.worker.pop_call(self.spider, self.render)
+        shards = self.worker.keys.shards
+        if shards == 1:
+            keys, args = self.worker.pop_call(self.spider, self.render)
+            calls = [(keys, args)] * count
+        else:  # the pops go to the next *count* frontier shards in turn
+            first = self._next_shard
+            self._next_shard = (first + count) % shards
+            calls = [self.worker.pop_call(self.spider, self.render, (first + i) % shards) for i in range(count)]
         replies = await asyncio.gather(
-            *(self.batcher.call("frontier_pop", keys, args) for _ in range(count)), return_exceptions=True
+            *(self.batcher.call("frontier_pop", keys, args) for keys, args in calls), return_exceptions=True
         )
         requests: list[Request] = []
         waits: list[float | None] = []
@@ -307,11 +316,20 @@ class CrawlRuntime:
         if errors and not requests:
             raise errors[0]
         if requests:
+            self._empty_shards = 0
             return requests, None
         if not waits:
             return [], 0.0  # every pop leased an expired crawl's request (acked): pop again now
         known = [w for w in waits if w is not None]
-        return [], min(known) if known else None
+        if known:
+            self._empty_shards = 0
+            return [], min(known)
+        if shards > 1:  # nothing in these shards: "nothing queued" only once every shard said so
+            self._empty_shards += len(calls)
+            if self._empty_shards < shards:
+                return [], 0.0
+            self._empty_shards = 0
+        return [], None
 
     def _leased(self, outcome: PopOutcome, spider: Spider) -> Request | None:
         """The Scrapy request of a fresh lease, registered in flight; None for a request of an

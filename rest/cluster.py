@@ -178,14 +178,23 @@ class ClusterView:
         }
         now = float(self.redis.time()[0])
         pipe = self.redis.pipeline(transaction=False)
+        asked: list[int] = []  # per crawl: the shards asked when its domains may be fetched next
         for c in crawls:
             pipe.hget(self.keys.crawl(c.spiderid, c.appid, c.crawlid), "started")
             render = c.lanes == {True}  # only rendering work queued: its lane's domains say when
-            pipe.zmscore(self.keys.domains(c.spiderid, render), list(c.domains) or ["-"])
+            by_shard: dict[int, list[str]] = {}
+            for domain in c.domains:  # each domain's ready time is in its shard's index
+                by_shard.setdefault(self.keys.shard_of(domain), []).append(domain)
+            for shard, domains in by_shard.items():
+                pipe.zmscore(self.keys.domains(c.spiderid, render, shard), domains)
+            asked.append(len(by_shard))
         replies = pipe.execute()
         rows = []
-        for i, c in enumerate(crawls):
-            started, ready_at = replies[2 * i], replies[2 * i + 1]
+        at = 0
+        for c, count in zip(crawls, asked, strict=True):
+            started = replies[at]
+            ready_at = [score for reply in replies[at + 1 : at + 1 + count] for score in reply]
+            at += 1 + count
             parked = bool(c.domains) and all(score is not None and float(score) > now for score in ready_at)
             waiting = not lanes_served(c, serving) or (c.inflight == 0 and parked)
             rows.append(self._row(c.spiderid, c.appid, c.crawlid, "waiting" if waiting else "running", c, started))
@@ -241,9 +250,12 @@ class ClusterView:
     def domain_config(self) -> dict[str, Any]:
         """The operators' domain config: throttle overrides (``domain-update``) and the blacklist."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(self.keys.domain_config())
-        pipe.smembers(self.keys.domain_blacklist())
-        overrides, blacklist = pipe.execute()
+        for shard in range(self.keys.shards):  # each domain's config is in its frontier shard
+            pipe.hgetall(self.keys.domain_config(shard))
+            pipe.smembers(self.keys.domain_blacklist(shard))
+        replies = pipe.execute()
+        overrides = {d: raw for reply in replies[::2] for d, raw in reply.items()}
+        blacklist = {d for reply in replies[1::2] for d in reply}
         rows = []
         for domain, raw in sorted((_text(d), r) for d, r in overrides.items())[:MAX_DOMAINS]:
             try:
@@ -258,7 +270,7 @@ class ClusterView:
     def stopped(self, states: list[CrawlState]) -> list[bool]:
         """Whether each crawl is blacklisted by a stop or expiry (``keys.crawl_stopped``), in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
-        for s in states:
+        for s in states:  # a stop marks every shard: shard 0 answers for the crawl
             pipe.exists(self.keys.crawl_stopped(s.spiderid, s.appid, s.crawlid))
         return [bool(flag) for flag in pipe.execute()] if states else []
 
@@ -283,9 +295,11 @@ class ClusterView:
         names = sorted(spiders)
         pipe = self.redis.pipeline(transaction=False)
         for spider in names:
-            pipe.zcard(self.keys.leases(spider))
-        for spider, inflight in zip(names, pipe.execute(), strict=True):
-            spiders[spider].inflight = int(inflight)
+            for shard in range(self.keys.shards):
+                pipe.zcard(self.keys.leases(spider, shard))
+        counts = pipe.execute()
+        for i, spider in enumerate(names):
+            spiders[spider].inflight = sum(int(n) for n in counts[i * self.keys.shards : (i + 1) * self.keys.shards])
         snapshot = Snapshot(
             server_time=int(time.time()),
             nodes=self.nodes(),
@@ -309,7 +323,10 @@ class ClusterView:
             return []
         now_s, now_us = self.redis.time()
         now = now_s + now_us / 1_000_000
-        configs = self.redis.hmget(self.keys.domain_config(), [domain for (_, domain), _ in top])
+        pipe = self.redis.pipeline(transaction=False)
+        for (_, domain), _count in top:
+            pipe.hget(self.keys.domain_config(self.keys.shard_of(domain)), domain)
+        configs = pipe.execute()
         windows = []
         for raw in configs:
             window = self.throttle_window_s

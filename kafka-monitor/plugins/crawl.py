@@ -96,9 +96,16 @@ class ScraperHandler(IncomingPlugin):
         reads the markers first; a deliberate resubmission is a new record, so it is queued.
         """
         keys = self.frontier.keys
-        markers = [keys.seed_origin(r.origin) for r in requests]
-        queued_before = self.frontier.redis.mget(markers) if markers else []
-        fresh = [(r, m) for r, m, before in zip(requests, markers, queued_before, strict=True) if before is None]
+        seeds = [seed_from_request(r.message, r.origin) for r in requests]
+        # the marker is in the seed's frontier shard, beside its queue (one slot on a cluster)
+        markers = [
+            keys.seed_origin(r.origin, keys.shard_of(seed.domain)) for r, seed in zip(requests, seeds, strict=True)
+        ]
+        pipe_read = self.frontier.redis.pipeline(transaction=False)
+        for marker in markers:
+            pipe_read.get(marker)
+        queued_before = pipe_read.execute() if markers else []
+        fresh = [(s, m) for s, m, before in zip(seeds, markers, queued_before, strict=True) if before is None]
         for _, marker in fresh:
             pipe.set(marker, b"1", ex=ORIGIN_MARKER_TTL_S)
-        self.frontier.push([seed_from_request(r.message, r.origin) for r, _ in fresh], pipe)
+        self.frontier.push([seed for seed, _ in fresh], pipe)

@@ -1,9 +1,10 @@
 """domain-config (docs/contract.md §2.5, §3.11, §4.8): throttle overrides and the domain blacklist.
 
-Writes ``keys.domain_config()`` (field = domain, value = JSON ``{"hits", "window", "scale"}``) and
-``keys.domain_blacklist()``; the crawlers' pop script reads both on every pop. A domain a pop
-parked under the old limit is made ready again (:func:`~crawlhive.utils.frontier.recheck_domain`)
-and idle crawlers woken, so a loosened or removed limit applies at once, not after the old delay.
+Writes ``keys.domain_config(shard)`` (field = domain, value = JSON ``{"hits", "window", "scale"}``) and
+``keys.domain_blacklist(shard)`` of the domain's frontier shard; the crawlers' pop script reads both
+on every pop. A domain a pop parked under the old limit is made ready again
+(:func:`~crawlhive.utils.frontier.recheck_domain`) and idle crawlers woken, so a loosened or
+removed limit applies at once, not after the old delay.
 Every action is idempotent. SC's ZookeeperMonitor in Redis.
 """
 
@@ -57,13 +58,13 @@ class DomainConfigMonitor(MonitorPlugin):
                     "window": int(request["window"]),
                     "scale": float(request.get("scale", 1.0)),
                 }
-                self.redis.hset(self.keys.domain_config(), domain, json.dumps(config))
+                self.redis.hset(self.keys.domain_config(self.keys.shard_of(domain)), domain, json.dumps(config))
             elif action == "domain-remove":
-                self.redis.hdel(self.keys.domain_config(), domain)
+                self.redis.hdel(self.keys.domain_config(self.keys.shard_of(domain)), domain)
             elif action == "blacklist-update":
-                self.redis.sadd(self.keys.domain_blacklist(), domain)
+                self.redis.sadd(self.keys.domain_blacklist(self.keys.shard_of(domain)), domain)
             else:
-                self.redis.srem(self.keys.domain_blacklist(), domain)
+                self.redis.srem(self.keys.domain_blacklist(self.keys.shard_of(domain)), domain)
             if action != "blacklist-update":
                 recheck_domain(self.redis, self.keys, self.frontier.active_spiders(), domain)
         except ResponseError:

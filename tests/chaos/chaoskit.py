@@ -323,6 +323,7 @@ ALLOWED_AFTER_COMPLETE: dict[str, bool] = {
     "heartbeat": True,  # live processes (a killed one's expires after HEARTBEAT_TIMEOUT)
     "nodes": False,  # heartbeat index, pruned by readers
     "queue-seq": False,  # arrival counter
+    "frontier-shards": False,  # FRONTIER_SHARDS, fixed for the life of the data
     "control-origin": True,  # per-record idempotency markers, 1 day
     "seed-origin": True,
     "control": False,  # the control stream (must hold no pending entry: checked separately)
@@ -337,7 +338,10 @@ def audit_leftovers(client: redis.Redis, keys: Keys, prefix: str) -> list[str]:
     """Problems with what is left under *prefix* once a crawl completed (empty list: clean)."""
     problems = []
     for name, (kind, ttl) in sorted(leftover_keys(client, keys, prefix).items()):
-        family = name[len(prefix) + 1 :].split(":", 1)[0]
+        rest = name[len(prefix) + 1 :]
+        if rest.startswith("{"):  # a shard's hash tag (FRONTIER_SHARDS > 1)
+            rest = rest[rest.index("}:") + 2 :]
+        family = rest.split(":", 1)[0]
         if family not in ALLOWED_AFTER_COMPLETE:
             problems.append(f"{name} ({kind.decode()}, ttl {ttl}) is not allowed after completion")
         elif ALLOWED_AFTER_COMPLETE[family] and ttl < 0:

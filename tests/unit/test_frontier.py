@@ -29,14 +29,15 @@ from crawlhive.utils.settings import Settings
 FAST = ThrottleConfig(hits=1000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)
 
 
-@pytest.fixture
-def keys(redis_settings: Settings) -> Keys:
-    return Keys(redis_settings["REDIS_KEY_PREFIX"])
+@pytest.fixture(params=[1, 4], ids=["one-shard", "4-shards"])
+def keys(redis_settings: Settings, request: pytest.FixtureRequest) -> Keys:
+    """The frontier's keys with one shard (a single Redis) and with four (docs/contract.md §18.2)."""
+    return Keys(redis_settings["REDIS_KEY_PREFIX"], shards=request.param)
 
 
 @pytest.fixture
-def frontier(redis_client: redis.Redis, redis_settings: Settings) -> Frontier:
-    return Frontier.from_settings(redis_client, redis_settings)
+def frontier(redis_client: redis.Redis, keys: Keys) -> Frontier:
+    return Frontier(redis_client, keys, record_ttl_s=3600)
 
 
 @pytest.fixture
@@ -99,7 +100,7 @@ def test_pop_leases_and_ack_counts_once(
     push(frontier, req("http://a.com/1", expires=int(time.time()) + 3600), req("http://b.com/1"))
     lease = worker.pop("link").lease
     assert lease is not None and lease.deadline > time.time() + 25
-    assert redis_client.zscore(keys.leases("link"), lease.member) is not None
+    assert redis_client.zscore(keys.leases("link", keys.shard_of(lease.request.domain)), lease.member) is not None
     state = reader.crawl_state("link", "app", "c1")
     assert state.inflight == 1 and state.pending == 1
     assert worker.touch(lease) is TouchStatus.RENEWED
@@ -129,7 +130,7 @@ def test_window_margin_lengthens_the_counted_window(frontier: Frontier, redis_cl
     assert margined.pop("link").lease is not None and margined.pop("link").lease is not None
     third = margined.pop("link")
     assert third.lease is None and third.wait_s is not None and 2.0 < third.wait_s <= 2.5
-    ttl = redis_client.pttl(margined.keys.throttle_prefix("link", None) + "a.com")
+    ttl = redis_client.pttl(keys.throttle_prefix("link", None, keys.shard_of("a.com")) + "a.com")
     assert ttl > 2500  # the hits are kept as long as they are counted
 
 
@@ -152,15 +153,19 @@ def test_domain_config_and_blacklist_apply_live(
     frontier: Frontier, worker: FrontierWorker, redis_client: redis.Redis, keys: Keys
 ) -> None:
     push(frontier, *[req(f"http://a.com/{i}") for i in range(4)])
-    redis_client.sadd(keys.domain_blacklist(), "a.com")
+    redis_client.sadd(keys.domain_blacklist(keys.shard_of("a.com")), "a.com")
     out = worker.pop("link")
     assert out.lease is None and out.wait_s is not None and out.wait_s <= 1.0
-    redis_client.srem(keys.domain_blacklist(), "a.com")
-    redis_client.hset(keys.domain_config(), "a.com", json.dumps({"hits": 4, "window": 60, "scale": 0.5}))
+    redis_client.srem(keys.domain_blacklist(keys.shard_of("a.com")), "a.com")
+    redis_client.hset(
+        keys.domain_config(keys.shard_of("a.com")), "a.com", json.dumps({"hits": 4, "window": 60, "scale": 0.5})
+    )
     time.sleep(1.05)  # the blacklisted domain is re-checked after RECHECK_S
     assert worker.pop("link").lease is not None and worker.pop("link").lease is not None
     assert worker.pop("link").lease is None  # floor(4 * 0.5) = 2 per 60 s
-    redis_client.hset(keys.domain_config(), "a.com", json.dumps({"hits": 4, "window": 60, "scale": 0.0}))
+    redis_client.hset(
+        keys.domain_config(keys.shard_of("a.com")), "a.com", json.dumps({"hits": 4, "window": 60, "scale": 0.0})
+    )
     assert worker.pop("link").lease is None  # scale 0 pauses the domain
 
 
@@ -260,7 +265,7 @@ def test_score_encoding_is_exact_and_the_lua_twin_agrees(
         push(frontier, req("http://example.com/p", priority=priority))
         lease = worker.pop("link").lease
         assert lease is not None and worker.requeue(lease.member, lease.request)
-        seq = int(redis_client.get(keys.queue_sequence()))
+        seq = int(redis_client.get(keys.queue_sequence(keys.shard_of("example.com"))))
         queue = keys.crawl_queue("link", "app", "c1", "example.com")
         assert redis_client.zscore(queue, lease.request.member()) == encode_score(priority, seq)
         assert worker.pop("link").lease is not None  # leave the queue empty for the next priority

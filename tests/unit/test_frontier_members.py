@@ -53,14 +53,15 @@ SEED_MESSAGE = {
 }
 
 
-@pytest.fixture
-def keys(redis_settings: Settings) -> Keys:
-    return Keys(redis_settings["REDIS_KEY_PREFIX"])
+@pytest.fixture(params=[1, 4], ids=["one-shard", "4-shards"])
+def keys(redis_settings: Settings, request: pytest.FixtureRequest) -> Keys:
+    """The frontier's keys with one shard (a single Redis) and with four (docs/contract.md §18.2)."""
+    return Keys(redis_settings["REDIS_KEY_PREFIX"], shards=request.param)
 
 
 @pytest.fixture
-def frontier(redis_client: redis.Redis, redis_settings: Settings) -> Frontier:
-    return Frontier.from_settings(redis_client, redis_settings)
+def frontier(redis_client: redis.Redis, keys: Keys) -> Frontier:
+    return Frontier(redis_client, keys, record_ttl_s=3600)
 
 
 @pytest.fixture
@@ -76,6 +77,15 @@ def push(frontier: Frontier, *requests: FrontierRequest) -> None:
 
 def seed(**changes: object) -> FrontierRequest:
     return seed_from_request({**SEED_MESSAGE, **changes}, origin="t.incoming/0/7@1714563600000")
+
+
+def option_sets(client: redis.Redis, keys: Keys) -> dict[bytes, bytes]:
+    """The option sets stored for crawl app/c1, over every shard's part of its record."""
+    found: dict[bytes, bytes] = {}
+    for shard in range(keys.shards):
+        part = client.hgetall(keys.crawl_shard("link", "app", "c1", shard))
+        found.update((k, v) for k, v in part.items() if k.startswith(b"o:"))
+    return found
 
 
 def pop_all(worker: FrontierWorker) -> list[FrontierRequest]:
@@ -153,8 +163,7 @@ def test_push_pop_keeps_every_option_of_two_seeds_of_one_crawl(
     first, second = seed(), seed(url="http://example.org/other", maxdepth=1, allowed_domains=None)
     for r in (first, second):
         push(frontier, r)
-    record = redis_client.hgetall(keys.crawl("link", "app", "c1"))
-    sets = {k: v for k, v in record.items() if k.startswith(b"o:")}
+    sets = option_sets(redis_client, keys)
     assert len(sets) == 2  # one per distinct option set, not one per request
     popped = {r.url: r for r in pop_all(worker)}
     assert popped[first.url] == first and popped[second.url] == second
@@ -168,8 +177,7 @@ def test_push_pop_keeps_every_option_of_two_seeds_of_one_crawl(
     assert again["http://www.example.com/news/2"] == links[0] and again["http://example.org/l"] == links[1]
     assert again["http://example.org/l"].maxdepth == 1 and again["http://example.org/l"].allowed_domains is None
     # the queued members hold no option: a link costs its URL and a few bytes
-    after = redis_client.hgetall(keys.crawl("link", "app", "c1"))
-    assert {k: v for k, v in after.items() if k.startswith(b"o:")} == sets
+    assert option_sets(redis_client, keys) == sets
 
 
 def test_attrs_with_an_o_key_do_not_confuse_the_pop_script(frontier: Frontier, worker: FrontierWorker) -> None:
@@ -203,7 +211,7 @@ def test_a_requeue_writes_the_option_set_back(
     push(frontier, seed())
     outcome = worker.pop("link")
     assert outcome.lease is not None
-    record = keys.crawl("link", "app", "c1")
+    record = keys.crawl_shard("link", "app", "c1", keys.shard_of(outcome.lease.request.domain))
     field = outcome.lease.request.option_set.field  # type: ignore[union-attr]
     redis_client.hdel(record, field)
     assert worker.requeue(outcome.lease.member, outcome.lease.request)
@@ -215,7 +223,7 @@ def test_a_request_whose_option_set_is_gone_is_never_fetched_and_ends_as_a_dead_
     frontier: Frontier, worker: FrontierWorker, redis_client: redis.Redis, keys: Keys
 ) -> None:
     push(frontier, seed())
-    record = keys.crawl("link", "app", "c1")
+    record = keys.crawl_shard("link", "app", "c1", keys.shard_of("example.com"))
     for field in [f for f in redis_client.hkeys(record) if f.startswith(b"o:")]:
         redis_client.hdel(record, field)  # as if the crawl record had expired (CRAWL_RECORD_TTL)
     outcome = worker.pop("link")
@@ -224,7 +232,7 @@ def test_a_request_whose_option_set_is_gone_is_never_fetched_and_ends_as_a_dead_
     assert request.option_set is not None and request.option_set.lost
     assert request.allowed_domains is None  # what the crawler must not fetch with (it checks .lost)
     # the lease expires; the reaper ends it with a dead letter instead of requeueing it
-    redis_client.zadd(keys.leases("link"), {outcome.lease.member: 1})
+    redis_client.zadd(keys.leases("link", keys.shard_of("example.com")), {outcome.lease.member: 1})
     result = reclaim_expired_leases(worker, "link", max_retries=3)
     assert (result.requeued, result.failed) == (0, 1)
     (entry,) = redis_client.xrange(keys.control_stream())
@@ -239,7 +247,7 @@ def test_expired_leases_come_back_with_their_options(
     push(frontier, seed())
     outcome = worker.pop("link")
     assert outcome.lease is not None
-    redis_client.zadd(keys.leases("link"), {outcome.lease.member: 1})
+    redis_client.zadd(keys.leases("link", keys.shard_of("example.com")), {outcome.lease.member: 1})
     ((member, request),) = worker.expired_leases("link")
     assert member == outcome.lease.member and request == seed() and request.option_set is not None
     assert not request.option_set.lost

@@ -31,9 +31,10 @@ from crawlhive.utils.stats import (
 FAST = ThrottleConfig(hits=1000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)
 
 
-@pytest.fixture
-def keys(redis_settings: Settings) -> Keys:
-    return Keys(redis_settings["REDIS_KEY_PREFIX"])
+@pytest.fixture(params=[1, 4], ids=["one-shard", "4-shards"])
+def keys(redis_settings: Settings, request: pytest.FixtureRequest) -> Keys:
+    """The frontier's keys with one shard (a single Redis) and with four (docs/contract.md §18.2)."""
+    return Keys(redis_settings["REDIS_KEY_PREFIX"], shards=request.param)
 
 
 @pytest.fixture

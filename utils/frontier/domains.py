@@ -39,8 +39,9 @@ def defer_domain(redis: Redis, keys: Keys, spider: str, domain: str, delay_s: fl
     """
     delay_us = int(min(max(delay_s, 0.0), RETRY_AFTER_MAX_S) * 1_000_000)
     defer = scripts(redis)["domain_defer"]
-    score = defer(keys=[keys.domains(spider)], args=[domain, delay_us])
-    defer(keys=[keys.domains(spider, render=True)], args=[domain, delay_us])
+    shard = keys.shard_of(domain)
+    score = defer(keys=[keys.domains(spider, shard=shard)], args=[domain, delay_us])
+    defer(keys=[keys.domains(spider, render=True, shard=shard)], args=[domain, delay_us])
     return float(score)
 
 
@@ -63,7 +64,7 @@ def recheck_domain(redis: Redis, keys: Keys, spiders: set[str], domain: str) -> 
     pipe = redis.pipeline(transaction=False)
     lanes = [(spider, render) for spider in sorted(spiders) for render in (False, True)]
     for spider, render in lanes:
-        pipe.zadd(keys.domains(spider, render), {domain: 0}, xx=True, lt=True)
+        pipe.zadd(keys.domains(spider, render, keys.shard_of(domain)), {domain: 0}, xx=True, lt=True)
     for spider, render in lanes:
         pipe.publish(keys.wake_channel(spider, render), b"1")
     pipe.execute()

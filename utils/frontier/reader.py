@@ -10,7 +10,7 @@ none when it crashes before Kafka acknowledged it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.utils.frontier.model import decode_priority, text
 from crawlhive.utils.keys import Keys
@@ -80,29 +80,41 @@ class FrontierReader:
         """
         keys = self.keys
         lanes_order = (False, True)  # plain and rendering (§15): one crawl record, queues in each lane
-        prefixes = {render: keys.script_prefixes(spider, render)["crawl_queue"] for render in lanes_order}
+        shards = range(keys.shards)
+        prefixes = {
+            (render, shard): keys.script_prefixes(spider, render, shard)["crawl_queue"]
+            for render in lanes_order
+            for shard in shards
+        }
+        sharded = keys.shards > 1
+        # per crawl: a backlog reply per (shard, lane), the record, and with shards each shard's part
+        per_crawl = 2 * keys.shards + 1 + (keys.shards if sharded else 0)
 
         def build() -> Pipeline:
             pipe = self.redis.pipeline(transaction=False)
             for crawlid in crawlids:
-                for render in lanes_order:
-                    self.scripts.queue(
-                        pipe,
-                        "crawl_backlog",
-                        [keys.crawl_domains(spider, appid, crawlid, render)],
-                        [prefixes[render] + keys.crawl_member(appid, crawlid) + ":"],
-                    )
+                for shard in shards:
+                    for render in lanes_order:
+                        self.scripts.queue(
+                            pipe,
+                            "crawl_backlog",
+                            [keys.crawl_domains(spider, appid, crawlid, render, shard)],
+                            [prefixes[(render, shard)] + keys.crawl_member(appid, crawlid) + ":"],
+                        )
                 pipe.hgetall(keys.crawl(spider, appid, crawlid))
+                if sharded:
+                    for shard in shards:
+                        pipe.hmget(keys.crawl_shard(spider, appid, crawlid, shard), "inflight", "crawled", "failed")
             return pipe
 
         replies = self.scripts.execute(build)
         states = []
         for i, crawlid in enumerate(crawlids):
+            base = per_crawl * i
+            flats = replies[base : base + 2 * keys.shards]  # (shard 0 plain, shard 0 render, shard 1 ...)
             backlog: dict[str, DomainBacklog] = {}
-            lanes = frozenset(
-                render for render, flat in zip(lanes_order, replies[3 * i : 3 * i + 2], strict=True) if flat
-            )
-            for flat in replies[3 * i : 3 * i + 2]:
+            lanes = frozenset(render for j, flat in enumerate(flats) if flat for render in (lanes_order[j % 2],))
+            for flat in flats:
                 for j in range(0, len(flat), 4):
                     domain, queued = text(flat[j]), int(flat[j + 1])
                     high, low = decode_priority(float(flat[j + 2])), decode_priority(float(flat[j + 3]))
@@ -111,7 +123,11 @@ class FrontierReader:
                         queued = queued + seen.total
                         high, low = max(high, seen.high_priority), min(low, seen.low_priority)
                     backlog[domain] = DomainBacklog(queued, high, low)
-            record = {text(k): text(v) for k, v in replies[3 * i + 2].items()}
+            record = {text(k): text(v) for k, v in replies[base + 2 * keys.shards].items()}
+            if sharded:  # the counters live in the shards' parts
+                parts = replies[base + 2 * keys.shards + 1 : base + per_crawl]
+                for j, field in enumerate(("inflight", "crawled", "failed")):
+                    record[field] = str(sum(int(part[j] or 0) for part in parts))
             states.append(
                 CrawlState(
                     spiderid=spider,
@@ -140,32 +156,43 @@ class FrontierReader:
             The number of queued requests removed (``total_purged`` / ``total_expired``).
         """
         keys = self.keys
-        prefixes = keys.script_prefixes(spider)
-        render_prefixes = keys.script_prefixes(spider, render=True)
         member = keys.crawl_member(appid, crawlid)
-        return int(
-            self.scripts["crawl_purge"](
-                keys=[
-                    keys.crawl_domains(spider, appid, crawlid),
-                    keys.crawl_leases(spider, appid, crawlid),
-                    keys.leases(spider),
-                    keys.crawl(spider, appid, crawlid),
-                    keys.expiries(),
-                    keys.crawl_stopped(spider, appid, crawlid),
-                    keys.crawl_domains(spider, appid, crawlid, render=True),
-                ],
-                args=[
-                    prefixes["crawl_queue"] + member + ":",
-                    prefixes["domain_crawls"],
-                    member,
-                    keys.crawl_ref(spider, appid, crawlid),
-                    self.record_ttl_s,
-                    ended_as,
-                    render_prefixes["crawl_queue"] + member + ":",
-                    render_prefixes["domain_crawls"],
-                ],
+        ref = keys.crawl_ref(spider, appid, crawlid)
+        purged = 0
+        for shard in range(keys.shards):  # each shard's queues, leases and stopped marker
+            prefixes = keys.script_prefixes(spider, shard=shard)
+            render_prefixes = keys.script_prefixes(spider, render=True, shard=shard)
+            purged += int(
+                self.scripts["crawl_purge"](
+                    keys=[
+                        keys.crawl_domains(spider, appid, crawlid, shard=shard),
+                        keys.crawl_leases(spider, appid, crawlid, shard),
+                        keys.leases(spider, shard),
+                        keys.crawl_shard(spider, appid, crawlid, shard),
+                        keys.expiries(),
+                        keys.crawl_stopped(spider, appid, crawlid, shard),
+                        keys.crawl_domains(spider, appid, crawlid, render=True, shard=shard),
+                    ],
+                    args=[
+                        prefixes["crawl_queue"] + member + ":",
+                        prefixes["domain_crawls"],
+                        member,
+                        ref,
+                        self.record_ttl_s,
+                        ended_as,
+                        render_prefixes["crawl_queue"] + member + ":",
+                        render_prefixes["domain_crawls"],
+                    ],
+                )
             )
-        )
+        if keys.shards > 1:  # the record itself (the shards' scripts ended their parts)
+            record = keys.crawl(spider, appid, crawlid)
+            if self.redis.exists(record):
+                pipe = self.redis.pipeline(transaction=True)
+                pipe.hset(record, mapping={"inflight": 0, "ended_as": ended_as})
+                pipe.hdel(record, "expires")
+                pipe.execute()
+        return purged
 
     def scan_complete(self, cursor: int = 0, count: int = 500) -> tuple[int, int]:
         """Check up to about *count* crawls of ``keys.active_crawls()`` from *cursor* (``SSCAN``):
@@ -178,18 +205,12 @@ class FrontierReader:
             ``(next cursor, crawls found complete)``; cursor 0 means the pass is over.
         """
         prefixes = self.keys.crawl_ref_prefixes()
+        args: list[Any] = [cursor, count, prefixes["crawl"], prefixes["app_crawls"], self.record_ttl_s]
+        for shard in range(self.keys.shards):
+            p = self.keys.crawl_ref_prefixes(shard)
+            args += [p["crawl_domains"], p["render_crawl_domains"], p["crawl_leases"], p["crawl_shard"]]
         cursor_out, found = self.scripts["complete_scan"](
-            keys=[self.keys.active_crawls(), self.keys.control_stream(), self.keys.finished_crawls()],
-            args=[
-                cursor,
-                count,
-                prefixes["crawl_domains"],
-                prefixes["crawl_leases"],
-                prefixes["crawl"],
-                prefixes["app_crawls"],
-                self.record_ttl_s,
-                prefixes["render_crawl_domains"],
-            ],
+            keys=[self.keys.active_crawls(), self.keys.control_stream(), self.keys.finished_crawls()], args=args
         )
         return int(cursor_out), int(found)
 
@@ -207,11 +228,15 @@ class FrontierReader:
         """Queued requests per domain of *spider* in one lane (the rendering one if *render*;
         domains with none left out), in one script that sums the ``ZCARD`` of each domain's crawl
         queues: O(domains x crawls), not O(backlog)."""
-        prefixes = self.keys.script_prefixes(spider, render)
-        reply = self.scripts["spider_backlog"](
-            keys=[self.keys.domains(spider, render)], args=[prefixes["domain_crawls"], prefixes["crawl_queue"]]
-        )
-        return {text(reply[i]): int(reply[i + 1]) for i in range(0, len(reply), 2)}
+        backlog: dict[str, int] = {}
+        for shard in range(self.keys.shards):
+            prefixes = self.keys.script_prefixes(spider, render, shard)
+            reply = self.scripts["spider_backlog"](
+                keys=[self.keys.domains(spider, render, shard)],
+                args=[prefixes["domain_crawls"], prefixes["crawl_queue"]],
+            )
+            backlog.update((text(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2))
+        return backlog
 
     def active_spiders(self) -> set[str]:
         """Spider types of the crawls in ``keys.active_crawls()`` (``SSCAN``, no ``KEYS``).

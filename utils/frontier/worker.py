@@ -130,6 +130,7 @@ class FrontierWorker:
         self.record_ttl_s = int(record_ttl_s)
         self.throttle = throttle
         self.scripts = scripts(redis)
+        self._next_shard = 0
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
@@ -141,31 +142,51 @@ class FrontierWorker:
             ThrottleConfig.from_settings(settings),
         )
 
-    def pop(self, spider: str, render: bool = False) -> PopOutcome:
+    def pop(self, spider: str, render: bool = False, shard: int | None = None) -> PopOutcome:
         """Lease the best request of the next domain that its throttle allows, cluster-wide.
 
         Domains are served in the order they become ready (round robin); within a domain the crawl
         with the highest-priority head goes first. Blacklisted and paused (``hits`` 0) domains are
         skipped and looked at again after RECHECK_S. *render* selects the rendering lane (§15).
-        """
-        keys, args = self.pop_call(spider, render)
-        return self.pop_outcome(self.scripts["frontier_pop"](keys=keys, args=args), spider)
 
-    def pop_call(self, spider: str, render: bool = False) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of one :meth:`pop` for *spider* (in the rendering lane if *render*);
-        decode the reply with :meth:`pop_outcome`."""
+        With several frontier shards it pops from *shard*, or from each shard in turn until one
+        leases a request (the outcome then says how long until the soonest shard has one ready).
+        """
+        if shard is not None or self.keys.shards == 1:
+            keys, args = self.pop_call(spider, render, shard or 0)
+            return self.pop_outcome(self.scripts["frontier_pop"](keys=keys, args=args), spider)
+        waits: list[float] = []
+        shards = self.keys.shards
+        for i in range(shards):  # from the shard after the one that served last: round robin
+            k = (self._next_shard + i) % shards
+            outcome = self.pop(spider, render, k)
+            if outcome.lease is not None:
+                self._next_shard = (k + 1) % shards
+                return outcome
+            if outcome.wait_s is not None:
+                waits.append(outcome.wait_s)
+        return PopOutcome(None, min(waits) if waits else None)
+
+    def pop_call(self, spider: str, render: bool = False, shard: int = 0) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of one :meth:`pop` for *spider* (in the rendering lane if *render*) from
+        frontier *shard*; decode the reply with :meth:`pop_outcome`."""
         keys = self.keys
-        prefixes = keys.script_prefixes(spider, render)
+        prefixes = keys.script_prefixes(spider, render, shard)
         throttle = self.throttle
         return (
-            [keys.domains(spider, render), keys.leases(spider), keys.domain_config(), keys.domain_blacklist()],
+            [
+                keys.domains(spider, render, shard),
+                keys.leases(spider, shard),
+                keys.domain_config(shard),
+                keys.domain_blacklist(shard),
+            ],
             [
                 prefixes["crawl_queue"],
                 prefixes["domain_crawls"],
                 prefixes["crawl_domains"],
                 prefixes["crawl"],
                 prefixes["crawl_leases"],
-                keys.throttle_prefix(spider if throttle.type_enabled else None, throttle.egress_id),
+                keys.throttle_prefix(spider if throttle.type_enabled else None, throttle.egress_id, shard),
                 throttle.hits,
                 int(throttle.window_s * 1_000_000),
                 "1" if throttle.moderated else "0",
@@ -173,7 +194,7 @@ class FrontierWorker:
                 POP_SCAN_DOMAINS,
                 int(RECHECK_S * 1_000_000),
                 int(throttle.margin_s * 1_000_000),
-                keys.crawl_delay_prefix(),
+                keys.crawl_delay_prefix(shard),
             ],
         )
 
@@ -193,22 +214,20 @@ class FrontierWorker:
 
     def touch(self, lease: Lease) -> TouchStatus:
         """Renew *lease* for another LEASE_TIMEOUT unless its crawl was stopped or it was lost."""
-        r = lease.request
-        result = self.scripts["lease_touch"](
-            keys=[self.keys.leases(r.spiderid), self.keys.crawl_stopped(r.spiderid, r.appid, r.crawlid)],
-            args=[lease.member, self.lease_us],
-        )
+        result = self.scripts["lease_touch"](keys=self._touch_keys(lease.request), args=[lease.member, self.lease_us])
         return TouchStatus(int(result) if int(result) in (0, 2) else 1)
+
+    def _touch_keys(self, r: FrontierRequest) -> list[str]:
+        shard = self.keys.shard_of(r.domain)
+        return [self.keys.leases(r.spiderid, shard), self.keys.crawl_stopped(r.spiderid, r.appid, r.crawlid, shard)]
 
     def park(self, lease: Lease, wait_s: float) -> TouchStatus:
         """Keep *lease* for *wait_s* seconds more and no longer renew it: a retry waiting out its
         back-off (docs/contract.md §14). When the wait is over, whoever comes first requeues it as a
         retry: the crawler that parked it, or any lease reaper (the lease has expired), so a waiting
         retry survives the restart of its crawler. Stopping the crawl cancels it like any lease."""
-        r = lease.request
         result = self.scripts["lease_touch"](
-            keys=[self.keys.leases(r.spiderid), self.keys.crawl_stopped(r.spiderid, r.appid, r.crawlid)],
-            args=[lease.member, max(1, int(wait_s * 1_000_000))],
+            keys=self._touch_keys(lease.request), args=[lease.member, max(1, int(wait_s * 1_000_000))]
         )
         return TouchStatus(int(result) if int(result) in (0, 2) else 1)
 
@@ -225,18 +244,21 @@ class FrontierWorker:
         """
         if counter not in ("", "crawled", "failed"):
             raise ValueError(f"counter must be 'crawled', 'failed' or '', got {counter!r}")
-        r = lease.request
-        keys = self.keys
         return bool(
             self.scripts["lease_ack"](
-                keys=[
-                    keys.leases(r.spiderid),
-                    keys.crawl(r.spiderid, r.appid, r.crawlid),
-                    keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
-                ],
-                args=[lease.member, counter, self.record_ttl_s],
+                keys=self._ack_keys(lease.request), args=[lease.member, counter, self.record_ttl_s]
             )
         )
+
+    def _ack_keys(self, r: FrontierRequest) -> list[str]:
+        """The leases, the shard's part of the crawl record and the crawl's leases of *r*'s shard."""
+        keys = self.keys
+        shard = keys.shard_of(r.domain)
+        return [
+            keys.leases(r.spiderid, shard),
+            keys.crawl_shard(r.spiderid, r.appid, r.crawlid, shard),
+            keys.crawl_leases(r.spiderid, r.appid, r.crawlid, shard),
+        ]
 
     def requeue(self, member: bytes, request: FrontierRequest) -> bool:
         """Move the leased *member* back into the queue as *request*, if it is still leased.
@@ -253,16 +275,17 @@ class FrontierWorker:
     def _move_back(self, member: bytes, r: FrontierRequest) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of the scripts that move a lease back into the queue (requeue, reclaim)."""
         keys = self.keys
+        shard = keys.shard_of(r.domain)
         return (
             [
-                keys.leases(r.spiderid),
-                keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
-                keys.crawl(r.spiderid, r.appid, r.crawlid),
+                keys.leases(r.spiderid, shard),
+                keys.crawl_leases(r.spiderid, r.appid, r.crawlid, shard),
+                keys.crawl_shard(r.spiderid, r.appid, r.crawlid, shard),
                 keys.crawl_queue(r.spiderid, r.appid, r.crawlid, r.domain, r.render),
                 keys.domain_crawls(r.spiderid, r.domain, r.render),
-                keys.domains(r.spiderid, r.render),
-                keys.crawl_domains(r.spiderid, r.appid, r.crawlid, r.render),
-                keys.queue_sequence(),
+                keys.domains(r.spiderid, r.render, shard),
+                keys.crawl_domains(r.spiderid, r.appid, r.crawlid, r.render, shard),
+                keys.queue_sequence(shard),
             ],
             [
                 member,
@@ -283,7 +306,8 @@ class FrontierWorker:
         oid = member_option_id(member)
         if oid is None:
             return FrontierRequest.decode(member)  # self-contained, queued before 2.1
-        raw = cast("bytes | None", self.redis.hget(self.keys.crawl(spider, appid, crawlid), "o:" + oid))
+        part = self.keys.crawl_shard(spider, appid, crawlid, self.keys.shard_of(domain))
+        raw = cast("bytes | None", self.redis.hget(part, "o:" + oid))
         options = OptionSet.from_json(raw) if raw else OptionSet.missing(oid)
         return FrontierRequest.from_member(
             member,
@@ -300,20 +324,27 @@ class FrontierWorker:
         with their option sets (read from the crawl records in one round trip). A request whose
         option set is gone (its crawl record expired) comes with a :attr:`OptionSet.lost` one."""
         now_s, now_us = self.redis.time()
-        members = cast(
-            "list[bytes]",
-            self.redis.zrangebyscore(self.keys.leases(spider), "-inf", f"{now_s}.{now_us:06d}", start=0, num=limit),
-        )
+        members: list[bytes] = []
+        for shard in range(self.keys.shards):
+            found_here = cast(
+                "list[bytes]",
+                self.redis.zrangebyscore(
+                    self.keys.leases(spider, shard), "-inf", f"{now_s}.{now_us:06d}", start=0, num=limit - len(members)
+                ),
+            )
+            members += found_here
+            if len(members) >= limit:
+                break
         parsed = [(bytes(m), parse_lease_member(bytes(m))) for m in members]
-        wanted: dict[tuple[str, str, str], None] = {}
+        wanted: dict[tuple[str, str, str, str], None] = {}
         for _, p in parsed:
             if p is not None:
                 oid = member_option_id(p[4])
                 if oid is not None:
-                    wanted[(p[1], p[2], oid)] = None
+                    wanted[(p[1], p[2], p[3], oid)] = None
         pipe = self.redis.pipeline(transaction=False)
-        for appid, crawlid, oid in wanted:
-            pipe.hget(self.keys.crawl(spider, appid, crawlid), "o:" + oid)
+        for appid, crawlid, domain, oid in wanted:
+            pipe.hget(self.keys.crawl_shard(spider, appid, crawlid, self.keys.shard_of(domain)), "o:" + oid)
         found = dict(zip(wanted, pipe.execute() if wanted else [], strict=True))
         out: list[tuple[bytes, FrontierRequest]] = []
         for member, p in parsed:
@@ -321,7 +352,7 @@ class FrontierWorker:
             if p is not None:
                 oid = member_option_id(p[4])
                 if oid is not None:
-                    raw = found.get((p[1], p[2], oid))
+                    raw = found.get((p[1], p[2], p[3], oid))
                     options = OptionSet.from_json(raw) if raw else OptionSet.missing(oid)
             out.append((member, decode_lease(member, spider, options)))
         return out
@@ -339,16 +370,9 @@ class FrontierWorker:
         Returns:
             True if done; False if the lease was gone or had been renewed (nothing changed).
         """
-        keys = self.keys
-        r = request
         return bool(
             self.scripts["lease_exhaust"](
-                keys=[
-                    keys.leases(r.spiderid),
-                    keys.crawl(r.spiderid, r.appid, r.crawlid),
-                    keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
-                    keys.control_stream(),
-                ],
+                keys=[*self._ack_keys(request), self.keys.control_stream()],
                 args=[member, "failed", self.record_ttl_s, dead_letter],
             )
         )
@@ -363,13 +387,7 @@ class FrontierWorker:
         def build() -> Pipeline:
             pipe = self.redis.pipeline(transaction=False)
             for lease in leases:
-                r = lease.request
-                self.scripts.queue(
-                    pipe,
-                    "lease_touch",
-                    [self.keys.leases(r.spiderid), self.keys.crawl_stopped(r.spiderid, r.appid, r.crawlid)],
-                    [lease.member, self.lease_us],
-                )
+                self.scripts.queue(pipe, "lease_touch", self._touch_keys(lease.request), [lease.member, self.lease_us])
             return pipe
 
         return [TouchStatus(int(x) if int(x) in (0, 2) else 1) for x in self.scripts.execute(build)]
@@ -383,15 +401,4 @@ class FrontierWorker:
         """
         if counter not in ("", "crawled", "failed"):
             raise ValueError(f"counter must be 'crawled', 'failed' or '', got {counter!r}")
-        r = lease.request
-        keys = self.keys
-        self.scripts.queue(
-            pipe,
-            "lease_ack",
-            [
-                keys.leases(r.spiderid),
-                keys.crawl(r.spiderid, r.appid, r.crawlid),
-                keys.crawl_leases(r.spiderid, r.appid, r.crawlid),
-            ],
-            [lease.member, counter, self.record_ttl_s],
-        )
+        self.scripts.queue(pipe, "lease_ack", self._ack_keys(lease.request), [lease.member, counter, self.record_ttl_s])

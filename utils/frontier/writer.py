@@ -48,10 +48,21 @@ class Frontier:
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
         return cls(redis, Keys(settings["REDIS_KEY_PREFIX"]), settings.getfloat("CRAWL_RECORD_TTL"))
 
-    def reserve_sequence(self, count: int) -> int:
-        """First of *count* fresh arrival numbers (one round trip)."""
-        last = int(self.redis.incrby(self.keys.queue_sequence(), count))
+    def reserve_sequence(self, count: int, shard: int = 0) -> int:
+        """First of *count* fresh arrival numbers of *shard* (one round trip)."""
+        last = int(self.redis.incrby(self.keys.queue_sequence(shard), count))
         return last - count + 1
+
+    def reserve_sequences(self, counts: dict[int, int]) -> dict[int, int]:
+        """:meth:`reserve_sequence` of several shards (shard -> count) in one round trip."""
+        if len(counts) == 1:
+            ((shard, count),) = counts.items()
+            return {shard: self.reserve_sequence(count, shard)}
+        pipe = self.redis.pipeline(transaction=False)
+        for shard, count in counts.items():
+            pipe.incrby(self.keys.queue_sequence(shard), count)
+        lasts = pipe.execute()
+        return {shard: int(last) - count + 1 for (shard, count), last in zip(counts.items(), lasts, strict=True)}
 
     def push(self, requests: list[FrontierRequest], pipe: Pipeline) -> None:
         """Queue the writes that add *requests* on *pipe* (the caller executes it).
@@ -66,25 +77,32 @@ class Frontier:
         """
         if not requests:
             return
-        first = self.reserve_sequence(len(requests))
-        now = int(time.time())
         keys = self.keys
+        shard_of = keys.shard_of
+        shards = [shard_of(r.domain) for r in requests]
+        counts: dict[int, int] = {}
+        for shard in shards:
+            counts[shard] = counts.get(shard, 0) + 1
+        next_seq = self.reserve_sequences(counts)
+        now = int(time.time())
         # queue key -> {member: score}; (spider, render, domain) -> {crawl member: best score}
         queues: dict[str, dict[bytes, int]] = {}
         best: dict[tuple[str, bool, str], dict[str, int]] = {}
-        spider_domains: dict[tuple[str, bool], set[str]] = {}
-        # (spider, appid, crawlid) -> last non-zero expires; (crawl, render) -> domains of that lane
+        spider_domains: dict[tuple[str, bool, int], set[str]] = {}
+        # (spider, appid, crawlid) -> last non-zero expires; (crawl, render, shard) -> domains there
         crawls: dict[tuple[str, str, str], int] = {}
-        lane_domains: dict[tuple[str, str, str, bool], set[str]] = {}
+        lane_domains: dict[tuple[str, str, str, bool, int], set[str]] = {}
         budgets: dict[tuple[str, str, str], int] = {}  # crawl -> max_pages (§10.7), shown by info
-        option_sets: dict[tuple[str, str, str], dict[str, OptionSet]] = {}  # crawl -> its sets in this batch
-        for offset, request in enumerate(requests):
+        # (crawl, shard) -> the option sets its requests there name (in that shard's part of the record)
+        option_sets: dict[tuple[str, str, str, int], dict[str, OptionSet]] = {}
+        for request, shard in zip(requests, shards, strict=True):
             options = request.option_set
             if options is None:
                 options = request.option_set = OptionSet.of(request)
             domain = request.domain
             spider, appid, crawlid, render = request.spiderid, request.appid, request.crawlid, request.render
-            value = encode_score(request.priority, first + offset)
+            value = encode_score(request.priority, next_seq[shard])
+            next_seq[shard] += 1
             queue = keys.crawl_queue(spider, appid, crawlid, domain, render)
             members = queues.get(queue)
             if members is None:
@@ -94,21 +112,27 @@ class Frontier:
             crawl_member = keys.crawl_member(appid, crawlid)
             if value < crawl_best.get(crawl_member, value + 1):
                 crawl_best[crawl_member] = value
-            spider_domains.setdefault((spider, render), set()).add(domain)
-            lane_domains.setdefault((spider, appid, crawlid, render), set()).add(domain)
+            spider_domains.setdefault((spider, render, shard), set()).add(domain)
+            lane_domains.setdefault((spider, appid, crawlid, render, shard), set()).add(domain)
             crawl = (spider, appid, crawlid)
             crawls[crawl] = request.expires or crawls.get(crawl, 0)
-            option_sets.setdefault(crawl, {})[options.id] = options
+            option_sets.setdefault((spider, appid, crawlid, shard), {})[options.id] = options
             if request.max_pages:
                 budgets[crawl] = request.max_pages
         for queue, members in queues.items():
             pipe.zadd(queue, members, nx=True)
         for (spider, render, domain), crawl_best in best.items():
             pipe.zadd(keys.domain_crawls(spider, domain, render), crawl_best, lt=True)
-        for (spider, render), domains in spider_domains.items():
-            pipe.zadd(keys.domains(spider, render), dict.fromkeys(domains, 0), nx=True)
-        for (spider, appid, crawlid, render), domains in lane_domains.items():
-            pipe.sadd(keys.crawl_domains(spider, appid, crawlid, render), *domains)
+        for (spider, render, shard), domains in spider_domains.items():
+            pipe.zadd(keys.domains(spider, render, shard), dict.fromkeys(domains, 0), nx=True)
+        for (spider, appid, crawlid, render, shard), domains in lane_domains.items():
+            pipe.sadd(keys.crawl_domains(spider, appid, crawlid, render, shard), *domains)
+        sharded = keys.shards > 1
+        if sharded:  # each shard's part of the record holds the option sets its members name
+            for (spider, appid, crawlid, shard), sets in option_sets.items():
+                part = keys.crawl_shard(spider, appid, crawlid, shard)
+                pipe.hset(part, mapping={o.field: o.json for o in sets.values()})
+                pipe.expire(part, self.record_ttl_s)
         apps: dict[tuple[str, str], set[str]] = {}
         refs = []
         for (spider, appid, crawlid), expires in crawls.items():
@@ -122,8 +146,9 @@ class Frontier:
                 "spiderid": spider,
                 "last_activity": now,
             }
-            for options in option_sets[(spider, appid, crawlid)].values():
-                fields[options.field] = options.json
+            if not sharded:  # one shard: its part of the record is the record
+                for options in option_sets[(spider, appid, crawlid, 0)].values():
+                    fields[options.field] = options.json
             pipe.hset(record, mapping=fields)  # type: ignore[arg-type]
             pipe.hsetnx(record, "started", now)
             pipe.hdel(record, "ended", "ended_as")  # work again: active, not finished
@@ -137,5 +162,5 @@ class Frontier:
             pipe.sadd(keys.app_crawls(spider, appid), *crawlids)
         pipe.sadd(keys.active_crawls(), *refs)
         pipe.zrem(keys.finished_crawls(), *refs)
-        for spider, render in spider_domains:
+        for spider, render in {(spider, render) for spider, render, _ in spider_domains}:
             pipe.publish(keys.wake_channel(spider, render), b"1")
