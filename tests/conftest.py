@@ -103,6 +103,11 @@ def redis_client(redis_url: str, names: IsolatedNames) -> Iterator[redis.Redis]:
         client.close()
 
 
+#: FRONTIER_SHARDS of the components the tests build or start (from the environment, like theirs:
+#: ``make test``'s second pass runs with 4 shards on one Redis, contract §18.2).
+TEST_FRONTIER_SHARDS = int(os.environ.get("FRONTIER_SHARDS") or 0)
+
+
 @pytest.fixture
 def redis_settings(redis_url: str, names: IsolatedNames, tmp_path: Path, redis_client: redis.Redis) -> Settings:
     """Settings for this test with Redis only (no broker is started; Kafka points at a dead port)."""
@@ -112,6 +117,7 @@ def redis_settings(redis_url: str, names: IsolatedNames, tmp_path: Path, redis_c
         REDIS_KEY_PREFIX=names.key_prefix,
         KAFKA_TOPIC_PREFIX=names.topic_prefix,
         CRAWLHIVE_HOME=str(tmp_path),
+        FRONTIER_SHARDS=TEST_FRONTIER_SHARDS,
     )
 
 

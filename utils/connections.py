@@ -206,7 +206,7 @@ def check_frontier_shards(client: redis.Redis, settings: Settings, cluster: bool
     if not 0 <= configured <= 16384:
         raise SettingsError(f"FRONTIER_SHARDS: must be 0 (automatic) or 1-16384, got {configured}")
     wanted = configured or (DEFAULT_CLUSTER_SHARDS if cluster else 1)
-    key = Keys(settings["REDIS_KEY_PREFIX"]).frontier_shards()
+    key = Keys.from_settings(settings).frontier_shards()
     client.set(key, wanted, nx=True)
     stored = int(client.get(key) or wanted)
     if stored != wanted:

@@ -58,7 +58,7 @@ class ControlQueue:
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
-        return cls(redis, Keys(settings["REDIS_KEY_PREFIX"]))
+        return cls(redis, Keys.from_settings(settings))
 
     def submit(self, pipe: Pipeline, kind: str, message: dict[str, Any], origin: str) -> None:
         """Queue on *pipe* the append of *message* (of *kind*), at most once per *origin* (run *pipe*

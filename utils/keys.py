@@ -17,9 +17,12 @@ import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from crawlhive.utils.errors import KeyFormatError
+
+if TYPE_CHECKING:
+    from crawlhive.utils.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., str])
 
@@ -86,6 +89,11 @@ class Keys:
         self.shards = shards
         self._heads = [f"{prefix}:"] if shards == 1 else [f"{prefix}:{{{prefix}.{k}}}:" for k in range(shards)]
         self._global = f"{prefix}:" if shards == 1 else f"{prefix}:{{{prefix}}}:"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Keys:
+        """The keys of REDIS_KEY_PREFIX with FRONTIER_SHARDS shards (0, automatic: one)."""
+        return cls(settings["REDIS_KEY_PREFIX"], settings.getint("FRONTIER_SHARDS") or 1)
 
     def shard_of(self, domain: str) -> int:
         """The shard of a queue's domain: CRC-32 of the domain modulo the shard count."""
@@ -310,7 +318,7 @@ class Keys:
     def frontier_shards(self) -> str:
         """The frontier's shard count (FRONTIER_SHARDS), written by the first component to start;
         a component configured with another count refuses to start (docs/contract.md §18.2)."""
-        return f"{self._global}frontier-shards"
+        return f"{self.prefix}:frontier-shards"  # the same name whatever the count: it is what is checked
 
     @key("string", ttl="1 day")
     def seed_origin(self, origin: str, shard: int = 0) -> str:

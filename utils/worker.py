@@ -81,7 +81,7 @@ class ProcessContext:
         Args:
             heartbeat_extra: more fields for the heartbeat payload (crawlers add their spider type).
         """
-        keys = Keys(settings["REDIS_KEY_PREFIX"])
+        keys = Keys.from_settings(settings)
         node_id = new_node_id()
         return cls(
             settings=settings,

@@ -154,7 +154,7 @@ class Ledger:
     def __init__(self, settings: Settings, client: redis.Redis) -> None:
         self.settings = settings
         self.client = client
-        self.keys = Keys(settings["REDIS_KEY_PREFIX"])
+        self.keys = Keys.from_settings(settings)
         self.validator = RequestValidator.from_settings(settings)
         self.rejected = self.crawls = self.controls = 0
 
@@ -181,7 +181,7 @@ def monitor(settings: Settings, redis_client: redis.Redis, tmp_path: Path) -> It
     proc = Proc("kafka-monitor", ["kafka-monitor"], component_env(settings, HEARTBEAT_INTERVAL=1), tmp_path).start()
     producer = make_producer(settings)
     reader = TopicReader(settings, [settings.topic("dead_letter")])
-    keys = Keys(settings["REDIS_KEY_PREFIX"])
+    keys = Keys.from_settings(settings)
     try:
         assert wait_until(lambda: redis_client.zcard(keys.heartbeat_index("kafka-monitor")) >= 1, 30), proc.tail()
         yield proc, producer, reader

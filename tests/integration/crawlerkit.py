@@ -29,6 +29,7 @@ import redis
 from crawlhive.utils.app.demo_site import SiteServer
 from crawlhive.utils.connections import ensure_topics, make_consumer
 from crawlhive.utils.frontier import Frontier, FrontierWorker, reclaim_expired_leases, seed_from_request
+from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings, env_value
 
 CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
@@ -53,6 +54,16 @@ CRAWL_DEFAULTS: dict[str, Any] = {
     "body": None,
     "cookies": None,
 }
+
+
+#: FRONTIER_SHARDS of the components the tests start (the environment's, as they inherit it).
+TEST_FRONTIER_SHARDS = int(os.environ.get("FRONTIER_SHARDS") or 0)
+
+
+def keys_for(prefix: str) -> Keys:
+    """The keys the components the tests start use: FRONTIER_SHARDS comes from the environment
+    (``make test``'s second pass runs with 4 shards)."""
+    return Keys.from_settings(Settings.from_overrides(REDIS_KEY_PREFIX=prefix, FRONTIER_SHARDS=TEST_FRONTIER_SHARDS))
 
 
 @dataclass
@@ -210,7 +221,7 @@ class Crawler:
         """Wait until *count* crawler heartbeats exist (the crawler is polling the frontier)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if redis_client.zcard(f"{prefix}:nodes:crawler") >= count:
+            if redis_client.zcard(keys_for(prefix).heartbeat_index("crawler")) >= count:
                 return
             if self.proc.poll() is not None:
                 break
@@ -337,6 +348,7 @@ def isolated_settings(redis_url: str, kafka_bootstrap: str, home: Path, token_pr
         REDIS_KEY_PREFIX=token,
         KAFKA_TOPIC_PREFIX=token,
         CRAWLHIVE_HOME=str(home),
+        FRONTIER_SHARDS=TEST_FRONTIER_SHARDS,
     )
 
 

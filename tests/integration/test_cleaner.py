@@ -202,7 +202,7 @@ def test_the_cleaner_builds_the_cleaned_record_and_handles_bad_input(settings: S
         "not a crawled item: not a JSON obje",
     ]
     assert all(letter["stage"] == "clean" for letter in letters + anonymous)
-    keys = Keys(settings["REDIS_KEY_PREFIX"])
+    keys = Keys.from_settings(settings)
     client = redis.Redis.from_url(settings["REDIS_URL"])
     counts = {n: int(client.get(keys.stats_lifetime("cleaner", n)) or 0) for n in COUNTERS}
     client.close()

@@ -10,9 +10,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from crawlerkit import TestSite, crawler_module, html, seed
+from crawlerkit import TestSite, crawler_module, html, keys_for, seed
+
+from crawlhive.utils.frontier import CrawlState, FrontierReader
 
 pytestmark = pytest.mark.timeout(90)
+
+
+def counters(env: dict[str, Any], crawlid: str) -> CrawlState:
+    """What ``info`` reads of crawl testapp/*crawlid* (its counters summed over the frontier's shards)."""
+    return FrontierReader.from_settings(env["redis"], env["settings"]).crawl_state("link", "testapp", crawlid)
 
 
 @pytest.fixture(scope="module")
@@ -156,9 +163,9 @@ def test_a_redirect_out_of_allowed_domains_is_not_followed(env: dict[str, Any], 
     followed = _crawl(env, url=site.url("/rd/1"), allowed_domains=["127.0.0.1"])
     (item,) = env["collector"].wait_for(followed, 1)
     assert item["response_url"] == inside
-    key = f"{env['settings']['REDIS_KEY_PREFIX']}:crawl:link:testapp:{crawlid}"
+    key = keys_for(env["settings"]["REDIS_KEY_PREFIX"]).crawl("link", "testapp", crawlid)
     deadline = time.monotonic() + 15
-    while env["redis"].hget(key, "inflight") not in (b"0", None) or not env["redis"].exists(key):
+    while counters(env, crawlid).inflight or not env["redis"].exists(key):
         assert time.monotonic() < deadline, env["redis"].hgetall(key)
         time.sleep(0.1)
     assert env["collector"].settle(crawlid, 1.0) == []  # dropped by policy: no item, no dead letter
@@ -221,8 +228,8 @@ def test_network_error_is_retried_then_dead_lettered(env: dict[str, Any], site: 
         "retry_times",
         "server_time",
     }
-    record = env["redis"].hgetall(f"{env['settings']['REDIS_KEY_PREFIX']}:crawl:link:testapp:{crawlid}")
-    assert record[b"failed"] == b"1" and record[b"inflight"] == b"0"
+    state = counters(env, crawlid)
+    assert (state.failed, state.inflight) == (1, 0)
 
 
 def test_useragent_everywhere_headers_and_cookies_only_on_the_seed_origin(env: dict[str, Any], site: TestSite) -> None:
@@ -287,12 +294,11 @@ def test_post_seed_sends_method_and_body_links_are_get(env: dict[str, Any], site
 def test_robots_disallowed_page_is_a_policy_drop(env: dict[str, Any], site: TestSite) -> None:
     site.page("/private/page", html())
     crawlid = _crawl(env, url=site.url("/private/page"))
-    prefix = env["settings"]["REDIS_KEY_PREFIX"]
-    record_key = f"{prefix}:crawl:link:testapp:{crawlid}"
-    deadline = __import__("time").monotonic() + 10
-    while __import__("time").monotonic() < deadline and env["redis"].hget(record_key, "inflight") != b"0":
-        __import__("time").sleep(0.05)
-    assert env["redis"].hget(record_key, "inflight") == b"0"
+    record_key = keys_for(env["settings"]["REDIS_KEY_PREFIX"]).crawl("link", "testapp", crawlid)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (not env["redis"].exists(record_key) or counters(env, crawlid).inflight):
+        time.sleep(0.05)
+    assert env["redis"].exists(record_key) and counters(env, crawlid).inflight == 0
     assert env["collector"].settle(crawlid, 0.5) == []
     assert site.hits("/private/") == []
 
@@ -330,7 +336,9 @@ def test_expired_crawl_is_never_fetched(env: dict[str, Any], site: TestSite) -> 
     crawlid = _crawl(env, url=site.url("/exp/0"), expires=int(time.time()) - 5)
     prefix = env["settings"]["REDIS_KEY_PREFIX"]
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and env["redis"].zcard(f"{prefix}:cq:link:testapp:{crawlid}:127.0.0.1"):
+    while time.monotonic() < deadline and env["redis"].zcard(
+        keys_for(prefix).crawl_queue("link", "testapp", crawlid, "127.0.0.1")
+    ):
         time.sleep(0.05)
     time.sleep(0.3)
     assert site.hits("/exp/") == []
@@ -372,7 +380,7 @@ def test_stats_and_heartbeat_name_the_spider(env: dict[str, Any], site: TestSite
     env["collector"].wait_for(crawlid, 1)
     env["collector"].wait_for(closed, 1, timeout=30)  # its dead letter, after the retries
     time.sleep(1.3)  # CRAWLER_STATS_FLUSH_S
-    keys = Keys(settings["REDIS_KEY_PREFIX"])
+    keys = Keys.from_settings(settings)
     stats = Stats(env["redis"], keys, settings["STATS_TIMES"])
     assert stats.read(CRAWLER, crawler_counter_name("link", 200))["lifetime"] >= 1
     assert stats.read(CRAWLER, machine_counter_name(settings.node_name, 200))["lifetime"] >= 1

@@ -58,7 +58,7 @@ def test_two_crawlers_never_exceed_a_domains_hits_per_window(
     site.page("/t/", html(*links))
     for link in links:
         site.page(link, html())
-    keys = Keys(settings["REDIS_KEY_PREFIX"])
+    keys = Keys.from_settings(settings)
     # domain-config for the site's domain, live: 4 fetches per rolling second, cluster-wide
     redis_client.hset(keys.domain_config(), "127.0.0.1", json.dumps({"hits": 4, "window": 1, "scale": 1.0}))
     _start(kit, settings, redis_client, 2, QUEUE_MODERATED=False)
@@ -123,7 +123,7 @@ def test_sigterm_finishes_in_flight_work_and_exits_0(
         time.sleep(0.02)
     assert crawler.terminate() == 0, crawler.output()
     assert len(kit["collector"].wait_for("term", 1)) == 1
-    keys = Keys(settings["REDIS_KEY_PREFIX"])
+    keys = Keys.from_settings(settings)
     assert redis_client.zcard(keys.leases("link")) == 0
     assert redis_client.zcard(keys.heartbeat_index("crawler")) == 0
 

@@ -106,7 +106,7 @@ def test_a_failed_fetch_waits_out_its_back_off_while_other_work_goes_on(
     site.page("/bo/other", html())
     with crawler_module(redis_url, kafka_bootstrap, tmp_path, "bo", RETRY_BACKOFF_BASE=1.0, RETRY_TIMES=3) as env:
         settings, client = env["settings"], env["redis"]
-        keys = Keys(settings["REDIS_KEY_PREFIX"])
+        keys = Keys.from_settings(settings)
         seed(settings, client, appid="boapp", crawlid="b1", url=site.url("/bo/flaky"))
         _wait_for_hits(site, "/bo/flaky", 1)
         time.sleep(0.3)
@@ -252,7 +252,7 @@ def test_a_robots_crawl_delay_spaces_the_fetches_of_its_domain(
         settings, client = env["settings"], env["redis"]
         seed(settings, client, appid="cdapp", crawlid="c1", url=site.url("/cd/0"), maxdepth=1)
         env["collector"].wait_for("c1", 6, timeout=40)
-        stored = client.get(Keys(settings["REDIS_KEY_PREFIX"]).crawl_delay("127.0.0.1"))
+        stored = client.get(Keys.from_settings(settings).crawl_delay("127.0.0.1"))
     assert stored == b"1"
     starts = sorted(s.at for s in site.hits("/cd/"))
     assert len(starts) == 6

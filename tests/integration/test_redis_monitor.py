@@ -51,7 +51,7 @@ def rm_settings(settings: Settings) -> Settings:
 
 @pytest.fixture
 def keys(rm_settings: Settings) -> Keys:
-    return Keys(rm_settings["REDIS_KEY_PREFIX"])
+    return Keys.from_settings(rm_settings)
 
 
 class Topic:
@@ -696,22 +696,23 @@ def test_domain_config_actions_apply_and_answer(
     for uuid in ("d1", "b1", "b2"):
         action = "domain-update" if uuid.startswith("d") else "blacklist-update"
         assert answers[uuid] == {"action": action, "domain": "example.com", "appid": "madisonTest", "uuid": uuid}
-    assert json.loads(redis_client.hget(keys.domain_config(), "example.com")) == {
+    shard = keys.shard_of("example.com")
+    assert json.loads(redis_client.hget(keys.domain_config(shard), "example.com")) == {
         "hits": 60,
         "window": 60,
         "scale": 0.9,
     }
-    assert redis_client.smembers(keys.domain_blacklist()) == {b"example.com"}
+    assert redis_client.smembers(keys.domain_blacklist(shard)) == {b"example.com"}
 
     submit(redis_client, rm_settings, "domain-config", dc("domain-remove", "r1"), dc("blacklist-remove", "r2"))
     answers = by_uuid(outbound.wait_for(6))
     assert answers["r1"]["action"] == "domain-remove" and answers["r2"]["domain"] == "example.com"
-    assert redis_client.hkeys(keys.domain_config()) == [b"other.org"]
-    assert redis_client.scard(keys.domain_blacklist()) == 0
+    assert [d for k in range(keys.shards) for d in redis_client.hkeys(keys.domain_config(k))] == [b"other.org"]
+    assert redis_client.scard(keys.domain_blacklist(shard)) == 0
 
     # Redis refuses the write (the key holds another type): an error answer, nothing changed.
-    redis_client.delete(keys.domain_blacklist())
-    redis_client.set(keys.domain_blacklist(), "not a set")
+    redis_client.delete(keys.domain_blacklist(shard))
+    redis_client.set(keys.domain_blacklist(shard), "not a set")
     submit(redis_client, rm_settings, "domain-config", dc("blacklist-update", "e1"))
     answers = by_uuid(outbound.wait_for(7))
     assert answers["e1"] == {

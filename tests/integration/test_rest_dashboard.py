@@ -73,7 +73,7 @@ class StandInCrawler:
 
     def __init__(self, settings: Settings, client: redis.Redis) -> None:
         self.client = client
-        self.keys = Keys(settings["REDIS_KEY_PREFIX"])
+        self.keys = Keys.from_settings(settings)
         self.worker = FrontierWorker.from_settings(client, settings)
         self.frontier = Frontier.from_settings(client, settings)
         self.stats = Stats(client, self.keys, settings.getlist("STATS_TIMES"))

@@ -253,7 +253,7 @@ def test_a_plain_scrapy_spider_runs_on_the_cluster_with_items_callbacks_pipeline
             collector = env["collector"]
             collector.wait_for("q1", 5, topic=settings.topic("items"), timeout=30)
             items = collector.settle("q1", quiet_s=2.0)
-            record = env["redis"].hgetall(Keys(settings["REDIS_KEY_PREFIX"]).crawl("quotes", "qapp", "q1"))
+            record = env["redis"].hgetall(Keys.from_settings(settings).crawl("quotes", "qapp", "q1"))
     finally:
         site.stop()
     assert {m["_topic"] for m in items} == {settings.topic("items")}, items  # no page items: none yielded

@@ -322,7 +322,7 @@ def healthcheck() -> ModuleType:
 
 @pytest.fixture
 def keys(redis_settings: Settings) -> Keys:
-    return Keys(redis_settings["REDIS_KEY_PREFIX"])
+    return Keys.from_settings(redis_settings)
 
 
 def test_heartbeat_of_this_host_and_a_live_pid_is_healthy(

@@ -16,7 +16,7 @@ from crawlhive.utils.settings import Settings
 
 @pytest.fixture
 def keys(redis_settings: Settings) -> Keys:
-    return Keys(redis_settings["REDIS_KEY_PREFIX"])
+    return Keys.from_settings(redis_settings)
 
 
 def submit(client: redis.Redis, keys: Keys, *uuids: str) -> None:

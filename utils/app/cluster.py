@@ -258,7 +258,7 @@ def wait_ready(
         "rest": 1,
     }
     wanted = {c: n for c, n in wanted.items() if any(child.name.startswith(c) for child in cluster.children)}
-    keys = Keys(cluster.settings["REDIS_KEY_PREFIX"])
+    keys = Keys.from_settings(cluster.settings)
     redis = redis_from_settings(cluster.settings)
     deadline = time.monotonic() + timeout_s
     try:

@@ -68,7 +68,7 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
             if cluster.allows_loopback:
                 print(f"cluster: {loopback_note()}", flush=True)
             redis = redis_from_settings(live)
-            keys = Keys(live["REDIS_KEY_PREFIX"])
+            keys = Keys.from_settings(live)
             try:
                 _wait_ready(cluster)
                 summary = _crawl(cluster, live, redis, keys, site.seed)

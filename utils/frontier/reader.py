@@ -65,7 +65,7 @@ class FrontierReader:
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
-        return cls(redis, Keys(settings["REDIS_KEY_PREFIX"]), settings.getfloat("CRAWL_RECORD_TTL"))
+        return cls(redis, Keys.from_settings(settings), settings.getfloat("CRAWL_RECORD_TTL"))
 
     def crawl_state(self, spider: str, appid: str, crawlid: str) -> CrawlState:
         """The state of one crawl; zeros and no domains for an unknown one (see :meth:`crawl_states`)."""

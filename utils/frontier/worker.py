@@ -136,7 +136,7 @@ class FrontierWorker:
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
         return cls(
             redis,
-            Keys(settings["REDIS_KEY_PREFIX"]),
+            Keys.from_settings(settings),
             settings.getfloat("LEASE_TIMEOUT"),
             settings.getfloat("CRAWL_RECORD_TTL"),
             ThrottleConfig.from_settings(settings),

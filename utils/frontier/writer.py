@@ -46,7 +46,7 @@ class Frontier:
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
-        return cls(redis, Keys(settings["REDIS_KEY_PREFIX"]), settings.getfloat("CRAWL_RECORD_TTL"))
+        return cls(redis, Keys.from_settings(settings), settings.getfloat("CRAWL_RECORD_TTL"))
 
     def reserve_sequence(self, count: int, shard: int = 0) -> int:
         """First of *count* fresh arrival numbers of *shard* (one round trip)."""
