@@ -130,7 +130,15 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         """Start every node, assign the slots, join the nodes and attach the replicas; returns
-        once every node reports ``cluster_state:ok`` and every replica is in sync."""
+        once every node reports ``cluster_state:ok`` and every replica is in sync (on failure the
+        nodes started are stopped)."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> LocalCluster:
         for node in self.nodes:
             self._spawn(node)
             node.node_id = node.client().execute_command("CLUSTER MYID").decode()
