@@ -166,8 +166,23 @@ class Admission:
         script_keys = [
             keys.leases(r.spiderid, shard),
             keys.crawl_stopped(r.spiderid, r.appid, r.crawlid, shard),
-            keys.dupefilter(r.spiderid, r.appid, r.crawlid),  # one per crawl (a single Redis)
+            keys.dupefilter(r.spiderid, r.appid, r.crawlid, shard),
         ]
+        filters = {shard: 3}  # shard -> index into KEYS of the crawl's dupefilter there
+        budget = self.budget(r)
+        if budget and keys.shards > 1:  # the budget counts every shard's dupefilter
+            for other in range(keys.shards):
+                if other != shard:
+                    script_keys.append(keys.dupefilter(r.spiderid, r.appid, r.crawlid, other))
+                    filters[other] = len(script_keys)
+        counted = len(script_keys) - 2
+
+        def filter_index(domain: str) -> int:
+            link_shard = keys.shard_of(domain)
+            if link_shard not in filters:
+                script_keys.append(keys.dupefilter(r.spiderid, r.appid, r.crawlid, link_shard))
+                filters[link_shard] = len(script_keys)
+            return filters[link_shard]
 
         def cap_index(domain: str) -> int:
             if not cap:
@@ -178,12 +193,12 @@ class Admission:
             return cap_keys[domain]
 
         args: list[Any] = [context.lease.member, self.lease_us, self.filter_ttl_ms]
-        args += [stored_fingerprint(context.fingerprint), cap_index(r.domain), self.budget(r)]
+        args += [stored_fingerprint(context.fingerprint), cap_index(r.domain), budget, counted]
         unique: dict[str, FrontierRequest] = {}
         for child, fingerprint in children:
             unique.setdefault(fingerprint, child)
         for fingerprint, child in unique.items():
-            args += [stored_fingerprint(fingerprint), cap_index(child.domain), cap]
+            args += [stored_fingerprint(fingerprint), filter_index(child.domain), cap_index(child.domain), cap]
         return script_keys, args, unique
 
     def _verdict(self, context: LeaseContext, unique: dict[str, FrontierRequest], reply: list[Any]) -> Verdict:

@@ -332,7 +332,8 @@ class Keys:
 
     @key("hash", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
     def dupefilter(self, spider: str, appid: str, crawlid: str, shard: int = 0) -> str:
-        """Per-crawl dupefilter (docs/contract.md §3.8): field = request fingerprint (its first 12
+        """Per-crawl dupefilter (docs/contract.md §3.8), one per frontier shard (a link is in the
+        shard of its domain): field = request fingerprint (its first 12
         bytes, binary), value = the first 4 bytes of the fingerprint of the page that first queued
         it, so that page, refetched after a lost lease, queues its links again instead of finding
         them already seen."""

@@ -294,11 +294,11 @@ def test_post_seed_sends_method_and_body_links_are_get(env: dict[str, Any], site
 def test_robots_disallowed_page_is_a_policy_drop(env: dict[str, Any], site: TestSite) -> None:
     site.page("/private/page", html())
     crawlid = _crawl(env, url=site.url("/private/page"))
-    record_key = keys_for(env["settings"]["REDIS_KEY_PREFIX"]).crawl("link", "testapp", crawlid)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (not env["redis"].exists(record_key) or counters(env, crawlid).inflight):
-        time.sleep(0.05)
-    assert env["redis"].exists(record_key) and counters(env, crawlid).inflight == 0
+    while time.monotonic() < deadline and ((state := counters(env, crawlid)).pending or state.inflight):
+        time.sleep(0.05)  # popped (robots.txt read) and ended
+    state = counters(env, crawlid)
+    assert (state.pending, state.inflight, state.crawled, state.failed) == (0, 0, 0, 0)
     assert env["collector"].settle(crawlid, 0.5) == []
     assert site.hits("/private/") == []
 

@@ -1,8 +1,11 @@
 -- Check a fetched page's lease and filter its links, in one step.
--- KEYS: 1 leases(spider), 2 crawl stopped marker, 3 dupefilter(crawl), 4.. page-cap sets.
+-- KEYS: 1 leases(spider) of the page's shard, 2 crawl stopped marker of that shard, 3 the crawl's
+--       dupefilter in that shard, 4.. the crawl's dupefilters in other shards and page-cap sets.
 -- ARGV: 1 leased member, 2 lease (us), 3 filter TTL (ms), 4 page fingerprint, 5 page cap-set index
---       into KEYS (0 = none), 6 the crawl's page budget (max_pages; 0 = none), then per link:
---       fingerprint, cap-set index (0 = none), cap.
+--       into KEYS (0 = none), 6 the crawl's page budget (max_pages; 0 = none), 7 D: KEYS[3 .. 2 + D]
+--       are the dupefilters the budget counts (every shard's when there is a budget), then per
+--       link: fingerprint, index into KEYS of the dupefilter of the link's shard, cap-set index
+--       (0 = none), cap.
 -- Returns {verdict, admitted flags...}: verdict 1 = lease ours and renewed, links checked;
 -- 2 = crawl stopped, lease taken after the stop (a resubmitted seed: emit, queue no links);
 -- 3 = crawl stopped while in flight (drop); 0 = lease lost (drop, do not ack).
@@ -28,26 +31,29 @@ local budget = tonumber(ARGV[6])
 -- Requests of the crawl admitted so far: every fingerprint of its dupefilter (pages fetched and
 -- links queued), so a crawl's budget holds across processes and refetches count once.
 local used = 0
-if budget > 0 then used = redis.call('HLEN', KEYS[3]) end
-for i = 7, #ARGV, 3 do
+if budget > 0 then
+  for k = 3, 2 + tonumber(ARGV[7]) do used = used + redis.call('HLEN', KEYS[k]) end
+end
+for i = 8, #ARGV, 4 do
   local fp = ARGV[i]
-  local idx = tonumber(ARGV[i + 1])
+  local filter = KEYS[tonumber(ARGV[i + 1])]
+  local idx = tonumber(ARGV[i + 2])
   local ok = false
   if fp ~= page then
     if idx == 0 and budget == 0 then
       -- no cap, no budget: the dupefilter alone (a link this page queued before is queued again)
-      ok = redis.call('HSETNX', KEYS[3], fp, owner) == 1 or redis.call('HGET', KEYS[3], fp) == owner
+      ok = redis.call('HSETNX', filter, fp, owner) == 1 or redis.call('HGET', filter, fp) == owner
     else
-      local seen = redis.call('HGET', KEYS[3], fp)
+      local seen = redis.call('HGET', filter, fp)
       if seen then
         ok = seen == owner
       else
         ok = budget == 0 or used < budget
         if ok and idx > 0 and redis.call('SISMEMBER', KEYS[idx], fp) == 0 then
-          ok = redis.call('SCARD', KEYS[idx]) < tonumber(ARGV[i + 2])
+          ok = redis.call('SCARD', KEYS[idx]) < tonumber(ARGV[i + 3])
         end
         if ok then
-          redis.call('HSET', KEYS[3], fp, owner)
+          redis.call('HSET', filter, fp, owner)
           used = used + 1
           if idx > 0 then redis.call('SADD', KEYS[idx], fp) end
         end
