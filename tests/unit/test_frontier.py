@@ -6,7 +6,6 @@ import dataclasses
 import json
 import time
 
-import pytest
 import redis
 
 from crawlhive.utils.frontier import (
@@ -27,27 +26,6 @@ from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
 FAST = ThrottleConfig(hits=1000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)
-
-
-@pytest.fixture(params=[1, 4], ids=["one-shard", "4-shards"])
-def keys(redis_settings: Settings, request: pytest.FixtureRequest) -> Keys:
-    """The frontier's keys with one shard (a single Redis) and with four (docs/contract.md §18.2)."""
-    return Keys(redis_settings["REDIS_KEY_PREFIX"], shards=request.param)
-
-
-@pytest.fixture
-def frontier(redis_client: redis.Redis, keys: Keys) -> Frontier:
-    return Frontier(redis_client, keys, record_ttl_s=3600)
-
-
-@pytest.fixture
-def worker(redis_client: redis.Redis, keys: Keys) -> FrontierWorker:
-    return FrontierWorker(redis_client, keys, lease_s=30, record_ttl_s=3600, throttle=FAST)
-
-
-@pytest.fixture
-def reader(redis_client: redis.Redis, keys: Keys) -> FrontierReader:
-    return FrontierReader(redis_client, keys, record_ttl_s=3600)
 
 
 def push(frontier: Frontier, *requests: FrontierRequest) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import redis
 import ujson
 from scrapy import Request
@@ -17,7 +16,6 @@ from crawlhive.utils.frontier import (
     FrontierRequest,
     FrontierWorker,
     OptionSet,
-    ThrottleConfig,
     encode_score,
     lease_member,
     parse_lease_member,
@@ -26,9 +24,6 @@ from crawlhive.utils.frontier import (
 )
 from crawlhive.utils.frontier.worker import decode_lease, member_option_id
 from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings
-
-FAST = ThrottleConfig(hits=1000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)
 
 SEED_MESSAGE = {
     "url": "http://www.example.com/start",
@@ -51,22 +46,6 @@ SEED_MESSAGE = {
     "body": None,
     "cookies": None,
 }
-
-
-@pytest.fixture(params=[1, 4], ids=["one-shard", "4-shards"])
-def keys(redis_settings: Settings, request: pytest.FixtureRequest) -> Keys:
-    """The frontier's keys with one shard (a single Redis) and with four (docs/contract.md §18.2)."""
-    return Keys(redis_settings["REDIS_KEY_PREFIX"], shards=request.param)
-
-
-@pytest.fixture
-def frontier(redis_client: redis.Redis, keys: Keys) -> Frontier:
-    return Frontier(redis_client, keys, record_ttl_s=3600)
-
-
-@pytest.fixture
-def worker(redis_client: redis.Redis, keys: Keys) -> FrontierWorker:
-    return FrontierWorker(redis_client, keys, lease_s=30, record_ttl_s=3600, throttle=FAST)
 
 
 def push(frontier: Frontier, *requests: FrontierRequest) -> None:

@@ -19,7 +19,6 @@ from crawlhive.utils.frontier import (
     reclaim_expired_leases,
 )
 from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings
 from crawlhive.utils.stats import (
     crawler_counter_name,
     machine_counter_name,
@@ -29,17 +28,6 @@ from crawlhive.utils.stats import (
 )
 
 FAST = ThrottleConfig(hits=1000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)
-
-
-@pytest.fixture(params=[1, 4], ids=["one-shard", "4-shards"])
-def keys(redis_settings: Settings, request: pytest.FixtureRequest) -> Keys:
-    """The frontier's keys with one shard (a single Redis) and with four (docs/contract.md §18.2)."""
-    return Keys(redis_settings["REDIS_KEY_PREFIX"], shards=request.param)
-
-
-@pytest.fixture
-def reader(redis_client: redis.Redis, keys: Keys) -> FrontierReader:
-    return FrontierReader(redis_client, keys, record_ttl_s=3600)
 
 
 def push(client: redis.Redis, keys: Keys, *requests: FrontierRequest) -> None:
