@@ -12,13 +12,16 @@ from crawlhive.utils.settings import Settings, env_value
 
 
 def bench_settings(cluster: EmbeddedCluster, work: Path, prefix: str, topics: tuple[str, ...]) -> Settings:
-    """Settings on *cluster* under key and topic prefix *prefix*, with *topics* (short names) created."""
+    """Settings on *cluster* under key and topic prefix *prefix*, with *topics* (short names) created.
+    FRONTIER_SHARDS comes from the environment, as the benchmarked crawlers' does (e.g.
+    ``FRONTIER_SHARDS=4 bench/crawl.py`` measures the sharded layout on one Redis)."""
     settings = Settings.from_overrides(
         REDIS_URL=cluster.redis_url,
         KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap,
         REDIS_KEY_PREFIX=prefix,
         KAFKA_TOPIC_PREFIX=prefix,
         CRAWLHIVE_HOME=str(work),
+        FRONTIER_SHARDS=int(os.environ.get("FRONTIER_SHARDS") or 0),
     )
     ensure_topics(settings, [settings.topic(t) for t in topics])
     return settings

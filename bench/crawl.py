@@ -44,6 +44,7 @@ from benchkit import bench_settings, crawler_env
 from crawlhive.crawler.settings import scrapy_settings
 from crawlhive.utils.app.embedded import EmbeddedCluster
 from crawlhive.utils.frontier import Frontier, seed_from_request
+from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,7 +140,7 @@ def run_crawlers(
         procs.append(subprocess.Popen(command, env=env))
     # wait until every crawler is polling (heartbeat), then seed, so start-up is not measured
     deadline = time.monotonic() + 60
-    while client.zcard(f"{settings['REDIS_KEY_PREFIX']}:nodes:crawler") < n and time.monotonic() < deadline:
+    while client.zcard(Keys.from_settings(settings).heartbeat_index("crawler")) < n and time.monotonic() < deadline:
         time.sleep(0.05)
     before = commands(client)
     cpu_before = {name: cpu_s(pids) for name, pids in services.items()}

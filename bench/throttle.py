@@ -38,6 +38,7 @@ from crawlhive.utils.app.demo_site import SiteServer
 from crawlhive.utils.app.embedded import EmbeddedCluster, free_port
 from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.frontier import Frontier, seed_from_request
+from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
 HITS, WINDOW_S = 20, 10.0
@@ -129,7 +130,7 @@ def run(cluster: EmbeddedCluster, work: Path, moderated: bool, crawlers: int, du
     ]
     try:
         deadline = time.monotonic() + 60
-        while client.zcard(f"{settings['REDIS_KEY_PREFIX']}:nodes:crawler") < crawlers:
+        while client.zcard(Keys.from_settings(settings).heartbeat_index("crawler")) < crawlers:
             if time.monotonic() > deadline:
                 raise RuntimeError("crawlers did not start")
             time.sleep(0.05)

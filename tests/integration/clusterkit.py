@@ -55,13 +55,22 @@ class Node:
     node_id: str = ""
     primary_of: list[int] = field(default_factory=list)
     """The slot range ``[first, last]`` it was given (primaries), else empty."""
+    _client: redis.Redis | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, socket_timeout=5)
+        """A client of this node alone (one per node, closed by :meth:`LocalCluster.stop`)."""
+        if self._client is None:
+            self._client = redis.Redis(port=self.port, socket_timeout=5)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
 
 class LocalCluster:
@@ -118,12 +127,15 @@ class LocalCluster:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        node.close()  # a restarted node: its old connections are dead
         deadline = time.monotonic() + 10
-        while True:
+        while True:  # wait for the port with a plain socket (closed at once), then ask Redis
             try:
+                with socket.create_connection(("127.0.0.1", node.port), timeout=0.5):
+                    pass
                 node.client().ping()
                 return
-            except redis.ConnectionError:
+            except (OSError, redis.ConnectionError):
                 if time.monotonic() > deadline or node.process.poll() is not None:
                     raise RuntimeError(f"redis-server on port {node.port} did not start") from None
                 time.sleep(0.05)
@@ -206,6 +218,7 @@ class LocalCluster:
         assert node.process is not None
         node.process.send_signal(signal.SIGKILL)
         node.process.wait(10)
+        node.close()
 
     def restart(self, node: Node) -> None:
         """Start a killed *node* again on its port with its node file (it rejoins the cluster)."""
@@ -216,6 +229,7 @@ class LocalCluster:
 
     def stop(self) -> None:
         for node in self.nodes:
+            node.close()
             if node.process is not None and node.process.poll() is None:
                 node.process.kill()
                 node.process.wait(10)
