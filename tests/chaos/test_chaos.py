@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import gc
 import json
+import os
 import random
 import time
 import uuid
@@ -77,7 +78,7 @@ class Cluster:
     kills: list[tuple[str, int]] = field(default_factory=list)  # (victim, leases outstanding)
 
     def __post_init__(self) -> None:
-        self.keys = Keys(self.settings["REDIS_KEY_PREFIX"])
+        self.keys = Keys.from_settings(self.settings)
 
     def topic(self, short: str) -> str:
         return self.settings.topic(short)
@@ -237,6 +238,7 @@ def test_redis_crash_with_aof_mid_crawl_loses_nothing(
             REDIS_KEY_PREFIX=prefix,
             KAFKA_TOPIC_PREFIX=prefix,
             CRAWLHIVE_HOME=str(tmp_path),
+            FRONTIER_SHARDS=int(os.environ.get("FRONTIER_SHARDS") or 0),
         )
         try:
             cluster = cluster_factory(settings, client, 3)

@@ -169,7 +169,14 @@ class Ledger:
 
     def queued(self) -> int:
         prefix = self.settings["REDIS_KEY_PREFIX"]
-        return sum(int(self.client.zcard(k)) for k in self.client.scan_iter(match=f"{prefix}:cq:*", count=1000))
+        found = 0
+        for key in self.client.scan_iter(match=f"{prefix}:*", count=1000):
+            rest = key.decode()[len(prefix) + 1 :]
+            if rest.startswith("{"):  # a frontier shard's hash tag
+                rest = rest[rest.index("}:") + 2 :]
+            if rest.startswith("cq:"):
+                found += int(self.client.zcard(key))
+        return found
 
     def control_entries(self) -> int:
         return int(self.client.xlen(self.keys.control_stream()))

@@ -23,6 +23,7 @@ from crawlerkit import (
     seed,
 )
 
+from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.keys import Keys
 
 pytestmark = pytest.mark.timeout(120)
@@ -106,12 +107,11 @@ def test_a_failed_fetch_waits_out_its_back_off_while_other_work_goes_on(
     site.page("/bo/other", html())
     with crawler_module(redis_url, kafka_bootstrap, tmp_path, "bo", RETRY_BACKOFF_BASE=1.0, RETRY_TIMES=3) as env:
         settings, client = env["settings"], env["redis"]
-        keys = Keys.from_settings(settings)
         seed(settings, client, appid="boapp", crawlid="b1", url=site.url("/bo/flaky"))
         _wait_for_hits(site, "/bo/flaky", 1)
         time.sleep(0.3)
-        record = client.hgetall(keys.crawl("link", "boapp", "b1"))
-        assert int(record[b"inflight"]) == 1  # the waiting retry: parked, not lost, not queued
+        state = FrontierReader.from_settings(client, settings).crawl_state("link", "boapp", "b1")
+        assert (state.inflight, state.pending) == (1, 0)  # the waiting retry: parked, not lost, not queued
         seed(settings, client, appid="boapp", crawlid="b2", url=site.url("/bo/other"))
         (item,) = env["collector"].wait_for("b1", 1, timeout=30)
         assert item["status_code"] == 200

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
+from crawlerkit import keys_for
 from kafka.structs import TopicPartition
 
 from crawlhive.kafka_monitor.monitor import COMPONENT, BatchResult, KafkaMonitor
@@ -167,7 +168,7 @@ def test_each_kind_lands_in_redis_as_specified(
     metadata = produce(km_settings, encode(full, info, stop, stats, domain, blacklist))
     drain(monitor, 6)
 
-    keys = Keys(names.key_prefix)
+    keys = keys_for(names.key_prefix)
     validator = RequestValidator.from_settings(km_settings)
     accepted = validator.validate(dict(full))
     assert isinstance(accepted, Accepted)
@@ -233,7 +234,7 @@ def test_priorities_pop_highest_first_then_in_arrival_order(
     priorities = [5, 90, 1, 90, 50, 100, 5]
     produce(km_settings, encode(*(crawl(f"http://example.com/{i}", priority=p) for i, p in enumerate(priorities))))
     drain(monitor, len(priorities))
-    key = Keys(names.key_prefix).crawl_queue("link", "testapp", "c1", "example.com")
+    key = keys_for(names.key_prefix).crawl_queue("link", "testapp", "c1", "example.com")
     popped = []
     worker = FrontierWorker.from_settings(redis_client, km_settings)
     while entry := redis_client.zpopmin(key):
@@ -420,7 +421,7 @@ def test_valid_requests_in_a_batch_with_invalid_ones_are_processed(
     results = drain(monitor, len(mixed))
     assert sum(r.accepted for r in results) == 5 and sum(r.rejected for r in results) == 5
     assert any(r.accepted and r.rejected for r in results)
-    keys = Keys(names.key_prefix)
+    keys = keys_for(names.key_prefix)
     assert queued(redis_client, keys, ["c1"], [f"site{i}.com" for i in range(4)]) == 4
     assert ControlQueue(redis_client, keys).pending() == [("stats", {"appid": "testapp", "uuid": "st", "stats": "all"})]
     assert len(read_topic(km_settings, "dead_letter", 5)) == 5
@@ -435,7 +436,7 @@ def test_oversized_messages_are_dead_lettered_with_a_truncated_payload(
     produce(km_settings, [big_body, ok, big_garbage], max_request_size=8 * 1024 * 1024)
     results = drain(monitor, 3)
     assert sum(r.rejected for r in results) == 2 and sum(r.accepted for r in results) == 1
-    assert queued(redis_client, Keys(names.key_prefix), ["c1"], ["example.com"]) == 1
+    assert queued(redis_client, keys_for(names.key_prefix), ["c1"], ["example.com"]) == 1
 
     letters = read_topic(km_settings, "dead_letter", 2)
     by_start = {letter["payload"][:2]: letter for letter in letters}
@@ -464,7 +465,7 @@ def test_concurrent_info_requests_with_different_uuids_are_both_kept(
     second = {**first, "uuid": "u-b"}
     produce(km_settings, encode(first, second))
     drain(monitor, 2)
-    assert ControlQueue(redis_client, Keys(names.key_prefix)).pending() == [("action", first), ("action", second)]
+    assert ControlQueue(redis_client, keys_for(names.key_prefix)).pending() == [("action", first), ("action", second)]
 
 
 def test_redelivered_records_queue_nothing_twice(
@@ -479,7 +480,7 @@ def test_redelivered_records_queue_nothing_twice(
     ]
     produce(km_settings, encode(*messages))
     drain(monitor, len(messages))
-    keys = Keys(names.key_prefix)
+    keys = keys_for(names.key_prefix)
     domains = ["site0.com", "site1.com", "site2.com"]
     changing = {keys.crawl("link", "testapp", "c1").encode(), keys.queue_sequence().encode()}  # last_activity, seq
     snapshot = {k: redis_client.dump(k) for k in state_keys(redis_client, names) - changing}
@@ -512,7 +513,7 @@ def test_a_record_redelivered_after_its_seed_was_crawled_queues_nothing(
     messages = [crawl(f"http://site{i}.com/") for i in range(3)]
     produce(km_settings, encode(*messages))
     drain(monitor, len(messages))
-    keys = Keys(names.key_prefix)
+    keys = keys_for(names.key_prefix)
     domains = ["site0.com", "site1.com", "site2.com"]
     assert queued(redis_client, keys, ["c1"], domains) == 3
     worker = FrontierWorker.from_settings(redis_client, km_settings.copy_with(QUEUE_HITS=1000, QUEUE_WINDOW=1))
@@ -559,7 +560,7 @@ def test_a_failed_batch_is_rewound_redelivered_and_committed_once_done(
             except redis.ConnectionError:
                 assert km.failed  # the first poll's records failed; the next poll must return them again
         assert km.failed == [(0, i) for i in range(5)]
-        assert queued(redis_client, Keys(names.key_prefix), ["c1"], ["example.com"]) == 5
+        assert queued(redis_client, keys_for(names.key_prefix), ["c1"], ["example.com"]) == 5
         assert km.consumer is not None
         assert km.consumer.committed(TopicPartition(names.topic("incoming"), 0)) == 5
     finally:
@@ -579,7 +580,7 @@ def test_sigkill_mid_batch_then_restart_queues_every_request_exactly_once(
     km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames, tmp_path: Path
 ) -> None:
     total, crawls, domains = 10_000, ["k1", "k2"], [f"site{i}.com" for i in range(25)]
-    keys = Keys(names.key_prefix)
+    keys = keys_for(names.key_prefix)
     values = encode(
         *(crawl(f"http://www.{domains[i % 25]}/p{i}", crawls[i % 2], priority=i % 100 + 1) for i in range(total))
     )
@@ -634,7 +635,7 @@ def test_redis_down_at_start_and_later_the_monitor_backs_off_and_loses_nothing(
 ) -> None:
     server = EmbeddedRedis(free_port(), appendonly=True, workdir=tmp_path / "redis")  # not started yet
     settings = km_settings.copy_with(REDIS_URL=server.url)
-    keys = Keys(names.key_prefix)
+    keys = keys_for(names.key_prefix)
     domains = [f"site{i}.com" for i in range(5)]
     km = KafkaMonitor.from_settings(settings)
     caplog.set_level(logging.WARNING, logger="crawlhive.kafka_monitor.monitor")
@@ -709,7 +710,7 @@ def test_kafka_unreachable_at_start_is_retried_and_sigterm_still_exits_0(km_sett
 def test_stats_and_heartbeat_are_written(
     monitor: KafkaMonitor, km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames
 ) -> None:
-    keys = Keys(names.key_prefix)
+    keys = keys_for(names.key_prefix)
     assert live_nodes(redis_client, keys, COMPONENT) == {km_settings.node_name: [monitor.node_id]}
     produce(
         km_settings,
@@ -763,7 +764,7 @@ def test_broker_down_while_idle_is_reported_and_work_resumes_when_it_is_back(
     # In a child process: kafka-python leaks the socket of each reconnect attempt refused while the
     # broker is down (see utils/connections.py), which pytest's warning filter would turn into errors.
     broker = EmbeddedBroker(free_port())  # a fixed port: clients keep the address across the restart
-    keys = Keys(names.key_prefix)
+    keys = keys_for(names.key_prefix)
     log = tmp_path / "km.log"
     try:
         broker.start()

@@ -31,7 +31,7 @@ from crawlerkit import (
 
 from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.connections import ensure_topics
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -253,7 +253,7 @@ def test_a_plain_scrapy_spider_runs_on_the_cluster_with_items_callbacks_pipeline
             collector = env["collector"]
             collector.wait_for("q1", 5, topic=settings.topic("items"), timeout=30)
             items = collector.settle("q1", quiet_s=2.0)
-            record = env["redis"].hgetall(Keys.from_settings(settings).crawl("quotes", "qapp", "q1"))
+            state = FrontierReader.from_settings(env["redis"], settings).crawl_state("quotes", "qapp", "q1")
     finally:
         site.stop()
     assert {m["_topic"] for m in items} == {settings.topic("items")}, items  # no page items: none yielded
@@ -273,7 +273,7 @@ def test_a_plain_scrapy_spider_runs_on_the_cluster_with_items_callbacks_pipeline
     assert detail["url"] == site.url("/q/detail")
     fetched = sorted(s.path for s in site.hits("/q/"))
     assert fetched == ["/q/0", "/q/0", "/q/1", "/q/2", "/q/detail", "/q/empty"], fetched
-    assert int(record[b"crawled"]) == 6, record  # every fetched page, /q/empty included
+    assert state.crawled == 6, state  # every fetched page, /q/empty included
     # the spider's own downloader middleware ran beside crawlhive's
     assert all({k.lower(): v for k, v in s.headers.items()}.get("x-quotes") == "1" for s in site.hits("/q/"))
 
