@@ -181,10 +181,6 @@ def check_redis(client: redis.Redis, settings: Settings) -> None:
     check_frontier_shards(client, settings)
 
 
-#: FRONTIER_SHARDS when it is 0 (automatic): one shard on a single Redis, 64 on a Redis Cluster.
-DEFAULT_CLUSTER_SHARDS = 64
-
-
 def is_cluster_node(client: redis.Redis) -> bool:
     """True when *client* talks to a node of a Redis Cluster (``INFO cluster``; False when refused)."""
     try:
@@ -193,10 +189,10 @@ def is_cluster_node(client: redis.Redis) -> bool:
         return False
 
 
-def check_frontier_shards(client: redis.Redis, settings: Settings, cluster: bool = False) -> int:
-    """The frontier's shard count: FRONTIER_SHARDS (0: 1 on a single Redis, 64 on a cluster),
-    stored in Redis by the first component to start (``Keys.frontier_shards``) and checked by every
-    later one, since the shard count is fixed for the life of the data (docs/contract.md §18.2).
+def check_frontier_shards(client: redis.Redis, settings: Settings) -> int:
+    """The frontier's shard count (``Keys.from_settings``: FRONTIER_SHARDS, 0 meaning one), stored
+    in Redis by the first component to start (``Keys.frontier_shards``) and checked by every later
+    one, since the shard count is fixed for the life of the data (docs/contract.md §18.2).
 
     Raises:
         SettingsError: FRONTIER_SHARDS is out of range, or differs from the stored count (the
@@ -205,8 +201,8 @@ def check_frontier_shards(client: redis.Redis, settings: Settings, cluster: bool
     configured = settings.getint("FRONTIER_SHARDS")
     if not 0 <= configured <= 16384:
         raise SettingsError(f"FRONTIER_SHARDS: must be 0 (automatic) or 1-16384, got {configured}")
-    wanted = configured or (DEFAULT_CLUSTER_SHARDS if cluster else 1)
-    key = Keys.from_settings(settings).frontier_shards()
+    keys = Keys.from_settings(settings)
+    wanted, key = keys.shards, keys.frontier_shards()
     client.set(key, wanted, nx=True)
     stored = int(client.get(key) or wanted)
     if stored != wanted:

@@ -26,8 +26,8 @@ REDIS_KEY_PREFIX: str = "ch"
 tests, share one Redis."""
 
 FRONTIER_SHARDS: int = 0
-"""Virtual shards of the frontier (docs/contract.md §18.2); 0 = automatic: 1 on a single Redis, 64 on
-a Redis Cluster. Fixed for the life of the data: the first component to start stores it in Redis,
+"""Virtual shards of the frontier (docs/contract.md §18.2); 0 = automatic: one, the layout of a single
+Redis (a Redis Cluster is not supported yet). Fixed for the life of the data: the first component to start stores it in Redis,
 and a component configured with another value refuses to start."""
 
 KAFKA_BOOTSTRAP_SERVERS: list[str] = ["127.0.0.1:9092"]

@@ -170,11 +170,12 @@ class FrontierRequest:
         options: OptionSet | None,
     ) -> Self:
         """The request of a queue *member* (:meth:`member`) of the crawl queue named by *spiderid*,
-        *appid*, *crawlid* and *domain*, popped with *priority*, whose option set is *options*.
+        *appid*, *crawlid* and *domain*, popped with *priority*, whose option set is *options* (as
+        the crawl record holds it; None if it holds none).
 
-        Raises:
-            OptionsMissing: the member names an option set and *options* is not it (the crawl
-                record that held it expired: CRAWL_RECORD_TTL).
+        A member whose option set is not *options* (the crawl record that held it expired:
+        CRAWL_RECORD_TTL) gets an :attr:`OptionSet.lost` stand-in: such a request can only be
+        ended with a dead letter, never fetched or requeued with default options.
         """
         if member[:1] == b"{":
             data = ujson.loads(member)
@@ -186,7 +187,7 @@ class FrontierRequest:
             oid = oid_raw.decode()
             data = {"depth": int(depth), "url": url.decode()}
         if options is None or options.id != oid:
-            raise OptionsMissing(f"crawl {appid}/{crawlid}: {OPTIONS_LOST} ({oid!r} not in its record)")
+            options = OptionSet.missing(oid)
         fields = dict(_ENCODE_DEFAULTS)
         fields["extra"] = {}
         fields.update(options.values)
@@ -214,10 +215,6 @@ class FrontierRequest:
         data = ujson.loads(raw)
         data.pop("seed_domain", None)  # queued before 2.0: such a crawl's links get no credentials
         return cls(**data)
-
-
-class OptionsMissing(LookupError):
-    """A queue member names an option set that is not in its crawl record."""
 
 
 #: The start of the ``error`` of the dead letter of a request whose option set was gone.

@@ -113,7 +113,7 @@ class FrontierReader:
             base = per_crawl * i
             flats = replies[base : base + 2 * keys.shards]  # (shard 0 plain, shard 0 render, shard 1 ...)
             backlog: dict[str, DomainBacklog] = {}
-            lanes = frozenset(render for j, flat in enumerate(flats) if flat for render in (lanes_order[j % 2],))
+            lanes = frozenset(lanes_order[j % 2] for j, flat in enumerate(flats) if flat)
             for flat in flats:
                 for j in range(0, len(flat), 4):
                     domain, queued = text(flat[j]), int(flat[j + 1])
@@ -158,13 +158,16 @@ class FrontierReader:
         keys = self.keys
         member = keys.crawl_member(appid, crawlid)
         ref = keys.crawl_ref(spider, appid, crawlid)
-        purged = 0
-        for shard in range(keys.shards):  # each shard's queues, leases and stopped marker
-            prefixes = keys.script_prefixes(spider, shard=shard)
-            render_prefixes = keys.script_prefixes(spider, render=True, shard=shard)
-            purged += int(
-                self.scripts["crawl_purge"](
-                    keys=[
+
+        def build() -> Pipeline:  # one MULTI: each shard's queues, leases and stopped marker
+            pipe = self.redis.pipeline(transaction=True)
+            for shard in range(keys.shards):
+                prefixes = keys.script_prefixes(spider, shard=shard)
+                render_prefixes = keys.script_prefixes(spider, render=True, shard=shard)
+                self.scripts.queue(
+                    pipe,
+                    "crawl_purge",
+                    [
                         keys.crawl_domains(spider, appid, crawlid, shard=shard),
                         keys.crawl_leases(spider, appid, crawlid, shard),
                         keys.leases(spider, shard),
@@ -173,7 +176,7 @@ class FrontierReader:
                         keys.crawl_stopped(spider, appid, crawlid, shard),
                         keys.crawl_domains(spider, appid, crawlid, render=True, shard=shard),
                     ],
-                    args=[
+                    [
                         prefixes["crawl_queue"] + member + ":",
                         prefixes["domain_crawls"],
                         member,
@@ -184,7 +187,9 @@ class FrontierReader:
                         render_prefixes["domain_crawls"],
                     ],
                 )
-            )
+            return pipe
+
+        purged = sum(int(n) for n in self.scripts.execute(build))
         if keys.shards > 1:  # the record itself (the shards' scripts ended their parts)
             record = keys.crawl(spider, appid, crawlid)
             if self.redis.exists(record):
@@ -228,13 +233,21 @@ class FrontierReader:
         """Queued requests per domain of *spider* in one lane (the rendering one if *render*;
         domains with none left out), in one script that sums the ``ZCARD`` of each domain's crawl
         queues: O(domains x crawls), not O(backlog)."""
+
+        def build() -> Pipeline:  # one round trip for every shard
+            pipe = self.redis.pipeline(transaction=False)
+            for shard in range(self.keys.shards):
+                prefixes = self.keys.script_prefixes(spider, render, shard)
+                self.scripts.queue(
+                    pipe,
+                    "spider_backlog",
+                    [self.keys.domains(spider, render, shard)],
+                    [prefixes["domain_crawls"], prefixes["crawl_queue"]],
+                )
+            return pipe
+
         backlog: dict[str, int] = {}
-        for shard in range(self.keys.shards):
-            prefixes = self.keys.script_prefixes(spider, render, shard)
-            reply = self.scripts["spider_backlog"](
-                keys=[self.keys.domains(spider, render, shard)],
-                args=[prefixes["domain_crawls"], prefixes["crawl_queue"]],
-            )
+        for reply in self.scripts.execute(build):
             backlog.update((text(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2))
         return backlog
 

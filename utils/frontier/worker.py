@@ -93,15 +93,17 @@ class ThrottleConfig:
 
 def decode_lease(lease: bytes, spider: str, options: OptionSet | None) -> FrontierRequest:
     """The request of *lease* (a member of ``Keys.leases(spider)``) whose option set is *options*
-    (as the crawl record holds it; None if it holds none). A request whose member names another
-    option set gets an :attr:`OptionSet.lost` stand-in: it can only be ended with a dead letter."""
-    parsed = parse_lease_member(lease)
+    (as the crawl record holds it; None if it holds none; see :meth:`FrontierRequest.from_member`)."""
+    return _leased_request(lease, parse_lease_member(lease), spider, options)
+
+
+def _leased_request(
+    lease: bytes, parsed: tuple[int, str, str, str, bytes] | None, spider: str, options: OptionSet | None
+) -> FrontierRequest:
+    """:func:`decode_lease` of a lease already parsed with ``parse_lease_member``."""
     if parsed is None:
         return FrontierRequest.decode(lease)  # leased before 2.1: self-contained
     priority, appid, crawlid, domain, member = parsed
-    oid = member_option_id(member)
-    if oid is not None and (options is None or options.id != oid):
-        options = OptionSet.missing(oid)
     return FrontierRequest.from_member(
         member, spiderid=spider, appid=appid, crawlid=crawlid, domain=domain, priority=priority, options=options
     )
@@ -308,7 +310,6 @@ class FrontierWorker:
             return FrontierRequest.decode(member)  # self-contained, queued before 2.1
         part = self.keys.crawl_shard(spider, appid, crawlid, self.keys.shard_of(domain))
         raw = cast("bytes | None", self.redis.hget(part, "o:" + oid))
-        options = OptionSet.from_json(raw) if raw else OptionSet.missing(oid)
         return FrontierRequest.from_member(
             member,
             spiderid=spider,
@@ -316,7 +317,7 @@ class FrontierWorker:
             crawlid=crawlid,
             domain=domain,
             priority=decode_priority(score),
-            options=options,
+            options=OptionSet.from_json(raw) if raw else None,
         )
 
     def expired_leases(self, spider: str, limit: int = 500) -> list[tuple[bytes, FrontierRequest]]:
@@ -335,26 +336,21 @@ class FrontierWorker:
             members += found_here
             if len(members) >= limit:
                 break
-        parsed = [(bytes(m), parse_lease_member(bytes(m))) for m in members]
-        wanted: dict[tuple[str, str, str, str], None] = {}
-        for _, p in parsed:
-            if p is not None:
-                oid = member_option_id(p[4])
-                if oid is not None:
-                    wanted[(p[1], p[2], p[3], oid)] = None
+        # per lease: its parse and the (appid, crawlid, domain, option set id) whose set it needs
+        leases = []
+        for m in members:
+            p = parse_lease_member(bytes(m))
+            oid = member_option_id(p[4]) if p is not None else None
+            leases.append((bytes(m), p, (p[1], p[2], p[3], oid) if p is not None and oid is not None else None))
+        wanted = list(dict.fromkeys(need for _, _, need in leases if need is not None))
         pipe = self.redis.pipeline(transaction=False)
         for appid, crawlid, domain, oid in wanted:
             pipe.hget(self.keys.crawl_shard(spider, appid, crawlid, self.keys.shard_of(domain)), "o:" + oid)
         found = dict(zip(wanted, pipe.execute() if wanted else [], strict=True))
         out: list[tuple[bytes, FrontierRequest]] = []
-        for member, p in parsed:
-            options = None
-            if p is not None:
-                oid = member_option_id(p[4])
-                if oid is not None:
-                    raw = found.get((p[1], p[2], p[3], oid))
-                    options = OptionSet.from_json(raw) if raw else OptionSet.missing(oid)
-            out.append((member, decode_lease(member, spider, options)))
+        for member, p, need in leases:
+            raw = found.get(need) if need is not None else None
+            out.append((member, _leased_request(member, p, spider, OptionSet.from_json(raw) if raw else None)))
         return out
 
     def reclaim(self, member: bytes, request: FrontierRequest) -> bool:
