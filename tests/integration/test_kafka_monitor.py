@@ -113,7 +113,15 @@ def read_topic(settings: Settings, short: str, count: int, timeout_s: float = 15
 def state_keys(client: redis.Redis, names: IsolatedNames) -> set[bytes]:
     """Every key of this test except the monitor's own stats and heartbeat keys."""
     found = set(client.scan_iter(match=f"{names.key_prefix}:*", count=1000))
-    return {k for k in found if k.split(b":")[1].decode() not in BOOKKEEPING}
+    return {k for k in found if _kind(k) not in BOOKKEEPING}
+
+
+def _kind(key: bytes) -> str:
+    """The kind of a key: the part after the prefix and after a shard's hash tag, if any."""
+    parts = key.split(b":")[1:]
+    if parts and parts[0].startswith(b"{"):
+        parts = parts[1:]
+    return parts[0].decode() if parts else ""
 
 
 def queued(client: redis.Redis, keys: Keys, crawls: list[str], domains: list[str], appid: str = "testapp") -> int:
@@ -198,8 +206,9 @@ def test_each_kind_lands_in_redis_as_specified(
     assert redis_client.zrange(keys.domain_crawls("link", "example.com"), 0, -1, withscores=True) == [
         (keys.crawl_member("testapp", "c1").encode(), queue[0][1])
     ]
-    assert redis_client.zrange(keys.domains("link"), 0, -1, withscores=True) == [(b"example.com", 0.0)]
-    assert redis_client.smembers(keys.crawl_domains("link", "testapp", "c1")) == {b"example.com"}
+    shard = keys.shard_of("example.com")
+    assert redis_client.zrange(keys.domains("link", shard=shard), 0, -1, withscores=True) == [(b"example.com", 0.0)]
+    assert redis_client.smembers(keys.crawl_domains("link", "testapp", "c1", shard=shard)) == {b"example.com"}
     assert redis_client.smembers(keys.app_crawls("link", "testapp")) == {b"c1"}
     ref = keys.crawl_ref("link", "testapp", "c1")
     assert redis_client.smembers(keys.active_crawls()) == {ref.encode()}
