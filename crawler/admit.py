@@ -24,6 +24,7 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from crawlhive.crawler.requests import child_request, link_child, url_fingerprint
+from crawlhive.utils.connections import is_cluster
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.scripts import scripts
 
@@ -87,6 +88,7 @@ class Admission:
         filter_ttl_s: float,
         global_cap: int | None,
         default_budget: int | None = None,
+        record_ttl_s: float = 7 * 86400,
     ) -> None:
         self.crawler = crawler
         self.scripts = scripts(redis)
@@ -96,6 +98,8 @@ class Admission:
         self.filter_ttl_ms = max(1, int(filter_ttl_s * 1000))
         self.global_cap = global_cap
         self.default_budget = default_budget
+        self.record_ttl_s = int(record_ttl_s)
+        self.cluster = is_cluster(redis)
         self._reported_stopped: set[tuple[str, str]] = set()
 
     @property
@@ -146,13 +150,142 @@ class Admission:
         Sets ``context.children`` to the admitted links. One blocking round trip; the crawler's
         spider middleware uses :meth:`admit_async`.
         """
+        if self.cluster:
+            grant = self._reserve(context, children, lambda k, a: self.scripts["crawl_budget"](keys=k, args=a))
+            calls, unique = self._cluster_calls(context, children, grant)
+            replies = [self.scripts["crawler_admit"](keys=k, args=a) for k, a in calls]
+            verdict = self._cluster_verdict(context, unique, calls, replies)
+            self._give_back(context, grant, replies, lambda k, a: self.scripts["crawl_budget"](keys=k, args=a))
+            return verdict
         keys, args, unique = self._call(context, children)
         return self._verdict(context, unique, self.scripts["crawler_admit"](keys=keys, args=args))
 
     async def admit_async(self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]) -> Verdict:
         """:meth:`admit` without blocking the reactor (batched with other pages' calls)."""
+        if self.cluster:
+            grant = self._reserve(context, children, None)
+            if grant is not None:
+                grant = int(await self.batcher.call("crawl_budget", *self._budget_call(context, grant)))
+            calls, unique = self._cluster_calls(context, children, grant)
+            futures = [self.batcher.call("crawler_admit", k, a) for k, a in calls]
+            replies = [await f for f in futures]
+            verdict = self._cluster_verdict(context, unique, calls, replies)
+            unused = self._unused(grant, replies)
+            if unused:
+                await self.batcher.call("crawl_budget", *self._budget_call(context, -unused))
+            return verdict
         keys, args, unique = self._call(context, children)
         return self._verdict(context, unique, await self.batcher.call("crawler_admit", keys, args))
+
+    # --- on a Redis Cluster: one call per shard, the budget reserved and given back ---------------
+
+    def _budget_call(self, context: LeaseContext, wanted: int) -> tuple[list[Any], list[Any]]:
+        r = context.request
+        return [self.keys.crawl(r.spiderid, r.appid, r.crawlid)], [self.budget(r), wanted, self.record_ttl_s]
+
+    def _reserve(self, context: LeaseContext, children: list[tuple[FrontierRequest, str]], run: Any) -> int | None:
+        """On a cluster, a budgeted crawl's admit first reserves one entry per link and one for the
+        page (:file:`crawl_budget.lua`); None without a budget. *run* runs the reservation now
+        (blocking), or None to let the caller run it."""
+        if not self.budget(context.request):
+            return None
+        wanted = 1 + len({fingerprint for _, fingerprint in children})
+        if run is None:
+            return wanted
+        return int(run(*self._budget_call(context, wanted)))
+
+    @staticmethod
+    def _unused(grant: int | None, replies: list[list[Any]]) -> int:
+        """Entries reserved but not written (each reply of a budgeted call ends with its count)."""
+        if grant is None:
+            return 0
+        used = sum(int(reply[-1]) for reply in replies if int(reply[0]) == 1)
+        return max(0, grant - used)
+
+    def _give_back(self, context: LeaseContext, grant: int | None, replies: list[list[Any]], run: Any) -> None:
+        unused = self._unused(grant, replies)
+        if unused:
+            run(*self._budget_call(context, -unused))
+
+    def _cluster_calls(
+        self, context: LeaseContext, children: list[tuple[FrontierRequest, str]], grant: int | None
+    ) -> tuple[list[tuple[list[Any], list[Any]]], dict[str, FrontierRequest]]:
+        """The admit on a Redis Cluster, where one script touches one slot: a call in the page's
+        shard (lease check and renewal, the page's entry, its links there) and one per other shard
+        its links fall in (their dedupe and caps only), all sent in the same round trip. A shard's
+        links may be written before the page's lease turns out lost: harmless, since the page
+        named in them may queue them again when it is refetched. With a budget, *grant* entries
+        were reserved: the page and then its links in order get them, each call's share its limit.
+        """
+        r = context.request
+        keys = self.keys
+        cap = self.page_cap(r)
+        page_shard = keys.shard_of(r.domain)
+        unique: dict[str, FrontierRequest] = {}
+        for child, fingerprint in children:
+            unique.setdefault(fingerprint, child)
+        by_shard: dict[int, list[tuple[str, FrontierRequest]]] = {page_shard: []}
+        for fingerprint, child in unique.items():
+            by_shard.setdefault(keys.shard_of(child.domain), []).append((fingerprint, child))
+        left = grant if grant is not None else 0
+        page_share = 0
+        if grant is not None and left > 0:
+            page_share, left = 1, left - 1
+        calls = []
+        page_fp = stored_fingerprint(context.fingerprint)
+        for shard, links in by_shard.items():
+            dupefilter = keys.dupefilter(r.spiderid, r.appid, r.crawlid, shard)
+            if shard == page_shard:
+                script_keys = [
+                    keys.leases(r.spiderid, shard),
+                    keys.crawl_stopped(r.spiderid, r.appid, r.crawlid, shard),
+                ]
+                script_keys.append(dupefilter)
+            else:
+                script_keys = [dupefilter, dupefilter, dupefilter]
+            cap_keys: dict[str, int] = {}
+
+            def cap_index(
+                domain: str, script_keys: list[Any] = script_keys, cap_keys: dict[str, int] = cap_keys
+            ) -> int:
+                if not cap:
+                    return 0
+                if domain not in cap_keys:
+                    script_keys.append(keys.page_caps(r.spiderid, r.appid, r.crawlid, domain))
+                    cap_keys[domain] = len(script_keys)
+                return cap_keys[domain]
+
+            share = 0
+            if grant is not None:
+                share = min(left, len(links)) + (page_share if shard == page_shard else 0)
+                left -= min(left, len(links))
+            own_cap = cap_index(r.domain) if shard == page_shard else 0
+            args: list[Any] = [context.lease.member if shard == page_shard else "", self.lease_us, self.filter_ttl_ms]
+            args += [page_fp, own_cap, share if grant is not None else 0, -1 if grant is not None else 0]
+            for fingerprint, child in links:
+                args += [stored_fingerprint(fingerprint), 3, cap_index(child.domain), cap]
+            calls.append((script_keys, args))
+        return calls, unique
+
+    def _cluster_verdict(
+        self,
+        context: LeaseContext,
+        unique: dict[str, FrontierRequest],
+        calls: list[tuple[list[Any], list[Any]]],
+        replies: list[list[Any]],
+    ) -> Verdict:
+        """Merge the per-shard replies of :meth:`_cluster_calls` into one admit reply (the page's
+        shard's call comes first and gives the verdict)."""
+        by_fp: dict[bytes, int] = {}
+        for (_, args), reply in zip(calls, replies, strict=True):
+            if int(reply[0]) != 1:
+                continue
+            flags = reply[1 : 1 + (len(args) - 7) // 4]
+            for i, ok in enumerate(flags):
+                by_fp[bytes(args[7 + 4 * i])] = int(ok)
+        verdict = [int(replies[0][0])]
+        verdict += [by_fp.get(stored_fingerprint(fp), 0) for fp in unique]
+        return self._verdict(context, unique, verdict)
 
     def _call(
         self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]

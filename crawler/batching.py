@@ -132,8 +132,8 @@ class ScriptBatcher:
             except NoScriptError as exc:
                 return [exc]
         async with self.client.pipeline(transaction=False) as pipe:
-            for call in batch:
-                pipe.evalsha(self.scripts.sha(call.script), len(call.keys), *call.keys, *call.args)
+            for call in batch:  # a raw command: a Redis Cluster pipeline routes it by its first key
+                pipe.execute_command("EVALSHA", self.scripts.sha(call.script), len(call.keys), *call.keys, *call.args)
             return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:

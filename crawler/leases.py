@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from twisted.internet import reactor
 
+from crawlhive.utils.connections import write_pipeline
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, Lease, TouchStatus, retried
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.scripts import scripts
@@ -216,7 +217,7 @@ class LeaseTable:
             return
 
         def pipeline() -> Any:
-            pipe = self.redis.pipeline(transaction=True)
+            pipe = write_pipeline(self.redis)
             self.frontier.push([c for context, _ in batch for c in context.children], pipe)
             for context, counter in batch:
                 self.worker.queue_ack(context.lease, counter, pipe)

@@ -139,6 +139,7 @@ class CrawlRuntime:
             settings.getfloat("DUPEFILTER_TIMEOUT"),
             settings["GLOBAL_PAGE_PER_DOMAIN_LIMIT"],
             settings["CRAWL_MAX_PAGES_DEFAULT"],
+            settings.getfloat("CRAWL_RECORD_TTL"),
         )
         self.emitter = Emitter(
             settings, sink, self.leases, on_failed=lambda: self._count(stat_names.failed_counter_name(spider))

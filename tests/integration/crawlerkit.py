@@ -27,7 +27,7 @@ from typing import Any
 import redis
 
 from crawlhive.utils.app.demo_site import SiteServer
-from crawlhive.utils.connections import ensure_topics, make_consumer
+from crawlhive.utils.connections import ensure_topics, make_consumer, redis_from_settings, write_pipeline
 from crawlhive.utils.frontier import Frontier, FrontierWorker, reclaim_expired_leases, seed_from_request
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings, env_value
@@ -57,7 +57,15 @@ CRAWL_DEFAULTS: dict[str, Any] = {
 
 
 #: FRONTIER_SHARDS of the components the tests start (the environment's, as they inherit it).
-TEST_FRONTIER_SHARDS = int(os.environ.get("FRONTIER_SHARDS") or 0)
+TEST_FRONTIER_SHARDS = int(
+    os.environ.get("FRONTIER_SHARDS") or (64 if os.environ.get("CRAWLHIVE_TEST_REDIS") == "cluster" else 0)
+)
+
+
+def redis_for(url: str) -> redis.Redis:
+    """A bytes client for the REDIS_URL *url*, as the components build theirs: a cluster client
+    on a Redis Cluster (``CRAWLHIVE_TEST_REDIS=cluster``)."""
+    return redis_from_settings(Settings.from_overrides(REDIS_URL=url))
 
 
 def keys_for(prefix: str) -> Keys:
@@ -278,7 +286,7 @@ class LeaseReaper:
 def seed(settings: Settings, redis_client: redis.Redis, origin: str = "", **request: Any) -> None:
     """Queue a crawl request as the kafka-monitor would (defaults filled in)."""
     message = {**CRAWL_DEFAULTS, **request}
-    pipe = redis_client.pipeline(transaction=True)
+    pipe = write_pipeline(redis_client)
     Frontier.from_settings(redis_client, settings).push(
         [seed_from_request(message, origin or f"test/{time.monotonic_ns()}")], pipe
     )
@@ -368,7 +376,7 @@ def crawler_module(
     prefix is deleted afterwards, and the crawler must have stopped cleanly."""
     settings = isolated_settings(redis_url, kafka_bootstrap, home, token_prefix)
     token = settings["REDIS_KEY_PREFIX"]
-    client = redis.Redis.from_url(redis_url)
+    client = redis_for(redis_url)
     collector = output_collector(settings)
     crawler = Crawler(crawler_env(settings, **overrides), home, spider=spider)
     try:

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
-from crawlerkit import CLI, Collector, Crawler, TestSite, crawler_env, seed
+from crawlerkit import CLI, Collector, Crawler, TestSite, crawler_env, redis_for, seed
 
 from crawlhive.cleaner.worker import COUNTERS
 from crawlhive.utils.connections import consumer_lag, ensure_topics, make_producer
@@ -203,7 +202,7 @@ def test_the_cleaner_builds_the_cleaned_record_and_handles_bad_input(settings: S
     ]
     assert all(letter["stage"] == "clean" for letter in letters + anonymous)
     keys = Keys.from_settings(settings)
-    client = redis.Redis.from_url(settings["REDIS_URL"])
+    client = redis_for(settings["REDIS_URL"])
     counts = {n: int(client.get(keys.stats_lifetime("cleaner", n)) or 0) for n in COUNTERS}
     client.close()
     assert counts == {"cleaned": 6, "skipped": 2, "duplicates": 1, "dead_letters": 4}, counts
@@ -258,7 +257,7 @@ def test_crawled_pages_become_cleaned_records_through_the_real_commands(settings
     topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
     ensure_topics(settings, topics)
     collector = Collector(settings, topics[1:])
-    client = redis.Redis.from_url(settings["REDIS_URL"])
+    client = redis_for(settings["REDIS_URL"])
     crawler = Crawler(crawler_env(settings), tmp_path)
     cleaner = _cleaner(settings, tmp_path)
     try:

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
-from crawlerkit import CLI, Crawler, crawler_env, crawler_module, seed
+from crawlerkit import CLI, Crawler, crawler_env, crawler_module, redis_for, seed
 
 from crawlhive.utils.settings import Settings
 
@@ -109,7 +108,7 @@ def test_the_example_spider_in_redis_only_mode(
     env = crawler_env(
         settings, REDIS_START_URLS_KEY=f"{prefix}-%(name)s:start_urls", REDIS_ITEMS_KEY=items_key, **SPIDER_SETTINGS
     )
-    client = redis.Redis.from_url(redis_url)
+    client = redis_for(redis_url)
     crawler = Crawler(env, tmp_path, spider="quotes", name="example-redis-only", extra_args=["--no-kafka"])
     try:
         crawler.wait_ready(client, prefix)

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-import redis
 from crawlerkit import (
     Crawler,
     LeaseReaper,
@@ -20,6 +19,7 @@ from crawlerkit import (
     html,
     isolated_settings,
     output_collector,
+    redis_for,
     seed,
 )
 
@@ -66,7 +66,7 @@ def test_max_pages_bounds_a_crawl_across_two_crawlers(
     _mesh(site, "/d/", 30)
     _mesh(site, "/s/", 30)
     settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "m")
-    client = redis.Redis.from_url(redis_url)
+    client = redis_for(redis_url)
     collector = output_collector(settings)
     env = crawler_env(settings, CONCURRENT_REQUESTS=16, CRAWL_MAX_PAGES_DEFAULT=9)
     crawlers = [Crawler(env, tmp_path, name=f"budget-{i}") for i in range(2)]
@@ -135,7 +135,7 @@ def test_a_waiting_retry_survives_the_restart_of_its_crawler(
 
     site.handler("/rs/flaky", flaky)
     settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rs")
-    client = redis.Redis.from_url(redis_url)
+    client = redis_for(redis_url)
     collector = output_collector(settings)
     env = crawler_env(settings, RETRY_BACKOFF_BASE=3.0)
     reaper = LeaseReaper(client, settings, interval_s=0.2)

@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 import redis
+from crawlerkit import redis_for
 from kafka.structs import TopicPartition
 from redis.client import Pipeline
 
 from crawlhive.redis_monitor.monitor import RedisMonitor
 from crawlhive.utils.app.embedded import EmbeddedRedis
-from crawlhive.utils.connections import ensure_topics, make_consumer
+from crawlhive.utils.connections import ensure_topics, make_consumer, write_pipeline
 from crawlhive.utils.control import ControlConsumer, ControlQueue
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker, ThrottleConfig
 from crawlhive.utils.heartbeat import Heartbeat
@@ -133,7 +134,7 @@ def running(redis_url: str) -> Iterator[Callable[..., RedisMonitor]]:
     clients: list[redis.Redis] = []
 
     def start(settings: Settings) -> RedisMonitor:
-        client = redis.Redis.from_url(redis_url)
+        client = redis_for(redis_url)
         clients.append(client)
         return runner.start(settings, client)
 
@@ -148,7 +149,7 @@ def submit(client: redis.Redis, settings: Settings, kind: str, *messages: dict[s
     origins = [f"test/0/{message.get('uuid') or time.monotonic_ns()}" for message in messages]
 
     def build() -> Pipeline:
-        pipe = client.pipeline(transaction=True)
+        pipe = write_pipeline(client)
         for message, origin in zip(messages, origins, strict=True):
             control.submit(pipe, kind, message, origin)
         return pipe
@@ -158,7 +159,7 @@ def submit(client: redis.Redis, settings: Settings, kind: str, *messages: dict[s
 
 def push(client: redis.Redis, settings: Settings, *requests: FrontierRequest) -> None:
     frontier = Frontier.from_settings(client, settings)
-    pipe = client.pipeline(transaction=True)
+    pipe = write_pipeline(client)
     frontier.push(list(requests), pipe)
     pipe.execute()
 

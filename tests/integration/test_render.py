@@ -37,6 +37,7 @@ from crawlerkit import (
     html,
     isolated_settings,
     output_collector,
+    redis_for,
     seed,
 )
 
@@ -75,7 +76,7 @@ def isolated(
     crawlers' output topics; afterwards everything under the prefix is deleted."""
     settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "r")
     prefix = settings["REDIS_KEY_PREFIX"]
-    client = redis.Redis.from_url(redis_url)
+    client = redis_for(redis_url)
     collector = output_collector(settings)
     yield settings, prefix, client, collector
     collector.close()

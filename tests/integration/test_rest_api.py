@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from crawlerkit import redis_for
 from prometheus_client.parser import text_string_to_metric_families
 from rest_support import FakeRedisMonitor, RunningRest, delete_prefix, running_rest, stats_answer
 
@@ -52,7 +53,7 @@ def rest_settings(redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest
         HEARTBEAT_INTERVAL=1.0,
     )
     yield settings
-    client = redis.Redis.from_url(redis_url)
+    client = redis_for(redis_url)
     delete_prefix(client, token)
     client.close()
 
@@ -83,7 +84,7 @@ def http(rest: RunningRest) -> Iterator[httpx.Client]:
 
 @pytest.fixture
 def rclient(rest_settings: Settings) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(rest_settings["REDIS_URL"])
+    client = redis_for(rest_settings["REDIS_URL"])
     yield client
     client.close()
 

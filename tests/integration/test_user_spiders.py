@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from crawlerkit import (
     Collector,
     Crawler,
@@ -26,6 +25,7 @@ from crawlerkit import (
     html,
     isolated_settings,
     output_collector,
+    redis_for,
     seed,
 )
 
@@ -367,7 +367,7 @@ def test_redis_only_mode_crawls_from_a_start_urls_list_with_no_broker(
         KAFKA_TOPIC_PREFIX=prefix,
         CRAWLHIVE_HOME=str(tmp_path),
     )
-    client = redis.Redis.from_url(redis_url)
+    client = redis_for(redis_url)
     env = crawler_env(
         settings,
         SPIDER_MODULES=["userspiders.quotes"],
@@ -435,7 +435,7 @@ def test_a_user_spider_crawl_survives_a_sigkilled_crawler(
         site.handler(page, leaf)
     settings = isolated_settings(redis_url, kafka_bootstrap, quotes_module, "k")
     token = settings["REDIS_KEY_PREFIX"]
-    client = redis.Redis.from_url(redis_url)
+    client = redis_for(redis_url)
     collector = output_collector(settings)
     env = crawler_env(settings, SPIDER_MODULES=["userspiders.quotes"], LEASE_TIMEOUT=2, CONCURRENT_REQUESTS=8)
     victim = Crawler(env, quotes_module, spider="quotes", name="victim")

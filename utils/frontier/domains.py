@@ -66,7 +66,7 @@ def recheck_domain(redis: Redis, keys: Keys, spiders: set[str], domain: str) -> 
     for spider, render in lanes:
         pipe.zadd(keys.domains(spider, render, keys.shard_of(domain)), {domain: 0}, xx=True, lt=True)
     for spider, render in lanes:
-        pipe.publish(keys.wake_channel(spider, render), b"1")
+        pipe.execute_command("PUBLISH", keys.wake_channel(spider, render), b"1")  # a cluster pipeline has no .publish
     pipe.execute()
 
 

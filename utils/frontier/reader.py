@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
+from crawlhive.utils.connections import is_cluster, write_pipeline
 from crawlhive.utils.frontier.model import decode_priority, text
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.scripts import scripts
@@ -159,9 +160,12 @@ class FrontierReader:
         member = keys.crawl_member(appid, crawlid)
         ref = keys.crawl_ref(spider, appid, crawlid)
 
-        def build() -> Pipeline:  # one MULTI: each shard's queues, leases and stopped marker
-            pipe = self.redis.pipeline(transaction=True)
+        sharded = keys.shards > 1
+
+        def build() -> Pipeline:  # one MULTI (on a cluster, a pipeline): each shard's queues, leases, marker
+            pipe = write_pipeline(self.redis)
             for shard in range(keys.shards):
+                part = keys.crawl_shard(spider, appid, crawlid, shard)
                 prefixes = keys.script_prefixes(spider, shard=shard)
                 render_prefixes = keys.script_prefixes(spider, render=True, shard=shard)
                 self.scripts.queue(
@@ -171,8 +175,8 @@ class FrontierReader:
                         keys.crawl_domains(spider, appid, crawlid, shard=shard),
                         keys.crawl_leases(spider, appid, crawlid, shard),
                         keys.leases(spider, shard),
-                        keys.crawl_shard(spider, appid, crawlid, shard),
-                        keys.expiries(),
+                        part,
+                        part if sharded else keys.expiries(),  # with shards: disarmed below
                         keys.crawl_stopped(spider, appid, crawlid, shard),
                         keys.crawl_domains(spider, appid, crawlid, render=True, shard=shard),
                     ],
@@ -180,7 +184,7 @@ class FrontierReader:
                         prefixes["crawl_queue"] + member + ":",
                         prefixes["domain_crawls"],
                         member,
-                        ref,
+                        "" if sharded else ref,
                         self.record_ttl_s,
                         ended_as,
                         render_prefixes["crawl_queue"] + member + ":",
@@ -190,13 +194,14 @@ class FrontierReader:
             return pipe
 
         purged = sum(int(n) for n in self.scripts.execute(build))
-        if keys.shards > 1:  # the record itself (the shards' scripts ended their parts)
+        if sharded:  # the record itself and the expiry timer (the shards' scripts ended their parts)
             record = keys.crawl(spider, appid, crawlid)
+            pipe = self.redis.pipeline(transaction=True)  # one slot: the cluster-wide keys
+            pipe.zrem(keys.expiries(), ref)
             if self.redis.exists(record):
-                pipe = self.redis.pipeline(transaction=True)
                 pipe.hset(record, mapping={"inflight": 0, "ended_as": ended_as})
                 pipe.hdel(record, "expires")
-                pipe.execute()
+            pipe.execute()
         return purged
 
     def scan_complete(self, cursor: int = 0, count: int = 500) -> tuple[int, int]:
@@ -210,6 +215,8 @@ class FrontierReader:
             ``(next cursor, crawls found complete)``; cursor 0 means the pass is over.
         """
         prefixes = self.keys.crawl_ref_prefixes()
+        if is_cluster(self.redis):
+            return self._scan_complete_cluster(cursor, count)
         args: list[Any] = [cursor, count, prefixes["crawl"], prefixes["app_crawls"], self.record_ttl_s]
         for shard in range(self.keys.shards):
             p = self.keys.crawl_ref_prefixes(shard)
@@ -218,6 +225,80 @@ class FrontierReader:
             keys=[self.keys.active_crawls(), self.keys.control_stream(), self.keys.finished_crawls()], args=args
         )
         return int(cursor_out), int(found)
+
+    def _scan_complete_cluster(self, cursor: int, count: int) -> tuple[int, int]:
+        """:meth:`scan_complete` on a Redis Cluster, where one script cannot read every shard.
+
+        For each active crawl: read its push generation (``gen``, bumped by every push together
+        with its shard writes, before the pushing crawler acks its page), then read every shard's
+        queues, leases and counters twice, one pipelined round trip per read (per node in
+        parallel), and declare it complete only if both reads found every shard idle and the
+        generation did not move (``complete_declare.lua``, in the cluster-wide slot). Work only
+        moves between shards by a push followed by the ack of the page that found it, so the second
+        read sees whatever the first missed, unless a push happened since the first read of the
+        generation, which the declare refuses (a double collect: a consistent snapshot without a
+        lock). Costs 2 x 4 reads per shard of each idle-looking crawl; busy crawls 4 per shard.
+        """
+        keys = self.keys
+        cursor_out, refs = self.redis.sscan(keys.active_crawls(), cursor, count=count)
+        refs = [text(r) for r in refs]
+        if not refs:
+            return int(cursor_out), 0
+        pipe = self.redis.pipeline(transaction=False)
+        prefixes = keys.crawl_ref_prefixes()
+        for ref in refs:
+            pipe.hget(prefixes["crawl"] + ref, "gen")
+        generations = pipe.execute()
+        idle = {ref: gen for ref, gen in zip(refs, generations, strict=True)}
+        totals: dict[str, tuple[int, int]] = {}
+        for _ in range(2):
+            if not idle:
+                break
+            totals = self._idle_totals(list(idle))
+            idle = {ref: gen for ref, gen in idle.items() if ref in totals}
+        found = 0
+        heads = keys.crawl_ref_prefixes()
+        for ref, gen in idle.items():
+            crawled, failed = totals[ref]
+            found += int(
+                self.scripts["complete_declare"](
+                    keys=[keys.active_crawls(), keys.control_stream(), keys.finished_crawls(), heads["crawl"] + ref],
+                    args=[
+                        ref,
+                        text(gen) if gen is not None else "",
+                        crawled,
+                        failed,
+                        heads["crawl"],
+                        heads["app_crawls"],
+                        self.record_ttl_s,
+                    ],
+                )
+            )
+        return int(cursor_out), found
+
+    def _idle_totals(self, refs: list[str]) -> dict[str, tuple[int, int]]:
+        """Of the crawls *refs*, those with nothing queued, leased or in flight in any shard, with
+        their ``(crawled, failed)`` summed over the shards (one pipelined round trip)."""
+        pipe = self.redis.pipeline(transaction=False)
+        shard_prefixes = [self.keys.crawl_ref_prefixes(shard) for shard in range(self.keys.shards)]
+        for ref in refs:
+            for p in shard_prefixes:
+                pipe.scard(p["crawl_domains"] + ref)
+                pipe.scard(p["render_crawl_domains"] + ref)
+                pipe.scard(p["crawl_leases"] + ref)
+                pipe.hmget(p["crawl_shard"] + ref, "inflight", "crawled", "failed")
+        replies = iter(pipe.execute())
+        out: dict[str, tuple[int, int]] = {}
+        for ref in refs:
+            busy, crawled, failed = False, 0, 0
+            for _ in shard_prefixes:
+                queued, render_queued, leased, (inflight, done, lost) = (next(replies) for _ in range(4))
+                busy = busy or bool(queued or render_queued or leased or int(inflight or 0) > 0)
+                crawled += int(done or 0)
+                failed += int(lost or 0)
+            if not busy:
+                out[ref] = (crawled, failed)
+        return out
 
     def fire_expiries(self, limit: int = 1000) -> int:
         """Fire the expiry timers (``keys.expiries()``) whose time has passed on the Redis clock:

@@ -366,12 +366,22 @@ class FrontierWorker:
         Returns:
             True if done; False if the lease was gone or had been renewed (nothing changed).
         """
-        return bool(
-            self.scripts["lease_exhaust"](
-                keys=[*self._ack_keys(request), self.keys.control_stream()],
-                args=[member, "failed", self.record_ttl_s, dead_letter],
+        ack_keys = self._ack_keys(request)
+        if self.keys.shards == 1:
+            return bool(
+                self.scripts["lease_exhaust"](
+                    keys=[*ack_keys, self.keys.control_stream()],
+                    args=[member, "failed", self.record_ttl_s, dead_letter],
+                )
             )
+        # With shards the stream is in another slot (of a cluster): end the lease, then append the
+        # dead letter (a reaper killed in between leaves the request failed without its letter).
+        done = bool(
+            self.scripts["lease_exhaust"](keys=[*ack_keys, ack_keys[0]], args=[member, "failed", self.record_ttl_s, ""])
         )
+        if done:
+            self.redis.xadd(self.keys.control_stream(), {"kind": "dead-letter", "request": dead_letter})
+        return done
 
     # --- crawler helpers: batched renewals and acks on a caller's pipeline -----------------------
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Self
 
+from crawlhive.utils.connections import is_cluster
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, encode_score
 from crawlhive.utils.keys import Keys
 
@@ -43,6 +44,7 @@ class Frontier:
         self.redis = redis
         self.keys = keys
         self.record_ttl_s = int(record_ttl_s)
+        self.cluster = is_cluster(redis)
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
@@ -74,6 +76,14 @@ class Frontier:
         costs a few commands per queue touched rather than ~9 per request. The result is the same as
         pushing the requests one by one in list order (for ``expires``, the last non-zero value of a
         crawl wins), and as idempotent: a request already queued (same encoding) is left as it is.
+
+        **On a Redis Cluster** there is no ``MULTI`` across slots, so the writes come in two
+        steps: the shards' writes (queues, indexes, the shards' parts of the crawl records) and a
+        bump of each crawl record's push generation ``gen`` run now, in one round trip pipelined per
+        node; only the cluster-wide writes (records, crawl sets, expiry timers, wake-ups) are
+        queued on *pipe*. So whatever the caller queues after them (the crawler's acks) lands
+        after the requests, and the completion check (:meth:`FrontierReader.scan_complete`) sees
+        every push that could hide work from it (the generation moved).
         """
         if not requests:
             return
@@ -119,20 +129,25 @@ class Frontier:
             option_sets.setdefault((spider, appid, crawlid, shard), {})[options.id] = options
             if request.max_pages:
                 budgets[crawl] = request.max_pages
+        first = self.redis.pipeline(transaction=False) if self.cluster else pipe
         for queue, members in queues.items():
-            pipe.zadd(queue, members, nx=True)
+            first.zadd(queue, members, nx=True)
         for (spider, render, domain), crawl_best in best.items():
-            pipe.zadd(keys.domain_crawls(spider, domain, render), crawl_best, lt=True)
+            first.zadd(keys.domain_crawls(spider, domain, render), crawl_best, lt=True)
         for (spider, render, shard), domains in spider_domains.items():
-            pipe.zadd(keys.domains(spider, render, shard), dict.fromkeys(domains, 0), nx=True)
+            first.zadd(keys.domains(spider, render, shard), dict.fromkeys(domains, 0), nx=True)
         for (spider, appid, crawlid, render, shard), domains in lane_domains.items():
-            pipe.sadd(keys.crawl_domains(spider, appid, crawlid, render, shard), *domains)
+            first.sadd(keys.crawl_domains(spider, appid, crawlid, render, shard), *domains)
         sharded = keys.shards > 1
         if sharded:  # each shard's part of the record holds the option sets its members name
             for (spider, appid, crawlid, shard), sets in option_sets.items():
                 part = keys.crawl_shard(spider, appid, crawlid, shard)
-                pipe.hset(part, mapping={o.field: o.json for o in sets.values()})
-                pipe.expire(part, self.record_ttl_s)
+                first.hset(part, mapping={o.field: o.json for o in sets.values()})
+                first.expire(part, self.record_ttl_s)
+        if self.cluster:
+            for spider, appid, crawlid in crawls:
+                first.hincrby(keys.crawl(spider, appid, crawlid), "gen", 1)
+            first.execute()
         apps: dict[tuple[str, str], set[str]] = {}
         refs = []
         for (spider, appid, crawlid), expires in crawls.items():
@@ -163,4 +178,6 @@ class Frontier:
         pipe.sadd(keys.active_crawls(), *refs)
         pipe.zrem(keys.finished_crawls(), *refs)
         for spider, render in {(spider, render) for spider, render, _ in spider_domains}:
-            pipe.publish(keys.wake_channel(spider, render), b"1")
+            pipe.execute_command(
+                "PUBLISH", keys.wake_channel(spider, render), b"1"
+            )  # a cluster pipeline has no .publish

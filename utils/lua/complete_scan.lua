@@ -6,12 +6,9 @@
 --       part of the crawl record (the record itself with one shard).
 -- A crawl is complete when no shard has a domain with queued requests (in either lane), a lease or
 -- an in-flight count;
--- it then leaves the active set and its appid's crawl set, and a 'complete' entry carrying its
--- counters (summed over the shards) is appended to the stream; its record gets 'ended' and the
--- summed counters (and
--- 'ended_as' complete unless a stop or an expiry set it) and it joins the finished crawls, whose
--- entries older than the record TTL are trimmed. Returns {next cursor, number of crawls found complete}.
---! include lib/unescape.lua
+-- it is then declared complete (lib/complete.lua) with its counters summed over the shards, and
+-- finished crawls older than the record TTL are trimmed. Returns {next cursor, number of crawls found complete}.
+--! include lib/complete.lua
 
 local shards = {}
 for i = 6, #ARGV, 4 do
@@ -37,22 +34,8 @@ for _, ref in ipairs(scan[2]) do
     crawled = crawled + tonumber(part[2] or '0')
     failed = failed + tonumber(part[3] or '0')
   end
-  if not busy then
-    local record = ARGV[3] .. ref
-    local spider, appid, crawlid = string.match(ref, '^([^:]*):([^:]*):([^:]*)$')
-    redis.call('SREM', KEYS[1], ref)
-    if spider then
-      redis.call('SREM', ARGV[4] .. spider .. ':' .. appid, unescape(crawlid))
-      local event = cjson.encode({spiderid = unescape(spider), appid = unescape(appid),
-        crawlid = unescape(crawlid), total_crawled = crawled, total_failed = failed})
-      redis.call('XADD', KEYS[2], '*', 'kind', 'complete', 'request', event)
-      if redis.call('EXISTS', record) == 1 then
-        redis.call('HSET', record, 'ended', now, 'crawled', crawled, 'failed', failed)
-        redis.call('HSETNX', record, 'ended_as', 'complete')
-      end
-      redis.call('ZADD', KEYS[3], now, ref)
-      found = found + 1
-    end
+  if not busy and declare_complete(KEYS[1], KEYS[2], KEYS[3], ARGV[3], ARGV[4], ref, crawled, failed, now) then
+    found = found + 1
   end
 end
 if found > 0 then

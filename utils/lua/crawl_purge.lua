@@ -3,7 +3,7 @@
 -- KEYS: 1 crawl domains, 2 crawl leases, 3 leases, 4 crawl record, 5 expiries, 6 stopped marker,
 --       7 crawl domains of the rendering lane.
 -- ARGV: 1 crawl queue prefix + crawl member + ':', 2 domain crawls prefix, 3 crawl member,
---       4 crawl ref, 5 stopped-marker TTL (s), 6 how the crawl ends ('stopped' or 'expired'),
+--       4 crawl ref ('' with shards: the caller disarms the timer, whose key is in another slot), 5 stopped-marker TTL (s), 6 how the crawl ends ('stopped' or 'expired'),
 --       7 and 8: ARGV 1 and 2 of the rendering lane.
 -- Returns the number of queued requests purged.
 
@@ -26,6 +26,6 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('HSET', KEYS[4], 'inflight', 0, 'ended_as', ARGV[6])
   redis.call('HDEL', KEYS[4], 'expires')
 end
-redis.call('ZREM', KEYS[5], ARGV[4])
+if ARGV[4] ~= '' then redis.call('ZREM', KEYS[5], ARGV[4]) end
 redis.call('SET', KEYS[6], '1', 'EX', ARGV[5])
 return purged

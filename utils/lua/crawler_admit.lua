@@ -1,37 +1,44 @@
 -- Check a fetched page's lease and filter its links, in one step.
 -- KEYS: 1 leases(spider) of the page's shard, 2 crawl stopped marker of that shard, 3 the crawl's
 --       dupefilter in that shard, 4.. the crawl's dupefilters in other shards and page-cap sets.
--- ARGV: 1 leased member, 2 lease (us), 3 filter TTL (ms), 4 page fingerprint, 5 page cap-set index
---       into KEYS (0 = none), 6 the crawl's page budget (max_pages; 0 = none), 7 D: KEYS[3 .. 2 + D]
---       are the dupefilters the budget counts (every shard's when there is a budget), then per
---       link: fingerprint, index into KEYS of the dupefilter of the link's shard, cap-set index
---       (0 = none), cap.
+-- ARGV: 1 leased member ('' on a Redis Cluster for the links of another shard than the page's:
+--       no lease check, no entry for the page), 2 lease (us), 3 filter TTL (ms), 4 page
+--       fingerprint, 5 page cap-set index into KEYS (0 = none), 6 the crawl's page budget
+--       (max_pages; 0 = none), 7 D: KEYS[3 .. 2 + D] are the dupefilters the budget counts (every
+--       shard's when there is a budget), or -1 on a Redis Cluster: ARGV 6 is then how many new
+--       entries this call may write (reserved by crawl_budget.lua) and the reply ends with how
+--       many it wrote; then per link: fingerprint, index into KEYS of the dupefilter of the
+--       link's shard, cap-set index (0 = none), cap.
 -- Returns {verdict, admitted flags...}: verdict 1 = lease ours and renewed, links checked;
 -- 2 = crawl stopped, lease taken after the stop (a resubmitted seed: emit, queue no links);
 -- 3 = crawl stopped while in flight (drop); 0 = lease lost (drop, do not ack).
 --! include lib/lease.lua
 
-local alive = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  if alive then return {2} end
-  return {3}
-end
-if not alive then return {0} end
-renew_lease(KEYS[1], ARGV[1], ARGV[2])
 local page = ARGV[4]
 -- a dupefilter value names the page that queued the link by the first 4 bytes of its fingerprint
 -- (crawler/admit.py: a clash only lets one page queue again a link another page queued)
 local owner = string.sub(page, 1, 4)
 local ttl = tonumber(ARGV[3])
-redis.call('HSETNX', KEYS[3], page, owner)
-local own = tonumber(ARGV[5])
-if own > 0 then redis.call('SADD', KEYS[own], page) end
-local out = {1}
 local budget = tonumber(ARGV[6])
--- Requests of the crawl admitted so far: every fingerprint of its dupefilter (pages fetched and
--- links queued), so a crawl's budget holds across processes and refetches count once.
+local reserved = tonumber(ARGV[7]) < 0
 local used = 0
-if budget > 0 then
+if ARGV[1] ~= '' then
+  local alive = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    if alive then return {2} end
+    return {3}
+  end
+  if not alive then return {0} end
+  renew_lease(KEYS[1], ARGV[1], ARGV[2])
+  if redis.call('HSETNX', KEYS[3], page, owner) == 1 and reserved then used = 1 end
+  local own = tonumber(ARGV[5])
+  if own > 0 then redis.call('SADD', KEYS[own], page) end
+end
+local out = {1}
+-- Requests of the crawl admitted so far: every fingerprint of its dupefilter (pages fetched and
+-- links queued), so a crawl's budget holds across processes and refetches count once. (On a
+-- cluster the crawl's counter does that: this call may write 'budget' new entries.)
+if budget > 0 and not reserved then
   for k = 3, 2 + tonumber(ARGV[7]) do used = used + redis.call('HLEN', KEYS[k]) end
 end
 for i = 8, #ARGV, 4 do
@@ -63,4 +70,5 @@ for i = 8, #ARGV, 4 do
   out[#out + 1] = ok and 1 or 0
 end
 for k = 3, #KEYS do redis.call('PEXPIRE', KEYS[k], ttl) end
+if reserved then out[#out + 1] = used end
 return out
