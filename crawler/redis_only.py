@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import WatchError
 
 from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, parse_json, validation_dead_letter
+from crawlhive.utils.connections import is_cluster
 from crawlhive.utils.frontier import Frontier, seed_from_request
+from crawlhive.utils.keys import SpiderLists
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -37,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 #: Entries taken from the list per pass.
 BATCH = 100
+#: Milliseconds a crawler may hold a start-URLs list's lock on a Redis Cluster (one batch's work).
+LOCK_MS = 30_000
 #: The appid of a seed given as a bare URL.
 URL_APPID = "redis"
 
@@ -59,6 +63,8 @@ class SeedReader:
         self.spider = spider
         self.start_urls_key = start_urls_key
         self.dead_letter_key = dead_letter_key
+        self.lock_key = SpiderLists.start_urls_lock(start_urls_key)
+        self.cluster = is_cluster(redis)
         self.frontier = Frontier.from_settings(redis, settings)
         self.validator = RequestValidator.from_settings(settings)
         self.max_record_bytes = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
@@ -95,6 +101,8 @@ class SeedReader:
         Returns:
             how many entries were taken.
         """
+        if self.cluster:
+            return self._run_once_cluster()
         while True:
             with self.redis.pipeline(transaction=True) as pipe:
                 try:
@@ -122,3 +130,38 @@ class SeedReader:
             if seeds:
                 logger.info("%d seeds from %s queued", len(seeds), self.start_urls_key)
             return len(entries)
+
+    def _run_once_cluster(self) -> int:
+        """:meth:`run_once` on a Redis Cluster, where the list, the frontier and the dead-letter
+        list are in different slots (no ``WATCH``/``MULTI`` over them): the crawler holding the
+        list's lock (``SpiderLists.start_urls_lock``, LOCK_MS) reads a batch, queues it, then
+        trims it off the list. A crawler killed before the trim leaves the batch for the next one,
+        which queues its seeds again (at least once; the frontier's writes are idempotent)."""
+        token = uuid.uuid4().hex.encode()
+        if not self.redis.set(self.lock_key, token, nx=True, px=LOCK_MS):
+            return 0
+        try:
+            entries: list[bytes] = list(self.redis.lrange(self.start_urls_key, 0, BATCH - 1))  # type: ignore[arg-type]
+            if not entries:
+                return 0
+            seeds, letters = [], []
+            for raw in entries:
+                message, letter = self.decide(raw)
+                if message is not None:
+                    seeds.append(seed_from_request(message, f"redis/{self.spider}/{uuid.uuid4().hex}"))
+                elif letter is not None:
+                    letters.append(letter)
+            pipe = self.redis.pipeline(transaction=False)
+            self.frontier.push(seeds, pipe)
+            if letters:
+                pipe.rpush(self.dead_letter_key, *letters)
+            pipe.execute()
+            self.redis.ltrim(self.start_urls_key, len(entries), -1)
+        finally:
+            if self.redis.get(self.lock_key) == token:  # ours still (not expired and taken over)
+                self.redis.delete(self.lock_key)
+        for letter in letters:
+            logger.info("rejected an entry of %s: %.300s", self.start_urls_key, letter.decode(errors="replace"))
+        if seeds:
+            logger.info("%d seeds from %s queued", len(seeds), self.start_urls_key)
+        return len(entries)

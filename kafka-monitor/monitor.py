@@ -38,6 +38,7 @@ from crawlhive.utils.connections import (
 )
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
+from crawlhive.utils.replication import ReplicaWait
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ConsumerWorker
 
@@ -86,6 +87,7 @@ class KafkaMonitor(ConsumerWorker):
         self.validator: RequestValidator | None = None
         self.plugins: dict[type[IncomingPlugin], IncomingPlugin] = {}
         self.totals = BatchResult()
+        self.replicas = ReplicaWait.from_settings(redis, settings)
         self._progress_at = time.monotonic()
         self._progress_mark = BatchResult()
 
@@ -183,6 +185,8 @@ class KafkaMonitor(ConsumerWorker):
                 handled[plugin_cls.name] = count
             dead.extend(failed)
 
+        if handled:  # REDIS_WAIT_REPLICAS: replicated before the offsets are committed (§18.3)
+            self.replicas.wait((), cluster_wide=True)  # a cluster's shards: Frontier.push waited
         self._send_dead_letters(dead)
         self._count(len(records), len(dead), handled)
         return BatchResult(records=len(records), accepted=sum(handled.values()), rejected=len(dead))

@@ -224,6 +224,12 @@ class LocalCluster:
         """Start a killed *node* again on its port with its node file (it rejoins the cluster)."""
         self._spawn(node)
 
+    def wait_failover(self, dead: Node, timeout: float = 30.0) -> None:
+        """Wait until a replica of the killed *dead* primary has been promoted (as many live
+        primaries as the cluster was built with)."""
+        assert dead.process is not None and dead.process.poll() is not None, "kill the node first"
+        self._wait(lambda: len(self.primary_nodes()) == len(self.primaries), "a replica to be promoted", timeout)
+
     def wait_healthy(self, timeout: float = 30.0) -> None:
         self._wait(self.healthy, "the cluster to be ok", timeout)
 

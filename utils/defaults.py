@@ -26,9 +26,19 @@ REDIS_KEY_PREFIX: str = "ch"
 tests, share one Redis."""
 
 FRONTIER_SHARDS: int = 0
-"""Virtual shards of the frontier (docs/contract.md §18.2); 0 = automatic: one, the layout of a single
-Redis (a Redis Cluster is not supported yet). Fixed for the life of the data: the first component to start stores it in Redis,
-and a component configured with another value refuses to start."""
+"""Virtual shards of the frontier (docs/contract.md §18.2); 0 = automatic: 64 on a Redis Cluster
+(REDIS_URL naming a cluster node, or several seed nodes separated by commas), one on a single Redis
+(no hash tags: the layout of earlier releases). Fixed for the life of the data: the first component
+to start stores it in Redis, and a component configured with another value refuses to start."""
+
+REDIS_WAIT_REPLICAS: int = 0
+"""Replicas that must confirm a component's frontier writes (Redis ``WAIT``) before it acknowledges
+them onward: a Kafka offset commit, a crawler's lease ack (§18.3). 0 = do not wait: a primary
+killed before its replicas copied its last writes loses them (docs/operations.md, "Failover")."""
+
+REDIS_WAIT_TIMEOUT: int = 1000
+"""Milliseconds one ``WAIT`` for REDIS_WAIT_REPLICAS may take; when fewer replicas confirm in time
+the component goes on and logs a WARNING (at most once a minute) naming the Redis node."""
 
 KAFKA_BOOTSTRAP_SERVERS: list[str] = ["127.0.0.1:9092"]
 """Kafka brokers, comma-separated (alias: KAFKA_HOSTS)."""

@@ -327,6 +327,13 @@ class Keys:
         a component configured with another count refuses to start (docs/contract.md §18.2)."""
         return f"{self.prefix}:frontier-shards"  # the same name whatever the count: it is what is checked
 
+    @key("string", ttl="1 minute")
+    def replication_mark(self, shard: int | None = None) -> str:
+        """Written just before a ``WAIT`` for REDIS_WAIT_REPLICAS on the node of *shard* (None: of
+        the cluster-wide keys): replication is ordered, so once replicas have this write they have
+        every earlier write to that node, whichever connection made it (utils/replication.py)."""
+        return f"{self._global if shard is None else self._heads[shard]}replication-mark"
+
     @key("string", ttl="1 day")
     def seed_origin(self, origin: str, shard: int = 0) -> str:
         """Marker that the crawl request of Kafka record ``<topic>/<partition>/<offset>@<timestamp>``
@@ -520,6 +527,12 @@ class SpiderLists:
     def start_urls(self, spider: str) -> str:
         """List of seeds (a URL or a JSON crawl request per entry), popped by the crawler."""
         return self.start_urls_format % {"name": spider}
+
+    @staticmethod
+    def start_urls_lock(start_urls: str) -> str:
+        """On a Redis Cluster, held (``SET NX PX``) by the crawler moving entries of the list
+        *start_urls* (a :meth:`start_urls` key) to the frontier."""
+        return f"{start_urls}:lock"
 
     def items(self, spider: str) -> str:
         """List of items (page items and the spider's own, JSON), pushed by the crawler."""

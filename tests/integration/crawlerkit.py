@@ -27,7 +27,14 @@ from typing import Any
 import redis
 
 from crawlhive.utils.app.demo_site import SiteServer
-from crawlhive.utils.connections import ensure_topics, make_consumer, redis_from_settings, write_pipeline
+from crawlhive.utils.connections import (
+    CLUSTER_SHARDS,
+    ensure_topics,
+    is_cluster,
+    make_consumer,
+    redis_from_settings,
+    write_pipeline,
+)
 from crawlhive.utils.frontier import Frontier, FrontierWorker, reclaim_expired_leases, seed_from_request
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings, env_value
@@ -68,10 +75,12 @@ def redis_for(url: str) -> redis.Redis:
     return redis_from_settings(Settings.from_overrides(REDIS_URL=url))
 
 
-def keys_for(prefix: str) -> Keys:
+def keys_for(prefix: str, client: redis.Redis | None = None) -> Keys:
     """The keys the components the tests start use: FRONTIER_SHARDS comes from the environment
-    (``make test``'s second pass runs with 4 shards)."""
-    return Keys.from_settings(Settings.from_overrides(REDIS_KEY_PREFIX=prefix, FRONTIER_SHARDS=TEST_FRONTIER_SHARDS))
+    (``make test``'s second pass runs with 4 shards); automatic, it is 64 when *client* is a
+    Redis Cluster client."""
+    shards = TEST_FRONTIER_SHARDS or (CLUSTER_SHARDS if client is not None and is_cluster(client) else 1)
+    return Keys(prefix, shards)
 
 
 @dataclass
@@ -229,7 +238,7 @@ class Crawler:
         """Wait until *count* crawler heartbeats exist (the crawler is polling the frontier)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if redis_client.zcard(keys_for(prefix).heartbeat_index("crawler")) >= count:
+            if redis_client.zcard(keys_for(prefix, redis_client).heartbeat_index("crawler")) >= count:
                 return
             if self.proc.poll() is not None:
                 break

@@ -60,7 +60,8 @@ def test_two_crawlers_never_exceed_a_domains_hits_per_window(
         site.page(link, html())
     keys = Keys.from_settings(settings)
     # domain-config for the site's domain, live: 4 fetches per rolling second, cluster-wide
-    redis_client.hset(keys.domain_config(), "127.0.0.1", json.dumps({"hits": 4, "window": 1, "scale": 1.0}))
+    config = keys.domain_config(keys.shard_of("127.0.0.1"))  # in the domain's shard, beside its queues
+    redis_client.hset(config, "127.0.0.1", json.dumps({"hits": 4, "window": 1, "scale": 1.0}))
     _start(kit, settings, redis_client, 2, QUEUE_MODERATED=False)
     seed(settings, redis_client, appid="testapp", crawlid="thr", url=site.url("/t/"), maxdepth=1)
     kit["collector"].wait_for("thr", 15, timeout=30)

@@ -1,11 +1,12 @@
-"""A real local Redis Cluster (3 primaries, 3 replicas; tests/integration/clusterkit.py): what
-crawlhive does with one today, and the transport its cluster mode builds on (docs/contract.md §18).
+"""A real local Redis Cluster (3 primaries, 3 replicas; tests/clusterkit.py): how crawlhive
+finds one, and the transport its cluster mode builds on (docs/contract.md §18).
 
 The tests of this module share one cluster and run in order: the last one kills a primary.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
@@ -15,7 +16,9 @@ from clusterkit import SLOTS, LocalCluster
 from redis.cluster import ClusterNode, RedisCluster
 
 from crawlhive.utils import connections
-from crawlhive.utils.errors import UnsupportedBackend
+from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.replication import ReplicaWait
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.settings import Settings
 
@@ -49,13 +52,50 @@ def test_the_kit_builds_three_primaries_owning_every_slot_and_a_replica_of_each(
         client.close()
 
 
-def test_a_component_refuses_a_cluster_node_and_says_why(cluster: LocalCluster) -> None:
-    settings = Settings.from_overrides(REDIS_URL=cluster.primaries[0].url)
+def test_one_node_url_is_detected_as_a_cluster_with_64_shards_and_another_count_is_refused(
+    cluster: LocalCluster,
+) -> None:
+    prefix = "detect"
+    settings = Settings.from_overrides(REDIS_URL=cluster.primaries[0].url, REDIS_KEY_PREFIX=prefix)
     client = connections.redis_from_settings(settings)
     try:
-        with pytest.raises(UnsupportedBackend, match=r"is a node of a Redis Cluster.*REDIS_URL"):
-            connections.check_redis(client, settings)
+        assert isinstance(client, RedisCluster)  # one node named: the whole cluster is used
+        assert connections.frontier_shards(settings) == 64
+        connections.check_redis(client, settings)  # stores the count
+        assert client.get(f"{prefix}:frontier-shards") == b"64"
+        other = settings.copy_with(FRONTIER_SHARDS=16)
+        with pytest.raises(SettingsError, match=r"FRONTIER_SHARDS: .* 16 shards.* created with 64.*FRONTIER_SHARDS=64"):
+            connections.check_redis(client, other)
     finally:
+        client.delete(f"{prefix}:frontier-shards")
+        client.close()
+
+
+def test_replica_wait_is_confirmed_on_every_primary_and_a_shortfall_warns_once_per_node(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = cluster_client(cluster)
+    keys = Keys("rw", 64)
+    try:
+        for shard in range(keys.shards):
+            client.set(keys.head(shard) + "x", b"1")
+        enough = ReplicaWait(client, keys, replicas=1, timeout_ms=2000)
+        with caplog.at_level(logging.WARNING, logger="crawlhive.utils.replication"):
+            enough.wait()
+            assert not caplog.records  # every primary's replica confirmed
+            for node in cluster.replicas:  # and holds the mark written just before the WAIT
+                held = [k for k in node.client().scan_iter(match="rw:*replication-mark")]
+                assert held, f"replica {node.port} has no mark"
+            too_many = ReplicaWait(client, keys, replicas=2, timeout_ms=100)
+            too_many.wait()
+            too_many.wait()  # within the minute: not again
+        warned = [r.getMessage() for r in caplog.records]
+        assert len(warned) == 3 and all("1 of REDIS_WAIT_REPLICAS=2" in w for w in warned), warned
+        assert len({w.split()[2] for w in warned}) == 3  # one per primary, named
+    finally:
+        for shard in range(keys.shards):
+            client.delete(keys.head(shard) + "x", keys.replication_mark(shard))
+        client.delete(keys.replication_mark())
         client.close()
 
 

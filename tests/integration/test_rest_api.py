@@ -344,7 +344,7 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
     from crawlhive.utils.frontier import FrontierReader
 
     appid = unique("lst")
-    keys = Keys(rest_settings["REDIS_KEY_PREFIX"])
+    keys = Keys.from_settings(rest_settings)
     frontier = Frontier.from_settings(rclient, rest_settings)
     reader = FrontierReader.from_settings(rclient, rest_settings)
 
@@ -464,7 +464,7 @@ def test_metrics_expose_cluster_state_from_redis(
     http: httpx.Client, rest_settings: Settings, rclient: redis.Redis, rest: RunningRest
 ) -> None:
     spider = "metricspider"  # a spider type of its own: other tests queue "link" work
-    keys = Keys(rest_settings["REDIS_KEY_PREFIX"])
+    keys = Keys.from_settings(rest_settings)
     stats = Stats(rclient, keys, rest_settings.getlist("STATS_TIMES"))
     before = _metrics(http)
     stats.incr_many(

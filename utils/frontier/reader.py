@@ -240,8 +240,8 @@ class FrontierReader:
         lock). Costs 2 x 4 reads per shard of each idle-looking crawl; busy crawls 4 per shard.
         """
         keys = self.keys
-        cursor_out, refs = self.redis.sscan(keys.active_crawls(), cursor, count=count)
-        refs = [text(r) for r in refs]
+        cursor_out, raw_refs = self.redis.sscan(keys.active_crawls(), cursor, count=count)
+        refs: list[str] = [text(r) for r in raw_refs]
         if not refs:
             return int(cursor_out), 0
         pipe = self.redis.pipeline(transaction=False)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Self
 from crawlhive.utils.connections import is_cluster
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, encode_score
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.replication import ReplicaWait
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -40,15 +41,21 @@ if TYPE_CHECKING:
 class Frontier:
     """Writes and reads of the frontier layout described in the module docstring."""
 
-    def __init__(self, redis: Redis, keys: Keys, record_ttl_s: float) -> None:
+    def __init__(self, redis: Redis, keys: Keys, record_ttl_s: float, replicas: ReplicaWait | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.record_ttl_s = int(record_ttl_s)
         self.cluster = is_cluster(redis)
+        self.replicas = replicas
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
-        return cls(redis, Keys.from_settings(settings), settings.getfloat("CRAWL_RECORD_TTL"))
+        return cls(
+            redis,
+            Keys.from_settings(settings),
+            settings.getfloat("CRAWL_RECORD_TTL"),
+            ReplicaWait.from_settings(redis, settings),
+        )
 
     def reserve_sequence(self, count: int, shard: int = 0) -> int:
         """First of *count* fresh arrival numbers of *shard* (one round trip)."""
@@ -81,9 +88,10 @@ class Frontier:
         steps: the shards' writes (queues, indexes, the shards' parts of the crawl records) and a
         bump of each crawl record's push generation ``gen`` run now, in one round trip pipelined per
         node; only the cluster-wide writes (records, crawl sets, expiry timers, wake-ups) are
-        queued on *pipe*. So whatever the caller queues after them (the crawler's acks) lands
-        after the requests, and the completion check (:meth:`FrontierReader.scan_complete`) sees
-        every push that could hide work from it (the generation moved).
+        queued on *pipe*. With REDIS_WAIT_REPLICAS the replicas confirm those writes first. So
+        whatever the caller queues after them (the crawler's acks) lands after the requests, and
+        the completion check (:meth:`FrontierReader.scan_complete`) sees every push that could
+        hide work from it (the generation moved).
         """
         if not requests:
             return
@@ -148,6 +156,8 @@ class Frontier:
             for spider, appid, crawlid in crawls:
                 first.hincrby(keys.crawl(spider, appid, crawlid), "gen", 1)
             first.execute()
+            if self.replicas is not None:  # REDIS_WAIT_REPLICAS: replicated before the caller acks
+                self.replicas.wait(counts)
         apps: dict[tuple[str, str], set[str]] = {}
         refs = []
         for (spider, appid, crawlid), expires in crawls.items():

@@ -47,7 +47,7 @@ for i = 8, #ARGV, 4 do
   local idx = tonumber(ARGV[i + 2])
   local ok = false
   if fp ~= page then
-    if idx == 0 and budget == 0 then
+    if idx == 0 and budget == 0 and not reserved then
       -- no cap, no budget: the dupefilter alone (a link this page queued before is queued again)
       ok = redis.call('HSETNX', filter, fp, owner) == 1 or redis.call('HGET', filter, fp) == owner
     else
@@ -55,7 +55,7 @@ for i = 8, #ARGV, 4 do
       if seen then
         ok = seen == owner
       else
-        ok = budget == 0 or used < budget
+        ok = (budget == 0 and not reserved) or used < budget
         if ok and idx > 0 and redis.call('SISMEMBER', KEYS[idx], fp) == 0 then
           ok = redis.call('SCARD', KEYS[idx]) < tonumber(ARGV[i + 3])
         end

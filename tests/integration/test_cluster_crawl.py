@@ -1,0 +1,301 @@
+"""End to end on a local Redis Cluster of 3 primaries and 3 replicas (tests/clusterkit.py): the real
+kafka-monitor, crawler and redis-monitor commands crawl 24 domains, answer ``info`` and ``stop``
+over every shard, and ride through the SIGKILL of a primary (docs/contract.md §18).
+
+The crawled site is one HTTP server per loopback address 127.0.0.1-127.0.0.24 (24 domains, so the
+frontier's 64 shards spread over every primary). The tests of this module share one cluster.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clusterkit import LocalCluster
+from crawlerkit import CLI, Collector, Crawler, crawler_env, isolated_settings, redis_for
+
+from crawlhive.utils.app.demo_site import SiteServer
+from crawlhive.utils.connections import ensure_topics, make_producer
+from crawlhive.utils.keys import Keys
+from crawlhive.utils.settings import Settings
+
+pytestmark = pytest.mark.timeout(240)
+
+HOSTS = [f"127.0.0.{i}" for i in range(1, 25)]
+#: Pages per host: /p/0 .. /p/{DEPTH - 1}, a chain; the seed page links every host's /p/0.
+DEPTH = 3
+
+
+class MultiHostSite:
+    """The same pages on 24 loopback addresses (one server each, same port); *delay_s* per page."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+        self.servers: list[SiteServer] = []
+        self.port = 0
+        self.hits: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def url(self, host: str, page: int) -> str:
+        return f"http://{host}:{self.port}/p/{page}"
+
+    def body(self, host: str, path: str) -> bytes:
+        if path == "/seed":
+            links = [self.url(h, 0) for h in HOSTS]
+        elif path.startswith("/p/") and path[3:].isdigit() and int(path[3:]) < DEPTH - 1:
+            links = [self.url(host, int(path[3:]) + 1)]
+        else:
+            links = []
+        anchors = "".join(f'<a href="{u}">x</a>' for u in links)
+        return f"<html><head><title>{host}{path}</title></head><body>{anchors}</body></html>".encode()
+
+    def start(self) -> None:
+        site = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                host = str(self.server.server_address[0])
+                with site.lock:
+                    site.hits.append((host, self.path))
+                if site.delay_s:
+                    time.sleep(site.delay_s)
+                if self.path == "/robots.txt":
+                    status, content, kind = 200, b"User-agent: *\n", "text/plain"
+                else:
+                    status, content, kind = 200, site.body(host, self.path), "text/html; charset=utf-8"
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+        for host in HOSTS:
+            server = SiteServer((host, self.port), Handler)
+            self.port = server.server_address[1]
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            self.servers.append(server)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+
+    def all_pages(self) -> set[str]:
+        return {self.url(h, p) for h in HOSTS for p in range(DEPTH)}
+
+
+class Component:
+    """One ``crawlhive <command>`` subprocess, its log in a file."""
+
+    def __init__(self, command: str, env: dict[str, str], log_dir: Path) -> None:
+        self.log_path = log_dir / f"{command}-{time.monotonic_ns()}.log"
+        self.log = self.log_path.open("w")
+        self.proc = subprocess.Popen([*CLI, command], env=env, stdout=self.log, stderr=self.log)
+
+    def output(self) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            return self.proc.wait(30)
+        finally:
+            self.log.close()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(primaries=3, replicas=1) as local:
+        yield local
+
+
+@pytest.fixture
+def site() -> Iterator[MultiHostSite]:
+    served = MultiHostSite()
+    served.start()
+    yield served
+    served.stop()
+
+
+class Stack:
+    """kafka-monitor, redis-monitor and crawlers on the cluster, a producer of requests and a
+    collector of pages and answers."""
+
+    def __init__(self, settings: Settings, home: Path, **overrides: Any) -> None:
+        self.settings = settings
+        self.home = home
+        self.env = crawler_env(
+            settings,
+            REDIS_MONITOR_TICK_S=0.2,
+            REDIS_MONITOR_BLOCK_MS=200,
+            REDIS_MONITOR_RETRY_S=0.5,
+            **overrides,
+        )
+        topics = [settings.topic(t) for t in ("incoming", "crawled_firehose", "outbound_firehose", "dead_letter")]
+        ensure_topics(settings, topics)
+        self.collector = Collector(settings, topics[1:])
+        self.producer = make_producer(settings)
+        self.components = [Component(c, self.env, home) for c in ("kafka-monitor", "redis-monitor")]
+        self.crawlers: list[Crawler] = []
+        self.redis = redis_for(settings["REDIS_URL"])
+
+    def crawler(self, name: str = "crawler") -> Crawler:
+        crawler = Crawler(self.env, self.home, name=name)
+        self.crawlers.append(crawler)
+        return crawler
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.producer.send(self.settings.topic("incoming"), json.dumps(message).encode())
+        self.producer.flush(10)
+
+    def answer(self, crawlid: str, action: str, timeout: float = 30) -> dict[str, Any]:
+        """The last answer of *crawlid* whose action (or, for an info answer, uuid) is *action*."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [
+                m
+                for m in self.collector.of(crawlid, self.settings.topic("outbound_firehose"))
+                if action in (m.get("action"), m.get("uuid"))
+            ]
+            if found:
+                return found[-1]
+            time.sleep(0.1)
+        raise AssertionError(f"no {action!r} answer for {crawlid} in {self.collector.of(crawlid)}: {self.logs()}")
+
+    def pages(self, crawlid: str) -> list[str]:
+        return [m["url"] for m in self.collector.of(crawlid, self.settings.topic("crawled_firehose"))]
+
+    def logs(self) -> str:
+        return "\n".join(p.output()[-3000:] for p in [*self.components, *self.crawlers])
+
+    def close(self) -> list[int]:
+        codes = [c.terminate() for c in self.crawlers] + [c.stop() for c in self.components]
+        self.collector.close()
+        self.producer.close()
+        for key in self.redis.scan_iter(match=f"{self.settings['REDIS_KEY_PREFIX']}*", count=1000):
+            self.redis.delete(key)
+        self.redis.close()
+        return codes
+
+
+def crawl_request(crawlid: str, url: str, **extra: Any) -> dict[str, Any]:
+    return {"url": url, "appid": "capp", "crawlid": crawlid, "spiderid": "link", "maxdepth": DEPTH, **extra}
+
+
+def keys_on_primaries(cluster: LocalCluster, prefix: str) -> dict[int, int]:
+    """Keys under *prefix* on each primary, by port."""
+    out = {}
+    for node in cluster.primary_nodes():
+        out[node.port] = sum(1 for _ in node.client().scan_iter(match=f"{prefix}:*", count=1000))
+    return out
+
+
+def test_a_24_domain_crawl_on_the_cluster_emits_every_page_complete_info_and_stop(
+    cluster: LocalCluster, site: MultiHostSite, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    settings = isolated_settings(cluster.url, kafka_bootstrap, tmp_path, "cl")
+    stack = Stack(settings, tmp_path)
+    codes: list[int] = []
+    try:
+        prefix = settings["REDIS_KEY_PREFIX"]
+        # A crawl of a spider type no crawler runs: its 24 seeds stay queued, over many shards.
+        for host in HOSTS:
+            stack.send(crawl_request("parked", site.url(host, 0), spiderid="wandering"))
+        keys = Keys.from_settings(settings)
+        assert keys.shards == 64
+        deadline = time.monotonic() + 30
+        while sum(stack.redis.zcard(keys.crawl_queue("wandering", "capp", "parked", h)) for h in HOSTS) < 24:
+            assert time.monotonic() < deadline, stack.logs()
+            time.sleep(0.2)
+        spread = keys_on_primaries(cluster, prefix)
+        assert len(spread) == 3 and all(count > 0 for count in spread.values()), spread  # keys on every primary
+        assert len({keys.shard_of(h) for h in HOSTS}) > 12
+
+        stack.send({"action": "info", "appid": "capp", "crawlid": "parked", "spiderid": "wandering", "uuid": "i1"})
+        info = stack.answer("parked", "i1")
+        assert info["total_pending"] == 24 and len(info["domains"]) == 24, info
+        assert all(d["total"] == 1 for d in info["domains"].values())
+
+        stack.send({"action": "stop", "appid": "capp", "crawlid": "parked", "spiderid": "wandering", "uuid": "s1"})
+        stopped = stack.answer("parked", "stop")
+        assert stopped["total_purged"] == 24, stopped
+        assert sum(stack.redis.zcard(keys.crawl_queue("wandering", "capp", "parked", h)) for h in HOSTS) == 0
+        assert stack.answer("parked", "complete")["total_crawled"] == 0
+
+        # The crawl proper: one seed page linking every host, three pages deep on each (maxdepth 3).
+        crawler = stack.crawler()
+        crawler.wait_ready(stack.redis, prefix)
+        stack.send(crawl_request("c24", site.url("127.0.0.1", 0).replace("/p/0", "/seed")))
+        done = stack.answer("c24", "complete", timeout=90)
+        pages = set(stack.pages("c24"))
+        assert site.all_pages() <= pages, sorted(site.all_pages() - pages)
+        assert done["total_crawled"] == 1 + 24 * DEPTH, done
+        stack.send({"action": "info", "appid": "capp", "crawlid": "c24", "spiderid": "link", "uuid": "i2"})
+        info = stack.answer("c24", "i2")
+        assert info["total_pending"] == 0 and info["total_crawled"] == 1 + 24 * DEPTH, info
+    finally:
+        logs = stack.logs()
+        codes = stack.close()
+    assert codes == [0, 0, 0], logs
+
+
+def test_sigkill_of_the_busiest_primary_mid_crawl_loses_no_page_with_wait_replicas(
+    cluster: LocalCluster, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """§18.3: REDIS_WAIT_REPLICAS=1; the primary holding most of the crawl's keys is SIGKILLed while
+    pages are in flight, its replica takes over, the old primary comes back as a replica (as a
+    supervisor would restart it); every page is emitted (at least once) and the crawl completes."""
+    site = MultiHostSite(delay_s=0.05)
+    site.start()
+    settings = isolated_settings(cluster.url, kafka_bootstrap, tmp_path, "fo")
+    stack = Stack(settings, tmp_path, REDIS_WAIT_REPLICAS=1, LEASE_TIMEOUT=6, QUEUE_HITS=2, QUEUE_WINDOW=1)
+    codes: list[int] = []
+    try:
+        prefix = settings["REDIS_KEY_PREFIX"]
+        crawler = stack.crawler()
+        crawler.wait_ready(stack.redis, prefix)
+        stack.send(crawl_request("fo", site.url("127.0.0.1", 0).replace("/p/0", "/seed")))
+        deadline = time.monotonic() + 60
+        while len(set(stack.pages("fo"))) < 30:  # under way: links queued on every primary
+            assert time.monotonic() < deadline, stack.logs()
+            time.sleep(0.1)
+        spread = keys_on_primaries(cluster, prefix)
+        busiest = max(spread, key=lambda port: spread[port])
+        victim = next(n for n in cluster.nodes if n.port == busiest)
+        cluster.kill(victim)
+        emitted_at_kill = len(set(stack.pages("fo")))
+        assert emitted_at_kill < len(site.all_pages()), "the crawl ended before the kill: slow the site down"
+        # its replica is promoted within the node timeout; then the old primary comes back
+        cluster.wait_failover(victim)
+        cluster.restart(victim)
+        cluster.wait_healthy()
+        done = stack.answer("fo", "complete", timeout=150)
+        pages = set(stack.pages("fo"))
+        assert site.all_pages() <= pages, (sorted(site.all_pages() - pages), stack.logs())
+        assert done["total_crawled"] >= 1 + 24 * DEPTH
+        # While the promoted replica had no replica of its own, WAIT fell short: components went
+        # on and said so, naming the node, at most once a minute each
+        for process in [*stack.components, *stack.crawlers]:
+            warned = [line for line in process.output().splitlines() if "replicas confirmed writes" in line]
+            nodes = [line.split("Redis node ")[1].split(":")[0:2] for line in warned]
+            assert len(nodes) == len({tuple(n) for n in nodes}), warned
+    finally:
+        logs = stack.logs()
+        codes = stack.close()
+        site.stop()
+    assert codes == [0, 0, 0], logs
