@@ -11,12 +11,15 @@ from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.settings import Settings, env_value
 
 
-def bench_settings(cluster: EmbeddedCluster, work: Path, prefix: str, topics: tuple[str, ...]) -> Settings:
+def bench_settings(
+    cluster: EmbeddedCluster, work: Path, prefix: str, topics: tuple[str, ...], redis_url: str | None = None
+) -> Settings:
     """Settings on *cluster* under key and topic prefix *prefix*, with *topics* (short names) created.
     FRONTIER_SHARDS comes from the environment, as the benchmarked crawlers' does (e.g.
-    ``FRONTIER_SHARDS=4 bench/crawl.py`` measures the sharded layout on one Redis)."""
+    ``FRONTIER_SHARDS=4 bench/crawl.py`` measures the sharded layout on one Redis); *redis_url*
+    replaces the cluster's own Redis (e.g. a Redis Cluster)."""
     settings = Settings.from_overrides(
-        REDIS_URL=cluster.redis_url,
+        REDIS_URL=redis_url or cluster.redis_url,
         KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap,
         REDIS_KEY_PREFIX=prefix,
         KAFKA_TOPIC_PREFIX=prefix,

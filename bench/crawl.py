@@ -40,9 +40,11 @@ from typing import Any
 
 import redis
 from benchkit import bench_settings, crawler_env
+from redis.cluster import RedisCluster
 
 from crawlhive.crawler.settings import scrapy_settings
 from crawlhive.utils.app.embedded import EmbeddedCluster
+from crawlhive.utils.connections import is_cluster, redis_from_settings, write_pipeline
 from crawlhive.utils.frontier import Frontier, seed_from_request
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
@@ -80,9 +82,9 @@ def cpu_s(pids: list[int]) -> float:
 
 
 def service_pids(cluster: EmbeddedCluster) -> dict[str, list[int]]:
-    """The pids of the services under the crawlers: Redis, the broker and nginx (master + workers)."""
+    """The pids of the services under the crawlers: the broker and nginx (master + workers)."""
     pids: dict[str, list[int]] = {}
-    for name, service in (("redis", cluster.redis), ("broker", cluster.broker)):
+    for name, service in (("broker", cluster.broker),):  # Redis: redis_cpu_s (INFO), local or not
         if service is not None and service.pid is not None:
             pids[name] = [service.pid]
     try:
@@ -94,9 +96,26 @@ def service_pids(cluster: EmbeddedCluster) -> dict[str, list[int]]:
     return pids
 
 
+def _per_primary(client: redis.Redis, section: str) -> list[dict[str, Any]]:
+    """``INFO <section>`` of the Redis, or of each primary of a Redis Cluster."""
+    if is_cluster(client):
+        return list(client.info(section, target_nodes=RedisCluster.PRIMARIES).values())  # type: ignore[call-arg]
+    return [client.info(section)]
+
+
 def commands(client: redis.Redis) -> int:
-    stats = client.info("commandstats")
-    return sum(int(v["calls"]) for k, v in stats.items() if k not in ("cmdstat_info",))
+    """Commands Redis ran so far (every primary's, on a cluster), ``INFO`` excluded."""
+    return sum(
+        int(v["calls"])
+        for stats in _per_primary(client, "commandstats")
+        for k, v in stats.items()
+        if k != "cmdstat_info"
+    )
+
+
+def redis_cpu_s(client: redis.Redis) -> float:
+    """CPU seconds Redis used so far (every primary's, on a cluster; replicas not counted)."""
+    return sum(float(i["used_cpu_user"]) + float(i["used_cpu_sys"]) for i in _per_primary(client, "cpu"))
 
 
 def seed_crawl(settings: Settings, client: redis.Redis, crawlid: str, maxdepth: int, spiderid: str = "link") -> None:
@@ -107,7 +126,7 @@ def seed_crawl(settings: Settings, client: redis.Redis, crawlid: str, maxdepth: 
         "deny_extensions": None, "expires": 0, "useragent": None, "cookie": None, "attrs": None,
         "method": "GET", "headers": None, "body": None, "cookies": None,
     }  # fmt: skip
-    pipe = client.pipeline(transaction=True)
+    pipe = write_pipeline(client)
     Frontier.from_settings(client, settings).push(
         [seed_from_request({**base, "url": u}, f"bench/{crawlid}/{i}") for i, u in enumerate(urls)], pipe
     )
@@ -144,18 +163,20 @@ def run_crawlers(
         time.sleep(0.05)
     before = commands(client)
     cpu_before = {name: cpu_s(pids) for name, pids in services.items()}
+    cpu_before["redis"] = redis_cpu_s(client)
     seed_crawl(settings, client, f"c{n}", maxdepth, spider[1])
     for proc in procs:
         proc.wait(timeout=600)
     after = commands(client)
     cpu_after = {name: cpu_s(pids) for name, pids in services.items()}
+    cpu_after["redis"] = redis_cpu_s(client)
     measures = [json.loads(m.read_text()) for m, _ in outs]
     rtts = [json.loads(r.read_text()) for _, r in outs]
     total = sum(r["pages"] for r in rtts)
     span = max(r["last"] for r in rtts) - min(r["first"] for r in rtts)
     crawler_cpu = sum(m["cpu_s"] for m in measures)
     cpu_ms = {"crawlers": crawler_cpu * 1000 / total}
-    cpu_ms.update({name: (cpu_after[name] - cpu_before[name]) * 1000 / total for name in services})
+    cpu_ms.update({name: (cpu_after[name] - cpu_before[name]) * 1000 / total for name in cpu_before})
     return {
         "processes": n,
         "cpu_ms_per_page": {k: round(v, 2) for k, v in cpu_ms.items()},
@@ -180,18 +201,24 @@ def main() -> int:
         " baseline's do (a page at maxdepth extracts none and costs far less)",
     )
     parser.add_argument("--pairs", type=int, default=3, help="interleaved like-for-like pairs (default 3)")
+    parser.add_argument(
+        "--redis-url",
+        help="an existing, otherwise idle Redis or Redis Cluster (a node, or seeds separated by commas) instead"
+        " of a private redis-server; on a cluster the frontier has 64 shards",
+    )
     args = parser.parse_args()
     if not SEEDS.exists():
         print(f"{SEEDS} missing: run bench/site.py and bench/nginx.sh start", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as tmp, EmbeddedCluster() as cluster:
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedCluster(redis=not args.redis_url) as cluster:
+        redis_url = args.redis_url or cluster.redis_url
         work = Path(tmp)
         pids = service_pids(cluster)
 
         def crawlhive(n: int, spider: tuple[str, str], run: int) -> dict[str, Any]:
             prefix = f"bench{n}{spider[1]}{run}"
-            settings = bench_settings(cluster, work, prefix, ("crawled_firehose", "items", "dead_letter"))
-            client = redis.Redis.from_url(cluster.redis_url)
+            settings = bench_settings(cluster, work, prefix, ("crawled_firehose", "items", "dead_letter"), redis_url)
+            client = redis_from_settings(settings)
             try:
                 return run_crawlers(settings, client, n, args.pages, args.conc, args.maxdepth, work, pids, spider)
             finally:

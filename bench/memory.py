@@ -30,19 +30,23 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 from scrapy import Request
 
 from crawlhive.crawler.admit import stored_fingerprint
 from crawlhive.crawler.requests import child_request, url_fingerprint
 from crawlhive.utils.app.embedded import EmbeddedRedis
+from crawlhive.utils.connections import is_cluster, redis_from_settings, write_pipeline
 from crawlhive.utils.frontier import Frontier, FrontierRequest, OptionSet, seed_from_request
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.settings import Settings
 
 PREFIX = "benchmem"
 SPIDER, APPID = "link", "benchapp"
@@ -84,6 +88,10 @@ CRAWL_DEFAULTS: dict[str, Any] = {
 
 
 def used_memory(client: redis.Redis) -> int:
+    """``used_memory`` of the Redis, or the sum over a Redis Cluster's primaries."""
+    if is_cluster(client):
+        per_node = client.info("memory", target_nodes=RedisCluster.PRIMARIES)  # type: ignore[call-arg]
+        return sum(int(info["used_memory"]) for info in per_node.values())
     return int(client.info("memory")["used_memory"])
 
 
@@ -120,12 +128,12 @@ def push_all(client: redis.Redis, frontier: Frontier, requests: Iterator[Frontie
     for request in requests:
         batch.append(request)
         if len(batch) == BATCH:
-            pipe = client.pipeline(transaction=True)
+            pipe = write_pipeline(client)
             frontier.push(batch, pipe)
             pipe.execute()
             batch = []
     if batch:
-        pipe = client.pipeline(transaction=True)
+        pipe = write_pipeline(client)
         frontier.push(batch, pipe)
         pipe.execute()
 
@@ -139,15 +147,18 @@ def fingerprints(count: int) -> Iterator[bytes]:
 
 def fill_dupefilter(client: redis.Redis, keys: Keys, count: int, crawls: int) -> None:
     pipe = client.pipeline(transaction=False)
+    shards = [keys.shard_of(f"site{d:04d}.com") for d in range(100)]
     owner = b""
     for i, fp in enumerate(fingerprints(count)):
         if i % LINKS_PER_PAGE == 0:  # a new page that queues the next links
             owner = stored_fingerprint(hashlib.sha1(f"page-{i}".encode()).hexdigest())[:4]
-        pipe.hsetnx(keys.dupefilter(SPIDER, APPID, f"crawl-{i % crawls:04d}"), fp, owner)
+        shard = shards[i % 100]  # the link's domain's (fingerprints() walks 100 domains)
+        pipe.hsetnx(keys.dupefilter(SPIDER, APPID, f"crawl-{i % crawls:04d}", shard), fp, owner)
         if i % 5000 == 4999:
             pipe.execute()
     for c in range(min(crawls, count)):  # the admit script renews each filter's expiry
-        pipe.pexpire(keys.dupefilter(SPIDER, APPID, f"crawl-{c:04d}"), FILTER_TTL_MS)
+        for shard in set(shards):
+            pipe.pexpire(keys.dupefilter(SPIDER, APPID, f"crawl-{c:04d}", shard), FILTER_TTL_MS)
     pipe.execute()
 
 
@@ -168,8 +179,11 @@ def clear(client: redis.Redis) -> None:
 
 
 def run(url: str, requests: int, domains: int, crawls: int) -> int:
-    client = redis.Redis.from_url(url)
-    keys = Keys(PREFIX)
+    settings = Settings.from_overrides(
+        REDIS_URL=url, REDIS_KEY_PREFIX=PREFIX, FRONTIER_SHARDS=int(os.environ.get("FRONTIER_SHARDS") or 0)
+    )
+    client = redis_from_settings(settings)
+    keys = Keys.from_settings(settings)  # 64 shards on a Redis Cluster
     clear(client)
     try:
         server = client.info("server")
@@ -191,7 +205,7 @@ def run(url: str, requests: int, domains: int, crawls: int) -> int:
             lambda: push_all(client, frontier, links(requests, domains, crawls, {})),
         )
         clear(client)
-        rich_keys = Keys(PREFIX + "rich")
+        rich_keys = Keys(PREFIX + "rich", keys.shards)
         rich = Frontier(client, rich_keys, record_ttl_s=3600)
         measure(
             client,
@@ -212,7 +226,7 @@ def run(url: str, requests: int, domains: int, crawls: int) -> int:
             client,
             "dedupe entry (15 per crawl, 1 page's links)",
             requests,
-            lambda: fill_dupefilter(client, Keys(PREFIX + "small"), requests, max(1, requests // 15)),
+            lambda: fill_dupefilter(client, Keys(PREFIX + "small", keys.shards), requests, max(1, requests // 15)),
         )
         per_url = queued + dedupe
         verdict = "met" if per_url <= TARGET_PER_URL else "NOT MET"

@@ -28,6 +28,7 @@ import redis
 import yaml
 
 from crawlhive.utils.app.cli import build_parser
+from crawlhive.utils.connections import redis_urls
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import ALIASES, DECLARED, REDIS_PARTS, Settings, load_settings, parse_value
@@ -424,3 +425,28 @@ def test_the_spider_example_override_mounts_a_module_the_crawler_can_load(servic
     assert module_dir.is_dir() and (module_dir / "spiders.py").exists()
     assert str(PurePosixPath(target).parent) == env["PYTHONPATH"]
     assert settings["SPIDER_MODULES"] == [f"{PurePosixPath(target).name}.spiders"]
+
+
+def test_the_redis_cluster_profile_runs_three_primaries_with_a_replica_each(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    nodes = {name: s for name, s in services.items() if name.startswith("redis-node-")}
+    assert len(nodes) == 6
+    config = compose["configs"]["redis-cluster-node"]["content"]
+    assert "cluster-enabled yes" in config and "appendonly yes" in config and "noeviction" in config
+    for name, node in nodes.items():
+        assert node["profiles"] == ["redis-cluster"], name
+        assert command(node)[-2:] == ["--cluster-announce-hostname", name]
+        assert f"{name}:/data" in node["volumes"]
+    init = services["redis-cluster-init"]
+    assert init["profiles"] == ["redis-cluster"] and set(init["depends_on"]) == set(nodes)
+    script = command(init)[-1]
+    assert all(f"{name}:6379" in script for name in nodes) and "--cluster-replicas 1" in script
+    # the crawlhive services take the cluster's seeds from CRAWLHIVE_REDIS_URL, the one Redis without it
+    seeds = "redis://redis-node-1:6379,redis://redis-node-2:6379,redis://redis-node-3:6379"
+    for name, service in crawlhive_services(services).items():
+        raw = service["environment"]["REDIS_URL"]
+        assert interpolate(raw) == "redis://redis:6379/0", name
+        url = interpolate(raw, {"CRAWLHIVE_REDIS_URL": seeds})
+        assert redis_urls(Settings.from_overrides(REDIS_URL=url)) == seeds.split(","), name
+        assert interpolate(service["environment"]["REDIS_WAIT_REPLICAS"], {"REDIS_WAIT_REPLICAS": "1"}) == "1"
