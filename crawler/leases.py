@@ -27,7 +27,16 @@ from redis.exceptions import RedisError
 from twisted.internet import reactor
 
 from crawlhive.utils.connections import write_pipeline
-from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, Lease, TouchStatus, retried
+from crawlhive.utils.frontier import (
+    WAKE_ANY,
+    Frontier,
+    FrontierRequest,
+    FrontierWorker,
+    Lease,
+    TouchStatus,
+    retried,
+    wake_message,
+)
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.scripts import scripts
 
@@ -260,25 +269,26 @@ class LeaseTable:
     def _requeue_retry(self, lease: Lease) -> None:
         try:
             if self.worker.requeue(lease.member, retried(lease.request)):
-                self.wake_crawlers(lease.request.spiderid, lease.request.render)
+                self.wake_crawlers(lease.request.spiderid, lease.request.render, lease.request.domain)
         except RedisError:
             logger.warning("could not requeue a retry of %s; its lease will be reclaimed", lease.request.url)
 
     def give_back(self, context: LeaseContext) -> None:
         """Hand an unstarted request back to the frontier unchanged (graceful shutdown)."""
         if self._end(context) and self.worker.requeue(context.lease.member, context.request):
-            self.wake_crawlers(context.request.spiderid, context.request.render)
+            self.wake_crawlers(context.request.spiderid, context.request.render, context.request.domain)
 
     def abandon(self, context: LeaseContext) -> None:
         """Stop working on *context* without ending its lease: it expires and is reclaimed."""
         context.done = True
         self.inflight.pop(context.lease.member, None)
 
-    def wake_crawlers(self, spider: str, render: bool = False) -> None:
+    def wake_crawlers(self, spider: str, render: bool = False, domain: str | None = None) -> None:
         """Tell idle crawlers of *spider* (of the rendering lane if *render*) that work was queued
-        (``requeue`` does not publish)."""
+        (in *domain*'s shard; ``requeue`` does not publish)."""
+        message = wake_message([self.keys.shard_of(domain)]) if domain is not None else WAKE_ANY
         try:
-            self.redis.publish(self.keys.wake_channel(spider, render), b"1")
+            self.redis.publish(self.keys.wake_channel(spider, render), message)
         except RedisError:
             logger.warning("could not publish a wake-up; idle crawlers find the work later", exc_info=True)
 

@@ -73,6 +73,9 @@ logger = logging.getLogger(__name__)
 _RUNTIMES: weakref.WeakKeyDictionary[Crawler, CrawlRuntime] = weakref.WeakKeyDictionary()
 
 
+#: Seconds a frontier shard whose pops found nothing queued is not asked again, unless a wake-up
+#: names it (several shards: a crawler then asks only shards that may have work).
+SHARD_RECHECK_S = 2.0
 #: Seconds between two progress lines of a crawler that is fetching pages (none while idle).
 PROGRESS_EVERY_S = 10.0
 #: Seconds between two reads of the start-URLs list in Redis-only mode.
@@ -105,8 +108,6 @@ class CrawlRuntime:
         self.settings = settings
         self.spider = spider
         self.render = settings.getbool("RENDER")
-        self._next_shard = 0  # the frontier shard the next pops start at (several shards)
-        self._empty_shards = 0  # shards in a row whose pops found nothing queued
         """A rendering crawler: it pops the rendering lane of the frontier (§15)."""
         self.redis = redis
         self.sink = sink
@@ -115,6 +116,13 @@ class CrawlRuntime:
             settings, redis, stat_names.CRAWLER, heartbeat_extra={"spider": spider, "render": self.render}
         )
         self.keys = self.context.keys
+        # several frontier shards: where the next pops start, and per shard the monotonic time
+        # before which it is not asked (throttled: until its soonest domain is ready; nothing
+        # queued: until a wake-up names it, or SHARD_RECHECK_S) and whether it had nothing queued
+        self._next_shard = 0
+        shards = self.keys.shards
+        self._shard_ready_at = [0.0] * shards
+        self._shard_empty = [False] * shards
         self.node_id = self.context.node_id
         self.stats = self.context.stats
         self.heartbeat = self.context.heartbeat
@@ -293,44 +301,85 @@ class CrawlRuntime:
         if shards == 1:
             keys, args = self.worker.pop_call(self.spider, self.render)
             calls = [(keys, args)] * count
-        else:  # the pops go to the next *count* frontier shards in turn
-            first = self._next_shard
-            self._next_shard = (first + count) % shards
-            calls = [self.worker.pop_call(self.spider, self.render, (first + i) % shards) for i in range(count)]
+            asked = [0] * count
+        else:  # the pops go to the shards that may have work, in turn from where the last ones began
+            now = time.monotonic()
+            order = [(self._next_shard + i) % shards for i in range(shards)]
+            ready = [k for k in order if self._shard_ready_at[k] <= now]
+            if not ready:
+                return [], self._shards_wait(now)
+            asked = [ready[i % len(ready)] for i in range(count)]
+            self._next_shard = (ready[0] + 1) % shards
+            calls = [self.worker.pop_call(self.spider, self.render, k) for k in asked]
         replies = await asyncio.gather(
             *(self.batcher.call("frontier_pop", keys, args) for keys, args in calls), return_exceptions=True
         )
         requests: list[Request] = []
         waits: list[float | None] = []
         errors: list[BaseException] = []
-        for reply in replies:
+        leased: set[int] = set()
+        shard_waits: dict[int, float | None] = {}
+        for shard, reply in zip(asked, replies, strict=True):
             if isinstance(reply, BaseException):
                 errors.append(reply)
+                leased.add(shard)  # unknown: ask it again next time
                 continue
             outcome = self.worker.pop_outcome(reply, self.spider)
             if outcome.lease is None:
                 waits.append(outcome.wait_s)
+                known = shard_waits.get(shard)
+                if outcome.wait_s is not None and (known is None or outcome.wait_s < known):
+                    shard_waits[shard] = outcome.wait_s
+                else:
+                    shard_waits.setdefault(shard, None)
                 continue
+            leased.add(shard)
             request = self._leased(outcome, spider)
             if request is not None:
                 requests.append(request)
+        if shards > 1:
+            self._mark_shards(leased, shard_waits)
         if errors and not requests:
             raise errors[0]
         if requests:
-            self._empty_shards = 0
             return requests, None
         if not waits:
             return [], 0.0  # every pop leased an expired crawl's request (acked): pop again now
-        known = [w for w in waits if w is not None]
-        if known:
-            self._empty_shards = 0
-            return [], min(known)
-        if shards > 1:  # nothing in these shards: "nothing queued" only once every shard said so
-            self._empty_shards += len(calls)
-            if self._empty_shards < shards:
-                return [], 0.0
-            self._empty_shards = 0
-        return [], None
+        if shards > 1:
+            now = time.monotonic()
+            if any(at <= now for at in self._shard_ready_at):
+                return [], 0.0  # shards not asked yet may have work: pop again now
+            return [], self._shards_wait(now)
+        soonest = [w for w in waits if w is not None]
+        return [], min(soonest) if soonest else None
+
+    def wake_shards(self, shards: set[int] | None) -> None:
+        """Work was queued in *shards* (None: in any): ask them again at the next pop."""
+        everything = range(len(self._shard_ready_at)) if shards is None else shards
+        for shard in everything:
+            if 0 <= shard < len(self._shard_ready_at):
+                self._shard_ready_at[shard] = 0.0
+                self._shard_empty[shard] = False
+
+    def _mark_shards(self, leased: set[int], waits: dict[int, float | None]) -> None:
+        """Record what the pops of each shard found: a lease (ask again at once), the time until its
+        soonest domain is ready (throttled), or nothing queued (not again for SHARD_RECHECK_S)."""
+        now = time.monotonic()
+        for shard in leased:
+            self._shard_ready_at[shard], self._shard_empty[shard] = 0.0, False
+        for shard, wait_s in waits.items():
+            if shard in leased:
+                continue
+            if wait_s is None:
+                self._shard_ready_at[shard], self._shard_empty[shard] = now + SHARD_RECHECK_S, True
+            else:
+                self._shard_ready_at[shard], self._shard_empty[shard] = now + wait_s, False
+
+    def _shards_wait(self, now: float) -> float | None:
+        """No shard may be asked now: the time until the soonest throttled one is ready, or None
+        when every shard had nothing queued."""
+        throttled = [at for at, empty in zip(self._shard_ready_at, self._shard_empty, strict=True) if not empty]
+        return max(0.0, min(throttled) - now) if throttled else None
 
     def _leased(self, outcome: PopOutcome, spider: Spider) -> Request | None:
         """The Scrapy request of a fresh lease, registered in flight; None for a request of an

@@ -38,6 +38,7 @@ from twisted.internet import reactor
 
 from crawlhive.crawler.requests import RETRY_AFTER, context_of
 from crawlhive.crawler.runtime import CrawlRuntime
+from crawlhive.utils.frontier import woken_shards
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -61,11 +62,12 @@ TAKE_STUCK_S = 30.0
 
 
 class WakeListener:
-    """Subscribes to one wake channel in a thread and calls *on_wake* in the reactor thread.
+    """Subscribes to one wake channel in a thread and calls *on_wake* in the reactor thread with the
+    message (the frontier shards it names, :func:`~crawlhive.utils.frontier.woken_shards`).
 
     The subscription is confirmed before :meth:`start` returns, so a push that follows a pop which
-    found nothing is never missed. After a Redis error it resubscribes and reports a wake (work may
-    have arrived meanwhile).
+    found nothing is never missed. After a Redis error it resubscribes and reports a wake with no
+    message (work may have arrived meanwhile, in any shard).
     """
 
     def __init__(self, runtime: CrawlRuntime, channel: str, on_wake: Any) -> None:
@@ -92,12 +94,13 @@ class WakeListener:
                 pubsub.get_message(timeout=WAKE_READ_S)  # the subscribe confirmation
                 self._ready.set()
                 while not self._stop.is_set():
-                    if pubsub.get_message(timeout=WAKE_READ_S) is not None:
-                        reactor.callFromThread(self.on_wake)
+                    message = pubsub.get_message(timeout=WAKE_READ_S)
+                    if message is not None:
+                        reactor.callFromThread(self.on_wake, message.get("data"))
             except (RedisError, OSError):
                 logger.warning("wake channel %s failed; resubscribing (check REDIS_URL)", self.channel, exc_info=True)
                 self._stop.wait(1.0)
-                reactor.callFromThread(self.on_wake)
+                reactor.callFromThread(self.on_wake, None)
             finally:
                 pubsub.close()
 
@@ -132,7 +135,7 @@ class FrontierScheduler(BaseScheduler):
         self.spider = spider
         self.crawler.signals.connect(self._keep_alive, signal=signals.spider_idle)
         self._listener = WakeListener(
-            self.runtime, self.runtime.keys.wake_channel(self.runtime.spider, self.runtime.render), self._wake
+            self.runtime, self.runtime.keys.wake_channel(self.runtime.spider, self.runtime.render), self._woken
         )
         self._listener.start()
         logger.info("crawling spider type %r from the frontier", self.runtime.spider)
@@ -255,6 +258,11 @@ class FrontierScheduler(BaseScheduler):
             self._next_pop = time.monotonic() + wait_s
             # Twisted's interface stubs declare callLater without self: mypy misreads the arguments.
             self._timer = reactor.callLater(wait_s, self._wake)  # type: ignore[arg-type]
+
+    def _woken(self, data: object) -> None:
+        """A wake-up message (*data*: the shards it names, None after a lost subscription)."""
+        self.runtime.wake_shards(None if data is None else woken_shards(data))
+        self._wake()
 
     def _wake(self) -> None:
         """Work may be ready: lease at once (the engine gets the requests when the pops return)."""

@@ -41,9 +41,12 @@ from crawlhive.utils.frontier.worker import (
     ThrottleConfig,
     TouchStatus,
 )
-from crawlhive.utils.frontier.writer import Frontier
+from crawlhive.utils.frontier.writer import WAKE_ANY, Frontier, wake_message, woken_shards
 
 __all__ = [
+    "WAKE_ANY",
+    "wake_message",
+    "woken_shards",
     "LEASE_EXPIRED",
     "OPTIONS_LOST",
     "OPTION_FIELDS",

@@ -9,6 +9,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
 from crawlhive.utils.frontier.model import text
+from crawlhive.utils.frontier.writer import wake_message
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
@@ -66,7 +67,8 @@ def recheck_domain(redis: Redis, keys: Keys, spiders: set[str], domain: str) -> 
     for spider, render in lanes:
         pipe.zadd(keys.domains(spider, render, keys.shard_of(domain)), {domain: 0}, xx=True, lt=True)
     for spider, render in lanes:
-        pipe.execute_command("PUBLISH", keys.wake_channel(spider, render), b"1")  # a cluster pipeline has no .publish
+        # a cluster pipeline has no .publish
+        pipe.execute_command("PUBLISH", keys.wake_channel(spider, render), wake_message([keys.shard_of(domain)]))
     pipe.execute()
 
 

@@ -9,6 +9,7 @@ import ujson
 
 from crawlhive.utils.frontier.model import LEASE_EXPIRED, OPTIONS_LOST, crawl_dead_letter, retried
 from crawlhive.utils.frontier.worker import FrontierWorker
+from crawlhive.utils.frontier.writer import wake_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ def reclaim_expired_leases(worker: FrontierWorker, spider: str, max_retries: int
         redis.RedisError: Redis failed; leases not yet handled stay leased for the next pass.
     """
     requeued = failed = 0
-    lanes: set[bool] = set()
+    lanes: dict[bool, set[int]] = {}
     for member, request in worker.expired_leases(spider, limit):
         if request.option_set is not None and request.option_set.lost:
             error = f"{OPTIONS_LOST}: crawl record expired (CRAWL_RECORD_TTL)"
@@ -50,11 +51,11 @@ def reclaim_expired_leases(worker: FrontierWorker, spider: str, max_retries: int
         elif request.retry_times < max_retries:
             if worker.reclaim(member, retried(request)):
                 requeued += 1
-                lanes.add(request.render)
+                lanes.setdefault(request.render, set()).add(worker.keys.shard_of(request.domain))
         else:
             letter = crawl_dead_letter(request, LEASE_EXPIRED)
             failed += worker.exhaust(member, request, ujson.dumps(letter, ensure_ascii=False))
     if requeued:
-        for render in sorted(lanes):  # idle crawlers of the lane take it at once
-            worker.redis.publish(worker.keys.wake_channel(spider, render), b"1")
+        for render, shards in sorted(lanes.items()):  # idle crawlers of the lane take it at once
+            worker.redis.publish(worker.keys.wake_channel(spider, render), wake_message(shards))
     return ReclaimResult(requeued, failed)

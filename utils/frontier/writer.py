@@ -24,6 +24,7 @@ kafka-monitor that re-processes a batch after a crash creates no duplicate queue
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Self
 
 from crawlhive.utils.connections import is_cluster
@@ -36,6 +37,27 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from crawlhive.utils.settings import Settings
+
+
+#: The wake-up message that names no shard: work may be ready in any shard.
+WAKE_ANY = b"*"
+
+
+def wake_message(shards: Iterable[int]) -> bytes:
+    """The message published on a wake channel when work was queued in *shards*: their numbers,
+    comma-separated (a crawler then asks those shards again at once, see
+    ``CrawlRuntime.wake_shards``)."""
+    return ",".join(str(shard) for shard in sorted(set(shards))).encode() or WAKE_ANY
+
+
+def woken_shards(data: object) -> set[int] | None:
+    """The shards a wake-up message names; None when it names none (any shard may have work)."""
+    text = data.decode(errors="replace") if isinstance(data, bytes) else str(data or "")
+    try:
+        shards = {int(part) for part in text.split(",")}
+    except ValueError:
+        return None
+    return shards or None
 
 
 class Frontier:
@@ -187,7 +209,8 @@ class Frontier:
             pipe.sadd(keys.app_crawls(spider, appid), *crawlids)
         pipe.sadd(keys.active_crawls(), *refs)
         pipe.zrem(keys.finished_crawls(), *refs)
-        for spider, render in {(spider, render) for spider, render, _ in spider_domains}:
-            pipe.execute_command(
-                "PUBLISH", keys.wake_channel(spider, render), b"1"
-            )  # a cluster pipeline has no .publish
+        lanes: dict[tuple[str, bool], set[int]] = {}
+        for spider, render, shard in spider_domains:
+            lanes.setdefault((spider, render), set()).add(shard)
+        for (spider, render), shards_there in lanes.items():  # a cluster pipeline has no .publish
+            pipe.execute_command("PUBLISH", keys.wake_channel(spider, render), wake_message(shards_there))
