@@ -50,6 +50,14 @@ def stored_fingerprint(fingerprint: str) -> bytes:
     return bytes.fromhex(fingerprint[: 2 * STORED_FINGERPRINT_BYTES])
 
 
+def _key_index(script_keys: list[Any], known: dict[str, int], domain: str, key: str) -> int:
+    """The index into a script's KEYS (1-based) of *domain*'s *key*, appended on first use."""
+    if domain not in known:
+        script_keys.append(key)
+        known[domain] = len(script_keys)
+    return known[domain]
+
+
 class Verdict(enum.Enum):
     """What :meth:`Admission.admit` found about a fetched page's lease."""
 
@@ -248,12 +256,11 @@ class Admission:
             def cap_index(
                 domain: str, script_keys: list[Any] = script_keys, cap_keys: dict[str, int] = cap_keys
             ) -> int:
-                if not cap:
-                    return 0
-                if domain not in cap_keys:
-                    script_keys.append(keys.page_caps(r.spiderid, r.appid, r.crawlid, domain))
-                    cap_keys[domain] = len(script_keys)
-                return cap_keys[domain]
+                return (
+                    _key_index(script_keys, cap_keys, domain, keys.page_caps(r.spiderid, r.appid, r.crawlid, domain))
+                    if cap
+                    else 0
+                )
 
             share = 0
             if grant is not None:
@@ -318,12 +325,11 @@ class Admission:
             return filters[link_shard]
 
         def cap_index(domain: str) -> int:
-            if not cap:
-                return 0
-            if domain not in cap_keys:
-                script_keys.append(keys.page_caps(r.spiderid, r.appid, r.crawlid, domain))
-                cap_keys[domain] = len(script_keys)
-            return cap_keys[domain]
+            return (
+                _key_index(script_keys, cap_keys, domain, keys.page_caps(r.spiderid, r.appid, r.crawlid, domain))
+                if cap
+                else 0
+            )
 
         args: list[Any] = [context.lease.member, self.lease_us, self.filter_ttl_ms]
         args += [stored_fingerprint(context.fingerprint), cap_index(r.domain), budget, counted]

@@ -27,7 +27,7 @@ from redis.exceptions import WatchError
 
 from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, parse_json, validation_dead_letter
 from crawlhive.utils.connections import is_cluster
-from crawlhive.utils.frontier import Frontier, seed_from_request
+from crawlhive.utils.frontier import Frontier, FrontierRequest, seed_from_request
 from crawlhive.utils.keys import SpiderLists
 
 if TYPE_CHECKING:
@@ -110,13 +110,7 @@ class SeedReader:
                     entries: list[bytes] = list(pipe.lrange(self.start_urls_key, 0, BATCH - 1))  # type: ignore[arg-type]
                     if not entries:
                         return 0
-                    seeds, letters = [], []
-                    for raw in entries:
-                        message, letter = self.decide(raw)
-                        if message is not None:
-                            seeds.append(seed_from_request(message, f"redis/{self.spider}/{uuid.uuid4().hex}"))
-                        elif letter is not None:
-                            letters.append(letter)
+                    seeds, letters = self._sort(entries)
                     pipe.multi()
                     self.frontier.push(seeds, pipe)
                     if letters:
@@ -125,11 +119,25 @@ class SeedReader:
                     pipe.execute()
                 except WatchError:
                     continue
-            for letter in letters:
-                logger.info("rejected an entry of %s: %.300s", self.start_urls_key, letter.decode(errors="replace"))
-            if seeds:
-                logger.info("%d seeds from %s queued", len(seeds), self.start_urls_key)
+            self._report(seeds, letters)
             return len(entries)
+
+    def _sort(self, entries: list[bytes]) -> tuple[list[FrontierRequest], list[bytes]]:
+        """The seeds of *entries* and the dead letters of the others (:meth:`decide`)."""
+        seeds, letters = [], []
+        for raw in entries:
+            message, letter = self.decide(raw)
+            if message is not None:
+                seeds.append(seed_from_request(message, f"redis/{self.spider}/{uuid.uuid4().hex}"))
+            elif letter is not None:
+                letters.append(letter)
+        return seeds, letters
+
+    def _report(self, seeds: list[FrontierRequest], letters: list[bytes]) -> None:
+        for letter in letters:
+            logger.info("rejected an entry of %s: %.300s", self.start_urls_key, letter.decode(errors="replace"))
+        if seeds:
+            logger.info("%d seeds from %s queued", len(seeds), self.start_urls_key)
 
     def _run_once_cluster(self) -> int:
         """:meth:`run_once` on a Redis Cluster, where the list, the frontier and the dead-letter
@@ -144,13 +152,7 @@ class SeedReader:
             entries: list[bytes] = list(self.redis.lrange(self.start_urls_key, 0, BATCH - 1))  # type: ignore[arg-type]
             if not entries:
                 return 0
-            seeds, letters = [], []
-            for raw in entries:
-                message, letter = self.decide(raw)
-                if message is not None:
-                    seeds.append(seed_from_request(message, f"redis/{self.spider}/{uuid.uuid4().hex}"))
-                elif letter is not None:
-                    letters.append(letter)
+            seeds, letters = self._sort(entries)
             pipe = self.redis.pipeline(transaction=False)
             self.frontier.push(seeds, pipe)
             if letters:
@@ -160,8 +162,5 @@ class SeedReader:
         finally:
             if self.redis.get(self.lock_key) == token:  # ours still (not expired and taken over)
                 self.redis.delete(self.lock_key)
-        for letter in letters:
-            logger.info("rejected an entry of %s: %.300s", self.start_urls_key, letter.decode(errors="replace"))
-        if seeds:
-            logger.info("%d seeds from %s queued", len(seeds), self.start_urls_key)
+        self._report(seeds, letters)
         return len(entries)

@@ -22,7 +22,7 @@ from clusterkit import LocalCluster
 from crawlerkit import CLI, Collector, Crawler, crawler_env, isolated_settings, redis_for
 
 from crawlhive.utils.app.demo_site import SiteServer
-from crawlhive.utils.connections import ensure_topics, make_producer
+from crawlhive.utils.connections import check_redis, ensure_topics, make_producer
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
@@ -299,3 +299,22 @@ def test_sigkill_of_the_busiest_primary_mid_crawl_loses_no_page_with_wait_replic
         codes = stack.close()
         site.stop()
     assert codes == [0, 0, 0], logs
+
+
+def test_a_component_with_another_shard_count_refuses_to_start(
+    cluster: LocalCluster, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """§18.2: the first component stores the count (64 on a cluster); one started with another
+    FRONTIER_SHARDS exits at once with a message naming both and the fix."""
+    settings = isolated_settings(cluster.url, kafka_bootstrap, tmp_path, "sh")
+    client = redis_for(cluster.url)
+    try:
+        check_redis(client, settings)  # what every component does first: stores 64
+        env = crawler_env(settings, FRONTIER_SHARDS=16)
+        out = subprocess.run([*CLI, "redis-monitor"], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1, out.stdout + out.stderr
+        said = out.stdout + out.stderr
+        assert "FRONTIER_SHARDS: this component would use 16 shards" in said and "set FRONTIER_SHARDS=64" in said
+    finally:
+        client.delete(Keys.from_settings(settings).frontier_shards())
+        client.close()
