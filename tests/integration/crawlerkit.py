@@ -234,11 +234,15 @@ class Crawler:
         command = [*CLI, "crawler", "--spider", spider, *(extra_args or [])]
         self.proc = subprocess.Popen(command, env=env, stdout=self.log, stderr=self.log)
 
-    def wait_ready(self, redis_client: redis.Redis, prefix: str, count: int = 1, timeout: float = 30) -> None:
-        """Wait until *count* crawler heartbeats exist (the crawler is polling the frontier)."""
+    def wait_ready(
+        self, redis_client: redis.Redis, prefix: str, count: int = 1, timeout: float = 30, keys: Keys | None = None
+    ) -> None:
+        """Wait until *count* crawler heartbeats exist (the crawler is polling the frontier); *keys*
+        when the crawler has another FRONTIER_SHARDS than the tests' own."""
         deadline = time.monotonic() + timeout
+        index = (keys or keys_for(prefix, redis_client)).heartbeat_index("crawler")
         while time.monotonic() < deadline:
-            if redis_client.zcard(keys_for(prefix, redis_client).heartbeat_index("crawler")) >= count:
+            if redis_client.zcard(index) >= count:
                 return
             if self.proc.poll() is not None:
                 break

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import redis
 from crawlerkit import Collector, Crawler, LeaseReaper, TestSite, crawler_env, html, seed
+from redis.cluster import RedisCluster
 
-from crawlhive.utils.connections import ensure_topics, make_consumer
+from crawlhive.utils.connections import ensure_topics, is_cluster, make_consumer
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
@@ -47,7 +48,8 @@ def kit(settings: Settings, redis_client: redis.Redis, tmp_path: Path) -> Iterat
 def _start(kit: dict[str, Any], settings: Settings, client: redis.Redis, n: int, **env: Any) -> list[Crawler]:
     started = [Crawler(crawler_env(settings, **env), kit["dir"], spider=env.get("SPIDER", "link")) for _ in range(n)]
     kit["crawlers"].extend(started)
-    started[0].wait_ready(client, settings["REDIS_KEY_PREFIX"], count=len(kit["crawlers"]))
+    keys = Keys.from_settings(settings)
+    started[0].wait_ready(client, settings["REDIS_KEY_PREFIX"], count=len(kit["crawlers"]), keys=keys)
     return started
 
 
@@ -153,3 +155,31 @@ def test_wandering_spider_walks_with_steps_base64_and_appid_topic(
     finally:
         consumer.close()
     assert sorted(c["url"] for c in copies) == sorted(i["url"] for i in items)
+
+
+def _script_calls(client: redis.Redis) -> int:
+    """Scripts Redis ran so far (``EVALSHA``), on every primary of a cluster."""
+    if is_cluster(client):
+        per_node = client.info("commandstats", target_nodes=RedisCluster.PRIMARIES)  # type: ignore[call-arg]
+        return sum(int(stats.get("cmdstat_evalsha", {}).get("calls", 0)) for stats in per_node.values())
+    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_with_64_shards_a_crawler_asks_only_the_shards_that_have_work(
+    kit: dict[str, Any], settings: Settings, redis_client: redis.Redis, site: TestSite
+) -> None:
+    """One domain's crawl lives in one of 64 shards: the crawler's pops go there, not to the 63
+    empty shards in turn (crawler/runtime.py: a shard that had nothing queued is skipped until a
+    wake-up names it)."""
+    pages = [f"/sh/{i}" for i in range(40)]
+    for i, page in enumerate(pages):
+        site.page(page, html(*pages[i + 1 : i + 4]))
+    sharded = settings.copy_with(FRONTIER_SHARDS=64)
+    (crawler,) = _start(kit, sharded, redis_client, 1, CONCURRENT_REQUESTS=16, FRONTIER_SHARDS=64)
+    before = _script_calls(redis_client)
+    seed(sharded, redis_client, appid="testapp", crawlid="sh", url=site.url(pages[0]), maxdepth=60)
+    kit["collector"].wait_for("sh", len(pages), timeout=40)
+    per_page = (_script_calls(redis_client) - before) / len(pages)
+    assert len({i["url"] for i in kit["collector"].settle("sh", 1.0)}) == len(pages), crawler.output()
+    # pop, admit, ack and a few lease renewals per page (measured 4.5); asking every shard in turn: 69
+    assert per_page < 8, per_page

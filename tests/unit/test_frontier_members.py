@@ -12,6 +12,7 @@ from scrapy import Request
 from crawlhive.crawler.requests import child_request, link_child
 from crawlhive.utils.frontier import (
     OPTIONS_LOST,
+    WAKE_ANY,
     Frontier,
     FrontierRequest,
     FrontierWorker,
@@ -21,6 +22,8 @@ from crawlhive.utils.frontier import (
     parse_lease_member,
     reclaim_expired_leases,
     seed_from_request,
+    wake_message,
+    woken_shards,
 )
 from crawlhive.utils.frontier.worker import decode_lease, member_option_id
 from crawlhive.utils.keys import Keys
@@ -233,3 +236,12 @@ def test_expired_leases_come_back_with_their_options(
     assert reclaim_expired_leases(worker, "link", max_retries=3).requeued == 1
     (retry,) = pop_all(worker)
     assert (retry.retry_times, retry.priority, retry.allowed_domains) == (1, 40, ["example.com", "example.org"])
+
+
+def test_a_wake_up_names_the_shards_its_work_went_to() -> None:
+    """Crawlers ask again at once only the shards a wake-up names (crawler/runtime.py)."""
+    assert wake_message([7, 3, 7]) == b"3,7"
+    assert wake_message([]) == WAKE_ANY
+    assert woken_shards(b"3,7") == {3, 7}
+    assert woken_shards(WAKE_ANY) is None  # any shard
+    assert woken_shards(b"junk") is None
