@@ -40,6 +40,7 @@ from crawlhive.utils.fit import encode, fit_message, value_limit
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.loop import is_transient, never_sendable
 from crawlhive.utils.plugins import load_plugins
+from crawlhive.utils.replication import ReplicaWait
 from crawlhive.utils.stats import FAIL, REDIS_MONITOR, TOTAL, plugin_counter_name
 from crawlhive.utils.worker import Worker
 
@@ -94,6 +95,7 @@ class RedisMonitor(Worker):
         super().__init__(settings, redis, owns_redis=owns_redis)
         self.frontier = FrontierReader.from_settings(redis, settings)
         self.control = ControlConsumer(redis, self.keys, self.node_id)
+        self.replicas = ReplicaWait.from_settings(redis, settings)
         self.outbound_topic = settings.topic("outbound_firehose")
         self.dead_letter_topic = settings.topic("dead_letter")
         self.appid_topics = settings.getbool("KAFKA_APPID_TOPICS")
@@ -244,6 +246,7 @@ class RedisMonitor(Worker):
         if not ready:
             return 0
         self._produce([out for held in ready for out in held.outbound or []])
+        self.replicas.wait()  # REDIS_WAIT_REPLICAS: what the answers report (a stop's purge) is replicated
         self.control.ack([held.entry.id for held in ready])
         for held in ready:
             del self._held[held.entry.id]
