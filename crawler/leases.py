@@ -230,6 +230,7 @@ class LeaseTable:
             self.frontier.push([c for context, _ in batch for c in context.children], pipe)
             for context, counter in batch:
                 self.worker.queue_ack(context.lease, counter, pipe)
+            self.frontier.renew_records([context.request for context, _ in batch], pipe)
             return pipe
 
         try:

@@ -59,6 +59,27 @@ def test_priority_then_fifo_within_a_domain_and_best_crawl_first(frontier: Front
     assert worker.pop("link").wait_s is None  # nothing queued: the caller waits for the wake channel
 
 
+def test_fetching_renews_the_crawl_record_however_many_shards(
+    frontier: Frontier, worker: FrontierWorker, redis_client: redis.Redis, keys: Keys
+) -> None:
+    """A crawl that fetches without queueing links keeps its record (CRAWL_RECORD_TTL after its
+    last fetch): with one shard the ack renews it, with several the crawler's finish does."""
+    push(frontier, req("http://a.com/1"))
+    record = keys.crawl("link", "app", "c1")
+    redis_client.expire(record, 100)
+    lease = worker.pop("link").lease
+    assert lease is not None
+
+    def finish() -> redis.client.Pipeline:  # as the crawler finishes a page: ack, renewal
+        pipe = redis_client.pipeline(transaction=True)
+        worker.queue_ack(lease, "crawled", pipe)
+        frontier.renew_records([lease.request], pipe)
+        return pipe
+
+    worker.scripts.execute(finish)
+    assert 3500 < redis_client.ttl(record) <= 3600
+
+
 def test_round_robin_across_domains(frontier: Frontier, worker: FrontierWorker) -> None:
     push(frontier, *[req(f"http://a.com/{i}") for i in range(3)], *[req(f"http://b.org/{i}") for i in range(3)])
     domains = [u.split("/")[2] for u in drain(worker)]

@@ -95,6 +95,16 @@ class Frontier:
         lasts = pipe.execute()
         return {shard: int(last) - count + 1 for (shard, count), last in zip(counts.items(), lasts, strict=True)}
 
+    def renew_records(self, requests: list[FrontierRequest], pipe: Pipeline) -> None:
+        """Queue on *pipe* the renewal of the crawl records of *requests* (fetched pages) for
+        CRAWL_RECORD_TTL. With one shard the ack does it (the record is the shard's part); with
+        several the ack renews its shard's part only, and a crawl that fetches without queueing
+        links would otherwise lose its record (its counters, its option sets' home) early."""
+        if self.keys.shards == 1:
+            return
+        for spider, appid, crawlid in {(r.spiderid, r.appid, r.crawlid) for r in requests}:
+            pipe.expire(self.keys.crawl(spider, appid, crawlid), self.record_ttl_s)
+
     def push(self, requests: list[FrontierRequest], pipe: Pipeline) -> None:
         """Queue the writes that add *requests* on *pipe* (the caller executes it).
 
