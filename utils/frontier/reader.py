@@ -9,6 +9,7 @@ none when it crashes before Kafka acknowledged it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
@@ -22,6 +23,11 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from crawlhive.utils.settings import Settings
+
+
+#: Seconds between two reads of an active crawl's shards by the completion check on a Redis
+#: Cluster (where a crawl's 64 shards cost 256 reads; on one Redis a script reads them).
+CLUSTER_RECHECK_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,10 @@ class FrontierReader:
         self.keys = keys
         self.record_ttl_s = int(record_ttl_s)
         self.scripts = scripts(redis)
+        # on a Redis Cluster: per active crawl, its push generation and when it was last seen, and
+        # when its shards were last read (_scan_complete_cluster)
+        self._seen: dict[str, tuple[object, float]] = {}
+        self._checked: dict[str, float] = {}
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
@@ -238,6 +248,8 @@ class FrontierReader:
         read sees whatever the first missed, unless a push happened since the first read of the
         generation, which the declare refuses (a double collect: a consistent snapshot without a
         lock). Costs 2 x 4 reads per shard of each idle-looking crawl; busy crawls 4 per shard.
+        So a crawl is read only when its generation did not move since this reader's previous pass
+        (a crawl that keeps pushing is not done) and at most every CLUSTER_RECHECK_S.
         """
         keys = self.keys
         cursor_out, raw_refs = self.redis.sscan(keys.active_crawls(), cursor, count=count)
@@ -249,7 +261,16 @@ class FrontierReader:
         for ref in refs:
             pipe.hget(prefixes["crawl"] + ref, "gen")
         generations = pipe.execute()
-        idle = {ref: gen for ref, gen in zip(refs, generations, strict=True)}
+        now = time.monotonic()
+        idle = {}
+        for ref, gen in zip(refs, generations, strict=True):
+            seen = self._seen.get(ref)
+            self._seen[ref] = (gen, now)
+            if seen is not None and seen[0] == gen and now - self._checked.get(ref, 0.0) >= CLUSTER_RECHECK_S:
+                idle[ref] = gen
+                self._checked[ref] = now
+        if int(cursor_out) == 0:  # a pass is over: forget crawls no longer active
+            self._forget(set(refs))
         totals: dict[str, tuple[int, int]] = {}
         for _ in range(2):
             if not idle:
@@ -275,6 +296,14 @@ class FrontierReader:
                 )
             )
         return int(cursor_out), found
+
+    def _forget(self, last: set[str]) -> None:
+        """Drop what :meth:`_scan_complete_cluster` remembers of crawls not seen in the pass that
+        just ended (*last*: the refs of its final chunk; the others were seen before it)."""
+        horizon = time.monotonic() - 60 * CLUSTER_RECHECK_S
+        for ref in [r for r, (_, at) in self._seen.items() if r not in last and at < horizon]:
+            self._seen.pop(ref, None)
+            self._checked.pop(ref, None)
 
     def _idle_totals(self, refs: list[str]) -> dict[str, tuple[int, int]]:
         """Of the crawls *refs*, those with nothing queued, leased or in flight in any shard, with
