@@ -1,4 +1,4 @@
-"""The compact frontier member (docs/contract.md §18.5): crawl options stored once per crawl as
+"""The compact frontier member (docs/contract.md §18.6): crawl options stored once per crawl as
 option sets, queue members of URL + depth + option set id, leases that name their crawl."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_a_link_member_is_its_url_depth_and_option_set_id() -> None:
     child = link_child(parent, "http://www.example.com/news/1")
     member = child.member()
     assert member == b"1 %s http://www.example.com/news/1" % parent.option_set.id.encode()
-    assert len(member) <= len(child.url) + 12  # what §18.5's 300 bytes per URL rests on
+    assert len(member) <= len(child.url) + 12  # what §18.6's 300 bytes per URL rests on
     again = FrontierRequest.from_member(
         member, spiderid="link", appid="app", crawlid="c1", domain="example.com", priority=40, options=parent.option_set
     )
