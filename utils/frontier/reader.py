@@ -248,8 +248,9 @@ class FrontierReader:
         read sees whatever the first missed, unless a push happened since the first read of the
         generation, which the declare refuses (a double collect: a consistent snapshot without a
         lock). Costs 2 x 4 reads per shard of each idle-looking crawl; busy crawls 4 per shard.
-        So a crawl is read only when its generation did not move since this reader's previous pass
-        (a crawl that keeps pushing is not done) and at most every CLUSTER_RECHECK_S.
+        So a crawl is read when this reader first sees it, then only when its generation did not
+        move since the previous pass (a crawl that keeps pushing is not done), at most every
+        CLUSTER_RECHECK_S.
         """
         keys = self.keys
         cursor_out, raw_refs = self.redis.sscan(keys.active_crawls(), cursor, count=count)
@@ -266,7 +267,7 @@ class FrontierReader:
         for ref, gen in zip(refs, generations, strict=True):
             seen = self._seen.get(ref)
             self._seen[ref] = (gen, now)
-            if seen is not None and seen[0] == gen and now - self._checked.get(ref, 0.0) >= CLUSTER_RECHECK_S:
+            if seen is None or (seen[0] == gen and now - self._checked.get(ref, 0.0) >= CLUSTER_RECHECK_S):
                 idle[ref] = gen
                 self._checked[ref] = now
         if int(cursor_out) == 0:  # a pass is over: forget crawls no longer active
