@@ -257,7 +257,8 @@ def check_redis(client: redis.Redis, settings: Settings) -> None:
     Raises:
         BackendUnavailable: Redis does not answer or refuses the credentials; the message names
             REDIS_URL and its value with the password masked.
-        UnsupportedBackend: the server is older than MIN_REDIS_VERSION (retrying cannot help).
+        UnsupportedBackend: the server is older than MIN_REDIS_VERSION, or a Redis Cluster node
+            that this process took for a single Redis (retrying cannot help; restarting can).
     """
     url = mask_url(settings["REDIS_URL"])
     try:
@@ -294,9 +295,10 @@ def check_redis(client: redis.Redis, settings: Settings) -> None:
                 "primary); wait for its failover or fix the cluster, then start again"
             )
     elif is_cluster_node(client):  # it did not answer when the client was built; it does now
-        raise BackendUnavailable(
+        raise UnsupportedBackend(  # this process's client cannot change: exit, a restart fixes it
             f"Redis at {url} is a node of a Redis Cluster but did not answer when this component "
-            "built its client; start it again"
+            "built its client: start it again (listing several of the cluster's nodes in REDIS_URL, "
+            "separated by commas, avoids this)"
         )
     check_frontier_shards(client, settings)
 

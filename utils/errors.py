@@ -34,8 +34,9 @@ class BackendUnavailable(CrawlhiveError):
 
 
 class UnsupportedBackend(CrawlhiveError):
-    """Redis answers but is older than crawlhive supports; retrying cannot help. The message names
-    the version found, the minimum and the setting (REDIS_URL) that points at it."""
+    """Redis answers but not in a way this process can use (older than crawlhive supports, or a
+    Redis Cluster node it took for a single Redis); retrying cannot help. The message names what
+    was found and the setting (REDIS_URL) that points at it."""
 
 
 class EmbeddedServiceError(CrawlhiveError):

@@ -16,7 +16,7 @@ from clusterkit import SLOTS, LocalCluster
 from redis.cluster import ClusterNode, RedisCluster
 
 from crawlhive.utils import connections
-from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.errors import SettingsError, UnsupportedBackend
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.replication import ReplicaWait
 from crawlhive.utils.scripts import scripts
@@ -66,6 +66,14 @@ def test_one_node_url_is_detected_as_a_cluster_with_64_shards_and_another_count_
         other = settings.copy_with(FRONTIER_SHARDS=16)
         with pytest.raises(SettingsError, match=r"FRONTIER_SHARDS: .* 16 shards.* created with 64.*FRONTIER_SHARDS=64"):
             connections.check_redis(client, other)
+        # a node that did not answer when a component built its client was taken for a single
+        # Redis: that process cannot switch clients, so it exits (a restart detects the cluster)
+        plain = redis.Redis.from_url(cluster.primaries[0].url)
+        try:
+            with pytest.raises(UnsupportedBackend, match=r"node of a Redis Cluster .* start it again"):
+                connections.check_redis(plain, settings)
+        finally:
+            plain.close()
     finally:
         client.delete(f"{prefix}:frontier-shards")
         client.close()
