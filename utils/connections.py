@@ -36,6 +36,7 @@ import redis.asyncio
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 
 from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
 from crawlhive.utils.keys import Keys
@@ -103,6 +104,8 @@ def redis_from_settings(settings: Settings, *, decode_responses: bool = False) -
 
     Raises:
         SettingsError: REDIS_URL is not a Redis URL.
+        BackendUnavailable: on a Redis Cluster, no seed node answers (redis-py's cluster client
+            reads the slot map when it is built); the message names REDIS_URL.
     """
     urls = redis_urls(settings)
     if len(urls) > 1 or cluster_url(urls[0]):
@@ -225,7 +228,11 @@ def _cluster_from_urls(client_class: Any, urls: list[str], **options: Any) -> An
         nodes: list[Any] = [ClusterNode(host, port) for host, port in seeds]
     else:
         nodes = [AsyncClusterNode(host, port) for host, port in seeds]
-    return client_class(startup_nodes=nodes, **options)
+    try:
+        return client_class(startup_nodes=nodes, **options)
+    except RedisClusterException as exc:  # the sync client asks the seeds for the slot map at once
+        masked = ",".join(mask_url(u) for u in urls)
+        raise BackendUnavailable(f"cannot reach the Redis Cluster at {masked} ({exc}); check REDIS_URL") from exc
 
 
 #: Oldest Redis server crawlhive runs on: 6.2 (``XAUTOCLAIM``, ``ZADD GT/LT``, ``XPENDING IDLE``).

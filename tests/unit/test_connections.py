@@ -256,3 +256,13 @@ def test_the_shard_count_is_stored_by_the_first_component_and_checked_by_every_o
     finally:
         client.delete(f"{names.key_prefix}x:frontier-shards")
         client.close()
+
+
+def test_cluster_seeds_none_of_which_answers_name_redis_url_without_the_password() -> None:
+    settings = Settings.from_overrides(REDIS_URL="redis://:s3cret@127.0.0.1:1,redis://127.0.0.1:2")
+    assert connections.redis_urls(settings) == ["redis://:s3cret@127.0.0.1:1", "redis://127.0.0.1:2"]
+    with pytest.raises(
+        BackendUnavailable, match=r"Redis Cluster at redis://:\*\*\*@127\.0\.0\.1:1,.*check REDIS_URL"
+    ) as info:
+        connections.redis_from_settings(settings)
+    assert "s3cret" not in str(info.value)
