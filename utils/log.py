@@ -86,13 +86,16 @@ DETAIL_LOGGERS = (
 _KEPT = ("Received SIG", "shutting down gracefully")
 
 
-#: (logger prefix, part of the message) of library errors that are expected while a client closes
-#: and need no action: shown at DEBUG only (docs/contract.md §17.3). kafka-python 3.0 can still
-#: deliver a read to a transport it has just closed (its socket is None then) and logs that with a
-#: traceback; nothing is lost, the client is going away.
+#: (logger prefix, part of the message) of library messages that need no action: shown at DEBUG
+#: only (docs/contract.md §17.3). kafka-python 3.0 can still deliver a read to a transport it has
+#: just closed (its socket is None then) and logs that with a traceback; nothing is lost, the
+#: client is going away. It also warns when one step of its own network loop took over 100 ms,
+#: which happens when the machine is busy (seen during start-up on 2 loaded cores); its requests
+#: time out and are retried by its own rules, which log what matters.
 EXPECTED_ON_CLOSE = (
     ("kafka.cluster", "Metadata refresh: failed Cancelled"),
     ("kafka.net.transport", "(closed)>: Error receiving network data"),
+    ("kafka.net.selector", "It is blocking the event loop"),
 )
 
 

@@ -244,11 +244,22 @@ def _all_gone(processes: list[int]) -> None:
     assert not [pid for pid in processes if _alive(pid)]
 
 
+def _kill_group(proc: subprocess.Popen[bytes] | None) -> None:
+    """After a failed assertion: stop the whole `up` process group, so nothing outlives the test."""
+    if proc is not None and proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+
+
 def test_ctrl_c_to_the_terminal_s_process_group_during_a_crawl_is_quiet_and_clean(tmp_path: Path) -> None:
     """docs/contract.md §17.1, §17.4: SIGINT to the whole foreground group (as a terminal sends it)
     while a crawl runs: exit 0 within 30 s, no WARNING/ERROR/traceback, nothing left running; and
     the start-up output is short and ends with the summary."""
     site = _slow_site()
+    proc = None
     try:
         proc, log, env = _start_up(tmp_path)
         startup = log.read_text().splitlines()
@@ -268,11 +279,13 @@ def test_ctrl_c_to_the_terminal_s_process_group_during_a_crawl_is_quiet_and_clea
         assert shutdown[-1] == "crawlhive up: stopped"
         _all_gone(processes)
     finally:
+        _kill_group(proc)
         site.stop()
 
 
 def test_a_second_ctrl_c_forces_the_stop_and_leaves_no_process(tmp_path: Path) -> None:
     site = _slow_site()
+    proc = None
     try:
         proc, log, env = _start_up(tmp_path)
         _crawl_under_way(env, site, "c2", log)
@@ -283,6 +296,7 @@ def test_a_second_ctrl_c_forces_the_stop_and_leaves_no_process(tmp_path: Path) -
         assert proc.wait(timeout=30) == 130, log.read_text()[-3000:]
         _all_gone(processes)
     finally:
+        _kill_group(proc)
         site.stop()
 
 
