@@ -89,9 +89,22 @@ def test_errors_kafka_python_logs_while_a_client_closes_are_debug(tmp_path: Path
         0.464,
         0.1,
     )
+    selector = logging.getLogger("kafka.net.selector")  # a task failing on a socket just closed
+    try:
+        try:
+            raise KeyError("'<socket.socket [closed] fd=-1, family=2, type=1, proto=6> is not registered'")
+        except KeyError:
+            raise ValueError("Invalid file descriptor: -1") from None
+    except ValueError:
+        selector.exception("Unhandled exception in task %s:", "<kafka.net.selector.Task object>")
+    try:
+        raise ValueError("something else")
+    except ValueError:
+        selector.exception("Unhandled exception in task %s:", "<another task>")  # not on close: kept
     lines = log_file.read_text()
     assert "blocking the event loop" not in lines
-    assert "Error receiving network data" not in lines and "Traceback" not in lines
+    assert "Invalid file descriptor" not in lines and "<another task>" in lines
+    assert "Error receiving network data" not in lines and "Invalid file descriptor" not in lines
     assert "socket disconnected" in lines
     configure_logging("DEBUG", file=str(log_file))
     try:
