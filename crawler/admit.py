@@ -159,11 +159,14 @@ class Admission:
         spider middleware uses :meth:`admit_async`.
         """
         if self.cluster:
-            grant = self._reserve(context, children, lambda k, a: self.scripts["crawl_budget"](keys=k, args=a))
+            wanted = self._wanted(context, children)
+            grant = None if wanted is None else int(self.scripts["crawl_budget"](*self._budget_call(context, wanted)))
             calls, unique = self._cluster_calls(context, children, grant)
             replies = [self.scripts["crawler_admit"](keys=k, args=a) for k, a in calls]
             verdict = self._cluster_verdict(context, unique, calls, replies)
-            self._give_back(context, grant, replies, lambda k, a: self.scripts["crawl_budget"](keys=k, args=a))
+            unused = self._unused(grant, replies)
+            if unused:
+                self.scripts["crawl_budget"](*self._budget_call(context, -unused))
             return verdict
         keys, args, unique = self._call(context, children)
         return self._verdict(context, unique, self.scripts["crawler_admit"](keys=keys, args=args))
@@ -171,9 +174,10 @@ class Admission:
     async def admit_async(self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]) -> Verdict:
         """:meth:`admit` without blocking the reactor (batched with other pages' calls)."""
         if self.cluster:
-            grant = self._reserve(context, children, None)
-            if grant is not None:
-                grant = int(await self.batcher.call("crawl_budget", *self._budget_call(context, grant)))
+            wanted = self._wanted(context, children)
+            grant = None
+            if wanted is not None:
+                grant = int(await self.batcher.call("crawl_budget", *self._budget_call(context, wanted)))
             calls, unique = self._cluster_calls(context, children, grant)
             futures = [self.batcher.call("crawler_admit", k, a) for k, a in calls]
             replies = [await f for f in futures]
@@ -191,16 +195,12 @@ class Admission:
         r = context.request
         return [self.keys.crawl(r.spiderid, r.appid, r.crawlid)], [self.budget(r), wanted, self.record_ttl_s]
 
-    def _reserve(self, context: LeaseContext, children: list[tuple[FrontierRequest, str]], run: Any) -> int | None:
-        """On a cluster, a budgeted crawl's admit first reserves one entry per link and one for the
-        page (:file:`crawl_budget.lua`); None without a budget. *run* runs the reservation now
-        (blocking), or None to let the caller run it."""
+    def _wanted(self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]) -> int | None:
+        """On a cluster, the entries a budgeted crawl's admit reserves first (one per distinct link
+        and one for the page, :file:`crawl_budget.lua`); None without a budget."""
         if not self.budget(context.request):
             return None
-        wanted = 1 + len({fingerprint for _, fingerprint in children})
-        if run is None:
-            return wanted
-        return int(run(*self._budget_call(context, wanted)))
+        return 1 + len({fingerprint for _, fingerprint in children})
 
     @staticmethod
     def _unused(grant: int | None, replies: list[list[Any]]) -> int:
@@ -209,11 +209,6 @@ class Admission:
             return 0
         used = sum(int(reply[-1]) for reply in replies if int(reply[0]) == 1)
         return max(0, grant - used)
-
-    def _give_back(self, context: LeaseContext, grant: int | None, replies: list[list[Any]], run: Any) -> None:
-        unused = self._unused(grant, replies)
-        if unused:
-            run(*self._budget_call(context, -unused))
 
     def _cluster_calls(
         self, context: LeaseContext, children: list[tuple[FrontierRequest, str]], grant: int | None
@@ -247,8 +242,8 @@ class Admission:
                 script_keys = [
                     keys.leases(r.spiderid, shard),
                     keys.crawl_stopped(r.spiderid, r.appid, r.crawlid, shard),
+                    dupefilter,
                 ]
-                script_keys.append(dupefilter)
             else:
                 script_keys = [dupefilter, dupefilter, dupefilter]
             cap_keys: dict[str, int] = {}

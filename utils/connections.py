@@ -108,7 +108,7 @@ def redis_from_settings(settings: Settings, *, decode_responses: bool = False) -
             reads the slot map when it is built); the message names REDIS_URL.
     """
     urls = redis_urls(settings)
-    if len(urls) > 1 or cluster_url(urls[0]):
+    if _names_cluster(urls):
         return cast(redis.Redis, _cluster_from_urls(RedisCluster, urls, decode_responses=decode_responses))
     return _redis_from_url(redis.Redis, urls[0], decode_responses=decode_responses)
 
@@ -122,7 +122,7 @@ def async_redis_from_settings(settings: Settings) -> redis.asyncio.Redis:
         SettingsError: REDIS_URL is not a Redis URL.
     """
     urls = redis_urls(settings)
-    if len(urls) > 1 or cluster_url(urls[0]):
+    if _names_cluster(urls):
         return cast(redis.asyncio.Redis, _cluster_from_urls(AsyncRedisCluster, urls))
     return _redis_from_url(redis.asyncio.Redis, urls[0])
 
@@ -175,6 +175,11 @@ def cluster_url(url: str) -> bool:
     return found
 
 
+def _names_cluster(urls: list[str]) -> bool:
+    """Whether REDIS_URL's *urls* name a Redis Cluster: several seeds, or one node that says so."""
+    return len(urls) > 1 or cluster_url(urls[0])
+
+
 def frontier_shards(settings: Settings) -> int:
     """FRONTIER_SHARDS resolved: the configured count, or when it is 0 (automatic) 64 on a Redis
     Cluster (so the frontier spreads over up to 64 primaries) and 1 on a single Redis (no hash
@@ -182,8 +187,7 @@ def frontier_shards(settings: Settings) -> int:
     configured = settings.getint("FRONTIER_SHARDS")
     if configured:
         return configured
-    urls = redis_urls(settings)
-    return CLUSTER_SHARDS if len(urls) > 1 or cluster_url(urls[0]) else 1
+    return CLUSTER_SHARDS if _names_cluster(redis_urls(settings)) else 1
 
 
 #: FRONTIER_SHARDS=0 on a Redis Cluster.

@@ -224,9 +224,9 @@ class FrontierReader:
         Returns:
             ``(next cursor, crawls found complete)``; cursor 0 means the pass is over.
         """
-        prefixes = self.keys.crawl_ref_prefixes()
         if is_cluster(self.redis):
             return self._scan_complete_cluster(cursor, count)
+        prefixes = self.keys.crawl_ref_prefixes()
         args: list[Any] = [cursor, count, prefixes["crawl"], prefixes["app_crawls"], self.record_ttl_s]
         for shard in range(self.keys.shards):
             p = self.keys.crawl_ref_prefixes(shard)
@@ -279,19 +279,18 @@ class FrontierReader:
             totals = self._idle_totals(list(idle))
             idle = {ref: gen for ref, gen in idle.items() if ref in totals}
         found = 0
-        heads = keys.crawl_ref_prefixes()
         for ref, gen in idle.items():
             crawled, failed = totals[ref]
             found += int(
                 self.scripts["complete_declare"](
-                    keys=[keys.active_crawls(), keys.control_stream(), keys.finished_crawls(), heads["crawl"] + ref],
+                    keys=[keys.active_crawls(), keys.control_stream(), keys.finished_crawls(), prefixes["crawl"] + ref],
                     args=[
                         ref,
                         text(gen) if gen is not None else "",
                         crawled,
                         failed,
-                        heads["crawl"],
-                        heads["app_crawls"],
+                        prefixes["crawl"],
+                        prefixes["app_crawls"],
                         self.record_ttl_s,
                     ],
                 )
