@@ -15,12 +15,34 @@ import tldextract
 _EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=False)
 
 
+#: RFC 1035's limits on a host name (253 characters) and on each of its labels (63). A Unicode label
+#: never encodes to fewer characters than it has, so a raw host over either limit cannot be valid.
+MAX_HOST_LENGTH = 253
+MAX_LABEL_LENGTH = 63
+
+
+def host_problem(host: str) -> str | None:
+    """Why *host* (raw, as found: Unicode, any case) cannot be a host name, or None when it may be.
+
+    Checked before any IDNA or w3lib step: IDNA encoding costs the square of a label's length
+    (one 8,000-character label took 22 s), so an over-long host is refused by its length alone.
+    The reason names the limit, never the value (it can be megabytes).
+    """
+    host = host.rstrip(".")
+    if len(host) > MAX_HOST_LENGTH:
+        return f"host name longer than {MAX_HOST_LENGTH} characters ({len(host)})"
+    if any(len(label) > MAX_LABEL_LENGTH for label in host.split(".")):
+        return f"host name label longer than {MAX_LABEL_LENGTH} characters"
+    return None
+
+
 def normalise_host(host: str) -> str:
-    """Lower-case, IDNA (punycode) form, no trailing dot, no IPv6 brackets; '' if unusable."""
+    """Lower-case, IDNA (punycode) form, no trailing dot, no IPv6 brackets; '' if unusable (an
+    over-long host included: :func:`host_problem`)."""
     host = host.strip().rstrip(".").lower()
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not host:
+    if not host or host_problem(host):
         return ""
     try:
         return str(ipaddress.ip_address(host))
