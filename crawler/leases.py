@@ -246,33 +246,43 @@ class LeaseTable:
         on with other work; a timer requeues it when due. Should this process stop first, the lease
         expires then and a lease reaper requeues it the same way.
         """
+        self._park(context, wait_s, retried(context.request))
+
+    def postpone(self, context: LeaseContext, wait_s: float) -> None:
+        """Put *context*'s request back in the frontier unchanged once *wait_s* seconds have passed:
+        it was not tried (its site asked for a pause), so it is no retry and keeps its priority.
+        Parked as :meth:`retry` parks."""
+        self._park(context, wait_s, context.request)
+
+    def _park(self, context: LeaseContext, wait_s: float, again: FrontierRequest) -> None:
+        """End *context* here and queue *again* in its place after *wait_s* seconds."""
         if not self._end(context):
             return
         if wait_s <= 0:
-            self._requeue_retry(context.lease)
+            self._requeue(context.lease, again)
             return
         try:
             status = self.worker.park(context.lease, wait_s)
         except RedisError:
-            logger.warning("could not park a retry of %s; its lease will be reclaimed", context.request.url)
+            logger.warning("could not park %s; its lease will be reclaimed", context.request.url)
             return
         if status is TouchStatus.STOPPED:  # nothing to retry: end it as a policy drop
             self._finishing.append((context, ""))
             self.flush_finished()
         elif status is TouchStatus.RENEWED and not self.closed:
-            call = reactor.callLater(wait_s, self._due, context.lease)  # type: ignore[arg-type]
+            call = reactor.callLater(wait_s, self._due, context.lease, again)  # type: ignore[arg-type]
             self._parked[context.lease.member] = call
 
-    def _due(self, lease: Lease) -> None:
+    def _due(self, lease: Lease, again: FrontierRequest) -> None:
         self._parked.pop(lease.member, None)
-        self._requeue_retry(lease)
+        self._requeue(lease, again)
 
-    def _requeue_retry(self, lease: Lease) -> None:
+    def _requeue(self, lease: Lease, again: FrontierRequest) -> None:
         try:
-            if self.worker.requeue(lease.member, retried(lease.request)):
-                self.wake_crawlers(lease.request.spiderid, lease.request.render, lease.request.domain)
+            if self.worker.requeue(lease.member, again):
+                self.wake_crawlers(again.spiderid, again.render, again.domain)
         except RedisError:
-            logger.warning("could not requeue a retry of %s; its lease will be reclaimed", lease.request.url)
+            logger.warning("could not requeue %s; its lease will be reclaimed", lease.request.url)
 
     def give_back(self, context: LeaseContext) -> None:
         """Hand an unstarted request back to the frontier unchanged (graceful shutdown)."""

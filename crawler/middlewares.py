@@ -8,10 +8,14 @@ Downloader middlewares (outermost first):
 * :class:`RequestShapingMiddleware` (order 400, before Scrapy's ``UserAgentMiddleware``): applies a
   crawl's ``useragent`` to each request, and its ``headers`` and cookies to those of the seed's
   origin only (docs/contract.md §3.7, §10.6), redirects included.
+* :class:`SiteGateMiddleware` (order 450): a request to one tenant site of a shared suffix
+  (``mallory.github.io`` in bucket ``github.io``) waits while that site's own ``Retry-After`` or
+  ``Crawl-delay`` says so, without parking its siblings.
 * :class:`RetryAfterMiddleware` (order 600, so it sees a response before Scrapy's
-  ``RetryMiddleware``): a 429 with ``Retry-After`` backs the domain off cluster-wide.
+  ``RetryMiddleware``): a 429 with ``Retry-After`` backs the domain off cluster-wide (the site
+  alone, for a tenant of a shared suffix).
 * :class:`CrawlDelayMiddleware` (order 960): a robots.txt ``Crawl-delay`` becomes a cluster-wide
-  limit of its domain.
+  limit of its domain (of the site alone, for a tenant of a shared suffix).
 * :class:`ResponseStatsMiddleware` (order 950): counts every response by status, and every network
   failure as 504 (docs/contract.md §4.7).
 * :class:`~crawlhive.crawler.netguard.NetworkGuardMiddleware` (order 990, next to the downloader):
@@ -61,8 +65,8 @@ from crawlhive.crawler.sitemaps import (
     robots_request,
     sitemap_request,
 )
-from crawlhive.utils.domains import domain_of_url, origin_of
-from crawlhive.utils.frontier import defer_domain, parse_retry_after
+from crawlhive.utils.domains import domain_of_url, origin_of, tenant_site
+from crawlhive.utils.frontier import defer_domain, defer_site, parse_retry_after, site_gate
 from crawlhive.utils.stats import NETWORK_FAILURE_CODE
 
 if TYPE_CHECKING:
@@ -384,17 +388,58 @@ class CrawlDelayMiddleware:
                 delay = Protego.parse(response.body.decode("utf-8", errors="replace")).crawl_delay(self.user_agent)
             except Exception:  # noqa: BLE001 - a robots.txt Protego cannot read sets no delay
                 delay = None
-        key = self.runtime.keys.crawl_delay(domain_of_url(request.url))
+        domain = domain_of_url(request.url)
+        site = tenant_site(urlsplit(request.url).hostname or "")
+        keys = self.runtime.keys
+        key = keys.crawl_delay(domain) if site is None else keys.site_delay(domain, site)
         try:
             if delay is not None and float(delay) > 0:
                 seconds = min(float(delay), self.cap)
                 self.runtime.redis.set(key, f"{seconds:g}", ex=self.CRAWL_DELAY_TTL_S)
-                logger.info("%s asks for a Crawl-delay of %gs: applied cluster-wide", request.url, seconds)
+                logger.info(
+                    "%s asks for a Crawl-delay of %gs: applied cluster-wide to %s", request.url, seconds, site or domain
+                )
             else:
                 self.runtime.redis.delete(key)
         except RedisError:
             logger.warning("could not store the Crawl-delay of %s; check REDIS_URL", request.url, exc_info=True)
         return response
+
+
+class SiteGateMiddleware:
+    """Holds back a request to a tenant site of a shared suffix while that site asked for a pause.
+
+    Buckets ignore the private section of the public suffix list (§3.2), so ``mallory.github.io``
+    and ``alice.github.io`` share one queue and one throttle. What one tenant asks for itself, a
+    ``Retry-After`` or a ``Crawl-delay``, is kept for that site alone (``keys.site_wait``,
+    ``keys.site_delay``) and applied here: a request to a paused site goes back to the frontier
+    unchanged for the time left (:meth:`LeaseTable.postpone`: no attempt counted), its siblings are
+    fetched meanwhile. Requests to other hosts cost nothing (:func:`tenant_site` is cached per host).
+    Order 450: after the request is shaped, before anything is sent.
+    """
+
+    def __init__(self, runtime: CrawlRuntime) -> None:
+        self.runtime = runtime
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(CrawlRuntime.of(crawler))
+
+    def process_request(self, request: Request) -> None:
+        context = context_of(request)
+        if context is None or context.done:
+            return
+        site = tenant_site(urlsplit(request.url).hostname or "")
+        if site is None:
+            return
+        try:
+            wait = site_gate(self.runtime.redis, self.runtime.keys, domain_of_url(request.url), site)
+        except RedisError:
+            logger.warning("could not read the pause of %s; fetching it anyway", site, exc_info=True)
+            return
+        if wait > 0:
+            self.runtime.leases.postpone(context, wait)
+            raise IgnoreRequest(f"{site} asked for a pause: {wait:.1f}s left")
 
 
 class RetryAfterMiddleware:
@@ -420,10 +465,15 @@ class RetryAfterMiddleware:
         request.meta[RETRY_AFTER] = delay  # the retry Scrapy makes of it (a copy) waits as long
         crawl = context.request
         domain = domain_of_url(request.url)
+        site = tenant_site(urlsplit(request.url).hostname or "")
         try:
-            defer_domain(self.runtime.redis, self.runtime.keys, crawl.spiderid, domain, delay)
+            if site is None:
+                defer_domain(self.runtime.redis, self.runtime.keys, crawl.spiderid, domain, delay)
+            else:
+                defer_site(self.runtime.redis, self.runtime.keys, domain, site, delay)
         except RedisError:
-            logger.warning("could not back off %s after a 429; check REDIS_URL", domain, exc_info=True)
+            logger.warning("could not back off %s after a 429; check REDIS_URL", site or domain, exc_info=True)
             return response
-        logger.info("%s answered 429: domain %s backs off for %.1fs", request.url, domain, delay)
+        what = f"domain {domain}" if site is None else f"site {site}"
+        logger.info("%s answered 429: %s backs off for %.1fs", request.url, what, delay)
         return response

@@ -88,6 +88,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "DOWNLOADER_MIDDLEWARES": {
             f"{_PKG}.middlewares.LeaseOutcomeMiddleware": 50,
             f"{_PKG}.middlewares.RequestShapingMiddleware": 400,
+            f"{_PKG}.middlewares.SiteGateMiddleware": 450,
             # Scrapy's decompression, done by ours so that a compression bomb is a dead letter.
             "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
             f"{_PKG}.limits.ResponseLimitMiddleware": 590,

@@ -13,6 +13,9 @@ from urllib.parse import urlsplit
 import tldextract
 
 _EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=False)
+#: The same list with its private section (github.io, blogspot.com, …): who owns a site, as opposed
+#: to the bucket it is queued and throttled in (:func:`tenant_site`).
+_EXTRACT_PRIVATE = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=True)
 
 
 #: RFC 1035's limits on a host name (253 characters) and on each of its labels (63). A Unicode label
@@ -69,6 +72,26 @@ def domain_of_host(host: str) -> str:
     if parts.domain and parts.suffix:
         return f"{parts.domain}.{parts.suffix}"
     return host
+
+
+@lru_cache(maxsize=65536)
+def tenant_site(host: str) -> str | None:
+    """The site of *host* when it is one tenant among many of a shared private suffix, else None.
+
+    Buckets ignore the public suffix list's private section (§3.2: ``mallory.github.io`` and
+    ``alice.github.io`` share the bucket ``github.io``), but those are different owners' sites: what
+    one of them asks for itself (``Retry-After``, ``Crawl-delay``) must not park its siblings. This
+    names the site such a request speaks for (``mallory.github.io``); None when the host's site is
+    its bucket (``www.example.com`` speaks for ``example.com``), which then applies to the bucket.
+    """
+    host = normalise_host(host)
+    if not host:
+        return None
+    parts = _EXTRACT_PRIVATE(host)
+    if not (parts.domain and parts.suffix):
+        return None
+    site = f"{parts.domain}.{parts.suffix}"
+    return None if site == domain_of_host(host) else site
 
 
 def domain_of_url(url: str) -> str:

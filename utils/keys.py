@@ -252,6 +252,20 @@ class Keys:
         agent, capped at ROBOTSTXT_MAX_CRAWL_DELAY): the pop script never fetches it faster (§14)."""
         return f"{self._heads[self.shard_of(domain)]}crawl-delay:{domain}"
 
+    @key("string", ttl="the wait it holds (PX)")
+    def site_wait(self, domain: str, site: str) -> str:
+        """Present while no crawler may fetch from *site*, a tenant of the shared suffix that is
+        bucket *domain* (``mallory.github.io`` in ``github.io``): its own ``Retry-After``, or the
+        spacing of its own ``Crawl-delay`` (:class:`~crawlhive.crawler.middlewares.SiteGateMiddleware`).
+        In *domain*'s shard."""
+        return f"{self._heads[self.shard_of(domain)]}site-wait:{site}"
+
+    @key("string", ttl="CRAWL_DELAY_TTL_S (a day; refreshed whenever a crawler reads the robots.txt)")
+    def site_delay(self, domain: str, site: str) -> str:
+        """Seconds the robots.txt of *site*, a tenant of the shared suffix that is bucket *domain*,
+        asks between two fetches: applied to that site alone, not to its siblings. In *domain*'s shard."""
+        return f"{self._heads[self.shard_of(domain)]}site-delay:{site}"
+
     def crawl_delay_prefix(self, shard: int = 0) -> str:
         """``crawl_delay_prefix(shard_of(domain)) + domain == crawl_delay(domain)``, for the pop script."""
         return f"{self._heads[shard]}crawl-delay:"

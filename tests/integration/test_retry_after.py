@@ -4,6 +4,7 @@ domains are fetched as usual."""
 from __future__ import annotations
 
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,74 @@ def test_429_with_retry_after_backs_the_domain_off_cluster_wide(
     assert min(s.at for s in site.hits("/ra/") if s.path != "/ra/0") > retry
     (other_hit,) = site.hits("/rb/0")
     assert other_hit.at < first + 2.0 and other, "another domain must not wait"
+
+
+def test_one_tenant_of_a_shared_suffix_pauses_itself_not_its_siblings(
+    settings: Settings, redis_client: redis.Redis, site: TestSite, tmp_path: Path
+) -> None:
+    """``mallory.github.io`` and ``alice.github.io`` share the bucket ``github.io`` (§3.2). Mallory's
+    ``Retry-After: 3600`` and ``Crawl-delay: 60`` pause mallory's own site; alice's pages are
+    fetched at once. The hosts are reached through the test site acting as the crawler's HTTP
+    proxy (``http_proxy``), so their names need no DNS."""
+
+    def tenant(seen: Seen) -> str:
+        return urllib.parse.urlsplit(seen.path).hostname or ""
+
+    def robots(seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        delay = "Crawl-delay: 60\n" if tenant(seen) == "mallory.github.io" else ""
+        return 200, {"Content-Type": "text/plain"}, f"User-agent: *\n{delay}".encode()
+
+    def mallory(seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        if seen.path.endswith("/m/0"):
+            return 200, {"Content-Type": "text/html"}, html("/m/1", "/m/2")
+        return 429, {"Content-Type": "text/html", "Retry-After": "3600"}, html()
+
+    site.handler("/robots.txt", robots)
+    for path in ("/m/0", "/m/1", "/m/2"):
+        site.handler(path, mallory)
+    site.page("/a/0", html("/a/1", "/a/2", "/a/3"))
+    for path in ("/a/1", "/a/2", "/a/3"):
+        site.page(path, html())
+    keys = Keys(settings["REDIS_KEY_PREFIX"])
+    topics = [settings.topic("crawled_firehose"), settings.topic("dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics)
+    proxy = f"http://127.0.0.1:{site.port}"
+    crawler = Crawler(crawler_env(settings, http_proxy=proxy, RETRY_TIMES=0), tmp_path)
+    try:
+        crawler.wait_ready(redis_client, settings["REDIS_KEY_PREFIX"])
+        seed(
+            settings,
+            redis_client,
+            appid="testapp",
+            crawlid="m",
+            url=f"http://mallory.github.io:{site.port}/m/0",
+            maxdepth=1,
+        )
+        collector.wait_for("m", 1, timeout=30)
+        time.sleep(1.0)  # mallory's links are queued and its Crawl-delay is running
+        started = time.time()
+        seed(
+            settings,
+            redis_client,
+            appid="testapp",
+            crawlid="a",
+            url=f"http://alice.github.io:{site.port}/a/0",
+            maxdepth=1,
+        )
+        alice = collector.wait_for("a", 4, timeout=15)
+        took = time.time() - started
+        time.sleep(1.0)
+    finally:
+        crawler.kill()
+        collector.close()
+    assert sorted(item["url"].rsplit("/", 1)[-1] for item in alice) == ["0", "1", "2", "3"]
+    assert took < 10, f"alice.github.io waited {took:.1f}s for mallory.github.io's pause"
+    mallory_pages = [s for s in site.seen if tenant(s) == "mallory.github.io" and "/m/" in s.path]
+    assert len(mallory_pages) <= 2, "mallory's Crawl-delay of 60 s lets one more page through at most"
+    wait = redis_client.pttl(keys.site_wait("github.io", "mallory.github.io"))
+    assert wait > 50_000, "mallory's own pause is in force"
+    assert redis_client.zscore(keys.domains("link"), "github.io") is None or (
+        redis_client.zscore(keys.domains("link"), "github.io") < time.time() + 5
+    ), "the shared bucket is not parked"
+    assert redis_client.get(keys.crawl_delay("github.io")) is None, "the bucket has no Crawl-delay"

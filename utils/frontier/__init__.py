@@ -10,7 +10,14 @@
 Every Lua script these run is a file in ``utils/lua/``, registered by :mod:`crawlhive.utils.scripts`.
 """
 
-from crawlhive.utils.frontier.domains import RETRY_AFTER_MAX_S, defer_domain, parse_retry_after, recheck_domain
+from crawlhive.utils.frontier.domains import (
+    RETRY_AFTER_MAX_S,
+    defer_domain,
+    defer_site,
+    parse_retry_after,
+    recheck_domain,
+    site_gate,
+)
 from crawlhive.utils.frontier.model import (
     LEASE_EXPIRED,
     OPTION_FIELDS,
@@ -72,11 +79,13 @@ __all__ = [
     "crawl_dead_letter",
     "decode_priority",
     "defer_domain",
+    "defer_site",
     "encode_score",
     "lease_member",
     "parse_lease_member",
     "parse_retry_after",
     "recheck_domain",
+    "site_gate",
     "reclaim_expired_leases",
     "retried",
     "retry_backoff",

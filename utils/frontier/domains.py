@@ -46,6 +46,31 @@ def defer_domain(redis: Redis, keys: Keys, spider: str, domain: str, delay_s: fl
     return float(score)
 
 
+def defer_site(redis: Redis, keys: Keys, domain: str, site: str, delay_s: float) -> float:
+    """Let no crawler fetch from *site*, a tenant of the shared suffix that is bucket *domain*, for
+    *delay_s* seconds (capped at RETRY_AFTER_MAX_S), unless a longer wait already runs: the
+    ``Retry-After`` of ``mallory.github.io`` pauses that site, not every ``*.github.io``
+    (:func:`crawlhive.utils.domains.tenant_site`). Returns the wait in force, in seconds.
+
+    Raises:
+        redis.RedisError: nothing was changed.
+    """
+    wait_ms = max(1, int(min(max(delay_s, 0.0), RETRY_AFTER_MAX_S) * 1000))
+    return int(scripts(redis)["site_defer"](keys=[keys.site_wait(domain, site)], args=[wait_ms])) / 1000
+
+
+def site_gate(redis: Redis, keys: Keys, domain: str, site: str) -> float:
+    """Seconds to wait before fetching from *site* (a tenant of the shared suffix that is bucket
+    *domain*), or 0 when it may be fetched now; in that case the site's own ``Crawl-delay`` (if
+    any) starts running, cluster-wide, so the next fetch from it waits that long.
+
+    Raises:
+        redis.RedisError: the caller fetches (the bucket's throttle still applies).
+    """
+    keys_ = [keys.site_wait(domain, site), keys.site_delay(domain, site)]
+    return int(scripts(redis)["site_gate"](keys=keys_)) / 1000
+
+
 def recheck_domain(redis: Redis, keys: Keys, spiders: set[str], domain: str) -> None:
     """Make every crawler look at *domain* again now, after its limits changed (domain-config).
 
