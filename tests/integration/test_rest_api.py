@@ -370,6 +370,7 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
         assert lease is not None and lease.request.crawlid == "done"
         worker.ack(lease, "crawled")
         finish_all()
+        assert reader.purge("lists", appid, "done") == 0  # a stop after it completed: still complete
         time.sleep(1.1)  # distinct end times, so the order is known
         push("stopped")
         reader.purge("link", appid, "stopped", ended_as="stopped")

@@ -209,7 +209,8 @@ class FrontierReader:
             pipe = self.redis.pipeline(transaction=True)  # one slot: the cluster-wide keys
             pipe.zrem(keys.expiries(), ref)
             if self.redis.exists(record):
-                pipe.hset(record, mapping={"inflight": 0, "ended_as": ended_as})
+                pipe.hset(record, "inflight", 0)
+                pipe.hsetnx(record, "ended_as", ended_as)  # a crawl that had ended keeps how
                 pipe.hdel(record, "expires")
             pipe.execute()
         return purged

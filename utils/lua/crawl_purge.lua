@@ -1,5 +1,5 @@
 -- Stop one crawl: delete its queued requests in every domain of both lanes (plain and rendering),
--- cancel its leases, disarm its expiry timer and mark it stopped.
+-- cancel its leases, disarm its expiry timer and mark it stopped (unless it had already ended).
 -- KEYS: 1 crawl domains, 2 crawl leases, 3 leases, 4 crawl record, 5 expiries, 6 stopped marker,
 --       7 crawl domains of the rendering lane.
 -- ARGV: 1 crawl queue prefix + crawl member + ':', 2 domain crawls prefix, 3 crawl member,
@@ -23,7 +23,9 @@ for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do
 end
 redis.call('DEL', KEYS[2])
 if redis.call('EXISTS', KEYS[4]) == 1 then
-  redis.call('HSET', KEYS[4], 'inflight', 0, 'ended_as', ARGV[6])
+  redis.call('HSET', KEYS[4], 'inflight', 0)
+  -- a crawl that already ended (complete, expired) keeps how it ended: a later stop purges nothing
+  redis.call('HSETNX', KEYS[4], 'ended_as', ARGV[6])
   redis.call('HDEL', KEYS[4], 'expires')
 end
 if ARGV[4] ~= '' then redis.call('ZREM', KEYS[5], ARGV[4]) end
