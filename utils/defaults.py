@@ -378,6 +378,12 @@ REST_API_KEY: str = ""
 REST_INSECURE: bool = False
 """Allow REST_HOST to be a non-loopback address without REST_API_KEY (a WARNING at start-up)."""
 
+REST_ALLOWED_HOSTS: list[str] = []
+"""Host names (the ``Host`` header, port ignored) the REST service answers besides ``localhost``,
+``127.0.0.1``, ``[::1]`` and REST_HOST itself; any other ``Host`` gets 400, so a web page whose
+name was rebound to this machine's address (DNS rebinding) cannot use it. ``*.example.com`` allows
+the subdomains of example.com, ``*`` any name. With REST_HOST=0.0.0.0, list the names clients use."""
+
 WAIT_FOR_RESPONSE_TIME: float = 5.0
 """Seconds ``POST /feed`` waits for the answer to a request with a uuid."""
 

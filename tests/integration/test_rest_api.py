@@ -633,6 +633,49 @@ def test_api_key_is_checked_before_routing(rest_settings: Settings, monitor: Fak
         assert client.get("/dashboard/data", headers=ok).status_code == 200
 
 
+def test_a_host_header_naming_another_site_is_refused_before_anything_else(
+    http: httpx.Client, rest: RunningRest, rest_settings: Settings, monitor: FakeRedisMonitor
+) -> None:
+    """DNS rebinding (docs/contract.md §10.1): a page of rebind.attacker.example whose name now
+    resolves to 127.0.0.1 reaches a keyless loopback REST with its own name as ``Host``."""
+    port = rest.url.rsplit(":", 1)[1]
+    crawlid = unique("rebind")
+    request = {"url": "http://e.com/", "appid": "rebindapp", "crawlid": crawlid}
+    for host in ("rebind.attacker.example", f"rebind.attacker.example:{port}", "localhost.attacker.example", "[::2]"):
+        for method, path in (("POST", "/feed"), ("GET", "/"), ("GET", "/crawls"), ("GET", "/dashboard")):
+            response = http.request(method, path, json=request, headers={"Host": host})
+            assert response.status_code == 400, (host, method, path)
+            body = response.json()
+            assert body["error"]["message"] == "Invalid host header"
+            assert "REST_ALLOWED_HOSTS" in body["error"]["cause"] and host in body["error"]["cause"]
+    huge = "a" * 5000 + ".example"
+    refused = http.get("/", headers={"Host": huge})
+    assert refused.status_code == 400 and huge not in refused.text  # cut short, never quoted whole
+    for host in ("localhost", f"localhost:{port}", "LOCALHOST", f"127.0.0.1:{port}", f"[::1]:{port}", "[::1]"):
+        assert http.get("/", headers={"Host": host}).status_code == 200, host
+    assert http.post("/feed", json=request, headers={"Host": f"localhost:{port}"}).status_code == 200
+    time.sleep(0.5)
+    assert len(monitor.find(crawlid=crawlid)) == 1  # only the allowed one was produced
+
+    named = rest_settings.copy_with(REST_ALLOWED_HOSTS=["crawl.example.org", "*.corp.example"], REST_API_KEY="k3y")
+    with (
+        running_rest(named, wait_for_kafka=False, host="127.0.0.2") as running,
+        httpx.Client(base_url=running.url, timeout=30) as client,
+    ):
+        key = {"X-Api-Key": "k3y"}
+        for host in ("crawl.example.org", "crawl.example.org:443", "a.corp.example", "127.0.0.2", "localhost"):
+            assert client.get("/crawls", headers={"Host": host, **key}).status_code == 200, host
+        for host in ("rebind.attacker.example", "corp.example.evil", "127.0.0.1.nip.io"):
+            response = client.get("/crawls", headers={"Host": host})  # 400 before the key is asked for
+            assert response.status_code == 400 and "REST_ALLOWED_HOSTS" in response.text, host
+    anyone = rest_settings.copy_with(REST_ALLOWED_HOSTS=["*"])
+    with (
+        running_rest(anyone, wait_for_kafka=False) as running,
+        httpx.Client(base_url=running.url, timeout=30) as client,
+    ):
+        assert client.get("/", headers={"Host": "rebind.attacker.example"}).status_code == 200
+
+
 def test_unreachable_backends_give_500_and_red_health(redis_settings: Settings, tmp_path: Path) -> None:
     from crawlhive.utils.app.embedded import free_port
 
