@@ -37,7 +37,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crawlhive.kafka_monitor.validation import Accepted, Rejected, json_pointer, parse_json
-from crawlhive.rest.answers import KafkaUnavailable, encodable
+from crawlhive.rest.answers import KafkaUnavailable, RecordTooLarge, encodable
 from crawlhive.rest.metrics import CONTENT_TYPE
 from crawlhive.rest.service import RestService, new_uuid
 from crawlhive.utils.frontier import CrawlState
@@ -485,6 +485,8 @@ def _validate(rest: RestService, value: Any) -> Accepted | Rejected:
 async def _feed(rest: RestService, request: dict[str, Any]) -> Any:
     try:
         return await rest.feed(request)
+    except RecordTooLarge as exc:
+        raise ApiError(413, TOO_LARGE, str(exc)) from exc
     except KafkaUnavailable as exc:
         logger.warning("feed failed: %s", exc)
         raise ApiError(500, NO_KAFKA) from exc
@@ -528,7 +530,7 @@ _ERROR_TEXT = {
     400: "Invalid JSON, schema, parameter or Host header",
     401: "Missing or invalid API key",
     404: "Not found",
-    413: "Payload too large",
+    413: "Payload too large (REST_MAX_BODY_BYTES, or one Kafka record: KAFKA_PRODUCER_MAX_REQUEST_SIZE)",
     500: "Kafka or Redis unreachable, or an unexpected error",
 }
 

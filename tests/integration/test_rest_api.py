@@ -184,6 +184,37 @@ def test_feed_and_poll_refuse_bodies_over_rest_max_body_bytes(http: httpx.Client
     assert (chunked.status_code, chunked.json()) == (413, failure("The payload is too large."))
 
 
+def test_a_large_non_ascii_feed_is_produced_as_utf8_or_refused_with_413_and_health_stays_green(
+    rest_settings: Settings, monitor: FakeRedisMonitor
+) -> None:
+    """A 960 KB body of accents fits KAFKA_PRODUCER_MAX_REQUEST_SIZE (1 MiB) as UTF-8; re-encoded
+    with ASCII escapes it was 2.9 MB, the broker refused it, /feed answered 500 "Unable to connect
+    to Kafka" and health turned YELLOW. One that does not fit as produced is a 413 naming the limit."""
+    roomy = rest_settings.copy_with(REST_MAX_BODY_BYTES=4 * 1024 * 1024)
+    with running_rest(roomy) as running, httpx.Client(base_url=running.url, timeout=60) as client:
+        crawlid = unique("big")
+        fits = {"url": "http://e.com/", "appid": "bigapp", "crawlid": crawlid, "method": "POST", "body": "é" * 480_000}
+        raw = json.dumps(fits, ensure_ascii=False).encode()
+        assert 950_000 < len(raw) < 1_000_000
+        response = client.post("/feed", content=raw, headers={"Content-Type": "application/json"})
+        assert (response.status_code, response.json()["status"]) == (200, "SUCCESS"), response.text
+        assert monitor.wait_for(crawlid=crawlid)["body"] == fits["body"]
+
+        crawlid = unique("huge")
+        over = {**fits, "crawlid": crawlid, "body": "é" * 530_000}  # 1.06 MB as UTF-8
+        response = client.post("/feed", json=over)
+        assert response.status_code == 413
+        error = response.json()["error"]
+        assert error["message"] == "The payload is too large."
+        assert "KAFKA_PRODUCER_MAX_REQUEST_SIZE=1048576" in error["cause"] and "bytes as produced" in error["cause"]
+        health = client.get("/").json()
+        assert (health["kafka_connected"], health["node_health"]) == (True, "GREEN")
+        time.sleep(0.5)
+        assert monitor.find(crawlid=crawlid) == []
+        small = {"url": "http://e.com/", "appid": "bigapp", "crawlid": unique("after")}
+        assert client.post("/feed", json=small).status_code == 200  # the producer is still fine
+
+
 def test_feed_with_uuid_returns_the_answer(http: httpx.Client, monitor: FakeRedisMonitor) -> None:
     uuid = unique("s-")
     started = time.monotonic()
