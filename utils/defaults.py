@@ -337,7 +337,24 @@ wins). ``crawlhive up`` and ``demo`` allow loopback when this is not set."""
 
 ITEM_REDACT_HEADERS: list[str] = ["Authorization", "Proxy-Authorization", "Cookie"]
 """Request headers whose values items show as ``"[redacted]"`` (``request_headers``; compared
-case-insensitively). An empty list shows them as sent, as Scrapy Cluster did."""
+case-insensitively), besides those ITEM_REDACT_HEADER_WORDS finds. Add the exact names of other
+secret headers here. Both empty show every header as sent, as Scrapy Cluster did."""
+
+ITEM_REDACT_HEADER_WORDS: list[str] = [
+    "token",
+    "key",
+    "secret",
+    "password",
+    "passwd",
+    "auth",
+    "session",
+    "cookie",
+    "signature",
+    "credential",
+]
+"""A request header whose name contains one of these words (case-insensitive) is redacted in items
+too, as if it were in ITEM_REDACT_HEADERS: ``X-Api-Key``, ``X-Auth-Token``, ``X-Session-Id``,
+``X-Amz-Security-Token``… An empty list redacts only ITEM_REDACT_HEADERS."""
 
 CRAWLER_STATS_FLUSH_S: float = 1.0
 """Seconds between two writes of a crawler's buffered response counters to Redis."""
