@@ -340,18 +340,10 @@ ITEM_REDACT_HEADERS: list[str] = ["Authorization", "Proxy-Authorization", "Cooki
 case-insensitively), besides those ITEM_REDACT_HEADER_WORDS finds. Add the exact names of other
 secret headers here. Both empty show every header as sent, as Scrapy Cluster did."""
 
-ITEM_REDACT_HEADER_WORDS: list[str] = [
-    "token",
-    "key",
-    "secret",
-    "password",
-    "passwd",
-    "auth",
-    "session",
-    "cookie",
-    "signature",
-    "credential",
+_SECRET_HEADER_WORDS = [
+    *("token", "key", "secret", "password", "passwd", "auth", "session", "cookie", "signature", "credential")
 ]
+ITEM_REDACT_HEADER_WORDS: list[str] = _SECRET_HEADER_WORDS
 """A request header whose name contains one of these words (case-insensitive) is redacted in items
 too, as if it were in ITEM_REDACT_HEADERS: ``X-Api-Key``, ``X-Auth-Token``, ``X-Session-Id``,
 ``X-Amz-Security-Token``… An empty list redacts only ITEM_REDACT_HEADERS."""
