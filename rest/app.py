@@ -116,7 +116,13 @@ HEALTH_SCHEMA: dict[str, Any] = {
 # Path and query parameters (docs/contract.md §2 length limits).
 AppId = Annotated[str, Path(min_length=3, max_length=40, description="appid of the crawl")]
 CrawlId = Annotated[str, Path(min_length=1, max_length=40, description="crawlid of the crawl")]
-SpiderId = Annotated[str, Query(description="spider type of the crawl", pattern=r"^[A-Za-z0-9_.-]{1,40}$")]
+OptionalSpiderId = Annotated[
+    str | None,
+    Query(
+        description="spider type of the crawl (default: the crawl's own, found whatever it is)",
+        pattern=r"^[A-Za-z0-9_.-]{1,40}$",
+    ),
+]
 
 
 class JSONResponse(_JSONResponse):
@@ -421,14 +427,17 @@ def create_app(settings: Settings, service: RestService | None = None, bound_hos
     @app.get(
         "/crawls/{appid}/{crawlid}", summary="Crawl status (info by crawlid)", responses=_responses(400, 401, 404, 500)
     )
-    async def crawl_status(appid: AppId, crawlid: CrawlId, spiderid: SpiderId = "link") -> JSONResponse:
-        state = await in_thread(rest.view.crawl, spiderid, appid, crawlid)
+    async def crawl_status(appid: AppId, crawlid: CrawlId, spiderid: OptionalSpiderId = None) -> JSONResponse:
+        state = await in_thread(rest.view.crawl, spiderid, appid, crawlid)  # None: whatever its spider type
         if state is None:
             raise ApiError(404, NO_CRAWL)
         return JSONResponse(envelope(info_message(state, new_uuid())))
 
     @app.delete("/crawls/{appid}/{crawlid}", summary="Stop a crawl", responses=_responses(400, 401, 500))
-    async def crawl_stop(appid: AppId, crawlid: CrawlId, spiderid: SpiderId = "link") -> JSONResponse:
+    async def crawl_stop(appid: AppId, crawlid: CrawlId, spiderid: OptionalSpiderId = None) -> JSONResponse:
+        if spiderid is None:  # the crawl's own spider type when it is known, else the default
+            found = await in_thread(rest.view.crawl, None, appid, crawlid)
+            spiderid = found.spiderid if found is not None else "link"
         request = {"action": "stop", "appid": appid, "crawlid": crawlid, "spiderid": spiderid, "uuid": new_uuid()}
         outcome = _validate(rest, request)
         if isinstance(outcome, Rejected):

@@ -428,7 +428,13 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
             "total_failed",
             "started",
             "ended",
+            "reason",
         }
+        assert by_id["running"]["reason"] is None and by_id["done"]["reason"] is None
+        assert by_id["waiting"]["reason"] == (
+            "no live crawler serves spider type 'nobody-crawls-this': start one with "
+            "`crawlhive crawler --spider nobody-crawls-this`"
+        )
         assert by_id["running"]["total_pending"] == 1 and by_id["running"]["ended"] is None
         assert by_id["done"]["total_crawled"] == 1 and by_id["done"]["ended"] >= by_id["done"]["started"] > 0
         assert by_id["done"]["spiderid"] == "lists"
@@ -465,6 +471,67 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
         crawler.stop()
         rclient.hdel(keys.domain_config(), "slow.example")
         rclient.srem(keys.domain_blacklist(), "banned.example")
+
+
+def test_crawls_of_a_spider_nobody_runs_say_why_and_cannot_hide_newer_ones(
+    rest_settings: Settings, rclient: redis.Redis, monitor: FakeRedisMonitor
+) -> None:
+    """docs/contract.md §17.6: MAX_CRAWLS crafted crawls for a spider nobody runs hid real ones from
+    /crawls, the dashboard and /metrics (the first MAX_CRAWLS refs by name were read); a crawl that
+    waits says why; GET and DELETE /crawls/{appid}/{crawlid} find a crawl whatever its spider type."""
+    from crawlhive.rest.cluster import MAX_CRAWLS
+
+    settings = rest_settings.copy_with(REDIS_KEY_PREFIX=f"{rest_settings['REDIS_KEY_PREFIX']}many")
+    keys = Keys.from_settings(settings)
+    frontier = Frontier.from_settings(rclient, settings)
+
+    def push(*requests: FrontierRequest) -> None:
+        pipe = rclient.pipeline()
+        frontier.push(list(requests), pipe)
+        pipe.execute()
+
+    crafted = [
+        FrontierRequest(url="http://a.example/", appid="aaa", crawlid=f"c{i:04}", spiderid="aaa", request_id=str(i))
+        for i in range(MAX_CRAWLS)
+    ]
+    push(*crafted)
+    time.sleep(1.1)  # "started" is in seconds
+    push(
+        FrontierRequest(url="http://w.example/", appid="zzz", crawlid="real", spiderid="wandering", request_id="w"),
+        FrontierRequest(url="http://r.example/", appid="zzz", crawlid="rendered", render=True, request_id="r"),
+        FrontierRequest(url="http://p.example/", appid="zzz", crawlid="plain", request_id="p"),
+    )
+    crawler = Heartbeat(rclient, keys, "crawler", new_node_id(), "worker-1", 60, extra={"spider": "link"})
+    crawler.beat()
+    try:
+        with running_rest(settings) as running, httpx.Client(base_url=running.url, timeout=30) as client:
+            listed = client.get("/crawls", params={"state": "active", "limit": 1000}).json()["data"]["crawls"]
+            assert len(listed) == MAX_CRAWLS
+            newest = {c["crawlid"]: c for c in listed[:3]}
+            assert set(newest) == {"real", "rendered", "plain"}  # newest first: the cut drops old ones
+            assert (newest["real"]["state"], newest["plain"]["state"]) == ("waiting", "running")
+            assert "no live crawler serves spider type 'wandering'" in newest["real"]["reason"]
+            assert "`crawlhive crawler --spider link --render`" in newest["rendered"]["reason"]
+            assert newest["plain"]["reason"] is None
+            assert all(c["appid"] == "aaa" for c in listed[3:])
+
+            shown = {c["crawlid"]: c for c in client.get("/dashboard/data").json()["data"]["crawls"]}
+            assert shown["real"]["state"] == "waiting" and "wandering" in shown["real"]["reason"]
+            assert shown["plain"]["reason"] is None
+            metrics = _metrics(client)
+            assert metrics[("crawlhive_active_crawls", (("spiderid", "wandering"),))] == 1
+
+            found = client.get("/crawls/zzz/real")  # no ?spiderid=: found whatever its spider type
+            assert found.status_code == 200 and found.json()["data"]["spiderid"] == "wandering"
+            assert found.json()["data"]["total_pending"] == 1
+            assert client.get("/crawls/zzz/real", params={"spiderid": "link"}).status_code == 404
+            assert client.get("/crawls/zzz/rendered").json()["data"]["spiderid"] == "link"
+            assert client.get("/crawls/zzz/nothing").status_code == 404
+            stopped = client.delete("/crawls/zzz/real")
+            assert stopped.status_code == 200 and stopped.json()["data"]["spiderid"] == "wandering"
+            assert monitor.wait_for(action="stop", crawlid="real")["spiderid"] == "wandering"
+    finally:
+        crawler.stop()
 
 
 def test_crawl_path_parameters_are_checked(http: httpx.Client) -> None:
