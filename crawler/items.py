@@ -64,13 +64,20 @@ def _text(value: bytes) -> str:
 REDACTED = "[redacted]"
 
 
-def header_lists(headers: Headers, redact: Collection[str] = ()) -> dict[str, list[str]]:
+def secret_header(name: str, names: Collection[str] = (), words: Collection[str] = ()) -> bool:
+    """Whether an item hides the value of header *name*: it is one of *names* or contains one of
+    *words* (ITEM_REDACT_HEADERS, ITEM_REDACT_HEADER_WORDS, both in lower case), case-insensitively."""
+    lowered = name.lower()
+    return lowered in names or any(word in lowered for word in words)
+
+
+def header_lists(headers: Headers, redact: Collection[str] = (), words: Collection[str] = ()) -> dict[str, list[str]]:
     """Header name (as Scrapy normalises it) -> list of values, decoded as UTF-8 or else latin-1;
-    the values of headers named in *redact* (lower case) are ``"[redacted]"`` (docs/contract.md §10.6)."""
+    the values of :func:`secret_header` headers are ``"[redacted]"`` (docs/contract.md §10.6)."""
     lists: dict[str, list[str]] = {}
     for raw_name, values in headers.items():
         name = _text(raw_name)
-        hidden = name.lower() in redact
+        hidden = secret_header(name, redact, words)
         lists[name] = [REDACTED if hidden else _text(v) for v in values]
     return lists
 
@@ -103,9 +110,10 @@ def crawled_item(
     attrs: dict[str, Any] | None,
     base64_encode: bool,
     redact: Collection[str] = (),
+    redact_words: Collection[str] = (),
 ) -> CrawledItem:
     """The item of *response*; *url* is the URL the request asked for, before redirects; the
-    request headers named in *redact* (lower case) are redacted."""
+    request headers named in *redact* or containing one of *redact_words* (lower case) are redacted."""
     body, encoding = body_fields(response, base64_encode)
     return CrawledItem(
         appid=appid,
@@ -115,7 +123,9 @@ def crawled_item(
         status_code=response.status,
         status_msg=status_message(response.status),
         response_headers=header_lists(response.headers),
-        request_headers=header_lists(response.request.headers, redact) if response.request is not None else {},
+        request_headers=(
+            header_lists(response.request.headers, redact, redact_words) if response.request is not None else {}
+        ),
         body=body,
         encoding=encoding,
         links=links,

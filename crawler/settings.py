@@ -77,6 +77,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "HTTPERROR_ALLOW_ALL": True,
         "KAFKA_BASE_64_ENCODE": settings.getbool("KAFKA_BASE_64_ENCODE"),
         "ITEM_REDACT_HEADERS": settings.getlist("ITEM_REDACT_HEADERS"),
+        "ITEM_REDACT_HEADER_WORDS": settings.getlist("ITEM_REDACT_HEADER_WORDS"),
         "LINK_MAX_URL_LENGTH": settings.getint("LINK_MAX_URL_LENGTH"),
         "LINK_MAX_SEGMENT_REPEATS": settings.getint("LINK_MAX_SEGMENT_REPEATS"),
         # A pipeline's DropItem is a decision, not a problem: INFO, not Scrapy's WARNING (§17.3).

@@ -30,12 +30,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
 from redis.exceptions import RedisError
 
 from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, record_origin
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError
+from crawlhive.utils.fit import RECORD_OVERHEAD_BYTES, value_limit
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
@@ -89,6 +90,18 @@ def dashboard_letter(message: dict[str, Any]) -> dict[str, Any]:
 
 class KafkaUnavailable(CrawlhiveError):
     """The broker cannot be reached or did not acknowledge within KAFKA_FEED_TIMEOUT."""
+
+
+class RecordTooLarge(CrawlhiveError):
+    """A request larger than one Kafka record may be (KAFKA_PRODUCER_MAX_REQUEST_SIZE); the
+    broker is fine, so it says nothing about the connection."""
+
+
+def incoming_record(request: Any) -> bytes:
+    """The record value of *request* on ``<prefix>.incoming``: compact JSON, UTF-8, non-ASCII as is
+    (ASCII escapes would make a 960 KB body of accents 2.9 MB). A string no UTF-8 can hold (a lone
+    surrogate) is written as its JSON escape (``\\ud800``), as the kafka-monitor reads it back."""
+    return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "backslashreplace")
 
 
 def encodable(text: str) -> bool:
@@ -252,6 +265,8 @@ class KafkaLink:
         self.outbound = settings.topic("outbound_firehose")
         self.dead_letter = settings.topic("dead_letter")
         self.ack_timeout_s = settings.getfloat("KAFKA_FEED_TIMEOUT")
+        self.max_request_bytes = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
+        self.max_value_bytes = value_limit(self.max_request_bytes)
         self.dead_letters: collections.deque[dict[str, Any]] = collections.deque(maxlen=DEAD_LETTERS_KEPT)
         self.ready = threading.Event()
         self._stop = threading.Event()
@@ -279,17 +294,34 @@ class KafkaLink:
         """Send *value* to ``<prefix>.incoming`` and wait for the broker's ack (blocking).
 
         Raises:
+            RecordTooLarge: *value* is larger than a record may be (checked first); the connection
+                is not marked as failed, so health does not change.
             KafkaUnavailable: not connected, or no ack within KAFKA_FEED_TIMEOUT.
         """
+        self.check_size(value)
         producer = self._producer
         if not self.ready.is_set() or producer is None:
             raise KafkaUnavailable("not connected to Kafka yet; check KAFKA_BOOTSTRAP_SERVERS")
         try:
             producer.send(self.incoming, value).get(timeout=self.ack_timeout_s)
+        except MessageSizeTooLargeError as exc:  # the broker's own limit is lower than ours
+            raise RecordTooLarge(
+                f"the broker refused a {len(value)}-byte request as too large ({exc}); it allows less "
+                "than KAFKA_PRODUCER_MAX_REQUEST_SIZE"
+            ) from exc
         except Exception as exc:  # kafka-python raises several types for a missing ack
             self._failed_send = True
             raise KafkaUnavailable(f"no ack within KAFKA_FEED_TIMEOUT={self.ack_timeout_s:g}s: {exc!r}") from exc
         self._failed_send = False
+
+    def check_size(self, value: bytes) -> None:
+        """Raise :class:`RecordTooLarge` if *value* cannot be one record (no Kafka call)."""
+        if len(value) > self.max_value_bytes:
+            raise RecordTooLarge(
+                f"the request is {len(value)} bytes as produced (compact UTF-8 JSON), more than one Kafka "
+                f"record may hold: KAFKA_PRODUCER_MAX_REQUEST_SIZE={self.max_request_bytes} less "
+                f"{RECORD_OVERHEAD_BYTES} bytes of record overhead"
+            )
 
     # --- listener thread -----------------------------------------------------------------------
 

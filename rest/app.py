@@ -33,10 +33,11 @@ from jsonschema.exceptions import best_match
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crawlhive.kafka_monitor.validation import Accepted, Rejected, json_pointer, parse_json
-from crawlhive.rest.answers import KafkaUnavailable, encodable
+from crawlhive.rest.answers import KafkaUnavailable, RecordTooLarge, encodable
 from crawlhive.rest.metrics import CONTENT_TYPE
 from crawlhive.rest.service import RestService, new_uuid
 from crawlhive.utils.frontier import CrawlState
@@ -55,6 +56,7 @@ NO_ENDPOINT = "The desired endpoint does not exist"
 NO_POLL_ID = "Could not find matching poll_id"
 NO_CRAWL = "Could not find matching crawl"
 TOO_LARGE = "The payload is too large."
+BAD_HOST = "Invalid host header"
 #: Bodies at least this large are parsed in a worker thread (smaller ones cost less than the hop).
 INLINE_PARSE_BYTES = 16384
 #: The dashboard may not be framed by another site (clickjacking; docs/contract.md §10.1).
@@ -114,7 +116,13 @@ HEALTH_SCHEMA: dict[str, Any] = {
 # Path and query parameters (docs/contract.md §2 length limits).
 AppId = Annotated[str, Path(min_length=3, max_length=40, description="appid of the crawl")]
 CrawlId = Annotated[str, Path(min_length=1, max_length=40, description="crawlid of the crawl")]
-SpiderId = Annotated[str, Query(description="spider type of the crawl", pattern=r"^[A-Za-z0-9_.-]{1,40}$")]
+OptionalSpiderId = Annotated[
+    str | None,
+    Query(
+        description="spider type of the crawl (default: the crawl's own, found whatever it is)",
+        pattern=r"^[A-Za-z0-9_.-]{1,40}$",
+    ),
+]
 
 
 class JSONResponse(_JSONResponse):
@@ -208,6 +216,57 @@ class ApiKeyMiddleware:
         await self.app(scope, receive, send)
 
 
+#: Host names every REST service answers, whatever REST_HOST and REST_ALLOWED_HOSTS say.
+LOOPBACK_HOST_NAMES = ("localhost", "127.0.0.1", "[::1]")
+#: The scope key :class:`AllowedHosts`' check sets on a request whose ``Host`` passed.
+_HOST_PASSED = "crawlhive.host_passed"
+
+
+def allowed_hosts(settings: Settings, bound_host: str | None = None) -> list[str]:
+    """The ``Host`` names REST answers: loopback names, the address it binds (*bound_host*, by
+    default REST_HOST; IPv6 in brackets) and REST_ALLOWED_HOSTS, lower case."""
+    bound = str(settings["REST_HOST"] if bound_host is None else bound_host).strip().strip("[]")
+    names = [*LOOPBACK_HOST_NAMES, f"[{bound}]" if ":" in bound else bound]
+    names += [str(name).strip() for name in settings.getlist("REST_ALLOWED_HOSTS")]
+    return sorted({name.lower() for name in names if name})
+
+
+class AllowedHosts:
+    """Answers 400 to a request whose ``Host`` header names none of :func:`allowed_hosts`
+    (DNS rebinding, docs/contract.md §10.1), before the API key is checked or anything routed.
+
+    The matching (port ignored, IPv6 literals, ``*.example.com``, ``*``) is Starlette's
+    :class:`TrustedHostMiddleware`; it only answers in plain text, so it runs as a check here and
+    the refusal is the envelope, naming the setting to change.
+    """
+
+    def __init__(self, app: ASGIApp, hosts: list[str]) -> None:
+        self.app = app
+        self.hosts = hosts
+        self.check = TrustedHostMiddleware(self._passed, allowed_hosts=hosts, www_redirect=False)
+
+    @staticmethod
+    async def _passed(scope: Scope, receive: Receive, send: Send) -> None:
+        scope[_HOST_PASSED] = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def discard(message: Message) -> None:  # the check's own plain-text refusal
+            return None
+
+        await self.check(scope, receive, discard)
+        if scope.pop(_HOST_PASSED, False):
+            await self.app(scope, receive, send)
+            return
+        host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+        shown = repr(host[:100]) + ("..." if len(host) > 100 else "") if host else "missing"
+        cause = f"Host {shown} is not a name of this REST service; add the name clients use to REST_ALLOWED_HOSTS"
+        await failure(400, BAD_HOST, cause)(scope, receive, send)
+
+
 class CountResponses:
     """Counts every response by method and status code (``crawlhive_rest_responses_total``)."""
 
@@ -261,8 +320,11 @@ async def json_body(request: Request, limit: int) -> Any:
 # --- the application ------------------------------------------------------------------------------
 
 
-def create_app(settings: Settings, service: RestService | None = None) -> FastAPI:
-    """The REST application; its lifespan starts and stops *service* (built from *settings* if None)."""
+def create_app(settings: Settings, service: RestService | None = None, bound_host: str | None = None) -> FastAPI:
+    """The REST application; its lifespan starts and stops *service* (built from *settings* if None).
+
+    *bound_host* is the address it is served on (REST_HOST when None), one of the ``Host`` names it answers.
+    """
     rest = service if service is not None else RestService.from_settings(settings)
     max_body = settings.getint("REST_MAX_BODY_BYTES")
 
@@ -365,14 +427,17 @@ def create_app(settings: Settings, service: RestService | None = None) -> FastAP
     @app.get(
         "/crawls/{appid}/{crawlid}", summary="Crawl status (info by crawlid)", responses=_responses(400, 401, 404, 500)
     )
-    async def crawl_status(appid: AppId, crawlid: CrawlId, spiderid: SpiderId = "link") -> JSONResponse:
-        state = await in_thread(rest.view.crawl, spiderid, appid, crawlid)
+    async def crawl_status(appid: AppId, crawlid: CrawlId, spiderid: OptionalSpiderId = None) -> JSONResponse:
+        state = await in_thread(rest.view.crawl, spiderid, appid, crawlid)  # None: whatever its spider type
         if state is None:
             raise ApiError(404, NO_CRAWL)
         return JSONResponse(envelope(info_message(state, new_uuid())))
 
     @app.delete("/crawls/{appid}/{crawlid}", summary="Stop a crawl", responses=_responses(400, 401, 500))
-    async def crawl_stop(appid: AppId, crawlid: CrawlId, spiderid: SpiderId = "link") -> JSONResponse:
+    async def crawl_stop(appid: AppId, crawlid: CrawlId, spiderid: OptionalSpiderId = None) -> JSONResponse:
+        if spiderid is None:  # the crawl's own spider type when it is known, else the default
+            found = await in_thread(rest.view.crawl, None, appid, crawlid)
+            spiderid = found.spiderid if found is not None else "link"
         request = {"action": "stop", "appid": appid, "crawlid": crawlid, "spiderid": spiderid, "uuid": new_uuid()}
         outcome = _validate(rest, request)
         if isinstance(outcome, Rejected):
@@ -413,6 +478,7 @@ def create_app(settings: Settings, service: RestService | None = None) -> FastAP
     app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(CountResponses, count=lambda m, c: rest.metrics.responses.labels(m, str(c)).inc())
     app.add_middleware(ApiKeyMiddleware, api_key=settings["REST_API_KEY"])
+    app.add_middleware(AllowedHosts, hosts=allowed_hosts(settings, bound_host))  # the outermost: first
     return app
 
 
@@ -428,6 +494,8 @@ def _validate(rest: RestService, value: Any) -> Accepted | Rejected:
 async def _feed(rest: RestService, request: dict[str, Any]) -> Any:
     try:
         return await rest.feed(request)
+    except RecordTooLarge as exc:
+        raise ApiError(413, TOO_LARGE, str(exc)) from exc
     except KafkaUnavailable as exc:
         logger.warning("feed failed: %s", exc)
         raise ApiError(500, NO_KAFKA) from exc
@@ -468,10 +536,10 @@ def _any_incoming_ref() -> dict[str, Any]:
 
 
 _ERROR_TEXT = {
-    400: "Invalid JSON, schema or parameter",
+    400: "Invalid JSON, schema, parameter or Host header",
     401: "Missing or invalid API key",
     404: "Not found",
-    413: "Payload too large",
+    413: "Payload too large (REST_MAX_BODY_BYTES, or one Kafka record: KAFKA_PRODUCER_MAX_REQUEST_SIZE)",
     500: "Kafka or Redis unreachable, or an unexpected error",
 }
 

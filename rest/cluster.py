@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.frontier import CrawlState, FrontierReader
-from crawlhive.utils.heartbeat import live_heartbeats, live_nodes
+from crawlhive.utils.heartbeat import crawler_lanes, live_heartbeats, live_nodes, unserved_reason
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.stats import (
     CLEANER,
@@ -64,11 +64,14 @@ class Counters:
     """The cleaners' lifetime counters: cleaned, skipped, duplicates, dead_letters (§13)."""
 
 
-def lanes_served(state: CrawlState, serving: set[tuple[str, bool]]) -> bool:
-    """Whether every frontier lane *state* has work queued in has a live crawler: *serving* holds
-    ``(spiderid, render)`` of the live crawlers (§11, §15; a crawl with nothing queued needs the
-    plain lane)."""
-    return all((state.spiderid, lane) in serving for lane in state.lanes or {False})
+#: Why an active crawl served by crawlers waits: the throttle or a domain config holds every domain.
+PARKED = "nothing in flight and every domain with queued work waits for the throttle or a domain config"
+
+
+def waiting_reason(state: CrawlState, serving: set[tuple[str, bool]]) -> str | None:
+    """Why *state* waits for a crawler, or None: see :func:`~crawlhive.utils.heartbeat.unserved_reason`
+    (*serving*: ``(spiderid, render)`` of the live crawlers, §11, §15)."""
+    return unserved_reason(state.spiderid, state.lanes, serving)
 
 
 @dataclass
@@ -120,16 +123,43 @@ class ClusterView:
 
     # --- one crawl ---------------------------------------------------------------------------------
 
-    def crawl(self, spider: str, appid: str, crawlid: str) -> CrawlState | None:
+    def crawl(self, spider: str | None, appid: str, crawlid: str) -> CrawlState | None:
         """The state of one crawl, or None if the cluster has no record of it.
 
         Known means: something queued or in flight, or its crawl record (kept CRAWL_RECORD_TTL after
-        the last activity) exists.
+        the last activity) exists. With *spider* None, the crawl of any spider type: ``link`` if it
+        has one, else :meth:`find_spider`.
         """
+        if spider is None:
+            state = self.crawl(DEFAULT_SPIDER, appid, crawlid)
+            if state is not None:
+                return state
+            found = self.find_spider(appid, crawlid)
+            return None if found is None else self.crawl(found, appid, crawlid)
         state = self.reader.crawl_state(spider, appid, crawlid)
         if state.pending or state.inflight or self.redis.exists(self.keys.crawl(spider, appid, crawlid)):
             return state
         return None
+
+    def find_spider(self, appid: str, crawlid: str) -> str | None:
+        """The spider type of a crawl known by appid and crawlid only: the first (by name) of the
+        active crawls, else of the recently finished ones, that has them; None if there is none.
+        Walks both sets (``SSCAN`` / ``ZSCAN``): O(crawls), for the rare request without ``spiderid``."""
+        found: list[str] = []
+        for ref in self.redis.sscan_iter(self.keys.active_crawls(), count=1000):
+            found += self._spider_of(ref, appid, crawlid)
+        if not found:
+            for ref, _score in self.redis.zscan_iter(self.keys.finished_crawls(), count=1000):
+                found += self._spider_of(ref, appid, crawlid)
+        return min(found) if found else None
+
+    @staticmethod
+    def _spider_of(ref: Any, appid: str, crawlid: str) -> list[str]:
+        try:
+            spider, ref_appid, ref_crawlid = Keys.parse_crawl_ref(_text(ref))
+        except KeyFormatError:
+            return []
+        return [spider] if (ref_appid, ref_crawlid) == (appid, crawlid) else []
 
     # --- the whole cluster ---------------------------------------------------------------------------
 
@@ -138,19 +168,35 @@ class ClusterView:
         return {component: live_nodes(self.redis, self.keys, component) for component in COMPONENTS}
 
     def active_crawls(self) -> list[CrawlState]:
-        """State of the crawls in ``keys.active_crawls()`` (at most MAX_CRAWLS, sorted by ref)."""
-        refs = sorted(r.decode() if isinstance(r, bytes) else r for r in self.redis.smembers(self.keys.active_crawls()))
-        groups: dict[tuple[str, str], list[str]] = defaultdict(list)
-        for ref in refs[:MAX_CRAWLS]:
+        """State of the crawls in ``keys.active_crawls()``: the MAX_CRAWLS most recently started,
+        newest first (so that many old or crafted crawls cannot hide the new ones)."""
+        return [state for state, _started in self._newest_active()]
+
+    def _newest_active(self) -> list[tuple[CrawlState, Any]]:
+        """``(state, started)`` of the MAX_CRAWLS most recently started active crawls, newest
+        first: every ref's ``started`` is read (one pipelined round trip of ``HGET``), then the
+        states of those kept."""
+        refs = []
+        for raw in self.redis.smembers(self.keys.active_crawls()):
             try:
-                spider, appid, crawlid = Keys.parse_crawl_ref(ref)
+                refs.append(Keys.parse_crawl_ref(_text(raw)))
             except KeyFormatError:
                 continue
+        if not refs:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for spider, appid, crawlid in refs:
+            pipe.hget(self.keys.crawl(spider, appid, crawlid), "started")
+        started = dict(zip(refs, pipe.execute(), strict=True))
+        newest = sorted(refs, key=lambda ref: (-(_epoch(started[ref]) or 0), ref))[:MAX_CRAWLS]
+        groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for spider, appid, crawlid in newest:
             groups[(spider, appid)].append(crawlid)
-        states: list[CrawlState] = []
+        states: dict[tuple[str, str, str], CrawlState] = {}
         for (spider, appid), crawlids in groups.items():
-            states += self.reader.crawl_states(spider, appid, crawlids)
-        return states
+            for state in self.reader.crawl_states(spider, appid, crawlids):
+                states[(spider, appid, state.crawlid)] = state
+        return [(states[ref], started[ref]) for ref in newest]
 
     def crawl_list(self, state: str = "all", limit: int = 100) -> list[dict[str, Any]]:
         """``GET /crawls`` (docs/contract.md §17.6): the active crawls (most recently started first),
@@ -159,8 +205,8 @@ class ClusterView:
         *state* is ``active``, ``finished`` or ``all``. An active crawl is ``waiting`` when nothing
         queued for it can be served now: no live crawler of its spider type (a rendering one for
         work queued with ``render: true``), or nothing in flight
-        and every domain it has work in parked by the throttle or a domain config. Otherwise it is
-        ``running``.
+        and every domain it has work in parked by the throttle or a domain config; its ``reason``
+        says which (None for the others). Otherwise it is ``running``.
         """
         rows: list[dict[str, Any]] = []
         if state in ("active", "all"):
@@ -170,17 +216,14 @@ class ClusterView:
         return rows
 
     def _active_rows(self) -> list[dict[str, Any]]:
-        crawls = self.active_crawls()
-        if not crawls:
+        active = self._newest_active()
+        if not active:
             return []
-        serving = {
-            (str(b.get("spider")), bool(b.get("render"))) for b in live_heartbeats(self.redis, self.keys, "crawler")
-        }
+        serving = crawler_lanes(self.redis, self.keys)
         now = float(self.redis.time()[0])
         pipe = self.redis.pipeline(transaction=False)
         asked: list[int] = []  # per crawl: the shards asked when its domains may be fetched next
-        for c in crawls:
-            pipe.hget(self.keys.crawl(c.spiderid, c.appid, c.crawlid), "started")
+        for c, _started in active:
             render = c.lanes == {True}  # only rendering work queued: its lane's domains say when
             by_shard: dict[int, list[str]] = {}
             for domain in c.domains:  # each domain's ready time is in its shard's index
@@ -188,18 +231,17 @@ class ClusterView:
             for shard, domains in by_shard.items():
                 pipe.zmscore(self.keys.domains(c.spiderid, render, shard), domains)
             asked.append(len(by_shard))
-        replies = pipe.execute()
+        replies = pipe.execute() if any(asked) else []
         rows = []
         at = 0
-        for c, count in zip(crawls, asked, strict=True):
-            started = replies[at]
-            ready_at = [score for reply in replies[at + 1 : at + 1 + count] for score in reply]
-            at += 1 + count
+        for (c, started), count in zip(active, asked, strict=True):
+            ready_at = [score for reply in replies[at : at + count] for score in reply]
+            at += count
             parked = bool(c.domains) and all(score is not None and float(score) > now for score in ready_at)
-            waiting = not lanes_served(c, serving) or (c.inflight == 0 and parked)
-            rows.append(self._row(c.spiderid, c.appid, c.crawlid, "waiting" if waiting else "running", c, started))
-        rows.sort(key=lambda r: -(r["started"] or 0))
-        return rows
+            reason = waiting_reason(c, serving) or (PARKED if c.inflight == 0 and parked else None)
+            row = self._row(c.spiderid, c.appid, c.crawlid, "waiting" if reason else "running", c, started)
+            rows.append({**row, "reason": reason})
+        return rows  # newest first already
 
     def _finished_rows(self, limit: int) -> list[dict[str, Any]]:
         now = float(self.redis.time()[0])
@@ -222,6 +264,7 @@ class ClusterView:
             ended_as = fields.get("ended_as", "complete")
             row = self._row(spider, appid, crawlid, ended_as if ended_as in ENDINGS else "complete", None, None)
             row.update(
+                reason=None,
                 total_crawled=int(fields.get("crawled") or 0),
                 total_failed=int(fields.get("failed") or 0),
                 started=_epoch(fields.get("started")),

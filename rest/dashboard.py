@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from crawlhive.rest.cluster import lanes_served
+from crawlhive.rest.cluster import waiting_reason
 
 if TYPE_CHECKING:
     from crawlhive.rest.service import RestService
@@ -19,14 +19,15 @@ if TYPE_CHECKING:
 FINISHED_SHOWN = 20
 
 
-def crawl_row(state: CrawlState, stopped: bool = False, served: bool = True) -> dict[str, Any]:
+def crawl_row(state: CrawlState, stopped: bool = False, unserved: str | None = None) -> dict[str, Any]:
     """One line of the crawls table: counts, progress (0-100) and a one-word state (``waiting``:
-    work is queued for a spider type no live crawler serves)."""
+    work is queued for a spider type no live crawler serves; *unserved* says why, shown as its
+    ``reason``)."""
     done = state.crawled + state.failed
     total = done + state.pending + state.inflight
     if stopped:
         phase = "stopped"
-    elif state.pending and not state.inflight and not served:
+    elif state.pending and not state.inflight and unserved:
         phase = "waiting"
     elif state.pending or state.inflight:
         phase = "running"
@@ -45,6 +46,7 @@ def crawl_row(state: CrawlState, stopped: bool = False, served: bool = True) -> 
         "domains": len(state.domains),
         "progress": round(100.0 * done / total, 1) if total else 0.0,
         "state": phase,
+        "reason": unserved if phase == "waiting" else None,
         "expires": state.expires or None,
     }
 
@@ -63,7 +65,7 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
     # Which lanes of each spider type a live crawler serves: plain, and rendering (§15).
     serving = {(name, False) for name, s in snap.spiders.items() if s.crawlers > s.render_crawlers}
     serving |= {(name, True) for name, s in snap.spiders.items() if s.render_crawlers}
-    rows = (crawl_row(s, stopped, lanes_served(s, serving)) for s, stopped in zip(snap.crawls, flags, strict=True))
+    rows = (crawl_row(s, stopped, waiting_reason(s, serving)) for s, stopped in zip(snap.crawls, flags, strict=True))
     crawls = sorted(rows, key=lambda r: (r["state"] != "running", r["appid"], r["crawlid"]))
     return {
         "server_time": snap.server_time,

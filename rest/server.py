@@ -85,9 +85,10 @@ def server_for(settings: Settings, host: str | None = None, port: int | None = N
 
     Logging stays crawlhive's (configured once by ``main()``): uvicorn's own config is not applied.
     """
+    host = host if host is not None else settings["REST_HOST"]
     config = uvicorn.Config(
-        create_app(settings),
-        host=host if host is not None else settings["REST_HOST"],
+        create_app(settings, bound_host=host),
+        host=host,
         port=port if port is not None else settings.getint("REST_PORT"),
         log_config=None,
         access_log=False,  # one line per request would drown `up` (the dashboard polls); /metrics counts them

@@ -8,7 +8,6 @@ so that a waiting request never blocks the others.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Self
 from redis.exceptions import RedisError
 
 from crawlhive.kafka_monitor.validation import RequestValidator
-from crawlhive.rest.answers import WAITER_MARGIN_S, AnswerBook, KafkaLink
+from crawlhive.rest.answers import WAITER_MARGIN_S, AnswerBook, KafkaLink, incoming_record
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import RestMetrics
 from crawlhive.utils.connections import consumer_lag, redis_from_settings
@@ -157,9 +156,12 @@ class RestService:
             WAIT_FOR_RESPONSE_TIME (the answer will then be stored for ``/poll``).
 
         Raises:
+            RecordTooLarge: the request as produced is larger than a Kafka record may be (before
+                anything is registered or sent).
             KafkaUnavailable: not connected or no ack within KAFKA_FEED_TIMEOUT.
         """
-        payload = json.dumps(request).encode()  # ASCII escapes: any string encodes, even lone surrogates
+        payload = incoming_record(request)
+        self.kafka.check_size(payload)
         uuid = request.get("uuid")
         if not isinstance(uuid, str):
             await asyncio.to_thread(self.kafka.produce, payload)

@@ -29,7 +29,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -40,6 +40,7 @@ from redis.exceptions import RedisClusterException
 
 from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.log import mask_url
 from crawlhive.utils.settings import Settings
 
 with warnings.catch_warnings():
@@ -70,21 +71,6 @@ _Client = TypeVar("_Client")
 
 
 # --- Redis -----------------------------------------------------------------------------------------
-
-
-def mask_url(url: str) -> str:
-    """*url* with its password (if any) replaced by ``***``, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
-    except ValueError:
-        return "<unparsable URL>"
 
 
 def redis_from_settings(settings: Settings, *, decode_responses: bool = False) -> redis.Redis:

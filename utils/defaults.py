@@ -337,7 +337,16 @@ wins). ``crawlhive up`` and ``demo`` allow loopback when this is not set."""
 
 ITEM_REDACT_HEADERS: list[str] = ["Authorization", "Proxy-Authorization", "Cookie"]
 """Request headers whose values items show as ``"[redacted]"`` (``request_headers``; compared
-case-insensitively). An empty list shows them as sent, as Scrapy Cluster did."""
+case-insensitively), besides those ITEM_REDACT_HEADER_WORDS finds. Add the exact names of other
+secret headers here. Both empty show every header as sent, as Scrapy Cluster did."""
+
+_SECRET_HEADER_WORDS = [
+    *("token", "key", "secret", "password", "passwd", "auth", "session", "cookie", "signature", "credential")
+]
+ITEM_REDACT_HEADER_WORDS: list[str] = _SECRET_HEADER_WORDS
+"""A request header whose name contains one of these words (case-insensitive) is redacted in items
+too, as if it were in ITEM_REDACT_HEADERS: ``X-Api-Key``, ``X-Auth-Token``, ``X-Session-Id``,
+``X-Amz-Security-Token``… An empty list redacts only ITEM_REDACT_HEADERS."""
 
 CRAWLER_STATS_FLUSH_S: float = 1.0
 """Seconds between two writes of a crawler's buffered response counters to Redis."""
@@ -377,6 +386,12 @@ REST_API_KEY: str = ""
 
 REST_INSECURE: bool = False
 """Allow REST_HOST to be a non-loopback address without REST_API_KEY (a WARNING at start-up)."""
+
+REST_ALLOWED_HOSTS: list[str] = []
+"""Host names (the ``Host`` header, port ignored) the REST service answers besides ``localhost``,
+``127.0.0.1``, ``[::1]`` and REST_HOST itself; any other ``Host`` gets 400, so a web page whose
+name was rebound to this machine's address (DNS rebinding) cannot use it. ``*.example.com`` allows
+the subdomains of example.com, ``*`` any name. With REST_HOST=0.0.0.0, list the names clients use."""
 
 WAIT_FOR_RESPONSE_TIME: float = 5.0
 """Seconds ``POST /feed`` waits for the answer to a request with a uuid."""

@@ -16,7 +16,7 @@ import math
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from crawlhive.utils.scripts import scripts
@@ -162,6 +162,34 @@ def live_nodes(redis: Redis, keys: Keys, component: str) -> dict[str, list[str]]
     return {host: sorted(ids) for host, ids in sorted(nodes.items())}
 
 
+def crawler_lanes(redis: Redis, keys: Keys) -> set[tuple[str, bool]]:
+    """The frontier lanes live crawlers serve: ``(spider type, rendering)`` of each crawler's
+    heartbeat (docs/contract.md §11, §15), read through :func:`live_heartbeats`."""
+    return {(str(beat.get("spider")), bool(beat.get("render"))) for beat in live_heartbeats(redis, keys, "crawler")}
+
+
+def unserved_reason(spiderid: str, lanes: Iterable[bool], serving: set[tuple[str, bool]]) -> str | None:
+    """Why work of a crawl of *spiderid* queued in *lanes* (False plain, True rendering; none: the
+    plain lane) waits for a crawler, given the lanes live crawlers serve (:func:`crawler_lanes`);
+    None when every lane it needs is served. The text says what to start."""
+    needed = set(lanes) or {False}
+    if not any(spider == spiderid for spider, _ in serving):
+        render = " --render" if needed == {True} else ""
+        start = f"`crawlhive crawler --spider {spiderid}{render}`"
+        return f"no live crawler serves spider type {spiderid!r}: start one with {start}"
+    if True in needed and (spiderid, True) not in serving:
+        return (
+            f"no live rendering crawler serves spider type {spiderid!r} (the crawl was sent with render: true): "
+            f"start one with `crawlhive crawler --spider {spiderid} --render`"
+        )
+    if False in needed and (spiderid, False) not in serving:
+        return (
+            f"no live crawler without rendering serves spider type {spiderid!r}: "
+            f"start one with `crawlhive crawler --spider {spiderid}`"
+        )
+    return None
+
+
 def check_health(redis: Redis, keys: Keys, component: str, node_id: str) -> bool:
     """True if the process ``(component, node_id)`` has a live heartbeat.
 
@@ -171,4 +199,12 @@ def check_health(redis: Redis, keys: Keys, component: str, node_id: str) -> bool
     return bool(redis.exists(keys.heartbeat(component, node_id)))
 
 
-__all__ = ["Heartbeat", "check_health", "live_heartbeats", "live_nodes", "new_node_id"]
+__all__ = [
+    "Heartbeat",
+    "check_health",
+    "crawler_lanes",
+    "live_heartbeats",
+    "live_nodes",
+    "new_node_id",
+    "unserved_reason",
+]

@@ -11,6 +11,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from crawlhive.utils.errors import SettingsError
 
@@ -47,6 +48,71 @@ def redact(text: str, secrets: list[str]) -> str:
         if len(secret) >= MIN_SECRET_LENGTH and secret in text:
             text = text.replace(secret, "***")
     return text
+
+
+#: Words a URL query parameter's name contains when its value is a secret (``?password=``,
+#: ``?ssl_password=``, ``?token=``, ``?api_key=``): masked like a password.
+SECRET_QUERY_WORDS = ("password", "pass", "secret", "token", "key")
+MASK = "***"
+
+
+def _split_seed(seed: str) -> tuple[SplitResult, bool]:
+    """``(parts, bare)``: a seed without a scheme (``:pw@h2:2``, ``h2:2``) is read as ``//seed``."""
+    bare = "://" not in seed
+    return urlsplit(f"//{seed}" if bare else seed), bare
+
+
+def _secret_query_name(name: str) -> bool:
+    lowered = unquote(name).lower()
+    return any(word in lowered for word in SECRET_QUERY_WORDS)
+
+
+def _mask_seed(seed: str) -> str:
+    parts, bare = _split_seed(seed)
+    netloc = parts.netloc
+    userinfo, at, hostport = netloc.rpartition("@")
+    if at:
+        user, colon, _password = userinfo.partition(":")
+        netloc = f"{user}:{MASK}@{hostport}" if colon else netloc
+    pairs = []
+    for pair in parts.query.split("&") if parts.query else []:
+        name, equals, _value = pair.partition("=")
+        pairs.append(f"{name}={MASK}" if equals and _secret_query_name(name) else pair)
+    query, fragment = "&".join(pairs), parts.fragment  # by hand: urlunsplit drops unix://'s empty host
+    scheme = "" if bare else f"{parts.scheme}://"
+    return f"{scheme}{netloc}{parts.path}" + (f"?{query}" if query else "") + (f"#{fragment}" if fragment else "")
+
+
+def mask_url(url: str) -> str:
+    """*url* with every secret replaced by ``***``, for messages, logs and printed addresses: the
+    password of each seed of a comma-separated list (``redis://:pw1@h1:1,redis://:pw2@h2:2``,
+    ``redis://:pw@h1:1,h2:2``) and the value of each query parameter whose name contains one of
+    SECRET_QUERY_WORDS (``?password=``). The one masking function: everything that prints a URL
+    uses it."""
+    try:
+        return ",".join(_mask_seed(seed) for seed in url.split(","))
+    except ValueError:
+        return "<unparsable URL>"
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secrets :func:`mask_url` hides in *url*, as written and percent-decoded (so that
+    :class:`RedactingFormatter` masks them wherever a library writes them)."""
+    found: list[str] = []
+    for seed in url.split(","):
+        try:
+            parts, _ = _split_seed(seed.strip())
+        except ValueError:
+            continue
+        userinfo, at, _ = parts.netloc.rpartition("@")
+        values = [userinfo.partition(":")[2]] if at else []
+        for pair in parts.query.split("&") if parts.query else []:
+            name, _, value = pair.partition("=")
+            if _secret_query_name(name):
+                values.append(value)
+        for value in values:
+            found += [value, unquote(value)] if value else []
+    return found
 
 
 class RedactingFormatter(logging.Formatter):

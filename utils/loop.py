@@ -26,8 +26,8 @@ from redis.exceptions import BusyLoadingError, ReadOnlyError, RedisError, Respon
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from crawlhive.utils.connections import mask_url
 from crawlhive.utils.errors import BackendUnavailable
+from crawlhive.utils.log import mask_url
 
 if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings

@@ -22,10 +22,11 @@ import typing
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote
 
 from crawlhive.utils import __version__, defaults
 from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.log import url_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -188,15 +189,10 @@ class Settings(Mapping[str, Any]):
         return self["CLEANER_GROUP"] or f"{self['KAFKA_TOPIC_PREFIX']}-cleaner"
 
     def secrets(self) -> list[str]:
-        """Values no log line or printed message may show (docs/contract.md §10.6): the password of
-        REDIS_URL (as written and decoded), KAFKA_SASL_PASSWORD and REST_API_KEY."""
-        found: list[str] = []
-        try:
-            password = urlsplit(str(self["REDIS_URL"])).password
-        except ValueError:
-            password = None
-        if password:
-            found += [password, unquote(password)]
+        """Values no log line or printed message may show (docs/contract.md §10.6): the passwords of
+        REDIS_URL, of every seed, and its secret query values (as written and decoded:
+        :func:`~crawlhive.utils.log.url_secrets`), KAFKA_SASL_PASSWORD and REST_API_KEY."""
+        found = url_secrets(str(self["REDIS_URL"] or ""))
         for name in ("KAFKA_SASL_PASSWORD", "REST_API_KEY"):
             if self[name]:
                 found.append(str(self[name]))

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kafka.errors import KafkaError
 
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, mask_url, probe_kafka
+from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, probe_kafka
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.log import mask_url
 from crawlhive.utils.loop import Backoff, describe_failure, install_stop_handlers, is_transient
 from crawlhive.utils.stats import Stats
 

@@ -44,6 +44,7 @@ class FrontierSpider(Spider):
             attrs=request.attrs if attrs is None else attrs,
             base64_encode=self.settings.getbool("KAFKA_BASE_64_ENCODE"),
             redact=self._redacted_headers(),
+            redact_words=self._redacted_words(),
         )
 
     def link_limits(self) -> LinkLimits:
@@ -60,3 +61,11 @@ class FrontierSpider(Spider):
             redact = frozenset(str(name).lower() for name in self.settings.getlist("ITEM_REDACT_HEADERS"))
             self._redact = redact
         return redact
+
+    def _redacted_words(self) -> tuple[str, ...]:
+        """ITEM_REDACT_HEADER_WORDS in lower case, computed once per spider."""
+        words: tuple[str, ...] | None = getattr(self, "_redact_words", None)
+        if words is None:
+            found = {str(word).lower() for word in self.settings.getlist("ITEM_REDACT_HEADER_WORDS")}
+            words = self._redact_words = tuple(sorted(word for word in found if word))
+        return words

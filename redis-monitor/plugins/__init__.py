@@ -27,6 +27,7 @@ BUILTIN_PLUGINS: dict[str, int] = {
     "crawlhive.redis_monitor.plugins.domain_config.DomainConfigMonitor": 500,
     "crawlhive.redis_monitor.plugins.complete.CompleteMonitor": 600,
     "crawlhive.redis_monitor.plugins.reaper.LeaseReaper": 700,
+    "crawlhive.redis_monitor.plugins.waiting.WaitingCrawls": 800,
 }
 
 

@@ -35,10 +35,10 @@ class RunningRest:
 
 
 @contextlib.contextmanager
-def running_rest(settings: Settings, *, wait_for_kafka: bool = True) -> Iterator[RunningRest]:
-    """Serve the real app on a free loopback port in a thread; stop it (and its clients) on exit."""
-    port = free_port()
-    server = server_for(settings, host="127.0.0.1", port=port)
+def running_rest(settings: Settings, *, wait_for_kafka: bool = True, host: str = "127.0.0.1") -> Iterator[RunningRest]:
+    """Serve the real app on a free loopback port of *host* in a thread; stop it (and its clients) on exit."""
+    port = free_port(host)
+    server = server_for(settings, host=host, port=port)
     service: RestService = server.config.app.state.rest
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
@@ -49,7 +49,7 @@ def running_rest(settings: Settings, *, wait_for_kafka: bool = True) -> Iterator
             time.sleep(0.02)
         if wait_for_kafka:
             assert service.kafka.ready.wait(30), "the REST service did not connect to Kafka"
-        yield RunningRest(f"http://127.0.0.1:{port}", service)
+        yield RunningRest(f"http://{host}:{port}", service)
     finally:
         server.should_exit = True
         thread.join(30)

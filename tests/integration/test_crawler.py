@@ -4,6 +4,7 @@ crawl ids and site paths."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Iterator
@@ -272,6 +273,30 @@ def test_useragent_everywhere_headers_and_cookies_only_on_the_seed_origin(env: d
     assert seed_item["request_headers"]["Authorization"] == ["[redacted]"]
     assert seed_item["request_headers"]["Cookie"] == ["[redacted]"]
     assert seed_item["request_headers"]["X-Test"] == ["yes"]
+
+
+def test_items_redact_every_request_header_whose_name_looks_secret(env: dict[str, Any], site: TestSite) -> None:
+    """docs/contract.md §10.6: items reach a shared firehose; a crawl's API key, token or session
+    header is sent to its site but shown there as "[redacted]", not only Authorization and Cookie."""
+    site.page("/h/0", html())
+    secret_headers = {
+        "X-Api-Key": "k-123",
+        "X-Auth-Token": "t-456",
+        "X-Session-Id": "s-789",
+        "X-Amz-Security-Token": "a-000",
+        "X-Hub-Signature": "sha1=abc",
+        "X-Client-Secret": "cs-111",
+        "X-Db-Password": "pw-222",
+        "X-Credentials": "cr-333",
+    }
+    crawlid = _crawl(env, url=site.url("/h/0"), headers={**secret_headers, "X-Test": "yes", "Accept-Language": "fr"})
+    (item,) = env["collector"].wait_for(crawlid, 1)
+    (hit,) = site.hits("/h/0")
+    for name, value in secret_headers.items():
+        assert hit.headers[name] == value  # sent to the site as asked
+        assert item["request_headers"][name] == ["[redacted]"], name
+    assert item["request_headers"]["X-Test"] == ["yes"] and item["request_headers"]["Accept-Language"] == ["fr"]
+    assert not any(value in json.dumps(item) for value in secret_headers.values())
 
 
 def test_post_seed_sends_method_and_body_links_are_get(env: dict[str, Any], site: TestSite) -> None:

@@ -530,6 +530,47 @@ def test_complete_arrives_once_after_the_last_page_and_again_after_a_resubmissio
     assert len(completes) == 2 and completes[1]["total_crawled"] == 3
 
 
+def test_a_crawl_no_crawler_serves_is_warned_about_once_with_what_to_start(
+    rm_settings: Settings,
+    redis_client: redis.Redis,
+    keys: Keys,
+    running: Callable[..., RedisMonitor],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """docs/contract.md §17.6: a crawl for a spider type nobody runs (or sent with render: true and
+    no rendering crawler) was accepted and waited forever without a word. The redis-monitor now
+    logs one WARNING per such crawl, after two heartbeat intervals, not one per pass."""
+    from crawlhive.utils.heartbeat import new_node_id
+
+    plain = Heartbeat(redis_client, keys, "crawler", new_node_id(), "worker-1", 60, extra={"spider": "link"})
+    plain.beat()
+    try:
+        with caplog.at_level(logging.WARNING, logger="crawlhive.redis_monitor"):
+            running(rm_settings)
+            push(redis_client, rm_settings, req("http://a.example/", crawlid="nobody", spiderid="ghost"))
+            push(redis_client, rm_settings, req("http://b.example/", crawlid="browser", render=True))
+            push(redis_client, rm_settings, req("http://c.example/", crawlid="served"))
+
+            def warnings() -> list[str]:
+                return [r.getMessage() for r in caplog.records if r.name.endswith("waiting")]
+
+            deadline = time.monotonic() + 15
+            while len(warnings()) < 2:
+                assert time.monotonic() < deadline, warnings()
+                time.sleep(0.1)
+            time.sleep(3.5)  # three more passes: nothing repeated
+            assert sorted(warnings()) == [
+                "crawl testapp/browser waits: no live rendering crawler serves spider type 'link' (the crawl was "
+                "sent with render: true): start one with `crawlhive crawler --spider link --render`",
+                "crawl testapp/nobody waits: no live crawler serves spider type 'ghost': start one with "
+                "`crawlhive crawler --spider ghost`",
+            ]
+            record = next(r for r in caplog.records if r.name.endswith("waiting") and "nobody" in r.getMessage())
+            assert (record.levelname, record.spiderid, record.appid) == ("WARNING", "ghost", "testapp")  # type: ignore[attr-defined]
+    finally:
+        plain.stop()
+
+
 def test_a_killed_crawlers_leases_come_back_and_out_of_retries_become_dead_letters(
     rm_settings: Settings,
     redis_client: redis.Redis,

@@ -184,6 +184,37 @@ def test_feed_and_poll_refuse_bodies_over_rest_max_body_bytes(http: httpx.Client
     assert (chunked.status_code, chunked.json()) == (413, failure("The payload is too large."))
 
 
+def test_a_large_non_ascii_feed_is_produced_as_utf8_or_refused_with_413_and_health_stays_green(
+    rest_settings: Settings, monitor: FakeRedisMonitor
+) -> None:
+    """A 960 KB body of accents fits KAFKA_PRODUCER_MAX_REQUEST_SIZE (1 MiB) as UTF-8; re-encoded
+    with ASCII escapes it was 2.9 MB, the broker refused it, /feed answered 500 "Unable to connect
+    to Kafka" and health turned YELLOW. One that does not fit as produced is a 413 naming the limit."""
+    roomy = rest_settings.copy_with(REST_MAX_BODY_BYTES=4 * 1024 * 1024)
+    with running_rest(roomy) as running, httpx.Client(base_url=running.url, timeout=60) as client:
+        crawlid = unique("big")
+        fits = {"url": "http://e.com/", "appid": "bigapp", "crawlid": crawlid, "method": "POST", "body": "é" * 480_000}
+        raw = json.dumps(fits, ensure_ascii=False).encode()
+        assert 950_000 < len(raw) < 1_000_000
+        response = client.post("/feed", content=raw, headers={"Content-Type": "application/json"})
+        assert (response.status_code, response.json()["status"]) == (200, "SUCCESS"), response.text
+        assert monitor.wait_for(crawlid=crawlid)["body"] == fits["body"]
+
+        crawlid = unique("huge")
+        over = {**fits, "crawlid": crawlid, "body": "é" * 530_000}  # 1.06 MB as UTF-8
+        response = client.post("/feed", json=over)
+        assert response.status_code == 413
+        error = response.json()["error"]
+        assert error["message"] == "The payload is too large."
+        assert "KAFKA_PRODUCER_MAX_REQUEST_SIZE=1048576" in error["cause"] and "bytes as produced" in error["cause"]
+        health = client.get("/").json()
+        assert (health["kafka_connected"], health["node_health"]) == (True, "GREEN")
+        time.sleep(0.5)
+        assert monitor.find(crawlid=crawlid) == []
+        small = {"url": "http://e.com/", "appid": "bigapp", "crawlid": unique("after")}
+        assert client.post("/feed", json=small).status_code == 200  # the producer is still fine
+
+
 def test_feed_with_uuid_returns_the_answer(http: httpx.Client, monitor: FakeRedisMonitor) -> None:
     uuid = unique("s-")
     started = time.monotonic()
@@ -398,7 +429,13 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
             "total_failed",
             "started",
             "ended",
+            "reason",
         }
+        assert by_id["running"]["reason"] is None and by_id["done"]["reason"] is None
+        assert by_id["waiting"]["reason"] == (
+            "no live crawler serves spider type 'nobody-crawls-this': start one with "
+            "`crawlhive crawler --spider nobody-crawls-this`"
+        )
         assert by_id["running"]["total_pending"] == 1 and by_id["running"]["ended"] is None
         assert by_id["done"]["total_crawled"] == 1 and by_id["done"]["ended"] >= by_id["done"]["started"] > 0
         assert by_id["done"]["spiderid"] == "lists"
@@ -435,6 +472,67 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
         crawler.stop()
         rclient.hdel(keys.domain_config(), "slow.example")
         rclient.srem(keys.domain_blacklist(), "banned.example")
+
+
+def test_crawls_of_a_spider_nobody_runs_say_why_and_cannot_hide_newer_ones(
+    rest_settings: Settings, rclient: redis.Redis, monitor: FakeRedisMonitor
+) -> None:
+    """docs/contract.md §17.6: MAX_CRAWLS crafted crawls for a spider nobody runs hid real ones from
+    /crawls, the dashboard and /metrics (the first MAX_CRAWLS refs by name were read); a crawl that
+    waits says why; GET and DELETE /crawls/{appid}/{crawlid} find a crawl whatever its spider type."""
+    from crawlhive.rest.cluster import MAX_CRAWLS
+
+    settings = rest_settings.copy_with(REDIS_KEY_PREFIX=f"{rest_settings['REDIS_KEY_PREFIX']}many")
+    keys = Keys.from_settings(settings)
+    frontier = Frontier.from_settings(rclient, settings)
+
+    def push(*requests: FrontierRequest) -> None:
+        pipe = rclient.pipeline()
+        frontier.push(list(requests), pipe)
+        pipe.execute()
+
+    crafted = [
+        FrontierRequest(url="http://a.example/", appid="aaa", crawlid=f"c{i:04}", spiderid="aaa", request_id=str(i))
+        for i in range(MAX_CRAWLS)
+    ]
+    push(*crafted)
+    time.sleep(1.1)  # "started" is in seconds
+    push(
+        FrontierRequest(url="http://w.example/", appid="zzz", crawlid="real", spiderid="wandering", request_id="w"),
+        FrontierRequest(url="http://r.example/", appid="zzz", crawlid="rendered", render=True, request_id="r"),
+        FrontierRequest(url="http://p.example/", appid="zzz", crawlid="plain", request_id="p"),
+    )
+    crawler = Heartbeat(rclient, keys, "crawler", new_node_id(), "worker-1", 60, extra={"spider": "link"})
+    crawler.beat()
+    try:
+        with running_rest(settings) as running, httpx.Client(base_url=running.url, timeout=30) as client:
+            listed = client.get("/crawls", params={"state": "active", "limit": 1000}).json()["data"]["crawls"]
+            assert len(listed) == MAX_CRAWLS
+            newest = {c["crawlid"]: c for c in listed[:3]}
+            assert set(newest) == {"real", "rendered", "plain"}  # newest first: the cut drops old ones
+            assert (newest["real"]["state"], newest["plain"]["state"]) == ("waiting", "running")
+            assert "no live crawler serves spider type 'wandering'" in newest["real"]["reason"]
+            assert "`crawlhive crawler --spider link --render`" in newest["rendered"]["reason"]
+            assert newest["plain"]["reason"] is None
+            assert all(c["appid"] == "aaa" for c in listed[3:])
+
+            shown = {c["crawlid"]: c for c in client.get("/dashboard/data").json()["data"]["crawls"]}
+            assert shown["real"]["state"] == "waiting" and "wandering" in shown["real"]["reason"]
+            assert shown["plain"]["reason"] is None
+            metrics = _metrics(client)
+            assert metrics[("crawlhive_active_crawls", (("spiderid", "wandering"),))] == 1
+
+            found = client.get("/crawls/zzz/real")  # no ?spiderid=: found whatever its spider type
+            assert found.status_code == 200 and found.json()["data"]["spiderid"] == "wandering"
+            assert found.json()["data"]["total_pending"] == 1
+            assert client.get("/crawls/zzz/real", params={"spiderid": "link"}).status_code == 404
+            assert client.get("/crawls/zzz/rendered").json()["data"]["spiderid"] == "link"
+            assert client.get("/crawls/zzz/nothing").status_code == 404
+            stopped = client.delete("/crawls/zzz/real")
+            assert stopped.status_code == 200 and stopped.json()["data"]["spiderid"] == "wandering"
+            assert monitor.wait_for(action="stop", crawlid="real")["spiderid"] == "wandering"
+    finally:
+        crawler.stop()
 
 
 def test_crawl_path_parameters_are_checked(http: httpx.Client) -> None:
@@ -632,6 +730,49 @@ def test_api_key_is_checked_before_routing(rest_settings: Settings, monitor: Fak
         assert client.get("/dashboard", params={"api_key": "s3cret"}).status_code == 200
         assert client.get("/dashboard/data", params={"api_key": "s3cret"}).status_code == 401  # header only
         assert client.get("/dashboard/data", headers=ok).status_code == 200
+
+
+def test_a_host_header_naming_another_site_is_refused_before_anything_else(
+    http: httpx.Client, rest: RunningRest, rest_settings: Settings, monitor: FakeRedisMonitor
+) -> None:
+    """DNS rebinding (docs/contract.md §10.1): a page of rebind.attacker.example whose name now
+    resolves to 127.0.0.1 reaches a keyless loopback REST with its own name as ``Host``."""
+    port = rest.url.rsplit(":", 1)[1]
+    crawlid = unique("rebind")
+    request = {"url": "http://e.com/", "appid": "rebindapp", "crawlid": crawlid}
+    for host in ("rebind.attacker.example", f"rebind.attacker.example:{port}", "localhost.attacker.example", "[::2]"):
+        for method, path in (("POST", "/feed"), ("GET", "/"), ("GET", "/crawls"), ("GET", "/dashboard")):
+            response = http.request(method, path, json=request, headers={"Host": host})
+            assert response.status_code == 400, (host, method, path)
+            body = response.json()
+            assert body["error"]["message"] == "Invalid host header"
+            assert "REST_ALLOWED_HOSTS" in body["error"]["cause"] and host in body["error"]["cause"]
+    huge = "a" * 5000 + ".example"
+    refused = http.get("/", headers={"Host": huge})
+    assert refused.status_code == 400 and huge not in refused.text  # cut short, never quoted whole
+    for host in ("localhost", f"localhost:{port}", "LOCALHOST", f"127.0.0.1:{port}", f"[::1]:{port}", "[::1]"):
+        assert http.get("/", headers={"Host": host}).status_code == 200, host
+    assert http.post("/feed", json=request, headers={"Host": f"localhost:{port}"}).status_code == 200
+    time.sleep(0.5)
+    assert len(monitor.find(crawlid=crawlid)) == 1  # only the allowed one was produced
+
+    named = rest_settings.copy_with(REST_ALLOWED_HOSTS=["crawl.example.org", "*.corp.example"], REST_API_KEY="k3y")
+    with (
+        running_rest(named, wait_for_kafka=False, host="127.0.0.2") as running,
+        httpx.Client(base_url=running.url, timeout=30) as client,
+    ):
+        key = {"X-Api-Key": "k3y"}
+        for host in ("crawl.example.org", "crawl.example.org:443", "a.corp.example", "127.0.0.2", "localhost"):
+            assert client.get("/crawls", headers={"Host": host, **key}).status_code == 200, host
+        for host in ("rebind.attacker.example", "corp.example.evil", "127.0.0.1.nip.io"):
+            response = client.get("/crawls", headers={"Host": host})  # 400 before the key is asked for
+            assert response.status_code == 400 and "REST_ALLOWED_HOSTS" in response.text, host
+    anyone = rest_settings.copy_with(REST_ALLOWED_HOSTS=["*"])
+    with (
+        running_rest(anyone, wait_for_kafka=False) as running,
+        httpx.Client(base_url=running.url, timeout=30) as client,
+    ):
+        assert client.get("/", headers={"Host": "rebind.attacker.example"}).status_code == 200
 
 
 def test_unreachable_backends_give_500_and_red_health(redis_settings: Settings, tmp_path: Path) -> None:

@@ -179,6 +179,7 @@ def test_dashboard_submits_a_crawl_shows_it_complete_and_stops_another(
                 page.click("#f-submit")
                 parked = page.locator("#crawls tbody tr", has_text="crawl-two")
                 sync_api.expect(parked.locator(".pill")).to_have_text("waiting", timeout=30_000)
+                sync_api.expect(parked).to_contain_text("no live crawler serves spider type 'parked'")  # why
                 parked_spider = page.locator("#spiders tbody tr", has_text="parked")
                 sync_api.expect(parked_spider).to_contain_text("none: crawls wait")
                 sync_api.expect(page.locator("#domains tbody")).to_contain_text("example.net")

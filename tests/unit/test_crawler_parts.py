@@ -147,6 +147,31 @@ def test_item_has_the_13_keys_and_api_formats() -> None:
     assert timestamp(datetime(2024, 5, 1, 12, 0, tzinfo=UTC)) == "2024-05-01T12:00:00.000000"
 
 
+def test_item_redaction_takes_the_listed_names_and_the_secret_words() -> None:
+    """ITEM_REDACT_HEADERS is the explicit list an operator extends; ITEM_REDACT_HEADER_WORDS
+    catches the names that look secret; both empty show everything, as Scrapy Cluster did."""
+    from crawlhive.utils.defaults import ITEM_REDACT_HEADER_WORDS
+
+    headers = {"X-Api-Key": "k", "x-AUTH-token": "t", "X-Internal": "i", "Cookie": "c", "Accept": "a"}
+    response = HtmlResponse("http://a.com/", body=b"", request=Request("http://a.com/", headers=headers))
+
+    def shown(names: frozenset[str], words: list[str]) -> dict[str, list[str]]:
+        item = crawled_item(
+            response, [], url="u", appid="a", crawlid="c", attrs=None, base64_encode=False,
+            redact=names, redact_words=words,
+        )  # fmt: skip
+        return item["request_headers"]
+
+    default = shown(frozenset({"authorization", "proxy-authorization", "cookie"}), ITEM_REDACT_HEADER_WORDS)
+    assert default == {
+        "X-Api-Key": ["[redacted]"], "X-Auth-Token": ["[redacted]"], "X-Internal": ["i"],
+        "Cookie": ["[redacted]"], "Accept": ["a"],
+    }  # fmt: skip
+    extended = shown(frozenset({"x-internal"}), ITEM_REDACT_HEADER_WORDS)
+    assert extended["X-Internal"] == ["[redacted]"] and extended["X-Api-Key"] == ["[redacted]"]
+    assert shown(frozenset(), []) == {name.title(): [value] for name, value in headers.items()}
+
+
 def test_cookie_header_merges_and_error_text_names_the_cause() -> None:
     request = FrontierRequest("http://a.com/", "a", "c", cookie="a=1; junk; b = 2", cookies={"a": "9", "c": "3"})
     assert cookie_header(request) == "a=9; b=2; c=3"

@@ -112,3 +112,49 @@ def test_errors_kafka_python_logs_while_a_client_closes_are_debug(tmp_path: Path
     except AttributeError:
         transport.exception("%s: Error receiving network data closing socket", "<KafkaTCPTransport [none] (closed)>")
     assert "DEBUG   kafka.net.transport: <KafkaTCPTransport [none] (closed)>: Error receiving" in log_file.read_text()
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("redis://:pw1@h1:1,redis://:pw2@h2:2", "redis://:***@h1:1,redis://:***@h2:2"),
+        ("redis://:pw1@h1:1,h2:2", "redis://:***@h1:1,h2:2"),
+        ("redis://:pw1@h1:1,:pw2@h2:2", "redis://:***@h1:1,:***@h2:2"),
+        ("redis://h:1/0?password=qs3cret&db=2", "redis://h:1/0?password=***&db=2"),
+        (
+            "redis://u:pw1@h:1/0?ssl_password=a1b&Token=c2d&api_key=e3f",
+            "redis://u:***@h:1/0?ssl_password=***&Token=***&api_key=***",
+        ),
+        ("unix:///tmp/r.sock?db=1&pass=g4h", "unix:///tmp/r.sock?db=1&pass=***"),
+        ("rediss://user:pw1@[::1]:6380/0", "rediss://user:***@[::1]:6380/0"),
+        ("redis://h1:1,redis://h2:2/0?db=1", "redis://h1:1,redis://h2:2/0?db=1"),
+    ],
+)
+def test_mask_url_masks_every_seed_and_secret_query_values(url: str, masked: str) -> None:
+    """docs/contract.md §10.6: a Redis Cluster REDIS_URL lists seeds, each maybe with a password;
+    redis-py also takes ``?password=``. The one masking function hides them all, and the log
+    formatter masks the same values wherever a library writes them."""
+    from crawlhive.utils.log import mask_url
+    from crawlhive.utils.settings import Settings
+
+    assert mask_url(url) == masked
+    secrets = Settings.from_overrides(REDIS_URL=url).secrets()
+    for value in ("pw1", "pw2", "qs3cret", "a1b", "c2d", "e3f", "g4h"):
+        assert (value in url) is (value in secrets), value
+
+
+def test_up_and_demo_print_redis_through_the_masking_function() -> None:
+    """The lines ``crawlhive up`` and ``demo`` print about their backends show no password of
+    any Redis Cluster seed."""
+    from crawlhive.utils.app.cluster import backend_lines
+    from crawlhive.utils.settings import Settings
+
+    live = Settings.from_overrides(
+        REDIS_URL="redis://:pw1-seed@h1:7000,redis://:pw2-seed@h2:7001?password=pw3-query",
+        KAFKA_BOOTSTRAP_SERVERS=["127.0.0.1:9092"],
+    )
+    lines = backend_lines(live, {"broker": "/usr/bin/tansu"})
+    assert lines == [
+        "Redis redis://:***@h1:7000,redis://:***@h2:7001?password=***",
+        "Kafka 127.0.0.1:9092 (embedded: /usr/bin/tansu)",
+    ]

@@ -16,17 +16,18 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook, free_port
 from crawlhive.utils.app.signals import on_forced_stop
 from crawlhive.utils.app.state import clear_state, write_state
-from crawlhive.utils.connections import check_redis, ensure_topics, mask_url, redis_from_settings
+from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
 from crawlhive.utils.errors import BackendUnavailable
 from crawlhive.utils.heartbeat import live_nodes
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.log import mask_url
 from crawlhive.utils.settings import Settings, settings_env
 
 if TYPE_CHECKING:
@@ -110,10 +111,21 @@ def _rest_port_chosen(settings: Settings) -> Settings:
     return settings
 
 
-def embedded_note(cluster: LocalCluster, service: str) -> str:
-    """`` (embedded: <binary>)`` when *cluster* started *service* itself, else ''."""
-    binary = cluster.embedded.get(service)
+def embedded_note(embedded: Mapping[str, str], service: str) -> str:
+    """`` (embedded: <binary>)`` when *embedded* (``LocalCluster.embedded``) says the cluster
+    started *service* itself, else ''."""
+    binary = embedded.get(service)
     return f" (embedded: {binary})" if binary else ""
+
+
+def backend_lines(live: Settings, embedded: Mapping[str, str]) -> list[str]:
+    """The lines ``up`` and ``demo`` print about Redis and Kafka (after their own prefix): the
+    addresses in use, with every secret of REDIS_URL masked by :func:`~crawlhive.utils.log.mask_url`."""
+    kafka = ",".join(live["KAFKA_BOOTSTRAP_SERVERS"])
+    return [
+        f"Redis {mask_url(live['REDIS_URL'])}{embedded_note(embedded, 'redis')}",
+        f"Kafka {kafka}{embedded_note(embedded, 'broker')}",
+    ]
 
 
 def loopback_note() -> str:
@@ -292,9 +304,8 @@ def run_cluster(
             late = [f"{c} {n_live}/{n}" for c, (n_live, n) in have.items() if n_live < n]
             if late:
                 print(f"crawlhive up: not ready after {READY_TIMEOUT_S:.0f}s: {', '.join(late)}", flush=True)
-            print(f"crawlhive up: Redis {mask_url(live['REDIS_URL'])}{embedded_note(cluster, 'redis')}", flush=True)
-            kafka = ",".join(live["KAFKA_BOOTSTRAP_SERVERS"])
-            print(f"crawlhive up: Kafka {kafka}{embedded_note(cluster, 'broker')}", flush=True)
+            for line in backend_lines(live, cluster.embedded):
+                print(f"crawlhive up: {line}", flush=True)
             print(f"crawlhive up: topics {', '.join(live.topic(t) for t in TOPICS)}", flush=True)
             if cluster.allows_loopback:
                 print(f"crawlhive up: {loopback_note()}", flush=True)

@@ -19,9 +19,9 @@ from typing import Any
 from kafka import TopicPartition
 
 from crawlhive.rest.server import rest_url
-from crawlhive.utils.app.cluster import LocalCluster, embedded_note, loopback_note, wait_ready
+from crawlhive.utils.app.cluster import LocalCluster, backend_lines, loopback_note, wait_ready
 from crawlhive.utils.app.demo_site import DemoSite, expected_pages
-from crawlhive.utils.connections import make_consumer, make_producer, mask_url, redis_from_settings
+from crawlhive.utils.connections import make_consumer, make_producer, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.keys import Keys
@@ -62,9 +62,8 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
         with LocalCluster(settings, crawlers=CRAWLERS, extra_env={"LOG_FILE": str(log_file)}) as cluster:
             live = cluster.settings
             dashboard = f"{rest_url(live['REST_HOST'], live.getint('REST_PORT'))}/dashboard"
-            kafka = ",".join(live["KAFKA_BOOTSTRAP_SERVERS"])
-            print(f"cluster: Redis {mask_url(live['REDIS_URL'])}{embedded_note(cluster, 'redis')}", flush=True)
-            print(f"cluster: Kafka {kafka}{embedded_note(cluster, 'broker')}", flush=True)
+            for line in backend_lines(live, cluster.embedded):
+                print(f"cluster: {line}", flush=True)
             if cluster.allows_loopback:
                 print(f"cluster: {loopback_note()}", flush=True)
             redis = redis_from_settings(live)

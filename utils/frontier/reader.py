@@ -362,6 +362,35 @@ class FrontierReader:
             backlog.update((text(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2))
         return backlog
 
+    def active_refs(self) -> list[tuple[str, str, str]]:
+        """``(spider, appid, crawlid)`` of every crawl in ``keys.active_crawls()`` (``SSCAN``, no
+        ``KEYS``; malformed members left out)."""
+        refs = []
+        for ref in self.redis.sscan_iter(self.keys.active_crawls(), count=1000):
+            try:
+                refs.append(self.keys.parse_crawl_ref(text(ref)))
+            except ValueError:
+                continue
+        return refs
+
+    def queued_lanes(self, crawls: list[tuple[str, str, str]]) -> list[frozenset[bool]]:
+        """For each crawl ``(spider, appid, crawlid)``, the frontier lanes it has requests queued
+        in (False plain, True rendering; :attr:`CrawlState.lanes` without reading the queues): one
+        pipelined round trip of ``SCARD`` (two per shard and crawl)."""
+        if not crawls:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for spider, appid, crawlid in crawls:
+            for shard in range(self.keys.shards):
+                for render in (False, True):
+                    pipe.scard(self.keys.crawl_domains(spider, appid, crawlid, render, shard))
+        replies = pipe.execute()
+        per_crawl = 2 * self.keys.shards
+        return [
+            frozenset(j % 2 == 1 for j, count in enumerate(replies[i * per_crawl : (i + 1) * per_crawl]) if int(count))
+            for i in range(len(crawls))
+        ]
+
     def active_spiders(self) -> set[str]:
         """Spider types of the crawls in ``keys.active_crawls()`` (``SSCAN``, no ``KEYS``).
 
