@@ -56,6 +56,7 @@ from crawlhive.crawler.requests import scrapy_request, unfetchable
 from crawlhive.crawler.settings import spider_lists
 from crawlhive.utils import stats as stat_names
 from crawlhive.utils.connections import async_redis_from_settings, make_producer, redis_from_settings
+from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases, retry_backoff
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ProcessContext
@@ -352,6 +353,19 @@ class CrawlRuntime:
             return [], self._shards_wait(now)
         soonest = [w for w in waits if w is not None]
         return [], min(soonest) if soonest else None
+
+    async def hop_wait(self, url: str) -> float | None:
+        """Take one fetch start of the throttle of *url*'s domain for a redirect hop (the limit a
+        pop of that domain obeys, cluster-wide): 0.0 when it may be fetched now (the start is
+        recorded), else the seconds to wait before asking again; None when the domain is
+        blacklisted (never fetched).
+
+        Raises:
+            RedisError: the call failed.
+        """
+        keys, args = self.worker.hop_call(self.spider, domain_of_url(url))
+        reply = int(await self.batcher.call("throttle_take", keys, args))
+        return None if reply < 0 else reply / 1_000_000
 
     def wake_shards(self, shards: set[int] | None) -> None:
         """Work was queued in *shards* (None: in any): ask them again at the next pop."""

@@ -8,6 +8,7 @@ The crawler runs a user spider (``rawlinks``): the link spider plus a ``Request`
 
 from __future__ import annotations
 
+import json
 import secrets
 import socket
 import textwrap
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crawlerkit import TestSite, crawler_module, html, seed
+from crawlerkit import TestSite, crawler_module, html, keys_for, seed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -243,3 +244,31 @@ def test_a_post_is_sent_once_a_get_is_retried(env: dict[str, Any], site: TestSit
     assert (post_item["status_code"], get_item["status_code"]) == (503, 503)
     assert [(s.method, s.body) for s in site.hits("/once/post")] == [("POST", b"q=1")]
     assert [s.method for s in site.hits("/once/get")] == ["GET"] * 3
+
+
+# --- 3. every redirect hop obeys its domain's throttle ---------------------------------------------
+
+
+def test_each_redirect_hop_waits_for_its_domain_s_throttle(env: dict[str, Any], site: TestSite) -> None:
+    """A chain of 4 redirects on a domain limited to 1 fetch a second (domain-config): the site sees
+    the 5 fetches of the chain at least a second apart (they came back to back before: Scrapy's
+    RedirectMiddleware hands each hop to the scheduler, which served it without the throttle)."""
+    hops = 4
+    for i in range(hops):
+        site.handler(
+            f"/chain/{i}", lambda _seen, i=i: (302, {"Location": f"/chain/{i + 1}", "Content-Type": "text/html"}, b"")
+        )
+    site.page(f"/chain/{hops}", html())
+    client, keys = env["redis"], keys_for(env["settings"]["REDIS_KEY_PREFIX"], env["redis"])
+    config = keys.domain_config(keys.shard_of(ALLOWED))
+    client.hset(config, ALLOWED, json.dumps({"hits": 1, "window": 1, "scale": 1.0}))
+    try:
+        crawlid = _crawl(env, url=site.url("/chain/0", host=ALLOWED))
+        (item,) = env["collector"].wait_for(crawlid, 1, timeout=30)
+    finally:
+        client.hdel(config, ALLOWED)
+    assert item["response_url"] == site.url(f"/chain/{hops}", host=ALLOWED) and item["status_code"] == 200, item
+    starts = sorted(s.at for s in site.hits("/chain/"))
+    assert len(starts) == hops + 1
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert min(gaps) >= 0.85, gaps  # one second apart, less connection jitter
