@@ -8,6 +8,8 @@ Downloader middlewares (outermost first):
 * :class:`RequestShapingMiddleware` (order 400, before Scrapy's ``UserAgentMiddleware``): applies a
   crawl's ``useragent`` to each request, and its ``headers`` and cookies to those of the seed's
   origin only (docs/contract.md §3.7, §10.6), redirects included.
+* :class:`FrontierRedirectMiddleware` and :class:`FrontierMetaRefreshMiddleware` (600, 580):
+  Scrapy's, in their place, ending the lease of a page whose redirects they give up on.
 * :class:`LocationHostGuardMiddleware` (order 610) and :class:`PageHostGuardMiddleware` (585): a
   redirect, ``<base>`` or meta refresh naming a host that cannot be a host name is refused before
   Scrapy IDNA-encodes it.
@@ -41,6 +43,7 @@ from urllib.parse import urlsplit
 from protego import Protego
 from redis.exceptions import RedisError
 from scrapy import Request
+from scrapy.downloadermiddlewares.redirect import MetaRefreshMiddleware, RedirectMiddleware
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import TextResponse
 from scrapy.utils import response as scrapy_response
@@ -133,6 +136,34 @@ class RequestShapingMiddleware:
                 request.headers.pop("Cookie", None)
         if crawl.useragent:
             request.headers["User-Agent"] = crawl.useragent
+
+
+class _DropsLeaseOnIgnore:
+    """Mixed into Scrapy's redirect middlewares: an ``IgnoreRequest`` they raise in
+    ``process_response`` (``max redirections reached``: a redirect loop, or more than
+    REDIRECT_MAX_TIMES hops) ends the page's lease as a policy drop. Scrapy passes an exception of
+    ``process_response`` to no ``process_exception`` (LeaseOutcomeMiddleware never saw it), so
+    the lease stayed in flight until given up and the loop was fetched again after every reclaim."""
+
+    crawler: Crawler
+
+    def process_response(self, request: Request, response: Response, spider: Any = None) -> Request | Response:
+        try:
+            return super().process_response(request, response)  # type: ignore[misc]
+        except IgnoreRequest as exc:
+            context = context_of(request)
+            if context is not None and not context.done:
+                logger.info("not following the redirects of %s: %s (REDIRECT_MAX_TIMES)", request.url[:200], exc)
+                CrawlRuntime.of(self.crawler).leases.drop(context)
+            raise
+
+
+class FrontierRedirectMiddleware(_DropsLeaseOnIgnore, RedirectMiddleware):
+    """Scrapy's ``RedirectMiddleware`` (order 600, in its place), ending the lease of a page it gives up on."""
+
+
+class FrontierMetaRefreshMiddleware(_DropsLeaseOnIgnore, MetaRefreshMiddleware):
+    """Scrapy's ``MetaRefreshMiddleware`` (order 580, in its place), ending the lease of a page it gives up on."""
 
 
 class LocationHostGuardMiddleware:

@@ -105,6 +105,11 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
             f"{_PKG}.limits.ResponseLimitMiddleware": 590,
             f"{_PKG}.middlewares.RetryAfterMiddleware": 600,
+            # Scrapy's redirect middlewares, subclassed so that giving up on a page ends its lease
+            "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
+            "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware": None,
+            f"{_PKG}.middlewares.FrontierRedirectMiddleware": 600,
+            f"{_PKG}.middlewares.FrontierMetaRefreshMiddleware": 580,
             f"{_PKG}.middlewares.LocationHostGuardMiddleware": 610,
             f"{_PKG}.middlewares.PageHostGuardMiddleware": 585,
             f"{_PKG}.middlewares.ResponseStatsMiddleware": 950,

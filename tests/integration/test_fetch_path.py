@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from crawlerkit import TestSite, crawler_module, html, keys_for, seed
 
+from crawlhive.utils.frontier import FrontierReader
+
 pytestmark = pytest.mark.timeout(120)
 
 ALLOWED = "127.0.0.2"
@@ -272,3 +274,21 @@ def test_each_redirect_hop_waits_for_its_domain_s_throttle(env: dict[str, Any], 
     assert len(starts) == hops + 1
     gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
     assert min(gaps) >= 0.85, gaps  # one second apart, less connection jitter
+
+
+def test_a_redirect_loop_ends_its_lease_at_once(env: dict[str, Any], site: TestSite) -> None:
+    """A page that redirects to itself: Scrapy gives up after REDIRECT_MAX_TIMES (20) hops with an
+    IgnoreRequest of its process_response, which no process_exception sees: the lease stayed in
+    flight until given up (DOWNLOAD_TIMEOUT × 30), then the loop was fetched again. Now the page is
+    dropped like a redirect the filters refuse: no item, no dead letter, nothing in flight."""
+    site.handler("/loop", lambda _seen: (302, {"Location": "/loop", "Content-Type": "text/html"}, b""))
+    crawlid = _crawl(env, url=site.url("/loop", host=ALLOWED))
+    reader = FrontierReader.from_settings(env["redis"], env["settings"])
+    deadline = time.monotonic() + 20
+    while len(site.hits("/loop")) < 21 or reader.crawl_state(SPIDER, "fetchapp", crawlid).inflight:
+        assert time.monotonic() < deadline, (len(site.hits("/loop")), reader.crawl_state(SPIDER, "fetchapp", crawlid))
+        time.sleep(0.1)
+    state = reader.crawl_state(SPIDER, "fetchapp", crawlid)
+    assert (state.pending, state.inflight, state.crawled, state.failed) == (0, 0, 0, 0)
+    assert env["collector"].settle(crawlid, 1.0) == []
+    assert len(site.hits("/loop")) == 21  # the first fetch and 20 redirects
