@@ -356,14 +356,14 @@ class CrawlRuntime:
 
     async def hop_wait(self, url: str) -> float | None:
         """Take one fetch start of the throttle of *url*'s domain for a redirect hop (the limit a
-        pop of that domain obeys, cluster-wide): 0.0 when it may be fetched now (the start is
-        recorded), else the seconds to wait before asking again; None when the domain is
-        blacklisted (never fetched).
+        pop of that domain obeys, cluster-wide, a Retry-After back-off included): 0.0 when it may
+        be fetched now (the start is recorded), else the seconds to wait before asking again; None
+        when the domain is blacklisted (never fetched).
 
         Raises:
             RedisError: the call failed.
         """
-        keys, args = self.worker.hop_call(self.spider, domain_of_url(url))
+        keys, args = self.worker.hop_call(self.spider, domain_of_url(url), self.render)
         reply = int(await self.batcher.call("throttle_take", keys, args))
         return None if reply < 0 else reply / 1_000_000
 

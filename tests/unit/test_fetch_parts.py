@@ -6,6 +6,7 @@ tests are in tests/integration/test_fetch_path.py."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from scrapy import Request, Spider
@@ -216,3 +217,43 @@ def test_a_spider_may_opt_its_post_into_retries(spider: DemoSpider) -> None:
         child = child_request(parent, Request("http://a.com/form", method="POST", meta=meta), spider)
         built = scrapy_request(child, spider, LeaseContext(Lease(b"m", child, 0.0)))
         assert built.method == "POST" and bool(built.meta.get("dont_retry")) is not retried
+
+
+# --- a redirect hop takes a start of its domain's throttle (utils/lua/throttle_take.lua) ---------------
+
+
+def test_a_redirect_hop_obeys_the_throttle_the_pops_obey(redis_client: Any, names: Any) -> None:
+    """One limit for pops and hops: a hop after a pop waits out the spacing; a granted hop records
+    a start the next pop waits for; a Retry-After back-off and the blacklist hold hops too."""
+    import json
+
+    from crawlhive.utils.frontier import Frontier, FrontierWorker, ThrottleConfig, defer_domain
+    from crawlhive.utils.keys import Keys
+    from crawlhive.utils.scripts import scripts
+
+    keys = Keys(names.key_prefix)
+    throttle = ThrottleConfig(hits=2, window_s=1.0, moderated=True, type_enabled=True, egress_id=None)
+    worker = FrontierWorker(redis_client, keys, lease_s=100, record_ttl_s=3600, throttle=throttle)
+    take = scripts(redis_client)["throttle_take"]
+
+    def hop(domain: str) -> float:
+        keys_, args = worker.hop_call("link", domain)
+        return int(take(keys=keys_, args=args)) / 1_000_000
+
+    pipe = redis_client.pipeline(transaction=True)
+    requests = [FrontierRequest(f"http://example.com/{i}", "app", "c1", request_id=str(i)) for i in range(3)]
+    Frontier(redis_client, keys, record_ttl_s=3600).push(requests, pipe)
+    pipe.execute()
+    assert worker.pop("link").lease is not None
+    assert 0.4 <= hop("example.com") <= 0.51  # moderated: window / hits after the pop
+    time.sleep(0.5)
+    assert hop("example.com") == 0  # granted: a start is recorded
+    second = worker.pop("link")
+    assert second.lease is None and second.wait_s is not None and second.wait_s > 0.4  # the hop's start counts
+    assert hop("other.org") == 0 and 0.4 <= hop("other.org") <= 0.51  # each domain its own throttle
+    redis_client.hset(keys.domain_config(), "slow.net", json.dumps({"hits": 1, "window": 60, "scale": 1.0}))
+    assert hop("slow.net") == 0 and hop("slow.net") > 59  # domain-config applies
+    defer_domain(redis_client, keys, "link", "later.io", 30.0)
+    assert 29 <= hop("later.io") <= 30.01  # a Retry-After back-off applies
+    redis_client.sadd(keys.domain_blacklist(), "banned.com")
+    assert hop("banned.com") < 0  # blacklisted: the page is dropped

@@ -200,10 +200,11 @@ class FrontierWorker:
             ],
         )
 
-    def hop_call(self, spider: str, domain: str) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of ``throttle_take.lua`` for a redirect hop of *spider* to *domain*: one
-        fetch start under the limit a pop of *domain* would obey (its reply: 0 = fetch now, -1 =
-        blacklisted, else microseconds to wait)."""
+    def hop_call(self, spider: str, domain: str, render: bool = False) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of ``throttle_take.lua`` for a redirect hop of *spider* (in the rendering
+        lane if *render*) to *domain*: one fetch start under the limit a pop of *domain* would obey,
+        a ``Retry-After`` back-off included (its reply: 0 = fetch now, -1 = blacklisted, else
+        microseconds to wait)."""
         keys = self.keys
         throttle = self.throttle
         shard = keys.shard_of(domain)
@@ -214,6 +215,7 @@ class FrontierWorker:
                 keys.domain_config(shard),
                 keys.domain_blacklist(shard),
                 keys.crawl_delay(domain),
+                keys.domains(spider, render, shard),
             ],
             [
                 domain,
