@@ -235,6 +235,9 @@ class FrontierScheduler(BaseScheduler):
             return
         if granted and wait <= 0:
             self._hops.pop(id(request), None)
+            # the in-flight bound of a lease (max_hold_s) counts from its latest hop: a chain on a
+            # slowly throttled domain is not given up (and fetched again) for waiting its turns
+            context.started = time.monotonic()
             engine = self.crawler.engine
             if engine is None:
                 self._local.appendleft(request)
