@@ -28,9 +28,12 @@ from scrapy.utils.response import get_base_url
 from w3lib.html import HTML5_WHITESPACE
 from w3lib.url import canonicalize_url, safe_url_string
 
+from crawlhive.utils.domains import host_problem
 from crawlhive.utils.patterns import search_any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy.http import Response
 
     from crawlhive.utils.frontier import FrontierRequest
@@ -39,15 +42,21 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class LinkLimits:
     """The crawl-trap rules of the link filters (docs/contract.md §10.7), from the settings
-    LINK_MAX_URL_LENGTH and LINK_MAX_SEGMENT_REPEATS (0 = rule off)."""
+    LINK_MAX_URL_LENGTH, LINK_MAX_SEGMENT_REPEATS and LINK_MAX_PER_PAGE (0 = rule off)."""
 
     max_url_length: int = 2083
     max_segment_repeats: int = 3
+    max_per_page: int = 5000
+    """LINK_MAX_PER_PAGE: links kept from one page (0 = no cap); :func:`extract_links` stops there."""
 
     @classmethod
     def from_settings(cls, settings: Any) -> LinkLimits:
         """From crawlhive or Scrapy settings (both answer ``getint``)."""
-        return cls(settings.getint("LINK_MAX_URL_LENGTH"), settings.getint("LINK_MAX_SEGMENT_REPEATS"))
+        return cls(
+            settings.getint("LINK_MAX_URL_LENGTH"),
+            settings.getint("LINK_MAX_SEGMENT_REPEATS"),
+            settings.getint("LINK_MAX_PER_PAGE"),
+        )
 
     def is_trap(self, url: str) -> bool:
         """*url* is longer than allowed, or its path holds one segment more than allowed."""
@@ -100,24 +109,52 @@ def _denied_extensions(deny_extensions: tuple[str, ...] | None) -> frozenset[str
     return frozenset(f".{e}" for e in names if e)
 
 
+def in_scope(url: str, request: FrontierRequest, limits: LinkLimits = DEFAULT_LIMITS) -> bool:
+    """Whether *url* may be queued for *request*'s crawl at all: an http(s) URL, not longer than
+    LINK_MAX_URL_LENGTH nor a crawl trap, whose host may be a host name (:func:`host_problem`,
+    checked before any IDNA step), inside the crawl's ``allowed_domains`` when it has some. What
+    every URL a crawl queues passes, sitemap documents included (docs/contract.md §10.7, §14)."""
+    if not url.startswith(("http://", "https://")) or limits.is_trap(url):
+        return False
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    if not host or host_problem(host):
+        return False
+    allowed = allowed_domains(request)
+    return not allowed or host_allowed(url, allowed)
+
+
 def link_allowed(url: str, request: FrontierRequest, limits: LinkLimits = DEFAULT_LIMITS) -> bool:
     """Whether a request a spider yields for *url* passes the link filters of *request*'s crawl,
     as :func:`extract_links` applies them to extracted links (docs/contract.md §11)."""
-    if not url.startswith(("http://", "https://")) or limits.is_trap(url):
+    if not in_scope(url, request, limits):
         return False
     allow, deny = request.allow_regex, request.deny_regex
     if (allow and not search_any(tuple(allow), url)) or (deny and search_any(tuple(deny), url)):
-        return False
-    allowed = allowed_domains(request)
-    if allowed and not host_allowed(url, allowed):
         return False
     denied = _denied_extensions(_tuple(request.deny_extensions))
     return not (denied and _has_extension(url, denied))
 
 
-def extract_links(response: Response, request: FrontierRequest, limits: LinkLimits = DEFAULT_LIMITS) -> list[FoundLink]:
+def extract_links(
+    response: Response,
+    request: FrontierRequest,
+    limits: LinkLimits = DEFAULT_LIMITS,
+    on_capped: Callable[[int], None] | None = None,
+) -> list[FoundLink]:
     """The links of *response* that pass the filters of *request*'s crawl and the trap rules of
-    *limits*, in document order: each canonical URL once, with the text of its first link.
+    *limits*, in document order: each canonical URL once, with the text of its first link; at most
+    ``limits.max_per_page`` of them (the links after the last one kept are not examined, and
+    *on_capped* is called with their number).
+
+    A hostile page costs time linear in its size: an ``href`` longer than LINK_MAX_URL_LENGTH, or
+    whose host cannot be a host name (:func:`~crawlhive.utils.domains.host_problem`: over 253
+    characters or a label over 63), is dropped before any IDNA or w3lib step (IDNA-encoding an
+    8,000-character Unicode label took 22 s); a page whose ``<base>`` names such a host has no
+    links; links to more than MAX_IDN_HOSTS_PER_PAGE distinct non-ASCII hosts are dropped and
+    counted with the links over the cap.
 
     Non-text responses have none. The same links as Scrapy's ``LinkExtractor(tags=("a", "area"),
     attrs=("href",))`` followed by the crawl's filters and ``canonicalize_url`` (what this module
@@ -131,6 +168,8 @@ def extract_links(response: Response, request: FrontierRequest, limits: LinkLimi
     """
     if not isinstance(response, TextResponse):
         return []
+    if names_impossible_host(response.text[:_BASE_SCAN], "<base"):
+        return []  # its <base> names no possible host (and reading it would cost IDNA)
     root = response.selector.root
     if not isinstance(root, etree._Element):
         return []
@@ -142,11 +181,23 @@ def extract_links(response: Response, request: FrontierRequest, limits: LinkLimi
     denied = _denied_extensions(_tuple(request.deny_extensions))
     origin = _simple_origin(base) if base == response.url else None  # a <base>: no shortcut
     found: dict[str, FoundLink] = {}
-    for element in root.iter(*_LINK_TAGS):
+    cap = limits.max_per_page
+    idn_hosts: set[str] = set()
+    dropped = 0
+    elements = root.iter(*_LINK_TAGS)
+    for element in elements:
         href = element.get("href")
         if href is None:
             continue
-        resolved = _resolve(href.strip(HTML5_WHITESPACE), base, response.url, origin, encoding)
+        if cap and len(found) >= cap:
+            dropped += 1 + sum(1 for rest in elements if rest.get("href") is not None)
+            break
+        resolved = _resolve(
+            href.strip(HTML5_WHITESPACE), base, response.url, origin, encoding, limits.max_url_length, idn_hosts
+        )
+        if resolved is _OVER_BUDGET:
+            dropped += 1
+            continue
         if resolved is None:
             continue
         absolute, url = resolved
@@ -161,7 +212,43 @@ def extract_links(response: Response, request: FrontierRequest, limits: LinkLimi
         if limits.is_trap(url):
             continue
         found[url] = {"url": url, "text": (_text_of(element) or "").strip()}
+    if dropped and on_capped is not None:
+        on_capped(dropped)
     return list(found.values())
+
+
+#: Characters of a page Scrapy reads its ``<base>`` (and ``<meta http-equiv="refresh">``) from.
+_BASE_SCAN = 4096
+#: Distinct non-ASCII hosts one page's links may name. Even a host within the limits costs IDNA
+#: up to ~4 ms a label (CPython's punycode is quadratic), so 5,000 links of distinct maximal
+#: Unicode hosts would still hold the reactor for a minute; beyond this many, such links are
+#: dropped and counted with the links over LINK_MAX_PER_PAGE (about 1.5 s at worst).
+MAX_IDN_HOSTS_PER_PAGE = 100
+#: What :func:`_resolve` answers for a link dropped for MAX_IDN_HOSTS_PER_PAGE.
+_OVER_BUDGET: Any = ("", "")
+#: The authority after ``//`` (or backslashes, which WHATWG parsing and w3lib read as slashes).
+_AUTHORITY = re.compile(r"[/\\]{2}([^/\\?#\s\"'<>]*)")
+_TAB_OR_NEWLINE = str.maketrans("", "", "\t\n\r")
+
+
+def names_impossible_host(text: str, marker: str) -> bool:
+    """Whether *text* (the start of a page) holds *marker* (``"<base"``, ``"refresh"``; any case)
+    and a URL authority whose host cannot be a host name (:func:`host_problem`).
+
+    Checked before Scrapy or w3lib read a ``<base href>`` or a meta refresh from *text*: they
+    IDNA-encode its host, quadratic in the length of a label (a 4,000-character label in a
+    ``<base>`` held the reactor for seconds). Linear in *text*.
+    """
+    if marker not in text.lower():
+        return False
+    for match in _AUTHORITY.finditer(text.translate(_TAB_OR_NEWLINE)):
+        host = match.group(1).rpartition("@")[2]
+        if host.startswith("["):
+            continue  # an IPv6 literal: no IDNA
+        host = host.partition(":")[0]
+        if host and host_problem(host):
+            return True
+    return False
 
 
 #: An absolute http(s) URL that ``canonicalize_url`` leaves as it is: lower-case host, a path of
@@ -180,22 +267,45 @@ def _simple_origin(base: str) -> str | None:
     return origin if _SIMPLE_ORIGIN.fullmatch(origin) else None
 
 
-def _resolve(href: str, base: str, page_url: str, origin: str | None, encoding: str) -> tuple[str, str] | None:
+def _resolve(
+    href: str,
+    base: str,
+    page_url: str,
+    origin: str | None,
+    encoding: str,
+    max_length: int = 0,
+    idn_hosts: set[str] | None = None,
+) -> tuple[str, str] | None:
     """``(absolute URL, canonical URL)`` of the link *href* on the page *page_url* whose base URL is
-    *base*, or None when it is not an http(s) link or does not parse.
+    *base*, or None when it is not an http(s) link or does not parse, when *href* is longer than
+    *max_length* (0: no limit), or when its host cannot be a host name (checked on the joined URL
+    before any IDNA step, whose cost is the square of a label's length). A non-ASCII host is added
+    to *idn_hosts*; once that holds MAX_IDN_HOSTS_PER_PAGE, a link to another one is
+    :data:`_OVER_BUDGET`.
 
     The steps of Scrapy's extractor (join to the base, make safe in the page's encoding, join to
     the page's URL), then ``canonicalize_url``; except for the common links whose result is known
     without them (a simple path on a simple origin, a simple absolute URL), which one regular
     expression recognises instead of about 15 µs of URL parsing and quoting.
     """
+    if max_length and len(href) > max_length:
+        return None
     if "/." not in href:  # dot segments need resolving
         if origin is not None and _SIMPLE_PATH.fullmatch(href):
             return origin + href, origin + href
         if _SIMPLE_URL.fullmatch(href):
-            return href, href
+            netloc = href.split("/", 3)[2]
+            return None if host_problem(netloc.partition(":")[0]) else (href, href)
     try:
-        absolute = urljoin(page_url, safe_url_string(urljoin(base, href), encoding=encoding))
+        joined = urljoin(base, href)
+        host = urlsplit(joined.replace("\\", "/")).hostname  # w3lib reads a backslash as a slash
+        if host and host_problem(host):
+            return None
+        if host and idn_hosts is not None and not host.isascii() and host not in idn_hosts:
+            if len(idn_hosts) >= MAX_IDN_HOSTS_PER_PAGE:
+                return _OVER_BUDGET
+            idn_hosts.add(host)
+        absolute = urljoin(page_url, safe_url_string(joined, encoding=encoding))
     except ValueError:
         return None  # a bogus link, as Scrapy skips it
     if not absolute.startswith(("http://", "https://")):

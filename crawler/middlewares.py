@@ -11,6 +11,11 @@ Downloader middlewares (outermost first):
 * :class:`SiteGateMiddleware` (order 450): a request to one tenant site of a shared suffix
   (``mallory.github.io`` in bucket ``github.io``) waits while that site's own ``Retry-After`` or
   ``Crawl-delay`` says so, without parking its siblings.
+* :class:`FrontierRedirectMiddleware` and :class:`FrontierMetaRefreshMiddleware` (600, 580):
+  Scrapy's, in their place, ending the lease of a page whose redirects they give up on.
+* :class:`LocationHostGuardMiddleware` (order 610) and :class:`PageHostGuardMiddleware` (585): a
+  redirect, ``<base>`` or meta refresh naming a host that cannot be a host name is refused before
+  Scrapy IDNA-encodes it.
 * :class:`RetryAfterMiddleware` (order 600, so it sees a response before Scrapy's
   ``RetryMiddleware``): a 429 with ``Retry-After`` backs the domain off cluster-wide (the site
   alone, for a tenant of a shared suffix).
@@ -42,16 +47,20 @@ from urllib.parse import urlsplit
 from protego import Protego
 from redis.exceptions import RedisError
 from scrapy import Request
+from scrapy.downloadermiddlewares.redirect import MetaRefreshMiddleware, RedirectMiddleware
 from scrapy.exceptions import IgnoreRequest
+from scrapy.http import TextResponse
+from scrapy.utils import response as scrapy_response
 
 from crawlhive.crawler.admit import Verdict
 from crawlhive.crawler.limits import too_large
-from crawlhive.crawler.links import allowed_domains, host_allowed, link_allowed
+from crawlhive.crawler.links import allowed_domains, host_allowed, in_scope, link_allowed, names_impossible_host
 from crawlhive.crawler.requests import (
     FAILURE,
     RETRY_AFTER,
     CannotTravel,
     FrontierLinks,
+    Unfetchable,
     context_of,
     cookie_pairs,
     is_seed,
@@ -131,6 +140,83 @@ class RequestShapingMiddleware:
                 request.headers.pop("Cookie", None)
         if crawl.useragent:
             request.headers["User-Agent"] = crawl.useragent
+
+
+class _DropsLeaseOnIgnore:
+    """Mixed into Scrapy's redirect middlewares: an ``IgnoreRequest`` they raise in
+    ``process_response`` (``max redirections reached``: a redirect loop, or more than
+    REDIRECT_MAX_TIMES hops) ends the page's lease as a policy drop. Scrapy passes an exception of
+    ``process_response`` to no ``process_exception`` (LeaseOutcomeMiddleware never saw it), so
+    the lease stayed in flight until given up and the loop was fetched again after every reclaim."""
+
+    crawler: Crawler
+
+    def process_response(self, request: Request, response: Response, spider: Any = None) -> Request | Response:
+        try:
+            return super().process_response(request, response)  # type: ignore[misc]
+        except IgnoreRequest as exc:
+            context = context_of(request)
+            if context is not None and not context.done:
+                logger.info("not following the redirects of %s: %s (REDIRECT_MAX_TIMES)", request.url[:200], exc)
+                CrawlRuntime.of(self.crawler).leases.drop(context)
+            raise
+
+
+class FrontierRedirectMiddleware(_DropsLeaseOnIgnore, RedirectMiddleware):
+    """Scrapy's ``RedirectMiddleware`` (order 600, in its place), ending the lease of a page it gives up on."""
+
+
+class FrontierMetaRefreshMiddleware(_DropsLeaseOnIgnore, MetaRefreshMiddleware):
+    """Scrapy's ``MetaRefreshMiddleware`` (order 580, in its place), ending the lease of a page it gives up on."""
+
+
+class LocationHostGuardMiddleware:
+    """A redirect whose ``Location`` names a host that cannot be a host name
+    (:func:`~crawlhive.utils.domains.host_problem`) is refused before Scrapy's ``RedirectMiddleware``
+    (600) IDNA-encodes it, which is quadratic in the length of a label: the page is dropped like a
+    redirect out of ``allowed_domains`` (§10.7). Order 610: its ``process_response`` runs first."""
+
+    def __init__(self, runtime: CrawlRuntime) -> None:
+        self.runtime = runtime
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(CrawlRuntime.of(crawler))
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        location = response.headers.get(b"Location") if 300 <= response.status < 400 else None
+        if location and names_impossible_host(location.decode("utf-8", errors="replace"), ""):
+            context = context_of(request)
+            if context is not None:  # Scrapy skips process_exception for a process_response error
+                self.runtime.leases.drop(context)
+            raise IgnoreRequest("redirect to a host that cannot be a host name")
+        return response
+
+
+class PageHostGuardMiddleware:
+    """A ``<base href>`` or ``<meta http-equiv="refresh">`` (read by Scrapy from the first 4096
+    characters of a page) naming a host that cannot be a host name is ignored, as if absent:
+    Scrapy would IDNA-encode it (quadratic in a label's length; a 1,300-character label cost 2 s)
+    in ``response.selector`` (every spider's ``response.css``) and in ``MetaRefreshMiddleware``.
+    Order 585: after the body is decoded (590), before ``MetaRefreshMiddleware`` (580).
+
+    Scrapy keeps what it read in ``scrapy.utils.response._baseurl_cache`` and ``_metaref_cache``
+    (per response); this stores the page's own URL (no base) and "no refresh" there. There is no
+    public hook (``tests/unit/test_fetch_parts.py`` checks it still works)."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls()
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        if not isinstance(response, TextResponse):
+            return response
+        head = response.text[:4096]
+        if names_impossible_host(head, "<base"):
+            scrapy_response._baseurl_cache[response] = response.url
+        if names_impossible_host(head, "refresh"):
+            scrapy_response._metaref_cache[response] = (None, None)
+        return response
 
 
 class ResponseStatsMiddleware:
@@ -266,12 +352,15 @@ class FrontierSpiderMiddleware:
         spider = self.crawler.spider
         assert spider is not None
         crawl = context.request
+        limits = self.runtime.link_limits
         children = [
-            self.runtime.admission.child(context, sitemap_request(u), spider, i) for i, u in enumerate(found.sitemaps)
+            self.runtime.admission.child(context, sitemap_request(u), spider, i)
+            for i, u in enumerate(found.sitemaps)
+            if in_scope(u, crawl, limits)  # http(s) only, in the crawl's scope (sitemaps.py)
         ]
-        offset = len(children)
+        offset = len(found.sitemaps)
         for i, url in enumerate(found.pages):
-            if link_allowed(url, crawl, self.runtime.link_limits):
+            if link_allowed(url, crawl, limits):
                 child, fingerprint = self.runtime.admission.child(context, Request(url), spider, offset + i)
                 children.append((dataclasses.replace(child, depth=1, sitemap=False), fingerprint))
         try:
@@ -324,6 +413,8 @@ class FrontierSpiderMiddleware:
         for i, request in enumerate(requests, start=len(children)):
             try:
                 children.append(self.runtime.admission.child(context, request, spider, i))
+            except Unfetchable as exc:
+                logger.warning("dropping a request the spider yielded on %s: %s", context.request.url, exc)
             except CannotTravel as exc:
                 logger.error("dropping a request the spider yielded on %s: %s", context.request.url, exc)
         return items, children + extra

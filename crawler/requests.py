@@ -17,10 +17,12 @@ import json
 import logging
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from scrapy import Request
 from scrapy.utils.request import request_from_dict
 
+from crawlhive.crawler.settings import FETCHED_SCHEMES
 from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.frontier import FrontierRequest
 
@@ -86,6 +88,25 @@ def end_for_good(request: Request, error: str) -> None:
     request.meta["dont_retry"] = True
 
 
+def unfetchable(url: str) -> str | None:
+    """Why *url* must never be fetched (its scheme is not http or https, or it does not parse), or
+    None. The reason names the scheme, cut short, never the whole URL (it can be megabytes)."""
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError:
+        return "not a URL that parses"
+    if scheme in FETCHED_SCHEMES:
+        return None
+    shown = repr(scheme[:20]) if scheme else "none"
+    return f"not an http(s) URL (scheme {shown}): crawlers fetch http and https only"
+
+
+#: HTTP methods a failed request may be sent again with: the idempotent ones (RFC 9110 §9.2.2).
+#: A request with another method (``POST``, ``PATCH``…) is never retried, unless its Scrapy meta
+#: says ``dont_retry: False`` (a user spider's request).
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+
+
 def _user_meta(request: Request) -> dict[str, Any]:
     return {k: v for k, v in request.meta.items() if k not in _SCRAPY_META and not k.startswith("playwright")}
 
@@ -108,7 +129,12 @@ def is_plain(request: Request, spider: Spider) -> bool:
 
 
 class CannotTravel(ValueError):
-    """A request a spider yielded cannot be stored in the frontier (docs/contract.md §11)."""
+    """A request a spider yielded cannot be stored in the frontier (docs/contract.md §11), or must
+    never be fetched (:func:`unfetchable`)."""
+
+
+class Unfetchable(CannotTravel):
+    """A request a spider yielded is not an http(s) request: it is dropped, never queued."""
 
 
 def _json_safe(value: Any) -> bool:
@@ -181,7 +207,9 @@ def scrapy_request(request: FrontierRequest, spider: Spider, context: LeaseConte
     """The Scrapy request that fetches the frontier *request*.
 
     A seed gets its ``method`` and ``body`` (UTF-8); crawl headers, cookies and user agent are added
-    per fetch by :class:`~crawlhive.crawler.middlewares.RequestShapingMiddleware`.
+    per fetch by :class:`~crawlhive.crawler.middlewares.RequestShapingMiddleware`. A request whose
+    method is not idempotent (:data:`IDEMPOTENT_METHODS`: a ``POST``, say) is never retried
+    (``dont_retry``): a failed one ends as its response's item or a dead letter, never replayed.
     """
     if request.scrapy_request is not None:
         built = request_from_json(request.scrapy_request, spider)
@@ -191,6 +219,9 @@ def scrapy_request(request: FrontierRequest, spider: Spider, context: LeaseConte
     else:
         built = Request(request.url, dont_filter=True)
     built.meta[CONTEXT] = context
+    if built.method.upper() not in IDEMPOTENT_METHODS:
+        # never replayed by Scrapy's RetryMiddleware (a user spider's explicit meta wins)
+        built.meta.setdefault("dont_retry", True)
     built.meta["retry_times"] = request.retry_times
     built.meta["depth"] = request.depth
     built.priority = request.priority
@@ -253,7 +284,15 @@ def url_fingerprint(url: str) -> str:
 
 
 def child_request(parent: FrontierRequest, request: Request, spider: Spider) -> FrontierRequest:
-    """The frontier request of *request*, yielded by a spider on a page of *parent* (docs/contract.md §3)."""
+    """The frontier request of *request*, yielded by a spider on a page of *parent* (docs/contract.md §3).
+
+    Raises:
+        CannotTravel: *request* is not an http(s) request (:func:`unfetchable`), or cannot be
+            serialised.
+    """
+    problem = unfetchable(request.url)
+    if problem is not None:
+        raise Unfetchable(problem)
     overrides: dict[str, Any] = dict(request.meta.get(FRONTIER) or {})
     plain = is_plain(request, spider)
     return dataclasses.replace(

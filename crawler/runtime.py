@@ -52,10 +52,11 @@ from crawlhive.crawler.emitter import Emitter, KafkaSink, RedisSink, Sink
 from crawlhive.crawler.leases import LeaseContext, LeaseTable
 from crawlhive.crawler.links import LinkLimits
 from crawlhive.crawler.redis_only import SeedReader
-from crawlhive.crawler.requests import scrapy_request
+from crawlhive.crawler.requests import scrapy_request, unfetchable
 from crawlhive.crawler.settings import spider_lists
 from crawlhive.utils import stats as stat_names
 from crawlhive.utils.connections import async_redis_from_settings, make_producer, redis_from_settings
+from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases, retry_backoff
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ProcessContext
@@ -353,6 +354,19 @@ class CrawlRuntime:
         soonest = [w for w in waits if w is not None]
         return [], min(soonest) if soonest else None
 
+    async def hop_wait(self, url: str) -> float | None:
+        """Take one fetch start of the throttle of *url*'s domain for a redirect hop (the limit a
+        pop of that domain obeys, cluster-wide, a Retry-After back-off included): 0.0 when it may
+        be fetched now (the start is recorded), else the seconds to wait before asking again; None
+        when the domain is blacklisted (never fetched).
+
+        Raises:
+            RedisError: the call failed.
+        """
+        keys, args = self.worker.hop_call(self.spider, domain_of_url(url), self.render)
+        reply = int(await self.batcher.call("throttle_take", keys, args))
+        return None if reply < 0 else reply / 1_000_000
+
     def wake_shards(self, shards: set[int] | None) -> None:
         """Work was queued in *shards* (None: in any): ask them again at the next pop."""
         everything = range(len(self._shard_ready_at)) if shards is None else shards
@@ -384,7 +398,7 @@ class CrawlRuntime:
     def _leased(self, outcome: PopOutcome, spider: Spider) -> Request | None:
         """The Scrapy request of a fresh lease, registered in flight; None for a request of an
         expired crawl (acked at once: docs/contract.md §3.4, an expired crawl's request is never
-        fetched)."""
+        fetched), or for one that is not http(s) (a crawl dead letter naming its scheme)."""
         lease = outcome.lease
         assert lease is not None
         request = lease.request
@@ -405,9 +419,23 @@ class CrawlRuntime:
                 logger.warning("could not drop a request of an expired crawl; check REDIS_URL", exc_info=True)
             return None
         context = LeaseContext(lease)
-        built = scrapy_request(request, spider, context)
-        context.fingerprint = self.crawler.request_fingerprinter.fingerprint(built).hex()
+        problem = unfetchable(request.url)
+        built = None
+        if problem is None:
+            try:
+                built = scrapy_request(request, spider, context)
+            except ValueError as exc:  # Scrapy refuses the URL (no scheme, …)
+                problem = f"not a request Scrapy can build: {str(exc)[:200]}"
+            else:
+                problem = unfetchable(built.url)
         self.leases.add(context)
+        if built is None or problem is not None:
+            # Never fetched: Scrapy's handlers for other schemes are disabled too (crawler/settings.py),
+            # but a request that got into the frontier past its checks ends here, with its reason.
+            logger.warning("%s: %s; not fetched", request.url[:200], problem)
+            self.emitter.fail(context, problem or "not fetched")
+            return None
+        context.fingerprint = self.crawler.request_fingerprinter.fingerprint(built).hex()
         return built
 
     def retry_wait(self, failures: int, retry_after: Any = None) -> float:

@@ -15,10 +15,14 @@ time the pop reported (``wait_s``: the next domain's throttle opens) has passed 
 ``KEYS`` scans, no polling while idle.
 
 Requests that Scrapy hands back to the scheduler (``enqueue_request``) all belong to a lease: a
-redirect is kept here and served first, a retry from Scrapy's ``RetryMiddleware`` (its
-``retry_times`` meta went up) goes back to the frontier for any crawler once its back-off has
-passed (:meth:`CrawlRuntime.retry_wait`, docs/contract.md §14). Spiders' own requests never
-arrive here: the spider middleware turns them into frontier requests.
+retry from Scrapy's ``RetryMiddleware`` (its ``retry_times`` meta went up) goes back to the frontier
+for any crawler once its back-off has passed (:meth:`CrawlRuntime.retry_wait`, docs/contract.md
+§14). A redirect (from Scrapy's ``RedirectMiddleware`` or ``MetaRefreshMiddleware``, which hand the
+new request to the engine, and so here, without the frontier) stays with its lease but is a fetch
+of its target's domain like any other: it first takes a start of that domain's cluster-wide throttle
+(:meth:`CrawlRuntime.hop_wait`, the limit a pop obeys), waiting here as long as the throttle says,
+then is served first; a redirect into a blacklisted domain drops its page. Spiders' own requests
+never arrive here: the spider middleware turns them into frontier requests.
 """
 
 from __future__ import annotations
@@ -59,6 +63,9 @@ ERROR_RETRY_S = 1.0
 #: time-out or fails): a safety net so that no lost reply can stop a crawler for good. Requests
 #: that such pops lease later are still crawled; unanswered ones expire and are reclaimed.
 TAKE_STUCK_S = 30.0
+#: Request meta key of a redirect that has taken its start of its domain's throttle (set just
+#: before it is handed to the engine again, removed when it comes back here).
+HOP_GRANTED = "crawlhive_hop_granted"
 
 
 class WakeListener:
@@ -126,6 +133,8 @@ class FrontierScheduler(BaseScheduler):
         self._taking = False  # pops are out
         self._taking_since = 0.0
         self._take_size = 1  # pops per take: grows while takes are filled, shrinks when throttled
+        # redirects waiting for their domain's throttle: id(request) -> (request, timer or None)
+        self._hops: dict[int, tuple[Request, Any]] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -147,11 +156,18 @@ class FrontierScheduler(BaseScheduler):
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         given = 0
-        while self._local:
-            context = context_of(self._local.popleft())
+        waiting = []
+        for request, timer in self._hops.values():
+            if timer is not None and timer.active():
+                timer.cancel()
+            waiting.append(request)
+        self._hops.clear()
+        for request in [*self._local, *waiting]:
+            context = context_of(request)
             if context is not None and not context.done:
                 self.runtime.leases.give_back(context)
                 given += 1
+        self._local.clear()
         if given:
             logger.info("handed %d unstarted requests back to the frontier", given)
         if self._listener is not None:
@@ -164,7 +180,7 @@ class FrontierScheduler(BaseScheduler):
     def has_pending_requests(self) -> bool:
         """True if requests are held in this process (redirects waiting to be followed); the
         frontier's backlog is the cluster's, not this process's."""
-        return bool(self._local)
+        return bool(self._local or self._hops)
 
     def enqueue_request(self, request: Request) -> bool:
         """Take back a request of a lease: a retry goes to the frontier, a redirect is kept.
@@ -180,8 +196,58 @@ class FrontierScheduler(BaseScheduler):
         if failures > context.request.retry_times:
             self.runtime.leases.retry(context, self.runtime.retry_wait(failures, request.meta.get(RETRY_AFTER)))
             return True
+        if request.meta.get("redirect_urls") and not request.meta.pop(HOP_GRANTED, False):
+            self._hops[id(request)] = (request, None)
+            self._ask_hop(request)  # a redirect: first a start of its domain's throttle
+            return True
         self._local.append(request)
         return True
+
+    def _ask_hop(self, request: Request) -> None:
+        """Ask the throttle of *request*'s domain for a start (a redirect waiting in ``_hops``)."""
+        self._hops[id(request)] = (request, None)
+        deferred_from_coro(self.runtime.hop_wait(request.url)).addCallbacks(
+            lambda wait: self._hop_answer(request, wait), lambda failure: self._hop_failed(request, failure)
+        )
+
+    def _hop_failed(self, request: Request, failure: Any) -> None:
+        logger.warning(
+            "asking the throttle for a redirect to %s failed (%s); retrying in %.0fs (check REDIS_URL)",
+            request.url[:200],
+            failure.getErrorMessage(),
+            ERROR_RETRY_S,
+        )
+        self._hop_answer(request, ERROR_RETRY_S, granted=False)
+
+    def _hop_answer(self, request: Request, wait: float | None, granted: bool = True) -> None:
+        """Serve the redirect *request* now (*wait* 0: its start was taken), ask again after *wait*
+        seconds, or drop its page (None: a blacklisted domain)."""
+        if id(request) not in self._hops or self._closing:
+            return  # the scheduler closed meanwhile: close() handed its lease back
+        context = context_of(request)
+        if context is None or context.done:
+            self._hops.pop(id(request), None)
+            return
+        if wait is None:
+            self._hops.pop(id(request), None)
+            logger.info("not following a redirect to %s: its domain is blacklisted", request.url[:200])
+            self.runtime.leases.drop(context)
+            return
+        if granted and wait <= 0:
+            self._hops.pop(id(request), None)
+            # the in-flight bound of a lease (max_hold_s) counts from its latest hop: a chain on a
+            # slowly throttled domain is not given up (and fetched again) for waiting its turns
+            context.started = time.monotonic()
+            engine = self.crawler.engine
+            if engine is None:
+                self._local.appendleft(request)
+                return
+            request.meta[HOP_GRANTED] = True
+            engine.crawl(request)  # back through enqueue_request, then served first
+            return
+        # Twisted's interface stubs declare callLater without self: mypy misreads the arguments.
+        timer = reactor.callLater(max(wait, 0.001), self._ask_hop, request)  # type: ignore[arg-type]
+        self._hops[id(request)] = (request, timer)
 
     def next_request(self) -> Request | None:
         if self._local:
@@ -201,7 +267,8 @@ class FrontierScheduler(BaseScheduler):
         engine = self.crawler.engine
         if engine is None or engine.needs_backout():
             return  # the engine asks again when a download slot frees up
-        free = engine.downloader.total_concurrency - len(engine.downloader.active) - len(self._local)
+        # redirects waiting for their domain's throttle hold their slot (and lease) meanwhile
+        free = engine.downloader.total_concurrency - len(engine.downloader.active) - len(self._local) - len(self._hops)
         if free <= 0:
             return
         self._sleeping = False

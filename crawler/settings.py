@@ -35,7 +35,16 @@ FIXED = (
     "DNS_RESOLVER",
     "CRAWLHIVE_SETTINGS",
     "CRAWLHIVE_SPIDER",
+    "DOWNLOAD_HANDLERS_BASE",
 )
+#: The only URL schemes a crawler ever fetches (docs/contract.md §10.2). Scrapy's handlers for the
+#: others (``ftp``, ``file``, ``s3``, ``data``) are disabled: a robots.txt ``Sitemap:`` line or a
+#: spider's request naming ``ftp://10.0.0.1/`` or ``file:///etc/passwd`` would otherwise connect
+#: past the network guard (which sees only HTTP connections) or read the crawler's own files.
+FETCHED_SCHEMES = ("http", "https")
+_HTTP_HANDLER = "scrapy.core.downloader.handlers.http11.HTTP11DownloadHandler"
+#: Scrapy's base handlers for schemes other than http(s), each disabled in DOWNLOAD_HANDLERS.
+_OTHER_HANDLERS = ("data", "file", "ftp", "s3")
 
 
 def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
@@ -64,6 +73,9 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "DOWNLOAD_TIMEOUT": settings.getfloat("DOWNLOAD_TIMEOUT"),
         "DOWNLOAD_MAXSIZE": settings.getint("DOWNLOAD_MAXSIZE"),
         "DOWNLOAD_WARNSIZE": 0,  # a response is either fine or a dead letter (limits.py)
+        # http(s) only, twice over: the base holds no other scheme, and the others are disabled.
+        "DOWNLOAD_HANDLERS_BASE": {scheme: _HTTP_HANDLER for scheme in FETCHED_SCHEMES},
+        "DOWNLOAD_HANDLERS": dict.fromkeys(_OTHER_HANDLERS),
         "RETRY_ENABLED": True,
         "RETRY_TIMES": settings.getint("RETRY_TIMES"),
         "RETRY_HTTP_CODES": settings.getlist("RETRY_HTTP_CODES"),
@@ -80,6 +92,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "ITEM_REDACT_HEADER_WORDS": settings.getlist("ITEM_REDACT_HEADER_WORDS"),
         "LINK_MAX_URL_LENGTH": settings.getint("LINK_MAX_URL_LENGTH"),
         "LINK_MAX_SEGMENT_REPEATS": settings.getint("LINK_MAX_SEGMENT_REPEATS"),
+        "LINK_MAX_PER_PAGE": settings.getint("LINK_MAX_PER_PAGE"),
         # A pipeline's DropItem is a decision, not a problem: INFO, not Scrapy's WARNING (§17.3).
         "DEFAULT_DROPITEM_LOG_LEVEL": "INFO",
         "TELNETCONSOLE_ENABLED": False,
@@ -94,6 +107,13 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
             f"{_PKG}.limits.ResponseLimitMiddleware": 590,
             f"{_PKG}.middlewares.RetryAfterMiddleware": 600,
+            # Scrapy's redirect middlewares, subclassed so that giving up on a page ends its lease
+            "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
+            "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware": None,
+            f"{_PKG}.middlewares.FrontierRedirectMiddleware": 600,
+            f"{_PKG}.middlewares.FrontierMetaRefreshMiddleware": 580,
+            f"{_PKG}.middlewares.LocationHostGuardMiddleware": 610,
+            f"{_PKG}.middlewares.PageHostGuardMiddleware": 585,
             f"{_PKG}.middlewares.ResponseStatsMiddleware": 950,
             f"{_PKG}.middlewares.CrawlDelayMiddleware": 960,
             f"{_PKG}.netguard.NetworkGuardMiddleware": 990,
@@ -119,16 +139,21 @@ def merge_user_settings(ours: dict[str, Any], user: dict[str, Any], source: str)
 
     A user's ``DOWNLOADER_MIDDLEWARES`` (and the other COMPONENT_DICTS) adds entries to crawlhive's,
     or disables Scrapy's own; it cannot remove or reorder crawlhive's components, and FIXED
-    settings cannot change. Every other setting is replaced.
+    settings cannot change. ``DOWNLOAD_HANDLERS`` may name handlers for ``http`` and ``https``
+    only. Every other setting is replaced.
 
     Raises:
-        SettingsError: *user* removes (``None``) or reorders one of crawlhive's components, or
-            changes a FIXED setting; the message names *source*, the setting and the component.
+        SettingsError: *user* removes (``None``) or reorders one of crawlhive's components, changes
+            a FIXED setting, or enables a download handler for another scheme; the message names
+            *source*, the setting and the component.
     """
     merged = dict(ours)
     for name, value in user.items():
         if name in FIXED and value != ours.get(name):
             raise SettingsError(f"{source}: {name} cannot be changed (crawlhive needs {ours.get(name)!r})")
+        if name == "DOWNLOAD_HANDLERS":
+            merged[name] = _download_handlers(ours.get(name) or {}, value, source)
+            continue
         if name not in COMPONENT_DICTS:
             merged[name] = value
             continue
@@ -144,6 +169,26 @@ def merge_user_settings(ours: dict[str, Any], user: dict[str, Any], source: str)
                 )
             components[path] = order
         merged[name] = components
+    return merged
+
+
+def _download_handlers(ours: dict[str, Any], user: Any, source: str) -> dict[str, Any]:
+    """*ours* with a user's ``DOWNLOAD_HANDLERS`` added: another handler for http(s) (an
+    impersonating client, say) is fine; one for any other scheme is refused (see FETCHED_SCHEMES).
+
+    Raises:
+        SettingsError: *user* is not a mapping, or enables a handler for another scheme.
+    """
+    if not isinstance(user, dict):
+        raise SettingsError(f"{source}: DOWNLOAD_HANDLERS must be a mapping of URL schemes to handler paths")
+    merged = dict(ours)
+    for scheme, handler in user.items():
+        if handler is not None and str(scheme).lower() not in FETCHED_SCHEMES:
+            raise SettingsError(
+                f"{source}: DOWNLOAD_HANDLERS enables a handler for {str(scheme)[:20]!r}: crawlers fetch http and "
+                "https only (docs/contract.md §10.2); leave it out"
+            )
+        merged[str(scheme)] = handler
     return merged
 
 

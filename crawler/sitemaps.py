@@ -5,7 +5,10 @@ For such a crawl the seed's fetch adds, beside the page's own links, a request f
 sitemap requests, and a sitemap's URLs requests of the crawl at depth 1, through the crawl's link
 filters, caps and dedupe. A seed that is itself a sitemap or index (XML, or gzipped XML) is read the
 same way. robots.txt and sitemap documents produce no item and do not count as crawled pages; they
-bypass ``maxdepth`` and the link filters (a sitemap lives wherever the site puts it).
+bypass ``maxdepth`` and the link filters (a sitemap lives wherever the site puts it), but not the
+crawl's scope: only http(s) URLs are ever listed here (a ``Sitemap: file:///etc/passwd`` or
+``ftp://10.0.0.1/`` line is skipped), and the frontier spider middleware queues a sitemap only when
+it passes :func:`~crawlhive.crawler.links.in_scope` (host length, trap rules, ``allowed_domains``).
 
 Parsing is Scrapy's: :class:`scrapy.utils.sitemap.Sitemap` (lxml, entities not resolved) and
 :func:`scrapy.utils.sitemap.sitemap_urls_from_robots`; recognising a sitemap body follows Scrapy's
@@ -88,7 +91,12 @@ def discover(response: Response, kind: str | None, max_size: int) -> Discovered 
         SitemapTooLarge: see :func:`sitemap_body`.
     """
     if kind == "robots":
-        sitemaps = list(sitemap_urls_from_robots(response.body, base_url=response.url))[:MAX_ENTRIES]
+        sitemaps = []
+        for url in sitemap_urls_from_robots(response.body, base_url=response.url):
+            if url.startswith(("http://", "https://")):  # never ftp:, file:, data:… (module docstring)
+                sitemaps.append(url)
+                if len(sitemaps) >= MAX_ENTRIES:
+                    break
         return Discovered(sitemaps=sitemaps)
     body = sitemap_body(response, max_size)
     if body is None:

@@ -248,6 +248,12 @@ LINK_MAX_SEGMENT_REPEATS: int = 3
 """Links whose path holds one segment more often than this are dropped (``/a/b/a/b/a/b/a/b/``:
 a crawl trap, §10.7)."""
 
+LINK_MAX_PER_PAGE: int = 5000
+"""Links the built-in spiders take from one page (after the filters, each URL once); the page's
+later links are dropped without being examined and counted in the crawler's Scrapy stats
+(``crawlhive/links_over_cap``). Bounds the work and the frontier writes of one hostile page (§10.7);
+0 = no cap."""
+
 CRAWL_RECORD_TTL: float = 604800.0
 """Seconds a crawl's counters and stop blacklist are kept after its last activity."""
 

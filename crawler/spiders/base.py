@@ -54,6 +54,13 @@ class FrontierSpider(Spider):
             limits = self._link_limits = LinkLimits.from_settings(self.settings)
         return limits
 
+    def links_capped(self, count: int) -> None:
+        """A page had *count* links beyond LINK_MAX_PER_PAGE: counted in the Scrapy stats."""
+        stats = self.crawler.stats if getattr(self, "crawler", None) is not None else None
+        if stats is not None:
+            stats.inc_value("crawlhive/links_over_cap", count)
+            stats.inc_value("crawlhive/pages_over_link_cap")
+
     def _redacted_headers(self) -> frozenset[str]:
         """ITEM_REDACT_HEADERS in lower case, computed once per spider."""
         redact: frozenset[str] | None = getattr(self, "_redact", None)

@@ -21,7 +21,11 @@ class LinkSpider(FrontierSpider):
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
         request = self.frontier_request(response)
-        links = extract_links(response, request, self.link_limits()) if request.depth < request.maxdepth else []
+        links = (
+            extract_links(response, request, self.link_limits(), self.links_capped)
+            if request.depth < request.maxdepth
+            else []
+        )
         if links:
             yield FrontierLinks([link["url"] for link in links])  # not a Request each: see FrontierLinks
         yield self.item(response, links)

@@ -27,7 +27,7 @@ class WanderingSpider(FrontierSpider):
         request = self.frontier_request(response)
         step = int((request.attrs or {}).get("step", 0))
         attrs = {**(request.attrs or {}), "step": step}
-        links = extract_links(response, request, self.link_limits())
+        links = extract_links(response, request, self.link_limits(), self.links_capped)
         if links:
             link = random.choice(links)
             yield Request(link["url"], meta={FRONTIER: {"attrs": {**attrs, "step": step + 1}}})

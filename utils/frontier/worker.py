@@ -200,6 +200,33 @@ class FrontierWorker:
             ],
         )
 
+    def hop_call(self, spider: str, domain: str, render: bool = False) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of ``throttle_take.lua`` for a redirect hop of *spider* (in the rendering
+        lane if *render*) to *domain*: one fetch start under the limit a pop of *domain* would obey,
+        a ``Retry-After`` back-off included (its reply: 0 = fetch now, -1 = blacklisted, else
+        microseconds to wait)."""
+        keys = self.keys
+        throttle = self.throttle
+        shard = keys.shard_of(domain)
+        throttle_key = keys.throttle_key(domain, spider if throttle.type_enabled else None, throttle.egress_id)
+        return (
+            [
+                keys.throttle(throttle_key),
+                keys.domain_config(shard),
+                keys.domain_blacklist(shard),
+                keys.crawl_delay(domain),
+                keys.domains(spider, render, shard),
+            ],
+            [
+                domain,
+                throttle.hits,
+                int(throttle.window_s * 1_000_000),
+                "1" if throttle.moderated else "0",
+                int(throttle.margin_s * 1_000_000),
+                int(RECHECK_S * 1_000_000),
+            ],
+        )
+
     @staticmethod
     def pop_outcome(reply: list[Any], spider: str) -> PopOutcome:
         """The :class:`PopOutcome` of one pop script reply for *spider* (a request whose option

@@ -15,22 +15,8 @@ local recheck = tonumber(ARGV[12])
 local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', secs(now), 'LIMIT', 0, tonumber(ARGV[11]))
 for _, domain in ipairs(ready) do
   local dq = ARGV[2] .. domain
-  local hits, window = tonumber(ARGV[7]), tonumber(ARGV[8])
-  local cfg = redis.call('HGET', KEYS[3], domain)
-  if cfg then
-    local c = cjson.decode(cfg)
-    hits = math.floor(c.hits * c.scale + 1e-9)
-    window = c.window * 1000000
-  end
-  -- robots.txt Crawl-delay: at most one fetch per delay, unless the limit above is stricter
-  local delay = redis.call('GET', ARGV[14] .. domain)
-  if delay and hits > 0 then
-    local dw = tonumber(delay) * 1000000
-    if dw and dw > 0 and hits * dw > window then
-      hits = 1
-      window = dw
-    end
-  end
+  -- domain-config, else the defaults; robots.txt Crawl-delay: at most one fetch per delay
+  local hits, window = domain_limit(KEYS[3], ARGV[14] .. domain, domain, tonumber(ARGV[7]), tonumber(ARGV[8]))
   if redis.call('SISMEMBER', KEYS[4], domain) == 1 or hits <= 0 then
     redis.call('ZADD', KEYS[1], secs(now + recheck), domain)
   else

@@ -33,3 +33,24 @@ local function throttle_record(tkey, now, window)
   end
   redis.call('PEXPIRE', tkey, math.ceil(window / 1000) + 1000)
 end
+
+-- The limit of a domain: hits per window (us), from its domain-config (hash cfgkey, field domain)
+-- or the defaults given, tightened to one fetch per delay by its robots.txt Crawl-delay (string
+-- delaykey, seconds) unless the limit is already stricter.
+local function domain_limit(cfgkey, delaykey, domain, hits, window)
+  local cfg = redis.call('HGET', cfgkey, domain)
+  if cfg then
+    local c = cjson.decode(cfg)
+    hits = math.floor(c.hits * c.scale + 1e-9)
+    window = c.window * 1000000
+  end
+  local delay = redis.call('GET', delaykey)
+  if delay and hits > 0 then
+    local dw = tonumber(delay) * 1000000
+    if dw and dw > 0 and hits * dw > window then
+      hits = 1
+      window = dw
+    end
+  end
+  return hits, window
+end
