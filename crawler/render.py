@@ -151,7 +151,13 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
     values.update(
         {
             "CRAWLHIVE_RENDER_PROXY_PORT": port,
-            "DOWNLOAD_HANDLERS": {"http": handler, "https": handler},
+            # Scrapy merges this into its base handlers: every other scheme is switched off, so a
+            # file:, data:, ftp: or s3: request is never fetched, with or without the browser.
+            "DOWNLOAD_HANDLERS": {
+                "http": handler,
+                "https": handler,
+                **dict.fromkeys(("data", "file", "ftp", "s3"), None),
+            },
             "CONCURRENT_REQUESTS": concurrency,
             "CONCURRENT_REQUESTS_PER_DOMAIN": concurrency,
             # A download is the page load plus settling; Scrapy's own timeout must not cut it short.
