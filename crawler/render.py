@@ -13,6 +13,11 @@ How a page is loaded:
 * Every page gets a **browser context of its own** (cookies, storage, cache), closed with the page
   by :class:`RenderMiddleware`, so a site's ``Set-Cookie`` never reaches another crawl's pages, as
   with plain pages (§3.7). Service workers and downloads are off.
+* The crawl's cookies are in the page's jar for the seed's host (``SameSite=Strict``, ``HttpOnly``)
+  and are withdrawn before the page sends anything for a document of another origin, or to another
+  port or scheme of the seed's host (:class:`CookieGuard`); popups load nothing. The crawl's
+  ``headers`` are never sent by the browser (refused with ``render: true``: Playwright would carry
+  them across redirects).
 * The page is loaded until ``DOMContentLoaded``, then until the network is idle or RENDER_TIMEOUT
   (counted from the start) has passed (:func:`settle`); the item's ``body`` is the DOM then, its
   status and headers those of the main document.
@@ -55,6 +60,7 @@ from crawlhive.crawler.links import allowed_domains, host_allowed
 from crawlhive.crawler.netguard import BlockedNetwork, installed_resolver
 from crawlhive.crawler.requests import context_of, cookie_pairs, end_for_good
 from crawlhive.crawler.sitemaps import SITEMAP
+from crawlhive.utils.domains import origin_of
 from crawlhive.utils.errors import SettingsError
 
 if TYPE_CHECKING:
@@ -185,6 +191,9 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
             # page's request would be carried to every redirect, to any site. The user agent is
             # the context's (render_meta), the crawl's cookies are in the page's cookie jar.
             "PLAYWRIGHT_PROCESS_REQUEST_HEADERS": None,
+            # Awaited before every request of a page: the crawl's cookies stay with the seed's
+            # origin (CookieGuard).
+            "PLAYWRIGHT_ABORT_REQUEST": "crawlhive.crawler.render.before_browser_request",
         }
     )
     values["DOWNLOADER_MIDDLEWARES"] = {
@@ -228,17 +237,16 @@ NAVIGATED = "crawlhive_navigated"
 
 
 async def watch_navigation(page: Any, request: Request) -> None:
-    """Before the page loads: put the crawl's cookies in the page's cookie jar, for the seed's
-    host only (the browser then sends them there, subresources included, and nowhere else, however
-    the page redirects; §10.6), and record in ``request.meta[NAVIGATED]`` every URL the main frame
-    requests (its URL and each redirect), so that a load the guard cut short can be told apart
-    from a network error."""
+    """Before the page loads: put the crawl's cookies in the page's cookie jar for the seed's
+    origin, watched by a :class:`CookieGuard`, and record in ``request.meta[NAVIGATED]`` every URL
+    the main frame requests (its URL and each redirect), so that a load the guard cut short can be
+    told apart from a network error."""
     context = context_of(request)
     if context is not None and context.request.seed_origin:
-        url = context.request.seed_origin + "/"
-        jar = [{"name": name, "value": value, "url": url} for name, value in cookie_pairs(context.request).items()]
-        if jar:
-            await page.context.add_cookies(jar)
+        pairs = cookie_pairs(context.request)
+        if pairs:
+            guard = CookieGuard(page, context.request.seed_origin)
+            await guard.install(pairs)
     navigated: list[str] = request.meta.setdefault(NAVIGATED, [])
 
     def record(browser_request: Any) -> None:
@@ -246,6 +254,116 @@ async def watch_navigation(page: Any, request: Request) -> None:
             navigated.append(browser_request.url)
 
     page.on("request", record)
+
+
+#: The :class:`CookieGuard` of each page whose crawl has cookies.
+_GUARDS: weakref.WeakKeyDictionary[Any, CookieGuard] = weakref.WeakKeyDictionary()
+#: Frame URLs of documents that take the origin of the document that made them.
+_INHERITED = ("", "about:blank", "about:srcdoc")
+
+
+class CookieGuard:
+    """Keeps a crawl's cookies to the seed's origin (scheme, host and port) and to requests made by
+    documents of that origin (§10.6).
+
+    A browser's cookie jar cannot do that alone: a cookie is sent to its host on every port, and
+    ``SameSite=Strict`` (set here) holds back only requests started by *another site*, while a page
+    on another port of the seed's host is the same site (a form it submits to the seed would carry
+    the cookie). So the cookies are *withdrawn* (the page's jar emptied) as soon as the page holds,
+    or is about to load, a document of another origin: a frame, a navigation (a redirect too) or a
+    popup. Every request of the page passes :meth:`before_request` (scrapy-playwright's
+    PLAYWRIGHT_ABORT_REQUEST hook, awaited before the request leaves the browser) and the jar is
+    emptied there before anything a document of another origin asks for is sent; the popups' own
+    requests are refused. The seed's page and its subresources keep the cookies until then.
+    Cookies are also ``HttpOnly`` (no script of the page reads them) and ``Secure`` on https.
+    """
+
+    def __init__(self, page: Any, seed_origin: str) -> None:
+        self.page = page
+        self.seed_origin = seed_origin
+        self.seed_host = urlsplit(seed_origin).hostname or ""
+        self.withdrawn = False
+        self.emptied = False
+
+    async def install(self, pairs: dict[str, str]) -> None:
+        """Put *pairs* in the page's jar and watch the page."""
+        parts = urlsplit(self.seed_origin)
+        secure = parts.scheme == "https"
+        jar = [
+            {
+                "name": name,
+                "value": value,
+                "domain": parts.hostname or "",
+                "path": "/",
+                "secure": secure,
+                "httpOnly": True,
+                "sameSite": "Strict",
+            }
+            for name, value in pairs.items()
+        ]
+        _GUARDS[self.page] = self
+        self.page.on("framenavigated", self._frame_navigated)
+        self.page.on("request", self._request_seen)
+        await self.page.context.route("**/*", self._other_page_request)  # popups: no route of their own
+        await self.page.context.add_cookies(jar)
+
+    def foreign(self, url: str) -> bool:
+        """Whether *url* is of a document of another origin than the seed's."""
+        return url not in _INHERITED and origin_of(url) != self.seed_origin
+
+    def _frame_navigated(self, frame: Any) -> None:
+        if self.foreign(frame.url):
+            self.withdrawn = True
+
+    def _request_seen(self, browser_request: Any) -> None:
+        # Redirects show here only (no route is asked about them).
+        if browser_request.is_navigation_request() and self.foreign(browser_request.url):
+            self.withdrawn = True
+
+    async def before_request(self, browser_request: Any) -> None:
+        """Withdraw the cookies before *browser_request* is sent if it loads or comes from a
+        document of another origin, or goes to another origin of the seed's host; once withdrawn,
+        empty the jar again before every request to the seed's host (the site may have set cookies
+        since)."""
+        if not self.withdrawn:
+            try:
+                frame_url = browser_request.frame.url
+            except Exception:  # a worker's request: no frame to tell its origin by
+                frame_url = "worker:"
+            url = browser_request.url
+            if (
+                self.foreign(frame_url)
+                or (browser_request.is_navigation_request() and self.foreign(url))
+                # the seed's host on another port or scheme: the jar would send the cookies there
+                or (urlsplit(url).hostname == self.seed_host and origin_of(url) != self.seed_origin)
+            ):
+                self.withdrawn = True
+        if self.withdrawn and (not self.emptied or urlsplit(browser_request.url).hostname == self.seed_host):
+            self.emptied = True
+            with contextlib.suppress(Exception):  # the page is closing
+                await self.page.context.clear_cookies()
+
+    async def _other_page_request(self, route: Any, browser_request: Any) -> None:
+        """A request of a popup the page opened: refused, the cookies withdrawn first."""
+        self.withdrawn = True
+        await self.before_request(browser_request)
+        with contextlib.suppress(Exception):
+            await route.abort()
+
+
+async def before_browser_request(browser_request: Any) -> bool:
+    """scrapy-playwright's PLAYWRIGHT_ABORT_REQUEST hook, awaited before each request of a page
+    leaves the browser: runs the page's :class:`CookieGuard`; never aborts (the network guard is
+    the proxy's)."""
+    try:
+        page = browser_request.frame.page
+    except Exception:  # a worker's request
+        page = None
+    guard = _GUARDS.get(page) if page is not None else None
+    if guard is None:
+        return False
+    await guard.before_request(browser_request)
+    return False
 
 
 def _playwright_handler() -> type:

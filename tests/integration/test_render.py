@@ -352,3 +352,68 @@ def test_cookies_reach_only_the_seed_s_host_and_the_user_agent_is_the_crawl_s(
     agents = {s.headers.get("User-Agent") or s.headers.get("user-agent") for s in hits}
     assert agents == {"crawlhive-test-agent"}
     assert code == 0, renderer.output()
+
+
+def _auto_submit(action: str, target: str = "_self") -> bytes:
+    return (
+        f'<html><body><form method="post" action="{action}" target="{target}">'
+        '<input name="confirm" value="yes"></form><script>document.forms[0].submit()</script></body></html>'
+    ).encode()
+
+
+def test_a_page_of_another_origin_never_sends_the_crawl_s_cookies_to_the_seed(
+    site: TestSite, isolated: Any, tmp_path: Path
+) -> None:
+    """§10.6 in a browser, per origin (scheme, host, port): pages of another port of the same host
+    (same-site for the browser) auto-submit forms to the seed's origin from a frame of the seed's
+    page, after the seed's page navigated to them, and from a popup; the seed's origin receives
+    those POSTs without the crawl's cookie (the popup's may not come at all), and nothing of another
+    port gets it either."""
+    other = TestSite()
+    other.start()
+    try:
+        seed_origin, evil = site.url(""), other.url("")
+        # The other port's script and frame only once the seed's own script has loaded with the
+        # cookie (a request of the page to another origin of the seed's host withdraws them).
+        later = (
+            f'document.body.appendChild(Object.assign(document.createElement("script"), {{src: "{evil}/x/other.js"}}));'
+            f'document.body.appendChild(Object.assign(document.createElement("iframe"), {{src: "{evil}/x/framed"}}));'
+        )
+        site.page("/x/0", f"<html><body><script src=\"/x/0.js\" onload='{later}'></script></body></html>".encode())
+        site.page("/x/0.js", b"1;", content_type="application/javascript")
+        site.page("/x/1", f'<html><body><script>location = "{evil}/x/away"</script></body></html>'.encode())
+        site.page("/x/2", f'<html><body><script>window.open("{evil}/x/popup")</script></body></html>'.encode())
+        other.page("/x/other.js", b"1;", content_type="application/javascript")
+        other.page("/x/framed", _auto_submit(f"{seed_origin}/x/delete/framed", target="_top"))
+        other.page("/x/away", _auto_submit(f"{seed_origin}/x/delete/away"))
+        other.page("/x/popup", _auto_submit(f"{seed_origin}/x/delete/popup"))
+        for name in ("framed", "away", "popup"):
+            site.page(f"/x/delete/{name}", html(title="deleted"))
+        settings, prefix, client, collector = isolated
+        renderer = Crawler(_render_env(settings), tmp_path, name="render-csrf", extra_args=["--render"])
+        try:
+            renderer.wait_ready(client, prefix, timeout=60)
+            for number in range(3):
+                seed(settings, client, appid="xapp", crawlid=f"x{number}", url=site.url(f"/x/{number}"),
+                     render=True, cookies={"session": "s3cret"})  # fmt: skip
+            for number in range(3):
+                collector.wait_for(f"x{number}", 1, timeout=60)
+            deadline = time.monotonic() + 20
+            while len([s for s in site.hits("/x/delete/") if s.method == "POST"]) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            code = renderer.terminate(30)
+        assert code == 0, renderer.output()
+    finally:
+        other.stop()
+
+    def cookie(seen: Seen) -> str | None:
+        return seen.headers.get("Cookie") or seen.headers.get("cookie")
+
+    posts = {s.path: cookie(s) for s in site.hits("/x/delete/") if s.method == "POST"}
+    # The popup's requests are refused (its POST may never come); those that come carry no cookie.
+    assert {"/x/delete/framed", "/x/delete/away"} <= set(posts) and set(posts.values()) == {None}, posts
+    assert {s.path: cookie(s) for s in site.hits("/x/") if s.path in ("/x/0", "/x/0.js", "/x/1", "/x/2")} == {
+        "/x/0": "session=s3cret", "/x/0.js": "session=s3cret", "/x/1": "session=s3cret", "/x/2": "session=s3cret"
+    }  # fmt: skip
+    assert other.hits("/x/") and [s.path for s in other.hits("/x/") if cookie(s)] == []
