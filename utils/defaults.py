@@ -316,6 +316,14 @@ RENDER_BROWSER: str = ""
 """The Chromium a rendering crawler starts (a path or a name on ``PATH``); empty = ``chromium`` (or
 ``chromium-browser``, ``google-chrome``) on ``PATH``. Nothing is downloaded at run time."""
 
+RENDER_PROXY_IDLE_TIMEOUT: float = 30.0
+"""Seconds a connection through a rendering crawler's guard proxy may move no byte either way (or
+take to send its request head) before the proxy closes it."""
+
+RENDER_PROXY_MAX_CONNECTIONS: int = 256
+"""Connections a rendering crawler's guard proxy serves at once; more are closed when accepted (the
+proxy's loopback port is open to every local user)."""
+
 REDIS_START_URLS_KEY: str = "%(name)s:start_urls"
 """Redis-only mode: the list a crawler pops seeds from (scrapy-redis's setting and format; ``name``
 is the spider's name). An entry is a URL or a JSON crawl request."""
