@@ -20,7 +20,9 @@ How a page is loaded:
   them across redirects).
 * The page is loaded until ``DOMContentLoaded``, then until the network is idle or RENDER_TIMEOUT
   (counted from the start) has passed (:func:`settle`); the item's ``body`` is the DOM then, its
-  status and headers those of the main document.
+  status and headers those of the main document. A DOM over DOWNLOAD_MAXSIZE, measured in the
+  page before it is taken (:func:`dom_size`), is a ``response too large`` dead letter, and each
+  page's JavaScript heap is bounded (RENDER_JS_HEAP_MB).
 * **The network guard** (§10.2): Chromium makes every connection through :class:`GuardProxy`, a
   proxy on loopback inside this process, which resolves the host with the crawler's own guarded
   resolver and connects to the address it checked: the page, its redirects, and every subresource,
@@ -149,6 +151,9 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
     timeout_s = settings.getfloat("RENDER_TIMEOUT")
     if timeout_s <= 0:
         raise SettingsError(f"RENDER_TIMEOUT: must be positive seconds, got {timeout_s}")
+    heap_mb = settings.getint("RENDER_JS_HEAP_MB")
+    if heap_mb < 16:
+        raise SettingsError(f"RENDER_JS_HEAP_MB: must be at least 16 (MiB), got {heap_mb}")
     if settings.getfloat("RENDER_PROXY_IDLE_TIMEOUT") <= 0:
         raise SettingsError(
             f"RENDER_PROXY_IDLE_TIMEOUT: must be positive seconds, got {settings.getfloat('RENDER_PROXY_IDLE_TIMEOUT')}"
@@ -190,6 +195,7 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
                     "--disable-background-networking",
                     "--disable-crash-reporter",  # no crashpad handler left behind by a killed browser
                     "--disable-breakpad",
+                    f"--js-flags=--max-old-space-size={heap_mb}",  # each page's JavaScript heap
                 ],
             },
             "PLAYWRIGHT_MAX_PAGES_PER_CONTEXT": 1,
@@ -211,19 +217,81 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
     return values
 
 
-async def settle(page: Any, deadline: float) -> None:
+class PageTooLarge(Exception):
+    """A rendered page's DOM is over DOWNLOAD_MAXSIZE (a ``response too large`` dead letter)."""
+
+
+#: Measures the DOM in the page, without serialising it, and stops counting once past the limit
+#: (so at most about DOWNLOAD_MAXSIZE characters of work): element tags and attributes, text,
+#: comments. What ``page.content()`` would send (UTF-8) is at least this many bytes, give or take
+#: the escapes; the body is measured again once taken (RenderMiddleware.process_response).
+_DOM_SIZE_JS = """(limit) => {
+  let size = 0;
+  const walker = document.createTreeWalker(document, NodeFilter.SHOW_ALL);
+  for (let node = walker.currentNode; node; node = walker.nextNode()) {
+    if (node.nodeType === Node.ELEMENT_NODE) {
+      size += 2 * node.nodeName.length + 5;
+      for (const attr of node.attributes) size += attr.name.length + attr.value.length + 4;
+    } else if (node.nodeValue) {
+      size += node.nodeValue.length;
+    }
+    if (size > limit) return size;
+  }
+  return size;
+}"""
+
+
+async def settle(page: Any, deadline: float, max_bytes: int = 0) -> None:
     """Wait until *page*'s network is idle, or until *deadline* (``time.monotonic()``) has passed:
-    the DOM is taken either way (§15)."""
+    the DOM is taken either way (§15), unless it is over *max_bytes* (DOWNLOAD_MAXSIZE; 0 = no
+    limit), measured in the page before anything of it leaves the browser.
+
+    Raises:
+        PageTooLarge: the DOM is over *max_bytes*.
+    """
     remaining_ms = max(0.0, deadline - time.monotonic()) * 1000
-    if remaining_ms <= 0:
-        return
-    from playwright.async_api import TimeoutError as PlaywrightTimeout
+    if remaining_ms > 0:
+        from playwright.async_api import TimeoutError as PlaywrightTimeout
 
-    with contextlib.suppress(PlaywrightTimeout):
-        await page.wait_for_load_state("networkidle", timeout=remaining_ms)
+        with contextlib.suppress(PlaywrightTimeout):
+            await page.wait_for_load_state("networkidle", timeout=remaining_ms)
+    if max_bytes > 0 and await dom_size(page, max_bytes) > max_bytes:
+        raise PageTooLarge(f"the rendered page's DOM is over {max_bytes} bytes")
 
 
-def render_meta(timeout_s: float, user_agent: str) -> dict[str, Any]:
+async def dom_size(page: Any, limit: int) -> int:
+    """The size of *page*'s DOM in characters (:data:`_DOM_SIZE_JS`, counting stops past *limit*),
+    measured in an isolated world of its main frame: the page's scripts share its DOM but not its
+    JavaScript objects, so no ``createTreeWalker`` or prototype they replace can fake the count
+    (``page.evaluate`` runs in the page's own world).
+
+    Raises:
+        RuntimeError: the page could not be measured (it crashed or closed): a failed load, retried.
+    """
+    try:
+        session = await page.context.new_cdp_session(page)
+        try:
+            tree = await session.send("Page.getFrameTree")
+            world = await session.send(
+                "Page.createIsolatedWorld", {"frameId": tree["frameTree"]["frame"]["id"], "worldName": "crawlhive"}
+            )
+            result = await session.send(
+                "Runtime.evaluate",
+                {
+                    "expression": f"({_DOM_SIZE_JS})({int(limit)})",
+                    "contextId": world["executionContextId"],
+                    "returnByValue": True,
+                },
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                await session.detach()
+        return int(result["result"]["value"])
+    except Exception as exc:
+        raise RuntimeError(f"the rendered page's DOM could not be measured ({type(exc).__name__})") from None
+
+
+def render_meta(timeout_s: float, user_agent: str, max_bytes: int = 0) -> dict[str, Any]:
     """The request meta that makes scrapy-playwright load a request in the browser, in a context
     of its own, until DOMContentLoaded and then until settled (:func:`settle`)."""
     from scrapy_playwright.page import PageMethod
@@ -235,7 +303,7 @@ def render_meta(timeout_s: float, user_agent: str) -> dict[str, Any]:
         "playwright_context_kwargs": {"service_workers": "block", "accept_downloads": False, "user_agent": user_agent},
         "playwright_include_page": True,  # so that RenderMiddleware closes its context
         "playwright_page_goto_kwargs": {"wait_until": "domcontentloaded"},
-        "playwright_page_methods": [PageMethod(settle, deadline)],
+        "playwright_page_methods": [PageMethod(settle, deadline, max_bytes)],
         "playwright_page_init_callback": watch_navigation,
     }
 
@@ -426,11 +494,13 @@ class RenderMiddleware:
     browser context when its download ends, and drops a page the browser was redirected out of the
     crawl's ``allowed_domains`` (Chromium follows redirects itself, so Scrapy never sees them)."""
 
-    def __init__(self, proxy: GuardProxy, timeout_s: float, user_agent: str, leases: Any) -> None:
+    def __init__(self, proxy: GuardProxy, timeout_s: float, user_agent: str, runtime: Any, max_bytes: int) -> None:
         self.proxy = proxy
         self.timeout_s = timeout_s
         self.user_agent = user_agent
-        self.leases = leases
+        self.runtime = runtime
+        self.leases = runtime.leases
+        self.max_bytes = max_bytes
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -440,14 +510,19 @@ class RenderMiddleware:
 
         settings: Settings = crawler.settings["CRAWLHIVE_SETTINGS"]
         sock = _PROXY_SOCKETS.pop(crawler.settings.getint("CRAWLHIVE_RENDER_PROXY_PORT"))
-        leases = CrawlRuntime.of(crawler).leases
         proxy = GuardProxy(
             sock,
             _guarded_lookup,
             idle_timeout_s=settings.getfloat("RENDER_PROXY_IDLE_TIMEOUT"),
             max_connections=settings.getint("RENDER_PROXY_MAX_CONNECTIONS"),
         )
-        middleware = cls(proxy, settings.getfloat("RENDER_TIMEOUT"), settings.user_agent, leases)
+        middleware = cls(
+            proxy,
+            settings.getfloat("RENDER_TIMEOUT"),
+            settings.user_agent,
+            CrawlRuntime.of(crawler),
+            settings.getint("DOWNLOAD_MAXSIZE"),
+        )
         crawler.signals.connect(middleware._engine_started, signal=signals.engine_started)
         crawler.signals.connect(middleware._engine_stopped, signal=signals.engine_stopped)
         return middleware
@@ -462,7 +537,7 @@ class RenderMiddleware:
         context = context_of(request)
         if context is None or request.meta.get(SITEMAP):
             return  # robots.txt and sitemaps are fetched without the browser, through the guard
-        request.meta.update(render_meta(self.timeout_s, context.request.useragent or self.user_agent))
+        request.meta.update(render_meta(self.timeout_s, context.request.useragent or self.user_agent, self.max_bytes))
         host = urlsplit(request.url).hostname or ""
         await _guarded_lookup(host)  # BlockedNetwork: NetworkGuardMiddleware ends it for good
 
@@ -475,10 +550,22 @@ class RenderMiddleware:
                 # raised here to no process_exception, so the lease is ended here.
                 self.leases.drop(context)
                 raise IgnoreRequest(f"redirect to {response.url} leaves the crawl's allowed_domains")
+        from crawlhive.crawler.limits import too_large  # here: importing it installs the reactor
+
+        if context is not None and 0 < self.max_bytes < len(response.body):
+            # Measured in the page first (settle); this catches the escapes it does not count.
+            if not context.done:
+                self.runtime.emitter.fail(context, too_large(f"the rendered page's DOM is over {self.max_bytes} bytes"))
+            raise IgnoreRequest(f"the rendered page's DOM is over {self.max_bytes} bytes")
         return response
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
         await _close_page(request)
+        if isinstance(exception, PageTooLarge):
+            from crawlhive.crawler.limits import too_large
+
+            end_for_good(request, too_large(str(exception)))
+            return
         resolver = installed_resolver()
         for url in request.meta.get(NAVIGATED, ()):
             reason = resolver.refusal(urlsplit(url).hostname or "") if resolver is not None else None

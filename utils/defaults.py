@@ -316,6 +316,11 @@ RENDER_BROWSER: str = ""
 """The Chromium a rendering crawler starts (a path or a name on ``PATH``); empty = ``chromium`` (or
 ``chromium-browser``, ``google-chrome``) on ``PATH``. Nothing is downloaded at run time."""
 
+RENDER_JS_HEAP_MB: int = 512
+"""MiB of JavaScript heap each page of a rendering crawler may use (Chromium's
+``--js-flags=--max-old-space-size``): a script that grows past it kills only its page, which fails
+and is retried, instead of the crawler's container. DOWNLOAD_MAXSIZE bounds the DOM taken."""
+
 RENDER_PROXY_IDLE_TIMEOUT: float = 30.0
 """Seconds a connection through a rendering crawler's guard proxy may move no byte either way (or
 take to send its request head) before the proxy closes it."""

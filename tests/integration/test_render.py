@@ -417,3 +417,34 @@ def test_a_page_of_another_origin_never_sends_the_crawl_s_cookies_to_the_seed(
         "/x/0": "session=s3cret", "/x/0.js": "session=s3cret", "/x/1": "session=s3cret", "/x/2": "session=s3cret"
     }  # fmt: skip
     assert other.hits("/x/") and [s.path for s in other.hits("/x/") if cookie(s)] == []
+
+
+def test_a_dom_over_download_maxsize_is_a_dead_letter_and_the_crawler_goes_on(
+    site: TestSite, isolated: Any, tmp_path: Path
+) -> None:
+    """§10.7 for rendered pages: a small page whose script builds a DOM of about 600 KB, with
+    DOWNLOAD_MAXSIZE at 100 KB, is a ``response too large`` dead letter, not retried; the DOM is
+    never taken from the browser, and the next page renders."""
+    grow = (
+        "for (let i = 0; i < 6000; i++) { const p = document.createElement('p');"
+        " p.textContent = 'x'.repeat(100); document.body.appendChild(p); }"
+    )
+    site.page("/m/big", f"<html><body><script>{grow}</script></body></html>".encode())
+    site.page("/m/next", html(title="next"))
+    settings, prefix, client, collector = isolated
+    env = _render_env(settings, DOWNLOAD_MAXSIZE=100_000)
+    renderer = Crawler(env, tmp_path, name="render-big", extra_args=["--render"])
+    try:
+        renderer.wait_ready(client, prefix, timeout=60)
+        seed(settings, client, appid="mapp", crawlid="m1", url=site.url("/m/big"), render=True)
+        (letter,) = collector.wait_for("m1", 1, timeout=60)
+        seed(settings, client, appid="mapp", crawlid="m2", url=site.url("/m/next"), render=True)
+        (page,) = collector.wait_for("m2", 1, timeout=60)
+        assert collector.settle("m1", quiet_s=1.0) == [letter]
+    finally:
+        code = renderer.terminate(30)
+    assert letter["_topic"].endswith(".dead_letter"), letter
+    assert letter["error"] == "response too large: the rendered page's DOM is over 100000 bytes (DOWNLOAD_MAXSIZE)"
+    assert letter["retry_times"] == 0 and len(site.hits("/m/big")) == 1
+    assert page["status_code"] == 200 and "<title>next</title>" in page["body"]
+    assert code == 0, renderer.output()

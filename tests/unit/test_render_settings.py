@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def values(tmp_path: Path) -> dict[str, object]:
-    settings = Settings.from_overrides(RENDER=True, CRAWLHIVE_HOME=str(tmp_path))
+    settings = Settings.from_overrides(RENDER=True, CRAWLHIVE_HOME=str(tmp_path), RENDER_JS_HEAP_MB=64)
     values = render_settings(scrapy_settings(settings, "link"), settings)
     yield values
     _PROXY_SOCKETS.pop(int(values["CRAWLHIVE_RENDER_PROXY_PORT"])).close()  # type: ignore[call-overload]
@@ -31,3 +31,8 @@ def test_rendering_crawlers_download_http_and_https_only(values: dict[str, objec
     handlers = without_none_values(ScrapySettings(values).getwithbase("DOWNLOAD_HANDLERS"))
     assert set(handlers) == {"http", "https"}
     assert handlers["http"] == handlers["https"] == "crawlhive.crawler.render.RenderDownloadHandler"
+
+
+def test_the_browser_s_javascript_heap_is_bounded_by_a_setting(values: dict[str, object]) -> None:
+    args = values["PLAYWRIGHT_LAUNCH_OPTIONS"]["args"]  # type: ignore[index]
+    assert "--js-flags=--max-old-space-size=64" in args
