@@ -30,6 +30,8 @@ How a page is loaded:
   page's own URL is checked again before the browser starts (:class:`RenderMiddleware`), so a
   blocked page is a ``blocked network`` dead letter, as for plain crawlers. WebRTC is limited to
   proxied connections (no UDP around the proxy).
+* **The browser is sandboxed** and gets none of the crawler's credentials: see
+  ``crawler/sandbox.py`` (RENDER_BROWSER_USER, RENDER_ALLOW_NO_SANDBOX).
 * A browser that crashes or is killed is started again by scrapy-playwright at the next page; the
   pages it was loading fail, are retried through the frontier like any failed download, and so are
   never lost.
@@ -61,6 +63,7 @@ from twisted.internet.error import DNSLookupError
 from crawlhive.crawler.links import allowed_domains, host_allowed
 from crawlhive.crawler.netguard import BlockedNetwork, installed_resolver
 from crawlhive.crawler.requests import context_of, cookie_pairs, end_for_good
+from crawlhive.crawler.sandbox import browser_launch
 from crawlhive.crawler.sitemaps import SITEMAP
 from crawlhive.utils.domains import origin_of
 from crawlhive.utils.errors import SettingsError
@@ -162,6 +165,7 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
         raise SettingsError(
             f"RENDER_PROXY_MAX_CONNECTIONS: must be at least 1, got {settings.getint('RENDER_PROXY_MAX_CONNECTIONS')}"
         )
+    launch = browser_launch(browser, settings)  # SettingsError: no sandbox and no opt-out
     proxy = listening_socket()
     port = int(proxy.getsockname()[1])
     _PROXY_SOCKETS[port] = proxy
@@ -183,7 +187,9 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
             "DOWNLOAD_TIMEOUT": timeout_s + settings.getfloat("DOWNLOAD_TIMEOUT"),
             "PLAYWRIGHT_BROWSER_TYPE": "chromium",
             "PLAYWRIGHT_LAUNCH_OPTIONS": {
-                "executable_path": browser,
+                "executable_path": launch.executable,
+                "chromium_sandbox": launch.sandbox,
+                "env": launch.env,  # none of the crawler's credentials (crawler/sandbox.py)
                 "headless": True,
                 "proxy": {"server": f"http://127.0.0.1:{port}"},
                 "args": [

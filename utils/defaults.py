@@ -316,6 +316,16 @@ RENDER_BROWSER: str = ""
 """The Chromium a rendering crawler starts (a path or a name on ``PATH``); empty = ``chromium`` (or
 ``chromium-browser``, ``google-chrome``) on ``PATH``. Nothing is downloaded at run time."""
 
+RENDER_BROWSER_USER: str = "nobody"
+"""The user (name or uid) a rendering crawler running as root starts the browser as: Chromium's
+sandbox refuses root. Ignored when the crawler is not root (the browser runs as the crawler's user)."""
+
+RENDER_ALLOW_NO_SANDBOX: bool = False
+"""True: a rendering crawler where Chromium's sandbox cannot work (no unprivileged user namespaces,
+e.g. Docker's default seccomp profile) starts the browser without it, with a WARNING, instead of
+refusing to start. Dangerous: a browser exploit then runs as the crawler's user, beside its access to
+Redis, Kafka and REST."""
+
 RENDER_JS_HEAP_MB: int = 512
 """MiB of JavaScript heap each page of a rendering crawler may use (Chromium's
 ``--js-flags=--max-old-space-size``): a script that grows past it kills only its page, which fails

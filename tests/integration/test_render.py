@@ -448,3 +448,93 @@ def test_a_dom_over_download_maxsize_is_a_dead_letter_and_the_crawler_goes_on(
     assert letter["retry_times"] == 0 and len(site.hits("/m/big")) == 1
     assert page["status_code"] == 200 and "<title>next</title>" in page["body"]
     assert code == 0, renderer.output()
+
+
+#: Variables of the crawler's environment that must never reach the browser.
+SECRETS = {"REST_API_KEY": "rest-secret", "KAFKA_TEST_SECRET": "kafka-secret", "SHOP_DB_PASSWORD": "db-secret"}
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode("utf-8", "replace").split("\0") if "=" in item)
+
+
+def _status(pid: int, field: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def test_the_browser_runs_sandboxed_without_the_crawler_s_credentials(
+    site: TestSite, isolated: Any, tmp_path: Path
+) -> None:
+    """Chromium's sandbox is on (each renderer in user and PID namespaces of its own, under a
+    seccomp filter), never as root, and no process of the browser has REDIS_URL, KAFKA_*,
+    REST_API_KEY or a password in its environment."""
+
+    def slow(_seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(4)  # the page stays open (its renderer alive) meanwhile
+        return 200, {"Content-Type": "image/png"}, b""
+
+    site.page("/s/0", b'<html><head><title>sandboxed</title></head><body><img src="/s/slow.png"></body></html>')
+    site.handler("/s/slow.png", slow)
+    settings, prefix, client, collector = isolated
+    renderer = Crawler(_render_env(settings, **SECRETS), tmp_path, name="render-sandbox", extra_args=["--render"])
+    seen: dict[int, tuple[dict[str, str], str, str, str]] = {}
+    try:
+        renderer.wait_ready(client, prefix, timeout=60)
+        crawler_userns = os.readlink(f"/proc/{renderer.proc.pid}/ns/user")
+        seed(settings, client, appid="sapp", crawlid="s1", url=site.url("/s/0"), render=True)
+        deadline = time.monotonic() + 30
+        while not site.hits("/s/slow.png") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        for pid in _browsers(renderer.proc.pid):
+            with contextlib.suppress(OSError):
+                seen[pid] = (
+                    _environ(pid), _status(pid, "Uid"), _status(pid, "Seccomp"), os.readlink(f"/proc/{pid}/ns/user")
+                )  # fmt: skip
+        (page,) = collector.wait_for("s1", 1, timeout=60)
+    finally:
+        code = renderer.terminate(30)
+    assert page["status_code"] == 200 and "<title>sandboxed</title>" in page["body"]
+    assert "WARNING" not in renderer.output() and "sandbox" not in renderer.output().lower(), renderer.output()
+    for pid, (environ, uids, _, _) in seen.items():
+        leaked = sorted(n for n in environ if n in SECRETS or n.startswith(("REDIS", "KAFKA")) or "PASSWORD" in n)
+        assert leaked == [], (pid, leaked)
+        assert not set(environ.values()) & set(SECRETS.values())
+        assert uids.split()[0] != "0", (pid, uids)  # never as root
+    sandboxed = [pid for pid, (_, _, seccomp, userns) in seen.items() if seccomp == "2" and userns != crawler_userns]
+    assert sandboxed, seen  # the renderers: seccomp-bpf and a user namespace of their own
+    assert code == 0, renderer.output()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="RENDER_BROWSER_USER applies to a crawler running as root")
+def test_without_a_sandbox_the_crawler_refuses_to_start_unless_told(
+    site: TestSite, isolated: Any, tmp_path: Path
+) -> None:
+    """As root with RENDER_BROWSER_USER=root the sandbox cannot work: the crawler stops at once,
+    naming the reason and RENDER_ALLOW_NO_SANDBOX; with that setting true it renders, with one
+    WARNING saying why that is dangerous."""
+    settings, prefix, client, collector = isolated
+    env = _render_env(settings, RENDER_BROWSER_USER="root")
+    done = subprocess.run([*CLI, "crawler", "--render"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "rendering needs Chromium's sandbox and it cannot work here: the browser would run as root" in done.stderr
+    assert "RENDER_ALLOW_NO_SANDBOX=true" in done.stderr and "Traceback" not in done.stderr
+    site.page("/n/0", html(title="unsandboxed"))
+    env = _render_env(settings, RENDER_BROWSER_USER="root", RENDER_ALLOW_NO_SANDBOX=True, **SECRETS)
+    renderer = Crawler(env, tmp_path, name="render-nosandbox", extra_args=["--render"])
+    try:
+        renderer.wait_ready(client, prefix, timeout=60)
+        seed(settings, client, appid="napp", crawlid="n1", url=site.url("/n/0"), render=True)
+        (page,) = collector.wait_for("n1", 1, timeout=60)
+        environs = [_environ(pid) for pid in _browsers(renderer.proc.pid)]
+    finally:
+        code = renderer.terminate(30)
+    assert page["status_code"] == 200 and "<title>unsandboxed</title>" in page["body"]
+    warnings = [line for line in renderer.output().splitlines() if "WARNING" in line]
+    assert len(warnings) == 1 and "WITHOUT Chromium's sandbox (RENDER_ALLOW_NO_SANDBOX=true)" in warnings[0], warnings
+    assert environs and all("REDIS_URL" not in e and "REST_API_KEY" not in e for e in environs)
+    assert code == 0, renderer.output()
