@@ -247,20 +247,35 @@ _DOM_SIZE_JS = """(limit) => {
 }"""
 
 
+#: Seconds between two measurements of a page's DOM while it settles.
+DOM_CHECK_INTERVAL_S = 1.0
+
+
 async def settle(page: Any, deadline: float, max_bytes: int = 0) -> None:
     """Wait until *page*'s network is idle, or until *deadline* (``time.monotonic()``) has passed:
     the DOM is taken either way (§15), unless it is over *max_bytes* (DOWNLOAD_MAXSIZE; 0 = no
-    limit), measured in the page before anything of it leaves the browser.
+    limit), measured in the page before anything of it leaves the browser, and every
+    :data:`DOM_CHECK_INTERVAL_S` meanwhile (a page whose scripts keep growing it stops there, not at
+    the deadline or the container's memory limit).
 
     Raises:
         PageTooLarge: the DOM is over *max_bytes*.
     """
-    remaining_ms = max(0.0, deadline - time.monotonic()) * 1000
-    if remaining_ms > 0:
+    remaining_s = deadline - time.monotonic()
+    if remaining_s > 0:
         from playwright.async_api import TimeoutError as PlaywrightTimeout
 
-        with contextlib.suppress(PlaywrightTimeout):
-            await page.wait_for_load_state("networkidle", timeout=remaining_ms)
+        idle = asyncio.ensure_future(page.wait_for_load_state("networkidle", timeout=remaining_s * 1000))
+        idle.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, always
+        try:
+            while not idle.done():
+                await asyncio.wait({idle}, timeout=DOM_CHECK_INTERVAL_S)
+                if not idle.done() and max_bytes > 0 and await dom_size(page, max_bytes) > max_bytes:
+                    raise PageTooLarge(f"the rendered page's DOM is over {max_bytes} bytes")
+        finally:
+            idle.cancel()
+        with contextlib.suppress(PlaywrightTimeout, asyncio.CancelledError):
+            idle.result()
     if max_bytes > 0 and await dom_size(page, max_bytes) > max_bytes:
         raise PageTooLarge(f"the rendered page's DOM is over {max_bytes} bytes")
 

@@ -64,8 +64,19 @@ def _probe(user: pwd.struct_passwd | None) -> int:
                 os.setgroups([])
                 os.setgid(user.pw_gid)
                 os.setuid(user.pw_uid)
+            uid, gid = os.getuid(), os.getgid()
             libc = ctypes.CDLL(None, use_errno=True)
-            code = 0 if libc.unshare(_NAMESPACES) == 0 else min(ctypes.get_errno(), 255) or 1
+            libc.prctl(4, 1)  # PR_SET_DUMPABLE, which setuid cleared (the browser gets it by its exec)
+            if libc.unshare(_NAMESPACES) != 0:
+                code = min(ctypes.get_errno(), 255) or 1
+            else:  # and map itself in it, as the sandbox does (refused where user namespaces are
+                # allowed but left without capabilities, e.g. by AppArmor's userns restriction)
+                for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+                    with open(f"/proc/self/{name}", "w") as out:
+                        out.write(text)
+                code = 0
+        except OSError as exc:
+            code = min(exc.errno or 1, 255)
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
@@ -134,7 +145,7 @@ def sandbox_problem(user: pwd.struct_passwd | None) -> str | None:
     if uid == 0:
         return "the browser would run as root, where Chromium refuses its sandbox (RENDER_BROWSER_USER)"
     try:
-        code = _probe(user)
+        code = _probe(user)  # errno; 1 also when the uid_map write failed (OSError in the child)
     except OSError as exc:
         return f"the sandbox check could not run ({type(exc).__name__}: {exc})"
     if code != 0:

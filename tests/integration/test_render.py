@@ -91,7 +91,7 @@ def _browser_hit(seen: Seen) -> bool:
 
 
 def _render_env(settings: Any, **overrides: Any) -> dict[str, str]:
-    return crawler_env(settings, RENDER_TIMEOUT=10, DOWNLOAD_TIMEOUT=5, **overrides)
+    return crawler_env(settings, **{"RENDER_TIMEOUT": 10, "DOWNLOAD_TIMEOUT": 5, **overrides})
 
 
 def _wait_heartbeats(client: redis.Redis, prefix: str, count: int, crawlers: list[Crawler]) -> None:
@@ -424,15 +424,28 @@ def test_a_dom_over_download_maxsize_is_a_dead_letter_and_the_crawler_goes_on(
 ) -> None:
     """§10.7 for rendered pages: a small page whose script builds a DOM of about 600 KB, with
     DOWNLOAD_MAXSIZE at 100 KB, is a ``response too large`` dead letter, not retried; the DOM is
-    never taken from the browser, and the next page renders."""
+    never taken from the browser, and the next page renders. A page that keeps its network busy
+    while its script grows the DOM is stopped within seconds, not at RENDER_TIMEOUT."""
     grow = (
         "for (let i = 0; i < 6000; i++) { const p = document.createElement('p');"
         " p.textContent = 'x'.repeat(100); document.body.appendChild(p); }"
     )
     site.page("/m/big", f"<html><body><script>{grow}</script></body></html>".encode())
     site.page("/m/next", html(title="next"))
+    growing = (
+        "fetch('/m/hang').catch(() => {});"
+        "setInterval(() => { const p = document.createElement('p'); p.textContent = 'y'.repeat(20000);"
+        " document.body.appendChild(p); }, 100);"
+    )
+    site.page("/m/growing", f"<html><body><script>{growing}</script></body></html>".encode())
+
+    def hang(_seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(35)  # the network never idles while the page is open
+        return 200, {"Content-Type": "text/plain"}, b""
+
+    site.handler("/m/hang", hang)
     settings, prefix, client, collector = isolated
-    env = _render_env(settings, DOWNLOAD_MAXSIZE=100_000)
+    env = _render_env(settings, DOWNLOAD_MAXSIZE=100_000, RENDER_TIMEOUT=30)
     renderer = Crawler(env, tmp_path, name="render-big", extra_args=["--render"])
     try:
         renderer.wait_ready(client, prefix, timeout=60)
@@ -440,13 +453,18 @@ def test_a_dom_over_download_maxsize_is_a_dead_letter_and_the_crawler_goes_on(
         (letter,) = collector.wait_for("m1", 1, timeout=60)
         seed(settings, client, appid="mapp", crawlid="m2", url=site.url("/m/next"), render=True)
         (page,) = collector.wait_for("m2", 1, timeout=60)
+        seed(settings, client, appid="mapp", crawlid="m3", url=site.url("/m/growing"), render=True)
+        (grown,) = collector.wait_for("m3", 1, timeout=60)
+        grown_after = time.time() - site.hits("/m/growing")[0].at
         assert collector.settle("m1", quiet_s=1.0) == [letter]
     finally:
         code = renderer.terminate(30)
-    assert letter["_topic"].endswith(".dead_letter"), letter
-    assert letter["error"] == "response too large: the rendered page's DOM is over 100000 bytes (DOWNLOAD_MAXSIZE)"
+    expected = "response too large: the rendered page's DOM is over 100000 bytes (DOWNLOAD_MAXSIZE)"
+    assert letter["_topic"].endswith(".dead_letter") and letter["error"] == expected, letter
     assert letter["retry_times"] == 0 and len(site.hits("/m/big")) == 1
     assert page["status_code"] == 200 and "<title>next</title>" in page["body"]
+    assert grown["_topic"].endswith(".dead_letter") and grown["error"] == expected, grown
+    assert grown_after < 15, grown_after  # measured while settling, not once RENDER_TIMEOUT (30 s) was over
     assert code == 0, renderer.output()
 
 
