@@ -548,7 +548,10 @@ def test_without_a_sandbox_the_crawler_refuses_to_start_unless_told(
         renderer.wait_ready(client, prefix, timeout=60)
         seed(settings, client, appid="napp", crawlid="n1", url=site.url("/n/0"), render=True)
         (page,) = collector.wait_for("n1", 1, timeout=60)
-        environs = [_environ(pid) for pid in _browsers(renderer.proc.pid)]
+        environs = []
+        for pid in _browsers(renderer.proc.pid):
+            with contextlib.suppress(OSError):  # a renderer may end meanwhile
+                environs.append(_environ(pid))
     finally:
         code = renderer.terminate(30)
     assert page["status_code"] == 200 and "<title>unsandboxed</title>" in page["body"]
