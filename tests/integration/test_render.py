@@ -559,3 +559,31 @@ def test_without_a_sandbox_the_crawler_refuses_to_start_unless_told(
     assert len(warnings) == 1 and "WITHOUT Chromium's sandbox (RENDER_ALLOW_NO_SANDBOX=true)" in warnings[0], warnings
     assert environs and all("REDIS_URL" not in e and "REST_API_KEY" not in e for e in environs)
     assert code == 0, renderer.output()
+
+
+def test_a_script_past_the_javascript_heap_bound_kills_only_its_page(
+    site: TestSite, isolated: Any, tmp_path: Path
+) -> None:
+    """RENDER_JS_HEAP_MB reaches the renderers: a script that allocates without end crashes its page
+    within seconds (a failed load, retried, then a dead letter) instead of growing to the V8 default
+    of gigabytes, and the crawler renders the next page."""
+    hog = "const keep = []; for (;;) { keep.push(new Array(1e6).fill(Math.random())); }"
+    site.page("/h/hog", f"<html><body><script>{hog}</script></body></html>".encode())
+    site.page("/h/next", html(title="next"))
+    settings, prefix, client, collector = isolated
+    renderer = Crawler(_render_env(settings, RENDER_JS_HEAP_MB=64, RETRY_TIMES=1), tmp_path, name="render-heap",
+                       extra_args=["--render"])  # fmt: skip
+    try:
+        renderer.wait_ready(client, prefix, timeout=60)
+        started = time.monotonic()
+        seed(settings, client, appid="happ", crawlid="h1", url=site.url("/h/hog"), render=True)
+        (letter,) = collector.wait_for("h1", 1, timeout=60)
+        took = time.monotonic() - started
+        seed(settings, client, appid="happ", crawlid="h2", url=site.url("/h/next"), render=True)
+        (page,) = collector.wait_for("h2", 1, timeout=60)
+    finally:
+        code = renderer.terminate(30)
+    assert letter["_topic"].endswith(".dead_letter") and "crashed" in letter["error"], letter
+    assert took < 20, took
+    assert page["status_code"] == 200 and "<title>next</title>" in page["body"]
+    assert code == 0, renderer.output()
