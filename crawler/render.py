@@ -84,6 +84,14 @@ logger = logging.getLogger(__name__)
 #: 4x less CPU per page than the full browser in its headless mode, measured by bench/render.py),
 #: then Debian's ``chromium`` and other names of the full browser.
 BROWSER_NAMES = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+#: Chromium features rendering crawlers turn on: Playwright's own (``chromiumSwitches`` of
+#: Playwright 1.65) and origin-bound cookies.
+BROWSER_FEATURES = (
+    "CDPScreenshotNewSurface",
+    "SkipListAccountsWithoutGaiaCookies",
+    "EnablePortBoundCookies",
+    "EnableSchemeBoundCookies",
+)
 #: Largest request head the proxy reads from the browser.
 MAX_HEAD = 65536
 #: Seconds the proxy waits for the browser's request head, and for a connection to a site.
@@ -202,6 +210,9 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
                     "--disable-crash-reporter",  # no crashpad handler left behind by a killed browser
                     "--disable-breakpad",
                     f"--js-flags=--max-old-space-size={heap_mb}",  # each page's JavaScript heap
+                    # Cookies bound to their origin's port and scheme (CookieGuard.install); the
+                    # last --enable-features counts, so Playwright's own are repeated here.
+                    "--enable-features=" + ",".join(BROWSER_FEATURES),
                 ],
             },
             "PLAYWRIGHT_MAX_PAGES_PER_CONTEXT": 1,
@@ -383,18 +394,26 @@ class CookieGuard:
         self.emptied = False
 
     async def install(self, pairs: dict[str, str]) -> None:
-        """Put *pairs* in the page's jar and watch the page."""
+        """Put *pairs* in the page's jar, bound to the seed's origin, and watch the page.
+
+        Set through the DevTools protocol, which (unlike Playwright's ``add_cookies``) takes the
+        cookie's source port and scheme: with Chromium's port- and scheme-bound cookies
+        (:data:`BROWSER_FEATURES`) the browser then sends them to that origin only, a redirect to
+        another port of the seed's host included (no route is asked about redirects). Host-only,
+        ``HttpOnly``, ``SameSite=Strict``, ``Secure`` on https.
+        """
         parts = urlsplit(self.seed_origin)
         secure = parts.scheme == "https"
         jar = [
             {
                 "name": name,
                 "value": value,
-                "domain": parts.hostname or "",
-                "path": "/",
+                "url": self.seed_origin + "/",
                 "secure": secure,
                 "httpOnly": True,
                 "sameSite": "Strict",
+                "sourceScheme": "Secure" if secure else "NonSecure",
+                "sourcePort": parts.port,
             }
             for name, value in pairs.items()
         ]
@@ -402,7 +421,11 @@ class CookieGuard:
         self.page.on("framenavigated", self._frame_navigated)
         self.page.on("request", self._request_seen)
         await self.page.context.route("**/*", self._other_page_request)  # popups: no route of their own
-        await self.page.context.add_cookies(jar)
+        session = await self.page.context.new_cdp_session(self.page)
+        try:
+            await session.send("Network.setCookies", {"cookies": jar})
+        finally:
+            await session.detach()
 
     def foreign(self, url: str) -> bool:
         """Whether *url* is of a document of another origin than the seed's."""

@@ -366,9 +366,9 @@ def test_a_page_of_another_origin_never_sends_the_crawl_s_cookies_to_the_seed(
 ) -> None:
     """§10.6 in a browser, per origin (scheme, host, port): pages of another port of the same host
     (same-site for the browser) auto-submit forms to the seed's origin from a frame of the seed's
-    page, after the seed's page navigated to them, and from a popup; the seed's origin receives
-    those POSTs without the crawl's cookie (the popup's may not come at all), and nothing of another
-    port gets it either."""
+    page, after the seed's page navigated or was redirected to them, and from a popup; the seed's
+    origin receives those POSTs without the crawl's cookie (the popup's may not come at all), and
+    nothing of another port gets it either, the target of a redirect included."""
     other = TestSite()
     other.start()
     try:
@@ -387,19 +387,21 @@ def test_a_page_of_another_origin_never_sends_the_crawl_s_cookies_to_the_seed(
         other.page("/x/framed", _auto_submit(f"{seed_origin}/x/delete/framed", target="_top"))
         other.page("/x/away", _auto_submit(f"{seed_origin}/x/delete/away"))
         other.page("/x/popup", _auto_submit(f"{seed_origin}/x/delete/popup"))
-        for name in ("framed", "away", "popup"):
+        site.handler("/x/3", lambda _seen: (302, {"Location": f"{evil}/x/redirected"}, b""))
+        other.page("/x/redirected", _auto_submit(f"{seed_origin}/x/delete/redirected"))
+        for name in ("framed", "away", "popup", "redirected"):
             site.page(f"/x/delete/{name}", html(title="deleted"))
         settings, prefix, client, collector = isolated
         renderer = Crawler(_render_env(settings), tmp_path, name="render-csrf", extra_args=["--render"])
         try:
             renderer.wait_ready(client, prefix, timeout=60)
-            for number in range(3):
+            for number in range(4):
                 seed(settings, client, appid="xapp", crawlid=f"x{number}", url=site.url(f"/x/{number}"),
                      render=True, cookies={"session": "s3cret"})  # fmt: skip
-            for number in range(3):
+            for number in range(4):
                 collector.wait_for(f"x{number}", 1, timeout=60)
             deadline = time.monotonic() + 20
-            while len([s for s in site.hits("/x/delete/") if s.method == "POST"]) < 2 and time.monotonic() < deadline:
+            while len([s for s in site.hits("/x/delete/") if s.method == "POST"]) < 3 and time.monotonic() < deadline:
                 time.sleep(0.2)
         finally:
             code = renderer.terminate(30)
@@ -412,7 +414,8 @@ def test_a_page_of_another_origin_never_sends_the_crawl_s_cookies_to_the_seed(
 
     posts = {s.path: cookie(s) for s in site.hits("/x/delete/") if s.method == "POST"}
     # The popup's requests are refused (its POST may never come); those that come carry no cookie.
-    assert {"/x/delete/framed", "/x/delete/away"} <= set(posts) and set(posts.values()) == {None}, posts
+    assert {"/x/delete/framed", "/x/delete/away", "/x/delete/redirected"} <= set(posts), posts
+    assert set(posts.values()) == {None}, posts
     assert {s.path: cookie(s) for s in site.hits("/x/") if s.path in ("/x/0", "/x/0.js", "/x/1", "/x/2")} == {
         "/x/0": "session=s3cret", "/x/0.js": "session=s3cret", "/x/1": "session=s3cret", "/x/2": "session=s3cret"
     }  # fmt: skip
