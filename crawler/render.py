@@ -13,11 +13,11 @@ How a page is loaded:
 * Every page gets a **browser context of its own** (cookies, storage, cache), closed with the page
   by :class:`RenderMiddleware`, so a site's ``Set-Cookie`` never reaches another crawl's pages, as
   with plain pages (§3.7). Service workers and downloads are off.
-* The crawl's cookies are in the page's jar for the seed's host (``SameSite=Strict``, ``HttpOnly``)
-  and are withdrawn before the page sends anything for a document of another origin, or to another
-  port or scheme of the seed's host (:class:`CookieGuard`); popups load nothing. The crawl's
-  ``headers`` are never sent by the browser (refused with ``render: true``: Playwright would carry
-  them across redirects).
+* The crawl's cookies are in the page's jar for the seed's origin (host-only, bound to its port and
+  scheme, ``SameSite=Strict``, ``HttpOnly``) and are withdrawn before the page sends anything for
+  a document of another origin, or to another port or scheme of the seed's host
+  (:class:`CookieGuard`); popups load nothing. The crawl's ``headers`` are never sent by the
+  browser (refused with ``render: true``: Playwright would carry them across redirects).
 * The page is loaded until ``DOMContentLoaded``, then until the network is idle or RENDER_TIMEOUT
   (counted from the start) has passed (:func:`settle`); the item's ``body`` is the DOM then, its
   status and headers those of the main document. A DOM over DOWNLOAD_MAXSIZE, measured in the
@@ -374,15 +374,16 @@ class CookieGuard:
     """Keeps a crawl's cookies to the seed's origin (scheme, host and port) and to requests made by
     documents of that origin (§10.6).
 
-    A browser's cookie jar cannot do that alone: a cookie is sent to its host on every port, and
-    ``SameSite=Strict`` (set here) holds back only requests started by *another site*, while a page
-    on another port of the seed's host is the same site (a form it submits to the seed would carry
-    the cookie). So the cookies are *withdrawn* (the page's jar emptied) as soon as the page holds,
-    or is about to load, a document of another origin: a frame, a navigation (a redirect too) or a
-    popup. Every request of the page passes :meth:`before_request` (scrapy-playwright's
-    PLAYWRIGHT_ABORT_REQUEST hook, awaited before the request leaves the browser) and the jar is
-    emptied there before anything a document of another origin asks for is sent; the popups' own
-    requests are refused. The seed's page and its subresources keep the cookies until then.
+    A browser's cookie jar cannot do that alone: bound to the seed's port and scheme
+    (:meth:`install`) a cookie goes to no other origin, but ``SameSite=Strict`` (set too) holds back
+    only requests started by *another site*, while a page on another port of the seed's host is the
+    same site (a form it submits to the seed would carry the cookie). So the cookies are
+    *withdrawn* (the page's jar emptied) as soon as the page holds, or is about to load, a
+    document of another origin: a frame, a navigation (a redirect too) or a popup. Every request of
+    the page passes :meth:`before_request` (scrapy-playwright's PLAYWRIGHT_ABORT_REQUEST hook,
+    awaited before the request leaves the browser) and the jar is emptied there before anything a
+    document of another origin asks for is sent; the popups' own requests are refused. The seed's
+    page and its subresources keep the cookies until then.
     Cookies are also ``HttpOnly`` (no script of the page reads them) and ``Secure`` on https.
     """
 
