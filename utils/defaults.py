@@ -322,6 +322,29 @@ RENDER_BROWSER: str = ""
 """The Chromium a rendering crawler starts (a path or a name on ``PATH``); empty = ``chromium`` (or
 ``chromium-browser``, ``google-chrome``) on ``PATH``. Nothing is downloaded at run time."""
 
+RENDER_BROWSER_USER: str = "nobody"
+"""The user (name or uid) a rendering crawler running as root starts the browser as: Chromium's
+sandbox refuses root. Ignored when the crawler is not root (the browser runs as the crawler's user)."""
+
+RENDER_ALLOW_NO_SANDBOX: bool = False
+"""True: a rendering crawler where Chromium's sandbox cannot work (no unprivileged user namespaces,
+e.g. Docker's default seccomp profile) starts the browser without it, with a WARNING, instead of
+refusing to start. Dangerous: a browser exploit then runs as the crawler's user, beside its access to
+Redis, Kafka and REST."""
+
+RENDER_JS_HEAP_MB: int = 512
+"""MiB of JavaScript heap each page of a rendering crawler may use (Chromium's
+``--js-flags=--max-old-space-size``): a script that grows past it kills only its page, which fails
+and is retried, instead of the crawler's container. DOWNLOAD_MAXSIZE bounds the DOM taken."""
+
+RENDER_PROXY_IDLE_TIMEOUT: float = 30.0
+"""Seconds a connection through a rendering crawler's guard proxy may move no byte either way (or
+take to send its request head) before the proxy closes it."""
+
+RENDER_PROXY_MAX_CONNECTIONS: int = 256
+"""Connections a rendering crawler's guard proxy serves at once; more are closed when accepted (the
+proxy's loopback port is open to every local user)."""
+
 REDIS_START_URLS_KEY: str = "%(name)s:start_urls"
 """Redis-only mode: the list a crawler pops seeds from (scrapy-redis's setting and format; ``name``
 is the spider's name). An entry is a URL or a JSON crawl request."""

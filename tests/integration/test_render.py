@@ -91,7 +91,7 @@ def _browser_hit(seen: Seen) -> bool:
 
 
 def _render_env(settings: Any, **overrides: Any) -> dict[str, str]:
-    return crawler_env(settings, RENDER_TIMEOUT=10, DOWNLOAD_TIMEOUT=5, **overrides)
+    return crawler_env(settings, **{"RENDER_TIMEOUT": 10, "DOWNLOAD_TIMEOUT": 5, **overrides})
 
 
 def _wait_heartbeats(client: redis.Redis, prefix: str, count: int, crawlers: list[Crawler]) -> None:
@@ -351,4 +351,242 @@ def test_cookies_reach_only_the_seed_s_host_and_the_user_agent_is_the_crawl_s(
     assert set(elsewhere) == {"/c/other.js", "/c/next", "/c/target"} and set(elsewhere.values()) == {None}
     agents = {s.headers.get("User-Agent") or s.headers.get("user-agent") for s in hits}
     assert agents == {"crawlhive-test-agent"}
+    assert code == 0, renderer.output()
+
+
+def _auto_submit(action: str, target: str = "_self") -> bytes:
+    return (
+        f'<html><body><form method="post" action="{action}" target="{target}">'
+        '<input name="confirm" value="yes"></form><script>document.forms[0].submit()</script></body></html>'
+    ).encode()
+
+
+def test_a_page_of_another_origin_never_sends_the_crawl_s_cookies_to_the_seed(
+    site: TestSite, isolated: Any, tmp_path: Path
+) -> None:
+    """§10.6 in a browser, per origin (scheme, host, port): pages of another port of the same host
+    (same-site for the browser) auto-submit forms to the seed's origin from a frame of the seed's
+    page, after the seed's page navigated or was redirected to them, and from a popup; the seed's
+    origin receives those POSTs without the crawl's cookie (the popup's may not come at all), and
+    nothing of another port gets it either, the target of a redirect included."""
+    other = TestSite()
+    other.start()
+    try:
+        seed_origin, evil = site.url(""), other.url("")
+        # The other port's script and frame only once the seed's own script has loaded with the
+        # cookie (a request of the page to another origin of the seed's host withdraws them).
+        later = (
+            f'document.body.appendChild(Object.assign(document.createElement("script"), {{src: "{evil}/x/other.js"}}));'
+            f'document.body.appendChild(Object.assign(document.createElement("iframe"), {{src: "{evil}/x/framed"}}));'
+        )
+        site.page("/x/0", f"<html><body><script src=\"/x/0.js\" onload='{later}'></script></body></html>".encode())
+        site.page("/x/0.js", b"1;", content_type="application/javascript")
+        site.page("/x/1", f'<html><body><script>location = "{evil}/x/away"</script></body></html>'.encode())
+        site.page("/x/2", f'<html><body><script>window.open("{evil}/x/popup")</script></body></html>'.encode())
+        other.page("/x/other.js", b"1;", content_type="application/javascript")
+        other.page("/x/framed", _auto_submit(f"{seed_origin}/x/delete/framed", target="_top"))
+        other.page("/x/away", _auto_submit(f"{seed_origin}/x/delete/away"))
+        other.page("/x/popup", _auto_submit(f"{seed_origin}/x/delete/popup"))
+        site.handler("/x/3", lambda _seen: (302, {"Location": f"{evil}/x/redirected"}, b""))
+        other.page("/x/redirected", _auto_submit(f"{seed_origin}/x/delete/redirected"))
+        for name in ("framed", "away", "popup", "redirected"):
+            site.page(f"/x/delete/{name}", html(title="deleted"))
+        settings, prefix, client, collector = isolated
+        renderer = Crawler(_render_env(settings), tmp_path, name="render-csrf", extra_args=["--render"])
+        try:
+            renderer.wait_ready(client, prefix, timeout=60)
+            for number in range(4):
+                seed(settings, client, appid="xapp", crawlid=f"x{number}", url=site.url(f"/x/{number}"),
+                     render=True, cookies={"session": "s3cret"})  # fmt: skip
+            for number in range(4):
+                collector.wait_for(f"x{number}", 1, timeout=60)
+            deadline = time.monotonic() + 20
+            while len([s for s in site.hits("/x/delete/") if s.method == "POST"]) < 3 and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            code = renderer.terminate(30)
+        assert code == 0, renderer.output()
+    finally:
+        other.stop()
+
+    def cookie(seen: Seen) -> str | None:
+        return seen.headers.get("Cookie") or seen.headers.get("cookie")
+
+    posts = {s.path: cookie(s) for s in site.hits("/x/delete/") if s.method == "POST"}
+    # The popup's requests are refused (its POST may never come); those that come carry no cookie.
+    assert {"/x/delete/framed", "/x/delete/away", "/x/delete/redirected"} <= set(posts), posts
+    assert set(posts.values()) == {None}, posts
+    assert {s.path: cookie(s) for s in site.hits("/x/") if s.path in ("/x/0", "/x/0.js", "/x/1", "/x/2")} == {
+        "/x/0": "session=s3cret", "/x/0.js": "session=s3cret", "/x/1": "session=s3cret", "/x/2": "session=s3cret"
+    }  # fmt: skip
+    assert other.hits("/x/") and [s.path for s in other.hits("/x/") if cookie(s)] == []
+
+
+def test_a_dom_over_download_maxsize_is_a_dead_letter_and_the_crawler_goes_on(
+    site: TestSite, isolated: Any, tmp_path: Path
+) -> None:
+    """§10.7 for rendered pages: a small page whose script builds a DOM of about 600 KB, with
+    DOWNLOAD_MAXSIZE at 100 KB, is a ``response too large`` dead letter, not retried; the DOM is
+    never taken from the browser, and the next page renders. A page that keeps its network busy
+    while its script grows the DOM is stopped within seconds, not at RENDER_TIMEOUT."""
+    grow = (
+        "for (let i = 0; i < 6000; i++) { const p = document.createElement('p');"
+        " p.textContent = 'x'.repeat(100); document.body.appendChild(p); }"
+    )
+    site.page("/m/big", f"<html><body><script>{grow}</script></body></html>".encode())
+    site.page("/m/next", html(title="next"))
+    growing = (
+        "fetch('/m/hang').catch(() => {});"
+        "setInterval(() => { const p = document.createElement('p'); p.textContent = 'y'.repeat(20000);"
+        " document.body.appendChild(p); }, 100);"
+    )
+    site.page("/m/growing", f"<html><body><script>{growing}</script></body></html>".encode())
+
+    def hang(_seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(35)  # the network never idles while the page is open
+        return 200, {"Content-Type": "text/plain"}, b""
+
+    site.handler("/m/hang", hang)
+    settings, prefix, client, collector = isolated
+    env = _render_env(settings, DOWNLOAD_MAXSIZE=100_000, RENDER_TIMEOUT=30)
+    renderer = Crawler(env, tmp_path, name="render-big", extra_args=["--render"])
+    try:
+        renderer.wait_ready(client, prefix, timeout=60)
+        seed(settings, client, appid="mapp", crawlid="m1", url=site.url("/m/big"), render=True)
+        (letter,) = collector.wait_for("m1", 1, timeout=60)
+        seed(settings, client, appid="mapp", crawlid="m2", url=site.url("/m/next"), render=True)
+        (page,) = collector.wait_for("m2", 1, timeout=60)
+        seed(settings, client, appid="mapp", crawlid="m3", url=site.url("/m/growing"), render=True)
+        (grown,) = collector.wait_for("m3", 1, timeout=60)
+        grown_after = time.time() - site.hits("/m/growing")[0].at
+        assert collector.settle("m1", quiet_s=1.0) == [letter]
+    finally:
+        code = renderer.terminate(30)
+    expected = "response too large: the rendered page's DOM is over 100000 bytes (DOWNLOAD_MAXSIZE)"
+    assert letter["_topic"].endswith(".dead_letter") and letter["error"] == expected, letter
+    assert letter["retry_times"] == 0 and len(site.hits("/m/big")) == 1
+    assert page["status_code"] == 200 and "<title>next</title>" in page["body"]
+    assert grown["_topic"].endswith(".dead_letter") and grown["error"] == expected, grown
+    assert grown_after < 15, grown_after  # measured while settling, not once RENDER_TIMEOUT (30 s) was over
+    assert code == 0, renderer.output()
+
+
+#: Variables of the crawler's environment that must never reach the browser.
+SECRETS = {"REST_API_KEY": "rest-secret", "KAFKA_TEST_SECRET": "kafka-secret", "SHOP_DB_PASSWORD": "db-secret"}
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode("utf-8", "replace").split("\0") if "=" in item)
+
+
+def _status(pid: int, field: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def test_the_browser_runs_sandboxed_without_the_crawler_s_credentials(
+    site: TestSite, isolated: Any, tmp_path: Path
+) -> None:
+    """Chromium's sandbox is on (each renderer in user and PID namespaces of its own, under a
+    seccomp filter), never as root, and no process of the browser has REDIS_URL, KAFKA_*,
+    REST_API_KEY or a password in its environment."""
+
+    def slow(_seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(4)  # the page stays open (its renderer alive) meanwhile
+        return 200, {"Content-Type": "image/png"}, b""
+
+    site.page("/s/0", b'<html><head><title>sandboxed</title></head><body><img src="/s/slow.png"></body></html>')
+    site.handler("/s/slow.png", slow)
+    settings, prefix, client, collector = isolated
+    renderer = Crawler(_render_env(settings, **SECRETS), tmp_path, name="render-sandbox", extra_args=["--render"])
+    seen: dict[int, tuple[dict[str, str], str, str, str]] = {}
+    try:
+        renderer.wait_ready(client, prefix, timeout=60)
+        crawler_userns = os.readlink(f"/proc/{renderer.proc.pid}/ns/user")
+        seed(settings, client, appid="sapp", crawlid="s1", url=site.url("/s/0"), render=True)
+        deadline = time.monotonic() + 30
+        while not site.hits("/s/slow.png") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        for pid in _browsers(renderer.proc.pid):
+            with contextlib.suppress(OSError):
+                seen[pid] = (
+                    _environ(pid), _status(pid, "Uid"), _status(pid, "Seccomp"), os.readlink(f"/proc/{pid}/ns/user")
+                )  # fmt: skip
+        (page,) = collector.wait_for("s1", 1, timeout=60)
+    finally:
+        code = renderer.terminate(30)
+    assert page["status_code"] == 200 and "<title>sandboxed</title>" in page["body"]
+    assert "WARNING" not in renderer.output() and "sandbox" not in renderer.output().lower(), renderer.output()
+    for pid, (environ, uids, _, _) in seen.items():
+        leaked = sorted(n for n in environ if n in SECRETS or n.startswith(("REDIS", "KAFKA")) or "PASSWORD" in n)
+        assert leaked == [], (pid, leaked)
+        assert not set(environ.values()) & set(SECRETS.values())
+        assert uids.split()[0] != "0", (pid, uids)  # never as root
+    sandboxed = [pid for pid, (_, _, seccomp, userns) in seen.items() if seccomp == "2" and userns != crawler_userns]
+    assert sandboxed, seen  # the renderers: seccomp-bpf and a user namespace of their own
+    assert code == 0, renderer.output()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="RENDER_BROWSER_USER applies to a crawler running as root")
+def test_without_a_sandbox_the_crawler_refuses_to_start_unless_told(
+    site: TestSite, isolated: Any, tmp_path: Path
+) -> None:
+    """As root with RENDER_BROWSER_USER=root the sandbox cannot work: the crawler stops at once,
+    naming the reason and RENDER_ALLOW_NO_SANDBOX; with that setting true it renders, with one
+    WARNING saying why that is dangerous."""
+    settings, prefix, client, collector = isolated
+    env = _render_env(settings, RENDER_BROWSER_USER="root")
+    done = subprocess.run([*CLI, "crawler", "--render"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "rendering needs Chromium's sandbox and it cannot work here: the browser would run as root" in done.stderr
+    assert "RENDER_ALLOW_NO_SANDBOX=true" in done.stderr and "Traceback" not in done.stderr
+    site.page("/n/0", html(title="unsandboxed"))
+    env = _render_env(settings, RENDER_BROWSER_USER="root", RENDER_ALLOW_NO_SANDBOX=True, **SECRETS)
+    renderer = Crawler(env, tmp_path, name="render-nosandbox", extra_args=["--render"])
+    try:
+        renderer.wait_ready(client, prefix, timeout=60)
+        seed(settings, client, appid="napp", crawlid="n1", url=site.url("/n/0"), render=True)
+        (page,) = collector.wait_for("n1", 1, timeout=60)
+        environs = []
+        for pid in _browsers(renderer.proc.pid):
+            with contextlib.suppress(OSError):  # a renderer may end meanwhile
+                environs.append(_environ(pid))
+    finally:
+        code = renderer.terminate(30)
+    assert page["status_code"] == 200 and "<title>unsandboxed</title>" in page["body"]
+    warnings = [line for line in renderer.output().splitlines() if "WARNING" in line]
+    assert len(warnings) == 1 and "WITHOUT Chromium's sandbox (RENDER_ALLOW_NO_SANDBOX=true)" in warnings[0], warnings
+    assert environs and all("REDIS_URL" not in e and "REST_API_KEY" not in e for e in environs)
+    assert code == 0, renderer.output()
+
+
+def test_a_script_past_the_javascript_heap_bound_kills_only_its_page(
+    site: TestSite, isolated: Any, tmp_path: Path
+) -> None:
+    """RENDER_JS_HEAP_MB reaches the renderers: a script that allocates without end crashes its page
+    within seconds (a failed load, retried, then a dead letter) instead of growing to the V8 default
+    of gigabytes, and the crawler renders the next page."""
+    hog = "const keep = []; for (;;) { keep.push(new Array(1e6).fill(Math.random())); }"
+    site.page("/h/hog", f"<html><body><script>{hog}</script></body></html>".encode())
+    site.page("/h/next", html(title="next"))
+    settings, prefix, client, collector = isolated
+    renderer = Crawler(_render_env(settings, RENDER_JS_HEAP_MB=64, RETRY_TIMES=1), tmp_path, name="render-heap",
+                       extra_args=["--render"])  # fmt: skip
+    try:
+        renderer.wait_ready(client, prefix, timeout=60)
+        started = time.monotonic()
+        seed(settings, client, appid="happ", crawlid="h1", url=site.url("/h/hog"), render=True)
+        (letter,) = collector.wait_for("h1", 1, timeout=60)
+        took = time.monotonic() - started
+        seed(settings, client, appid="happ", crawlid="h2", url=site.url("/h/next"), render=True)
+        (page,) = collector.wait_for("h2", 1, timeout=60)
+    finally:
+        code = renderer.terminate(30)
+    assert letter["_topic"].endswith(".dead_letter") and "crashed" in letter["error"], letter
+    assert took < 20, took
+    assert page["status_code"] == 200 and "<title>next</title>" in page["body"]
     assert code == 0, renderer.output()
