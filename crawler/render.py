@@ -234,6 +234,11 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
     return values
 
 
+class PageGone(ConnectionError):
+    """The page closed or its renderer crashed before it could be measured: a failed load like a
+    lost connection (an ``OSError``, which Scrapy's ``RETRY_EXCEPTIONS`` retries), not a dead letter."""
+
+
 class PageTooLarge(Exception):
     """A rendered page's DOM is over DOWNLOAD_MAXSIZE (a ``response too large`` dead letter)."""
 
@@ -298,7 +303,7 @@ async def dom_size(page: Any, limit: int) -> int:
     (``page.evaluate`` runs in the page's own world).
 
     Raises:
-        RuntimeError: the page could not be measured (it crashed or closed): a failed load, retried.
+        PageGone: the page could not be measured (it crashed or closed): a failed load, retried.
     """
     try:
         session = await page.context.new_cdp_session(page)
@@ -320,7 +325,7 @@ async def dom_size(page: Any, limit: int) -> int:
                 await session.detach()
         return int(result["result"]["value"])
     except Exception as exc:
-        raise RuntimeError(f"the rendered page's DOM could not be measured ({type(exc).__name__})") from None
+        raise PageGone(f"the rendered page's DOM could not be measured ({type(exc).__name__})") from None
 
 
 def render_meta(timeout_s: float, user_agent: str, max_bytes: int = 0) -> dict[str, Any]:
