@@ -8,6 +8,13 @@ the broker's acknowledgement of all of them, and only then commits the batch's o
 killed at any moment leaves every crawled page cleaned at least once by whoever owns its partition
 next. A failure of Redis or Kafka rewinds the batch (it is processed again after the back-off);
 a bug in a step on one record makes that record a dead letter, never stops the loop.
+
+Cleaning is CPU work whose cost a page controls, so each page has a budget, CLEANER_MAX_SECONDS:
+the extraction runs in a child process killed at the deadline, and a page over the budget after
+any step is a dead letter. The cleaner's consumer has poll settings of its own
+(CLEANER_MAX_POLL_RECORDS, CLEANER_MAX_POLL_INTERVAL_MS, checked to exceed budget × records), so a
+batch of slow pages ends well before the group would evict the cleaner; and a failed commit does
+not replay a batch whose outputs were acknowledged (:meth:`ConsumerWorker.consume_batch`).
 """
 
 from __future__ import annotations
@@ -18,13 +25,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from crawlhive.cleaner.page import Duplicate, NotAnItem, Page, Reject, Skip
+from crawlhive.cleaner.page import Duplicate, NotAnItem, Page, Reject, Skip, too_long
 from crawlhive.cleaner.plugins import BUILTIN_PLUGINS, CleanerPlugin
 from crawlhive.crawler.items import timestamp
 from crawlhive.utils.connections import (
     check_redis,
     redis_from_settings,
 )
+from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
 from crawlhive.utils.stats import CLEANER, CLEANER_COUNTERS, cleaner_machine_counter_name
@@ -73,6 +81,24 @@ class Cleaner(ConsumerWorker):
         self.steps: list[CleanerPlugin] = []
         self.totals = CleanResult()
         self._progress = (time.monotonic(), CleanResult())
+        self.max_seconds = settings.getfloat("CLEANER_MAX_SECONDS")
+        self.max_poll_records = settings.getint("CLEANER_MAX_POLL_RECORDS")
+        self.max_poll_interval_ms = settings.getint("CLEANER_MAX_POLL_INTERVAL_MS")
+        self._check_budget()
+
+    def _check_budget(self) -> None:
+        """Raises SettingsError unless a batch of pages that all use their whole budget still ends
+        within the poll interval (else the group evicts the cleaner and the batch is replayed)."""
+        if not self.max_seconds > 0:
+            raise SettingsError(f"CLEANER_MAX_SECONDS: expected a positive number, got {self.max_seconds!r}")
+        if self.settings.getint("CLEANER_MAX_TEXT_BYTES") < 1 or self.max_poll_records < 1:
+            raise SettingsError("CLEANER_MAX_TEXT_BYTES and CLEANER_MAX_POLL_RECORDS must be at least 1")
+        batch_ms = self.max_seconds * 1000 * self.max_poll_records
+        if self.max_poll_interval_ms <= batch_ms:
+            raise SettingsError(
+                f"CLEANER_MAX_POLL_INTERVAL_MS ({self.max_poll_interval_ms}) must exceed CLEANER_MAX_SECONDS × "
+                f"CLEANER_MAX_POLL_RECORDS ({batch_ms:.0f} ms): a batch of slow pages would lose the group"
+            )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -94,7 +120,22 @@ class Cleaner(ConsumerWorker):
             self.steps = load_plugins(
                 COMPONENT, BUILTIN_PLUGINS, [self.settings["CLEANER_PLUGINS"]], lambda cls: cls.from_cleaner(self)
             )
-        self.open_kafka(self.source_topic, self.settings.cleaner_group, [self.cleaned_topic, self.dead_letter_topic])
+        self.open_kafka(
+            self.source_topic,
+            self.settings.cleaner_group,
+            [self.cleaned_topic, self.dead_letter_topic],
+            max_poll_interval_ms=self.max_poll_interval_ms,
+            max_poll_records=self.max_poll_records,
+        )
+
+    def close(self) -> None:
+        """Close the steps (the extraction process), then the Kafka clients."""
+        for step in self.steps:
+            try:
+                step.close()
+            except Exception:  # noqa: BLE001 - shutting down: report and go on closing the rest
+                logger.warning("closing cleaner step %s failed", step.name, exc_info=True)
+        super().close()
 
     def log_progress(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -175,6 +216,10 @@ class Cleaner(ConsumerWorker):
                     if is_transient(one):
                         raise
                     page.extra["outcome"] = Reject(f"internal error in cleaner step {step.name}")
+        for page in kept:
+            if page.spent > self.max_seconds:  # the budget, between steps
+                page.extra["outcome"] = too_long(self.max_seconds)
+        kept = [p for p in kept if "outcome" not in p.extra]
         # By identity: Page is a dataclass, and `in` would compare whole items field by field.
         kept_ids = {id(p) for p in kept}
         stopped = [p for p in pages if id(p) not in kept_ids]

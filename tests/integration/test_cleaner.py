@@ -220,7 +220,7 @@ def test_a_cleaner_killed_mid_stream_and_restarted_cleans_every_page(settings: S
         for i in range(PAGES)
     ]
     _produce(settings, [json.dumps(p).encode() for p in pages])
-    victim = _cleaner(settings, tmp_path, "victim", KAFKA_CONSUMER_MAX_POLL_RECORDS=20)  # small batches
+    victim = _cleaner(settings, tmp_path, "victim", CLEANER_MAX_POLL_RECORDS=20)  # small batches
     survivor = None
     try:
         collector.wait_for("k1", 20, timeout=60, topic=settings.topic("cleaned"))
@@ -299,3 +299,127 @@ def test_the_cleaners_consumer_lag_is_what_their_group_has_not_committed(setting
     finally:
         assert _stop(cleaner) == 0
         collector.close()
+
+
+def _phone_page(size: int = 800_000) -> str:
+    """A benign page of about *size* bytes that is nothing but a long list of phone numbers."""
+    rows, n, i = [], 0, 0
+    while n < size:
+        row = f"<p>Office {i}: call +1 202-555-{i % 10000:04d} or (202) 555-{(i * 7) % 10000:04d}</p>\n"
+        rows.append(row)
+        n, i = n + len(row), i + 1
+    return f"<html><head><title>Directory</title></head><body><article>{''.join(rows)}</article></body></html>"
+
+
+def _outputs_by_url(collector: Collector, settings: Settings, crawlid: str) -> dict[str, int]:
+    """How many times each url of *crawlid* appeared on ``cleaned`` and ``dead_letter`` together."""
+    counts: dict[str, int] = {}
+    for topic in ("cleaned", "dead_letter"):
+        for message in collector.of(crawlid, settings.topic(topic)):
+            counts[message["url"]] = counts.get(message["url"], 0) + 1
+    return counts
+
+
+def _feed_big_then_normal(settings: Settings, crawlid: str, normal: int) -> list[str]:
+    """An ~800 KB page of phone numbers, then *normal* ordinary pages; their urls in that order."""
+    pages = [item("http://big.example/directory", _phone_page(), crawlid=crawlid)]
+    pages += [
+        item(f"http://big.example/{i}", EN_ARTICLE.replace("Rivers of the North", f"River {i}"), crawlid=crawlid)
+        for i in range(normal)
+    ]
+    _produce(settings, [json.dumps(p).encode() for p in pages])
+    return [p["url"] for p in pages]
+
+
+@pytest.mark.timeout(180)
+def test_a_slow_800kb_page_is_cleaned_once_and_never_replays_the_batch(settings: Settings, tmp_path: Path) -> None:
+    """An 800 KB page of phone numbers once took 6-17 s to clean: the poll interval expired, the
+    commit failed and the batch was re-emitted every ~12 s, forever. Now every page comes out
+    exactly once (the big one cleaned or, past CLEANER_MAX_SECONDS, a dead letter)."""
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    urls = _feed_big_then_normal(settings, "big1", normal=8)
+    cleaner = _cleaner(settings, tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        counts = _outputs_by_url(collector, settings, "big1")
+        while set(counts) != set(urls) and time.monotonic() < deadline:
+            time.sleep(0.3)
+            counts = _outputs_by_url(collector, settings, "big1")
+        assert set(counts) == set(urls), f"missing after 60 s: {sorted(set(urls) - set(counts))}"
+        time.sleep(15)  # the old cleaner re-emitted the whole batch every ~12 s
+        counts = _outputs_by_url(collector, settings, "big1")
+    finally:
+        code = _stop(cleaner)
+        collector.close()
+    assert code == 0
+    assert counts == dict.fromkeys(urls, 1), counts
+    log = Path(str(cleaner.args[-1])).read_text()
+    assert "WARNING" not in log and "ERROR" not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_a_page_over_the_time_budget_is_a_dead_letter_and_the_rest_go_on(settings: Settings, tmp_path: Path) -> None:
+    """CLEANER_MAX_SECONDS bounds the extraction itself (it runs in a child process that is killed
+    at the deadline): the big page is a ``stage: clean`` dead letter naming the setting, and the
+    pages after it are cleaned once each."""
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    urls = _feed_big_then_normal(settings, "big2", normal=4)
+    cleaner = _cleaner(settings, tmp_path, CLEANER_MAX_SECONDS=1.0)
+    try:
+        letters = collector.wait_for("big2", 1, timeout=60, topic=settings.topic("dead_letter"))
+        cleaned = collector.wait_for("big2", 4, timeout=60, topic=settings.topic("cleaned"))
+        time.sleep(2)
+        counts = _outputs_by_url(collector, settings, "big2")
+    finally:
+        code = _stop(cleaner)
+        collector.close()
+    assert code == 0
+    assert counts == dict.fromkeys(urls, 1), counts
+    assert [(x["url"], x["stage"]) for x in letters] == [(urls[0], "clean")]
+    assert letters[0]["error"] == "cleaning took too long (over CLEANER_MAX_SECONDS = 1 s)"
+    assert {m["url"] for m in cleaned} == set(urls[1:])
+
+
+#: The README tour's own site (README "A five-minute tour"): short pages, some without main text.
+TOUR = {
+    "http://127.0.0.1:8000/": '<h1>Home</h1> <p>Welcome to a tiny site.</p> <a href="about.html">About</a> '
+    '<a href="blog/first.html">First post</a>',
+    "http://127.0.0.1:8000/about.html": '<h1>About</h1> <a href="index.html">Home</a>',
+    "http://127.0.0.1:8000/blog/first.html": '<h1>First post</h1> <a href="../index.html">Home</a> '
+    '<a href="../about.html">About</a>',
+}
+TOUR["http://127.0.0.1:8000/index.html"] = TOUR["http://127.0.0.1:8000/"]
+
+
+def test_the_tour_pages_are_cleaned_with_their_visible_text_and_no_warning(settings: Settings, tmp_path: Path) -> None:
+    """A page without main text is normal: its text is its visible text, not a dead letter; and
+    trafilatura's chatter about such pages is DEBUG, so the cleaner's log has no WARNING."""
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    # /index.html is / again: in one crawl it would be a duplicate of it (§13), so it has a crawl of its own
+    crawls = {url: "tour2" if url.endswith("/index.html") else "tour1" for url in TOUR}
+    _produce(settings, [json.dumps(item(url, body, crawlid=crawls[url])).encode() for url, body in TOUR.items()])
+    cleaner = _cleaner(settings, tmp_path)
+    try:
+        cleaned = _by_url(collector, "tour1", len(TOUR) - 1, settings.topic("cleaned"), timeout=60)
+        cleaned.update(_by_url(collector, "tour2", 1, settings.topic("cleaned"), timeout=30))
+        time.sleep(1.0)
+        letters = collector.of("tour1", settings.topic("dead_letter")) + collector.of(
+            "tour2", settings.topic("dead_letter")
+        )
+    finally:
+        code = _stop(cleaner)
+        collector.close()
+    assert code == 0
+    assert letters == []
+    assert set(cleaned) == set(TOUR)
+    assert cleaned["http://127.0.0.1:8000/"]["text"] == "Welcome to a tiny site.\nAbout First post"
+    assert cleaned["http://127.0.0.1:8000/index.html"]["text"] == "Welcome to a tiny site.\nAbout First post"
+    assert cleaned["http://127.0.0.1:8000/about.html"]["text"] == "About\nHome"
+    assert cleaned["http://127.0.0.1:8000/blog/first.html"]["text"] == "First post\nHome About"
+    log = Path(str(cleaner.args[-1])).read_text()
+    assert "WARNING" not in log and "ERROR" not in log, log
