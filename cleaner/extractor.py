@@ -62,13 +62,17 @@ def visible_text(html: str) -> str:
     import lxml.html
 
     try:
-        tree = lxml.html.document_fromstring(html)
+        try:
+            tree = lxml.html.document_fromstring(html)
+        except ValueError:  # lxml refuses a str with an XML encoding declaration (XHTML)
+            tree = lxml.html.document_fromstring(html.encode("utf-8"))
     except (lxml.etree.ParserError, ValueError):
         return ""
     for element in list(tree.iter(*_INVISIBLE)):
         if element.getparent() is not None:
             element.drop_tree()
     for element in tree.iter(*_BLOCKS):
+        element.text = "\n" + (element.text or "")
         element.tail = "\n" + (element.tail or "")
     body = tree.find("body")
     return str((body if body is not None else tree).text_content())

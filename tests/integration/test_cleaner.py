@@ -423,3 +423,15 @@ def test_the_tour_pages_are_cleaned_with_their_visible_text_and_no_warning(setti
     assert cleaned["http://127.0.0.1:8000/blog/first.html"]["text"] == "First post\nHome About"
     log = Path(str(cleaner.args[-1])).read_text()
     assert "WARNING" not in log and "ERROR" not in log, log
+
+
+def test_a_poll_interval_a_batch_of_slow_pages_would_exceed_is_refused(settings: Settings) -> None:
+    """A cleaner whose CLEANER_MAX_POLL_INTERVAL_MS a batch of pages using their whole budget would
+    exceed (the 5 s of the kafka-monitor's, that caused the livelock) does not start; it says why."""
+    env = crawler_env(settings, CLEANER_MAX_POLL_INTERVAL_MS=5000, CLEANER_MAX_SECONDS=10, CLEANER_MAX_POLL_RECORDS=50)
+    done = subprocess.run([*CLI, "cleaner"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().endswith(
+        "CLEANER_MAX_POLL_INTERVAL_MS (5000) must exceed CLEANER_MAX_SECONDS × CLEANER_MAX_POLL_RECORDS "
+        "(500000 ms): a batch of slow pages would lose the group"
+    ), done.stderr
