@@ -53,6 +53,17 @@ PROGRESS_EVERY_S = 10.0
 COUNTERS = CLEANER_COUNTERS
 
 
+#: Characters of an item's url, appid or crawlid a dead letter keeps.
+DEAD_LETTER_FIELD_CHARS = 4096
+#: Bytes the producer adds to a record's value in its size check (record batch header, a margin).
+RECORD_OVERHEAD = 1024
+
+
+def encode(value: dict[str, Any]) -> bytes:
+    """A record as the cleaner produces it: JSON in UTF-8."""
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "replace")
+
+
 @dataclass
 class CleanResult:
     """What one batch did."""
@@ -84,6 +95,9 @@ class Cleaner(ConsumerWorker):
         self.max_seconds = settings.getfloat("CLEANER_MAX_SECONDS")
         self.max_poll_records = settings.getint("CLEANER_MAX_POLL_RECORDS")
         self.max_poll_interval_ms = settings.getint("CLEANER_MAX_POLL_INTERVAL_MS")
+        self.max_request = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
+        #: Bytes of the largest record the producer accepts (its limit less a record's framing).
+        self.max_record_bytes = self.max_request - RECORD_OVERHEAD
         self._check_budget()
 
     def _check_budget(self) -> None:
@@ -191,7 +205,15 @@ class Cleaner(ConsumerWorker):
         for step in self.steps:
             pages = self._run_step(step, pages, outputs, result)
         for page in pages:
-            outputs.append((self.cleaned_topic, self.cleaned_record(page)))
+            record = self.cleaned_record(page)
+            size = len(encode(record))
+            if size > self.max_record_bytes:  # the producer would refuse it, and the batch fail again
+                error = (
+                    f"cleaned record too large: {size} bytes (KAFKA_PRODUCER_MAX_REQUEST_SIZE is {self.max_request})"
+                )
+                outputs.append((self.dead_letter_topic, self.dead_letter(page.item, error)))
+                continue
+            outputs.append((self.cleaned_topic, record))
             result.cleaned += 1
         result.dead_letters = sum(1 for topic, _ in outputs if topic == self.dead_letter_topic)
         self._send(outputs)
@@ -266,12 +288,14 @@ class Cleaner(ConsumerWorker):
 
     @staticmethod
     def dead_letter(item: Any, error: str) -> dict[str, Any]:
-        """A ``stage: clean`` dead letter (docs/contract.md §6, §13)."""
+        """A ``stage: clean`` dead letter (docs/contract.md §6, §13); the item's ``url``, ``appid``
+        and ``crawlid`` are cut to DEAD_LETTER_FIELD_CHARS (a hostile record's could be too large
+        to produce)."""
         letter: dict[str, Any] = {"stage": "clean", "error": error}
         if isinstance(item, dict):
             for name in ("url", "appid", "crawlid"):
                 if isinstance(item.get(name), str):
-                    letter[name] = item[name]
+                    letter[name] = item[name][:DEAD_LETTER_FIELD_CHARS]
         letter["server_time"] = int(time.time())
         return letter
 
@@ -280,10 +304,7 @@ class Cleaner(ConsumerWorker):
         if not outputs:
             return
         assert self.producer is not None
-        futures = [
-            self.producer.send(topic, json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
-            for topic, value in outputs
-        ]
+        futures = [self.producer.send(topic, encode(value)) for topic, value in outputs]
         self.producer.flush(timeout=self.ack_timeout_s)
         for future in futures:
             future.get(timeout=self.ack_timeout_s)

@@ -435,3 +435,38 @@ def test_a_poll_interval_a_batch_of_slow_pages_would_exceed_is_refused(settings:
         "CLEANER_MAX_POLL_INTERVAL_MS (5000) must exceed CLEANER_MAX_SECONDS × CLEANER_MAX_POLL_RECORDS "
         "(500000 ms): a batch of slow pages would lose the group"
     ), done.stderr
+
+
+def test_a_cleaned_record_too_large_to_produce_is_a_dead_letter_not_a_replayed_batch(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A record over KAFKA_PRODUCER_MAX_REQUEST_SIZE was refused by the producer (a Kafka error):
+    the batch was rewound and failed again, forever. It is a dead letter saying so instead."""
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    paragraphs = "".join(
+        f"<p>Paragraph {i} of a very long report about the rivers of the north.</p>" for i in range(3000)
+    )
+    big = item("http://huge.example/report", f"<html><body><article>{paragraphs}</article></body></html>", crawlid="h1")
+    normal = [
+        item(f"http://huge.example/{i}", EN_ARTICLE.replace("Rivers", f"Lakes {i}"), crawlid="h1") for i in range(3)
+    ]
+    hostile = {"url": "http://huge.example/" + "x" * 200_000, "crawlid": "h1"}  # not an item, a huge url
+    _produce(settings, [json.dumps(p).encode() for p in [big, hostile, *normal]])
+    cleaner = _cleaner(settings, tmp_path, KAFKA_PRODUCER_MAX_REQUEST_SIZE=100_000)
+    try:
+        letters = collector.wait_for("h1", 2, timeout=60, topic=settings.topic("dead_letter"))
+        collector.wait_for("h1", 3, timeout=60, topic=settings.topic("cleaned"))
+        time.sleep(2)
+        counts = _outputs_by_url(collector, settings, "h1")
+    finally:
+        code = _stop(cleaner)
+        collector.close()
+    assert code == 0
+    cut_url = hostile["url"][:4096]
+    assert counts == dict.fromkeys([big["url"], cut_url] + [p["url"] for p in normal], 1), counts
+    letter = next(x for x in letters if x["url"] == big["url"])
+    assert letter["stage"] == "clean" and letter["error"].startswith("cleaned record too large: "), letter
+    assert letter["error"].endswith(" bytes (KAFKA_PRODUCER_MAX_REQUEST_SIZE is 100000)"), letter
+    assert next(x["error"] for x in letters if x["url"] == cut_url).startswith("not a crawled item: no appid")
