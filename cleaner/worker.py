@@ -13,8 +13,10 @@ Cleaning is CPU work whose cost a page controls, so each page has a budget, CLEA
 the extraction runs in a child process killed at the deadline, and a page over the budget after
 any step is a dead letter. The cleaner's consumer has poll settings of its own
 (CLEANER_MAX_POLL_RECORDS, CLEANER_MAX_POLL_INTERVAL_MS, checked to exceed budget × records), so a
-batch of slow pages ends well before the group would evict the cleaner; and a failed commit does
-not replay a batch whose outputs were acknowledged (:meth:`ConsumerWorker.consume_batch`).
+batch of slow pages ends well before the group would evict the cleaner. Should a commit fail all
+the same, the batch whose outputs were acknowledged is not rewound, and the offsets after it are
+recorded in Redis (:meth:`Cleaner.remember_done`), so that whichever cleaner gets its records
+again does not emit them twice.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
+
+from redis.exceptions import RedisError
 
 from crawlhive.cleaner.page import Duplicate, NotAnItem, Page, Reject, Skip, too_long
 from crawlhive.cleaner.plugins import BUILTIN_PLUGINS, CleanerPlugin
@@ -96,6 +100,7 @@ class Cleaner(ConsumerWorker):
         self.max_poll_records = settings.getint("CLEANER_MAX_POLL_RECORDS")
         self.max_poll_interval_ms = settings.getint("CLEANER_MAX_POLL_INTERVAL_MS")
         self.max_request = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
+        self.emitted_key = self.keys.cleaner_emitted(settings.cleaner_group)
         #: Bytes of the largest record the producer accepts (its limit less a record's framing).
         self.max_record_bytes = self.max_request - RECORD_OVERHEAD
         self._check_budget()
@@ -186,9 +191,36 @@ class Cleaner(ConsumerWorker):
         self.totals.add(result)
         return result
 
+    def remember_done(self, polled: dict[Any, list[ConsumerRecord]]) -> None:
+        """Record in Redis, per partition, the offset after this batch whose commit failed, so that
+        no cleaner of the group emits its records again when the broker delivers them again (the
+        group evicted this cleaner: the next owner starts from the last committed offset). Kept
+        for 2 x CLEANER_MAX_POLL_INTERVAL_MS + 60 s: the records come back at the next join, long
+        before (it took 3.5 s in the test, after a 1.5 s poll interval).
+        A Redis failure here is logged: the batch is then emitted again (at least once, §13)."""
+        marks = {f"{p.topic}/{p.partition}": batch[-1].offset + 1 for p, batch in polled.items() if batch}
+        if not marks:
+            return
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hset(self.emitted_key, mapping=marks)  # type: ignore[arg-type]
+            pipe.pexpire(self.emitted_key, 2 * self.max_poll_interval_ms + 60_000)
+            pipe.execute()
+        except RedisError:
+            logger.warning("could not record a batch whose commit failed; it will be cleaned again", exc_info=True)
+
+    def _not_emitted(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        """*records* less those a batch whose commit failed emitted already (:meth:`remember_done`)."""
+        marks = self.redis.hgetall(self.emitted_key)
+        if not marks:
+            return records
+        done = {str(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in marks.items()}
+        return [r for r in records if r.offset >= done.get(f"{r.topic}/{r.partition}", -1)]
+
     def process(self, records: list[ConsumerRecord]) -> CleanResult:
         """Clean *records*; every output acknowledged by the broker when this returns."""
         result = CleanResult(records=len(records))
+        records = self._not_emitted(records)
         outputs: list[tuple[str, dict[str, Any]]] = []
         pages: list[Page] = []
         for record in records:

@@ -326,10 +326,19 @@ class ConsumerWorker(Worker):
                 raise
         if records or self._commit_pending:
             self._commit_pending = True
-            self.consumer.commit(timeout_ms=int(self.ack_timeout_s * 1000))
+            try:
+                self.consumer.commit(timeout_ms=int(self.ack_timeout_s * 1000))
+            except BaseException:
+                if records:
+                    self.remember_done(polled)
+                raise
             self._commit_pending = False
         self.beat_or_probe(busy=bool(records))
         return result, len(records)
+
+    def remember_done(self, polled: dict[Any, list[Any]]) -> None:
+        """Hook: the commit of a processed batch failed (its outputs are durable); a subclass that
+        must not emit them twice records it here, where whoever gets the records again looks."""
 
     def rewind(self, polled: dict[Any, list[Any]]) -> None:
         """Seek every partition of a polled batch back to its first record, so it is processed

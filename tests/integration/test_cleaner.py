@@ -470,3 +470,59 @@ def test_a_cleaned_record_too_large_to_produce_is_a_dead_letter_not_a_replayed_b
     assert letter["stage"] == "clean" and letter["error"].startswith("cleaned record too large: "), letter
     assert letter["error"].endswith(" bytes (KAFKA_PRODUCER_MAX_REQUEST_SIZE is 100000)"), letter
     assert next(x["error"] for x in letters if x["url"] == cut_url).startswith("not a crawled item: no appid")
+
+
+#: A cleaner step (CLEANER_PLUGINS) that holds its first batch past the poll interval, once.
+SLOW_ONCE = """
+import os, time
+from crawlhive.cleaner.plugins import CleanerPlugin
+
+class SlowOnce(CleanerPlugin):
+    name = "slow-once"
+
+    def process_batch(self, pages):
+        flag = os.environ["SLOW_ONCE_FLAG"]
+        if pages and not os.path.exists(flag):
+            open(flag, "w").close()
+            time.sleep(float(os.environ["SLOW_ONCE_SECONDS"]))
+        return pages
+"""
+
+
+def test_a_batch_whose_commit_failed_is_not_emitted_again(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that outlived the poll interval (here a step holds it, once) cannot commit: the
+    group has evicted the cleaner. Its outputs were acknowledged already, so the cleaner does not
+    rewind and emit them again; it rejoins and goes on."""
+    (tmp_path / "slow_once_step.py").write_text(SLOW_ONCE)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    pages = [
+        item(f"http://once.example/{i}", EN_ARTICLE.replace("Rivers", f"Ponds {i}"), crawlid="o1") for i in range(6)
+    ]
+    _produce(settings, [json.dumps(p).encode() for p in pages])
+    cleaner = _cleaner(
+        settings,
+        tmp_path,
+        CLEANER_PLUGINS={"slow_once_step.SlowOnce": 650},
+        CLEANER_MAX_SECONDS=0.2,
+        CLEANER_MAX_POLL_RECORDS=6,
+        CLEANER_MAX_POLL_INTERVAL_MS=1500,
+        SLOW_ONCE_FLAG=str(tmp_path / "slowed"),
+        SLOW_ONCE_SECONDS=8,
+    )
+    try:
+        collector.wait_for("o1", len(pages), timeout=60, topic=settings.topic("cleaned"))
+        time.sleep(8)
+        counts = _outputs_by_url(collector, settings, "o1")
+    finally:
+        code = _stop(cleaner)
+        collector.close()
+    assert code == 0
+    assert (tmp_path / "slowed").exists()
+    log = Path(str(cleaner.args[-1])).read_text()
+    assert "CommitFailedError" in log, log  # the situation this test is about did happen
+    assert counts == {p["url"]: 1 for p in pages}, counts
