@@ -25,6 +25,11 @@ class Reject(Exception):  # noqa: N818 - an outcome, not an error
     """The item becomes a ``stage: clean`` dead letter with this message as ``error``."""
 
 
+def too_long(max_seconds: float) -> Reject:
+    """The dead letter of a page that took more than CLEANER_MAX_SECONDS to clean."""
+    return Reject(f"cleaning took too long (over CLEANER_MAX_SECONDS = {max_seconds:g} s)")
+
+
 class Duplicate(Exception):  # noqa: N818 - an outcome, not an error
     """The crawl already emitted this content: counted, nothing is produced."""
 
@@ -39,6 +44,7 @@ class Page:
         record: the cleaned record being built; the steps fill in its fields.
         origin: where the item came from (``topic/partition/offset``).
         extra: what one step leaves for a later one (the extraction's document, …).
+        spent: seconds the steps have spent on this page so far (CLEANER_MAX_SECONDS).
     """
 
     item: dict[str, Any]
@@ -46,6 +52,7 @@ class Page:
     origin: str
     record: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    spent: float = 0.0
 
     @classmethod
     def from_item(cls, item: Any, origin: str) -> Page:

@@ -8,6 +8,15 @@ the broker's acknowledgement of all of them, and only then commits the batch's o
 killed at any moment leaves every crawled page cleaned at least once by whoever owns its partition
 next. A failure of Redis or Kafka rewinds the batch (it is processed again after the back-off);
 a bug in a step on one record makes that record a dead letter, never stops the loop.
+
+Cleaning is CPU work whose cost a page controls, so each page has a budget, CLEANER_MAX_SECONDS:
+the extraction runs in a child process killed at the deadline, and a page over the budget after
+any step is a dead letter. The cleaner's consumer has poll settings of its own
+(CLEANER_MAX_POLL_RECORDS, CLEANER_MAX_POLL_INTERVAL_MS, checked to exceed budget × records), so a
+batch of slow pages ends well before the group would evict the cleaner. Should a commit fail all
+the same, the batch whose outputs were acknowledged is not rewound, and the offsets after it are
+recorded in Redis (:meth:`Cleaner.remember_done`), so that whichever cleaner gets its records
+again does not emit them twice.
 """
 
 from __future__ import annotations
@@ -18,13 +27,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from crawlhive.cleaner.page import Duplicate, NotAnItem, Page, Reject, Skip
+from redis.exceptions import RedisError
+
+from crawlhive.cleaner.page import Duplicate, NotAnItem, Page, Reject, Skip, too_long
 from crawlhive.cleaner.plugins import BUILTIN_PLUGINS, CleanerPlugin
 from crawlhive.crawler.items import timestamp
 from crawlhive.utils.connections import (
     check_redis,
     redis_from_settings,
 )
+from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
 from crawlhive.utils.stats import CLEANER, CLEANER_COUNTERS, cleaner_machine_counter_name
@@ -43,6 +55,17 @@ COMPONENT = CLEANER
 PROGRESS_EVERY_S = 10.0
 #: The counters of a cleaner in the stats (``stats: cleaner``).
 COUNTERS = CLEANER_COUNTERS
+
+
+#: Characters of an item's url, appid or crawlid a dead letter keeps.
+DEAD_LETTER_FIELD_CHARS = 4096
+#: Bytes the producer adds to a record's value in its size check (record batch header, a margin).
+RECORD_OVERHEAD = 1024
+
+
+def encode(value: dict[str, Any]) -> bytes:
+    """A record as the cleaner produces it: JSON in UTF-8."""
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "replace")
 
 
 @dataclass
@@ -73,6 +96,28 @@ class Cleaner(ConsumerWorker):
         self.steps: list[CleanerPlugin] = []
         self.totals = CleanResult()
         self._progress = (time.monotonic(), CleanResult())
+        self.max_seconds = settings.getfloat("CLEANER_MAX_SECONDS")
+        self.max_poll_records = settings.getint("CLEANER_MAX_POLL_RECORDS")
+        self.max_poll_interval_ms = settings.getint("CLEANER_MAX_POLL_INTERVAL_MS")
+        self.max_request = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
+        self.emitted_key = self.keys.cleaner_emitted(settings.cleaner_group)
+        #: Bytes of the largest record the producer accepts (its limit less a record's framing).
+        self.max_record_bytes = self.max_request - RECORD_OVERHEAD
+        self._check_budget()
+
+    def _check_budget(self) -> None:
+        """Raises SettingsError unless a batch of pages that all use their whole budget still ends
+        within the poll interval (else the group evicts the cleaner and the batch is replayed)."""
+        if not self.max_seconds > 0:
+            raise SettingsError(f"CLEANER_MAX_SECONDS: expected a positive number, got {self.max_seconds!r}")
+        if self.settings.getint("CLEANER_MAX_TEXT_BYTES") < 1 or self.max_poll_records < 1:
+            raise SettingsError("CLEANER_MAX_TEXT_BYTES and CLEANER_MAX_POLL_RECORDS must be at least 1")
+        batch_ms = self.max_seconds * 1000 * self.max_poll_records
+        if self.max_poll_interval_ms <= batch_ms:
+            raise SettingsError(
+                f"CLEANER_MAX_POLL_INTERVAL_MS ({self.max_poll_interval_ms}) must exceed CLEANER_MAX_SECONDS × "
+                f"CLEANER_MAX_POLL_RECORDS ({batch_ms:.0f} ms): a batch of slow pages would lose the group"
+            )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -94,7 +139,22 @@ class Cleaner(ConsumerWorker):
             self.steps = load_plugins(
                 COMPONENT, BUILTIN_PLUGINS, [self.settings["CLEANER_PLUGINS"]], lambda cls: cls.from_cleaner(self)
             )
-        self.open_kafka(self.source_topic, self.settings.cleaner_group, [self.cleaned_topic, self.dead_letter_topic])
+        self.open_kafka(
+            self.source_topic,
+            self.settings.cleaner_group,
+            [self.cleaned_topic, self.dead_letter_topic],
+            max_poll_interval_ms=self.max_poll_interval_ms,
+            max_poll_records=self.max_poll_records,
+        )
+
+    def close(self) -> None:
+        """Close the steps (the extraction process), then the Kafka clients."""
+        for step in self.steps:
+            try:
+                step.close()
+            except Exception:  # noqa: BLE001 - shutting down: report and go on closing the rest
+                logger.warning("closing cleaner step %s failed", step.name, exc_info=True)
+        super().close()
 
     def log_progress(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -131,9 +191,36 @@ class Cleaner(ConsumerWorker):
         self.totals.add(result)
         return result
 
+    def remember_done(self, polled: dict[Any, list[ConsumerRecord]]) -> None:
+        """Record in Redis, per partition, the offset after this batch whose commit failed, so that
+        no cleaner of the group emits its records again when the broker delivers them again (the
+        group evicted this cleaner: the next owner starts from the last committed offset). Kept
+        for 2 x CLEANER_MAX_POLL_INTERVAL_MS + 60 s: the records come back at the next join, long
+        before (it took 3.5 s in the test, after a 1.5 s poll interval).
+        A Redis failure here is logged: the batch is then emitted again (at least once, §13)."""
+        marks = {f"{p.topic}/{p.partition}": batch[-1].offset + 1 for p, batch in polled.items() if batch}
+        if not marks:
+            return
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hset(self.emitted_key, mapping=marks)  # type: ignore[arg-type]
+            pipe.pexpire(self.emitted_key, 2 * self.max_poll_interval_ms + 60_000)
+            pipe.execute()
+        except RedisError:
+            logger.warning("could not record a batch whose commit failed; it will be cleaned again", exc_info=True)
+
+    def _not_emitted(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        """*records* less those a batch whose commit failed emitted already (:meth:`remember_done`)."""
+        marks = self.redis.hgetall(self.emitted_key)
+        if not marks:
+            return records
+        done = {str(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in marks.items()}
+        return [r for r in records if r.offset >= done.get(f"{r.topic}/{r.partition}", -1)]
+
     def process(self, records: list[ConsumerRecord]) -> CleanResult:
         """Clean *records*; every output acknowledged by the broker when this returns."""
         result = CleanResult(records=len(records))
+        records = self._not_emitted(records)
         outputs: list[tuple[str, dict[str, Any]]] = []
         pages: list[Page] = []
         for record in records:
@@ -150,7 +237,15 @@ class Cleaner(ConsumerWorker):
         for step in self.steps:
             pages = self._run_step(step, pages, outputs, result)
         for page in pages:
-            outputs.append((self.cleaned_topic, self.cleaned_record(page)))
+            record = self.cleaned_record(page)
+            size = len(encode(record))
+            if size > self.max_record_bytes:  # the producer would refuse it, and the batch fail again
+                error = (
+                    f"cleaned record too large: {size} bytes (KAFKA_PRODUCER_MAX_REQUEST_SIZE is {self.max_request})"
+                )
+                outputs.append((self.dead_letter_topic, self.dead_letter(page.item, error)))
+                continue
+            outputs.append((self.cleaned_topic, record))
             result.cleaned += 1
         result.dead_letters = sum(1 for topic, _ in outputs if topic == self.dead_letter_topic)
         self._send(outputs)
@@ -175,6 +270,10 @@ class Cleaner(ConsumerWorker):
                     if is_transient(one):
                         raise
                     page.extra["outcome"] = Reject(f"internal error in cleaner step {step.name}")
+        for page in kept:
+            if page.spent > self.max_seconds:  # the budget, between steps
+                page.extra["outcome"] = too_long(self.max_seconds)
+        kept = [p for p in kept if "outcome" not in p.extra]
         # By identity: Page is a dataclass, and `in` would compare whole items field by field.
         kept_ids = {id(p) for p in kept}
         stopped = [p for p in pages if id(p) not in kept_ids]
@@ -221,12 +320,14 @@ class Cleaner(ConsumerWorker):
 
     @staticmethod
     def dead_letter(item: Any, error: str) -> dict[str, Any]:
-        """A ``stage: clean`` dead letter (docs/contract.md §6, §13)."""
+        """A ``stage: clean`` dead letter (docs/contract.md §6, §13); the item's ``url``, ``appid``
+        and ``crawlid`` are cut to DEAD_LETTER_FIELD_CHARS (a hostile record's could be too large
+        to produce)."""
         letter: dict[str, Any] = {"stage": "clean", "error": error}
         if isinstance(item, dict):
             for name in ("url", "appid", "crawlid"):
                 if isinstance(item.get(name), str):
-                    letter[name] = item[name]
+                    letter[name] = item[name][:DEAD_LETTER_FIELD_CHARS]
         letter["server_time"] = int(time.time())
         return letter
 
@@ -235,10 +336,7 @@ class Cleaner(ConsumerWorker):
         if not outputs:
             return
         assert self.producer is not None
-        futures = [
-            self.producer.send(topic, json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
-            for topic, value in outputs
-        ]
+        futures = [self.producer.send(topic, encode(value)) for topic, value in outputs]
         self.producer.flush(timeout=self.ack_timeout_s)
         for future in futures:
             future.get(timeout=self.ack_timeout_s)

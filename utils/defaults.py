@@ -66,6 +66,22 @@ CLEANER_REQUIRED_FIELDS: list[str] = ["text"]
 CLEANER_DEDUPE_TTL: float = 86400.0
 """Seconds a crawl remembers the ``content_hash`` values it emitted (a repeat is not emitted again)."""
 
+CLEANER_MAX_SECONDS: float = 10.0
+"""Seconds one page may take to clean; past them it becomes a ``stage: clean`` dead letter
+``cleaning took too long (…)``. The extraction runs in a child process killed at the deadline."""
+
+CLEANER_MAX_TEXT_BYTES: int = 262144
+"""Bytes (UTF-8) of ``text`` a cleaned record keeps; a longer main text is cut at a line end.
+``title`` and ``description`` keep at most 2048 bytes each."""
+
+CLEANER_MAX_POLL_RECORDS: int = 50
+"""Records one poll of a cleaner returns at most (cleaning is CPU work: small batches)."""
+
+CLEANER_MAX_POLL_INTERVAL_MS: int = 900000
+"""Milliseconds between two polls of a cleaner before its group evicts it; must exceed
+CLEANER_MAX_SECONDS × CLEANER_MAX_POLL_RECORDS, so a batch of slow pages never loses the group's
+membership (the kafka-monitor's KAFKA_MAX_POLL_INTERVAL_MS is small to keep its joins fast)."""
+
 KAFKA_SECURITY_PROTOCOL: str = "PLAINTEXT"
 """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; applied to every Kafka client."""
 

@@ -246,6 +246,13 @@ class Keys:
         offset) of the record that emitted it, so a redelivered record is not its own duplicate."""
         return f"{self._global}cleaned:{escape(appid)}:{escape(crawlid)}:{content_hash}"
 
+    @key("hash", ttl="2 x CLEANER_MAX_POLL_INTERVAL_MS + 60 s")
+    def cleaner_emitted(self, group: str) -> str:
+        """``<topic>/<partition>`` -> the offset after a batch whose outputs a cleaner of *group*
+        produced but whose commit failed: the records before it are not emitted again when the
+        broker delivers them again."""
+        return f"{self._global}cleaner:emitted:{escape(group)}"
+
     @key("string", ttl="CRAWL_DELAY_TTL_S (a day; refreshed whenever a crawler reads the robots.txt)")
     def crawl_delay(self, domain: str) -> str:
         """Seconds a domain's robots.txt asks between two fetches (``Crawl-delay`` for our user

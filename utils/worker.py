@@ -247,14 +247,17 @@ class ConsumerWorker(Worker):
         self.consumer: KafkaConsumer | None = None
         self.producer: KafkaProducer | None = None
         self._busy = False
+        #: Processed records whose offsets are not committed yet (a commit failed).
+        self._commit_pending = False
 
     def process(self, records: list[Any]) -> Any:
         """Handle one polled batch; every output durable when it returns (raises if not)."""
         raise NotImplementedError
 
-    def open_kafka(self, topic: str, group: str, outputs: list[str]) -> None:
+    def open_kafka(self, topic: str, group: str, outputs: list[str], **consumer_options: Any) -> None:
         """Create *topic* and the *outputs* topics if missing, build the producer and the consumer
-        of *topic* in *group* (unless built already), beat, and say so.
+        of *topic* in *group* (unless built already; *consumer_options* win over the KAFKA_*
+        consumer settings), beat, and say so.
 
         Raises:
             BackendUnavailable: no broker answered (names KAFKA_BOOTSTRAP_SERVERS).
@@ -263,7 +266,7 @@ class ConsumerWorker(Worker):
         if self.producer is None:
             self.producer = make_producer(self.settings)
         if self.consumer is None:
-            self.consumer = make_consumer(self.settings, topic, group_id=group)
+            self.consumer = make_consumer(self.settings, topic, group_id=group, **consumer_options)
         self.beat(force=True)
         logger_of(self).info(
             "%s %s consuming %s as group %s (Redis %s)",
@@ -301,13 +304,16 @@ class ConsumerWorker(Worker):
                 logger.warning("closing the Kafka producer failed", exc_info=True)
 
     def consume_batch(self) -> tuple[Any, int]:
-        """Poll one batch, :meth:`process` it, commit; on any failure rewind the batch and re-raise.
+        """Poll one batch, :meth:`process` it, commit. A failure of :meth:`process` rewinds the
+        batch (it is delivered again); a failure of the commit does not: the batch's outputs are
+        durable already, so it is not processed again here, and its offsets are committed with the
+        next batch (or the next idle poll). Either failure is re-raised.
 
         Returns:
             ``(what process returned or None, records polled)``.
 
         Raises:
-            RedisError, KafkaError: a backend failed; the batch will be delivered again.
+            RedisError, KafkaError: a backend failed.
         """
         assert self.consumer is not None, "setup() first"
         polled = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=self.max_poll_records)
@@ -316,12 +322,24 @@ class ConsumerWorker(Worker):
         if records:
             try:
                 result = self.process(records)
-                self.consumer.commit(timeout_ms=int(self.ack_timeout_s * 1000))
             except BaseException:
                 self.rewind(polled)
                 raise
+        if records or self._commit_pending:
+            self._commit_pending = True
+            try:
+                self.consumer.commit(timeout_ms=int(self.ack_timeout_s * 1000))
+            except BaseException:
+                if records:
+                    self.remember_done(polled)
+                raise
+            self._commit_pending = False
         self.beat_or_probe(busy=bool(records))
         return result, len(records)
+
+    def remember_done(self, polled: dict[Any, list[Any]]) -> None:
+        """Hook: the commit of a processed batch failed (its outputs are durable); a subclass that
+        must not emit them twice records it here, where whoever gets the records again looks."""
 
     def rewind(self, polled: dict[Any, list[Any]]) -> None:
         """Seek every partition of a polled batch back to its first record, so it is processed

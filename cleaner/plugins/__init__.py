@@ -9,6 +9,7 @@ Redis do it once per batch (the dedupe). Steps run in the order of ``CLEANER_PLU
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, ClassVar, Self
 
 if TYPE_CHECKING:
@@ -40,14 +41,21 @@ class CleanerPlugin:
         """Clean *page* one step further (may raise Reject, Skip or Duplicate)."""
 
     def process_batch(self, pages: list[Page]) -> list[Page]:
-        """:meth:`process` each page; returns those that go on. A step may override it to work on
-        a batch at once; it then marks the pages it stops in ``page.extra["outcome"]``."""
+        """:meth:`process` each page (its time added to ``page.spent``); returns those that go on.
+        A step may override it to work on a batch at once; it then marks the pages it stops in
+        ``page.extra["outcome"]``."""
         kept = []
         for page in pages:
+            started = time.monotonic()
             try:
                 self.process(page)
             except Exception as outcome:  # noqa: BLE001 - the worker sorts outcomes from bugs
                 page.extra["outcome"] = outcome
                 continue
+            finally:
+                page.spent += time.monotonic() - started
             kept.append(page)
         return kept
+
+    def close(self) -> None:
+        """Release what the step holds (the cleaner is stopping). Never raises."""

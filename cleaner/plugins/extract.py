@@ -1,19 +1,28 @@
 """Main text, title and description (docs/contract.md §13), by trafilatura: boilerplate, navigation,
-scripts, styles and ads removed; whitespace normalised (paragraphs one per line)."""
+scripts, styles and ads removed; whitespace normalised (paragraphs one per line). A page without
+main text (a short page of a heading and links) has its visible text as ``text``.
+
+The extraction runs in a child process (:mod:`crawlhive.cleaner.extractor`) that is killed when the
+page's CLEANER_MAX_SECONDS run out: the page is then a dead letter and the cleaner goes on.
+``text`` keeps at most CLEANER_MAX_TEXT_BYTES, ``title`` and ``description`` MAX_META_BYTES.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
-import trafilatura
-
+from crawlhive.cleaner.extractor import ExtractionTimeout, Extractor
+from crawlhive.cleaner.page import too_long
 from crawlhive.cleaner.plugins import CleanerPlugin
 
 if TYPE_CHECKING:
     from crawlhive.cleaner.page import Page
+    from crawlhive.cleaner.worker import Cleaner
 
 _SPACES = re.compile(r"[ \t\u00a0\u200b]+")
+#: Bytes (UTF-8) a ``title`` or ``description`` keeps.
+MAX_META_BYTES = 2048
 
 
 def normalise(text: str | None) -> str | None:
@@ -25,28 +34,43 @@ def normalise(text: str | None) -> str | None:
     return joined or None
 
 
+def cut(text: str | None, limit: int) -> str | None:
+    """*text* in at most *limit* bytes of UTF-8: whole lines when a line end falls in the second
+    half of the limit, else whole characters."""
+    if text is None or len(text) * 4 <= limit or len(encoded := text.encode("utf-8")) <= limit:
+        return text
+    head = encoded[:limit].decode("utf-8", "ignore")
+    end = head.rfind("\n")
+    return (head[:end] if end >= len(head) // 2 else head).rstrip() or None
+
+
 class ExtractPlugin(CleanerPlugin):
     """``title``, ``description``, ``text``; leaves trafilatura's document (with its date and the
     page's declared language) in ``page.extra["document"]`` for the later steps."""
 
     name = "extract"
 
+    def __init__(self, max_seconds: float, max_text_bytes: int) -> None:
+        self.max_seconds = max_seconds
+        self.max_text_bytes = max_text_bytes
+        self.extractor = Extractor()
+        self.extractor.start()
+
+    @classmethod
+    def from_cleaner(cls, cleaner: Cleaner) -> Self:
+        settings = cleaner.settings
+        return cls(settings.getfloat("CLEANER_MAX_SECONDS"), settings.getint("CLEANER_MAX_TEXT_BYTES"))
+
     def process(self, page: Page) -> None:
-        document = None
-        if page.html.strip():
-            try:
-                document = trafilatura.bare_extraction(
-                    page.html,
-                    url=str(page.item.get("response_url") or page.item["url"]),
-                    with_metadata=True,
-                    include_comments=False,
-                    include_tables=True,
-                    include_images=False,
-                )
-            except (ValueError, TypeError, AttributeError):  # broken markup trafilatura gives up on
-                document = None
-        fields = document.as_dict() if document is not None and hasattr(document, "as_dict") else (document or {})
+        url = str(page.item.get("response_url") or page.item["url"])
+        try:
+            fields = self.extractor.extract(page.html, url, self.max_seconds - page.spent)
+        except ExtractionTimeout:
+            raise too_long(self.max_seconds) from None
         page.extra["document"] = fields
-        page.record["title"] = normalise(fields.get("title"))
-        page.record["description"] = normalise(fields.get("description"))
-        page.record["text"] = normalise(fields.get("text"))
+        page.record["title"] = cut(normalise(fields.get("title")), MAX_META_BYTES)
+        page.record["description"] = cut(normalise(fields.get("description")), MAX_META_BYTES)
+        page.record["text"] = cut(normalise(fields.get("text")), self.max_text_bytes)
+
+    def close(self) -> None:
+        self.extractor.close()

@@ -25,6 +25,11 @@ _LANG = re.compile(r"^[a-z]{2}$")
 class LanguagePlugin(CleanerPlugin):
     name = "language"
 
+    def __init__(self) -> None:
+        # The identifier loads its model on first use (over a second): here, not in the
+        # CLEANER_MAX_SECONDS of the first page.
+        py3langid.classify("warming up the language identifier")
+
     def process(self, page: Page) -> None:
         text = page.record.get("text") or ""
         language = None

@@ -220,7 +220,7 @@ def test_a_cleaner_killed_mid_stream_and_restarted_cleans_every_page(settings: S
         for i in range(PAGES)
     ]
     _produce(settings, [json.dumps(p).encode() for p in pages])
-    victim = _cleaner(settings, tmp_path, "victim", KAFKA_CONSUMER_MAX_POLL_RECORDS=20)  # small batches
+    victim = _cleaner(settings, tmp_path, "victim", CLEANER_MAX_POLL_RECORDS=20)  # small batches
     survivor = None
     try:
         collector.wait_for("k1", 20, timeout=60, topic=settings.topic("cleaned"))
@@ -299,3 +299,230 @@ def test_the_cleaners_consumer_lag_is_what_their_group_has_not_committed(setting
     finally:
         assert _stop(cleaner) == 0
         collector.close()
+
+
+def _phone_page(size: int = 800_000) -> str:
+    """A benign page of about *size* bytes that is nothing but a long list of phone numbers."""
+    rows, n, i = [], 0, 0
+    while n < size:
+        row = f"<p>Office {i}: call +1 202-555-{i % 10000:04d} or (202) 555-{(i * 7) % 10000:04d}</p>\n"
+        rows.append(row)
+        n, i = n + len(row), i + 1
+    return f"<html><head><title>Directory</title></head><body><article>{''.join(rows)}</article></body></html>"
+
+
+def _outputs_by_url(collector: Collector, settings: Settings, crawlid: str) -> dict[str, int]:
+    """How many times each url of *crawlid* appeared on ``cleaned`` and ``dead_letter`` together."""
+    counts: dict[str, int] = {}
+    for topic in ("cleaned", "dead_letter"):
+        for message in collector.of(crawlid, settings.topic(topic)):
+            counts[message["url"]] = counts.get(message["url"], 0) + 1
+    return counts
+
+
+def _feed_big_then_normal(settings: Settings, crawlid: str, normal: int) -> list[str]:
+    """An ~800 KB page of phone numbers, then *normal* ordinary pages; their urls in that order."""
+    pages = [item("http://big.example/directory", _phone_page(), crawlid=crawlid)]
+    pages += [
+        item(f"http://big.example/{i}", EN_ARTICLE.replace("Rivers of the North", f"River {i}"), crawlid=crawlid)
+        for i in range(normal)
+    ]
+    _produce(settings, [json.dumps(p).encode() for p in pages])
+    return [p["url"] for p in pages]
+
+
+@pytest.mark.timeout(180)
+def test_a_slow_800kb_page_is_cleaned_once_and_never_replays_the_batch(settings: Settings, tmp_path: Path) -> None:
+    """An 800 KB page of phone numbers once took 6-17 s to clean: the poll interval expired, the
+    commit failed and the batch was re-emitted every ~12 s, forever. Now every page comes out
+    exactly once (the big one cleaned or, past CLEANER_MAX_SECONDS, a dead letter)."""
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    urls = _feed_big_then_normal(settings, "big1", normal=8)
+    cleaner = _cleaner(settings, tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        counts = _outputs_by_url(collector, settings, "big1")
+        while set(counts) != set(urls) and time.monotonic() < deadline:
+            time.sleep(0.3)
+            counts = _outputs_by_url(collector, settings, "big1")
+        assert set(counts) == set(urls), f"missing after 60 s: {sorted(set(urls) - set(counts))}"
+        time.sleep(15)  # the old cleaner re-emitted the whole batch every ~12 s
+        counts = _outputs_by_url(collector, settings, "big1")
+    finally:
+        code = _stop(cleaner)
+        collector.close()
+    assert code == 0
+    assert counts == dict.fromkeys(urls, 1), counts
+    log = Path(str(cleaner.args[-1])).read_text()
+    assert "WARNING" not in log and "ERROR" not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_a_page_over_the_time_budget_is_a_dead_letter_and_the_rest_go_on(settings: Settings, tmp_path: Path) -> None:
+    """CLEANER_MAX_SECONDS bounds the extraction itself (it runs in a child process that is killed
+    at the deadline): the big page is a ``stage: clean`` dead letter naming the setting, and the
+    pages after it are cleaned once each."""
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    urls = _feed_big_then_normal(settings, "big2", normal=4)
+    cleaner = _cleaner(settings, tmp_path, CLEANER_MAX_SECONDS=1.0)
+    try:
+        letters = collector.wait_for("big2", 1, timeout=60, topic=settings.topic("dead_letter"))
+        cleaned = collector.wait_for("big2", 4, timeout=60, topic=settings.topic("cleaned"))
+        time.sleep(2)
+        counts = _outputs_by_url(collector, settings, "big2")
+    finally:
+        code = _stop(cleaner)
+        collector.close()
+    assert code == 0
+    assert counts == dict.fromkeys(urls, 1), counts
+    assert [(x["url"], x["stage"]) for x in letters] == [(urls[0], "clean")]
+    assert letters[0]["error"] == "cleaning took too long (over CLEANER_MAX_SECONDS = 1 s)"
+    assert {m["url"] for m in cleaned} == set(urls[1:])
+
+
+#: The README tour's own site (README "A five-minute tour"): short pages, some without main text.
+TOUR = {
+    "http://127.0.0.1:8000/": '<h1>Home</h1> <p>Welcome to a tiny site.</p> <a href="about.html">About</a> '
+    '<a href="blog/first.html">First post</a>',
+    "http://127.0.0.1:8000/about.html": '<h1>About</h1> <a href="index.html">Home</a>',
+    "http://127.0.0.1:8000/blog/first.html": '<h1>First post</h1> <a href="../index.html">Home</a> '
+    '<a href="../about.html">About</a>',
+}
+TOUR["http://127.0.0.1:8000/index.html"] = TOUR["http://127.0.0.1:8000/"]
+
+
+def test_the_tour_pages_are_cleaned_with_their_visible_text_and_no_warning(settings: Settings, tmp_path: Path) -> None:
+    """A page without main text is normal: its text is its visible text, not a dead letter; and
+    trafilatura's chatter about such pages is DEBUG, so the cleaner's log has no WARNING."""
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    # /index.html is / again: in one crawl it would be a duplicate of it (§13), so it has a crawl of its own
+    crawls = {url: "tour2" if url.endswith("/index.html") else "tour1" for url in TOUR}
+    _produce(settings, [json.dumps(item(url, body, crawlid=crawls[url])).encode() for url, body in TOUR.items()])
+    cleaner = _cleaner(settings, tmp_path)
+    try:
+        cleaned = _by_url(collector, "tour1", len(TOUR) - 1, settings.topic("cleaned"), timeout=60)
+        cleaned.update(_by_url(collector, "tour2", 1, settings.topic("cleaned"), timeout=30))
+        time.sleep(1.0)
+        letters = collector.of("tour1", settings.topic("dead_letter")) + collector.of(
+            "tour2", settings.topic("dead_letter")
+        )
+    finally:
+        code = _stop(cleaner)
+        collector.close()
+    assert code == 0
+    assert letters == []
+    assert set(cleaned) == set(TOUR)
+    assert cleaned["http://127.0.0.1:8000/"]["text"] == "Welcome to a tiny site.\nAbout First post"
+    assert cleaned["http://127.0.0.1:8000/index.html"]["text"] == "Welcome to a tiny site.\nAbout First post"
+    assert cleaned["http://127.0.0.1:8000/about.html"]["text"] == "About\nHome"
+    assert cleaned["http://127.0.0.1:8000/blog/first.html"]["text"] == "First post\nHome About"
+    log = Path(str(cleaner.args[-1])).read_text()
+    assert "WARNING" not in log and "ERROR" not in log, log
+
+
+def test_a_poll_interval_a_batch_of_slow_pages_would_exceed_is_refused(settings: Settings) -> None:
+    """A cleaner whose CLEANER_MAX_POLL_INTERVAL_MS a batch of pages using their whole budget would
+    exceed (the 5 s of the kafka-monitor's, that caused the livelock) does not start; it says why."""
+    env = crawler_env(settings, CLEANER_MAX_POLL_INTERVAL_MS=5000, CLEANER_MAX_SECONDS=10, CLEANER_MAX_POLL_RECORDS=50)
+    done = subprocess.run([*CLI, "cleaner"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().endswith(
+        "CLEANER_MAX_POLL_INTERVAL_MS (5000) must exceed CLEANER_MAX_SECONDS × CLEANER_MAX_POLL_RECORDS "
+        "(500000 ms): a batch of slow pages would lose the group"
+    ), done.stderr
+
+
+def test_a_cleaned_record_too_large_to_produce_is_a_dead_letter_not_a_replayed_batch(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A record over KAFKA_PRODUCER_MAX_REQUEST_SIZE was refused by the producer (a Kafka error):
+    the batch was rewound and failed again, forever. It is a dead letter saying so instead."""
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    paragraphs = "".join(
+        f"<p>Paragraph {i} of a very long report about the rivers of the north.</p>" for i in range(3000)
+    )
+    big = item("http://huge.example/report", f"<html><body><article>{paragraphs}</article></body></html>", crawlid="h1")
+    normal = [
+        item(f"http://huge.example/{i}", EN_ARTICLE.replace("Rivers", f"Lakes {i}"), crawlid="h1") for i in range(3)
+    ]
+    hostile = {"url": "http://huge.example/" + "x" * 200_000, "crawlid": "h1"}  # not an item, a huge url
+    _produce(settings, [json.dumps(p).encode() for p in [big, hostile, *normal]])
+    cleaner = _cleaner(settings, tmp_path, KAFKA_PRODUCER_MAX_REQUEST_SIZE=100_000)
+    try:
+        letters = collector.wait_for("h1", 2, timeout=60, topic=settings.topic("dead_letter"))
+        collector.wait_for("h1", 3, timeout=60, topic=settings.topic("cleaned"))
+        time.sleep(2)
+        counts = _outputs_by_url(collector, settings, "h1")
+    finally:
+        code = _stop(cleaner)
+        collector.close()
+    assert code == 0
+    cut_url = hostile["url"][:4096]
+    assert counts == dict.fromkeys([big["url"], cut_url] + [p["url"] for p in normal], 1), counts
+    letter = next(x for x in letters if x["url"] == big["url"])
+    assert letter["stage"] == "clean" and letter["error"].startswith("cleaned record too large: "), letter
+    assert letter["error"].endswith(" bytes (KAFKA_PRODUCER_MAX_REQUEST_SIZE is 100000)"), letter
+    assert next(x["error"] for x in letters if x["url"] == cut_url).startswith("not a crawled item: no appid")
+
+
+#: A cleaner step (CLEANER_PLUGINS) that holds its first batch past the poll interval, once.
+SLOW_ONCE = """
+import os, time
+from crawlhive.cleaner.plugins import CleanerPlugin
+
+class SlowOnce(CleanerPlugin):
+    name = "slow-once"
+
+    def process_batch(self, pages):
+        flag = os.environ["SLOW_ONCE_FLAG"]
+        if pages and not os.path.exists(flag):
+            open(flag, "w").close()
+            time.sleep(float(os.environ["SLOW_ONCE_SECONDS"]))
+        return pages
+"""
+
+
+def test_a_batch_whose_commit_failed_is_not_emitted_again(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that outlived the poll interval (here a step holds it, once) cannot commit: the
+    group has evicted the cleaner. Its outputs were acknowledged already, so the cleaner does not
+    rewind and emit them again; it rejoins and goes on."""
+    (tmp_path / "slow_once_step.py").write_text(SLOW_ONCE)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    topics = [settings.topic(t) for t in ("crawled_firehose", "cleaned", "dead_letter")]
+    ensure_topics(settings, topics)
+    collector = Collector(settings, topics[1:])
+    pages = [
+        item(f"http://once.example/{i}", EN_ARTICLE.replace("Rivers", f"Ponds {i}"), crawlid="o1") for i in range(6)
+    ]
+    _produce(settings, [json.dumps(p).encode() for p in pages])
+    cleaner = _cleaner(
+        settings,
+        tmp_path,
+        CLEANER_PLUGINS={"slow_once_step.SlowOnce": 650},
+        CLEANER_MAX_SECONDS=0.2,
+        CLEANER_MAX_POLL_RECORDS=6,
+        CLEANER_MAX_POLL_INTERVAL_MS=1500,
+        SLOW_ONCE_FLAG=str(tmp_path / "slowed"),
+        SLOW_ONCE_SECONDS=8,
+    )
+    try:
+        collector.wait_for("o1", len(pages), timeout=60, topic=settings.topic("cleaned"))
+        time.sleep(8)
+        counts = _outputs_by_url(collector, settings, "o1")
+    finally:
+        code = _stop(cleaner)
+        collector.close()
+    assert code == 0
+    assert (tmp_path / "slowed").exists()
+    log = Path(str(cleaner.args[-1])).read_text()
+    assert "CommitFailedError" in log, log  # the situation this test is about did happen
+    assert counts == {p["url"]: 1 for p in pages}, counts

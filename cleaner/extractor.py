@@ -1,0 +1,247 @@
+"""The extraction of a page's text (trafilatura), run in a child process with a deadline.
+
+Why a child process: extraction is the one step whose cost a page controls (800 KB of markup took
+trafilatura several seconds), and it is pure CPU in C (lxml) and Python. A thread cannot be stopped
+and a signal alarm cannot interrupt lxml, so the only bound that holds whatever the page is a
+process that is killed at the deadline (then started again for the next page). Bounding the input
+size alone would not do: the cost of a page is not linear in its size. The child is a plain
+``python -m crawlhive.cleaner.extractor`` (not a fork: no copy of the parent's Kafka threads and
+locks; not multiprocessing's spawn: it would run the parent's ``__main__`` again), in a session of
+its own (a Ctrl-C is the parent's), talking over two pipes with multiprocessing's ``Connection``
+(framing, pickling, a poll with a timeout); it exits when the parent's end closes. No process-pool
+library is used: a pool cannot kill the one worker that overran and go on.
+
+The child logs nothing itself: what trafilatura, htmldate, justext and readability log (a warning
+for every short page, "readability_lxml failed:", "discarding data: …") is library chatter about
+normal pages; it is sent back with the result and the parent logs it at DEBUG.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a new child may take to import trafilatura and say it is ready.
+START_TIMEOUT_S = 60.0
+#: A page the child extracts before it says it is ready.
+WARM_UP = (
+    "<html lang='en'><head><title>Warm-up</title><meta name='description' content='d'></head><body><nav>"
+    "<a href='/'>Home</a></nav><article><h1>Warm-up</h1><p class='date'>Published 14 February 2023</p>"
+    + "<p>A paragraph that is long enough to be the main text of this small page, twice over.</p>" * 3
+    + "</article></body></html>"
+)
+#: Elements whose text a reader never sees.
+_INVISIBLE = ("script", "style", "noscript", "template", "head", "svg", "iframe", "object")
+#: Elements after which the visible text goes on on a new line.
+_BLOCKS = (
+    "p", "div", "br", "h1", "h2", "h3", "h4", "h5", "h6", "li", "ul", "ol", "dl", "dt", "dd", "tr", "table",
+    "section", "article", "header", "footer", "nav", "aside", "main", "blockquote", "pre", "form", "figure",
+    "figcaption", "hr", "address", "details", "summary",
+)  # fmt: skip
+
+
+class ExtractionTimeout(Exception):  # noqa: N818 - the name says what happened
+    """The extraction of a page did not finish before its deadline (the child was killed)."""
+
+
+class ExtractionFailed(Exception):  # noqa: N818 - the name says what happened
+    """The child failed on a page (an exception in trafilatura, or the child died)."""
+
+
+def visible_text(html: str) -> str:
+    """The text a reader sees on *html*: the body without scripts, styles and other invisible
+    elements, one block element per line (the text of a page that has no main text)."""
+    import lxml.etree
+    import lxml.html
+
+    try:
+        try:
+            tree = lxml.html.document_fromstring(html)
+        except ValueError:  # lxml refuses a str with an XML encoding declaration (XHTML)
+            tree = lxml.html.document_fromstring(html.encode("utf-8"))
+    except (lxml.etree.ParserError, ValueError):
+        return ""
+    for element in list(tree.iter(*_INVISIBLE)):
+        if element.getparent() is not None:
+            element.drop_tree()
+    for element in tree.iter(*_BLOCKS):
+        element.text = "\n" + (element.text or "")
+        element.tail = "\n" + (element.tail or "")
+    body = tree.find("body")
+    return str((body if body is not None else tree).text_content())
+
+
+def extract(html: str, url: str) -> dict[str, Any]:
+    """trafilatura's document of *html* as plain values (``title``, ``description``, ``text``,
+    ``date``, ``language``, …), with the page's visible text as ``text`` when trafilatura found no
+    main text (a short page: its text is what it shows)."""
+    import trafilatura
+
+    document = None
+    if html.strip():
+        try:
+            document = trafilatura.bare_extraction(
+                html,
+                url=url,
+                with_metadata=True,
+                include_comments=False,
+                include_tables=True,
+                include_images=False,
+            )
+        except (ValueError, TypeError, AttributeError):  # broken markup trafilatura gives up on
+            document = None
+    raw = document.as_dict() if document is not None and hasattr(document, "as_dict") else (document or {})
+    fields = {k: v for k, v in raw.items() if v is None or isinstance(v, str | int | float | bool | list)}
+    if not str(fields.get("text") or "").strip() and html.strip():
+        fields["text"] = visible_text(html)
+    return fields
+
+
+class _Capture(logging.Handler):
+    """Keeps the child's log records of the current page, to send them to the parent."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[tuple[str, str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.lines.append((record.name, record.levelname, record.getMessage()))
+        except Exception:  # noqa: BLE001 - a broken log call in a library must not fail the page
+            self.lines.append((record.name, record.levelname, str(record.msg)))
+
+
+def _serve(jobs: Connection, answers: Connection, capture_level: int) -> None:
+    """The child: answer each ``(html, url)`` from *jobs* on *answers* with ``("ok", fields,
+    logs)`` or ``("error", reason, logs)``, until None or the parent's end of the pipe closes."""
+    capture = _Capture()
+    root = logging.getLogger()
+    root.handlers[:] = [capture]
+    root.setLevel(capture_level)
+    # Imports and caches (trafilatura loads parts of itself on first use) warmed before "ready":
+    # not counted in the first page's CLEANER_MAX_SECONDS.
+    extract(WARM_UP, "http://localhost/")
+    answers.send(("ready", None, []))
+    while True:
+        try:
+            job = jobs.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
+        if job is None:
+            return
+        capture.lines = []
+        try:
+            answer: tuple[str, Any, list[tuple[str, str, str]]] = ("ok", extract(*job), capture.lines)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which dead-letters the page
+            answer = ("error", f"{type(exc).__name__}: {exc}"[:300], capture.lines)
+        answers.send(answer)
+
+
+class Extractor:
+    """One child process that extracts pages, each within a deadline (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+        self._jobs: Connection | None = None
+        self._answers: Connection | None = None
+
+    def start(self) -> None:
+        """Start the child (if it is not running) and wait until it is ready.
+
+        Raises:
+            ExtractionFailed: it did not start within START_TIMEOUT_S.
+        """
+        if self._process is not None and self._process.poll() is None:
+            return
+        self.close()
+        job_read, job_write = os.pipe()
+        answer_read, answer_write = os.pipe()
+        capture = logging.DEBUG if logger.isEnabledFor(logging.DEBUG) else logging.WARNING
+        command = [sys.executable, "-m", __name__, str(job_read), str(answer_write), str(capture)]
+        try:
+            self._process = subprocess.Popen(
+                command, pass_fds=(job_read, answer_write), stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        finally:
+            os.close(job_read)
+            os.close(answer_write)
+        self._jobs = Connection(job_write, readable=False)
+        self._answers = Connection(answer_read, writable=False)
+        try:
+            ready = self._answers.poll(START_TIMEOUT_S) and self._answers.recv()
+        except (EOFError, OSError) as exc:
+            self.close(kill=True)
+            raise ExtractionFailed(f"the extraction process failed to start ({exc!r})") from exc
+        if not ready:
+            self.close(kill=True)
+            raise ExtractionFailed(f"the extraction process did not start within {START_TIMEOUT_S:g} s")
+
+    def extract(self, html: str, url: str, timeout: float) -> dict[str, Any]:
+        """:func:`extract` of *html* in the child, within *timeout* seconds.
+
+        Raises:
+            ExtractionTimeout: it took longer (the child is killed and another started).
+            ExtractionFailed: the extraction raised, or the child died.
+        """
+        self.start()
+        assert self._jobs is not None and self._answers is not None
+        started = time.monotonic()
+        try:
+            self._jobs.send((html, url))
+            answer = self._answers.recv() if self._answers.poll(max(0.0, timeout)) else None
+        except (EOFError, OSError) as exc:
+            self._restart()
+            raise ExtractionFailed(f"the extraction process died ({exc!r})") from exc
+        if answer is None:
+            elapsed = time.monotonic() - started
+            self._restart()
+            raise ExtractionTimeout(f"{elapsed:.1f} s")
+        status, value, lines = answer
+        for name, level, message in lines:
+            logger.debug("%s %s (%s): %s", name, level, url, message)
+        if status != "ok":
+            raise ExtractionFailed(str(value))
+        return dict(value)
+
+    def _restart(self) -> None:
+        """Kill the child and start another now, so that its start-up (importing trafilatura) is not
+        counted in the next page's time (if it fails, the next :meth:`extract` tries again)."""
+        self.close(kill=True)
+        try:
+            self.start()
+        except ExtractionFailed:
+            logger.warning("the extraction process failed to start again; retrying with the next page")
+
+    def close(self, kill: bool = False) -> None:
+        """Stop the child: asked to (else killed after half a second), or at once with *kill*.
+        Never raises."""
+        process, jobs, answers = self._process, self._jobs, self._answers
+        self._process = self._jobs = self._answers = None
+        if kill and process is not None and process.poll() is None:
+            process.kill()
+        if jobs is not None:
+            try:
+                if process is not None and process.poll() is None:
+                    jobs.send(None)
+            except (OSError, ValueError):
+                pass
+            jobs.close()
+        if answers is not None:
+            answers.close()
+        if process is not None:
+            try:
+                process.wait(0.5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False), int(sys.argv[3]))

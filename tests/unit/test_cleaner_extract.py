@@ -1,0 +1,44 @@
+"""The extraction step's parts (cleaner/extractor.py, cleaner/plugins/extract.py): the visible
+text of a page without main text, the size cut, and the child process's deadline."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from crawlhive.cleaner.extractor import ExtractionTimeout, Extractor, visible_text
+from crawlhive.cleaner.plugins.extract import cut
+
+
+def test_the_visible_text_leaves_out_what_a_reader_does_not_see() -> None:
+    html = (
+        "<?xml version='1.0' encoding='utf-8'?><html><head><title>T</title><style>p {}</style></head>"
+        "<body><h1>About</h1> <a href='/'>Home</a><script>var x = 1;</script><p>a<br>b</p></body></html>"
+    )
+    assert visible_text(html).split() == ["About", "Home", "a", "b"]
+    assert "About\n" in visible_text(html)
+    assert visible_text("") == visible_text("   ") == ""
+
+
+def test_cut_keeps_whole_lines_or_characters_within_the_byte_limit() -> None:
+    assert cut("short", 10) == "short" and cut(None, 10) is None
+    assert cut("line one\nline two", 12) == "line one"
+    assert cut("é" * 10, 5) == "éé"  # 2 bytes each: never half a character
+    text = "x" * 300_000
+    assert len(cut(text, 262144) or "") == 262144
+
+
+def test_an_extraction_past_its_deadline_is_stopped_and_the_next_page_is_extracted() -> None:
+    page = "<html><body>" + "<div><p>Office: call +1 202-555-0143</p></div>\n" * 20000 + "</body></html>"
+    extractor = Extractor()
+    try:
+        extractor.start()
+        started = time.monotonic()
+        with pytest.raises(ExtractionTimeout):
+            extractor.extract(page, "http://big.example/", 0.3)
+        assert time.monotonic() - started < 15  # 0.3 s, then a new child started (a few seconds at most)
+        fields = extractor.extract("<h1>About</h1> <a href='/'>Home</a>", "http://small.example/", 10)
+        assert fields["text"].split() == ["About", "Home"]
+    finally:
+        extractor.close()
