@@ -28,7 +28,7 @@ from scrapy.utils.response import get_base_url
 from w3lib.html import HTML5_WHITESPACE
 from w3lib.url import canonicalize_url, safe_url_string
 
-from crawlhive.utils.patterns import search_any
+from crawlhive.utils.patterns import DEFAULT_PATTERN_LIMITS, PatternLimits, search_any
 
 if TYPE_CHECKING:
     from scrapy.http import Response
@@ -43,11 +43,17 @@ class LinkLimits:
 
     max_url_length: int = 2083
     max_segment_repeats: int = 3
+    #: The bounds a crawl's ``allow_regex`` / ``deny_regex`` are compiled within (SCHEMA_REGEX_*).
+    patterns: PatternLimits = DEFAULT_PATTERN_LIMITS
 
     @classmethod
     def from_settings(cls, settings: Any) -> LinkLimits:
         """From crawlhive or Scrapy settings (both answer ``getint``)."""
-        return cls(settings.getint("LINK_MAX_URL_LENGTH"), settings.getint("LINK_MAX_SEGMENT_REPEATS"))
+        return cls(
+            settings.getint("LINK_MAX_URL_LENGTH"),
+            settings.getint("LINK_MAX_SEGMENT_REPEATS"),
+            PatternLimits.from_settings(settings),
+        )
 
     def is_trap(self, url: str) -> bool:
         """*url* is longer than allowed, or its path holds one segment more than allowed."""
@@ -106,7 +112,8 @@ def link_allowed(url: str, request: FrontierRequest, limits: LinkLimits = DEFAUL
     if not url.startswith(("http://", "https://")) or limits.is_trap(url):
         return False
     allow, deny = request.allow_regex, request.deny_regex
-    if (allow and not search_any(tuple(allow), url)) or (deny and search_any(tuple(deny), url)):
+    rules = limits.patterns  # compiled on the calling (reactor) thread: cheap within these bounds
+    if (allow and not search_any(tuple(allow), url, rules)) or (deny and search_any(tuple(deny), url, rules)):
         return False
     allowed = allowed_domains(request)
     if allowed and not host_allowed(url, allowed):
@@ -138,6 +145,7 @@ def extract_links(response: Response, request: FrontierRequest, limits: LinkLimi
     encoding = response.encoding
     allow = tuple(request.allow_regex or ())
     deny = tuple(request.deny_regex or ())
+    rules = limits.patterns  # compiled on the reactor thread: cheap within these bounds (utils/patterns.py)
     allowed = allowed_domains(request)
     denied = _denied_extensions(_tuple(request.deny_extensions))
     origin = _simple_origin(base) if base == response.url else None  # a <base>: no shortcut
@@ -154,7 +162,7 @@ def extract_links(response: Response, request: FrontierRequest, limits: LinkLimi
             continue
         if denied and _has_extension(url, denied):
             continue
-        if (allow and not search_any(allow, absolute)) or (deny and search_any(deny, absolute)):
+        if (allow and not search_any(allow, absolute, rules)) or (deny and search_any(deny, absolute, rules)):
             continue
         if allowed and not host_allowed(url, allowed):
             continue
