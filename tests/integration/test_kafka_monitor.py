@@ -602,6 +602,39 @@ def test_a_failed_batch_is_rewound_redelivered_and_committed_once_done(
         km.teardown()
 
 
+def test_redis_out_of_memory_dead_letters_the_batch_instead_of_rewinding_it_forever(
+    monitor: KafkaMonitor,
+    km_settings: Settings,
+    redis_client: redis.Redis,
+    names: IsolatedNames,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An ``OOM`` reply (maxmemory reached, noeviction) was transient: the batch was rewound and
+    retried forever while the whole cluster backed off. Now it is retried once, then its records
+    are dead-lettered with the reason, one ERROR names maxmemory, and the next batch goes through."""
+    keys = keys_for(names.key_prefix)
+    before = redis_client.config_get("maxmemory")["maxmemory"], redis_client.config_get("maxmemory-policy")
+    produce(km_settings, encode(crawl("http://example.com/a"), {"appid": "testapp", "uuid": "st"}))
+    caplog.set_level(logging.INFO, logger="crawlhive.kafka_monitor.monitor")
+    redis_client.config_set("maxmemory-policy", "noeviction")
+    redis_client.config_set("maxmemory", 1)  # every write that may grow memory is refused
+    try:
+        results = drain(monitor, 2, timeout_s=20)
+    finally:
+        redis_client.config_set("maxmemory", before[0])
+        redis_client.config_set("maxmemory-policy", before[1]["maxmemory-policy"])
+    assert sum(r.rejected for r in results) == 2 and not any(r.accepted for r in results)
+    letters = read_topic(km_settings, "dead_letter", 2)
+    assert {letter["error"] for letter in letters} == {"Redis out of memory (maxmemory)"}
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "maxmemory" in errors[0].getMessage(), [r.getMessage() for r in errors]
+    assert queued(redis_client, keys, ["c1"], ["example.com"]) == 0
+
+    produce(km_settings, encode(crawl("http://example.com/b")))  # memory is back: work goes on
+    assert sum(r.accepted for r in drain(monitor, 1)) == 1
+    assert queued(redis_client, keys, ["c1"], ["example.com"]) == 1
+
+
 def _monitor_env(settings: Settings, home: Path, **extra: Any) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("KAFKA_HOSTS", "REDIS_HOST", "REDIS_PORT")}
     for name in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS", "REDIS_KEY_PREFIX", "KAFKA_TOPIC_PREFIX"):
