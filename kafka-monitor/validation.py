@@ -151,15 +151,14 @@ def describe_error(error: ValidationError) -> str:
     (:func:`~crawlhive.utils.log.excerpt`); a secret field's value (:data:`SECRET_FIELDS`) is
     shown as ``value``. jsonschema's messages quote the whole value (``'<1 MB>' is too long``)."""
     path = list(error.absolute_path)
-    secret = bool(path) and path[0] in SECRET_FIELDS
+    # a header's or cookie's name is not secret, its value is
+    secret = bool(path) and path[0] in SECRET_FIELDS and "propertyNames" not in error.absolute_schema_path
     message = error.message
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
         extras = [k for k in itertools.islice(error.instance, 1000) if k not in known]
         names = ", ".join(excerpt(k) for k in extras[:3]) + (", …" if len(extras) > 3 else "")
         return f"Additional properties are not allowed ({names} {'was' if len(extras) == 1 else 'were'} unexpected)"
-    if error.validator == "propertyNames":
-        secret = False  # the error is about a name
     shown = "value" if secret else excerpt(error.instance)
     quoted = _quoted(error.instance)
     if quoted is not None and message.startswith(quoted):

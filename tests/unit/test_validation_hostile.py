@@ -152,6 +152,10 @@ def test_a_reason_still_names_the_rule_and_a_short_value(validator: RequestValid
     assert _reason(validator, {**BASE, "headers": {"X-A": "v\n"}}) == (
         "Invalid request: crawl: value does not match '^[^\\\\r\\\\n]*$' (at /headers/X-A)"
     )
+    # a header's name is not secret: it is quoted (escaped), its value never is
+    assert _reason(validator, {**BASE, "headers": {"X-A\n": "s3cr3t"}}).startswith(
+        "Invalid request: crawl: 'X-A\\n' does not match"
+    )
 
 
 def test_client_values_in_log_lines_cannot_forge_a_line(tmp_path: Path) -> None:
