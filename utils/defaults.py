@@ -152,7 +152,8 @@ pattern; also bounds RE2's memory for it (about 32 bytes per instruction). ``\\p
 
 SCHEMA_REGEX_MAX_TOTAL_PROGRAM: int = 100000
 """Largest sum of the RE2 program sizes of all the patterns of one crawl request: what validating
-it may compile (about 65 ms) and what a crawler keeps in memory for it (about 100 bytes each)."""
+it may compile (about 65 ms; up to 100 bytes per instruction while compiling) and what a crawler
+keeps in memory for it (about 12 bytes per instruction)."""
 
 SCHEMA_ATTRS_MAX_BYTES: int = 65536
 """Largest crawl ``attrs``, measured as compact JSON (bytes). Every item of the crawl carries it."""

@@ -11,7 +11,8 @@ Compiling is not free, though: RE2 expands a counted repetition into copies of i
 
 * a counted repetition ``{n,m}`` above SCHEMA_REGEX_MAX_REPEAT is refused before RE2 sees it;
 * RE2 is given a memory budget (``max_mem``) proportional to SCHEMA_REGEX_MAX_PROGRAM, so it gives
-  up on a larger program after a few milliseconds instead of building it;
+  up on a larger program after a few milliseconds instead of building it (a pattern that passed is
+  compiled again with RE2's default budget to match with: :data:`MATCH_MAX_MEM`);
 * a compiled program over SCHEMA_REGEX_MAX_PROGRAM instructions (``programsize``) is refused, and
   the intake also refuses a request whose patterns sum to more than SCHEMA_REGEX_MAX_TOTAL_PROGRAM.
 
@@ -22,7 +23,7 @@ itself: whatever a queued request holds (even one queued before these limits exi
 costs at most a few milliseconds, and each pattern is compiled once per process (failures too). The
 compiled patterns are kept in a cache bounded by the sum of their program sizes
 (PATTERN_CACHE_MAX_PROGRAM), not by their count: a program's instructions are what its memory is
-made of (about 100 bytes each, with RE2's parsed form).
+made of (a compiled pattern keeps about 12 bytes per instruction; compiling it peaks near 100).
 """
 
 from __future__ import annotations
@@ -69,8 +70,13 @@ class PatternLimits:
 
     @classmethod
     def from_settings(cls, settings: Any) -> PatternLimits:
-        """From crawlhive or Scrapy settings (both answer ``getint``)."""
-        return cls(*(settings.getint(name) for name in PATTERN_SETTINGS))
+        """From crawlhive or Scrapy settings (both answer ``getint``). A value of 0 (or a Scrapy
+        settings object without it, whose ``getint`` answers 0) is the default: no bound can be
+        switched off."""
+        defaults = (cls.max_repeat, cls.max_program, cls.max_total_program)
+        return cls(
+            *(settings.getint(name) or default for name, default in zip(PATTERN_SETTINGS, defaults, strict=True))
+        )
 
     @property
     def max_mem(self) -> int:
@@ -133,11 +139,20 @@ def largest_repeat(pattern: str) -> tuple[int, str]:
     return largest, text
 
 
-def _options(limits: PatternLimits) -> Any:
+def _options(max_mem: int) -> Any:
     options = re2.Options()
     options.log_errors = False  # the reason goes into the exception, not to standard error
-    options.max_mem = limits.max_mem
+    options.max_mem = max_mem
     return options
+
+
+#: RE2's ``max_mem`` for a pattern compiled to match with (RE2's own default), once it passed
+#: :func:`compile_uncached` within its limits: what the program leaves of it is the matching
+#: DFA's cache, which the tight compile budget starves (a 16,000-instruction pattern matched 4x
+#: slower). Compiling again costs as much as the checked compile did, once per process.
+MATCH_MAX_MEM = 8 << 20
+#: Programs up to this size keep their first compile: the tight budget leaves their DFA enough.
+RECOMPILE_ABOVE = 2000
 
 
 def compile_uncached(pattern: str, limits: PatternLimits = DEFAULT_PATTERN_LIMITS) -> Any:
@@ -156,7 +171,7 @@ def compile_uncached(pattern: str, limits: PatternLimits = DEFAULT_PATTERN_LIMIT
             f"pattern too complex: repetition {excerpt(text)} over SCHEMA_REGEX_MAX_REPEAT ({limits.max_repeat})"
         )
     try:
-        compiled = re2.compile(pattern, _options(limits))
+        compiled = re2.compile(pattern, _options(limits.max_mem))
     except re2.error as exc:
         reason = exc.args[0] if exc.args else exc
         text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
@@ -208,8 +223,10 @@ def check_patterns(fields: dict[str, Any], limits: PatternLimits) -> tuple[str, 
 
 
 #: Sum of the program sizes (instructions) of the compiled patterns one process keeps; a
-#: refused pattern counts as MIN_ENTRY_COST. About 100 bytes each: 50 MB at most.
-PATTERN_CACHE_MAX_PROGRAM = 500_000
+#: refused pattern counts as MIN_ENTRY_COST. About 12 bytes each once compiled (measured with
+#: ``\pL{10}`` patterns): some 25 MB at most; the DFA each pattern builds while matching is bounded
+#: by the rest of its max_mem.
+PATTERN_CACHE_MAX_PROGRAM = 2_000_000
 #: What a cache entry costs at least (a tiny or refused pattern still has its key and object).
 MIN_ENTRY_COST = 16
 
@@ -236,6 +253,8 @@ class PatternCache:
         try:
             value: Any = compile_uncached(pattern, limits)
             cost = max(MIN_ENTRY_COST, value.programsize)
+            if value.programsize > RECOMPILE_ABOVE:
+                value = re2.compile(pattern, _options(MATCH_MAX_MEM))
         except InvalidPattern as exc:
             value, cost = exc, MIN_ENTRY_COST
         with self._lock:
