@@ -21,7 +21,7 @@ from jsonschema.validators import extend
 
 from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, IncomingPlugin
 from crawlhive.utils.errors import PluginLoadError
-from crawlhive.utils.log import excerpt, printable
+from crawlhive.utils.log import EXCERPT_CHARS, excerpt, printable
 from crawlhive.utils.plugins import load_object, merge_plugin_dicts
 
 if TYPE_CHECKING:
@@ -55,8 +55,13 @@ def format_cause(kind: str, message: str, pointer: str = "") -> str:
 
 
 def json_pointer(path: Sequence[Any]) -> str:
-    """RFC 6901 pointer of a jsonschema error path ('' for the root)."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+    """RFC 6901 pointer of a jsonschema error path ('' for the root); a client's key in it (a header
+    name) is cut to EXCERPT_CHARS characters and its control characters escaped, for a reason."""
+    tokens = (str(p) for p in path)
+    return "".join(
+        "/" + printable(t if len(t) <= EXCERPT_CHARS else t[:EXCERPT_CHARS] + "…").replace("~", "~0").replace("/", "~1")
+        for t in tokens
+    )
 
 
 def _reject_constant(name: str) -> Any:

@@ -170,3 +170,10 @@ def test_client_values_in_log_lines_cannot_forge_a_line(tmp_path: Path) -> None:
     lines = log_file.read_text().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].endswith("rejected app\\n2026-11-26 00:00:00 ERROR crawlhive: forged: c\\r\\x1b[2J")
+
+
+def test_a_pointer_to_a_client_key_is_short_and_escaped() -> None:
+    from crawlhive.kafka_monitor.validation import json_pointer
+
+    assert json_pointer(["headers", "X\n" + "y" * 100_000, 0]) == "/headers/X\\n" + "y" * 38 + "…/0"
+    assert json_pointer(["a/b", "c~d"]) == "/a~1b/c~0d"
