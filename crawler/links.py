@@ -29,7 +29,7 @@ from w3lib.html import HTML5_WHITESPACE
 from w3lib.url import canonicalize_url, safe_url_string
 
 from crawlhive.utils.domains import host_problem
-from crawlhive.utils.patterns import search_any
+from crawlhive.utils.patterns import DEFAULT_PATTERN_LIMITS, PatternLimits, search_any
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,6 +48,8 @@ class LinkLimits:
     max_segment_repeats: int = 3
     max_per_page: int = 5000
     """LINK_MAX_PER_PAGE: links kept from one page (0 = no cap); :func:`extract_links` stops there."""
+    #: The bounds a crawl's ``allow_regex`` / ``deny_regex`` are compiled within (SCHEMA_REGEX_*).
+    patterns: PatternLimits = DEFAULT_PATTERN_LIMITS
 
     @classmethod
     def from_settings(cls, settings: Any) -> LinkLimits:
@@ -56,6 +58,7 @@ class LinkLimits:
             settings.getint("LINK_MAX_URL_LENGTH"),
             settings.getint("LINK_MAX_SEGMENT_REPEATS"),
             settings.getint("LINK_MAX_PER_PAGE"),
+            PatternLimits.from_settings(settings),
         )
 
     def is_trap(self, url: str) -> bool:
@@ -132,7 +135,8 @@ def link_allowed(url: str, request: FrontierRequest, limits: LinkLimits = DEFAUL
     if not in_scope(url, request, limits):
         return False
     allow, deny = request.allow_regex, request.deny_regex
-    if (allow and not search_any(tuple(allow), url)) or (deny and search_any(tuple(deny), url)):
+    rules = limits.patterns  # compiled on the calling (reactor) thread: cheap within these bounds
+    if (allow and not search_any(tuple(allow), url, rules)) or (deny and search_any(tuple(deny), url, rules)):
         return False
     denied = _denied_extensions(_tuple(request.deny_extensions))
     return not (denied and _has_extension(url, denied))
@@ -177,6 +181,7 @@ def extract_links(
     encoding = response.encoding
     allow = tuple(request.allow_regex or ())
     deny = tuple(request.deny_regex or ())
+    rules = limits.patterns  # compiled on the reactor thread: cheap within these bounds (utils/patterns.py)
     allowed = allowed_domains(request)
     denied = _denied_extensions(_tuple(request.deny_extensions))
     origin = _simple_origin(base) if base == response.url else None  # a <base>: no shortcut
@@ -205,7 +210,7 @@ def extract_links(
             continue
         if denied and _has_extension(url, denied):
             continue
-        if (allow and not search_any(allow, absolute)) or (deny and search_any(deny, absolute)):
+        if (allow and not search_any(allow, absolute, rules)) or (deny and search_any(deny, absolute, rules)):
             continue
         if allowed and not host_allowed(url, allowed):
             continue

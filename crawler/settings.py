@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.keys import SpiderLists
+from crawlhive.utils.patterns import PATTERN_SETTINGS
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -93,6 +94,8 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "LINK_MAX_URL_LENGTH": settings.getint("LINK_MAX_URL_LENGTH"),
         "LINK_MAX_SEGMENT_REPEATS": settings.getint("LINK_MAX_SEGMENT_REPEATS"),
         "LINK_MAX_PER_PAGE": settings.getint("LINK_MAX_PER_PAGE"),
+        # the bounds allow_regex / deny_regex are compiled within (utils/patterns.py)
+        **{name: settings.getint(name) for name in PATTERN_SETTINGS},
         # A pipeline's DropItem is a decision, not a problem: INFO, not Scrapy's WARNING (§17.3).
         "DEFAULT_DROPITEM_LOG_LEVEL": "INFO",
         "TELNETCONSOLE_ENABLED": False,

@@ -32,11 +32,12 @@ from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, Incoming, IncomingP
 from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, validation_dead_letter
 from crawlhive.utils.connections import (
     check_redis,
+    mask_url,
     record_origin,
     redis_from_settings,
     write_pipeline,
 )
-from crawlhive.utils.loop import is_transient
+from crawlhive.utils.loop import is_out_of_memory, is_transient
 from crawlhive.utils.plugins import load_plugins
 from crawlhive.utils.replication import ReplicaWait
 from crawlhive.utils.scripts import scripts
@@ -56,6 +57,8 @@ COMPONENT = "kafka-monitor"
 PROGRESS_EVERY_S = 10.0
 #: The dead-letter reason of a request a plugin failed on (docs/contract.md §6: ``Invalid request: <cause>``).
 INTERNAL_ERROR = "Invalid request: internal error"
+#: The dead-letter reason of a request Redis refused for lack of memory (``maxmemory``), twice.
+OUT_OF_MEMORY = "Redis out of memory (maxmemory)"
 
 
 @dataclass
@@ -185,6 +188,15 @@ class KafkaMonitor(ConsumerWorker):
                 handled[plugin_cls.name] = count
             dead.extend(failed)
 
+        refused = sum(1 for _, reason in dead if reason == OUT_OF_MEMORY)
+        if refused:
+            logger.error(
+                "Redis refused %d request(s) for lack of memory: dead-lettered (%s); raise maxmemory or free"
+                " memory on REDIS_URL (%s)",
+                refused,
+                OUT_OF_MEMORY,
+                mask_url(self.settings["REDIS_URL"]),
+            )
         if handled:  # REDIS_WAIT_REPLICAS: replicated before the offsets are committed (§18.3)
             self.replicas.wait((), cluster_wide=True)  # a cluster's shards: Frontier.push waited
         self._send_dead_letters(dead)
@@ -196,23 +208,32 @@ class KafkaMonitor(ConsumerWorker):
     ) -> tuple[int, list[tuple[ConsumerRecord, str]]]:
         """Write *items* through *plugin*: the whole group in one round trip, else one by one.
 
+        Redis out of memory (``maxmemory`` reached, :func:`is_out_of_memory`) is not waited out:
+        the group is tried once more, then one by one, and each record Redis still refuses becomes
+        a dead letter (:data:`OUT_OF_MEMORY`), so one request too large for Redis cannot rewind the
+        batch forever (the batch's caller logs one ERROR naming maxmemory).
+
         Returns:
             How many were written, and the dead letters of those the plugin failed on.
 
         Raises:
             Whatever :func:`is_transient` accepts: the batch must be retried.
         """
-        try:
-            self._write(plugin, [incoming for _, incoming in items])
-            return len(items), []
-        except Exception as exc:
-            if is_transient(exc):
-                raise
-            if len(items) == 1:
-                record = items[0][0]
-                logger.error("%s failed on %s@%d", plugin.name, record.topic, record.offset, exc_info=True)
-                return 0, [(record, INTERNAL_ERROR)]
-            logger.warning("%s failed on a batch of %d (%r); retrying one by one", plugin.name, len(items), exc)
+        requests = [incoming for _, incoming in items]
+        for attempt in (1, 2):
+            try:
+                self._write(plugin, requests)
+                return len(items), []
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                if attempt == 2 or not is_out_of_memory(exc):
+                    failure = exc
+                    break
+        if len(items) == 1:
+            return 0, [(items[0][0], self._refusal(plugin, items[0][0], failure))]
+        if not is_out_of_memory(failure):
+            logger.warning("%s failed on a batch of %d (%r); retrying one by one", plugin.name, len(items), failure)
         written, dead = 0, []
         for record, incoming in items:
             try:
@@ -221,9 +242,15 @@ class KafkaMonitor(ConsumerWorker):
             except Exception as exc:
                 if is_transient(exc):
                     raise
-                logger.error("%s failed on %s@%d", plugin.name, record.topic, record.offset, exc_info=True)
-                dead.append((record, INTERNAL_ERROR))
+                dead.append((record, self._refusal(plugin, record, exc)))
         return written, dead
+
+    def _refusal(self, plugin: IncomingPlugin, record: ConsumerRecord, exc: BaseException) -> str:
+        """The dead-letter reason of a record *plugin* could not write; logs a plugin failure."""
+        if is_out_of_memory(exc):
+            return OUT_OF_MEMORY
+        logger.error("%s failed on %s@%d", plugin.name, record.topic, record.offset, exc_info=exc)
+        return INTERNAL_ERROR
 
     def _write(self, plugin: IncomingPlugin, requests: list[Incoming]) -> None:
         """Run *plugin*'s writes for *requests* in one ``MULTI`` (again, whole, if Redis had lost
@@ -237,11 +264,18 @@ class KafkaMonitor(ConsumerWorker):
         scripts(self.redis).execute(build)
 
     def _count(self, total: int, failed: int, handled: dict[str, int]) -> None:
+        """Count the batch in the stats; not when Redis is out of memory (the dead letters are sent:
+        rewinding for a count would send them again)."""
         counts = [(COMPONENT, "total", total), (COMPONENT, "fail", failed)]
         counts += [(COMPONENT, f"plugin:{name}", count) for name, count in handled.items()]
         pipe = self.redis.pipeline(transaction=False)
         self.stats.incr_many(counts, pipe=pipe)
-        pipe.execute()
+        try:
+            pipe.execute()
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            logger.warning("stats of a batch of %d not counted: %s", total, OUT_OF_MEMORY)
 
     # --- dead letters ------------------------------------------------------------------------
 

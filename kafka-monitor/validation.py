@@ -7,6 +7,7 @@ and the same limit settings (§2.7), so they can never disagree.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -20,6 +21,7 @@ from jsonschema.validators import extend
 
 from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, IncomingPlugin
 from crawlhive.utils.errors import PluginLoadError
+from crawlhive.utils.log import EXCERPT_CHARS, excerpt, printable
 from crawlhive.utils.plugins import load_object, merge_plugin_dicts
 
 if TYPE_CHECKING:
@@ -53,8 +55,13 @@ def format_cause(kind: str, message: str, pointer: str = "") -> str:
 
 
 def json_pointer(path: Sequence[Any]) -> str:
-    """RFC 6901 pointer of a jsonschema error path ('' for the root)."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+    """RFC 6901 pointer of a jsonschema error path ('' for the root); a client's key in it (a header
+    name) is cut to EXCERPT_CHARS characters and its control characters escaped, for a reason."""
+    tokens = (str(p) for p in path)
+    return "".join(
+        "/" + printable(t if len(t) <= EXCERPT_CHARS else t[:EXCERPT_CHARS] + "…").replace("~", "~0").replace("/", "~1")
+        for t in tokens
+    )
 
 
 def _reject_constant(name: str) -> Any:
@@ -122,23 +129,57 @@ def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> An
         return  # maxItems rejects it already: no need to look at every item
     if all(type(item) is str for item in instance):  # the usual case, at C speed
         if len(set(instance)) != len(instance):
-            yield ValidationError(f"{_short(instance)} has non-unique elements")
+            yield ValidationError(f"{excerpt(instance)} has non-unique elements")
         return
     seen: set[Any] = set()
     try:
         for item in instance:
             key = _comparable(item)
             if key in seen:
-                yield ValidationError(f"{_short(instance)} has non-unique elements")
+                yield ValidationError(f"{excerpt(instance)} has non-unique elements")
                 return
             seen.add(key)
     except RecursionError:
         yield ValidationError("items are nested too deeply to compare")
 
 
-def _short(value: Any, limit: int = 200) -> str:
-    text = repr(value) if not isinstance(value, list) or len(value) <= 20 else repr(value[:20])[:-1] + ", ...]"
-    return text if len(text) <= limit else text[:limit] + "..."
+#: Fields whose values may be credentials: a rejection names the rule, never quotes the value
+#: (a header's or cookie's name may be quoted, it is not secret).
+SECRET_FIELDS = frozenset({"headers", "cookies", "cookie", "body"})
+#: Longest message of a schema error kept (jsonschema's own messages quote schema values too).
+MAX_MESSAGE_CHARS = 300
+
+
+def describe_error(error: ValidationError) -> str:
+    """The reason of a schema *error* without the offending value in full (docs/contract.md §6):
+    the rule, and at most a short excerpt of the value with its control characters escaped
+    (:func:`~crawlhive.utils.log.excerpt`); a secret field's value (:data:`SECRET_FIELDS`) is
+    shown as ``value``. jsonschema's messages quote the whole value (``'<1 MB>' is too long``)."""
+    path = list(error.absolute_path)
+    # a header's or cookie's name is not secret, its value is
+    secret = bool(path) and path[0] in SECRET_FIELDS and "propertyNames" not in error.absolute_schema_path
+    message = error.message
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+        extras = [k for k in itertools.islice(error.instance, 1000) if k not in known]
+        names = ", ".join(excerpt(k) for k in extras[:3]) + (", …" if len(extras) > 3 else "")
+        return f"Additional properties are not allowed ({names} {'was' if len(extras) == 1 else 'were'} unexpected)"
+    shown = "value" if secret else excerpt(error.instance)
+    quoted = _quoted(error.instance)
+    if quoted is not None and message.startswith(quoted):
+        message = shown + message[len(quoted) :]
+    elif secret or quoted is None:
+        message = f"{shown} is not valid ({error.validator})"
+    message = printable(message)
+    return message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS] + "…"
+
+
+def _quoted(instance: Any) -> str | None:
+    """How jsonschema quotes *instance* at the start of its messages (``repr``; None if too deep)."""
+    try:
+        return repr(instance)
+    except RecursionError:
+        return None
 
 
 def _max_json_bytes(validator: Any, limit: Any, instance: Any, schema: Any) -> Any:
@@ -175,6 +216,23 @@ def _unless_oversized(keyword: Any) -> Any:
     return check
 
 
+@functools.lru_cache(maxsize=256)
+def _search_pattern(pattern: str) -> re.Pattern[str]:
+    """*pattern* compiled with a final ``$`` meaning the end of the text, as in ECMA-262 (the regex
+    dialect of JSON Schema): Python's ``$`` also matches before a final newline, so
+    ``^[^\\r\\n]*$`` accepted ``"v\\n"`` (a header value ending in a newline, an id forging a log line)."""
+    body = pattern[:-1]
+    if pattern.endswith("$") and (len(body) - len(body.rstrip("\\"))) % 2 == 0:  # an unescaped $
+        pattern = body + "\\Z"
+    return re.compile(pattern)
+
+
+def _pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Any:
+    """``pattern`` with ECMA-262's ``$`` (:func:`_search_pattern`)."""
+    if validator.is_type(instance, "string") and not _search_pattern(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
 _PER_ENTRY = ("items", "prefixItems", "contains", "propertyNames", "additionalProperties", "patternProperties")
 #: Draft 2020-12 with a linear-time ``uniqueItems``, per-entry keywords skipped for oversized
 #: containers, and our ``maxJsonBytes`` keyword.
@@ -183,6 +241,7 @@ SchemaValidator = extend(
     validators={
         **{name: _unless_oversized(Draft202012Validator.VALIDATORS[name]) for name in _PER_ENTRY},
         "uniqueItems": _unique_items,
+        "pattern": _pattern,
         "maxJsonBytes": _max_json_bytes,
     },
 )
@@ -206,6 +265,7 @@ class RequestValidator:
         if not plugins:
             raise ValueError("RequestValidator needs at least one plugin")
         self.plugins = list(plugins)
+        self.settings = settings
         self.schemas = {cls: apply_limits(cls.load_schema(), settings) for cls in self.plugins}
         self._validators = {cls: SchemaValidator(schema) for cls, schema in self.schemas.items()}
         #: The spider types requests may name; empty = any (docs/contract.md §11).
@@ -223,18 +283,22 @@ class RequestValidator:
         for plugin in self.plugins:
             if self._validators[plugin].is_valid(value):
                 message, cause = plugin.semantic_check(dict(value))
+                if cause is None:
+                    cause = plugin.limits_check(message, self.settings)
                 if cause is not None:
                     return Rejected(f"Invalid request: {format_cause(plugin.kind, cause[0], cause[1])}")
                 message = self._fill_defaults(plugin, message)
                 spiderid = message.get("spiderid")
                 if self.spider_ids and isinstance(spiderid, str) and spiderid not in self.spider_ids:
-                    return Rejected(f"Invalid request: {plugin.kind}: {spiderid!r} is not a known spider (SPIDER_IDS)")
+                    return Rejected(
+                        f"Invalid request: {plugin.kind}: {excerpt(spiderid)} is not a known spider (SPIDER_IDS)"
+                    )
                 return Accepted(plugin, message)
         closest = self._closest(value)
         # The first errors only: a huge array can have one error per item (§10.3, linear time).
         error = best_match(itertools.islice(self._validators[closest].iter_errors(value), ERRORS_CONSIDERED))
         pointer = json_pointer(error.absolute_path) if error is not None else ""
-        text = error.message if error is not None else "does not match"
+        text = describe_error(error) if error is not None else "does not match"
         return Rejected(f"Invalid request: {format_cause(closest.kind, text, pointer)}")
 
     def validate_raw(self, raw: bytes | str | None) -> Accepted | Rejected:

@@ -158,6 +158,19 @@ SCHEMA_ARRAY_MAX_ITEMS: int = 100
 """Most entries of a crawl's ``allowed_domains``, ``allow_regex``, ``deny_regex`` and
 ``deny_extensions`` (each entry at most 1000 characters)."""
 
+SCHEMA_REGEX_MAX_REPEAT: int = 100
+"""Largest bound of a counted repetition (``{n,m}``) in a crawl's ``allow_regex`` / ``deny_regex``
+(RE2 copies the repeated part that many times; RE2 itself stops at 1000)."""
+
+SCHEMA_REGEX_MAX_PROGRAM: int = 20000
+"""Largest RE2 program (instructions, ``programsize``) of one ``allow_regex`` / ``deny_regex``
+pattern; also bounds RE2's memory for it (about 32 bytes per instruction). ``\\pL`` alone is 1200."""
+
+SCHEMA_REGEX_MAX_TOTAL_PROGRAM: int = 100000
+"""Largest sum of the RE2 program sizes of all the patterns of one crawl request: what validating
+it may compile (about 65 ms; up to 100 bytes per instruction while compiling) and what a crawler
+keeps in memory for it (about 12 bytes per instruction)."""
+
 SCHEMA_ATTRS_MAX_BYTES: int = 65536
 """Largest crawl ``attrs``, measured as compact JSON (bytes). Every item of the crawl carries it."""
 

@@ -22,7 +22,7 @@ from kafka.errors import (
     MessageSizeTooLargeError,
     RecordListTooLargeError,
 )
-from redis.exceptions import BusyLoadingError, ReadOnlyError, RedisError, ResponseError
+from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -70,7 +70,9 @@ class Backoff:
 
 
 #: Redis error replies that say "not now" rather than "never": the work is retried after a back-off.
-_TRANSIENT_REPLIES = ("OOM", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "NOREPLICAS", "NOSCRIPT")
+#: Not ``OOM`` (:func:`is_out_of_memory`): waiting does not make the work fit, so the whole cluster
+#: backed off behind one request too large for maxmemory; the caller refuses the work instead.
+_TRANSIENT_REPLIES = ("LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "NOREPLICAS", "NOSCRIPT")
 
 
 _NEVER_SENDABLE = (
@@ -96,13 +98,34 @@ def never_sendable(exc: BaseException) -> bool:
     )
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True if Redis refused a write because it reached ``maxmemory`` (an ``OOM`` reply, however
+    redis-py reports it: its own exception, a pipeline's command, a ``MULTI`` it aborted, a script)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OutOfMemoryError):
+            return True
+        if isinstance(current, ResponseError):
+            text = str(current)
+            if text.startswith("OOM") or "used memory > 'maxmemory'" in text:
+                return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def is_transient(exc: BaseException) -> bool:
     """True if *exc* means a backend is unreachable or busy, so retrying later can succeed.
 
-    Connection failures, time-outs and busy, loading, out-of-memory or read-only replies are. Other
-    Redis errors are not (an error reply such as ``WRONGTYPE`` or a failing script, a value redis-py
-    cannot encode): retrying would fail forever, so the caller reports the work concerned instead.
+    Connection failures, time-outs and busy, loading or read-only replies are. Other Redis errors
+    are not (an error reply such as ``WRONGTYPE`` or a failing script, a value redis-py cannot
+    encode): retrying would fail forever, so the caller reports the work concerned instead. Nor is
+    out of memory (:func:`is_out_of_memory`): the work that needs the memory is refused (the
+    kafka-monitor retries a batch once, then dead-letters its records).
     """
+    if is_out_of_memory(exc):
+        return False
     if isinstance(exc, BackendUnavailable | KafkaError | OSError):
         return True
     if isinstance(exc, RedisConnectionError | RedisTimeoutError | BusyLoadingError | ReadOnlyError):
@@ -116,6 +139,9 @@ def describe_failure(exc: BaseException, settings: Settings | None = None) -> st
     """A one-line description of a backend failure that names the setting (and value) to check."""
     if isinstance(exc, BackendUnavailable):
         return str(exc)  # already names the setting
+    if isinstance(exc, RedisError) and is_out_of_memory(exc):
+        where = f" ({mask_url(settings['REDIS_URL'])})" if settings is not None else ""
+        return f"Redis is out of memory (maxmemory reached); raise maxmemory or free memory on REDIS_URL{where}"
     if isinstance(exc, RedisError):
         where = f" ({mask_url(settings['REDIS_URL'])})" if settings is not None else ""
         return f"Redis failed ({exc!r}); check REDIS_URL{where}"
@@ -152,5 +178,6 @@ __all__ = [
     "Stoppable",
     "describe_failure",
     "install_stop_handlers",
+    "is_out_of_memory",
     "is_transient",
 ]

@@ -33,7 +33,7 @@ from crawlhive.utils.connections import ensure_topics, make_consumer, make_produ
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.log import mask_url
-from crawlhive.utils.loop import Backoff, describe_failure, install_stop_handlers, is_transient
+from crawlhive.utils.loop import Backoff, describe_failure, install_stop_handlers, is_out_of_memory, is_transient
 from crawlhive.utils.stats import Stats
 
 if TYPE_CHECKING:
@@ -211,7 +211,8 @@ class Worker:
                     self.run_once()
                     self.backoff.reset()
                 except Exception as exc:
-                    if not is_transient(exc):
+                    # out of memory escaping an iteration: no work to refuse, so wait, naming maxmemory
+                    if not is_transient(exc) and not is_out_of_memory(exc):
                         raise
                     self.backoff.wait(describe_failure(exc, self.settings), lambda: self.stopping)
                 done += 1

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from crawlhive.kafka_monitor.monitor import KafkaMonitor
+    from crawlhive.utils.settings import Settings
 
 #: Built-in plugins and their ranks (docs/contract.md §2.1); PLUGINS / KAFKA_MONITOR_PLUGINS merge over this.
 BUILTIN_PLUGINS: dict[str, int] = {
@@ -74,6 +75,15 @@ class IncomingPlugin(ABC):
             message and the cause that rejects it.
         """
         return message, None
+
+    @classmethod
+    def limits_check(cls, message: dict[str, Any], settings: Settings) -> Cause | None:
+        """Checks bounded by settings, run after :meth:`semantic_check` passed (the cause, or None).
+
+        For checks that cost CPU or memory in proportion to the request (compiling its patterns), so
+        the limit is the operator's (docs/contract.md §2.7).
+        """
+        return None
 
     @classmethod
     @abstractmethod

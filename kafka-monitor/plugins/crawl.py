@@ -8,13 +8,16 @@ from urllib.parse import urlsplit
 
 from crawlhive.kafka_monitor.plugins import Cause, Incoming, IncomingPlugin
 from crawlhive.utils.control import ORIGIN_MARKER_TTL_S
+from crawlhive.utils.domains import host_problem
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.patterns import InvalidPattern, compile_pattern
+from crawlhive.utils.log import excerpt
+from crawlhive.utils.patterns import PatternLimits, check_patterns
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from crawlhive.kafka_monitor.monitor import KafkaMonitor
+    from crawlhive.utils.settings import Settings
 
 _HAS_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 #: Request headers a crawl may not set (docs/contract.md §10.2): they would re-route the request,
@@ -70,22 +73,35 @@ class ScraperHandler(IncomingPlugin):
     def semantic_check(cls, message: dict[str, Any]) -> tuple[dict[str, Any], Cause | None]:
         url = normalise_url(message["url"])
         if url is None:
-            return message, (f"{message['url']!r} is not an absolute http(s) URL", "/url")
+            return message, (f"{excerpt(message['url'])} is not an absolute http(s) URL", "/url")
+        # Before any IDNA step (the frontier buckets the seed by its registered domain): encoding
+        # a huge host costs the square of its length.
+        problem = host_problem(urlsplit(url).hostname or "")
+        if problem is not None:
+            return message, (problem, "/url")
         message["url"] = url
+        for i, domain in enumerate(message.get("allowed_domains") or []):
+            problem = host_problem(domain)
+            if problem is not None:
+                return message, (problem, f"/allowed_domains/{i}")
         for name in message.get("headers") or {}:
             if forbidden_header(name):
-                return message, (f"header {name!r} is not allowed", "/headers/" + json_pointer_token(name))
+                return message, (f"header {excerpt(name)} is not allowed", "/headers/" + json_pointer_token(name))
         if message.get("render") and message.get("headers"):
             # The browser would carry them across redirects to other sites (§15); cookies are
             # scoped to the seed's host by the browser itself, so those are allowed.
             return message, ("headers cannot be sent with render: true (use cookie or cookies)", "/headers")
-        for field in ("allow_regex", "deny_regex"):
-            for i, pattern in enumerate(message.get(field) or []):
-                try:
-                    compile_pattern(pattern)  # RE2: what the crawler will match with (§10.4)
-                except InvalidPattern as exc:
-                    return message, (f"invalid regular expression: {exc}", f"/{field}/{i}")
         return message, None
+
+    @classmethod
+    def limits_check(cls, message: dict[str, Any], settings: Settings) -> Cause | None:
+        """Every ``allow_regex`` / ``deny_regex`` pattern compiles with RE2 (what the crawler will
+        match with, §10.4) within SCHEMA_REGEX_MAX_REPEAT, SCHEMA_REGEX_MAX_PROGRAM and, all
+        together, SCHEMA_REGEX_MAX_TOTAL_PROGRAM (:func:`~crawlhive.utils.patterns.check_patterns`)."""
+        fields = {field: message.get(field) for field in ("allow_regex", "deny_regex")}
+        if not any(fields.values()):
+            return None
+        return check_patterns(fields, PatternLimits.from_settings(settings))
 
     def handle(self, requests: list[Incoming], pipe: Pipeline) -> None:
         """Queue the seeds of *requests* whose Kafka record was never queued before.

@@ -193,3 +193,40 @@ def test_feed_file_exit_codes(settings: Settings, tmp_path: Path) -> None:
         timeout=60,
     )
     assert no_broker.returncode == 2 and "KAFKA_BOOTSTRAP_SERVERS" in no_broker.stderr, no_broker.stderr
+
+
+def test_feed_file_refuses_costly_and_forging_requests_at_once_with_short_reasons(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The 200-pattern request (67 s of RE2 compiling before), a seed with an 8,000-character host, a
+    crawlid with a newline and a secret header ending in one: each refused by the validator `feed` shares
+    with the kafka-monitor, with a short reason on one line, the secret never shown."""
+    ensure_topics(settings, [settings.topic("incoming")])
+    patterns = {"allow_regex": [rf"\pL{{1,446}}a{i}" for i in range(100)]}
+    patterns["deny_regex"] = [rf"\pL{{1,446}}d{i}" for i in range(100)]
+    lines = [
+        json.dumps({"url": "http://a.example/", **patterns}),
+        json.dumps({"url": "http://" + "é" * 8000 + ".com/"}),
+        json.dumps({"url": "http://a.example/", "crawlid": "c\n2026-11-26 ERROR forged"}),
+        json.dumps({"url": "http://a.example/", "headers": {"Authorization": "Bearer s3cr3t\n"}}),
+        "http://a.example/ok",
+    ]
+    path = tmp_path / "hostile.txt"
+    path.write_text("\n".join(lines) + "\n")
+    started = time.monotonic()
+    done = subprocess.run(
+        [*CLI, "feed", "--file", str(path), "--appid", "bulk", "--crawlid", "h1"],
+        env=_env(settings, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert time.monotonic() - started < 30, done.stderr  # start-up included; the checks take milliseconds
+    assert done.returncode == 1, done.stderr
+    err = done.stderr
+    assert "line 1: Invalid request: crawl: pattern too complex: repetition '{1,446}' over SCHEMA_REGEX_MAX" in err
+    assert "line 2: Invalid request: crawl: host name longer than 253 characters (8004) (at /url)" in err
+    assert "line 3: Invalid request: crawl: 'c\\n2026-11-26 ERROR forged' does not match" in err
+    assert "line 4: Invalid request: crawl: value does not match" in err
+    assert "s3cr3t" not in err and "é" * 41 not in err and "\nforged" not in err and len(err) < 5000
+    assert [m["url"] for m in _incoming(settings, 1)] == ["http://a.example/ok"]

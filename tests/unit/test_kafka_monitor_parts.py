@@ -11,7 +11,7 @@ from kafka.errors import KafkaTimeoutError
 
 from crawlhive.kafka_monitor.monitor import KafkaMonitor
 from crawlhive.utils.errors import BackendUnavailable
-from crawlhive.utils.loop import Backoff, is_transient
+from crawlhive.utils.loop import Backoff, describe_failure, is_out_of_memory, is_transient
 from crawlhive.utils.settings import Settings
 
 
@@ -21,7 +21,9 @@ from crawlhive.utils.settings import Settings
         (redis.ConnectionError("Connection refused"), True),
         (redis.TimeoutError("Timeout reading from socket"), True),
         (redis.BusyLoadingError("Redis is loading the dataset in memory"), True),
-        (redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'"), True),
+        # out of memory is refused work, not a wait (the kafka-monitor dead-letters it)
+        (redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'"), False),
+        (redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."), False),
         (redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
         (redis.ResponseError("ERR Error running script: user_script:3: boom"), False),
         (redis.DataError("Invalid input of type: 'NoneType'"), False),
@@ -33,6 +35,30 @@ from crawlhive.utils.settings import Settings
 )
 def test_only_backend_failures_are_retried(exc: BaseException, transient: bool) -> None:
     assert is_transient(exc) is transient
+
+
+def _aborted_by_oom() -> redis.exceptions.ExecAbortError:
+    try:
+        try:
+            raise redis.exceptions.OutOfMemoryError("Command # 1 (ZADD k) of pipeline caused error: ... 'maxmemory'.")
+        except redis.exceptions.OutOfMemoryError:
+            raise redis.exceptions.ExecAbortError("Transaction discarded because of previous errors.")  # noqa: B904
+    except redis.exceptions.ExecAbortError as exc:
+        return exc
+
+
+def test_out_of_memory_is_recognised_in_every_form_and_named() -> None:
+    for exc in (
+        redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'"),
+        redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."),
+        _aborted_by_oom(),
+    ):
+        assert is_out_of_memory(exc) and not is_transient(exc)
+        settings = Settings.from_overrides(REDIS_URL="redis://:pw@127.0.0.1:1/0")
+        text = describe_failure(exc, settings)
+        assert "maxmemory" in text and "REDIS_URL" in text and "pw" not in text
+    assert not is_out_of_memory(redis.ResponseError("WRONGTYPE Operation against a key"))
+    assert not is_out_of_memory(redis.ConnectionError("Connection refused"))
 
 
 @pytest.fixture
