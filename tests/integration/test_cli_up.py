@@ -97,6 +97,11 @@ def test_feed_reports_bad_json_and_unreachable_kafka(tmp_path: Path) -> None:
     env = _env(tmp_path)
     bad = subprocess.run([*CLI, "feed", "{nope"], env=env, capture_output=True, text=True, timeout=30)
     assert bad.returncode == 1 and "invalid JSON" in bad.stderr
+    # A bare URL: the two ways to send it, ready to copy.
+    url = subprocess.run([*CLI, "feed", "http://127.0.0.1:8000/"], env=env, capture_output=True, text=True, timeout=30)
+    assert url.returncode == 1 and "bare URL" in url.stderr, url.stderr
+    assert """crawlhive feed '{"url": "http://127.0.0.1:8000/", "appid": "myapp", "crawlid": "c1"}'""" in url.stderr
+    assert "--file urls.txt --appid myapp --crawlid c1" in url.stderr
     env["KAFKA_BOOTSTRAP_SERVERS"] = "127.0.0.1:1"
     down = subprocess.run(
         [*CLI, "feed", '{"a": 1}', "--no-validate"], env=env, capture_output=True, text=True, timeout=30
@@ -358,3 +363,54 @@ def test_feed_wait_and_dump_are_quiet_and_ctrl_c_ends_them_cleanly(cluster) -> N
     code, output = run(["feed", json.dumps(unanswered), "--wait", "60"], 3.0, KAFKA_TOPIC_PREFIX="nobodyhome")
     assert code == 130 and "interrupted while waiting" in output, output
     assert "Traceback" not in output
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str], until: str, timeout_s: float = 60) -> str:
+    """Run a command with its stderr on a pseudo-terminal (as in a terminal) until *until* appears
+    there, then Ctrl-C it; returns what it wrote on the terminal."""
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*CLI, *args], env=env, stdout=subprocess.DEVNULL, stderr=follower, start_new_session=True)
+    os.close(follower)
+    seen = b""
+    try:
+        deadline = time.monotonic() + timeout_s
+        while until.encode() not in seen and time.monotonic() < deadline and proc.poll() is None:
+            if select.select([leader], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(leader, 4096)
+                except OSError:
+                    break
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+    return seen.decode(errors="replace")
+
+
+def test_dump_says_what_it_waits_for_and_refuses_a_topic_that_does_not_exist(cluster) -> None:
+    _, env, _ = cluster
+    shown = _on_a_terminal(["dump", "incoming"], env, "waiting for records")
+    assert "dump: waiting for records on clitest.incoming" in shown, shown
+    # Piped (a script): nothing but the records.
+    quiet = subprocess.Popen(
+        [*CLI, "dump", "incoming"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    time.sleep(3)
+    os.killpg(quiet.pid, signal.SIGINT)
+    out, err = quiet.communicate(timeout=30)
+    assert (quiet.returncode, out, err) == (0, b"", b""), err
+    started = time.monotonic()
+    missing = subprocess.run([*CLI, "dump", "nosuchtopic"], env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1, missing.stderr
+    assert "dump: no topic nosuchtopic on 127.0.0.1:" in missing.stderr
+    assert "topics of prefix 'clitest': " in missing.stderr and "incoming" in missing.stderr
+    assert time.monotonic() - started < 30
+    # It was not created by asking.
+    again = subprocess.run([*CLI, "dump", "nosuchtopic"], env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1
