@@ -7,7 +7,9 @@ once on the second. The loops differ; these pieces do not, so they live here onc
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -27,12 +29,74 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawlhive.utils.connections import mask_url
-from crawlhive.utils.errors import BackendUnavailable
+from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError
 
 if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+
+#: The file in CRAWLHIVE_HOME where ``crawlhive up`` records the addresses of its Redis and broker
+#: for the other commands (written by ``crawlhive.utils.app.state``; read here to tell a passing
+#: outage from a cluster that is gone for good).
+UP_STATE_FILE = "up.json"
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process *pid* exists (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): kill(0) said it exists
+
+
+class ClusterGone(CrawlhiveError):
+    """The ``crawlhive up`` this process took its addresses from has exited: its Redis and broker
+    are gone with it, so retrying can never succeed (:func:`cluster_gone`)."""
+
+
+def cluster_gone(settings: Settings) -> str | None:
+    """Why the cluster of this process is gone for good, or None when it may come back.
+
+    Only a process that took REDIS_URL or KAFKA_BOOTSTRAP_SERVERS from the record of a ``crawlhive
+    up`` (source ``state``) can tell: its cluster is gone once that record is removed (``up`` exited),
+    names a process that is no longer alive (``up`` was killed), or names other addresses (another
+    ``up`` started since). Addresses the user set are always worth retrying.
+    """
+    names = [name for name in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS") if settings.source(name) == "state"]
+    if not names:
+        return None
+    path = settings.home / UP_STATE_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        data = None
+    except (OSError, ValueError):
+        return None  # being rewritten, or unreadable: no proof of anything
+    why = ""
+    if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
+        why = f"it has exited and removed {path}"
+    elif not pid_alive(data["pid"]):
+        why = f"its process (pid {data['pid']}) has exited"
+    elif data.get("REDIS_URL") != settings["REDIS_URL"] or data.get("KAFKA_BOOTSTRAP_SERVERS") != ",".join(
+        settings["KAFKA_BOOTSTRAP_SERVERS"]
+    ):
+        why = f"it has exited; {path} now records another cluster (pid {data['pid']})"
+    if not why:
+        return None
+    return (
+        f"the crawlhive up whose Redis and broker this process used ({mask_url(settings['REDIS_URL'])}, "
+        f"{','.join(settings['KAFKA_BOOTSTRAP_SERVERS'])}) is gone: {why}; start `crawlhive up` and run "
+        "this command again"
+    )
 
 
 class ForcedShutdown(Exception):

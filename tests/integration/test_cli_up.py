@@ -414,3 +414,42 @@ def test_dump_says_what_it_waits_for_and_refuses_a_topic_that_does_not_exist(clu
     # It was not created by asking.
     again = subprocess.run([*CLI, "dump", "nosuchtopic"], env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 1
+
+
+def test_a_second_up_refuses_while_the_first_runs_and_never_takes_its_record(cluster, tmp_path: Path) -> None:
+    """A second `up` on the same CRAWLHIVE_HOME would start a second cluster and take up.json (and
+    with it every other command) over: it refuses before starting anything, names the running one
+    and how to run another beside it; the first keeps its record and its commands."""
+    proc, env, _ = cluster
+    state_file = Path(env["CRAWLHIVE_HOME"]) / "up.json"
+    before = state_file.read_text()
+    second = subprocess.run([*CLI, "up"], env=env, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert f"a crawlhive up is already running (pid {proc.pid}; Redis redis://127.0.0.1:" in second.stderr
+    assert "CRAWLHIVE_HOME=/tmp/other crawlhive up" in second.stderr
+    assert "started" not in second.stdout + second.stderr  # nothing was started
+    assert state_file.read_text() == before and proc.poll() is None
+    fed = subprocess.run(
+        [*CLI, "feed", '{"url": "http://example.com/", "appid": "second", "crawlid": "s1"}'],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert fed.returncode == 0, fed.stderr
+
+    # Another home runs a second cluster beside it; it never touches the first one's record.
+    other = {**env, "CRAWLHIVE_HOME": str(tmp_path / "other"), "REST_PORT": "0"}
+    beside = subprocess.Popen(
+        [*CLI, "up", "--duration", "1"], env=other, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    output, _ = beside.communicate(timeout=120)
+    assert beside.returncode == 0, output
+    assert state_file.read_text() == before and not (tmp_path / "other" / "up.json").exists()
+
+    # A record that is not its own (another pid and nonce) is never removed by `up` on exit.
+    foreign = {**json.loads(before), "pid": os.getpid(), "nonce": "not-its-own"}
+    state_file.write_text(json.dumps(foreign))
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 0
+    assert json.loads(state_file.read_text()) == foreign
