@@ -99,6 +99,46 @@ def cluster_gone(settings: Settings) -> str | None:
     )
 
 
+class Outage:
+    """One WARNING when a backend stops answering, quiet retries while it is down, one INFO line
+    when it answers again; :class:`ClusterGone` instead when the cluster is gone for good.
+
+    For loops that retry on their own schedule (the crawler, REST); :class:`Backoff` is the same
+    rule for loops that wait between attempts. Safe to share between threads (a lost update costs
+    at most one extra line).
+    """
+
+    def __init__(self, settings: Settings, log: logging.Logger | None = None) -> None:
+        self.settings = settings
+        self.log = log or logger
+        self._since: float | None = None
+
+    @property
+    def down(self) -> bool:
+        return self._since is not None
+
+    def failed(self, what: str) -> None:
+        """A backend call failed with a transient error; *what* names it and the setting to check.
+
+        Raises:
+            ClusterGone: the ``crawlhive up`` this process's addresses came from has exited.
+        """
+        gone = cluster_gone(self.settings)
+        if gone is not None:
+            raise ClusterGone(gone)
+        if self._since is None:
+            self._since = time.monotonic()
+            self.log.warning("%s; retrying quietly until it answers", what)
+        else:
+            self.log.debug("%s (still)", what)
+
+    def recovered(self) -> None:
+        """A backend call succeeded: end the outage (one INFO line if there was one)."""
+        since, self._since = self._since, None
+        if since is not None:
+            self.log.info("backends answer again after %.0fs", time.monotonic() - since)
+
+
 class ForcedShutdown(Exception):
     """Second SIGINT/SIGTERM: stop now, without finishing the current work (it is redelivered)."""
 
@@ -115,10 +155,17 @@ class Backoff:
         self.failures = 0
 
     def wait(self, reason: str, stop: Callable[[], bool] | None = None) -> None:
-        """Log *reason* (WARNING) and sleep the next back-off; return early once ``stop()`` is true."""
+        """Log *reason* and sleep the next back-off; return early once ``stop()`` is true.
+
+        The first failure of an outage is a WARNING; the retries that follow are DEBUG lines, so a
+        long outage is one line, not one per attempt (:meth:`reset` says when it is over).
+        """
         self.current_s = min(self.max_s, self.current_s * 2 or self.first_s)
         self.failures += 1
-        logger.warning("%s; retrying in %.1fs (attempt %d)", reason, self.current_s, self.failures)
+        if self.failures == 1:
+            logger.warning("%s; retrying in %.1fs, then quietly until it answers", reason, self.current_s)
+        else:
+            logger.debug("%s; retrying in %.1fs (attempt %d)", reason, self.current_s, self.failures)
         deadline = time.monotonic() + self.current_s
         while (remaining := deadline - time.monotonic()) > 0:
             if stop is not None and stop():
@@ -212,6 +259,9 @@ def install_stop_handlers(worker: Stoppable, what: str = "the current work") -> 
 
 __all__ = [
     "Backoff",
+    "ClusterGone",
+    "Outage",
+    "cluster_gone",
     "ForcedShutdown",
     "Stoppable",
     "describe_failure",

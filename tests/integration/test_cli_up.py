@@ -161,7 +161,7 @@ def test_no_password_is_printed_or_logged_and_up_json_is_private(tmp_path: Path,
                 try:
                     state = tmp_path / "up.json"
                     deadline = time.monotonic() + 60
-                    while not state.exists():
+                    while not state.exists() or "REDIS_URL" not in state.read_text():  # claimed, then written
                         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
                         time.sleep(0.05)
                     assert state.stat().st_mode & 0o777 == 0o600
@@ -453,3 +453,103 @@ def test_a_second_up_refuses_while_the_first_runs_and_never_takes_its_record(clu
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 0
     assert json.loads(state_file.read_text()) == foreign
+
+
+def test_commands_that_used_an_up_that_exited_say_so_once_and_exit_1(tmp_path: Path) -> None:
+    """The tour's background commands (a crawler, `dump`, and any component started by hand) take
+    their addresses from up.json. When that `up` stops, its Redis and broker are gone for good: each
+    says so in one line and exits 1, instead of retrying forever (1,564 lines and 71 tracebacks in
+    40 s from the tour's crawler; `dump` looping on ECONNREFUSED)."""
+    proc, log, env = _start_up(tmp_path, "--crawlers", "0", "--cleaners", "0")
+    commands = {
+        "crawler": ["crawler", "--spider", "link"],
+        "dump": ["dump", "incoming"],
+        "kafka-monitor": ["kafka-monitor"],
+        "redis-monitor": ["redis-monitor"],
+        "cleaner": ["cleaner"],
+        "rest": ["rest", "--port", "0"],
+    }
+    running: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    try:
+        for name, args in commands.items():
+            out = tmp_path / f"{name}.log"
+            with out.open("wb") as sink:
+                running[name] = (
+                    subprocess.Popen(
+                        [*CLI, *args], env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+                    ),
+                    out,
+                )
+        ready = {
+            "crawler": "crawling spider type",
+            "kafka-monitor": "consuming",
+            "redis-monitor": "reading",
+            "cleaner": "consuming",
+            "rest": "REST service on",
+        }
+        deadline = time.monotonic() + 90
+        for name, text in ready.items():
+            while text not in running[name][1].read_text():
+                assert running[name][0].poll() is None and time.monotonic() < deadline, running[name][1].read_text()
+                time.sleep(0.2)
+        time.sleep(3)  # dump is polling too
+        marks = {name: len(out.read_text().splitlines()) for name, (_, out) in running.items()}
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+        stopped = time.monotonic()
+        for name, (child, out) in running.items():
+            assert child.wait(timeout=max(1.0, stopped + 45 - time.monotonic())) == 1, out.read_text()[-3000:]
+            after = out.read_text().splitlines()[marks[name] :]
+            assert len(after) == 1, f"{name}:\n" + "\n".join(after[:40])
+            assert after[0].startswith(f"crawlhive {name}: the crawlhive up whose Redis and broker"), after[0]
+            assert "is gone" in after[0] and "start `crawlhive up`" in after[0]
+        assert time.monotonic() - stopped < 45
+    finally:
+        for child, _ in running.values():
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        _kill_group(proc)
+
+
+def test_a_passing_redis_outage_is_one_warning_per_component_and_no_traceback(
+    tmp_path: Path, kafka_bootstrap: str
+) -> None:
+    """Addresses the user set are retried for ever, but quietly: one WARNING when Redis stops
+    answering, one INFO line when it is back, no traceback (the crawler wrote one a second)."""
+    from crawlhive.utils.app.embedded import EmbeddedRedis
+
+    with EmbeddedRedis(appendonly=True) as server:  # a restart keeps the data (the monitors' group)
+        env = _env(tmp_path)
+        env.update(REDIS_URL=server.url, KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap, HEARTBEAT_INTERVAL="1")
+        env["KAFKA_TOPIC_PREFIX"] = f"outage{os.getpid()}"
+        running: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+        try:
+            for name, args, ready in (
+                ("crawler", ["crawler", "--spider", "link"], "crawling spider type"),
+                ("redis-monitor", ["redis-monitor"], "reading"),
+            ):
+                out = tmp_path / f"{name}.log"
+                with out.open("wb") as sink:
+                    child = subprocess.Popen([*CLI, *args], env=env, stdout=sink, stderr=subprocess.STDOUT)
+                running[name] = (child, out)
+                deadline = time.monotonic() + 60
+                while ready not in out.read_text():
+                    assert child.poll() is None and time.monotonic() < deadline, out.read_text()
+                    time.sleep(0.2)
+            marks = {name: len(out.read_text().splitlines()) for name, (_, out) in running.items()}
+            server.stop()
+            time.sleep(8)
+            server.restart()
+            time.sleep(12)  # back-off of at most 10 s, then the next call succeeds
+            for name, (child, out) in running.items():
+                assert child.poll() is None, out.read_text()[-3000:]
+                after = out.read_text().splitlines()[marks[name] :]
+                noisy = [line for line in after if any(word in line for word in NOISE)]
+                assert len(noisy) == 1 and "WARNING" in noisy[0] and "REDIS_URL" in noisy[0], (name, after[:40])
+                assert any("again after" in line and "INFO" in line for line in after), (name, after[:40])
+        finally:
+            for child, _ in running.values():
+                if child.poll() is None:
+                    child.terminate()
+                    child.wait(30)

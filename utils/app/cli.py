@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 #: Short topic names ``dump`` accepts without the prefix (plus ``crawled_<appid>`` / ``outbound_<appid>``).
 SHORT_TOPICS = ("incoming", "crawled_firehose", "items", "cleaned", "outbound_firehose", "dead_letter")
 
+#: Seconds between two checks by ``dump`` that the broker still accepts connections, while idle.
+DUMP_PROBE_S = 2.0
+
 #: Exit codes of ``feed`` (docs/contract.md §8.2).
 EXIT_OK, EXIT_INVALID, EXIT_KAFKA, EXIT_NO_ANSWER = 0, 1, 2, 3
 
@@ -299,8 +302,13 @@ def format_record(value: bytes, args: argparse.Namespace) -> str:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    """Print the messages of a topic, one JSON per line, until interrupted or ``-n`` reached."""
-    from crawlhive.utils.connections import make_consumer
+    """Print the messages of a topic, one JSON per line, until interrupted or ``-n`` reached.
+
+    Raises:
+        ClusterGone: the ``crawlhive up`` whose broker it read has exited (exit 1, one line).
+    """
+    from crawlhive.utils.connections import make_consumer, probe_kafka
+    from crawlhive.utils.loop import Outage
 
     settings = _settings_from_args(args)
     topic = resolve_topic(settings, args.topic)
@@ -321,9 +329,22 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if sys.stderr.isatty():  # a person waiting at a terminal; a script reads stdout only
         print(f"dump: waiting for records on {topic} (Ctrl-C to quit)", file=sys.stderr, flush=True)
     printed = 0
+    # kafka-python retries a lost broker by itself and says nothing we show; a TCP probe while no
+    # record comes tells a passing outage (one WARNING) from a cluster gone for good (exit 1).
+    outage = Outage(settings, logger)
+    next_probe = time.monotonic() + DUMP_PROBE_S
     try:
         while args.max_messages is None or printed < args.max_messages:
-            for records in consumer.poll(timeout_ms=500).values():
+            polled = consumer.poll(timeout_ms=500)
+            if polled or time.monotonic() >= next_probe:
+                try:
+                    if not polled:
+                        probe_kafka(settings)
+                    outage.recovered()
+                except BackendUnavailable as exc:
+                    outage.failed(str(exc))  # raises ClusterGone when the `up` it used has exited
+                next_probe = time.monotonic() + DUMP_PROBE_S
+            for records in polled.values():
                 for record in records:
                     print(format_record(record.value, args), flush=True)
                     printed += 1
@@ -334,7 +355,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
             if args.group:
                 consumer.commit()
     finally:
-        consumer.close()
+        consumer.close(autocommit=False, timeout_ms=2000)
     return EXIT_OK
 
 
