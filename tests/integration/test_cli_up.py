@@ -553,3 +553,57 @@ def test_a_passing_redis_outage_is_one_warning_per_component_and_no_traceback(
                 if child.poll() is None:
                     child.terminate()
                     child.wait(30)
+
+
+def _up_with_a_dump_attached(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, subprocess.Popen[bytes]]:
+    tmp_path.mkdir()
+    proc, log, env = _start_up(tmp_path)
+    dump = subprocess.Popen(
+        [*CLI, "dump", "crawled_firehose", "-nb"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    time.sleep(4)  # connected and polling (the broker now has a client that never hangs up)
+    assert dump.poll() is None
+    return proc, log, dump
+
+
+def test_ctrl_c_with_a_dump_attached_is_prompt_and_quiet_and_a_second_one_stops_at_once(tmp_path: Path) -> None:
+    """The broker (Tansu) waits about 5 s for its clients to hang up after SIGTERM; a `dump` in
+    another terminal never does. `up` stops it promptly, without a WARNING (its memory storage is
+    gone either way), and a second Ctrl-C kills what is left at once."""
+    proc, log, dump = _up_with_a_dump_attached(tmp_path / "one")
+    try:
+        before = len(log.read_text().splitlines())
+        started = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        took = time.monotonic() - started
+        shutdown = log.read_text().splitlines()[before:]
+        assert not [line for line in shutdown if any(word in line for word in NOISE)], "\n".join(shutdown)
+        assert took < 4.5, f"{took:.1f}s\n" + "\n".join(shutdown)
+        assert dump.wait(timeout=30) == 1  # its cluster is gone: it says so and exits
+    finally:
+        _kill_group(proc)
+        _kill_group(dump)
+
+    proc, log, dump = _up_with_a_dump_attached(tmp_path / "two")
+    try:
+        processes = descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        forced = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+        took = time.monotonic() - forced
+        assert took < 2.0, f"{took:.1f}s after the second Ctrl-C\n" + log.read_text()[-3000:]
+        output = log.read_text()
+        assert "second SIGINT: stopping now" in output
+        after = output.split("stopping now", 1)[1].splitlines()[1:]
+        assert not [line for line in after if any(word in line for word in NOISE)], "\n".join(after)
+        _all_gone(processes)
+    finally:
+        _kill_group(proc)
+        _kill_group(dump)

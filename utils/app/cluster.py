@@ -135,11 +135,17 @@ def backing_services(settings: Settings, started: dict[str, str] | None = None) 
         overrides: dict[str, object] = {}
         notes = started if started is not None else {}
         if not settings.is_set("REDIS_URL"):
-            redis_service = stack.enter_context(EmbeddedRedis())
+            redis_service = EmbeddedRedis()
+            # A second Ctrl-C kills it at once, also while it is being stopped: the hook is
+            # registered first, so it is unregistered only after the stop.
+            stack.callback(on_forced_stop(redis_service.kill))
+            stack.enter_context(redis_service)
             overrides["REDIS_URL"] = redis_service.url
             notes["redis"] = redis_service.executable
         if not settings.is_set("KAFKA_BOOTSTRAP_SERVERS"):
-            broker = stack.enter_context(EmbeddedBroker())
+            broker = EmbeddedBroker()
+            stack.callback(on_forced_stop(broker.kill))
+            stack.enter_context(broker)
             overrides["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
             notes["broker"] = broker.executable
         yield settings.copy_with(**overrides) if overrides else settings
@@ -218,8 +224,10 @@ class LocalCluster:
                 Child(name, [sys.executable, "-m", "crawlhive.utils.app.cli", *args], env=env)
                 for name, args in component_commands(self.crawlers, self.cleaners, self.render_crawlers)
             ]
-            self._stack.callback(self._stop_children)
+            # The force hook is unregistered after the children's stop (a LIFO stack), so that a
+            # second Ctrl-C during that stop kills them at once.
             self._stack.callback(on_forced_stop(self.force))
+            self._stack.callback(self._stop_children)
             for child in self.children:
                 child.start()
         except BaseException:
