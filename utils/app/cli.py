@@ -597,7 +597,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     secrets: list[str] = []
     try:
-        settings = _settings_from_args(args)
+        # `up` and `demo` record a cluster; they never use another's (a second one refuses to start).
+        settings = _settings_from_args(args, use_state_file=args.command not in ("up", "demo"))
         secrets = settings.secrets()
         configure_logging(settings["LOG_LEVEL"], settings.getbool("LOG_JSON"), settings["LOG_FILE"], secrets=secrets)
         install_shutdown_handlers()

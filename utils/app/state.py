@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +112,6 @@ def claim_state(home: Path, command: str = "up") -> str:
 
 
 def _young(path: Path) -> bool:
-    import time
-
     try:
         return time.time() - path.stat().st_mtime < 2.0
     except OSError:
@@ -143,9 +143,39 @@ def clear_state(home: Path, nonce: str | None = None) -> None:
         path.unlink(missing_ok=True)
 
 
-def with_state(settings: Settings) -> Settings:
-    """Fill REDIS_URL / KAFKA_BOOTSTRAP_SERVERS from a live ``crawlhive up`` when the user set neither."""
+#: Seconds a command waits for a ``crawlhive up`` that is still starting to record its addresses.
+STARTING_WAIT_S = 90.0
+
+
+def _wait_while_starting(home: Path, state: dict[str, Any], wait_s: float) -> dict[str, Any] | None:
+    """*state*, or once its ``up`` has recorded its addresses the new record, when *state* is the
+    claim of an ``up`` still starting (``crawlhive up & crawlhive crawler`` in one go); None if it
+    exits first. Says once, on standard error, what it waits for."""
+    if "REDIS_URL" in state:
+        return state
+    print(
+        f"crawlhive: waiting for the crawlhive {state.get('command') or 'up'} (pid {state['pid']}) that is "
+        f"starting to record its addresses in {state_path(home)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        current = read_state(home)
+        if current is None or current.get("pid") != state["pid"]:
+            return current
+        if "REDIS_URL" in current:
+            return current
+    return state
+
+
+def with_state(settings: Settings, wait_s: float = STARTING_WAIT_S) -> Settings:
+    """Fill REDIS_URL / KAFKA_BOOTSTRAP_SERVERS from a live ``crawlhive up`` when the user set neither;
+    while that ``up`` is starting, wait up to *wait_s* for its addresses."""
     state = read_state(settings.home)
+    if state is not None and not (settings.is_set("REDIS_URL") and settings.is_set("KAFKA_BOOTSTRAP_SERVERS")):
+        state = _wait_while_starting(settings.home, state, wait_s)
     if state is None:
         return settings
     values, sources = dict(settings), {name: settings.source(name) for name in settings}
