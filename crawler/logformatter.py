@@ -40,7 +40,8 @@ class ItemLogFormatter(LogFormatter):
 
     def scraped(self, item: Any, response: Response | Failure | None, spider: Spider) -> LogFormatterResult:
         result = super().scraped(item, response, spider)
-        args = {**result["args"], "item": describe_item(item)}
+        base = result["args"]
+        args = {**(base if isinstance(base, dict) else {}), "item": describe_item(item)}
         return {**result, "msg": "Scraped from %(src)s: %(item)s", "args": args}
 
     def dropped(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import uvicorn
 
@@ -18,6 +18,8 @@ from crawlhive.utils.errors import UnsafeSettings
 from crawlhive.utils.loop import ClusterGone
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -107,7 +109,7 @@ def run_rest(settings: Settings) -> int:
     """
     check_exposure(settings)
     server = server_for(settings)
-    service = server.config.app.state.rest
+    service = cast("FastAPI", server.config.app).state.rest  # the app create_app built
 
     def stop() -> None:
         server.should_exit = True

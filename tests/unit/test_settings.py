@@ -206,3 +206,22 @@ def test_up_claims_the_state_file_once_and_takes_over_only_a_dead_process_s(tmp_
     with pytest.raises(AlreadyRunning, match=rf"already running \(pid {os.getppid()}; Redis redis://127.0.0.1:7777/0"):
         claim_state(tmp_path)
     assert json.loads((tmp_path / "up.json").read_text())["pid"] == os.getppid()
+
+
+def test_a_command_started_with_up_waits_for_its_addresses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`crawlhive up & crawlhive crawler`: the crawler reads up.json while `up` has only claimed it;
+    it waits for the addresses instead of taking the defaults (someone else's localhost:6379)."""
+    import threading
+
+    from crawlhive.utils.app.state import claim_state
+
+    nonce = claim_state(tmp_path)
+    writer = threading.Timer(0.5, write_state, (tmp_path, "redis://127.0.0.1:7777/0", ["127.0.0.1:9999"], nonce))
+    writer.start()
+    try:
+        s = with_state(load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path)}), wait_s=30)
+    finally:
+        writer.join()
+        clear_state(tmp_path, nonce)
+    assert s["REDIS_URL"] == "redis://127.0.0.1:7777/0" and s.source("REDIS_URL") == "state"
+    assert "waiting for the crawlhive up" in capsys.readouterr().err
