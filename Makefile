@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run demo up test test-quick lint typecheck format bench clean browser
+.PHONY: install install-run render demo up test test-quick lint typecheck format bench clean browser
 
 # What running needs (`make demo`, `make up`): crawlhive and its runtime dependencies only.
 $(RUN_STAMP): requirements.txt pyproject.toml
@@ -29,6 +29,13 @@ $(STAMP): $(RUN_STAMP) requirements-dev.txt requirements-render.txt
 install-run: $(RUN_STAMP)
 
 install: $(STAMP)
+
+# Rendering crawlers (`crawlhive up --render-crawlers 1`, `crawlhive crawler --render`): what `make demo`
+# leaves out, scrapy-playwright and Playwright (requirements-render.txt), and Debian's Chromium
+# (the `browser` target below; Playwright's own browsers are never downloaded).
+render: $(RUN_STAMP) browser
+	@echo "make: installing the rendering packages of requirements-render.txt into $(VENV)"
+	@$(BIN)/python -m pip install -q -r requirements-render.txt
 
 demo: $(RUN_STAMP)
 	$(BIN)/crawlhive demo

@@ -156,8 +156,11 @@ class GuardedResolver(CachingThreadedResolver):
         if network is None:
             return address
         reason = self.policy.reason(name, address, network)
+        if name.lower() in self.refused:
+            logger.debug("%s", reason)
+        else:  # once per host: its pages end as dead letters with this reason
+            logger.warning("%s; its pages end as dead letters", reason)
         self.refused[name.lower()] = reason
-        logger.info("%s", reason)
         raise BlockedNetwork(reason)
 
     def refusal(self, host: str) -> str | None:
@@ -173,6 +176,43 @@ def installed_resolver() -> GuardedResolver | None:
     return resolver if isinstance(resolver, GuardedResolver) else None
 
 
+class BlockedDownloadLogFilter(logging.Filter):
+    """Drops Scrapy's ``Error downloading …`` lines (each with two chained tracebacks of a failed
+    DNS lookup) for a host the guard refused: Twisted reports the refusal as ``DNS lookup failed:
+    no results``, which hides the reason, and :class:`GuardedResolver` has already said it once, at
+    WARNING, naming CRAWLER_ALLOWED_NETWORKS. Any other download error is kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, CannotResolveHostError | DNSLookupError):
+            return True
+        request = record.args.get("request") if isinstance(record.args, dict) else None
+        resolver = installed_resolver()
+        url = getattr(request, "url", None)
+        if resolver is None or not isinstance(url, str):
+            return True
+        from urllib.parse import urlsplit
+
+        try:
+            host = urlsplit(url).hostname or ""
+        except ValueError:
+            return True
+        return resolver.refusal(host) is None
+
+
+#: The Scrapy loggers that write a download error with its traceback (the engine's scraper, and
+#: the robots.txt middleware, which logs the page's request when its robots.txt failed).
+DOWNLOAD_ERROR_LOGGERS = ("scrapy.core.scraper", "scrapy.downloadermiddlewares.robotstxt")
+
+
+def install_blocked_download_filter() -> None:
+    """Add :class:`BlockedDownloadLogFilter` to :data:`DOWNLOAD_ERROR_LOGGERS` (once)."""
+    for name in DOWNLOAD_ERROR_LOGGERS:
+        target = logging.getLogger(name)
+        if not any(isinstance(f, BlockedDownloadLogFilter) for f in target.filters):
+            target.addFilter(BlockedDownloadLogFilter())
+
+
 class NetworkGuardMiddleware:
     """Turns the failed lookup of a host the guard refused into a ``blocked network: …`` outcome:
     no retry (``dont_retry``), and the reason in ``request.meta`` for the lease outcome
@@ -181,6 +221,7 @@ class NetworkGuardMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
+        install_blocked_download_filter()
         return cls()
 
     def process_exception(self, request: Request, exception: Exception) -> None:

@@ -13,6 +13,7 @@ from crawlhive.crawler.settings import apply_custom_settings, scrapy_settings, s
 from crawlhive.crawler.spiders import spider_class
 from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
+from crawlhive.utils.loop import ClusterGone
 
 if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
@@ -32,6 +33,7 @@ def run_crawler(settings: Settings, spider: str) -> None:
         SettingsError: unknown spider type or bad settings.
         BackendUnavailable: Redis or Kafka cannot be reached at start-up.
         CrawlerFailed: the crawl stopped on an error.
+        ClusterGone: the ``crawlhive up`` whose Redis and broker it used has exited.
     """
     spider_cls = spider_class(spider, spider_modules(settings))
     # The spider type served is the class's ``name`` (``--spider`` may be a path or a module's spider).
@@ -59,9 +61,15 @@ def run_crawler(settings: Settings, spider: str) -> None:
     # Scrapy's logging defaults put its loggers at DEBUG; ours (configured once in main) decide.
     logging.getLogger("scrapy").setLevel(logging.getLogger().getEffectiveLevel())
     errors: list[Any] = []
-    crawl = process.crawl(spider_cls)
+    crawler = process.create_crawler(spider_cls)
+    crawl = process.crawl(crawler)
     crawl.addErrback(errors.append)
     process.start()  # installs Scrapy's SIGINT/SIGTERM handlers: first graceful, second forced
+    from crawlhive.crawler.runtime import existing_runtime
+
+    runtime = existing_runtime(crawler)
+    if runtime is not None and runtime.gone is not None:
+        raise ClusterGone(runtime.gone)  # one line from main(); exit 1
     if errors:
         failure = errors[0]
         logger.error("crawler failed", exc_info=(failure.type, failure.value, failure.tb))

@@ -58,6 +58,7 @@ from crawlhive.utils import stats as stat_names
 from crawlhive.utils.connections import async_redis_from_settings, make_producer, redis_from_settings
 from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases, retry_backoff
+from crawlhive.utils.loop import ClusterGone, Outage
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ProcessContext
 
@@ -81,6 +82,11 @@ SHARD_RECHECK_S = 2.0
 PROGRESS_EVERY_S = 10.0
 #: Seconds between two reads of the start-URLs list in Redis-only mode.
 REDIS_ONLY_SEEDS_EVERY_S = 1.0
+
+
+def existing_runtime(crawler: Crawler) -> CrawlRuntime | None:
+    """The runtime of *crawler* if one was created (:meth:`CrawlRuntime.of` creates it)."""
+    return _RUNTIMES.get(crawler)
 
 
 class CrawlRuntime:
@@ -160,6 +166,10 @@ class CrawlRuntime:
         self.response_codes = {int(c) for c in settings.getlist("STATS_RESPONSE_CODES")}
         self.link_limits = LinkLimits.from_settings(settings)
         self._counts: collections.Counter[str] = collections.Counter()
+        #: One WARNING per Redis outage, not one per failed call (docs/contract.md §17.4).
+        self.outage = Outage(settings, logger)
+        #: Why the crawler stopped for good: the ``crawlhive up`` it took its addresses from exited.
+        self.gone: str | None = None
         self._loops: list[task.LoopingCall] = []
         self._progress: tuple[float, int, int] = (time.monotonic(), 0, 0)
         scripts(redis).load()  # the hot path sends EVALSHA without checking first
@@ -256,14 +266,35 @@ class CrawlRuntime:
                 items,
             )
 
+    def backend_failed(self, what: str) -> None:
+        """A Redis call failed (any thread): the outage's one WARNING, or, when the cluster is gone
+        for good (:func:`~crawlhive.utils.loop.cluster_gone`), the crawler stops and
+        ``crawlhive crawler`` exits 1 saying so (:func:`crawlhive.crawler.runner.run_crawler`)."""
+        try:
+            self.outage.failed(what)
+        except ClusterGone as exc:
+            if self.gone is None:
+                self.gone = str(exc)
+                self.context.backends_gone = True
+                from twisted.internet import reactor
+
+                reactor.callFromThread(self._stop_crawler)
+
+    def _stop_crawler(self) -> None:
+        from scrapy.utils.defer import deferred_from_coro
+
+        deferred_from_coro(self.crawler.stop_async())
+
     def _loop_failed(self, failure: Any) -> None:
         logger.error("crawler maintenance loop failed", exc_info=(failure.type, failure.value, failure.tb))
 
     def _beat(self) -> None:
         try:
             self.heartbeat.beat()
-        except RedisError:
-            logger.warning("heartbeat failed; check REDIS_URL", exc_info=True)
+        except RedisError as exc:
+            self.backend_failed(f"heartbeat failed ({exc!r}); check REDIS_URL")
+        else:
+            self.outage.recovered()
 
     async def _closed(self, spider: Spider, reason: str) -> None:
         """Flush what is pending, stop the producer and the heartbeat; returns when the asyncio
@@ -271,6 +302,12 @@ class CrawlRuntime:
         for loop in self._loops:
             if loop.running:
                 loop.stop()
+        if self.gone is not None:  # nothing can be written any more: leave Redis alone
+            self.leases.closed = True
+            self.sink.close()
+            self.redis.close()
+            await self.batcher.close()
+            return
         self.leases.close()
         self.flush_stats()
         self.sink.close()
@@ -467,5 +504,5 @@ class CrawlRuntime:
             return
         try:
             self.stats.incr_many([(stat_names.CRAWLER, name, n) for name, n in counts.items()])
-        except RedisError:
-            logger.warning("writing crawler stats failed; check REDIS_URL", exc_info=True)
+        except RedisError as exc:
+            self.backend_failed(f"writing crawler stats failed ({exc!r}); check REDIS_URL")

@@ -104,8 +104,8 @@ class WakeListener:
                     message = pubsub.get_message(timeout=WAKE_READ_S)
                     if message is not None:
                         reactor.callFromThread(self.on_wake, message.get("data"))
-            except (RedisError, OSError):
-                logger.warning("wake channel %s failed; resubscribing (check REDIS_URL)", self.channel, exc_info=True)
+            except (RedisError, OSError) as exc:
+                self.runtime.backend_failed(f"wake channel {self.channel} failed ({exc!r}); check REDIS_URL")
                 self._stop.wait(1.0)
                 reactor.callFromThread(self.on_wake, None)
             finally:
@@ -281,8 +281,8 @@ class FrontierScheduler(BaseScheduler):
         started = self._taking_since
         try:
             requests, wait_s = await self.runtime.take(self.spider, count)
-        except RedisError:
-            logger.warning("leasing from the frontier failed; retrying in %.0fs (check REDIS_URL)", ERROR_RETRY_S)
+        except RedisError as exc:
+            self.runtime.backend_failed(f"leasing from the frontier failed ({exc!r}); check REDIS_URL")
             self._sleep(ERROR_RETRY_S)
             return
         except Exception:
@@ -292,6 +292,7 @@ class FrontierScheduler(BaseScheduler):
         finally:
             if self._taking_since == started:  # not given up on meanwhile (TAKE_STUCK_S)
                 self._taking = False
+        self.runtime.outage.recovered()
         # As many pops as the last take could fill, doubled while they are all filled: an
         # unthrottled crawl soon asks for every free slot at once, while a throttled one (where a
         # pop that finds no ready domain scans up to POP_SCAN_DOMAINS for nothing) sends about one

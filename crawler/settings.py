@@ -98,6 +98,8 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         **{name: settings.getint(name) for name in PATTERN_SETTINGS},
         # A pipeline's DropItem is a decision, not a problem: INFO, not Scrapy's WARNING (§17.3).
         "DEFAULT_DROPITEM_LOG_LEVEL": "INFO",
+        # Item log lines name the item instead of printing it (a dropped page item is megabytes).
+        "LOG_FORMATTER": f"{_PKG}.logformatter.ItemLogFormatter",
         "TELNETCONSOLE_ENABLED": False,
         "REMOTE_CONTROL_ENABLED": False,
         "LOG_LEVEL": settings["LOG_LEVEL"],

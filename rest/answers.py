@@ -334,7 +334,9 @@ class KafkaLink:
                     delay = RECONNECT_FIRST_S
                 except (BackendUnavailable, KafkaError, OSError, ValueError) as exc:
                     self._close()
-                    logger.warning("REST cannot use Kafka (%s); retrying in %.1fs", exc, delay)
+                    # once per outage: the first attempt, then quietly until it answers
+                    log = logger.warning if delay == RECONNECT_FIRST_S else logger.debug
+                    log("REST cannot use Kafka (%s); retrying in %.1fs", exc, delay)
                     self._stop.wait(delay)
                     delay = min(RECONNECT_MAX_S, delay * 2)
                 continue

@@ -9,14 +9,17 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import uvicorn
 
 from crawlhive.rest.app import create_app
 from crawlhive.utils.errors import UnsafeSettings
+from crawlhive.utils.loop import ClusterGone
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -103,12 +106,21 @@ def run_rest(settings: Settings) -> int:
 
     Raises:
         UnsafeSettings: see :func:`check_exposure` (nothing was bound).
+        ClusterGone: the ``crawlhive up`` whose Redis and broker it used has exited.
     """
     check_exposure(settings)
     server = server_for(settings)
+    service = cast("FastAPI", server.config.app).state.rest  # the app create_app built
+
+    def stop() -> None:
+        server.should_exit = True
+
+    service.on_gone = stop
     try:
         server.run()
     except SystemExit as exc:  # uvicorn exits when it cannot bind the port
         logger.error("REST service could not start (exit %s); check REST_HOST / REST_PORT", exc.code)
         return 1
+    if service.gone is not None:
+        raise ClusterGone(service.gone)  # one line from main(); exit 1
     return 0 if server.started else 1

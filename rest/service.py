@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
 from redis.exceptions import RedisError
@@ -21,6 +22,7 @@ from crawlhive.rest.answers import WAITER_MARGIN_S, AnswerBook, KafkaLink, incom
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import RestMetrics
 from crawlhive.utils.connections import consumer_lag, redis_from_settings
+from crawlhive.utils.loop import cluster_gone
 from crawlhive.utils.worker import ProcessContext
 
 if TYPE_CHECKING:
@@ -74,6 +76,10 @@ class RestService:
         self._beat_interval_s = self.context.heartbeat_interval_s
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
+        #: Why the service stopped for good (the ``crawlhive up`` it used has exited), or None.
+        self.gone: str | None = None
+        #: Called (in the heartbeat thread) when it is gone; the server sets it to stop serving.
+        self.on_gone: Callable[[], None] = lambda: None
 
     def cleaner_lag(self) -> float:
         """Records of crawled_firehose the cleaners' group has not committed (§13), read at most
@@ -121,6 +127,12 @@ class RestService:
                     logger.info("REST heartbeat written again")
                 failing = False
             except RedisError as exc:
+                gone = cluster_gone(self.settings)
+                if gone is not None:  # the `crawlhive up` it used has exited: stop (run_rest exits 1)
+                    self.gone = gone
+                    self.context.backends_gone = True
+                    self.on_gone()
+                    return
                 if not failing:  # log once per outage
                     logger.warning("REST heartbeat failed (%r); check REDIS_URL", exc)
                 failing = True

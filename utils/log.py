@@ -206,6 +206,31 @@ EXPECTED_ON_CLOSE = (
 )
 
 
+#: Parts of kafka-python's messages about a broker it cannot reach (refused, lost, no node, the
+#: coordinator marked dead): several lines a second while a broker is down, each retried by its own
+#: rules. crawlhive's loops report the outage itself, once, naming KAFKA_BOOTSTRAP_SERVERS
+#: (:class:`crawlhive.utils.loop.Outage`, ``Backoff``), so these are shown at DEBUG only.
+KAFKA_CONNECTION_NOISE = (
+    "KafkaConnectionError",
+    "ECONNREFUSED",
+    "socket disconnected",
+    "No node available",
+    "Marking the coordinator dead",
+    "NodeNotReadyError",
+    "Connection lost",
+)
+
+
+def _kafka_connection_noise(record: logging.LogRecord) -> bool:
+    if not record.name.startswith("kafka"):
+        return False
+    try:
+        text = record.getMessage()
+    except Exception:  # noqa: BLE001 - a library's malformed log call: leave it as it is
+        return False
+    return any(part in text for part in KAFKA_CONNECTION_NOISE)
+
+
 def _closed_socket(record: logging.LogRecord) -> bool:
     """A kafka-python 3.0 network task that failed on a socket its client had just closed (fd -1):
     logged as "Unhandled exception in task" with a traceback while a client closes at Ctrl-C;
@@ -231,6 +256,8 @@ class DetailsAtDebug(logging.Filter):
         ):
             return self._as_debug(record)
         if record.levelno > logging.INFO and record.name.startswith("kafka.net.selector") and _closed_socket(record):
+            return self._as_debug(record)
+        if record.levelno > logging.INFO and _kafka_connection_noise(record):
             return self._as_debug(record)
         if record.levelno != logging.INFO or not record.name.startswith(DETAIL_LOGGERS):
             return True

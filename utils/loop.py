@@ -7,7 +7,9 @@ once on the second. The loops differ; these pieces do not, so they live here onc
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -26,13 +28,115 @@ from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError, 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from crawlhive.utils.errors import BackendUnavailable
+from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError
 from crawlhive.utils.log import mask_url
 
 if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+
+#: The file in CRAWLHIVE_HOME where ``crawlhive up`` records the addresses of its Redis and broker
+#: for the other commands (written by ``crawlhive.utils.app.state``; read here to tell a passing
+#: outage from a cluster that is gone for good).
+UP_STATE_FILE = "up.json"
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process *pid* exists (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): kill(0) said it exists
+
+
+class ClusterGone(CrawlhiveError):
+    """The ``crawlhive up`` this process took its addresses from has exited: its Redis and broker
+    are gone with it, so retrying can never succeed (:func:`cluster_gone`)."""
+
+
+def cluster_gone(settings: Settings) -> str | None:
+    """Why the cluster of this process is gone for good, or None when it may come back.
+
+    Only a process that took REDIS_URL or KAFKA_BOOTSTRAP_SERVERS from the record of a ``crawlhive
+    up`` (source ``state``) can tell: its cluster is gone once that record is removed (``up`` exited),
+    names a process that is no longer alive (``up`` was killed), or names other addresses (another
+    ``up`` started since). Addresses the user set are always worth retrying.
+    """
+    names = [name for name in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS") if settings.source(name) == "state"]
+    if not names:
+        return None
+    path = settings.home / UP_STATE_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        data = None
+    except (OSError, ValueError):
+        return None  # being rewritten, or unreadable: no proof of anything
+    why = ""
+    if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
+        why = f"it has exited and removed {path}"
+    elif not pid_alive(data["pid"]):
+        why = f"its process (pid {data['pid']}) has exited"
+    elif data.get("REDIS_URL") != settings["REDIS_URL"] or data.get("KAFKA_BOOTSTRAP_SERVERS") != ",".join(
+        settings["KAFKA_BOOTSTRAP_SERVERS"]
+    ):
+        why = f"it has exited; {path} now records another cluster (pid {data['pid']})"
+    if not why:
+        return None
+    return (
+        f"the crawlhive up whose Redis and broker this process used ({mask_url(settings['REDIS_URL'])}, "
+        f"{','.join(settings['KAFKA_BOOTSTRAP_SERVERS'])}) is gone: {why}; start `crawlhive up` and run "
+        "this command again"
+    )
+
+
+class Outage:
+    """One WARNING when a backend stops answering, quiet retries while it is down, one INFO line
+    when it answers again; :class:`ClusterGone` instead when the cluster is gone for good.
+
+    For loops that retry on their own schedule (the crawler, REST); :class:`Backoff` is the same
+    rule for loops that wait between attempts. Safe to share between threads (a lost update costs
+    at most one extra line).
+    """
+
+    def __init__(self, settings: Settings, log: logging.Logger | None = None) -> None:
+        self.settings = settings
+        self.log = log or logger
+        self._since: float | None = None
+
+    @property
+    def down(self) -> bool:
+        return self._since is not None
+
+    def failed(self, what: str) -> None:
+        """A backend call failed with a transient error; *what* names it and the setting to check.
+
+        Raises:
+            ClusterGone: the ``crawlhive up`` this process's addresses came from has exited.
+        """
+        gone = cluster_gone(self.settings)
+        if gone is not None:
+            raise ClusterGone(gone)
+        if self._since is None:
+            self._since = time.monotonic()
+            self.log.warning("%s; retrying quietly until it answers", what)
+        else:
+            self.log.debug("%s (still)", what)
+
+    def recovered(self) -> None:
+        """A backend call succeeded: end the outage (one INFO line if there was one)."""
+        since, self._since = self._since, None
+        if since is not None:
+            self.log.info("backends answer again after %.0fs", time.monotonic() - since)
 
 
 class ForcedShutdown(Exception):
@@ -51,10 +155,17 @@ class Backoff:
         self.failures = 0
 
     def wait(self, reason: str, stop: Callable[[], bool] | None = None) -> None:
-        """Log *reason* (WARNING) and sleep the next back-off; return early once ``stop()`` is true."""
+        """Log *reason* and sleep the next back-off; return early once ``stop()`` is true.
+
+        The first failure of an outage is a WARNING; the retries that follow are DEBUG lines, so a
+        long outage is one line, not one per attempt (:meth:`reset` says when it is over).
+        """
         self.current_s = min(self.max_s, self.current_s * 2 or self.first_s)
         self.failures += 1
-        logger.warning("%s; retrying in %.1fs (attempt %d)", reason, self.current_s, self.failures)
+        if self.failures == 1:
+            logger.warning("%s; retrying in %.1fs, then quietly until it answers", reason, self.current_s)
+        else:
+            logger.debug("%s; retrying in %.1fs (attempt %d)", reason, self.current_s, self.failures)
         deadline = time.monotonic() + self.current_s
         while (remaining := deadline - time.monotonic()) > 0:
             if stop is not None and stop():
@@ -174,6 +285,9 @@ def install_stop_handlers(worker: Stoppable, what: str = "the current work") -> 
 
 __all__ = [
     "Backoff",
+    "ClusterGone",
+    "Outage",
+    "cluster_gone",
     "ForcedShutdown",
     "Stoppable",
     "describe_failure",

@@ -33,7 +33,15 @@ from crawlhive.utils.connections import ensure_topics, make_consumer, make_produ
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.log import mask_url
-from crawlhive.utils.loop import Backoff, describe_failure, install_stop_handlers, is_out_of_memory, is_transient
+from crawlhive.utils.loop import (
+    Backoff,
+    ClusterGone,
+    cluster_gone,
+    describe_failure,
+    install_stop_handlers,
+    is_out_of_memory,
+    is_transient,
+)
 from crawlhive.utils.stats import Stats
 
 if TYPE_CHECKING:
@@ -63,6 +71,9 @@ class ProcessContext:
     heartbeat: Heartbeat
     owns_redis: bool = False
     heartbeat_interval_s: float = field(init=False)
+    #: Set when the cluster is gone for good (:class:`~crawlhive.utils.loop.ClusterGone`): the
+    #: close does not try to reach Redis again.
+    backends_gone: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.heartbeat_interval_s = self.settings.getfloat("HEARTBEAT_INTERVAL")
@@ -106,7 +117,8 @@ class ProcessContext:
     def close(self) -> None:
         """Remove the heartbeat and close the Redis client if this process owns it. Never raises."""
         try:
-            self.heartbeat.stop()
+            if not self.backends_gone:
+                self.heartbeat.stop()
         except Exception:  # noqa: BLE001 - shutting down: report and go on
             logger.warning("could not remove the %s heartbeat on shutdown (check REDIS_URL)", self.component)
         if self.owns_redis:
@@ -191,6 +203,7 @@ class Worker:
             except Exception as exc:
                 if not is_transient(exc):
                     raise
+                self.give_up_if_gone()
                 self.backoff.wait(
                     f"{self.component} cannot start: {describe_failure(exc, self.settings)}", lambda: self.stopping
                 )
@@ -214,11 +227,24 @@ class Worker:
                     # out of memory escaping an iteration: no work to refuse, so wait, naming maxmemory
                     if not is_transient(exc) and not is_out_of_memory(exc):
                         raise
+                    self.give_up_if_gone()
                     self.backoff.wait(describe_failure(exc, self.settings), lambda: self.stopping)
                 done += 1
                 self.after_iteration()
         finally:
             self.teardown()
+
+    def give_up_if_gone(self) -> None:
+        """After a transient failure: raise :class:`ClusterGone` if the ``crawlhive up`` whose
+        addresses this process uses has exited (retrying could never succeed), else return.
+
+        Raises:
+            ClusterGone: its message says so and what to do; the teardown then skips the backends.
+        """
+        gone = cluster_gone(self.settings)
+        if gone is not None:
+            self.context.backends_gone = True
+            raise ClusterGone(gone)
 
     def teardown(self) -> None:
         """:meth:`close`, remove the heartbeat, close an owned Redis client. Never raises."""

@@ -97,6 +97,11 @@ def test_feed_reports_bad_json_and_unreachable_kafka(tmp_path: Path) -> None:
     env = _env(tmp_path)
     bad = subprocess.run([*CLI, "feed", "{nope"], env=env, capture_output=True, text=True, timeout=30)
     assert bad.returncode == 1 and "invalid JSON" in bad.stderr
+    # A bare URL: the two ways to send it, ready to copy.
+    url = subprocess.run([*CLI, "feed", "http://127.0.0.1:8000/"], env=env, capture_output=True, text=True, timeout=30)
+    assert url.returncode == 1 and "bare URL" in url.stderr, url.stderr
+    assert """crawlhive feed '{"url": "http://127.0.0.1:8000/", "appid": "myapp", "crawlid": "c1"}'""" in url.stderr
+    assert "--file urls.txt --appid myapp --crawlid c1" in url.stderr
     env["KAFKA_BOOTSTRAP_SERVERS"] = "127.0.0.1:1"
     down = subprocess.run(
         [*CLI, "feed", '{"a": 1}', "--no-validate"], env=env, capture_output=True, text=True, timeout=30
@@ -156,7 +161,7 @@ def test_no_password_is_printed_or_logged_and_up_json_is_private(tmp_path: Path,
                 try:
                     state = tmp_path / "up.json"
                     deadline = time.monotonic() + 60
-                    while not state.exists():
+                    while not state.exists() or "REDIS_URL" not in state.read_text():  # claimed, then written
                         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
                         time.sleep(0.05)
                     assert state.stat().st_mode & 0o777 == 0o600
@@ -358,3 +363,247 @@ def test_feed_wait_and_dump_are_quiet_and_ctrl_c_ends_them_cleanly(cluster) -> N
     code, output = run(["feed", json.dumps(unanswered), "--wait", "60"], 3.0, KAFKA_TOPIC_PREFIX="nobodyhome")
     assert code == 130 and "interrupted while waiting" in output, output
     assert "Traceback" not in output
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str], until: str, timeout_s: float = 60) -> str:
+    """Run a command with its stderr on a pseudo-terminal (as in a terminal) until *until* appears
+    there, then Ctrl-C it; returns what it wrote on the terminal."""
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*CLI, *args], env=env, stdout=subprocess.DEVNULL, stderr=follower, start_new_session=True)
+    os.close(follower)
+    seen = b""
+    try:
+        deadline = time.monotonic() + timeout_s
+        while until.encode() not in seen and time.monotonic() < deadline and proc.poll() is None:
+            if select.select([leader], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(leader, 4096)
+                except OSError:
+                    break
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+    return seen.decode(errors="replace")
+
+
+def test_dump_says_what_it_waits_for_and_refuses_a_topic_that_does_not_exist(cluster) -> None:
+    _, env, _ = cluster
+    shown = _on_a_terminal(["dump", "incoming"], env, "waiting for records")
+    assert "dump: waiting for records on clitest.incoming" in shown, shown
+    # Piped (a script): nothing but the records.
+    quiet = subprocess.Popen(
+        [*CLI, "dump", "incoming"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    time.sleep(3)
+    os.killpg(quiet.pid, signal.SIGINT)
+    out, err = quiet.communicate(timeout=30)
+    assert (quiet.returncode, out, err) == (0, b"", b""), err
+    started = time.monotonic()
+    missing = subprocess.run([*CLI, "dump", "nosuchtopic"], env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1, missing.stderr
+    assert "dump: no topic nosuchtopic on 127.0.0.1:" in missing.stderr
+    assert "topics of prefix 'clitest': " in missing.stderr and "incoming" in missing.stderr
+    assert time.monotonic() - started < 30
+    # It was not created by asking.
+    again = subprocess.run([*CLI, "dump", "nosuchtopic"], env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1
+
+
+def test_a_second_up_refuses_while_the_first_runs_and_never_takes_its_record(cluster, tmp_path: Path) -> None:
+    """A second `up` on the same CRAWLHIVE_HOME would start a second cluster and take up.json (and
+    with it every other command) over: it refuses before starting anything, names the running one
+    and how to run another beside it; the first keeps its record and its commands."""
+    proc, env, _ = cluster
+    state_file = Path(env["CRAWLHIVE_HOME"]) / "up.json"
+    before = state_file.read_text()
+    second = subprocess.run([*CLI, "up"], env=env, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert f"a crawlhive up is already running (pid {proc.pid}; Redis redis://127.0.0.1:" in second.stderr
+    assert "CRAWLHIVE_HOME=/tmp/other crawlhive up" in second.stderr
+    assert "started" not in second.stdout + second.stderr  # nothing was started
+    assert state_file.read_text() == before and proc.poll() is None
+    fed = subprocess.run(
+        [*CLI, "feed", '{"url": "http://example.com/", "appid": "second", "crawlid": "s1"}'],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert fed.returncode == 0, fed.stderr
+
+    # Another home runs a second cluster beside it; it never touches the first one's record.
+    other = {**env, "CRAWLHIVE_HOME": str(tmp_path / "other"), "REST_PORT": "0"}
+    beside = subprocess.Popen(
+        [*CLI, "up", "--duration", "1"], env=other, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    output, _ = beside.communicate(timeout=120)
+    assert beside.returncode == 0, output
+    assert state_file.read_text() == before and not (tmp_path / "other" / "up.json").exists()
+
+    # A record that is not its own (another pid and nonce) is never removed by `up` on exit.
+    foreign = {**json.loads(before), "pid": os.getpid(), "nonce": "not-its-own"}
+    state_file.write_text(json.dumps(foreign))
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 0
+    assert json.loads(state_file.read_text()) == foreign
+
+
+def test_commands_that_used_an_up_that_exited_say_so_once_and_exit_1(tmp_path: Path) -> None:
+    """The tour's background commands (a crawler, `dump`, and any component started by hand) take
+    their addresses from up.json. When that `up` stops, its Redis and broker are gone for good: each
+    says so in one line and exits 1, instead of retrying forever (1,564 lines and 71 tracebacks in
+    40 s from the tour's crawler; `dump` looping on ECONNREFUSED)."""
+    proc, log, env = _start_up(tmp_path, "--crawlers", "0", "--cleaners", "0")
+    commands = {
+        "crawler": ["crawler", "--spider", "link"],
+        "dump": ["dump", "incoming"],
+        "kafka-monitor": ["kafka-monitor"],
+        "redis-monitor": ["redis-monitor"],
+        "cleaner": ["cleaner"],
+        "rest": ["rest", "--port", "0"],
+    }
+    running: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    try:
+        for name, args in commands.items():
+            out = tmp_path / f"{name}.log"
+            with out.open("wb") as sink:
+                running[name] = (
+                    subprocess.Popen(
+                        [*CLI, *args], env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+                    ),
+                    out,
+                )
+        ready = {
+            "crawler": "crawling spider type",
+            "kafka-monitor": "consuming",
+            "redis-monitor": "reading",
+            "cleaner": "consuming",
+            "rest": "REST service on",
+        }
+        deadline = time.monotonic() + 90
+        for name, text in ready.items():
+            while text not in running[name][1].read_text():
+                assert running[name][0].poll() is None and time.monotonic() < deadline, running[name][1].read_text()
+                time.sleep(0.2)
+        time.sleep(3)  # dump is polling too
+        marks = {name: len(out.read_text().splitlines()) for name, (_, out) in running.items()}
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+        stopped = time.monotonic()
+        for name, (child, out) in running.items():
+            assert child.wait(timeout=max(1.0, stopped + 45 - time.monotonic())) == 1, out.read_text()[-3000:]
+            after = out.read_text().splitlines()[marks[name] :]
+            assert len(after) == 1, f"{name}:\n" + "\n".join(after[:40])
+            assert after[0].startswith(f"crawlhive {name}: the crawlhive up whose Redis and broker"), after[0]
+            assert "is gone" in after[0] and "start `crawlhive up`" in after[0]
+        assert time.monotonic() - stopped < 45
+    finally:
+        for child, _ in running.values():
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        _kill_group(proc)
+
+
+def test_a_passing_redis_outage_is_one_warning_per_component_and_no_traceback(
+    tmp_path: Path, kafka_bootstrap: str
+) -> None:
+    """Addresses the user set are retried for ever, but quietly: one WARNING when Redis stops
+    answering, one INFO line when it is back, no traceback (the crawler wrote one a second)."""
+    from crawlhive.utils.app.embedded import EmbeddedRedis
+
+    with EmbeddedRedis(appendonly=True) as server:  # a restart keeps the data (the monitors' group)
+        env = _env(tmp_path)
+        env.update(REDIS_URL=server.url, KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap, HEARTBEAT_INTERVAL="1")
+        env["KAFKA_TOPIC_PREFIX"] = f"outage{os.getpid()}"
+        running: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+        try:
+            for name, args, ready in (
+                ("crawler", ["crawler", "--spider", "link"], "crawling spider type"),
+                ("redis-monitor", ["redis-monitor"], "reading"),
+            ):
+                out = tmp_path / f"{name}.log"
+                with out.open("wb") as sink:
+                    child = subprocess.Popen([*CLI, *args], env=env, stdout=sink, stderr=subprocess.STDOUT)
+                running[name] = (child, out)
+                deadline = time.monotonic() + 60
+                while ready not in out.read_text():
+                    assert child.poll() is None and time.monotonic() < deadline, out.read_text()
+                    time.sleep(0.2)
+            marks = {name: len(out.read_text().splitlines()) for name, (_, out) in running.items()}
+            server.stop()
+            time.sleep(8)
+            server.restart()
+            time.sleep(12)  # back-off of at most 10 s, then the next call succeeds
+            for name, (child, out) in running.items():
+                assert child.poll() is None, out.read_text()[-3000:]
+                after = out.read_text().splitlines()[marks[name] :]
+                noisy = [line for line in after if any(word in line for word in NOISE)]
+                assert len(noisy) == 1 and "WARNING" in noisy[0] and "REDIS_URL" in noisy[0], (name, after[:40])
+                assert any("again after" in line and "INFO" in line for line in after), (name, after[:40])
+        finally:
+            for child, _ in running.values():
+                if child.poll() is None:
+                    child.terminate()
+                    child.wait(30)
+
+
+def _up_with_a_dump_attached(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, subprocess.Popen[bytes]]:
+    tmp_path.mkdir()
+    proc, log, env = _start_up(tmp_path)
+    dump = subprocess.Popen(
+        [*CLI, "dump", "crawled_firehose", "-nb"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    time.sleep(4)  # connected and polling (the broker now has a client that never hangs up)
+    assert dump.poll() is None
+    return proc, log, dump
+
+
+def test_ctrl_c_with_a_dump_attached_is_prompt_and_quiet_and_a_second_one_stops_at_once(tmp_path: Path) -> None:
+    """The broker (Tansu) waits about 5 s for its clients to hang up after SIGTERM; a `dump` in
+    another terminal never does. `up` stops it promptly, without a WARNING (its memory storage is
+    gone either way), and a second Ctrl-C kills what is left at once."""
+    proc, log, dump = _up_with_a_dump_attached(tmp_path / "one")
+    try:
+        before = len(log.read_text().splitlines())
+        started = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        took = time.monotonic() - started
+        shutdown = log.read_text().splitlines()[before:]
+        assert not [line for line in shutdown if any(word in line for word in NOISE)], "\n".join(shutdown)
+        assert took < 4.5, f"{took:.1f}s\n" + "\n".join(shutdown)
+        assert dump.wait(timeout=30) == 1  # its cluster is gone: it says so and exits
+    finally:
+        _kill_group(proc)
+        _kill_group(dump)
+
+    proc, log, dump = _up_with_a_dump_attached(tmp_path / "two")
+    try:
+        processes = descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        forced = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+        took = time.monotonic() - forced
+        assert took < 2.0, f"{took:.1f}s after the second Ctrl-C\n" + log.read_text()[-3000:]
+        output = log.read_text()
+        assert "second SIGINT: stopping now" in output
+        after = output.split("stopping now", 1)[1].splitlines()[1:]
+        assert not [line for line in after if any(word in line for word in NOISE)], "\n".join(after)
+        _all_gone(processes)
+    finally:
+        _kill_group(proc)
+        _kill_group(dump)

@@ -352,6 +352,13 @@ def test_too_large_item_becomes_a_dead_letter(env: dict[str, Any], site: TestSit
     assert letter["error"].startswith("item too large: ") and letter["error"].endswith(
         " bytes > KAFKA_PRODUCER_MAX_REQUEST_SIZE 1048576"
     )
+    # One short log line, without the item (Scrapy's own line is followed by the whole page item).
+    deadline = time.monotonic() + 10
+    while "Dropped: item too large" not in (log := env["crawler"].output()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (line,) = [line for line in log.splitlines() if "Dropped: item too large" in line]
+    assert len(line) < 600 and site.url("/big/x") in line, line[:2000]
+    assert "x" * 100 not in log and max(len(line) for line in log.splitlines()) < 5000
 
 
 def test_expired_crawl_is_never_fetched(env: dict[str, Any], site: TestSite) -> None:

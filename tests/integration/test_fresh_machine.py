@@ -176,11 +176,11 @@ class Tour:
 def wait_for_text(log: Path, pattern: str, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        text = log.read_text(errors="replace")
+        text = log.read_text(errors="replace") if log.exists() else ""  # a job may not have opened it yet
         if re.search(pattern, text):
             return text
         time.sleep(0.2)
-    tail = log.read_text(errors="replace")[-4000:]
+    tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no such file)"
     raise AssertionError(f"{pattern!r} not in {log.name} after {timeout_s}s:\n{tail}")
 
 
@@ -309,3 +309,122 @@ def test_the_run_install_is_lean_and_prints_no_warning(fresh_env: dict[str, str]
     for tool in ("pytest", "ruff", "mypy", "playwright", "hypothesis", "schemathesis", "httpx"):
         assert f"\n{tool}==" not in f"\n{installed}", tool
     assert "\nscrapy==" in f"\n{installed}"
+
+
+# --- docs/spiders.md ----------------------------------------------------------------------------
+
+
+def doc_blocks(markdown: str, *sections: str) -> list[str]:
+    """The ``sh`` blocks of the sections whose heading starts with one of *sections*, in order."""
+    blocks: list[str] = []
+    for part in re.split(r"\n(?=## )", markdown):
+        if part.startswith(tuple(f"## {name}" for name in sections)):
+            blocks += re.findall(r"```sh\n(.*?)```", part, flags=re.S)
+    return blocks
+
+
+def _group_members(pgid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live processes of process group *pgid*."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def test_docs_spiders_md_runs_as_written(fresh_env: dict[str, str], tmp_path: Path) -> None:
+    """docs/spiders.md, steps 2 and 4, block by block as a user pastes them into one terminal, on a
+    fresh machine after `make demo`: Redis-only mode with its lists read through up.json, then the
+    same spider on the cluster. Only the site's port and the /tmp log folder are replaced."""
+    doc = (REPO / "docs" / "spiders.md").read_text()
+    blocks = doc_blocks(doc, "2.", "4.")
+    assert len(blocks) == 4 and blocks[0] == ".venv/bin/crawlhive up --crawlers 0 --cleaners 0\n", (
+        "docs/spiders.md's steps changed shape: update this test"
+    )
+    starts = (".venv/bin/", "PYTHONPATH=", "rcmd", "sleep ", "home = ", "client = ", "reply = ", "print(")
+    for line in "\n".join(blocks).splitlines():  # no bare `crawlhive`, `python` or `redis-cli`
+        assert not line or line.startswith(starts), line
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    replace = {"8000": str(free_port()), "/tmp/crawlhive-": f"{logs}/crawlhive-"}
+    groups: list[int] = []
+    shells: list[subprocess.Popen[str]] = []
+
+    def run(block: str, timeout: float = 120, background: bool = False) -> str:
+        for old, new in replace.items():
+            block = block.replace(old, new)
+        out = tmp_path / f"block{len(groups)}.out"
+        with out.open("w") as sink:
+            shell = subprocess.Popen(
+                ["bash", "-c", f"set -e\n{block}"],
+                cwd=REPO,
+                env=fresh_env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        groups.append(shell.pid)
+        shells.append(shell)
+        if background:  # a terminal of its own: wait for what it says when ready
+            wait_for_text(out, r"Ctrl-C stops everything", 90)
+        else:
+            assert shell.wait(timeout=timeout) == 0, f"{block}\n{out.read_text()[-4000:]}"
+        return out.read_text()
+
+    state = Path(fresh_env["HOME"]) / ".crawlhive" / "up.json"
+    try:
+        run(blocks[0], background=True)  # terminal 1: up
+        run(blocks[1])  # terminal 2: the site and a Redis-only crawler, in the background
+        wait_for_text(logs / "crawlhive-quotes.log", r"crawling spider type 'quotes'", 60)
+        client = redis.Redis.from_url(json.loads(state.read_text())["REDIS_URL"], decode_responses=True)
+        try:
+            assert client.zcard("ch:nodes:crawler") == 1  # on up's Redis (found through up.json)
+            shown = run(blocks[2])
+            deadline = time.monotonic() + 60
+            while client.llen("quotes:items") < 8 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            items = [json.loads(raw) for raw in client.lrange("quotes:items", 0, -1)]
+            assert {item["crawlid"] for item in items} == {"quotes", "try1"}, items
+            assert client.llen("quotes:dead_letter") == 0, client.lrange("quotes:dead_letter", 0, -1)
+            assert '"spiderid":"quotes"' in shown, shown  # the items, read back through up.json
+        finally:
+            client.close()
+        quiet = logs / "crawlhive-quotes.log"
+        noisy = [line for line in quiet.read_text().splitlines() if re.search(r"WARNING|ERROR|Traceback", line)]
+        assert noisy == [], noisy
+
+        # Step 4 stops the Redis-only crawler first (`kill %2`), as the text says.
+        (crawler,) = [pid for pid, command in _group_members(groups[1]) if "--no-kafka" in command]
+        os.kill(crawler, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while any(pid == crawler for pid, _ in _group_members(groups[1])) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        dumped = run(blocks[3], timeout=150)
+        lines = [json.loads(line) for line in dumped.splitlines() if line.startswith("{")]
+        assert len(lines) == 7 and {line["crawlid"] for line in lines} == {"q1"}, dumped[-3000:]
+        assert {line["spiderid"] for line in lines} == {"quotes"}
+        kafka_log = (logs / "crawlhive-quotes-kafka.log").read_text()
+        assert not [line for line in kafka_log.splitlines() if re.search(r"WARNING|ERROR|Traceback", line)]
+    finally:
+        for pgid in reversed(groups):
+            for pid, command in _group_members(pgid):
+                if command.split()[2:3] == ["up"] or " up " in command:
+                    os.kill(pid, signal.SIGINT)  # `up` stops its children and services
+        deadline = time.monotonic() + 30
+        while any(_group_members(pgid) for pgid in groups) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pgid in groups:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for shell in shells:
+            shell.wait(timeout=30)
+    assert not state.exists()

@@ -69,6 +69,12 @@ def test_a_name_that_resolves_to_a_blocked_address_is_never_fetched(env: dict[st
     assert env["collector"].settle(crawlid, 1.0) == [letter]  # not retried
     assert _blocked_hits(site, "/n/") == []  # nothing reached the site, robots.txt included
     assert _failed(env, crawlid) == 1
+    # The crawler's log says it in one line, at WARNING, naming the setting that allows it; not
+    # Scrapy's two "Error downloading" lines, each with ~70 lines of "DNS lookup failed" traceback.
+    log = env["crawler"].output()
+    said = [line for line in log.splitlines() if "blocked network: localhost" in line]
+    assert len(said) == 1 and " WARNING " in said[0] and "CRAWLER_ALLOWED_NETWORKS" in said[0], said
+    assert "Traceback" not in log and "Error downloading" not in log and "DNS lookup failed" not in log, log[-3000:]
 
 
 def test_links_and_redirects_into_a_blocked_network_are_refused(env: dict[str, Any], site: TestSite) -> None:

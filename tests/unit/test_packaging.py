@@ -107,6 +107,7 @@ def test_every_subcommand_s_help_ends_with_an_example() -> None:
         last = [line for line in text.splitlines() if line.strip()][-1]
         assert "crawlhive " in last, (name, last)
         assert "example" in text, name
+        assert "KAFKA_HOSTS" not in text, name  # the docs' name is KAFKA_BOOTSTRAP_SERVERS (an alias works)
     feed_help = subparsers["feed"].format_help()
     for kind in ("crawl", "action", "stats", "domain-config"):
         assert re.search(rf"^  {kind} ", feed_help, re.M), kind
@@ -117,3 +118,17 @@ def test_every_subcommand_s_help_ends_with_an_example() -> None:
             assert isinstance(validator.validate(request), Accepted), line
     crawler_help = subparsers["crawler"].format_help()
     assert all(spider in crawler_help for spider in SPIDERS)
+
+
+def test_make_render_installs_the_rendering_packages_named_in_requirements_render() -> None:
+    """requirements-render.txt says `make render` installs it: the target exists, installs that file
+    into .venv, and sets up the browser."""
+    import subprocess
+
+    assert "make render" in (REPO / "requirements-render.txt").read_text()
+    done = subprocess.run(
+        ["make", "-n", "-W", "requirements.txt", "render"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert ".venv/bin/python -m pip install -q -r requirements-render.txt" in done.stdout
+    assert "chromium-headless-shell" in done.stdout  # the browser target's commands

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -190,3 +191,37 @@ def test_settings_env_round_trips_through_the_environment(tmp_path: Path) -> Non
     child = load_settings(environ=env)
     for name in env:
         assert child[name] == s[name]
+
+
+def test_up_claims_the_state_file_once_and_takes_over_only_a_dead_process_s(tmp_path: Path) -> None:
+    from crawlhive.utils.app.state import AlreadyRunning, claim_state
+
+    (tmp_path / "up.json").write_text('{"pid": 999999999, "REDIS_URL": "redis://127.0.0.1:1/0"}')
+    nonce = claim_state(tmp_path)  # left by a process that is gone: replaced
+    write_state(tmp_path, "redis://127.0.0.1:7777/0", ["127.0.0.1:9999"], nonce)
+    clear_state(tmp_path, "another-nonce")  # not its record: kept
+    assert read_state(tmp_path) is not None
+    parent = json.loads((tmp_path / "up.json").read_text())
+    (tmp_path / "up.json").write_text(json.dumps({**parent, "pid": os.getppid()}))  # a live other process
+    with pytest.raises(AlreadyRunning, match=rf"already running \(pid {os.getppid()}; Redis redis://127.0.0.1:7777/0"):
+        claim_state(tmp_path)
+    assert json.loads((tmp_path / "up.json").read_text())["pid"] == os.getppid()
+
+
+def test_a_command_started_with_up_waits_for_its_addresses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`crawlhive up & crawlhive crawler`: the crawler reads up.json while `up` has only claimed it;
+    it waits for the addresses instead of taking the defaults (someone else's localhost:6379)."""
+    import threading
+
+    from crawlhive.utils.app.state import claim_state
+
+    nonce = claim_state(tmp_path)
+    writer = threading.Timer(0.5, write_state, (tmp_path, "redis://127.0.0.1:7777/0", ["127.0.0.1:9999"], nonce))
+    writer.start()
+    try:
+        s = with_state(load_settings(environ={"CRAWLHIVE_HOME": str(tmp_path)}), wait_s=30)
+    finally:
+        writer.join()
+        clear_state(tmp_path, nonce)
+    assert s["REDIS_URL"] == "redis://127.0.0.1:7777/0" and s.source("REDIS_URL") == "state"
+    assert "waiting for the crawlhive up" in capsys.readouterr().err

@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 #: Short topic names ``dump`` accepts without the prefix (plus ``crawled_<appid>`` / ``outbound_<appid>``).
 SHORT_TOPICS = ("incoming", "crawled_firehose", "items", "cleaned", "outbound_firehose", "dead_letter")
 
+#: Seconds between two checks by ``dump`` that the broker still accepts connections, while idle.
+DUMP_PROBE_S = 2.0
+
 #: Exit codes of ``feed`` (docs/contract.md §8.2).
 EXIT_OK, EXIT_INVALID, EXIT_KAFKA, EXIT_NO_ANSWER = 0, 1, 2, 3
 
@@ -103,7 +106,7 @@ def cmd_feed(args: argparse.Namespace) -> int:
     try:
         request = json.loads(args.json)
     except ValueError as exc:
-        print(f"invalid JSON: {exc}", file=sys.stderr)
+        print(_not_json(args.json, exc), file=sys.stderr)
         return EXIT_INVALID
     if not args.no_validate:
         cause = _validate(settings, request)
@@ -154,6 +157,23 @@ def cmd_feed(args: argparse.Namespace) -> int:
     finally:
         if answers is not None:
             answers.close()
+
+
+def _not_json(text: str, exc: ValueError) -> str:
+    """What ``feed`` says of an argument that is not JSON; a bare URL gets the two ways to send it
+    (with the URL itself when it is short enough to quote)."""
+    url = text.strip()
+    if not url.lower().startswith(("http://", "https://", "www.")):
+        return f'invalid JSON: {exc} (a request is a JSON object, e.g. {{"url": …, "appid": …, "crawlid": …}})'
+    quotable = len(url) <= 200 and url.isprintable() and "'" not in url
+    shown = json.dumps(url if quotable else "http://…", ensure_ascii=False)
+    request = f'{{"url": {shown}, "appid": "myapp", "crawlid": "c1"}}'
+    return (
+        "feed: expected a JSON request, got a bare URL; send a crawl request as a JSON object:\n"
+        f"  crawlhive feed '{request}'\n"
+        "or URLs one per line from a file (- for stdin):\n"
+        "  crawlhive feed --file urls.txt --appid myapp --crawlid c1"
+    )
 
 
 def _count(n: int, noun: str) -> str:
@@ -282,21 +302,49 @@ def format_record(value: bytes, args: argparse.Namespace) -> str:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    """Print the messages of a topic, one JSON per line, until interrupted or ``-n`` reached."""
-    from crawlhive.utils.connections import make_consumer
+    """Print the messages of a topic, one JSON per line, until interrupted or ``-n`` reached.
+
+    Raises:
+        ClusterGone: the ``crawlhive up`` whose broker it read has exited (exit 1, one line).
+    """
+    from crawlhive.utils.connections import make_consumer, probe_kafka
+    from crawlhive.utils.loop import Outage
 
     settings = _settings_from_args(args)
     topic = resolve_topic(settings, args.topic)
     consumer = make_consumer(
-        settings,
-        topic,
-        group_id=args.group,
-        auto_offset_reset="earliest" if args.from_beginning else "latest",
+        settings, group_id=args.group, auto_offset_reset="earliest" if args.from_beginning else "latest"
     )
+    try:
+        missing = _missing_topic(settings, consumer, topic)  # before subscribing: no auto-creation
+        if missing is None:
+            consumer.subscribe([topic])
+    except BaseException:
+        consumer.close()
+        raise
+    if missing is not None:
+        consumer.close()
+        print(missing, file=sys.stderr)
+        return EXIT_INVALID
+    if sys.stderr.isatty():  # a person waiting at a terminal; a script reads stdout only
+        print(f"dump: waiting for records on {topic} (Ctrl-C to quit)", file=sys.stderr, flush=True)
     printed = 0
+    # kafka-python retries a lost broker by itself and says nothing we show; a TCP probe while no
+    # record comes tells a passing outage (one WARNING) from a cluster gone for good (exit 1).
+    outage = Outage(settings, logger)
+    next_probe = time.monotonic() + DUMP_PROBE_S
     try:
         while args.max_messages is None or printed < args.max_messages:
-            for records in consumer.poll(timeout_ms=500).values():
+            polled = consumer.poll(timeout_ms=500)
+            if polled or time.monotonic() >= next_probe:
+                try:
+                    if not polled:
+                        probe_kafka(settings)
+                    outage.recovered()
+                except BackendUnavailable as exc:
+                    outage.failed(str(exc))  # raises ClusterGone when the `up` it used has exited
+                next_probe = time.monotonic() + DUMP_PROBE_S
+            for records in polled.values():
                 for record in records:
                     print(format_record(record.value, args), flush=True)
                     printed += 1
@@ -307,8 +355,33 @@ def cmd_dump(args: argparse.Namespace) -> int:
             if args.group:
                 consumer.commit()
     finally:
-        consumer.close()
+        consumer.close(autocommit=False, timeout_ms=2000)
     return EXIT_OK
+
+
+def _missing_topic(settings: Settings, consumer: Any, topic: str) -> str | None:
+    """Why ``dump`` cannot read *topic* (it does not exist on the broker), or None.
+
+    Per-appid topics (``crawled_<appid>``, ``items_<appid>``, ``outbound_<appid>``) are created with
+    their first record, so the message says so; the others are created by ``crawlhive up`` and the
+    components at start-up.
+    """
+    from kafka.errors import KafkaError
+
+    try:
+        existing = consumer.topics()
+    except KafkaError as exc:
+        raise BackendUnavailable(f"cannot list the topics ({exc!r}); check KAFKA_BOOTSTRAP_SERVERS") from exc
+    if topic in existing:
+        return None
+    prefix = f"{settings['KAFKA_TOPIC_PREFIX']}."
+    ours = sorted(t.removeprefix(prefix) for t in existing if t.startswith(prefix))
+    known = f"; topics of prefix {prefix[:-1]!r}: {', '.join(ours)}" if ours else f"; no topic has prefix {prefix!r}"
+    later = ""
+    if topic.startswith(tuple(f"{prefix}{kind}_" for kind in ("crawled", "items", "outbound"))):
+        later = " (a per-appid topic exists once its first record was sent; KAFKA_APPID_TOPICS)"
+    servers = ",".join(settings["KAFKA_BOOTSTRAP_SERVERS"])
+    return f"dump: no topic {topic} on {servers}{later}{known}"
 
 
 def _run_worker(worker: Worker, command: str) -> int:
@@ -378,8 +451,10 @@ EXAMPLES = {
     "demo": """examples:
   crawlhive demo                    # crawl a bundled site, print a summary, stop
   crawlhive demo --keep-running     # then keep the cluster up to explore the dashboard""",
-    "kafka-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_HOSTS=kafka:9092 crawlhive kafka-monitor",
-    "redis-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_HOSTS=kafka:9092 crawlhive redis-monitor",
+    "kafka-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_BOOTSTRAP_SERVERS=kafka:9092 "
+    "crawlhive kafka-monitor",
+    "redis-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_BOOTSTRAP_SERVERS=kafka:9092 "
+    "crawlhive redis-monitor",
     "cleaner": """crawled pages (<prefix>.crawled_firehose) -> clean records (<prefix>.cleaned): contract §13
 
 examples:
@@ -522,7 +597,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     secrets: list[str] = []
     try:
-        settings = _settings_from_args(args)
+        # `up` and `demo` record a cluster; they never use another's (a second one refuses to start).
+        settings = _settings_from_args(args, use_state_file=args.command not in ("up", "demo"))
         secrets = settings.secrets()
         configure_logging(settings["LOG_LEVEL"], settings.getbool("LOG_JSON"), settings["LOG_FILE"], secrets=secrets)
         install_shutdown_handlers()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook, free_port
 from crawlhive.utils.app.signals import on_forced_stop
-from crawlhive.utils.app.state import clear_state, write_state
+from crawlhive.utils.app.state import claim_state, clear_state, write_state
 from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
 from crawlhive.utils.errors import BackendUnavailable
 from crawlhive.utils.heartbeat import live_nodes
@@ -147,11 +147,17 @@ def backing_services(settings: Settings, started: dict[str, str] | None = None) 
         overrides: dict[str, object] = {}
         notes = started if started is not None else {}
         if not settings.is_set("REDIS_URL"):
-            redis_service = stack.enter_context(EmbeddedRedis())
+            redis_service = EmbeddedRedis()
+            # A second Ctrl-C kills it at once, also while it is being stopped: the hook is
+            # registered first, so it is unregistered only after the stop.
+            stack.callback(on_forced_stop(redis_service.kill))
+            stack.enter_context(redis_service)
             overrides["REDIS_URL"] = redis_service.url
             notes["redis"] = redis_service.executable
         if not settings.is_set("KAFKA_BOOTSTRAP_SERVERS"):
-            broker = stack.enter_context(EmbeddedBroker())
+            broker = EmbeddedBroker()
+            stack.callback(on_forced_stop(broker.kill))
+            stack.enter_context(broker)
             overrides["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
             notes["broker"] = broker.executable
         yield settings.copy_with(**overrides) if overrides else settings
@@ -171,13 +177,23 @@ class LocalCluster:
         extra_env: dict[str, str] | None = None,
         cleaners: int = 1,
         render_crawlers: int = 0,
+        command: str = "up",
     ) -> None:
         #: The crawlers of this local development cluster may fetch from loopback (its own sites),
         #: unless the user chose CRAWLER_ALLOWED_NETWORKS (docs/contract.md §10.2).
         self.allows_loopback = not settings.is_set("CRAWLER_ALLOWED_NETWORKS")
         if self.allows_loopback:
             settings = settings.copy_with(CRAWLER_ALLOWED_NETWORKS=LOOPBACK_NETWORKS)
+        #: The command running it (``up``, ``demo``), as the state file names it to a second one.
+        self.command = command
+        wanted_port = settings.getint("REST_PORT")
         settings = _rest_port_chosen(settings)
+        #: Why REST is not on the port asked for (its default was taken), or ''.
+        self.rest_note = (
+            f" (port {wanted_port} is taken; set REST_PORT to choose)"
+            if wanted_port and settings.getint("REST_PORT") != wanted_port
+            else ""
+        )
         self.requested = settings
         #: The binaries of the services started for it (``redis``, ``broker``), if any.
         self.embedded: dict[str, str] = {}
@@ -198,21 +214,32 @@ class LocalCluster:
 
             check_render_installed()  # and a missing browser or scrapy-playwright is named here
             find_browser(self.requested)
+        # Before anything starts: a second cluster would take the other commands over (exit 1).
+        nonce = claim_state(self.requested.home, self.command)
+        self._stack.callback(clear_state, self.requested.home, nonce)
         try:
             self.settings = self._stack.enter_context(backing_services(self.requested, self.embedded))
             redis = redis_from_settings(self.settings)
             self._stack.callback(redis.close)
             check_redis(redis, self.settings)
             ensure_topics(self.settings, [self.settings.topic(t) for t in TOPICS])
-            write_state(self.settings.home, self.settings["REDIS_URL"], self.settings["KAFKA_BOOTSTRAP_SERVERS"])
-            self._stack.callback(clear_state, self.settings.home)
+            write_state(
+                self.settings.home,
+                self.settings["REDIS_URL"],
+                self.settings["KAFKA_BOOTSTRAP_SERVERS"],
+                nonce,
+                self.command,
+            )
+            self._stack.callback(clear_state, self.settings.home, nonce)
             env = {**os.environ, **settings_env(self.settings), **self.extra_env}
             self.children = [
                 Child(name, [sys.executable, "-m", "crawlhive.utils.app.cli", *args], env=env)
                 for name, args in component_commands(self.crawlers, self.cleaners, self.render_crawlers)
             ]
-            self._stack.callback(self._stop_children)
+            # The force hook is unregistered after the children's stop (a LIFO stack), so that a
+            # second Ctrl-C during that stop kills them at once.
             self._stack.callback(on_forced_stop(self.force))
+            self._stack.callback(self._stop_children)
             for child in self.children:
                 child.start()
         except BaseException:
@@ -316,7 +343,7 @@ def run_cluster(
                 from crawlhive.rest.server import rest_url
 
                 rest = rest_url(live["REST_HOST"], live.getint("REST_PORT"))  # what the child binds (§10.1)
-                print(f"crawlhive up: REST {rest}/ (dashboard: {rest}/dashboard)", flush=True)
+                print(f"crawlhive up: REST {rest}/ (dashboard: {rest}/dashboard){cluster.rest_note}", flush=True)
             names = ", ".join(c.name for c in cluster.children) or "none built yet"
             print(f"crawlhive up: components: {names}. Ctrl-C stops everything.", flush=True)
             try:

@@ -213,6 +213,14 @@ class EmbeddedService:
                 logger.info("embedded %s: port %d was taken meanwhile; trying another", self.name, self.port)
                 self.port = free_port()
 
+    def _stop_wait_s(self) -> float:
+        """Seconds :meth:`stop` waits after SIGTERM before SIGKILL."""
+        return self.stop_timeout
+
+    def _stopping_slowly(self, proc: subprocess.Popen[bytes]) -> None:
+        """Log that *proc* outlived the wait after SIGTERM (it is killed next)."""
+        logger.warning("embedded %s (pid %d) ignored SIGTERM; killing it", self.name, proc.pid)
+
     def stop(self) -> None:
         """Stop the child: SIGTERM, then SIGKILL after ``stop_timeout`` seconds. Idempotent."""
         proc, self._proc = self._proc, None
@@ -222,12 +230,19 @@ class EmbeddedService:
         if proc.poll() is None:
             proc.terminate()
             try:
-                proc.wait(self.stop_timeout)
+                proc.wait(self._stop_wait_s())
             except subprocess.TimeoutExpired:
-                logger.warning("embedded %s (pid %d) ignored SIGTERM; killing it", self.name, proc.pid)
+                self._stopping_slowly(proc)
                 proc.kill()
                 proc.wait()
         logger.info("stopped embedded %s on port %d (exit code %s)", self.name, self.port, proc.returncode)
+
+    def kill(self) -> None:
+        """SIGKILL the child now, if it runs (a second Ctrl-C); :meth:`stop` then returns at once.
+        Safe to call from a signal handler."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
 
     def restart(self) -> Self:
         """Stop, then start again on the same port with the same work directory."""
@@ -440,8 +455,25 @@ class EmbeddedBroker(EmbeddedService):
         """``127.0.0.1:<port>``, the value for KAFKA_BOOTSTRAP_SERVERS."""
         return self.address
 
+    #: Seconds an in-memory broker gets after SIGTERM. Tansu then stops accepting connections and
+    #: waits about 5 s for its clients to hang up (a ``crawlhive dump`` in another terminal never
+    #: does) before it exits; its memory storage is gone either way, so it is killed sooner, quietly.
+    memory_stop_wait_s = 1.0
+
     def _find_executable(self) -> str:
         return find_broker_bin()
+
+    def _in_memory(self) -> bool:
+        return self.storage.startswith("memory:")
+
+    def _stop_wait_s(self) -> float:
+        return min(self.stop_timeout, self.memory_stop_wait_s) if self._in_memory() else self.stop_timeout
+
+    def _stopping_slowly(self, proc: subprocess.Popen[bytes]) -> None:
+        if self._in_memory():  # Tansu draining its clients' connections: expected, nothing to lose
+            logger.info("embedded broker (pid %d) still waits for its clients to disconnect; stopping it", proc.pid)
+        else:
+            super()._stopping_slowly(proc)
 
     def _command(self) -> list[str]:
         url = f"tcp://{HOST}:{self.port}"

@@ -44,7 +44,7 @@ def install_shutdown_handlers() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         FORCED.set()
         print(f"crawlhive: second {signal.Signals(signum).name}: stopping now", file=sys.stderr, flush=True)
-        for hook in list(_force_hooks):
+        for hook in reversed(_force_hooks):  # the last started first: components before their services
             hook()
 
     def graceful(signum: int, frame: FrameType | None) -> None:

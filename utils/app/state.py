@@ -1,20 +1,34 @@
 """The state file through which ``crawlhive up`` tells other commands where its services are.
 
-``crawlhive up`` writes ``<CRAWLHIVE_HOME>/up.json`` with the addresses of the Redis and broker it
-uses and its own pid; any other ``crawlhive`` command reads it (when the user set no address) as
-long as that pid is alive, so ``crawlhive feed`` in a second terminal reaches the same broker.
+``crawlhive up`` (and ``demo``) claims ``<CRAWLHIVE_HOME>/up.json`` before it starts anything, with
+its pid and a random nonce, and refuses to start while the file names another live process
+(:class:`AlreadyRunning`): a second cluster would take the file over, and the other commands would
+talk to it instead. Once its services run it records their addresses there; any other
+``crawlhive`` command reads them (when the user set no address) as long as that pid is alive, so
+``crawlhive feed`` in a second terminal reaches the same broker. On exit it removes the file only if
+it still holds its own pid and nonce.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from crawlhive.utils.connections import mask_url
+from crawlhive.utils.errors import CrawlhiveError
+from crawlhive.utils.loop import UP_STATE_FILE, pid_alive
 from crawlhive.utils.settings import DECLARED, Settings, parse_value
 
-STATE_FILE = "up.json"
+STATE_FILE = UP_STATE_FILE
+
+
+class AlreadyRunning(CrawlhiveError):
+    """Another live ``crawlhive up`` (or ``demo``) holds the state file of this CRAWLHIVE_HOME."""
 
 
 def state_path(home: Path) -> Path:
@@ -22,56 +36,146 @@ def state_path(home: Path) -> Path:
 
 
 def _alive(pid: int) -> bool:
+    return pid_alive(pid)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def read_state(home: Path) -> dict[str, Any] | None:
     """The recorded addresses, or None when no live ``crawlhive up`` wrote them."""
-    try:
-        data = json.loads(state_path(home).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("pid"), int) or not _alive(data["pid"]):
+    data = _read(state_path(home))
+    if data is None or not isinstance(data.get("pid"), int) or not _alive(data["pid"]):
         return None
     return data
 
 
-def write_state(home: Path, redis_url: str, bootstrap: list[str]) -> Path:
-    """Record this process's cluster addresses atomically; returns the file written."""
-    home.mkdir(parents=True, exist_ok=True)
-    path = state_path(home)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    payload = {"pid": os.getpid(), "REDIS_URL": redis_url, "KAFKA_BOOTSTRAP_SERVERS": ",".join(bootstrap)}
+def _write_private(path: Path, payload: dict[str, Any]) -> Path:
+    """*payload* in a new owner-only file beside *path*; returns that file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.{secrets.token_hex(4)}.tmp")
     # Owner only: REDIS_URL may hold a password (docs/contract.md §10.6). Created with that mode, so
     # it is never readable by others, not even for an instant.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(json.dumps(payload))
-    os.chmod(tmp, 0o600)  # O_CREAT's mode is reduced by the umask, never widened; an old file keeps its own
-    tmp.replace(path)
+    os.chmod(tmp, 0o600)  # O_CREAT's mode is reduced by the umask, never widened
+    return tmp
+
+
+def _running_message(path: Path, holder: dict[str, Any]) -> str:
+    command = holder.get("command") or "up"
+    where = "starting"
+    if holder.get("REDIS_URL"):
+        where = f"Redis {mask_url(str(holder['REDIS_URL']))}, Kafka {holder.get('KAFKA_BOOTSTRAP_SERVERS')}"
+    return (
+        f"a crawlhive {command} is already running (pid {holder['pid']}; {where}; recorded in {path}). "
+        "The other crawlhive commands use it as it is; stop it with Ctrl-C in its terminal, or run a second "
+        "cluster with its own state folder: CRAWLHIVE_HOME=/tmp/other crawlhive up"
+    )
+
+
+def claim_state(home: Path, command: str = "up") -> str:
+    """Take the state file of *home* for this process before anything starts; returns the nonce
+    that :func:`write_state` and :func:`clear_state` must be given.
+
+    A file left by a process that is gone is replaced. The claim is an atomic link of a complete
+    file, so of two processes starting at once exactly one gets it.
+
+    Raises:
+        AlreadyRunning: a live process holds the file (the message names it and the way out).
+    """
+    path = state_path(home)
+    nonce = secrets.token_hex(8)
+    tmp = _write_private(path, {"pid": os.getpid(), "nonce": nonce, "command": command})
+    try:
+        for _ in range(5):
+            try:
+                os.link(tmp, path)  # fails if the file exists: never overwrites another's claim
+                return nonce
+            except FileExistsError:
+                holder = _read(path)
+                if holder is not None and isinstance(holder.get("pid"), int) and _alive(holder["pid"]):
+                    if holder["pid"] != os.getpid():
+                        raise AlreadyRunning(_running_message(path, holder)) from None
+                elif holder is None and _young(path):
+                    continue  # another process is writing it right now (replace() is atomic: rare)
+                path.unlink(missing_ok=True)  # left by a process that is gone (or by this one)
+        raise AlreadyRunning(f"could not claim {path}: another process keeps writing it")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _young(path: Path) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime < 2.0
+    except OSError:
+        return False
+
+
+def write_state(
+    home: Path, redis_url: str, bootstrap: list[str], nonce: str | None = None, command: str = "up"
+) -> Path:
+    """Record this process's cluster addresses atomically; returns the file written."""
+    path = state_path(home)
+    payload: dict[str, Any] = {
+        "pid": os.getpid(),
+        "REDIS_URL": redis_url,
+        "KAFKA_BOOTSTRAP_SERVERS": ",".join(bootstrap),
+        "command": command,
+    }
+    if nonce is not None:
+        payload["nonce"] = nonce
+    _write_private(path, payload).replace(path)
     return path
 
 
-def clear_state(home: Path) -> None:
-    """Remove the file if this process wrote it."""
+def clear_state(home: Path, nonce: str | None = None) -> None:
+    """Remove the file if this process wrote it (its pid, and its *nonce* when given)."""
     path = state_path(home)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return
-    if isinstance(data, dict) and data.get("pid") == os.getpid():
+    data = _read(path)
+    if data is not None and data.get("pid") == os.getpid() and (nonce is None or data.get("nonce") == nonce):
         path.unlink(missing_ok=True)
 
 
-def with_state(settings: Settings) -> Settings:
-    """Fill REDIS_URL / KAFKA_BOOTSTRAP_SERVERS from a live ``crawlhive up`` when the user set neither."""
+#: Seconds a command waits for a ``crawlhive up`` that is still starting to record its addresses.
+STARTING_WAIT_S = 90.0
+
+
+def _wait_while_starting(home: Path, state: dict[str, Any], wait_s: float) -> dict[str, Any] | None:
+    """*state*, or once its ``up`` has recorded its addresses the new record, when *state* is the
+    claim of an ``up`` still starting (``crawlhive up & crawlhive crawler`` in one go); None if it
+    exits first. Says once, on standard error, what it waits for."""
+    if "REDIS_URL" in state:
+        return state
+    print(
+        f"crawlhive: waiting for the crawlhive {state.get('command') or 'up'} (pid {state['pid']}) that is "
+        f"starting to record its addresses in {state_path(home)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        current = read_state(home)
+        if current is None or current.get("pid") != state["pid"]:
+            return current
+        if "REDIS_URL" in current:
+            return current
+    return state
+
+
+def with_state(settings: Settings, wait_s: float = STARTING_WAIT_S) -> Settings:
+    """Fill REDIS_URL / KAFKA_BOOTSTRAP_SERVERS from a live ``crawlhive up`` when the user set neither;
+    while that ``up`` is starting, wait up to *wait_s* for its addresses."""
     state = read_state(settings.home)
+    if state is not None and not (settings.is_set("REDIS_URL") and settings.is_set("KAFKA_BOOTSTRAP_SERVERS")):
+        state = _wait_while_starting(settings.home, state, wait_s)
     if state is None:
         return settings
     values, sources = dict(settings), {name: settings.source(name) for name in settings}
