@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crawlhive.utils.connections import mask_url
 from crawlhive.utils.errors import CrawlhiveError
+from crawlhive.utils.log import mask_url
 from crawlhive.utils.loop import UP_STATE_FILE, pid_alive
 from crawlhive.utils.settings import DECLARED, Settings, parse_value
 
