@@ -29,7 +29,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Self
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
@@ -97,7 +97,7 @@ class WakeListener:
                     message = pubsub.get_message(timeout=WAKE_READ_S)
                     if message is not None:
                         reactor.callFromThread(self.on_wake, message.get("data"))
-            except (RedisError, OSError):
+            except (RedisError, RedisClusterException, OSError):  # a cluster's slot map being read again
                 logger.warning("wake channel %s failed; resubscribing (check REDIS_URL)", self.channel, exc_info=True)
                 self._stop.wait(1.0)
                 reactor.callFromThread(self.on_wake, None)
