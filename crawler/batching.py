@@ -213,7 +213,7 @@ class ScriptBatcher:
         replica is not promoted yet, that may be the dead node, and the client would refuse every
         call: the slot map alone is read then, so that the calls to the live primaries go on."""
         client: Any = self.client
-        if not client._initialize:
+        if not getattr(client, "_initialize", True):  # redis-py 8: True until it has read the topology
             return
         if not client.nodes_manager.slots_cache:  # first use: nothing to go on without it
             await client.initialize()
