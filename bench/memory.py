@@ -20,8 +20,9 @@ Fills a private Redis the way the cluster does and reports the growth of ``INFO 
 Then the figure of docs/contract.md §18.5: **bytes per queued URL** = queued request (plain crawl)
 + dedupe entry (the large-crawl one), against the target of 300.
 
-Usage: ``.venv/bin/python bench/memory.py [--requests N] [--domains D] [--crawls C] [--redis-url URL]``
-(defaults 1000000, 1000, 10). Without ``--redis-url`` a private redis-server is started and stopped;
+Usage: ``.venv/bin/python bench/memory.py [--requests N] [--domains D] [--crawls C] [--url-length L]
+[--redis-url URL]`` (defaults 1000000, 1000, 10, 77); the URL length used is in the report.
+Without ``--redis-url`` a private redis-server is started and stopped;
 with it, use an otherwise idle Redis (other clients' writes would be counted) and a key prefix of
 its own is deleted afterwards.
 """
@@ -95,10 +96,16 @@ def used_memory(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
 
+#: Characters of every link's URL (``--url-length``); the shortest possible is 77.
+URL_LENGTH = 77
+
+
 def link_url(domain: int, i: int) -> str:
-    """A typical article URL (80 characters, as docs/contract.md §18.5 assumes) on the registered
-    domain ``site<domain>.com``."""
-    return f"http://www.site{domain:04d}.com/news/articles/2024/{i % 12 + 1:02d}/a-story-about-item-{i:07d}.html"
+    """A typical article URL of URL_LENGTH characters (77 unless ``--url-length`` says otherwise) on
+    the registered domain ``site<domain>.com``."""
+    slug = f"a-story-about-item-{i:07d}"
+    url = f"http://www.site{domain:04d}.com/news/articles/2024/{i % 12 + 1:02d}/{slug}.html"
+    return url.replace(slug, slug + "x" * max(0, URL_LENGTH - len(url)))
 
 
 def links(requests: int, domains: int, crawls: int, options: dict[str, Any]) -> Iterator[FrontierRequest]:
@@ -231,7 +238,10 @@ def run(url: str, requests: int, domains: int, crawls: int) -> int:
         per_url = queued + dedupe
         verdict = "met" if per_url <= TARGET_PER_URL else "NOT MET"
         label = "per queued URL (queued request + dedupe entry)"
-        print(f"{label:<44} {per_url:8.0f} bytes  (target <= {TARGET_PER_URL}: {verdict})")
+        print(
+            f"{label:<44} {per_url:8.0f} bytes  (URLs of {len(sample.url)} characters; "
+            f"target <= {TARGET_PER_URL}: {verdict})"
+        )
         measure(
             client,
             f"page-cap entry ({requests // (crawls * domains):,} per crawl and domain)",
@@ -250,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=1_000_000, help="entries of each kind (default 1000000)")
     parser.add_argument("--domains", type=int, default=1000)
     parser.add_argument("--crawls", type=int, default=10)
+    parser.add_argument("--url-length", type=int, default=77, help="characters per URL (at least 77)")
     args = parser.parse_args(argv)
+    global URL_LENGTH
+    URL_LENGTH = args.url_length
     if args.redis_url:
         return run(args.redis_url, args.requests, args.domains, args.crawls)
     with EmbeddedRedis() as server:

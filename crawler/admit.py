@@ -15,6 +15,7 @@ bytes of its own: about 70 bytes of Redis memory per URL of a crawl (docs/operat
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import hashlib
 import logging
@@ -180,7 +181,12 @@ class Admission:
                 grant = int(await self.batcher.call("crawl_budget", *self._budget_call(context, wanted)))
             calls, unique = self._cluster_calls(context, children, grant)
             futures = [self.batcher.call("crawler_admit", k, a) for k, a in calls]
-            replies = [await f for f in futures]
+            # every reply retrieved, so a call failing beside another leaves no unretrieved error
+            outcomes = await asyncio.gather(*futures, return_exceptions=True)
+            errors = [o for o in outcomes if isinstance(o, BaseException)]
+            if errors:
+                raise errors[0]
+            replies: list[Any] = list(outcomes)
             verdict = self._cluster_verdict(context, unique, calls, replies)
             unused = self._unused(grant, replies)
             if unused:

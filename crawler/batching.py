@@ -9,6 +9,15 @@ in flight: calls made while a pipeline is out wait for it and then go together i
 idle crawler therefore sends each call at once, and a busy one sends the pops and admits of several
 pages in one round trip.
 
+On a **Redis Cluster** a batch is split by node and each node's part goes in its own pipeline, all
+at once, so that a node failing (a primary killed, until its replica takes over) fails only the
+calls sent to it. redis-py's cluster pipeline would fail the whole batch, retrying it after closing
+every node's connections, so that calls which ran on the other nodes (pops that leased a request,
+admits) were reported failed: their leases were left to expire (LEASE_TIMEOUT) before anyone
+fetched those pages again. The batcher's client therefore makes no retries of its own (a caller
+retries a failed call); after a node failed, it reads the cluster's slot map again before the next
+batch.
+
 Why not a library: redis-py's asyncio client does the I/O, but it has no such coalescing (its
 pipelines are explicit), and scrapy-redis's scheduler and dupefilter are synchronous.
 """
@@ -20,8 +29,20 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import (
+    ClusterDownError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import (
+    TimeoutError as RedisTimeoutError,
+)
 
+from crawlhive.utils.connections import is_cluster
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
@@ -31,6 +52,8 @@ logger = logging.getLogger(__name__)
 
 #: Script calls one pipeline carries at most (a burst beyond it goes in the next round trip).
 MAX_BATCH = 256
+#: Errors of a Redis Cluster node that mean the slot map may be stale (a node died or failed over).
+_TOPOLOGY_ERRORS = (RedisConnectionError, RedisTimeoutError, ClusterDownError, RedisClusterException)
 
 
 @dataclass(slots=True)
@@ -54,6 +77,9 @@ class ScriptBatcher:
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self.client = client
+        self.cluster = is_cluster(client)
+        if self.cluster:  # no retries inside redis-py: see the module docstring
+            client.set_retry(Retry(NoBackoff(), 0))
         self.scripts = scripts(client)
         self._pending: list[_Call] = []
         self._flushing: asyncio.Task[None] | None = None
@@ -79,9 +105,11 @@ class ScriptBatcher:
                 except BaseException as exc:
                     # Whatever went wrong, no caller may wait forever: a caller that never gets
                     # its reply would stop its crawler's scheduler (or a page) for good.
-                    if not isinstance(exc, (RedisError, OSError)):
+                    if not isinstance(exc, (RedisError, OSError, RedisClusterException)):
                         logger.error("Redis batch of %d calls failed unexpectedly", len(batch), exc_info=True)
                     error = exc if isinstance(exc, RedisError) else RedisError(f"{type(exc).__name__}: {exc}")
+                    if self.cluster and isinstance(exc, _TOPOLOGY_ERRORS):
+                        await self._refresh()
                     for call in batch:
                         if not call.future.done():
                             call.future.set_exception(error)
@@ -123,6 +151,8 @@ class ScriptBatcher:
     async def _execute(self, batch: list[_Call]) -> list[Any]:
         self.round_trips += 1
         self.calls += len(batch)
+        if self.cluster:
+            return await self._execute_cluster(batch)
         if len(batch) == 1:
             call = batch[0]
             try:
@@ -135,6 +165,73 @@ class ScriptBatcher:
             for call in batch:  # a raw command: a Redis Cluster pipeline routes it by its first key
                 pipe.execute_command("EVALSHA", self.scripts.sha(call.script), len(call.keys), *call.keys, *call.args)
             return list(await pipe.execute(raise_on_error=False))
+
+    async def _execute_cluster(self, batch: list[_Call]) -> list[Any]:
+        """*batch* on a Redis Cluster: one pipeline per node, all at once; a node that fails fails
+        only its own calls (their replies are that error). Each node's replies are delivered as
+        soon as they come, so a node slow to fail (a connect time-out) holds back none of them."""
+        client: Any = self.client
+        await self._ready()
+        groups: dict[str, list[int]] = {}
+        for i, call in enumerate(batch):
+            node = client.get_node_from_key(call.keys[0]) if call.keys else None
+            groups.setdefault(node.name if node is not None else "", []).append(i)
+        replies: list[Any] = [None] * len(batch)
+
+        async def run(indexes: list[int]) -> None:
+            try:
+                async with client.pipeline(transaction=False) as pipe:
+                    for i in indexes:  # a raw command: a Redis Cluster pipeline routes it by its first key
+                        call = batch[i]
+                        pipe.execute_command(
+                            "EVALSHA", self.scripts.sha(call.script), len(call.keys), *call.keys, *call.args
+                        )
+                    found = list(await pipe.execute(raise_on_error=False))
+            except Exception as exc:  # this node's calls fail, with that error
+                error = exc if isinstance(exc, RedisError) else RedisError(f"{type(exc).__name__}: {exc}")
+                found = [error] * len(indexes)
+            for i, reply in zip(indexes, found, strict=True):
+                replies[i] = reply
+                future = batch[i].future
+                if not future.done() and not isinstance(reply, NoScriptError):  # _send retries those
+                    if isinstance(reply, Exception):
+                        future.set_exception(reply)
+                    else:
+                        future.set_result(reply)
+
+        await asyncio.gather(*(run(indexes) for indexes in groups.values()))
+        if any(isinstance(reply, _TOPOLOGY_ERRORS) for reply in replies):
+            await self._refresh()
+        return replies
+
+    async def _ready(self) -> None:
+        """Make sure the cluster client has a slot map (read on first use, and again when redis-py
+        asks for it after a connection error).
+
+        redis-py reads the slot map (``CLUSTER SLOTS``, from any node that answers) and then its
+        command table (``COMMAND``) from its default node, a primary. While a killed primary's
+        replica is not promoted yet, that may be the dead node, and the client would refuse every
+        call: the slot map alone is read then, so that the calls to the live primaries go on."""
+        client: Any = self.client
+        if not getattr(client, "_initialize", True):  # redis-py 8: True until it has read the topology
+            return
+        if not client.nodes_manager.slots_cache:  # first use: nothing to go on without it
+            await client.initialize()
+            return
+        try:
+            await client.initialize()
+        except (RedisError, RedisClusterException, OSError) as exc:
+            logger.debug("reading the Redis Cluster's topology failed (%s); reading its slot map alone", exc)
+            await client.nodes_manager.initialize()
+            client._initialize = False  # its command table was read at first use
+
+    async def _refresh(self) -> None:
+        """Read the cluster's slot map again (a node failed: it may have been replaced by its
+        replica), from any node that answers. Failing, the next batch tries again."""
+        try:
+            await self.client.nodes_manager.initialize()  # type: ignore[attr-defined]
+        except (RedisError, RedisClusterException, OSError):
+            logger.debug("reading the Redis Cluster's slot map failed", exc_info=True)
 
     async def close(self) -> None:
         """Wait for the pipeline in flight (if any), then close the client's connections."""

@@ -6,7 +6,8 @@ lease ends:
 
 * :meth:`LeaseTable.finish`: the page's items (or dead letter) are acknowledged: its links are
   queued and its lease acked, in one ``MULTI`` shared with every page finished in the same reactor
-  turn;
+  turn (when Redis fails, a Redis Cluster node failing over, the same writes are tried again, with
+  back-off, for up to LEASE_TIMEOUT, the lease renewed meanwhile: they are idempotent);
 * :meth:`LeaseTable.drop`: a policy drop (nothing emitted, no counter);
 * :meth:`LeaseTable.retry`: back to the frontier as a retry, for any crawler, after its back-off
   (docs/contract.md §3.10, §14);
@@ -45,6 +46,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Seconds before a finish that failed on a Redis error is tried again, doubled up to FINISH_RETRY_MAX_S.
+FINISH_RETRY_S = 0.5
+FINISH_RETRY_MAX_S = 5.0
+
 
 @dataclass(eq=False)
 class LeaseContext:
@@ -69,6 +74,8 @@ class LeaseContext:
     done: bool = False
     started: float = field(default_factory=time.monotonic)
     """When the lease was taken (monotonic clock)."""
+    finish_failed: float = 0.0
+    """When writing its finish first failed on a Redis error (monotonic clock; 0: never)."""
 
     @property
     def request(self) -> FrontierRequest:
@@ -109,6 +116,10 @@ class LeaseTable:
         self._parked: dict[bytes, Any] = {}  # member -> timer of a retry waiting out its back-off
         self._items: dict[int, tuple[Any, LeaseContext, int]] = {}  # id(item) -> (item, its page, times yielded)
         self._flush_call: Any = None
+        # finishes that failed on a Redis error, tried again after a back-off (lease renewed meanwhile)
+        self._unfinished: list[tuple[LeaseContext, str]] = []
+        self._refinish_call: Any = None
+        self._refinish_delay = FINISH_RETRY_S
 
     def add(self, context: LeaseContext) -> None:
         """Track *context* from now until its lease ends here."""
@@ -182,6 +193,7 @@ class LeaseTable:
             self._forget_items(stale)
             self.abandon(stale)
         contexts = [c for c in self.inflight.values() if not c.done]
+        contexts += [c for c, _ in self._unfinished]  # their finish is tried again: keep their leases
         if not contexts:
             return
         try:
@@ -235,8 +247,49 @@ class LeaseTable:
 
         try:
             self.scripts.execute(pipeline)
-        except RedisError:
-            logger.error("finishing %d pages failed; their leases will be reclaimed", len(batch), exc_info=True)
+        except RedisError as exc:
+            self._finish_failed(batch, exc)
+            return
+        self._refinish_delay = FINISH_RETRY_S
+
+    def _finish_failed(self, batch: list[tuple[LeaseContext, str]], exc: RedisError) -> None:
+        """The finish of *batch* failed on a Redis error (a node of a Redis Cluster failing over, a
+        restart): try it again after a back-off, for up to LEASE_TIMEOUT from the first failure,
+        renewing the leases meanwhile. Left to expire instead, a page's links would wait for its
+        lease to be reclaimed and the page fetched again (LEASE_TIMEOUT, 2 minutes by default)."""
+        now = time.monotonic()
+        lease_s = self.worker.lease_us / 1_000_000
+        again: list[tuple[LeaseContext, str]] = []
+        given_up: list[tuple[LeaseContext, str]] = []
+        for context, counter in batch:
+            if not context.finish_failed:
+                context.finish_failed = now
+            (again if now - context.finish_failed < lease_s and not self.closed else given_up).append(
+                (context, counter)
+            )
+        if given_up:
+            logger.error("finishing %d pages failed (%s); their leases will be reclaimed", len(given_up), exc)
+        if not again:
+            return
+        logger.warning(
+            "finishing %d pages failed (%s); trying again in %.1fs (check REDIS_URL)",
+            len(again),
+            exc,
+            self._refinish_delay,
+        )
+        self._unfinished += again
+        if self._refinish_call is None:
+            self._refinish_call = reactor.callLater(self._refinish_delay, self._refinish)  # type: ignore[arg-type]
+            self._refinish_delay = min(2 * self._refinish_delay, FINISH_RETRY_MAX_S)
+
+    def _refinish(self) -> None:
+        """Write the finishes that failed once more (with the pages finished since)."""
+        self._refinish_call = None
+        if self.closed:
+            return
+        self._finishing = self._unfinished + self._finishing
+        self._unfinished = []
+        self.flush_finished()
 
     def retry(self, context: LeaseContext, wait_s: float = 0.0) -> None:
         """Put *context*'s request back in the frontier as a retry (§3.10), for any crawler, once
@@ -306,9 +359,14 @@ class LeaseTable:
     def close(self) -> None:
         """Write what is pending; later finishes are no longer written (their leases are reclaimed).
         Retries waiting out their back-off stay parked in Redis: a lease reaper requeues them."""
+        if self._refinish_call is not None and self._refinish_call.active():
+            self._refinish_call.cancel()
+        self._refinish_call = None
+        self._finishing = self._unfinished + self._finishing
+        self._unfinished = []
+        self.closed = True  # a finish failing now is not tried again: its lease is reclaimed
         self.flush_finished()
         for call in self._parked.values():
             if call.active():
                 call.cancel()
         self._parked.clear()
-        self.closed = True

@@ -38,8 +38,10 @@ scheduler, which puts it into the frontier for any crawler. Scrapy's cookie jar 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
@@ -86,6 +88,11 @@ if TYPE_CHECKING:
     from crawlhive.utils.frontier import FrontierRequest
 
 logger = logging.getLogger(__name__)
+
+#: Seconds before an admit that failed on a Redis error is tried again, doubled up to ADMIT_RETRY_MAX_S
+#: (for as long as LEASE_TIMEOUT from the first failure).
+ADMIT_RETRY_S = 0.5
+ADMIT_RETRY_MAX_S = 5.0
 
 
 def error_text(exception: BaseException) -> str:
@@ -306,18 +313,33 @@ class FrontierSpiderMiddleware:
         if context.done:
             return
         items, children = self._split(context, outputs)
-        try:
-            verdict = await self.runtime.admission.admit_async(context, children)  # the reactor goes on meanwhile
-        except RedisError:
-            self._admit_failed(context)
+        delay, first_failed = ADMIT_RETRY_S, 0.0
+        while True:
+            try:
+                verdict = await self.runtime.admission.admit_async(context, children)  # the reactor goes on meanwhile
+                break
+            except RedisError as exc:
+                # A Redis Cluster node failing over, a restart: the admit is idempotent (a page may
+                # queue again the links it queued), so try again while the lease (renewed
+                # meanwhile) lasts, rather than leave the page to be fetched again after it expires.
+                now = time.monotonic()
+                first_failed = first_failed or now
+                if context.done or self.runtime.leases.closed or now + delay - first_failed > self.runtime.lease_s:
+                    self._admit_failed(context)
+                    return
+                log = logger.warning if delay == ADMIT_RETRY_S else logger.debug
+                log("checking %s failed (%s); trying again in %.1fs (check REDIS_URL)", context.request.url, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, ADMIT_RETRY_MAX_S)
+        if first_failed and context.done:  # given up on while retrying
             return
         for output in self._apply(context, verdict, items):
             yield output
 
     def _admit_failed(self, context: LeaseContext) -> None:
-        """Redis failed while checking the page: give up on it without ending its lease, which
-        expires and is reclaimed (the page is fetched again). Kept in flight it would be renewed
-        forever and its crawl would never complete."""
+        """Redis kept failing while checking the page: give up on it without ending its lease,
+        which expires and is reclaimed (the page is fetched again). Kept in flight it would be
+        renewed forever and its crawl would never complete."""
         logger.warning(
             "checking %s failed on a Redis error; its lease will expire and be reclaimed (check REDIS_URL)",
             context.request.url,

@@ -33,7 +33,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Self
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
@@ -104,7 +104,7 @@ class WakeListener:
                     message = pubsub.get_message(timeout=WAKE_READ_S)
                     if message is not None:
                         reactor.callFromThread(self.on_wake, message.get("data"))
-            except (RedisError, OSError) as exc:
+            except (RedisError, RedisClusterException, OSError) as exc:  # a cluster's slot map being read again
                 self.runtime.backend_failed(f"wake channel {self.channel} failed ({exc!r}); check REDIS_URL")
                 self._stop.wait(1.0)
                 reactor.callFromThread(self.on_wake, None)

@@ -9,7 +9,6 @@ frontier's 64 shards spread over every primary). The tests of this module share 
 from __future__ import annotations
 
 import http.server
-import json
 import subprocess
 import threading
 import time
@@ -18,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clustercrawlkit import Stack, keys_on_primaries
 from clusterkit import LocalCluster
-from crawlerkit import CLI, Collector, Crawler, crawler_env, isolated_settings, redis_for
+from crawlerkit import CLI, crawler_env, isolated_settings, redis_for
 
 from crawlhive.utils.app.demo_site import SiteServer
-from crawlhive.utils.connections import check_redis, ensure_topics, make_producer
+from crawlhive.utils.connections import check_redis
 from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -96,28 +95,6 @@ class MultiHostSite:
         return {self.url(h, p) for h in HOSTS for p in range(DEPTH)}
 
 
-class Component:
-    """One ``crawlhive <command>`` subprocess, its log in a file."""
-
-    def __init__(self, command: str, env: dict[str, str], log_dir: Path) -> None:
-        self.log_path = log_dir / f"{command}-{time.monotonic_ns()}.log"
-        self.log = self.log_path.open("w")
-        self.proc = subprocess.Popen([*CLI, command], env=env, stdout=self.log, stderr=self.log)
-
-    def output(self) -> str:
-        if not self.log.closed:
-            self.log.flush()
-        return self.log_path.read_text()
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            return self.proc.wait(30)
-        finally:
-            self.log.close()
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     with LocalCluster(primaries=3, replicas=1) as local:
@@ -132,77 +109,8 @@ def site() -> Iterator[MultiHostSite]:
     served.stop()
 
 
-class Stack:
-    """kafka-monitor, redis-monitor and crawlers on the cluster, a producer of requests and a
-    collector of pages and answers."""
-
-    def __init__(self, settings: Settings, home: Path, **overrides: Any) -> None:
-        self.settings = settings
-        self.home = home
-        self.env = crawler_env(
-            settings,
-            REDIS_MONITOR_TICK_S=0.2,
-            REDIS_MONITOR_BLOCK_MS=200,
-            REDIS_MONITOR_RETRY_S=0.5,
-            **overrides,
-        )
-        topics = [settings.topic(t) for t in ("incoming", "crawled_firehose", "outbound_firehose", "dead_letter")]
-        ensure_topics(settings, topics)
-        self.collector = Collector(settings, topics[1:])
-        self.producer = make_producer(settings)
-        self.components = [Component(c, self.env, home) for c in ("kafka-monitor", "redis-monitor")]
-        self.crawlers: list[Crawler] = []
-        self.redis = redis_for(settings["REDIS_URL"])
-
-    def crawler(self, name: str = "crawler") -> Crawler:
-        crawler = Crawler(self.env, self.home, name=name)
-        self.crawlers.append(crawler)
-        return crawler
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.producer.send(self.settings.topic("incoming"), json.dumps(message).encode())
-        self.producer.flush(10)
-
-    def answer(self, crawlid: str, action: str, timeout: float = 30) -> dict[str, Any]:
-        """The last answer of *crawlid* whose action (or, for an info answer, uuid) is *action*."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = [
-                m
-                for m in self.collector.of(crawlid, self.settings.topic("outbound_firehose"))
-                if action in (m.get("action"), m.get("uuid"))
-            ]
-            if found:
-                return found[-1]
-            time.sleep(0.1)
-        raise AssertionError(f"no {action!r} answer for {crawlid} in {self.collector.of(crawlid)}: {self.logs()}")
-
-    def pages(self, crawlid: str) -> list[str]:
-        return [m["url"] for m in self.collector.of(crawlid, self.settings.topic("crawled_firehose"))]
-
-    def logs(self) -> str:
-        return "\n".join(p.output()[-3000:] for p in [*self.components, *self.crawlers])
-
-    def close(self) -> list[int]:
-        codes = [c.terminate() for c in self.crawlers] + [c.stop() for c in self.components]
-        self.collector.close()
-        self.producer.close()
-        for key in self.redis.scan_iter(match=f"{self.settings['REDIS_KEY_PREFIX']}*", count=1000):
-            self.redis.delete(key)
-        self.redis.close()
-        return codes
-
-
 def crawl_request(crawlid: str, url: str, **extra: Any) -> dict[str, Any]:
     return {"url": url, "appid": "capp", "crawlid": crawlid, "spiderid": "link", "maxdepth": DEPTH, **extra}
-
-
-def keys_on_primaries(cluster: LocalCluster, prefix: str) -> dict[int, int]:
-    """Keys under *prefix* on each primary, by port."""
-    out = {}
-    for node in cluster.primary_nodes():
-        out[node.port] = sum(1 for _ in node.client().scan_iter(match=f"{prefix}:*", count=1000))
-    return out
 
 
 def test_a_24_domain_crawl_on_the_cluster_emits_every_page_complete_info_and_stop(

@@ -18,6 +18,8 @@ from scrapy import Request, Spider
 from scrapy.http import HtmlResponse, Response
 from scrapy.utils.test import get_crawler
 
+from crawlhive.crawler import middlewares
+from crawlhive.crawler.admit import Verdict
 from crawlhive.crawler.items import ITEM_KEYS, crawled_item, status_message, timestamp
 from crawlhive.crawler.leases import LeaseContext
 from crawlhive.crawler.links import LinkLimits, extract_links, link_allowed
@@ -243,10 +245,15 @@ def test_the_crawler_command_refuses_to_remove_lease_handling_at_start_up() -> N
 
 class _FailingAdmitRuntime:
     """Just what FrontierSpiderMiddleware uses of a CrawlRuntime (its admission and lease table),
-    with Redis down at the admit."""
+    with Redis failing at the admit *failures* times (None: always)."""
 
-    def __init__(self) -> None:
+    def __init__(self, failures: int | None = None, lease_s: float = 0.3) -> None:
         self.abandoned: list[Any] = []
+        self.passed: list[Any] = []
+        self.attempts = 0
+        self.failures = failures
+        self.lease_s = lease_s
+        self.closed = False
         self.admission = self.leases = self
 
     def child(self, context: Any, request: Request, spider: Spider) -> tuple[FrontierRequest, str]:
@@ -256,17 +263,21 @@ class _FailingAdmitRuntime:
         raise redis.ConnectionError("simulated: Redis is down")
 
     async def admit_async(self, context: Any, children: list[Any]) -> Any:
-        raise redis.ConnectionError("simulated: Redis is down")
+        self.attempts += 1
+        if self.failures is None or self.attempts <= self.failures:
+            raise redis.ConnectionError("simulated: Redis is down")
+        return Verdict.EMIT
 
     def abandon(self, context: Any) -> None:
         context.done = True
         self.abandoned.append(context)
 
+    def page_items(self, context: Any, items: list[Any]) -> None:
+        self.passed += items
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_page_whose_admit_fails_on_redis_is_given_up_not_kept_in_flight(spider: DemoSpider, mode: str) -> None:
-    """Kept in flight, its lease would be renewed forever and its crawl never complete."""
-    runtime = _FailingAdmitRuntime()
+
+def _admitted(runtime: _FailingAdmitRuntime, spider: DemoSpider, mode: str) -> tuple[LeaseContext, list[Any]]:
+    """What the spider middleware passes on of a page with one link and one item, and its lease."""
     crawler = get_crawler(DemoSpider)
     crawler.spider = spider
     middleware = FrontierSpiderMiddleware(crawler, runtime)  # type: ignore[arg-type]
@@ -276,16 +287,39 @@ def test_a_page_whose_admit_fails_on_redis_is_given_up_not_kept_in_flight(spider
     response = HtmlResponse("http://a.com/", body=b"<html></html>", request=request)
     outputs: list[Any] = [Request("http://a.com/next"), {"url": "http://a.com/"}]
     if mode == "sync":
-        passed = list(middleware.process_spider_output(response, iter(outputs)))
-    else:
+        return context, list(middleware.process_spider_output(response, iter(outputs)))
 
-        async def source() -> AsyncIterator[Any]:
-            for output in outputs:
-                yield output
+    async def source() -> AsyncIterator[Any]:
+        for output in outputs:
+            yield output
 
-        async def collect() -> list[Any]:
-            return [o async for o in middleware.process_spider_output_async(response, source())]
+    async def collect() -> list[Any]:
+        return [o async for o in middleware.process_spider_output_async(response, source())]
 
-        passed = asyncio.run(collect())
+    return context, asyncio.run(collect())
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_page_whose_admit_keeps_failing_on_redis_is_given_up_not_kept_in_flight(
+    spider: DemoSpider, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept in flight, its lease would be renewed forever and its crawl never complete: the admit
+    is tried again for LEASE_TIMEOUT (the crawler's usual, asynchronous path), then given up."""
+    monkeypatch.setattr(middlewares, "ADMIT_RETRY_S", 0.02)
+    runtime = _FailingAdmitRuntime()
+    context, passed = _admitted(runtime, spider, mode)
     assert passed == []
     assert runtime.abandoned == [context] and context.done
+    assert runtime.attempts >= (3 if mode == "async" else 0)
+
+
+def test_a_page_whose_admit_fails_while_a_redis_node_fails_over_is_admitted_when_it_is_back(
+    spider: DemoSpider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/contract.md §18.3: a failover's failed calls are tried again; the page is not left to
+    its lease's expiry (LEASE_TIMEOUT) to be fetched again."""
+    monkeypatch.setattr(middlewares, "ADMIT_RETRY_S", 0.02)
+    runtime = _FailingAdmitRuntime(failures=2, lease_s=30)
+    context, passed = _admitted(runtime, spider, "async")
+    assert passed == [{"url": "http://a.com/"}] == runtime.passed
+    assert runtime.abandoned == [] and not context.done and runtime.attempts == 3

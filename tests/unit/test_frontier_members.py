@@ -83,8 +83,9 @@ def test_a_link_member_is_its_url_depth_and_option_set_id() -> None:
     parent.option_set = OptionSet.of(parent)
     child = link_child(parent, "http://www.example.com/news/1")
     member = child.member()
-    assert member == b"1 %s http://www.example.com/news/1" % parent.option_set.id.encode()
-    assert len(member) <= len(child.url) + 12  # what §18.6's 300 bytes per URL rests on
+    # the URL without its scheme and its queue's domain (example.com), which the queue key names
+    assert member == b"1 %s !/news/1" % parent.option_set.id.encode()
+    assert len(member) <= len(child.url) - 10  # what §18.6's 300 bytes per URL rests on
     again = FrontierRequest.from_member(
         member, spiderid="link", appid="app", crawlid="c1", domain="example.com", priority=40, options=parent.option_set
     )
@@ -245,3 +246,35 @@ def test_a_wake_up_names_the_shards_its_work_went_to() -> None:
     assert woken_shards(b"3,7") == {3, 7}
     assert woken_shards(WAKE_ANY) is None  # any shard
     assert woken_shards(b"junk") is None
+
+
+def test_a_link_member_keeps_any_url_exactly_and_reads_members_written_in_full() -> None:
+    """The URL of a link member is written without its scheme and its queue's domain when it can be
+    (compact_url), else in full; either way it decodes to the URL character for character, and
+    members written before (the URL in full) still decode."""
+    parent = seed()
+    options = parent.option_set = OptionSet.of(parent)
+    urls = {
+        "http://www.example.com/news/a.html": b"!/news/a.html",
+        "https://www.example.com": b"~",
+        "https://example.com:8443/": b"+:8443/",
+        "http://example.com/": b"*/",
+        "http://a.b.example.com?x=1#y": b"^a.b|?x=1#y",
+        "https://news.example.com/": b"$news|/",
+        "http://127.0.0.1:4000/p/1": b"*:4000/p/1",
+        "http://user@example.com/": None,  # user info: in full
+        "http://[::1]:8080/": None,
+        "https://WWW.Example.COM/": None,  # not the bucket's spelling
+        "http://www.xn--bcher-kva.de/": b"!/",
+        "http://www.example.com/a|b c": b"!/a|b c",
+        "http://wwww.example.com/": b"^wwww|/",
+    }
+    for url, compact in urls.items():
+        child = link_child(parent, url)
+        member = child.member()
+        assert member.split(b" ", 2)[2] == (compact or url.encode()), url
+        for written in (member, b"1 %s %s" % (options.id.encode(), url.encode())):  # new and in full
+            again = FrontierRequest.from_member(
+                written, spiderid="link", appid="app", crawlid="c1", domain=child.domain, priority=40, options=options
+            )
+            assert again.url == url and again == child, (url, written)

@@ -149,7 +149,7 @@ class FrontierRequest:
         depth = inline.pop("depth", 0)
         url = inline.pop("url")
         if not inline:
-            return b"%d %s %s" % (depth, options.id.encode(), url.encode())
+            return b"%d %s %s" % (depth, options.id.encode(), compact_url(url, self.domain).encode())
         inline["url"] = url
         if depth:
             inline["depth"] = depth
@@ -185,7 +185,7 @@ class FrontierRequest:
         else:
             depth, oid_raw, url = member.split(b" ", 2)
             oid = oid_raw.decode()
-            data = {"depth": int(depth), "url": url.decode()}
+            data = {"depth": int(depth), "url": expand_url(url.decode(), domain)}
         if options is None or options.id != oid:
             options = OptionSet.missing(oid)
         fields = dict(_ENCODE_DEFAULTS)
@@ -300,6 +300,65 @@ class OptionSet:
 
 #: Option sets already parsed, by their JSON (a crawler pops many requests of few crawls).
 _OPTION_SETS: dict[bytes, OptionSet] = {}
+
+
+#: The first character of a compacted URL (:func:`compact_url`) by scheme and host: the queue's
+#: domain itself, ``www.`` before it, or another subdomain (written out, then ``|``). A URL never
+#: starts with any of them (a scheme begins with a letter), so a URL written in full still decodes.
+_COMPACT_FORMS = {
+    ("http://", ""): "*",
+    ("http://", "www"): "!",
+    ("http://", None): "^",
+    ("https://", ""): "+",
+    ("https://", "www"): "~",
+    ("https://", None): "$",
+}
+_EXPANDED_FORMS = {code: form for form, code in _COMPACT_FORMS.items()}
+
+
+def compact_url(url: str, domain: str) -> str:
+    """*url* as a compact link member writes it: without its scheme and without its queue's
+    *domain* in the host, which the queue key names already: in the queue of ``example.com``,
+    ``http://www.example.com/a`` is ``!/a``, ``https://example.com:8443/`` ``+:8443/`` and
+    ``http://news.example.com/`` ``^news|/``. About 23 bytes shorter for a typical link: a size
+    class or two of Redis's allocator less per queued request (docs/contract.md §18.6). A URL
+    whose host is not *domain* or a subdomain of it (character for character), or that has user
+    info, is left as it is. :func:`expand_url` is its inverse."""
+    scheme = "http://" if url.startswith("http://") else "https://" if url.startswith("https://") else ""
+    if not scheme or not domain:
+        return url
+    rest = url[len(scheme) :]
+    end = len(rest)
+    for stop in "/?#":
+        found = rest.find(stop)
+        if 0 <= found < end:
+            end = found
+    authority = rest[:end]
+    if "@" in authority or "|" in authority or authority.startswith("["):
+        return url
+    host = authority.split(":", 1)[0]
+    tail = rest[len(host) :]
+    if host == domain:
+        return _COMPACT_FORMS[(scheme, "")] + tail
+    if not host.endswith("." + domain) or len(host) <= len(domain) + 1:
+        return url
+    sub = host[: -len(domain) - 1]
+    if sub == "www":
+        return _COMPACT_FORMS[(scheme, "www")] + tail
+    return f"{_COMPACT_FORMS[(scheme, None)]}{sub}|{tail}"
+
+
+def expand_url(text: str, domain: str) -> str:
+    """The URL a link member holds as *text* (:func:`compact_url`) in the queue of *domain*."""
+    form = _EXPANDED_FORMS.get(text[:1])
+    if form is None:
+        return text  # written in full
+    scheme, sub = form
+    if sub is None:
+        sub, _, tail = text[1:].partition("|")
+    else:
+        tail = text[1:]
+    return f"{scheme}{sub}.{domain}{tail}" if sub else f"{scheme}{domain}{tail}"
 
 
 def lease_member(score: bytes, appid: str, crawlid: str, domain: str, member: bytes) -> bytes:

@@ -1,0 +1,108 @@
+"""The components of a crawl on a Redis Cluster as subprocesses, for the cluster crawl tests
+(test_cluster_crawl.py, test_cluster_failover.py): kafka-monitor, redis-monitor and crawlers on one
+cluster, a producer of requests and a collector of pages and answers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from clusterkit import LocalCluster
+from crawlerkit import CLI, Collector, Crawler, crawler_env, redis_for
+
+from crawlhive.utils.connections import ensure_topics, make_producer
+from crawlhive.utils.settings import Settings
+
+
+class Component:
+    """One ``crawlhive <command>`` subprocess, its log in a file."""
+
+    def __init__(self, command: str, env: dict[str, str], log_dir: Path) -> None:
+        self.log_path = log_dir / f"{command}-{time.monotonic_ns()}.log"
+        self.log = self.log_path.open("w")
+        self.proc = subprocess.Popen([*CLI, command], env=env, stdout=self.log, stderr=self.log)
+
+    def output(self) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            return self.proc.wait(30)
+        finally:
+            self.log.close()
+
+
+class Stack:
+    """kafka-monitor, redis-monitor and crawlers on the cluster, a producer of requests and a
+    collector of pages and answers."""
+
+    def __init__(self, settings: Settings, home: Path, **overrides: Any) -> None:
+        self.settings = settings
+        self.home = home
+        self.env = crawler_env(
+            settings,
+            REDIS_MONITOR_TICK_S=0.2,
+            REDIS_MONITOR_BLOCK_MS=200,
+            REDIS_MONITOR_RETRY_S=0.5,
+            **overrides,
+        )
+        topics = [settings.topic(t) for t in ("incoming", "crawled_firehose", "outbound_firehose", "dead_letter")]
+        ensure_topics(settings, topics)
+        self.collector = Collector(settings, topics[1:])
+        self.producer = make_producer(settings)
+        self.components = [Component(c, self.env, home) for c in ("kafka-monitor", "redis-monitor")]
+        self.crawlers: list[Crawler] = []
+        self.redis = redis_for(settings["REDIS_URL"])
+
+    def crawler(self, name: str = "crawler") -> Crawler:
+        crawler = Crawler(self.env, self.home, name=name)
+        self.crawlers.append(crawler)
+        return crawler
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.producer.send(self.settings.topic("incoming"), json.dumps(message).encode())
+        self.producer.flush(10)
+
+    def answer(self, crawlid: str, action: str, timeout: float = 30) -> dict[str, Any]:
+        """The last answer of *crawlid* whose action (or, for an info answer, uuid) is *action*."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [
+                m
+                for m in self.collector.of(crawlid, self.settings.topic("outbound_firehose"))
+                if action in (m.get("action"), m.get("uuid"))
+            ]
+            if found:
+                return found[-1]
+            time.sleep(0.1)
+        raise AssertionError(f"no {action!r} answer for {crawlid} in {self.collector.of(crawlid)}: {self.logs()}")
+
+    def pages(self, crawlid: str) -> list[str]:
+        return [m["url"] for m in self.collector.of(crawlid, self.settings.topic("crawled_firehose"))]
+
+    def logs(self) -> str:
+        return "\n".join(p.output()[-3000:] for p in [*self.components, *self.crawlers])
+
+    def close(self) -> list[int]:
+        codes = [c.terminate() for c in self.crawlers] + [c.stop() for c in self.components]
+        self.collector.close()
+        self.producer.close()
+        for key in self.redis.scan_iter(match=f"{self.settings['REDIS_KEY_PREFIX']}*", count=1000):
+            self.redis.delete(key)
+        self.redis.close()
+        return codes
+
+
+def keys_on_primaries(cluster: LocalCluster, prefix: str) -> dict[int, int]:
+    """Keys under *prefix* on each primary, by port."""
+    out = {}
+    for node in cluster.primary_nodes():
+        out[node.port] = sum(1 for _ in node.client().scan_iter(match=f"{prefix}:*", count=1000))
+    return out

@@ -1,0 +1,218 @@
+"""A primary's failover mid-crawl on a Redis Cluster loses nothing and stalls nothing (docs/contract.md
+§18.3): a throttled crawl of 24 loopback hosts whose pages link across hosts, two crawlers, every
+component with REDIS_WAIT_REPLICAS=1; the primary holding the most keys is SIGKILLed once a quarter
+of the pages are emitted, its replica takes over, the old primary comes back as a replica. Every page
+is emitted and ``complete`` comes only when nothing is left, within 90 s of the kill: without
+waiting for any lease to expire (LEASE_TIMEOUT is 3 minutes).
+
+Runs in ``make test``'s cluster pass (CRAWLHIVE_TEST_REDIS=cluster) on a cluster of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from clustercrawlkit import Stack, keys_on_primaries
+from clusterkit import LocalCluster
+from crawlerkit import isolated_settings
+
+from crawlhive.crawler.batching import ScriptBatcher
+from crawlhive.utils import scripts as registry
+from crawlhive.utils.app.demo_site import SiteServer
+from crawlhive.utils.connections import async_redis_from_settings
+from crawlhive.utils.settings import Settings
+
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(os.environ.get("CRAWLHIVE_TEST_REDIS") != "cluster", reason="runs in make test's cluster pass"),
+]
+
+HOSTS = [f"127.0.0.{i}" for i in range(1, 25)]
+PAGES = 8
+#: Longer than the test: a page left to its lease's expiry would fail it.
+LEASE_TIMEOUT_S = 180
+#: Seconds from the kill by which every page is emitted and the crawl complete (about 15 s here).
+WITHIN_S = 90
+
+
+class CrossLinkedSite:
+    """/p/0../p/7 on each of 24 loopback hosts: /seed links every host's /p/0; a host's /p/0 links
+    its own /p/1../p/7 and those of the next host (so most pages are found by two pages)."""
+
+    def __init__(self) -> None:
+        self.servers: list[SiteServer] = []
+        self.port = 0
+
+    def url(self, host: str, page: int | str) -> str:
+        return f"http://{host}:{self.port}/p/{page}" if isinstance(page, int) else f"http://{host}:{self.port}{page}"
+
+    def links(self, host: str, path: str) -> list[str]:
+        if path == "/seed":
+            return [self.url(h, 0) for h in HOSTS]
+        if path == "/p/0":
+            nxt = HOSTS[(HOSTS.index(host) + 1) % len(HOSTS)]
+            return [self.url(h, p) for h in (host, nxt) for p in range(1, PAGES)]
+        if path.startswith("/p/"):  # beyond maxdepth: not followed
+            return [self.url(host, 0)]
+        return []
+
+    def start(self) -> None:
+        site = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                host = str(self.server.server_address[0])
+                if self.path == "/robots.txt":
+                    content, kind = b"User-agent: *\n", "text/plain"
+                else:
+                    anchors = "".join(f'<a href="{u}">x</a>' for u in site.links(host, self.path))
+                    content = f"<html><body>{anchors}</body></html>".encode()
+                    kind = "text/html; charset=utf-8"
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+        for host in HOSTS:
+            server = SiteServer((host, self.port), Handler)
+            self.port = server.server_address[1]
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            self.servers.append(server)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+
+    def all_pages(self) -> set[str]:
+        return {self.url(HOSTS[0], "/seed")} | {self.url(h, p) for h in HOSTS for p in range(PAGES)}
+
+
+@pytest.fixture
+def site() -> Iterator[CrossLinkedSite]:
+    served = CrossLinkedSite()
+    served.start()
+    yield served
+    served.stop()
+
+
+def test_failover_of_the_busiest_primary_mid_crawl_with_two_throttled_crawlers(
+    site: CrossLinkedSite, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """§18.3: the crawl goes on after the failover without waiting for any lease to expire
+    (LEASE_TIMEOUT is longer than the whole test): no call that ran on a live node is reported
+    failed because another node was down, and a page whose admit or finish failed is tried again."""
+    with LocalCluster(primaries=3, replicas=1) as cluster:
+        settings = isolated_settings(cluster.url, kafka_bootstrap, tmp_path, "fx")
+        stack = Stack(
+            settings,
+            tmp_path,
+            REDIS_WAIT_REPLICAS=1,
+            LEASE_TIMEOUT=LEASE_TIMEOUT_S,
+            QUEUE_HITS=4,
+            QUEUE_WINDOW=2,
+            QUEUE_MODERATED=False,
+        )
+        codes: list[int] = []
+        try:
+            prefix = settings["REDIS_KEY_PREFIX"]
+            for name in ("crawler-1", "crawler-2"):
+                stack.crawler(name)
+            stack.crawlers[0].wait_ready(stack.redis, prefix, count=2)
+            seed = site.url(HOSTS[0], "/seed")
+            stack.send({"url": seed, "appid": "capp", "crawlid": "fx", "spiderid": "link", "maxdepth": 2})
+            every = site.all_pages()
+            deadline = time.monotonic() + 60
+            while len(set(stack.pages("fx"))) < len(every) // 4:  # a quarter emitted
+                assert time.monotonic() < deadline, stack.logs()
+                time.sleep(0.05)
+            spread = keys_on_primaries(cluster, prefix)
+            victim = next(n for n in cluster.nodes if n.port == max(spread, key=lambda port: spread[port]))
+            cluster.kill(victim)
+            killed_at = time.monotonic()
+            assert len(set(stack.pages("fx"))) < len(every), "the crawl ended before the kill"
+            cluster.wait_failover(victim)
+            cluster.restart(victim)  # it comes back as a replica of its former replica
+            cluster.wait_healthy()
+
+            # every page, then the crawl's complete, well before any lease could have expired
+            done = stack.answer("fx", "complete", timeout=max(1.0, killed_at + WITHIN_S - time.monotonic()))
+            took = time.monotonic() - killed_at
+            time.sleep(1)  # the items acknowledged before the complete reach the collector
+            pages = stack.pages("fx")
+            assert every <= set(pages), (sorted(every - set(pages)), done, stack.logs())
+            assert done["total_crawled"] >= len(every), done
+            stack.send({"action": "info", "appid": "capp", "crawlid": "fx", "spiderid": "link", "uuid": "i1"})
+            info = stack.answer("fx", "i1")
+            assert info["total_pending"] == 0, info  # complete only when nothing is left
+            assert took < WITHIN_S, took
+        finally:
+            logs = stack.logs()
+            codes = stack.close()
+        assert codes == [0, 0, 0, 0], logs
+
+
+def test_the_batcher_fails_only_the_calls_of_a_dead_node_and_follows_the_failover(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """crawler/batching.py: in batches over three primaries, one of them SIGKILLed, the calls to the
+    two live ones run once and get their replies (a pop there leased a request: reported failed,
+    it would be left to expire), unless the whole cluster refuses them (CLUSTERDOWN, between the
+    dead primary's failure and its replica's promotion); the dead one's fail; once its replica took
+    over, calls there work (the batcher read the slot map again)."""
+    (tmp_path / "add.lua").write_text("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+    monkeypatch.setattr(registry, "LUA_DIR", tmp_path)
+    registry.source.cache_clear()
+    with LocalCluster(primaries=3, replicas=1) as cluster:
+        sync = redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode("127.0.0.1", n.port) for n in cluster.nodes])
+        # one key on each primary, the first on the one to be killed
+        keys: dict[int, str] = {}
+        for i in range(1000):
+            keys.setdefault(sync.get_node_from_key(f"{{b{i}}}:n").port, f"{{b{i}}}:n")
+        victim = cluster.primaries[0]
+        order = [keys[victim.port]] + [keys[n.port] for n in cluster.primaries[1:]]
+
+        async def scenario() -> list[list[Any]]:
+            batcher = ScriptBatcher(async_redis_from_settings(Settings.from_overrides(REDIS_URL=cluster.url)))
+            await asyncio.gather(*(batcher.call("add", [k], [1]) for k in order))  # scripts loaded, 1 each
+            cluster.kill(victim)
+            batches = []
+            started = time.monotonic()
+            while True:  # batches over the three primaries until the victim's replica answers for it
+                batch = await asyncio.gather(*(batcher.call("add", [k], [1]) for k in order), return_exceptions=True)
+                batches.append(batch)
+                if not isinstance(batch[0], BaseException):
+                    break
+                assert time.monotonic() - started < 30, "the batcher never reached the promoted replica"
+                await asyncio.sleep(0.2)
+            await batcher.close()
+            return batches
+
+        try:
+            batches = asyncio.run(scenario())
+            assert len(batches) > 2 and all(isinstance(b[0], redis.RedisError) for b in batches[:-1]), batches
+            for column in (1, 2):  # a live primary's calls: each ran once and got its reply...
+                replies = [batch[column] for batch in batches]
+                ran = [int(r) for r in replies if not isinstance(r, BaseException)]
+                assert ran == list(range(2, 2 + len(ran))), replies
+                assert int(sync.get(order[column]) or 0) == 1 + len(ran), replies
+                # ... or was refused by the whole cluster while the dead primary's slots had no owner
+                assert all(isinstance(r, redis.exceptions.ClusterDownError) for r in replies if r not in ran), replies
+        finally:
+            sync.close()
+            registry.source.cache_clear()
