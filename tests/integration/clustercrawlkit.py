@@ -1,11 +1,14 @@
 """The components of a crawl on a Redis Cluster as subprocesses, for the cluster crawl tests
 (test_cluster_crawl.py, test_cluster_failover.py): kafka-monitor, redis-monitor and crawlers on one
-cluster, a producer of requests and a collector of pages and answers."""
+cluster, a producer of requests and a collector of pages and answers; the site they crawl, served on
+24 loopback addresses (24 domains, so the frontier's 64 shards spread over every primary)."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -13,8 +16,71 @@ from typing import Any
 from clusterkit import LocalCluster
 from crawlerkit import CLI, Collector, Crawler, crawler_env, redis_for
 
+from crawlhive.utils.app.demo_site import SiteServer
 from crawlhive.utils.connections import ensure_topics, make_producer
 from crawlhive.utils.settings import Settings
+
+HOSTS = [f"127.0.0.{i}" for i in range(1, 25)]
+
+
+class MultiHostSite:
+    """The same paths on each of HOSTS (one server each, one port): a page links what
+    :meth:`links` says (none by default); every request is recorded in *hits*; *delay_s* per page."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+        self.servers: list[SiteServer] = []
+        self.port = 0
+        self.hits: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def url(self, host: str, page: int | str) -> str:
+        """``/p/<page>`` of *host*, or the path *page* when it is a string."""
+        path = f"/p/{page}" if isinstance(page, int) else page
+        return f"http://{host}:{self.port}{path}"
+
+    def links(self, host: str, path: str) -> list[str]:
+        return []
+
+    def body(self, host: str, path: str) -> bytes:
+        anchors = "".join(f'<a href="{u}">x</a>' for u in self.links(host, path))
+        return f"<html><head><title>{host}{path}</title></head><body>{anchors}</body></html>".encode()
+
+    def start(self) -> None:
+        site = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                host = str(self.server.server_address[0])
+                with site.lock:
+                    site.hits.append((host, self.path))
+                if site.delay_s:
+                    time.sleep(site.delay_s)
+                if self.path == "/robots.txt":
+                    content, kind = b"User-agent: *\n", "text/plain"
+                else:
+                    content, kind = site.body(host, self.path), "text/html; charset=utf-8"
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+        for host in HOSTS:
+            server = SiteServer((host, self.port), Handler)
+            self.port = server.server_address[1]
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            self.servers.append(server)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
 
 
 class Component:

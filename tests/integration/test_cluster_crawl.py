@@ -8,88 +8,35 @@ frontier's 64 shards spread over every primary). The tests of this module share 
 
 from __future__ import annotations
 
-import http.server
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from clustercrawlkit import Stack, keys_on_primaries
+from clustercrawlkit import HOSTS, MultiHostSite, Stack, keys_on_primaries
 from clusterkit import LocalCluster
 from crawlerkit import CLI, crawler_env, isolated_settings, redis_for
 
-from crawlhive.utils.app.demo_site import SiteServer
 from crawlhive.utils.connections import check_redis
 from crawlhive.utils.keys import Keys
 
 pytestmark = pytest.mark.timeout(240)
 
-HOSTS = [f"127.0.0.{i}" for i in range(1, 25)]
 #: Pages per host: /p/0 .. /p/{DEPTH - 1}, a chain; the seed page links every host's /p/0.
 DEPTH = 3
 
 
-class MultiHostSite:
-    """The same pages on 24 loopback addresses (one server each, same port); *delay_s* per page."""
+class ChainSite(MultiHostSite):
+    """/seed links every host's /p/0; each host's /p/N links its /p/N+1, up to DEPTH pages."""
 
-    def __init__(self, delay_s: float = 0.0) -> None:
-        self.delay_s = delay_s
-        self.servers: list[SiteServer] = []
-        self.port = 0
-        self.hits: list[tuple[str, str]] = []
-        self.lock = threading.Lock()
-
-    def url(self, host: str, page: int) -> str:
-        return f"http://{host}:{self.port}/p/{page}"
-
-    def body(self, host: str, path: str) -> bytes:
+    def links(self, host: str, path: str) -> list[str]:
         if path == "/seed":
-            links = [self.url(h, 0) for h in HOSTS]
-        elif path.startswith("/p/") and path[3:].isdigit() and int(path[3:]) < DEPTH - 1:
-            links = [self.url(host, int(path[3:]) + 1)]
-        else:
-            links = []
-        anchors = "".join(f'<a href="{u}">x</a>' for u in links)
-        return f"<html><head><title>{host}{path}</title></head><body>{anchors}</body></html>".encode()
-
-    def start(self) -> None:
-        site = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                host = str(self.server.server_address[0])
-                with site.lock:
-                    site.hits.append((host, self.path))
-                if site.delay_s:
-                    time.sleep(site.delay_s)
-                if self.path == "/robots.txt":
-                    status, content, kind = 200, b"User-agent: *\n", "text/plain"
-                else:
-                    status, content, kind = 200, site.body(host, self.path), "text/html; charset=utf-8"
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
-
-        for host in HOSTS:
-            server = SiteServer((host, self.port), Handler)
-            self.port = server.server_address[1]
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-            self.servers.append(server)
-
-    def stop(self) -> None:
-        for server in self.servers:
-            server.shutdown()
-            server.server_close()
+            return [self.url(h, 0) for h in HOSTS]
+        if path.startswith("/p/") and path[3:].isdigit() and int(path[3:]) < DEPTH - 1:
+            return [self.url(host, int(path[3:]) + 1)]
+        return []
 
     def all_pages(self) -> set[str]:
         return {self.url(h, p) for h in HOSTS for p in range(DEPTH)}
@@ -103,7 +50,7 @@ def cluster() -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def site() -> Iterator[MultiHostSite]:
-    served = MultiHostSite()
+    served = ChainSite()
     served.start()
     yield served
     served.stop()
@@ -168,7 +115,7 @@ def test_sigkill_of_the_busiest_primary_mid_crawl_loses_no_page_with_wait_replic
     """§18.3: REDIS_WAIT_REPLICAS=1; the primary holding most of the crawl's keys is SIGKILLed while
     pages are in flight, its replica takes over, the old primary comes back as a replica (as a
     supervisor would restart it); every page is emitted (at least once) and the crawl completes."""
-    site = MultiHostSite(delay_s=0.05)
+    site = ChainSite(delay_s=0.05)
     site.start()
     settings = isolated_settings(cluster.url, kafka_bootstrap, tmp_path, "fo")
     stack = Stack(settings, tmp_path, REDIS_WAIT_REPLICAS=1, LEASE_TIMEOUT=6, QUEUE_HITS=2, QUEUE_WINDOW=1)

@@ -11,9 +11,7 @@ Runs in ``make test``'s cluster pass (CRAWLHIVE_TEST_REDIS=cluster) on a cluster
 from __future__ import annotations
 
 import asyncio
-import http.server
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,13 +19,12 @@ from typing import Any
 
 import pytest
 import redis
-from clustercrawlkit import Stack, keys_on_primaries
+from clustercrawlkit import HOSTS, MultiHostSite, Stack, keys_on_primaries
 from clusterkit import LocalCluster
 from crawlerkit import isolated_settings
 
 from crawlhive.crawler.batching import ScriptBatcher
 from crawlhive.utils import scripts as registry
-from crawlhive.utils.app.demo_site import SiteServer
 from crawlhive.utils.connections import async_redis_from_settings
 from crawlhive.utils.settings import Settings
 
@@ -36,7 +33,6 @@ pytestmark = [
     pytest.mark.skipif(os.environ.get("CRAWLHIVE_TEST_REDIS") != "cluster", reason="runs in make test's cluster pass"),
 ]
 
-HOSTS = [f"127.0.0.{i}" for i in range(1, 25)]
 PAGES = 8
 #: Longer than the test: a page left to its lease's expiry would fail it.
 LEASE_TIMEOUT_S = 180
@@ -44,16 +40,9 @@ LEASE_TIMEOUT_S = 180
 WITHIN_S = 90
 
 
-class CrossLinkedSite:
+class CrossLinkedSite(MultiHostSite):
     """/p/0../p/7 on each of 24 loopback hosts: /seed links every host's /p/0; a host's /p/0 links
     its own /p/1../p/7 and those of the next host (so most pages are found by two pages)."""
-
-    def __init__(self) -> None:
-        self.servers: list[SiteServer] = []
-        self.port = 0
-
-    def url(self, host: str, page: int | str) -> str:
-        return f"http://{host}:{self.port}/p/{page}" if isinstance(page, int) else f"http://{host}:{self.port}{page}"
 
     def links(self, host: str, path: str) -> list[str]:
         if path == "/seed":
@@ -64,40 +53,6 @@ class CrossLinkedSite:
         if path.startswith("/p/"):  # beyond maxdepth: not followed
             return [self.url(host, 0)]
         return []
-
-    def start(self) -> None:
-        site = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                host = str(self.server.server_address[0])
-                if self.path == "/robots.txt":
-                    content, kind = b"User-agent: *\n", "text/plain"
-                else:
-                    anchors = "".join(f'<a href="{u}">x</a>' for u in site.links(host, self.path))
-                    content = f"<html><body>{anchors}</body></html>".encode()
-                    kind = "text/html; charset=utf-8"
-                self.send_response(200)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
-
-        for host in HOSTS:
-            server = SiteServer((host, self.port), Handler)
-            self.port = server.server_address[1]
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-            self.servers.append(server)
-
-    def stop(self) -> None:
-        for server in self.servers:
-            server.shutdown()
-            server.server_close()
 
     def all_pages(self) -> set[str]:
         return {self.url(HOSTS[0], "/seed")} | {self.url(h, p) for h in HOSTS for p in range(PAGES)}
