@@ -91,6 +91,8 @@ def end_for_good(request: Request, error: str) -> None:
 def unfetchable(url: str) -> str | None:
     """Why *url* must never be fetched (its scheme is not http or https, or it does not parse), or
     None. The reason names the scheme, cut short, never the whole URL (it can be megabytes)."""
+    if url[:8].lower().startswith(("http://", "https://")):
+        return None  # the common case, without parsing the URL
     try:
         scheme = urlsplit(url).scheme.lower()
     except ValueError:
