@@ -84,6 +84,11 @@ def test_errors_kafka_python_logs_while_a_client_closes_are_debug(tmp_path: Path
     # a broker going away: kafka-python writes several such lines a second, for as long as it is
     # down; crawlhive's loops report the outage once (Outage, Backoff), so these are DEBUG
     transport.error("%s: socket disconnected", "<KafkaTCPTransport [127.0.0.1:1<-2]>")
+    try:  # the broker of an exited `up` resetting a crawler's connection (seen in CI)
+        raise ConnectionResetError(104, "Connection reset by peer")
+    except ConnectionResetError:
+        transport.exception("%s: Error receiving network data closing socket", "<KafkaTCPTransport [none]>")
+        transport.exception("%s: Error sending request data: %s", "<KafkaTCPTransport [none]>", "[Errno 104] reset")
     logging.getLogger("kafka.net.manager").error("Connection failed: KafkaConnectionError: 111 ECONNREFUSED")
     logging.getLogger("kafka.cluster").warning("No node available for metadata refresh - backoff/retry")
     # its own network loop running late on a busy machine (seen at the start of `up` in CI)
@@ -110,6 +115,7 @@ def test_errors_kafka_python_logs_while_a_client_closes_are_debug(tmp_path: Path
     assert "Invalid file descriptor" not in lines and "<another task>" in lines
     assert "Error receiving network data" not in lines and "Invalid file descriptor" not in lines
     assert "socket disconnected" not in lines and "ECONNREFUSED" not in lines and "No node available" not in lines
+    assert "Connection reset by peer" not in lines and "Error sending request data" not in lines
     configure_logging("DEBUG", file=str(log_file))
     try:
         raise AttributeError("x")
