@@ -5,7 +5,10 @@ of the pages are emitted, its replica takes over, the old primary comes back as 
 is emitted and ``complete`` comes only when nothing is left, within 90 s of the kill: without
 waiting for any lease to expire (LEASE_TIMEOUT is 3 minutes).
 
-Runs in ``make test``'s cluster pass (CRAWLHIVE_TEST_REDIS=cluster) on a cluster of its own.
+Runs on a cluster of its own with CRAWLHIVE_TEST_REDIS=cluster, on demand: it is not in ``make
+test``'s cluster pass yet. It passed 7 runs in a row alone, and failed once in that pass (beside
+the other cluster tests on 2 cores): every page was emitted but ``complete`` did not come within
+90 s of the kill. Issue 29 stays open until it passes there.
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ from crawlhive.utils.settings import Settings
 
 pytestmark = [
     pytest.mark.timeout(240),
-    pytest.mark.skipif(os.environ.get("CRAWLHIVE_TEST_REDIS") != "cluster", reason="runs in make test's cluster pass"),
+    pytest.mark.skipif(
+        os.environ.get("CRAWLHIVE_TEST_REDIS") != "cluster",
+        reason="on a local cluster: CRAWLHIVE_TEST_REDIS=cluster (on demand; see the docstring)",
+    ),
 ]
 
 PAGES = 8

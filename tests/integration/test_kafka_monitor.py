@@ -602,6 +602,10 @@ def test_a_failed_batch_is_rewound_redelivered_and_committed_once_done(
         km.teardown()
 
 
+@pytest.mark.skipif(
+    os.environ.get("CRAWLHIVE_TEST_REDIS") == "cluster",
+    reason="CONFIG SET maxmemory reaches one node of a cluster, not the nodes the batch writes to",
+)
 def test_redis_out_of_memory_dead_letters_the_batch_instead_of_rewinding_it_forever(
     km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames, caplog: pytest.LogCaptureFixture
 ) -> None:
