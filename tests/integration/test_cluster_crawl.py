@@ -22,7 +22,13 @@ from crawlerkit import CLI, crawler_env, isolated_settings, redis_for
 from crawlhive.utils.connections import check_redis
 from crawlhive.utils.keys import Keys
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [
+    pytest.mark.timeout(240),
+    # A client of this process connecting to the primary the failover test SIGKILLs can leave an
+    # unconnected socket behind, collected later as an unraisable exception (seen once in CI, in a
+    # logging filter); the components under test are subprocesses, whose logs the tests read.
+    pytest.mark.filterwarnings("ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"),
+]
 
 #: Pages per host: /p/0 .. /p/{DEPTH - 1}, a chain; the seed page links every host's /p/0.
 DEPTH = 3
