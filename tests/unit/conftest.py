@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
+from crawlhive.kafka_monitor.validation import RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierWorker, ThrottleConfig
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
@@ -33,3 +34,9 @@ def worker(redis_client: redis.Redis, keys: Keys) -> FrontierWorker:
 @pytest.fixture
 def reader(redis_client: redis.Redis, keys: Keys) -> FrontierReader:
     return FrontierReader(redis_client, keys, record_ttl_s=3600)
+
+
+@pytest.fixture(scope="module")
+def validator() -> RequestValidator:
+    """The request validator with the default settings (the validation tests share it)."""
+    return RequestValidator.from_settings(Settings.from_overrides())

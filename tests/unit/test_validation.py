@@ -14,11 +14,6 @@ from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValida
 from crawlhive.utils.settings import Settings
 
 
-@pytest.fixture(scope="module")
-def validator() -> RequestValidator:
-    return RequestValidator.from_settings(Settings.from_overrides())
-
-
 def accepted(validator: RequestValidator, message: Any) -> Accepted:
     outcome = validator.validate(message)
     assert isinstance(outcome, Accepted), outcome

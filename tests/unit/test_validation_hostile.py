@@ -15,7 +15,6 @@ import pytest
 
 from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.log import configure_logging
-from crawlhive.utils.settings import Settings
 
 BASE = {"url": "http://x.com/", "appid": "app", "crawlid": "c"}
 #: "Well under a second" on a loaded CI machine (as in test_validation_limits.py); it takes milliseconds.
@@ -23,11 +22,6 @@ BUDGET_S = 1.0
 INFO = {"action": "info", "appid": "app", "uuid": "u", "spiderid": "link"}
 STATS = {"appid": "app", "uuid": "u"}
 BLACKLIST = {"action": "blacklist-update", "appid": "app", "uuid": "u", "domain": "x.com"}
-
-
-@pytest.fixture(scope="module")
-def validator() -> RequestValidator:
-    return RequestValidator.from_settings(Settings.from_overrides())
 
 
 def _timed_reason(validator: RequestValidator, message: Any) -> tuple[str, float]:

@@ -38,11 +38,6 @@ HOSTILE = {
 }
 
 
-@pytest.fixture(scope="module")
-def validator() -> RequestValidator:
-    return RequestValidator.from_settings(Settings.from_overrides())
-
-
 def _timed_reason(validator: RequestValidator, message: dict[str, Any]) -> tuple[str, float]:
     raw = json.dumps(message).encode()
     started = time.perf_counter()
