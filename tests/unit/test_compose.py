@@ -4,7 +4,7 @@ No Docker engine runs here, so the compose file is never started by the tests. I
 crawlhive service's command must parse with the real CLI parser, every environment variable must be
 a declared setting (or an accepted alias) whose value parses, and the deployment properties the
 issue asks for are asserted: Kafka in KRaft mode without ZooKeeper, Redis with AOF, a scalable
-crawler, health checks, an image built from requirements.txt whose entrypoint is ``crawlhive``.
+crawler, health checks, an image built from requirements.lock whose entrypoint is ``crawlhive``.
 The health check script itself runs against the real test Redis.
 """
 
@@ -277,15 +277,16 @@ def healthcheck_path_in_image() -> str:
 
 def test_dockerfile_builds_from_requirements_and_runs_crawlhive() -> None:
     steps = dockerfile_instructions()
-    assert steps[0] == ("FROM", "python:3.11-slim AS base")
+    assert steps[0] == ("ARG", "BASE_IMAGE=python:3.11-slim"), "the base image is a build argument"
+    assert steps[1] == ("FROM", "${BASE_IMAGE} AS base")
     stages = [args for word, args in steps if word == "FROM"]
     assert stages[-1] == "base AS plain", "the default target is the image without a browser"
     assert "base AS render" in stages
     copies = [args.split() for word, args in steps if word == "COPY"]
     runs = [args for word, args in steps if word == "RUN"]
-    assert ["requirements.txt", "./"] in copies
-    assert any(re.search(r"pip install (.* )?-r requirements\.txt", run) for run in runs)
-    assert any(re.search(r"pip install --no-deps \.", run) for run in runs)
+    assert ["requirements.lock", "./"] in copies
+    assert any(re.search(r"pip install (.* )?--require-hashes -r requirements\.lock", run) for run in runs)
+    assert any(re.search(r"pip install (-q )?--no-deps \.", run) for run in runs)
     assert not any("requirements-dev" in " ".join(c) for c in copies), "test tools do not belong in the image"
     entrypoint = [json.loads(args) for word, args in steps if word == "ENTRYPOINT"]
     assert entrypoint == [["crawlhive"]]
@@ -294,7 +295,7 @@ def test_dockerfile_builds_from_requirements_and_runs_crawlhive() -> None:
     render = steps[[i for i, (word, args) in enumerate(steps) if word == "FROM" and "AS render" in args][0] :]
     render_runs = " ".join(args for word, args in render if word == "RUN")
     assert "apt-get install" in render_runs and "chromium-headless-shell" in render_runs
-    assert "requirements-render.txt" in render_runs  # scrapy-playwright, pinned
+    assert "--require-hashes -r /tmp/requirements/requirements-render.lock" in render_runs  # scrapy-playwright, locked
 
 
 def test_dockerfile_copies_every_package_folder() -> None:

@@ -127,8 +127,8 @@ def test_make_render_installs_the_rendering_packages_named_in_requirements_rende
 
     assert "make render" in (REPO / "requirements-render.txt").read_text()
     done = subprocess.run(
-        ["make", "-n", "-W", "requirements.txt", "render"], cwd=REPO, capture_output=True, text=True, timeout=60
+        ["make", "-n", "-W", "requirements.lock", "render"], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert ".venv/bin/python -m pip install -q -r requirements-render.txt" in done.stdout
+    assert ".venv/bin/python -m pip install -q --require-hashes -r requirements-render.lock" in done.stdout
     assert "chromium-headless-shell" in done.stdout  # the browser target's commands
