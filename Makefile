@@ -113,6 +113,15 @@ test: lint browser
 	CRAWLHIVE_TEST_REDIS_SERVER=bundled FRONTIER_SHARDS=4 $(BIN)/pytest -n 2 --dist loadfile -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_crawler.py
 	@echo "again on a local Redis Cluster (3 primaries, 3 replicas, 64 shards): kafka-monitor, redis-monitor, crawler, frontier features, REST"
 	CRAWLHIVE_TEST_REDIS=cluster $(BIN)/pytest -n 2 --dist loadfile -q tests/integration/test_kafka_monitor.py tests/integration/test_redis_monitor.py tests/integration/test_crawler.py tests/integration/test_frontier_features.py tests/integration/test_rest_api.py
+	@echo "the container tier: the images, the compose deployment scaled and killed mid-crawl, Prometheus on it"
+	$(MAKE) --no-print-directory test-containers
+
+# The container tier (docs/contract.md §22.2, tests/containers/): starts a Docker engine where none
+# runs (without Docker's bridge: docker/compose.test.yml), builds the images over a base this
+# machine has or builds (docker/base-image.sh), runs the compose deployment on loopback. It fails,
+# never skips, where no engine can be had. Measured on CI's machine: see docker/README.md.
+test-containers: $(STAMP)
+	CRAWLHIVE_CONTAINER_TIER=1 $(BIN)/pytest -p no:xdist -q --durations=5 tests/containers
 
 # The quick tier, for working on the code: ruff, unit and integration tests (no chaos, no mypy, no
 # second Redis); `make test` (and CI) still runs everything.

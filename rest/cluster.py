@@ -119,6 +119,8 @@ class ClusterView:
         self.response_codes = {str(c) for c in settings.getlist("STATS_RESPONSE_CODES")}
         self.throttle_window_s = settings.getfloat("QUEUE_WINDOW")
         self.throttle_by_spider = settings.getbool("SCHEDULER_TYPE_ENABLED")
+        #: Domains with their own counters on /metrics (docs/contract.md §22.3).
+        self.metrics_top_domains = settings.getint("METRICS_TOP_DOMAINS")
         self.egress_id = settings["CRAWLER_EGRESS_ID"] if settings.getbool("SCHEDULER_IP_ENABLED") else None
 
     # --- one crawl ---------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Cluster-wide values are read from Redis at scrape time by :class:`ClusterCollector` (one
 :meth:`ClusterView.snapshot`); the REST process adds its own (responses by status, answers waiting
 and stored, and prometheus-client's process and platform collectors). Labels are only ``component``,
-``spiderid``, ``code``, ``kind``, ``stage`` and ``method``: never an appid, crawlid, URL or domain.
+``spiderid``, ``code``, ``kind``, ``stage``, ``method``, ``le`` and ``outcome``, and ``domain`` for
+the METRICS_TOP_DOMAINS busiest domains only (§22.3): never an appid, crawlid or URL.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, PlatformCollector, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from crawlhive.rest.cluster import COMPONENTS
+from crawlhive.utils.response_metrics import read_histograms, read_top_domains
 
 if TYPE_CHECKING:
     from crawlhive.rest.cluster import ClusterView
@@ -85,6 +87,24 @@ class ClusterCollector(Collector):
         for (spider, code), count in sorted(counters.responses.items()):
             responses.add_metric([spider, code], count)
         yield from (pages, responses, failed)
+
+        seconds = HistogramMetricFamily(
+            "crawlhive_response_seconds",
+            "Download time of responses per spider type (crawlers' download_latency; §22.3).",
+            labels=["spiderid"],
+        )
+        for spider, (buckets, total) in sorted(read_histograms(self.view.redis, self.view.keys, spiders).items()):
+            seconds.add_metric([spider], buckets, total)
+        by_domain = CounterMetricFamily(
+            "crawlhive_domain_responses",
+            "Responses of the METRICS_TOP_DOMAINS busiest domains by outcome: success (status < 400) or "
+            "failure (status >= 400 or a network failure); §22.3.",
+            labels=["domain", "outcome"],
+        )
+        for domain, ok, bad in read_top_domains(self.view.redis, self.view.keys, self.view.metrics_top_domains):
+            by_domain.add_metric([domain, "success"], ok)
+            by_domain.add_metric([domain, "failure"], bad)
+        yield from (seconds, by_domain)
 
         incoming = CounterMetricFamily("crawlhive_incoming", "Incoming requests by kind.", labels=["kind"])
         for kind, count in counters.incoming.items():

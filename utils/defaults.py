@@ -424,6 +424,11 @@ STATS_RESPONSE_CODES: list[int] = [200, 403, 404, 504]
 STATS_QUEUE_MAX_DOMAINS: int = 1000
 """Most domains listed per spider in queue stats."""
 
+METRICS_TOP_DOMAINS: int = 50
+"""Domains with their own success and failure counters on ``/metrics`` (the busiest by responses;
+docs/contract.md §22.3): bounds the series a scrape returns. Redis keeps the counts of 20 times as
+many (``metrics-domains``), the rest dropped, so a domain's counter can restart from a lower value."""
+
 HEARTBEAT_TIMEOUT: float = 120.0
 """Seconds a process counts as live after its last heartbeat."""
 

@@ -480,6 +480,26 @@ class Keys:
         """Lifetime count of distinct values (e.g. crawl ids) seen by counter ``name``."""
         return f"{self._global}stats-unique:{component}:{name}"
 
+    @key("hash")
+    def metrics_response_seconds(self, spider: str) -> str:
+        """Response-time histogram of spider type ``spider`` for ``/metrics``
+        (``crawlhive_response_seconds``, docs/contract.md §22.3): field ``b<i>`` = responses that
+        took at most bucket *i*'s bound and more than the one before (utils/response_metrics.py),
+        ``inf`` = slower than every bound, ``sum`` = their seconds (float), ``count``."""
+        return f"{self._global}metrics-response-seconds:{spider}"
+
+    @key("zset")
+    def metrics_domains(self) -> str:
+        """Responses per domain (member = domain, score = count), the busiest first for
+        ``/metrics``'s per-domain counters; trimmed to 20 x METRICS_TOP_DOMAINS domains."""
+        return f"{self._global}metrics-domains"
+
+    @key("hash")
+    def metrics_domain_failures(self) -> str:
+        """Failed responses per domain (field = domain): an HTTP status of 400 or more, or a
+        network failure; the successes are ``metrics_domains`` minus these. Trimmed with it."""
+        return f"{self._global}metrics-domain-failures"
+
     @key("set")
     def stats_index(self) -> str:
         """Every ``component:name`` that has stats keys, so readers never need ``KEYS``."""

@@ -1,0 +1,140 @@
+"""The compose deployment, run for real (docs/contract.md §22.2): the images built here, the
+cluster of docker/docker-compose.yml (with docker/compose.test.yml: host networking, stand-ins for
+Kafka and Redis) crawls a site served on loopback while `crawler` is scaled 1 -> 3 -> 1 and one
+crawler container is `docker kill`ed: every page is emitted at least once, the crawl completes, and
+`info` agrees. The same on the redis-cluster profile (3 primaries, 3 replicas, REDIS_WAIT_REPLICAS=1).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from clustercrawlkit import MultiHostSite
+from crawlerkit import Collector
+from dockerkit import Deployment, Engine, run
+
+from crawlhive.utils.connections import ensure_topics, make_producer
+from crawlhive.utils.settings import Settings
+
+pytestmark = pytest.mark.timeout(900)
+
+HOSTS = [f"127.0.0.{i}" for i in range(1, 7)]
+#: Pages per host: the seed links each host's /p/0, which links its /p/1 .. /p/{WIDTH - 1}. Each host
+#: is fetched once every 2 s cluster-wide (docker/compose.test.yml) and a page takes PAGE_DELAY_S
+#: to serve, so the crawl lasts about a minute: long enough to be scaled and killed in the middle.
+WIDTH = 20
+PAGE_DELAY_S = 0.5
+SERVICES = ["kafka", "redis", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest"]
+#: Each profile: (compose profiles, extra environment, services to start first). The sink profile
+#: (another branch) gets its entry here once it lands.
+PROFILES: dict[str, tuple[list[str], dict[str, str], list[str]]] = {
+    "default": ([], {}, []),
+    "redis-cluster": (["redis-cluster"], {"REDIS_WAIT_REPLICAS": "1"}, [f"redis-node-{i}" for i in range(1, 7)]),
+}
+
+
+class ChainSite(MultiHostSite):
+    def links(self, host: str, path: str) -> list[str]:
+        if path == "/seed":
+            return [self.url(h, 0) for h in HOSTS]
+        if path == "/p/0":
+            return [self.url(host, p) for p in range(1, WIDTH)]
+        return []
+
+    def all_pages(self) -> set[str]:
+        return {self.url(h, p) for h in HOSTS for p in range(WIDTH)}
+
+
+@pytest.fixture
+def site() -> Iterator[ChainSite]:
+    import clustercrawlkit
+
+    served = ChainSite(delay_s=PAGE_DELAY_S)
+    original, clustercrawlkit.HOSTS = clustercrawlkit.HOSTS, HOSTS
+    try:
+        served.start()
+    finally:
+        clustercrawlkit.HOSTS = original
+    yield served
+    served.stop()
+
+
+def wait_until(what: str, check: Any, timeout: float, deployment: Deployment) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout} s\n{deployment.logs()}")
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_scaled_and_killed_crawlers_of_the_compose_deployment_emit_every_page(
+    engine: Engine, images: str, site: ChainSite, profile: str
+) -> None:
+    profiles, extra_env, first = PROFILES[profile]
+    deployment = Deployment(f"chtest{secrets.token_hex(3)}", profiles, extra_env)
+    collector = producer = None
+    try:
+        if first:  # the Redis Cluster's nodes, then its one-off join
+            deployment("up", "-d", "--wait", "--wait-timeout", "120", *first)
+            deployment("run", "--rm", "redis-cluster-init", timeout=120)
+        deployment("up", "-d", "--wait", "--wait-timeout", "240", *SERVICES)
+        settings = Settings.from_overrides(
+            REDIS_URL=deployment.redis_url,
+            KAFKA_BOOTSTRAP_SERVERS=[deployment.bootstrap],
+            KAFKA_TOPIC_PREFIX=deployment.project,
+        )
+        topics = [settings.topic(t) for t in ("incoming", "crawled_firehose", "outbound_firehose")]
+        ensure_topics(settings, topics)
+        collector = Collector(settings, topics[1:])
+        producer = make_producer(settings)
+
+        def send(message: dict[str, Any]) -> None:
+            producer.send(settings.topic("incoming"), json.dumps(message).encode())
+            producer.flush(10)
+
+        def pages() -> set[str]:
+            return {m["url"] for m in collector.of("dock", settings.topic("crawled_firehose"))}
+
+        def answer(key: str) -> dict[str, Any] | None:
+            found = [
+                m
+                for m in collector.of("dock", settings.topic("outbound_firehose"))
+                if key in (m.get("action"), m.get("uuid"))
+            ]
+            return found[-1] if found else None
+
+        seed = site.url("127.0.0.1", "/seed")
+        send({"url": seed, "appid": "dapp", "crawlid": "dock", "spiderid": "link", "maxdepth": 2})
+        wait_until("the first pages", lambda: len(pages()) >= 3, 120, deployment)
+
+        deployment("up", "-d", "--no-recreate", "--scale", "crawler=3", "crawler")
+        assert len(deployment.containers("crawler")) == 3
+        wait_until("pages from the scaled crawlers", lambda: len(pages()) >= 3 + len(HOSTS), 120, deployment)
+        assert pages() < site.all_pages() | {seed}, "the crawl ended before it was scaled: make the site slower"
+        victim = deployment.containers("crawler")[-1]
+        run(engine.docker, "kill", victim)
+        deployment("up", "-d", "--no-recreate", "--scale", "crawler=1", "crawler")
+        assert len(deployment.containers("crawler")) == 1
+
+        done = wait_until("complete", lambda: answer("complete"), 300, deployment)
+        missing = site.all_pages() - pages()
+        assert not missing, f"pages never emitted: {sorted(missing)}\n{deployment.logs()}"
+        assert done["total_crawled"] >= 1 + len(HOSTS) * WIDTH, done
+        send({"action": "info", "appid": "dapp", "crawlid": "dock", "spiderid": "link", "uuid": "dock-info"})
+        info = wait_until("the info answer", lambda: answer("dock-info"), 60, deployment)
+        assert info["total_pending"] == 0, info
+        assert info["total_crawled"] == done["total_crawled"], (info, done)
+    finally:
+        if collector is not None:
+            collector.close()
+        if producer is not None:
+            producer.close()
+        deployment.down()
