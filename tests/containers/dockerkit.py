@@ -113,7 +113,7 @@ def built_images(engine: Engine) -> str:
             steps.append(["sh", str(REPO / "docker" / "base-image.sh"), LOCAL_BASE])
         steps.append(["make", "-C", str(REPO), "images", f"BASE_IMAGE={base}", f"DOCKER={engine.build_docker}"])
         standins = str(REPO / "tests" / "containers" / "standins")
-        for target in ("redis", "broker"):
+        for target in ("redis", "prometheus", "broker"):
             steps.append(
                 [
                     engine.build_docker,
@@ -148,7 +148,7 @@ class Deployment:
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.ports = {name: free_port() for name in ("CH_REDIS_PORT", "CH_BROKER_PORT", "CH_REST_PORT")}
+        self.ports = {name: free_port() for name in ("CH_REDIS_PORT", "CH_BROKER_PORT", "CH_REST_PORT", "CH_PROM_PORT")}
         self.ports.update({f"CH_NODE_PORT_{i}": free_port() for i in range(1, 7)})
         self.compose = str(Path(sys.executable).parent / "docker-compose")
 

@@ -1,8 +1,10 @@
-"""The compose deployment, run for real (docs/contract.md §22.2): the images built here, the
+"""The compose deployment, run for real (docs/contract.md §22.2, §22.3): the images built here, the
 cluster of docker/docker-compose.yml (with docker/compose.test.yml: host networking, stand-ins for
 Kafka and Redis) crawls a site served on loopback while `crawler` is scaled 1 -> 3 -> 1 and one
 crawler container is `docker kill`ed: every page is emitted at least once, the crawl completes, and
 `info` agrees. The same on the redis-cluster profile (3 primaries, 3 replicas, REDIS_WAIT_REPLICAS=1).
+With the default Redis the monitoring profile runs too: a real Prometheus (Debian's) scrapes REST's
+/metrics, loads docker/monitoring/alerts.yml, and has the crawl's response times and domains.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import json
 import secrets
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,12 +34,18 @@ HOSTS = [f"127.0.0.{i}" for i in range(1, 7)]
 WIDTH = 20
 PAGE_DELAY_S = 0.5
 SERVICES = ["kafka", "redis", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest"]
-#: Each profile: (compose profiles, extra environment, services to start first). The sink profile
-#: (another branch) gets its entry here once it lands.
-PROFILES: dict[str, tuple[list[str], dict[str, str], list[str]]] = {
-    "default": ([], {}, []),
-    "redis-cluster": (["redis-cluster"], {"REDIS_WAIT_REPLICAS": "1"}, [f"redis-node-{i}" for i in range(1, 7)]),
+#: Each case: (compose profiles, extra environment, services to start first, more services). The
+#: sink profile (another branch) gets its entry here once it lands.
+PROFILES: dict[str, tuple[list[str], dict[str, str], list[str], list[str]]] = {
+    "default": (["monitoring"], {}, [], ["prometheus"]),
+    "redis-cluster": (
+        ["redis-cluster"],
+        {"REDIS_WAIT_REPLICAS": "1"},
+        [f"redis-node-{i}" for i in range(1, 7)],
+        [],
+    ),
 }
+ALERT_RULES = 9  # docker/monitoring/alerts.yml
 
 
 class ChainSite(MultiHostSite):
@@ -78,14 +88,14 @@ def wait_until(what: str, check: Any, timeout: float, deployment: Deployment) ->
 def test_scaled_and_killed_crawlers_of_the_compose_deployment_emit_every_page(
     engine: Engine, images: str, site: ChainSite, profile: str
 ) -> None:
-    profiles, extra_env, first = PROFILES[profile]
+    profiles, extra_env, first, more = PROFILES[profile]
     deployment = Deployment(f"chtest{secrets.token_hex(3)}", profiles, extra_env)
     collector = producer = None
     try:
         if first:  # the Redis Cluster's nodes, then its one-off join
             deployment("up", "-d", "--wait", "--wait-timeout", "120", *first)
             deployment("run", "--rm", "redis-cluster-init", timeout=120)
-        deployment("up", "-d", "--wait", "--wait-timeout", "240", *SERVICES)
+        deployment("up", "-d", "--wait", "--wait-timeout", "240", *SERVICES, *more)
         settings = Settings.from_overrides(
             REDIS_URL=deployment.redis_url,
             KAFKA_BOOTSTRAP_SERVERS=[deployment.bootstrap],
@@ -132,9 +142,39 @@ def test_scaled_and_killed_crawlers_of_the_compose_deployment_emit_every_page(
         info = wait_until("the info answer", lambda: answer("dock-info"), 60, deployment)
         assert info["total_pending"] == 0, info
         assert info["total_crawled"] == done["total_crawled"], (info, done)
+        if "monitoring" in profiles:
+            check_prometheus(deployment)
     finally:
         if collector is not None:
             collector.close()
         if producer is not None:
             producer.close()
         deployment.down()
+
+
+def check_prometheus(deployment: Deployment) -> None:
+    """Prometheus of the monitoring profile: REST is a healthy target, every alert rule loaded, and
+    the crawl's figures (response-time histogram, per-domain counters, crawlers) are in its store."""
+    base = f"http://127.0.0.1:{deployment.ports['CH_PROM_PORT']}/api/v1"
+
+    def get(path: str, **query: str) -> Any:
+        url = f"{base}/{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = json.load(response)
+        assert body["status"] == "success", body
+        return body["data"]
+
+    rules = get("rules")["groups"]
+    loaded = [rule for group in rules for rule in group["rules"] if rule["type"] == "alerting"]
+    assert len(loaded) == ALERT_RULES and all(rule["health"] != "err" for rule in loaded), rules
+
+    def scraped() -> bool:
+        targets = get("targets")["activeTargets"]
+        latency = get("query", query='sum(crawlhive_response_seconds_count{spiderid="link"})')["result"]
+        return bool(targets) and targets[0]["health"] == "up" and bool(latency) and float(latency[0]["value"][1]) > 0
+
+    wait_until("Prometheus scraping the crawl's figures", scraped, 60, deployment)
+    domains = get("query", query='crawlhive_domain_responses_total{outcome="success"}')["result"]
+    assert {series["metric"]["domain"] for series in domains} >= set(HOSTS), domains
+    crawlers = get("query", query='crawlhive_nodes{component="crawler"}')["result"]
+    assert crawlers and float(crawlers[0]["value"][1]) >= 1, crawlers

@@ -286,7 +286,12 @@ def test_dockerfile_builds_from_requirements_and_runs_crawlhive() -> None:
     runs = [args for word, args in steps if word == "RUN"]
     assert ["requirements.lock", "./"] in copies
     assert any(re.search(r"pip install (.* )?--require-hashes -r requirements\.lock", run) for run in runs)
-    assert any(re.search(r"pip install (-q )?--no-deps \.", run) for run in runs)
+    assert any(re.search(r"pip wheel (-q )?--no-deps -w /opt/wheels \.", run) for run in runs)  # the package
+    for stage in ("plain", "render"):  # both images install the package's wheel
+        body = steps[[i for i, (w, a) in enumerate(steps) if w == "FROM" and a.endswith(f"AS {stage}")][0] + 1 :]
+        body = body[: next((i for i, (w, _) in enumerate(body) if w == "FROM"), len(body))]
+        assert ("COPY", "--from=package /opt/wheels/ /tmp/wheels/") in body, stage
+        assert any("pip install -q --no-deps /tmp/wheels/*.whl" in a for w, a in body if w == "RUN"), stage
     assert not any("requirements-dev" in " ".join(c) for c in copies), "test tools do not belong in the image"
     entrypoint = [json.loads(args) for word, args in steps if word == "ENTRYPOINT"]
     assert entrypoint == [["crawlhive"]]
@@ -301,7 +306,11 @@ def test_dockerfile_builds_from_requirements_and_runs_crawlhive() -> None:
 def test_dockerfile_copies_every_package_folder() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     folders = set(pyproject["tool"]["setuptools"]["package-dir"].values())
-    copied = {args.split()[0].rstrip("/") for word, args in dockerfile_instructions() if word == "COPY"}
+    copied = {
+        args.split()[0].rstrip("/")
+        for word, args in dockerfile_instructions()
+        if word == "COPY" and not args.startswith("--from=")
+    }
     assert folders <= copied, f"not copied into the image: {folders - copied}"
     for source in copied:
         assert (ROOT / source).exists(), f"COPY {source}: no such file"
