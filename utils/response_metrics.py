@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import collections
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -125,13 +125,16 @@ def read_histograms(redis: Redis, keys: Keys, spiders: list[str]) -> dict[str, t
 
 def read_top_domains(redis: Redis, keys: Keys, top: int) -> list[tuple[str, int, int]]:
     """The *top* busiest domains: ``(domain, successes, failures)``, the busiest first."""
-    ranked = redis.zrevrange(keys.metrics_domains(), 0, max(0, top) - 1, withscores=True)
+    ranked = cast(
+        "list[tuple[bytes | str, float]]",
+        redis.zrevrange(keys.metrics_domains(), 0, max(0, top) - 1, withscores=True),
+    )
     if not ranked:
         return []
-    domains = [d.decode() if isinstance(d, bytes) else str(d) for d, _ in ranked]
+    domains = [member.decode() if isinstance(member, bytes) else str(member) for member, _ in ranked]
     failures = redis.hmget(keys.metrics_domain_failures(), domains)
     out = []
-    for (domain, (_, total)), fail in zip(zip(domains, ranked, strict=True), failures, strict=True):
+    for domain, (_, total), fail in zip(domains, ranked, failures, strict=True):
         bad = int(fail or 0)
         out.append((domain, max(0, int(total) - bad), bad))
     return out

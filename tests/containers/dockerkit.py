@@ -10,6 +10,9 @@ here (tests/containers/standins/). Docker's layer cache keeps every later build 
 from __future__ import annotations
 
 import os
+import random
+import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -27,6 +30,21 @@ BUILD_LOG = Path("/tmp/crawlhive-images.log")
 LOCAL_BASE = "crawlhive-base:bookworm"
 
 
+#: How the README's compose commands start; the tier runs them with its override added.
+README_COMPOSE = "docker compose -f docker/docker-compose.yml "
+#: Services of the README's commands that the tier leaves out: no registry image can be pulled here
+#: and Debian packages none (docker/compose.test.yml).
+NOT_RUN_HERE = {"grafana"}
+
+
+def readme_docker_steps() -> list[str]:
+    """The commands of README.md's "Run it on Docker", in order (the tier runs each of them)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Run it on Docker", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```sh\n(.*?)```", section, flags=re.S)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
 def run(*args: str, timeout: float = 120, env: dict[str, str] | None = None, check: bool = True) -> str:
     done = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, env=env)
     if check and done.returncode != 0:
@@ -40,6 +58,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_cluster_port() -> int:
+    """A free port P <= 55535 whose cluster bus port P + 10000 is free too (Redis Cluster's rule)."""
+    for _ in range(1000):
+        port = random.randint(20000, 45000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no free port pair for a Redis Cluster node")
 
 
 @dataclass
@@ -107,11 +139,13 @@ def built_images(engine: Engine) -> str:
     if not base:
         present = subprocess.run([engine.docker, "image", "inspect", "python:3.11-slim"], capture_output=True)
         base = "python:3.11-slim" if present.returncode == 0 else LOCAL_BASE
+    readme = readme_docker_steps()
+    assert readme[0] == "sh docker/base-image.sh" and readme[1] == f"make images BASE_IMAGE={LOCAL_BASE}", readme
     with BUILD_LOG.open("w") as log:
         steps = []
-        if base == LOCAL_BASE:
-            steps.append(["sh", str(REPO / "docker" / "base-image.sh"), LOCAL_BASE])
-        steps.append(["make", "-C", str(REPO), "images", f"BASE_IMAGE={base}", f"DOCKER={engine.build_docker}"])
+        if base == LOCAL_BASE:  # the README's first two commands, as written (plus the build client)
+            steps.append(shlex.split(readme[0]))
+        steps.append([*shlex.split(readme[1].replace(LOCAL_BASE, base)), f"DOCKER={engine.build_docker}"])
         standins = str(REPO / "tests" / "containers" / "standins")
         for target in ("redis", "prometheus", "broker"):
             steps.append(
@@ -133,7 +167,8 @@ def built_images(engine: Engine) -> str:
             log.write(f"$ {' '.join(step)}\n")
             log.flush()
             env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-            if subprocess.run(step, stdout=log, stderr=subprocess.STDOUT, timeout=1800, env=env).returncode != 0:
+            done = subprocess.run(step, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=1800, env=env)
+            if done.returncode != 0:
                 log.close()
                 pytest.fail(f"{' '.join(step)} failed; the log ({BUILD_LOG}):\n{BUILD_LOG.read_text()[-4000:]}")
     return base
@@ -149,7 +184,10 @@ class Deployment:
 
     def __post_init__(self) -> None:
         self.ports = {name: free_port() for name in ("CH_REDIS_PORT", "CH_BROKER_PORT", "CH_REST_PORT", "CH_PROM_PORT")}
-        self.ports.update({f"CH_NODE_PORT_{i}": free_port() for i in range(1, 7)})
+        nodes: set[int] = set()
+        while len(nodes) < 6:
+            nodes.add(free_cluster_port())
+        self.ports.update({f"CH_NODE_PORT_{i}": port for i, port in enumerate(sorted(nodes), 1)})
         self.compose = str(Path(sys.executable).parent / "docker-compose")
 
     @property
@@ -174,6 +212,12 @@ class Deployment:
         profiles = [word for p in self.profiles for word in ("--profile", p)]
         return run(self.compose, "-p", self.project, *COMPOSE_FILES, *profiles, *args, timeout=timeout, env=self.env)
 
+    def readme(self, command: str, timeout: float = 300) -> str:
+        """One of the README's compose commands, on this deployment (its override, project, ports)."""
+        assert command.startswith(README_COMPOSE), command
+        args = [word for word in shlex.split(command[len(README_COMPOSE) :]) if word not in NOT_RUN_HERE]
+        return self(*args, timeout=timeout)
+
     def containers(self, service: str) -> list[str]:
         return self("ps", "-q", service).split()
 
@@ -184,4 +228,10 @@ class Deployment:
             return f"(no logs: {exc})"
 
     def down(self) -> None:
-        self("down", "-v", "--timeout", "10", "--remove-orphans", timeout=180)
+        """The README's last command (`down`), with every profile this tier may have started; then
+        anything of the project still there is removed."""
+        self("--profile", "monitoring", "down", "-v", "--timeout", "10", "--remove-orphans", timeout=180)
+        label = f"label=com.docker.compose.project={self.project}"
+        left = run("docker", "ps", "-aq", "--filter", label, check=False).split()
+        if left:
+            run("docker", "rm", "-f", "-v", *left, check=False)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from clustercrawlkit import MultiHostSite
 from crawlerkit import Collector
-from dockerkit import Deployment, Engine, run
+from dockerkit import Deployment, Engine, readme_docker_steps, run
 
 from crawlhive.utils.connections import ensure_topics, make_producer
 from crawlhive.utils.settings import Settings
@@ -33,16 +33,15 @@ HOSTS = [f"127.0.0.{i}" for i in range(1, 7)]
 #: to serve, so the crawl lasts about a minute: long enough to be scaled and killed in the middle.
 WIDTH = 20
 PAGE_DELAY_S = 0.5
-SERVICES = ["kafka", "redis", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest"]
-#: Each case: (compose profiles, extra environment, services to start first, more services). The
-#: sink profile (another branch) gets its entry here once it lands.
-PROFILES: dict[str, tuple[list[str], dict[str, str], list[str], list[str]]] = {
-    "default": (["monitoring"], {}, [], ["prometheus"]),
+#: Each case: (compose profiles, extra environment, services to start first, run the README's
+#: monitoring step). The sink profile (another branch) gets its entry here once it lands.
+PROFILES: dict[str, tuple[list[str], dict[str, str], list[str], bool]] = {
+    "default": ([], {}, [], True),
     "redis-cluster": (
         ["redis-cluster"],
         {"REDIS_WAIT_REPLICAS": "1"},
         [f"redis-node-{i}" for i in range(1, 7)],
-        [],
+        False,
     ),
 }
 ALERT_RULES = 9  # docker/monitoring/alerts.yml
@@ -88,14 +87,17 @@ def wait_until(what: str, check: Any, timeout: float, deployment: Deployment) ->
 def test_scaled_and_killed_crawlers_of_the_compose_deployment_emit_every_page(
     engine: Engine, images: str, site: ChainSite, profile: str
 ) -> None:
-    profiles, extra_env, first, more = PROFILES[profile]
+    profiles, extra_env, first, monitoring = PROFILES[profile]
+    # README.md's "Run it on Docker" after the images: start, scale to 3, scale to 1, monitoring, down.
+    start, scale_up, scale_down, monitor, down = readme_docker_steps()[2:]
+    assert "--scale crawler=3" in scale_up and "--scale crawler=1" in scale_down and down.endswith(" down")
     deployment = Deployment(f"chtest{secrets.token_hex(3)}", profiles, extra_env)
     collector = producer = None
     try:
         if first:  # the Redis Cluster's nodes, then its one-off join
             deployment("up", "-d", "--wait", "--wait-timeout", "120", *first)
             deployment("run", "--rm", "redis-cluster-init", timeout=120)
-        deployment("up", "-d", "--wait", "--wait-timeout", "240", *SERVICES, *more)
+        deployment.readme(start)
         settings = Settings.from_overrides(
             REDIS_URL=deployment.redis_url,
             KAFKA_BOOTSTRAP_SERVERS=[deployment.bootstrap],
@@ -125,13 +127,13 @@ def test_scaled_and_killed_crawlers_of_the_compose_deployment_emit_every_page(
         send({"url": seed, "appid": "dapp", "crawlid": "dock", "spiderid": "link", "maxdepth": 2})
         wait_until("the first pages", lambda: len(pages()) >= 3, 120, deployment)
 
-        deployment("up", "-d", "--no-recreate", "--scale", "crawler=3", "crawler")
+        deployment.readme(scale_up)
         assert len(deployment.containers("crawler")) == 3
         wait_until("pages from the scaled crawlers", lambda: len(pages()) >= 3 + len(HOSTS), 120, deployment)
         assert pages() < site.all_pages() | {seed}, "the crawl ended before it was scaled: make the site slower"
         victim = deployment.containers("crawler")[-1]
         run(engine.docker, "kill", victim)
-        deployment("up", "-d", "--no-recreate", "--scale", "crawler=1", "crawler")
+        deployment.readme(scale_down)
         assert len(deployment.containers("crawler")) == 1
 
         done = wait_until("complete", lambda: answer("complete"), 300, deployment)
@@ -142,7 +144,8 @@ def test_scaled_and_killed_crawlers_of_the_compose_deployment_emit_every_page(
         info = wait_until("the info answer", lambda: answer("dock-info"), 60, deployment)
         assert info["total_pending"] == 0, info
         assert info["total_crawled"] == done["total_crawled"], (info, done)
-        if "monitoring" in profiles:
+        if monitoring:
+            deployment.readme(monitor)
             check_prometheus(deployment)
     finally:
         if collector is not None:
