@@ -239,8 +239,8 @@ class ProxyMiddleware:
 
     async def process_request(self, request: Request) -> None:
         state = self.state
-        if not state.pools:
-            return  # no pool configured: nothing to choose (no Redis call)
+        if not state.pools or state.runtime.render:
+            return  # no pool configured (no Redis call), or a browser's page (not proxied, §15)
         state.refresh()
         if state.exempt and (urlsplit(request.url).hostname or "").lower() in state.exempt:
             await self._guard(request)  # a proxy's own host as a target: the guard's rule holds

@@ -98,10 +98,14 @@ class LoopProxy:
         await self._server.wait_closed()
 
     def stop(self) -> None:
-        if self._loop is not None:
-            with contextlib.suppress(Exception):
-                self.refuse()
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._loop is None:
+            return
+        with contextlib.suppress(Exception):
+            self.refuse()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+        self._loop.close()
 
     def ban(self, host: str, status: int = 403, body: bytes = b"<html>banned</html>", after: int = 0) -> None:
         with self._lock:
