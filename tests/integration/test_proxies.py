@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import base64
 import json
-import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from crawlerkit import (
     Crawler,
     Seen,
