@@ -207,9 +207,11 @@ class ProxyState:
             f"{pool}|{proxy}|{domain}",
             PROXY_STATE_TTL_S * 1000,
             "1" if crawl.sticky == "domain" else "",
+            pool,
         ]
-        health = keys.proxy_health(pool, domain)
-        self.fire("proxy_report", [health, keys.proxy_rests(keys.shard_of(domain)), session], args, "count a ban")
+        shard = keys.shard_of(domain)
+        call_keys = [keys.proxy_health(pool, domain), keys.proxy_rests(shard), session, keys.proxy_sessions(shard)]
+        self.fire("proxy_report", call_keys, args, "count a ban")
 
     def switched(self, request: Request, reason: str) -> Request | None:
         """*request* again, to go through another proxy without using a retry; None after
@@ -282,6 +284,7 @@ class ProxyMiddleware:
                 keys.proxy_health(pool or "-", domain),
                 session,
                 keys.proxy_waiting(shard),
+                keys.proxy_sessions(shard),
             ]
             args = [
                 domain,

@@ -23,6 +23,8 @@ from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.heartbeat import crawler_lanes, live_heartbeats, live_nodes, unserved_reason
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.proxies import ProxyConfigError, ProxyPools, pools_from_settings
+from crawlhive.utils.proxy_state import proxy_overview
 from crawlhive.utils.stats import (
     CLEANER,
     CLEANER_COUNTERS,
@@ -120,6 +122,14 @@ class ClusterView:
         self.throttle_window_s = settings.getfloat("QUEUE_WINDOW")
         self.throttle_by_spider = settings.getbool("SCHEDULER_TYPE_ENABLED")
         self.egress_id = settings["CRAWLER_EGRESS_ID"] if settings.getbool("SCHEDULER_IP_ENABLED") else None
+        try:
+            self.proxy_pools: ProxyPools | None = pools_from_settings(settings)
+        except ProxyConfigError:  # the crawlers refuse it, saying why; here: the proxies that served
+            self.proxy_pools = None
+
+    def proxies(self) -> dict[str, Any]:
+        """Proxies, rests, waiting domains and slowed domains (:func:`proxy_overview`, §21.6)."""
+        return proxy_overview(self.redis, self.keys, self.throttle_window_s, self.proxy_pools)
 
     # --- one crawl ---------------------------------------------------------------------------------
 

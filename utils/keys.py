@@ -276,6 +276,12 @@ class Keys:
         ``<pool>|<domain>``, score = Redis time (s) when the first proxy is back."""
         return f"{self._heads[shard]}proxy-waiting"
 
+    @key("zset")
+    def proxy_sessions(self, shard: int = 0) -> str:
+        """Sticky sessions of one shard: member = ``<pool>|<host:port>|<proxy_session key>``, score =
+        Redis time (s) when it ends (a session dropped after a ban is removed)."""
+        return f"{self._heads[shard]}proxy-sessions"
+
     @key("hash")
     def proxy_stats(self) -> str:
         """Requests through proxies by outcome: field = ``<pool>|<host:port>|<outcome>`` (``ok``,

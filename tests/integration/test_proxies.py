@@ -34,6 +34,10 @@ from crawlerkit import (
 )
 from proxykit import CAPTCHA, LoopProxy
 
+from crawlhive.redis_monitor.plugins.stats import StatsMonitor
+from crawlhive.rest.cluster import ClusterView
+from crawlhive.rest.dashboard import proxy_rows
+from crawlhive.rest.metrics import RestMetrics
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -135,6 +139,24 @@ def test_rotation_a_ban_moves_traffic_to_the_other_proxy_and_no_credential_leaks
     assert counts[f"res|{proxies[1].id}|ok"] >= 7
     rests = cluster["redis"].zrange(keys.proxy_rests(keys.shard_of("127.0.0.1")), 0, -1)
     assert rests == [f"res|{proxies[0].id}|127.0.0.1".encode()]
+    # stats proxies, /metrics and the dashboard's card name proxies host:port, with no credential
+    with_pools = settings.copy_with(PROXY_POOLS={"res": [p.url for p in proxies]})
+    view = ClusterView(cluster["redis"], with_pools, {})
+    overview = StatsMonitor(cluster["redis"], keys, view.stats, view.reader, [200], 10)
+    overview.pools = view.proxy_pools
+    answer = overview.body("proxies")["proxies"]
+    assert answer["pools"]["res"][proxies[0].id]["requests"]["ban"] == bans
+    assert list(answer["pools"]["res"][proxies[0].id]["resting"]) == ["127.0.0.1"]
+    assert answer["pools"]["res"][proxies[1].id]["resting"] == {}
+    metrics = RestMetrics(view, lambda: 0, lambda: 0).render().decode()
+    line = f'crawlhive_proxy_requests_total{{outcome="ban",pool="res",proxy="{proxies[0].id}"}} {float(bans)}'
+    assert line in metrics
+    assert f'crawlhive_proxy_resting_domains{{pool="res",proxy="{proxies[0].id}"}} 1.0' in metrics
+    card = proxy_rows(view.proxies())
+    assert {r["proxy"]: r["resting"] for r in card["rows"]} == {proxies[0].id: ["127.0.0.1"], proxies[1].id: []}
+    for shown in (json.dumps(answer), metrics, json.dumps(card)):
+        _secrets_absent(shown)
+        assert "alice" not in shown and "bob" not in shown
     headers = [i["request_headers"] for i in items if "Proxy-Authorization" in i.get("request_headers", {})]
     assert all(h["Proxy-Authorization"] == ["[redacted]"] or h["Proxy-Authorization"] == "[redacted]" for h in headers)
 

@@ -29,6 +29,7 @@ def choose(
             keys.proxy_health(pool, domain),
             keys.proxy_session("link", "app", "c", domain),
             keys.proxy_waiting(shard),
+            keys.proxy_sessions(shard),
         ],
         args=[domain, crawl_pool, pool, "1" if sticky else "", 3, 60_000, STATE_TTL_MS, *IDS],
     )
@@ -42,8 +43,19 @@ def report(client: redis.Redis, keys: Keys, domain: str, proxy: str, outcome: st
                 keys.proxy_health("p", domain),
                 keys.proxy_rests(keys.shard_of(domain)),
                 keys.proxy_session("link", "app", "c", domain),
+                keys.proxy_sessions(keys.shard_of(domain)),
             ],
-            args=[proxy, outcome, 3, int(cooldown_s * 1e6), 3600 * 10**6, f"p|{proxy}|{domain}", STATE_TTL_MS, "1"],
+            args=[
+                proxy,
+                outcome,
+                3,
+                int(cooldown_s * 1e6),
+                3600 * 10**6,
+                f"p|{proxy}|{domain}",
+                STATE_TTL_MS,
+                "1",
+                "p",
+            ],
         )
     )
 
@@ -103,8 +115,11 @@ def test_a_sticky_session_keeps_its_proxy_until_its_count_or_a_ban(redis_client:
     scripts(redis_client)["proxy_session_cookies"](keys=[session], args=[IDS[1], cookies])
     again = choose(redis_client, keys, "a.com", sticky=True)
     assert again[1] == IDS[1] and json.loads(again[3]) == {"sid": "42"}
+    sessions = keys.proxy_sessions(keys.shard_of("a.com"))
+    assert f"p|{IDS[1]}|{session}".encode() in redis_client.zrange(sessions, 0, -1)
     report(redis_client, keys, "a.com", IDS[1], "ban")  # a banned session is dropped with its cookies
     assert not redis_client.exists(session)
+    assert f"p|{IDS[1]}|{session}".encode() not in redis_client.zrange(sessions, 0, -1)
     assert choose(redis_client, keys, "a.com", sticky=True)[1] != IDS[1]
 
 

@@ -2,7 +2,8 @@
 -- domain's pool that does not rest for the domain, cluster-wide; a sticky session's own proxy
 -- while the session lasts.
 -- KEYS: 1 domain_config (domain's shard), 2 proxy_lru(pool, domain), 3 proxy_health(pool, domain),
---       4 proxy_session(crawl, domain) (read only when sticky), 5 proxy_waiting (domain's shard).
+--       4 proxy_session(crawl, domain) (read only when sticky), 5 proxy_waiting (domain's shard),
+--       6 proxy_sessions (domain's shard).
 -- ARGV: 1 domain, 2 the crawl's pool ('' none), 3 the pool KEYS 2-3 are of, 4 '1' if sticky,
 --       5 session max requests, 6 session TTL (ms), 7 state TTL (ms), 8… the pool's proxy ids.
 -- Returns {0} to fetch directly (no pool); {1, proxy id, bans in a row, session cookies JSON or ''};
@@ -82,5 +83,7 @@ if sticky then
   redis.call('DEL', KEYS[4])
   redis.call('HSET', KEYS[4], 'proxy', best, 'pool', pool, 'count', 1, 'cookies', '')
   redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[6]))
+  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', secs(now))
+  redis.call('ZADD', KEYS[6], secs(now + tonumber(ARGV[6]) * 1000), pool .. '|' .. best .. '|' .. KEYS[4])
 end
 return use(best, '')
