@@ -53,7 +53,7 @@ class DomainConfigMonitor(MonitorPlugin):
         answer = self._answer(request, domain)
         try:
             if action == "domain-update":
-                config = {
+                config: dict[str, float | str] = {
                     "hits": int(request["hits"]),
                     "window": int(request["window"]),
                     "scale": float(request.get("scale", 1.0)),

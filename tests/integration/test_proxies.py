@@ -274,3 +274,26 @@ def test_a_429_halves_the_domain_rate_cluster_wide(cluster: dict[str, Any], site
     keys = keys_for(settings["REDIS_KEY_PREFIX"], cluster["redis"])
     value = cluster["redis"].hget(keys.autothrottle(keys.shard_of("127.0.0.1")), "127.0.0.1")
     assert value is not None and float(value.split()[0]) == 0.5
+
+
+def test_a_proxy_that_cannot_be_reached_is_switched_without_using_retries(
+    cluster: dict[str, Any], site: TestSite, proxies: list[LoopProxy]
+) -> None:
+    pages = [f"/f/{i}" for i in range(1, 7)]
+    site.page("/f/0", html(*pages))
+    for page in pages:
+        site.page(page, html())
+    proxies[0].refuse()  # connections to A are refused
+    crawler = cluster["start"](ROBOTSTXT_OBEY=False, RETRY_TIMES=0)[0]
+    settings = cluster["settings"]
+    seed(settings, cluster["redis"], appid="app", crawlid="f", url=site.url("/f/0"), maxdepth=1, proxy_pool="res")
+    items = cluster["collector"].wait_for("f", 7, timeout=60)
+    assert sorted((i["url"], i["status_code"]) for i in items) == sorted(
+        (site.url(p), 200) for p in ["/f/0", *pages]
+    ), crawler.output()
+    assert set(_via(site.hits("/f/"))) == {"B"}
+    keys = keys_for(settings["REDIS_KEY_PREFIX"], cluster["redis"])
+    time.sleep(1.5)
+    counts = {k.decode(): int(v) for k, v in cluster["redis"].hgetall(keys.proxy_stats()).items()}
+    assert counts.get(f"res|{proxies[0].id}|ban", 0) >= 1
+    _secrets_absent(crawler.output())

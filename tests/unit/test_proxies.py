@@ -113,3 +113,8 @@ def test_without_pools_a_named_pool_is_unknown(validator: RequestValidator) -> N
     assert isinstance(verdict, Rejected)
     assert "none is configured" in verdict.reason
     assert json.dumps(verdict.reason)
+
+
+def test_proxy_passwords_are_among_the_secrets_no_log_line_shows() -> None:
+    secrets = Settings.from_overrides(PROXY_POOLS=POOLS).secrets()
+    assert "s3cret-pw" in secrets
