@@ -108,3 +108,40 @@ def _factor(value: str, now: float, window_s: float) -> float | None:
         return 1.0
     regained = step * math.floor(max(now - since_us / 1e6, 0) / window_s)
     return round(min(1.0, factor + regained), 6)
+
+
+def domain_notes(redis: Redis, keys: Keys, domains: list[str], default_window_s: float) -> dict[str, dict[str, Any]]:
+    """For ``info`` (§21.3, §21.4): per domain of *domains* that has one, ``proxy_wait_until``
+    (epoch s: every proxy of its pool rests, its requests wait) and ``rate_factor`` (the fraction of
+    its configured rate the adaptive throttle holds it to). One pipeline, per shard involved.
+
+    Raises:
+        redis.RedisError: the caller reports it.
+    """
+    if not domains:
+        return {}
+    now = float(redis.time()[0])
+    shards = sorted({keys.shard_of(d) for d in domains})
+    pipe = redis.pipeline(transaction=False)
+    for shard in shards:
+        mine = [d for d in domains if keys.shard_of(d) == shard]
+        pipe.zrangebyscore(keys.proxy_waiting(shard), now, "+inf", withscores=True)
+        pipe.hmget(keys.autothrottle(shard), mine)
+        pipe.hmget(keys.domain_config(shard), mine)
+    replies = pipe.execute()
+    notes: dict[str, dict[str, Any]] = {}
+    for i, shard in enumerate(shards):
+        mine = [d for d in domains if keys.shard_of(d) == shard]
+        waits, auto, config = replies[3 * i : 3 * i + 3]
+        wanted = set(mine)
+        for member, until in waits:
+            parsed = _split(member, 2)
+            if parsed and parsed[1] in wanted:
+                notes.setdefault(parsed[1], {})["proxy_wait_until"] = round(until, 3)
+        for domain, value, cfg in zip(mine, auto, config, strict=True):
+            if value is None:
+                continue
+            factor = _factor(text(value), now, _window_s(cfg, default_window_s))
+            if factor is not None and factor < 1:
+                notes.setdefault(domain, {})["rate_factor"] = factor
+    return notes

@@ -11,7 +11,10 @@ from typing import Any
 
 import redis
 
+from crawlhive.redis_monitor.plugins.info import InfoMonitor
+from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.proxy_state import proxy_overview
 from crawlhive.utils.scripts import scripts
 
 IDS = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
@@ -193,3 +196,22 @@ def test_a_slowed_rate_of_one_hit_lengthens_the_window(redis_client: redis.Redis
         args=["a.com", 1, 1_000_000, "", 0, 1_000_000],
     )
     assert 1_500_000 < wait <= 2_000_000  # one start per two seconds instead of one
+
+
+def test_info_says_when_a_domain_waits_for_a_proxy_and_how_slowed_it_is(redis_client: redis.Redis, keys: Keys) -> None:
+    info = InfoMonitor(FrontierReader(redis_client, keys, 3600), window_s=1.0)
+    entries = {"a.com": {"total": 3}, "b.com": {"total": 1}}
+    assert info.with_notes({d: dict(e) for d, e in entries.items()}) == entries  # nothing to say
+    for proxy in IDS:
+        for _ in range(3):
+            report(redis_client, keys, "a.com", proxy, "ban", cooldown_s=30)
+    assert choose(redis_client, keys, "a.com")[0] == 2
+    slow(redis_client, keys, "b.com")
+    noted = info.with_notes({d: dict(e) for d, e in entries.items()})
+    assert noted["a.com"]["total"] == 3 and noted["a.com"]["proxy_wait_until"] > time.time() + 25
+    assert noted["b.com"] == {"total": 1, "rate_factor": 0.5}
+    overview = proxy_overview(redis_client, keys, 1.0)
+    assert overview["waiting"] == {"p": {"a.com": noted["a.com"]["proxy_wait_until"]}}
+    assert overview["autothrottle"]["b.com"]["factor"] == 0.5
+    assert set(overview["pools"]["p"]) == set(IDS)
+    assert all(list(v["resting"]) == ["a.com"] for v in overview["pools"]["p"].values())
