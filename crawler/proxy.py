@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 from redis.exceptions import RedisError
 from scrapy import signals
-from scrapy.exceptions import IgnoreRequest
+from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import TextResponse
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task
@@ -237,12 +237,15 @@ class ProxyMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(ProxyState.of(crawler))
+        state = ProxyState.of(crawler)
+        if not state.pools:
+            raise NotConfigured  # no pool: direct crawls pay nothing (no args: Scrapy warns of those)
+        return cls(state)
 
     async def process_request(self, request: Request) -> None:
         state = self.state
-        if not state.pools or state.runtime.render:
-            return  # no pool configured (no Redis call), or a browser's page (not proxied, §15)
+        if state.runtime.render:
+            return  # a browser's page: not proxied (§15)
         state.refresh()
         if state.exempt and (urlsplit(request.url).hostname or "").lower() in state.exempt:
             await self._guard(request)  # a proxy's own host as a target: the guard's rule holds
@@ -361,16 +364,21 @@ class ProxyResponseMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(ProxyState.of(crawler))
+        state = ProxyState.of(crawler)
+        if not state.pools and not state.autothrottle:
+            raise NotConfigured
+        return cls(state)
 
     def process_response(self, request: Request, response: Response) -> Request | Response:
         state = self.state
         used = request.meta.get(PROXY_USED)
+        if used is None and not state.autothrottle:
+            return response
         context = context_of(request)
         if context is None or context.done:
             return response
-        domain = domain_of_url(request.url)
         if used is not None:
+            domain = domain_of_url(request.url)
             banned = response.status in state.ban_statuses or self._ban_body(context, response)
             state.report(context, used, domain, banned)
             if banned:
@@ -383,7 +391,7 @@ class ProxyResponseMiddleware:
             latency = request.meta.get("download_latency")
             slow = isinstance(latency, int | float) and latency > state.latency_s
             if response.status in SLOW_DOWN_STATUSES or slow:
-                state.slow_down(domain)
+                state.slow_down(domain_of_url(request.url))
         return response
 
     def _ban_body(self, context: LeaseContext, response: Response) -> bool:
