@@ -38,6 +38,7 @@ from crawlhive.redis_monitor.plugins.stats import StatsMonitor
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.dashboard import proxy_rows
 from crawlhive.rest.metrics import RestMetrics
+from crawlhive.utils.proxy_state import proxy_overview
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -266,7 +267,7 @@ def test_a_429_halves_the_domain_rate_cluster_wide(cluster: dict[str, Any], site
         return next(answers, 200), {"Content-Type": "text/html"}, html()
 
     site.handler("/t/0", limited)
-    cluster["start"](2, ROBOTSTXT_OBEY=False, QUEUE_HITS=10, QUEUE_WINDOW=60)
+    cluster["start"](2, ROBOTSTXT_OBEY=False, QUEUE_HITS=10, QUEUE_WINDOW=2)
     settings = cluster["settings"]
     seed(settings, cluster["redis"], appid="app", crawlid="t", url=site.url("/t/0"))  # direct: no pool
     items = cluster["collector"].wait_for("t", 1, timeout=30)
@@ -274,6 +275,11 @@ def test_a_429_halves_the_domain_rate_cluster_wide(cluster: dict[str, Any], site
     keys = keys_for(settings["REDIS_KEY_PREFIX"], cluster["redis"])
     value = cluster["redis"].hget(keys.autothrottle(keys.shard_of("127.0.0.1")), "127.0.0.1")
     assert value is not None and float(value.split()[0]) == 0.5
+    # it recovers a step per window (2 s here) without a slow-down: what stats proxies shows
+    since = int(value.split()[1]) / 1e6
+    time.sleep(max(0.0, since + 4.2 - float(cluster["redis"].time()[0])))
+    slowed = proxy_overview(cluster["redis"], keys, 2.0)["autothrottle"]
+    assert slowed["127.0.0.1"]["factor"] >= 0.75
 
 
 def test_a_proxy_that_cannot_be_reached_is_switched_without_using_retries(
@@ -297,3 +303,22 @@ def test_a_proxy_that_cannot_be_reached_is_switched_without_using_retries(
     counts = {k.decode(): int(v) for k, v in cluster["redis"].hgetall(keys.proxy_stats()).items()}
     assert counts.get(f"res|{proxies[0].id}|ban", 0) >= 1
     _secrets_absent(crawler.output())
+
+
+def test_slow_responses_slow_their_domain_down(
+    cluster: dict[str, Any], site: TestSite, proxies: list[LoopProxy]
+) -> None:
+    site.page("/l/0", html())
+    proxies[0].delay_s = proxies[1].delay_s = 1.2  # both proxies answer slowly
+    cluster["start"](ROBOTSTXT_OBEY=False, AUTOTHROTTLE_LATENCY=0.5, QUEUE_HITS=10, QUEUE_WINDOW=60)
+    settings = cluster["settings"]
+    seed(settings, cluster["redis"], appid="app", crawlid="l", url=site.url("/l/0"), proxy_pool="res")
+    items = cluster["collector"].wait_for("l", 1, timeout=30)
+    assert [i["status_code"] for i in items] == [200]  # a slow page is still a page
+    keys = keys_for(settings["REDIS_KEY_PREFIX"], cluster["redis"])
+    deadline = time.monotonic() + 5
+    value = None
+    while value is None and time.monotonic() < deadline:
+        value = cluster["redis"].hget(keys.autothrottle(keys.shard_of("127.0.0.1")), "127.0.0.1")
+        time.sleep(0.1)
+    assert value is not None and float(value.split()[0]) == 0.5
