@@ -119,7 +119,7 @@ bench: $(STAMP) browser
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
 	$(BIN)/python bench/clean.py
-	$(BIN)/python bench/crawl.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; exit $$status
+	$(BIN)/python bench/crawl.py && $(BIN)/python bench/proxy.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; exit $$status
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
