@@ -120,9 +120,8 @@ def main() -> int:
                 )
             median = sorted(ratios)[len(ratios) // 2]
             verdict = "ok" if median >= TARGET else "BELOW TARGET"
-            print(
-                f"through a pool of 4 proxies: {median:.2f} of direct (median of {len(ratios)}, target {TARGET}): {verdict}"
-            )
+            summary = f"{median:.2f} of direct (median of {len(ratios)}, target {TARGET})"
+            print(f"through a pool of 4 proxies: {summary}: {verdict}")
             return 0 if median >= TARGET else 1
         finally:
             proxies.send_signal(signal.SIGQUIT)
