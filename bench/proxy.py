@@ -111,12 +111,14 @@ def main() -> int:
                 through = run("proxied", i, True)
                 ratio = through["pages_per_s"] / direct["pages_per_s"]
                 ratios.append(ratio)
+                cpu_ratio = through["cpu_ms_per_page"]["crawlers"] / direct["cpu_ms_per_page"]["crawlers"]
                 print(
                     f"pair {i + 1}: direct {direct['pages_per_s']:7.1f} pages/s"
                     f" ({direct['redis_round_trips_per_page']} round trips, {direct['cpu_ms_per_page']['crawlers']}"
                     f" CPU ms per page); through 4 proxies {through['pages_per_s']:7.1f} pages/s"
                     f" ({through['redis_round_trips_per_page']} round trips,"
-                    f" {through['cpu_ms_per_page']['crawlers']} CPU ms per page): ratio {ratio:.2f}"
+                    f" {through['cpu_ms_per_page']['crawlers']} CPU ms per page): ratio {ratio:.2f},"
+                    f" crawler CPU per page x{cpu_ratio:.2f}"
                 )
             median = sorted(ratios)[len(ratios) // 2]
             verdict = "ok" if median >= TARGET else "BELOW TARGET"
