@@ -322,3 +322,18 @@ def test_slow_responses_slow_their_domain_down(
         value = cluster["redis"].hget(keys.autothrottle(keys.shard_of("127.0.0.1")), "127.0.0.1")
         time.sleep(0.1)
     assert value is not None and float(value.split()[0]) == 0.5
+
+
+def test_a_crawler_with_a_bad_proxy_url_refuses_to_start_naming_the_setting(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    settings = cluster["settings"]
+    env = crawler_env(settings, PROXY_POOLS={"p": ["socks5://u:pw-Z-s3cret@127.0.0.1:1080"]})
+    crawler = Crawler(env, tmp_path)
+    code = crawler.proc.wait(60)
+    output = crawler.output()
+    crawler.log.close()
+    assert code != 0
+    assert "PROXY_POOLS (pool p)" in output and "not an http:// or https:// proxy URL" in output, output
+    assert "pw-Z-s3cret" not in output
+    assert "Traceback" not in output
