@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from crawlhive.redis_monitor.plugins.domain_config import DomainConfigMonitor
 from crawlhive.redis_monitor.plugins.info import InfoMonitor
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.keys import Keys
@@ -215,3 +216,13 @@ def test_info_says_when_a_domain_waits_for_a_proxy_and_how_slowed_it_is(redis_cl
     assert overview["autothrottle"]["b.com"]["factor"] == 0.5
     assert set(overview["pools"]["p"]) == set(IDS)
     assert all(list(v["resting"]) == ["a.com"] for v in overview["pools"]["p"].values())
+
+
+def test_a_domain_update_with_a_pool_is_stored_for_the_choice(redis_client: redis.Redis, keys: Keys) -> None:
+    monitor = DomainConfigMonitor(redis_client, keys, FrontierReader(redis_client, keys, 3600))
+    request = {"action": "domain-update", "uuid": "u", "appid": "app", "domain": "a.com", "hits": 5, "window": 60}
+    answer = monitor.handle("domain-config", {**request, "proxy_pool": "other"})[0]
+    assert "error" not in answer.message
+    assert choose(redis_client, keys, "a.com", pool="p", crawl_pool="p") == [3, "other"]
+    monitor.handle("domain-config", request)  # a domain-update without one: the crawl's pool again
+    assert choose(redis_client, keys, "a.com", pool="p", crawl_pool="p")[:2] == [1, IDS[0]]
