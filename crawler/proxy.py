@@ -117,6 +117,9 @@ class ProxyState:
         self.default_window_us = int(settings.getfloat("QUEUE_WINDOW") * 1_000_000)
         self.pattern_limits = PatternLimits.from_settings(settings)
         self.domain_pools: dict[str, str] = {}
+        #: domain -> the pool of the last page request for it, for the requests of no lease that
+        #: Scrapy makes for a page before it reaches ProxyMiddleware (robots.txt, order 100).
+        self.recent_pools: dict[str, str] = {}
         self.counts: collections.Counter[str] = collections.Counter()
         self._generation = -1
         self.exempt: set[str] = set()
@@ -228,6 +231,31 @@ class ProxyState:
         return again
 
 
+class ProxyRouteNoteMiddleware:
+    """Order 90, before Scrapy's ``RobotsTxtMiddleware`` (100): remembers the pool of each page's
+    crawl for its domain, so that the robots.txt request Scrapy makes for the page (a request of no
+    lease) goes through the same pool (a dict write per request; not installed without pools)."""
+
+    def __init__(self, state: ProxyState) -> None:
+        self.state = state
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        state = ProxyState.of(crawler)
+        if not state.pools:
+            raise NotConfigured
+        return cls(state)
+
+    def process_request(self, request: Request) -> None:
+        context = context_of(request)
+        if context is None:
+            return
+        recent = self.state.recent_pools
+        if len(recent) >= DOMAIN_POOLS_MAX:
+            recent.clear()
+        recent[domain_of_url(request.url)] = context.request.proxy_pool or self.state.pools.default
+
+
 class ProxyMiddleware:
     """Chooses the proxy of each request of a domain with a pool and checks its target first
     (module docstring). Order 700."""
@@ -250,14 +278,19 @@ class ProxyMiddleware:
         if state.exempt and (urlsplit(request.url).hostname or "").lower() in state.exempt:
             await self._guard(request)  # a proxy's own host as a target: the guard's rule holds
         context = context_of(request)
-        if context is None or context.done:
+        if context is not None and context.done:
             return
-        crawl = context.request
         domain = domain_of_url(request.url)
-        crawl_pool = crawl.proxy_pool or state.pools.default
+        if context is None:
+            # a request of no lease (robots.txt): the pool of the page that asked for it
+            crawl_pool = state.recent_pools.get(domain, state.pools.default)
+        else:
+            crawl_pool = context.request.proxy_pool or state.pools.default
         chosen = await self._choose(context, domain, crawl_pool)
         if chosen is None:
-            return  # direct
+            if request.meta.pop(PROXY_USED, None) is not None:
+                request.meta["proxy"] = None  # a redirect from a proxied domain to a direct one
+            return
         pool, proxy, fails, cookies = chosen
         await self._guard(request)  # raises for a blocked target: the proxy never hears of it
         request.meta["proxy"] = proxy.url
@@ -269,17 +302,23 @@ class ProxyMiddleware:
                 pairs = "; ".join(f"{k}={v}" for k, v in jar.items())
                 request.headers[b"Cookie"] = f"{own.decode('latin-1')}; {pairs}" if own else pairs
 
-    async def _choose(self, context: LeaseContext, domain: str, crawl_pool: str) -> tuple[str, Proxy, int, str] | None:
-        """(pool, proxy, bans in a row, session cookies) for a request of *context* to *domain*,
-        or None to fetch directly. Raises IgnoreRequest after postponing the request when every
-        proxy rests for the domain."""
+    async def _choose(
+        self, context: LeaseContext | None, domain: str, crawl_pool: str
+    ) -> tuple[str, Proxy, int, str] | None:
+        """(pool, proxy, bans in a row, session cookies) for a request of *context* (None: a
+        request of no lease, such as robots.txt) to *domain*, or None to fetch directly. Raises
+        IgnoreRequest, after postponing the request, when every proxy rests for the domain."""
         state = self.state
         keys = state.runtime.keys
-        crawl = context.request
+        crawl = context.request if context is not None else None
+        sticky = crawl is not None and crawl.sticky == "domain"
         pool = state.domain_pools.get(domain, crawl_pool)
         for _ in range(3):  # the domain's pool may differ from what was assumed (a domain-update)
             proxies = state.pools.get(pool) or ()
-            session = keys.proxy_session(crawl.spiderid, crawl.appid, crawl.crawlid, domain)
+            if crawl is not None:
+                session = keys.proxy_session(crawl.spiderid, crawl.appid, crawl.crawlid, domain)
+            else:
+                session = keys.proxy_session("-", "-", "-", domain)  # not read: no session
             shard = keys.shard_of(domain)
             call_keys = [
                 keys.domain_config(shard),
@@ -293,7 +332,7 @@ class ProxyMiddleware:
                 domain,
                 crawl_pool,
                 pool,
-                "1" if crawl.sticky == "domain" else "",
+                "1" if sticky else "",
                 state.session_max,
                 state.session_ttl_ms,
                 PROXY_STATE_TTL_S * 1000,
@@ -305,7 +344,8 @@ class ProxyMiddleware:
                 # Not knowing the proxy, the request is given back (its lease is requeued) rather
                 # than sent directly, which its crawl or domain did not ask for.
                 logger.warning("could not choose a proxy for %s: %s (check REDIS_URL)", domain, exc)
-                state.runtime.leases.postpone(context, 1.0)
+                if context is not None:
+                    state.runtime.leases.postpone(context, 1.0)
                 raise IgnoreRequest("no proxy could be chosen") from None
             kind = int(reply[0])
             if kind == 0:
@@ -314,7 +354,8 @@ class ProxyMiddleware:
                 pool = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
                 if pool not in state.pools.pools():
                     logger.warning("%s: its proxy pool %s is not configured here; fetching it later", domain, pool)
-                    state.runtime.leases.postpone(context, 5.0)
+                    if context is not None:
+                        state.runtime.leases.postpone(context, 5.0)
                     raise IgnoreRequest(f"unknown proxy pool {pool}")
                 if len(state.domain_pools) >= DOMAIN_POOLS_MAX:
                     state.domain_pools.clear()
@@ -326,7 +367,8 @@ class ProxyMiddleware:
                 state.domain_pools.pop(domain, None)
             if kind == 2:
                 wait = max(int(reply[1]) / 1_000_000, 0.5)
-                state.runtime.leases.postpone(context, wait)
+                if context is not None:
+                    state.runtime.leases.postpone(context, wait)
                 raise IgnoreRequest(f"every proxy of pool {pool} rests for {domain}: {wait:.1f}s left")
             proxy_id = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
             by_id = {p.id: p for p in proxies}

@@ -210,7 +210,7 @@ def test_a_captcha_body_matching_ban_regex_is_a_ban(
 ) -> None:
     site.page("/c/0", html())
     proxies[0].ban("127.0.0.1", status=200, body=CAPTCHA)
-    cluster["start"](ROBOTSTXT_OBEY=False, RETRY_TIMES=0)
+    cluster["start"](RETRY_TIMES=0)  # robots.txt obeyed: fetched through the crawl's pool too
     seed(
         cluster["settings"],
         cluster["redis"],
@@ -224,6 +224,8 @@ def test_a_captcha_body_matching_ban_regex_is_a_ban(
     assert [i["status_code"] for i in items] == [200]
     assert "CAPTCHA" not in items[0]["body"]
     assert _via(site.hits("/c/0")) == ["B"]
+    asked_robots = [t for p in proxies for t in p.targets() if t.endswith("/robots.txt")]
+    assert asked_robots and "direct" not in _via(site.hits("/robots.txt"))
 
 
 def test_a_sticky_session_keeps_its_proxy_and_cookies(
