@@ -56,6 +56,7 @@ from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.patterns import PatternLimits, search_any
 from crawlhive.utils.proxies import Proxy, ProxyPools, pools_from_settings
+from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -153,7 +154,7 @@ class ProxyState:
     def _closed(self, spider: Any) -> None:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
-        self.flush()
+        self.flush(blocking=True)  # the batcher may be closing
 
     def refresh(self) -> None:
         """After the pools changed (a new PROXY_POOLS_FILE): let the resolver through to their hosts."""
@@ -164,15 +165,23 @@ class ProxyState:
     def count(self, pool: str, proxy: str, outcome: str) -> None:
         self.counts[f"{pool}|{proxy}|{outcome}"] += 1
 
-    def flush(self) -> None:
-        """Add the counted outcomes to ``keys.proxy_stats()`` (every COUNT_FLUSH_S)."""
+    def flush(self, blocking: bool = False) -> None:
+        """Add the counted outcomes to ``keys.proxy_stats()`` (every COUNT_FLUSH_S, and at close,
+        *blocking*, on the process's blocking client)."""
         if not self.counts:
             return
         pairs: list[Any] = []
         for field, n in self.counts.items():
             pairs += [field, n]
         self.counts.clear()
-        self.fire("proxy_count", [self.runtime.keys.proxy_stats()], pairs, "count proxy outcomes")
+        keys = [self.runtime.keys.proxy_stats()]
+        if not blocking:
+            self.fire("proxy_count", keys, pairs, "count proxy outcomes")
+            return
+        try:
+            scripts(self.runtime.redis)["proxy_count"](keys=keys, args=pairs)
+        except RedisError as exc:
+            logger.warning("could not count proxy outcomes: %s (check REDIS_URL)", exc)
 
     def fire(self, script: str, keys: list[Any], args: list[Any], what: str) -> None:
         """Call *script* without waiting for it; a Redis error is logged (the page goes on)."""
