@@ -61,6 +61,9 @@ local function auto_factor(atkey, domain, window, now)
   return f
 end
 
+-- Redis time (us) the first domain_limit call of a script run read.
+local auto_now = nil
+
 -- hits per window (us) slowed to factor f of that rate: fewer hits, or one hit per longer window.
 local function slowed(hits, window, f)
   if f >= 1 or hits <= 0 then
@@ -83,7 +86,8 @@ local function domain_limit(cfgkey, delaykey, domain, hits, window)
     hits = math.floor(c.hits * c.scale + 1e-9)
     window = c.window * 1000000
   end
-  local f = auto_factor(auto_key(cfgkey), domain, window, now_us())
+  auto_now = auto_now or now_us()  -- one TIME per script run, however many domains it looks at
+  local f = auto_factor(auto_key(cfgkey), domain, window, auto_now)
   hits, window = slowed(hits, window, f)
   local delay = redis.call('GET', delaykey)
   if delay and hits > 0 then
