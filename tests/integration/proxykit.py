@@ -13,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import http.server
+import ssl
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -215,3 +218,83 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
     finally:
         with contextlib.suppress(Exception):
             writer.close()
+
+
+class TlsSite:
+    """An HTTPS site on 127.0.0.1 and 127.0.0.2 (one port), a self-signed certificate (crawlers do
+    not verify certificates, as Scrapy's default); answers every path with a small page and records
+    the paths it served."""
+
+    __test__ = False
+
+    def __init__(self, tmp: Path) -> None:
+        self.seen: list[tuple[str, str]] = []
+        self.port = 0
+        cert, key = tmp / "site.pem", tmp / "site.key"
+        _self_signed(cert, key)
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(cert, key)
+        self.servers: list[http.server.ThreadingHTTPServer] = []
+
+    def url(self, path: str, host: str = "127.0.0.1") -> str:
+        return f"https://{host}:{self.port}{path}"
+
+    def start(self) -> TlsSite:
+        site = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                site.seen.append((str(self.server.server_address[0]), self.path))
+                body = b"<html><head><title>tls</title></head><body>secure</body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        for host in ("127.0.0.1", "127.0.0.2"):
+            server = http.server.ThreadingHTTPServer((host, self.port), Handler)
+            server.socket = self.context.wrap_socket(server.socket, server_side=True)
+            self.port = server.server_address[1]
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            self.servers.append(server)
+        return self
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+
+
+def _self_signed(cert_path: Path, key_path: Path) -> None:
+    """A self-signed certificate for 127.0.0.1 and 127.0.0.2 (cryptography, Scrapy's own dependency)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "crawlhive test site")])
+    now = datetime.datetime.now(datetime.UTC)
+    sans = [x509.IPAddress(ipaddress.ip_address(h)) for h in ("127.0.0.1", "127.0.0.2")]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )

@@ -32,7 +32,7 @@ from crawlerkit import (
     redis_for,
     seed,
 )
-from proxykit import CAPTCHA, LoopProxy
+from proxykit import CAPTCHA, LoopProxy, TlsSite
 
 from crawlhive.redis_monitor.plugins.stats import StatsMonitor
 from crawlhive.rest.cluster import ClusterView
@@ -347,3 +347,31 @@ def test_a_crawler_with_a_bad_proxy_url_refuses_to_start_naming_the_setting(
     assert "PROXY_POOLS (pool p)" in output and "not an http:// or https:// proxy URL" in output, output
     assert "pw-Z-s3cret" not in output
     assert "Traceback" not in output
+
+
+def test_https_through_a_proxy_tunnels_and_a_blocked_https_target_is_never_connected(
+    cluster: dict[str, Any], proxies: list[LoopProxy], tmp_path: Path
+) -> None:
+    site = TlsSite(tmp_path).start()
+    try:
+        cluster["start"](CRAWLER_ALLOWED_NETWORKS=["127.0.0.2/32"], ROBOTSTXT_OBEY=False)
+        settings = cluster["settings"]
+        seed(
+            settings,
+            cluster["redis"],
+            appid="app",
+            crawlid="tok",
+            url=site.url("/a", host="127.0.0.2"),
+            proxy_pool="res",
+        )
+        seed(settings, cluster["redis"], appid="app", crawlid="tno", url=site.url("/b"), proxy_pool="res")
+        allowed = cluster["collector"].wait_for("tok", 1, timeout=30)
+        refused = cluster["collector"].wait_for("tno", 1, timeout=30)
+    finally:
+        site.stop()
+    assert [(i["status_code"], "secure" in i["body"]) for i in allowed] == [(200, True)]
+    asked = [(a.method, a.target) for p in proxies for a in p.asked]
+    assert asked == [("CONNECT", f"127.0.0.2:{site.port}")]  # a tunnel; never the blocked target
+    assert site.seen == [("127.0.0.2", "/a")]
+    assert [m["_topic"].rsplit(".", 1)[-1] for m in refused] == ["dead_letter"]
+    assert refused[0]["error"].startswith("blocked network: 127.0.0.1")
