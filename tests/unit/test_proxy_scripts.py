@@ -13,10 +13,12 @@ import redis
 
 from crawlhive.redis_monitor.plugins.domain_config import DomainConfigMonitor
 from crawlhive.redis_monitor.plugins.info import InfoMonitor
+from crawlhive.rest.cluster import ClusterView
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.proxy_state import proxy_overview
 from crawlhive.utils.scripts import scripts
+from crawlhive.utils.settings import Settings
 
 IDS = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
 STATE_TTL_MS = 86_400_000
@@ -199,7 +201,9 @@ def test_a_slowed_rate_of_one_hit_lengthens_the_window(redis_client: redis.Redis
     assert 1_500_000 < wait <= 2_000_000  # one start per two seconds instead of one
 
 
-def test_info_says_when_a_domain_waits_for_a_proxy_and_how_slowed_it_is(redis_client: redis.Redis, keys: Keys) -> None:
+def test_info_says_when_a_domain_waits_for_a_proxy_and_how_slowed_it_is(
+    redis_client: redis.Redis, keys: Keys, redis_settings: Settings
+) -> None:
     info = InfoMonitor(FrontierReader(redis_client, keys, 3600), window_s=1.0)
     entries = {"a.com": {"total": 3}, "b.com": {"total": 1}}
     assert info.with_notes({d: dict(e) for d, e in entries.items()}) == entries  # nothing to say
@@ -211,6 +215,12 @@ def test_info_says_when_a_domain_waits_for_a_proxy_and_how_slowed_it_is(redis_cl
     noted = info.with_notes({d: dict(e) for d, e in entries.items()})
     assert noted["a.com"]["total"] == 3 and noted["a.com"]["proxy_wait_until"] > time.time() + 25
     assert noted["b.com"] == {"total": 1, "rate_factor": 0.5}
+    # GET /crawls/{appid}/{crawlid} adds the same (REST reads them through its ClusterView)
+    view = ClusterView(redis_client, redis_settings.copy_with(FRONTIER_SHARDS=keys.shards, QUEUE_WINDOW=1.0), {})
+    assert view.domain_notes(["a.com", "b.com", "c.com"]) == {
+        "a.com": {"proxy_wait_until": noted["a.com"]["proxy_wait_until"]},
+        "b.com": {"rate_factor": 0.5},
+    }
     overview = proxy_overview(redis_client, keys, 1.0)
     assert overview["waiting"] == {"p": {"a.com": noted["a.com"]["proxy_wait_until"]}}
     assert overview["autothrottle"]["b.com"]["factor"] == 0.5
