@@ -158,7 +158,7 @@ bench: $(STAMP) browser
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
 	$(BIN)/python bench/clean.py
-	$(BIN)/python bench/crawl.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; exit $$status
+	$(BIN)/python bench/crawl.py && $(BIN)/python bench/proxy.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; exit $$status
 
 # The images (docs/contract.md §22.2): crawlhive (every component) and crawlhive-render (rendering
 # crawlers, with Debian's chromium-headless-shell), from docker/Dockerfile with BuildKit. BASE_IMAGE:

@@ -4,14 +4,14 @@ Cluster-wide values are read from Redis at scrape time by :class:`ClusterCollect
 :meth:`ClusterView.snapshot`); the REST process adds its own (responses by status, answers waiting
 and stored, and prometheus-client's process and platform collectors). Labels are only ``component``,
 ``spiderid``, ``code``, ``kind``, ``stage``, ``method``, ``le``, ``outcome``, ``node`` (a Redis
-node's address), and ``domain`` for
-the METRICS_TOP_DOMAINS busiest domains only (§22.3): never an appid, crawlid or URL.
+node's address), for proxies (§21.6) ``pool`` and ``proxy`` (``host:port``), and ``domain`` for the
+METRICS_TOP_DOMAINS busiest domains only (§22.3): never an appid, crawlid, URL or credential.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -122,6 +122,43 @@ class ClusterCollector(Collector):
         for kind, count in counters.cleaner.items():
             cleaned.add_metric([kind], count)
         yield from (incoming, dead, cleaned)
+        yield from proxy_metrics(self.view.proxies())
+
+
+def proxy_metrics(overview: dict[str, Any]) -> Iterator[Metric]:
+    """The proxy and adaptive-throttle metrics of docs/contract.md §21.6 from :func:`proxy_overview`:
+    proxies are labelled ``host:port`` (never their URL), and no label names a domain."""
+    requests = CounterMetricFamily(
+        "crawlhive_proxy_requests",
+        "Responses and failures through each proxy, by pool and outcome (ok, ban) (docs/contract.md §21).",
+        labels=["pool", "proxy", "outcome"],
+    )
+    resting = GaugeMetricFamily(
+        "crawlhive_proxy_resting_domains", "Domains a proxy rests for after bans.", labels=["pool", "proxy"]
+    )
+    sessions = GaugeMetricFamily(
+        "crawlhive_proxy_sessions", "Live sticky sessions per proxy.", labels=["pool", "proxy"]
+    )
+    waiting = GaugeMetricFamily(
+        "crawlhive_proxy_waiting_domains", "Domains whose every proxy of the pool rests.", labels=["pool"]
+    )
+    for pool, proxies in sorted(overview["pools"].items()):
+        for proxy, info in sorted(proxies.items()):
+            for outcome, count in sorted(info["requests"].items()):
+                requests.add_metric([pool, proxy, outcome], count)
+            resting.add_metric([pool, proxy], len(info["resting"]))
+            sessions.add_metric([pool, proxy], info["sessions"])
+        waiting.add_metric([pool], len(overview["waiting"].get(pool, {})))
+    slowed = GaugeMetricFamily(
+        "crawlhive_autothrottle_slowed_domains", "Domains the adaptive throttle holds below their limit (§21.4)."
+    )
+    slowed.add_metric([], len(overview["autothrottle"]))
+    lowest = GaugeMetricFamily(
+        "crawlhive_autothrottle_lowest_factor",
+        "The lowest fraction of its configured rate any domain is held to (1: none slowed); per domain: stats proxies.",
+    )
+    lowest.add_metric([], min((d["factor"] for d in overview["autothrottle"].values()), default=1.0))
+    yield from (requests, resting, sessions, waiting, slowed, lowest)
 
 
 class RedisMemoryCollector(Collector):

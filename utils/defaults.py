@@ -413,6 +413,59 @@ SCRAPY_SETTINGS: dict[str, Any] = {}
 """Extra Scrapy settings for crawler processes, applied last over the ones crawlhive derives (e.g.
 ``{"LOGSTATS_INTERVAL": 10}``); for tuning and tests, not needed in normal use."""
 
+# --- proxies, sessions and the adaptive throttle (docs/contract.md §21) ----------------------------
+
+PROXY_POOLS: dict[str, list[str]] = {}
+"""Named pools of forward proxies: ``{"name": ["http://user:pass@host:port", …]}`` (http:// or
+https:// proxies; credentials allowed, and never shown: a proxy is named ``host:port`` in every
+output). A crawl names its pool with ``proxy_pool``; ``domain-update`` may set a domain's, which wins."""
+
+PROXY_POOLS_FILE: str = ""
+"""A file of pools, one ``name url`` a line (``#`` comments), read again when it changes; its pools
+replace PROXY_POOLS' pools of the same name. Empty: none."""
+
+PROXY_POOL_DEFAULT: str = ""
+"""The pool of crawls that name none (and of domains without one); empty: fetch directly."""
+
+PROXY_BAN_STATUSES: list[int] = [403, 407, 429, 503]
+"""Response statuses that count as a ban of the proxy that fetched them, for that domain."""
+
+PROXY_BAN_THRESHOLD: int = 3
+"""Bans (statuses, a crawl's ``ban_regex``, failures to reach the proxy) in a row after which a proxy
+rests for a domain."""
+
+PROXY_COOLDOWN: float = 60.0
+"""Seconds a proxy rests for a domain after PROXY_BAN_THRESHOLD bans in a row; doubled at each new
+rest of that proxy for that domain, up to PROXY_COOLDOWN_MAX."""
+
+PROXY_COOLDOWN_MAX: float = 3600.0
+"""The longest rest of a proxy for a domain, in seconds."""
+
+PROXY_MAX_SWITCHES: int = 5
+"""Times one page is sent through another proxy after a ban without using one of its retries;
+after that a ban is an ordinary response (or failure) of the page."""
+
+SESSION_MAX_REQUESTS: int = 100
+"""Requests one sticky session (``"sticky": "domain"``: one proxy and one cookie jar per crawl and
+domain) serves before a new one starts."""
+
+SESSION_TTL: float = 600.0
+"""Seconds a sticky session lives (from its start)."""
+
+AUTOTHROTTLE: bool = True
+"""Adapt each domain's rate, cluster-wide: a 429 or 503 (not switched to another proxy) or a
+response slower than AUTOTHROTTLE_LATENCY halves it; each throttle window without one raises it a
+step (AUTOTHROTTLE_STEP), never above its configured limit."""
+
+AUTOTHROTTLE_LATENCY: float = 5.0
+"""Seconds of response time above which a response slows its domain down (AUTOTHROTTLE)."""
+
+AUTOTHROTTLE_STEP: float = 0.125
+"""Fraction of a domain's configured rate regained per throttle window without a slow-down."""
+
+AUTOTHROTTLE_MIN: float = 0.015625
+"""The lowest fraction of its configured rate AUTOTHROTTLE slows a domain to (1/64)."""
+
 # --- stats and heartbeats (docs/contract.md §4) ------------------------------------------------------------
 
 STATS_TIMES: list[int] = [900, 3600, 21600, 43200, 86400, 604800]

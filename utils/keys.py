@@ -240,6 +240,62 @@ class Keys:
         throttle(throttle_key(domain, spider, egress))``, for scripts that pick the domain inside Redis."""
         return f"{self._heads[shard]}throttle:{self.throttle_key('-', spider, egress_id)[:-1]}"
 
+    # --- proxies and the adaptive throttle (docs/contract.md §21) ------------------------------
+
+    @key("zset", ttl="PROXY_STATE_TTL_S (a day) after the last use")
+    def proxy_lru(self, pool: str, domain: str) -> str:
+        """When each proxy of a pool last served a domain: member = proxy ``host:port``, score =
+        Redis time (s); the choice takes the least recently used proxy that is not resting. In
+        the domain's shard."""
+        return f"{self._heads[self.shard_of(domain)]}proxy-lru:{pool}:{domain}"
+
+    @key("hash", ttl="PROXY_STATE_TTL_S (a day) after the last use")
+    def proxy_health(self, pool: str, domain: str) -> str:
+        """The health of a pool's proxies for a domain: ``f:<host:port>`` bans in a row,
+        ``n:<host:port>`` rests so far (each doubles PROXY_COOLDOWN), ``r:<host:port>`` Redis time
+        (us) until which the proxy rests. In the domain's shard."""
+        return f"{self._heads[self.shard_of(domain)]}proxy-health:{pool}:{domain}"
+
+    @key("hash", ttl="SESSION_TTL from its start")
+    def proxy_session(self, spider: str, appid: str, crawlid: str, domain: str) -> str:
+        """A sticky session of one crawl in one domain (``"sticky": "domain"``): ``proxy``
+        (``host:port``), ``pool``, ``count`` (requests served), ``cookies`` (JSON ``{name: value}``,
+        the session's cookie jar). In the domain's shard."""
+        head = self._heads[self.shard_of(domain)]
+        return f"{head}proxy-session:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
+
+    @key("zset")
+    def proxy_rests(self, shard: int = 0) -> str:
+        """Rests in force in one shard: member = ``<pool>|<host:port>|<domain>``, score = Redis time
+        (s) when the rest ends; older members are trimmed by the writes and ignored by readers."""
+        return f"{self._heads[shard]}proxy-rests"
+
+    @key("zset")
+    def proxy_waiting(self, shard: int = 0) -> str:
+        """Domains of one shard whose every proxy rests (their requests wait): member =
+        ``<pool>|<domain>``, score = Redis time (s) when the first proxy is back."""
+        return f"{self._heads[shard]}proxy-waiting"
+
+    @key("zset")
+    def proxy_sessions(self, shard: int = 0) -> str:
+        """Sticky sessions of one shard: member = ``<pool>|<host:port>|<proxy_session key>``, score =
+        Redis time (s) when it ends (a session dropped after a ban is removed)."""
+        return f"{self._heads[shard]}proxy-sessions"
+
+    @key("hash")
+    def proxy_stats(self) -> str:
+        """Requests through proxies by outcome: field = ``<pool>|<host:port>|<outcome>`` (``ok``,
+        ``ban``, ``error``), value = count since the cluster started (``stats proxies``, /metrics)."""
+        return f"{self._global}proxy-stats"
+
+    @key("hash")
+    def autothrottle(self, shard: int = 0) -> str:
+        """Domains of one shard the adaptive throttle slowed down: field = domain, value =
+        ``"<factor> <since us> <step>"``: the fraction of the configured rate in force at Redis time
+        *since*, regained by *step* per throttle window after it (``utils/lua/lib/throttle.lua``).
+        Must be ``domain_config`` with ``autothrottle`` for ``domain-config`` (the Lua derives it)."""
+        return f"{self._heads[shard]}autothrottle"
+
     @key("string", ttl="CLEANER_DEDUPE_TTL")
     def cleaned_content(self, appid: str, crawlid: str, content_hash: str) -> str:
         """A ``content_hash`` a cleaner emitted for a crawl; holds the origin (topic, partition,

@@ -48,7 +48,16 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
     max_leaves=15,
 )
-CONTAINER_FIELDS = ["allowed_domains", "allow_regex", "deny_regex", "deny_extensions", "headers", "cookies", "attrs"]
+CONTAINER_FIELDS = [
+    "allowed_domains",
+    "allow_regex",
+    "deny_regex",
+    "deny_extensions",
+    "ban_regex",
+    "headers",
+    "cookies",
+    "attrs",
+]
 
 
 def _fill(field: str, element: Any, kind: str) -> dict[str, Any]:
