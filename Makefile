@@ -59,6 +59,7 @@ typecheck: $(STAMP)
 	@ln -s ../../../redis-monitor $(TYPECHECK)/crawlhive/redis_monitor
 	@ln -s ../../../rest $(TYPECHECK)/crawlhive/rest
 	@ln -s ../../../cleaner $(TYPECHECK)/crawlhive/cleaner
+	@ln -s ../../../sink $(TYPECHECK)/crawlhive/sink
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --python-executable $(CURDIR)/$(BIN)/python --cache-dir $(CURDIR)/build/mypy-cache -p crawlhive
 
 # Debian's Chromium for the browser tests: `chromium` drives the dashboard's test

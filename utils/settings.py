@@ -191,8 +191,11 @@ class Settings(Mapping[str, Any]):
     def secrets(self) -> list[str]:
         """Values no log line or printed message may show (docs/contract.md §10.6): the passwords of
         REDIS_URL, of every seed, and its secret query values (as written and decoded:
-        :func:`~crawlhive.utils.log.url_secrets`), KAFKA_SASL_PASSWORD and REST_API_KEY."""
+        :func:`~crawlhive.utils.log.url_secrets`), those of SINK_URL and BLOB_STORE_URL, KAFKA_SASL_PASSWORD
+        and REST_API_KEY."""
         found = url_secrets(str(self["REDIS_URL"] or ""))
+        for name in ("SINK_URL", "BLOB_STORE_URL"):
+            found += url_secrets(str(self.get(name) or ""))
         for name in ("KAFKA_SASL_PASSWORD", "REST_API_KEY"):
             if self[name]:
                 found.append(str(self[name]))

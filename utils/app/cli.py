@@ -82,6 +82,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         cleaners=args.cleaners,
         render_crawlers=args.render_crawlers,
+        sinks=args.sink,
     )
 
 
@@ -425,6 +426,13 @@ def cmd_cleaner(args: argparse.Namespace) -> int:
     return _run_worker(Cleaner.from_settings(_settings_from_args(args)), "cleaner")
 
 
+def cmd_sink(args: argparse.Namespace) -> int:
+    """Run one sink until SIGINT/SIGTERM (crawlhive.sink.main; docs/contract.md §20)."""
+    from crawlhive.sink.main import run
+
+    return run(_settings_from_args(args), args)
+
+
 def cmd_crawler(args: argparse.Namespace) -> int:
     """Run one crawler process until SIGINT/SIGTERM (0 after a graceful stop)."""
     from crawlhive.crawler.runner import run_crawler
@@ -518,6 +526,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help='rendering crawlers for crawls sent with "render": true (default 0; needs Chromium; §15)',
     )
+    up.add_argument(
+        "--sink", action="append", default=[], metavar="URL", help="also run a sink to URL (repeatable; §20)"
+    )
     up.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after SECONDS")
     up.set_defaults(func=cmd_up)
 
@@ -528,6 +539,15 @@ def build_parser() -> argparse.ArgumentParser:
     command("kafka-monitor", "run one kafka-monitor process").set_defaults(func=cmd_kafka_monitor)
     command("redis-monitor", "run one redis-monitor process").set_defaults(func=cmd_redis_monitor)
     command("cleaner", "run one cleaner process: crawled_firehose -> cleaned").set_defaults(func=cmd_cleaner)
+
+    # The sink, a process kind of its own (crawlhive.sink.main: its options, help and run).
+    from crawlhive.sink import main as sink_main
+
+    sink = sub.add_parser(
+        "sink", help=sink_main.HELP, epilog=sink_main.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sink_main.add_arguments(sink)
+    sink.set_defaults(func=cmd_sink)
 
     crawler = command("crawler", "run one crawler process")
     crawler.add_argument(
