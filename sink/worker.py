@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.sink.store import SinkRecord, Store, WriteResult, sink_group, sink_name, source_topic, store_for
+from crawlhive.utils.blobs import BlobError, BlobStore
 from crawlhive.utils.connections import check_redis, redis_from_settings
 from crawlhive.utils.log import mask_url
 from crawlhive.utils.worker import ConsumerWorker
@@ -82,6 +83,7 @@ class Sink(ConsumerWorker):
         self.source_topic = source_topic(settings, str(settings["SINK_FROM"]))
         self.dead_letter_topic = settings.topic("dead_letter")
         self.max_poll_records = settings.getint("SINK_MAX_POLL_RECORDS")
+        self.blobs = BlobStore.from_settings(settings)
         self.totals = SinkResult()
         self._progress = (time.monotonic(), SinkResult())
         #: Per partition: the offset after the last record processed, and the offset committed.
@@ -207,6 +209,11 @@ class Sink(ConsumerWorker):
                 continue
             if not isinstance(value, dict):
                 letters.append(self.dead_letter(value, record, f"not a JSON object but {type(value).__name__}"))
+                continue
+            try:
+                value = self.blobs.resolve(value)  # a body by reference: the record holds it (§20.5)
+            except BlobError as exc:
+                letters.append(self.dead_letter(value, record, str(exc)))
                 continue
             good.append(SinkRecord(record.topic, record.partition, record.offset, value, len(record.value)))
         written: WriteResult = self.store.write(good) if good else WriteResult()

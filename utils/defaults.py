@@ -111,9 +111,10 @@ SINK_ROLL_SECONDS: float = 300.0
 
 BLOB_STORE_URL: str = ""
 """Where bodies too large for one Kafka message go (docs/contract.md §20.5): any fsspec URL
-(``file:///var/lib/crawlhive/blobs/``, ``s3://bucket/blobs/`` with ``s3fs`` installed). The item then
-carries ``"body": null`` and ``body_ref``. Empty: ``crawlhive up`` uses ``blobs/`` in CRAWLHIVE_HOME;
-other processes use the one ``up`` recorded, and without one such an item is a dead letter as before."""
+(``file:///var/lib/crawlhive/blobs``, ``s3://bucket/blobs`` with ``s3fs`` installed). The item then
+carries ``"body": null`` and ``body_ref``. Empty: the folder ``blobs`` of CRAWLHIVE_HOME, which every
+process of one machine (``crawlhive up`` and its children, ``dump``) shares; crawlers, cleaners and
+sinks on several machines need a store they all reach."""
 
 BLOB_TTL: float = 604800.0
 """Seconds a blob is kept (7 days): crawlers remove older blobs of a local store now and then; on an

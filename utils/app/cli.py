@@ -283,13 +283,21 @@ def resolve_topic(settings: Settings, name: str) -> str:
     return name
 
 
-def format_record(value: bytes, args: argparse.Namespace) -> str:
-    """One dumped record as ``dump`` prints it (JSON per line, or the raw text if not JSON)."""
+def format_record(value: bytes, args: argparse.Namespace, blobs: Any = None) -> str:
+    """One dumped record as ``dump`` prints it (JSON per line, or the raw text if not JSON); a
+    body by reference (§20.5) is read from *blobs* (a BlobStore) unless bodies are left out."""
     text = value.decode("utf-8", errors="replace")
     try:
         data = json.loads(text)
     except ValueError:
         return text
+    if isinstance(data, dict) and blobs is not None and not args.no_body and data.get("body_ref") is not None:
+        from crawlhive.utils.blobs import BlobError
+
+        try:
+            data = blobs.resolve(data)
+        except BlobError as exc:
+            print(f"dump: {exc}", file=sys.stderr)
     if isinstance(data, dict):
         if args.decode_base64 and isinstance(data.get("body"), str):
             raw = base64.b64decode(data["body"])
@@ -308,10 +316,12 @@ def cmd_dump(args: argparse.Namespace) -> int:
     Raises:
         ClusterGone: the ``crawlhive up`` whose broker it read has exited (exit 1, one line).
     """
+    from crawlhive.utils.blobs import BlobStore
     from crawlhive.utils.connections import make_consumer, probe_kafka
     from crawlhive.utils.loop import Outage
 
     settings = _settings_from_args(args)
+    blobs = BlobStore.from_settings(settings)  # bodies of large pages (§20.5)
     topic = resolve_topic(settings, args.topic)
     consumer = make_consumer(
         settings, group_id=args.group, auto_offset_reset="earliest" if args.from_beginning else "latest"
@@ -347,7 +357,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
                 next_probe = time.monotonic() + DUMP_PROBE_S
             for records in polled.values():
                 for record in records:
-                    print(format_record(record.value, args), flush=True)
+                    print(format_record(record.value, args, blobs), flush=True)
                     printed += 1
                     if args.max_messages is not None and printed >= args.max_messages:
                         break
