@@ -20,13 +20,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 
+from crawlhive.sink.fields import parse_date, parse_time, scrub, text_or_none
 from crawlhive.sink.store import SinkRecord, Store, WriteResult
 from crawlhive.utils.errors import BackendUnavailable, SettingsError
 from crawlhive.utils.log import mask_url
@@ -93,42 +93,6 @@ INT32 = 2**31
 TRANSIENT_SQLSTATES = ("08", "53", "57", "58", "40001", "40P01")
 
 
-def scrub(value: Any) -> Any:
-    """*value* with every NUL character of its strings (keys too) replaced by U+FFFD."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd") if "\x00" in value else value
-    if isinstance(value, dict):
-        return {scrub(k): scrub(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub(v) for v in value]
-    return value
-
-
-def _text(value: Any) -> str | None:
-    return scrub(value) if isinstance(value, str) else None
-
-
-def parse_time(value: Any) -> datetime | None:
-    """A contract timestamp (UTC, no offset) or any ISO 8601 time as an aware datetime; else None."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value[:64])
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def parse_date(value: Any) -> date | None:
-    """``YYYY-MM-DD`` (what the cleaner's ``published`` is); anything else None."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return date.fromisoformat(value[:10])
-    except ValueError:
-        return None
-
-
 def page_row(value: dict[str, Any]) -> tuple[Any, ...]:
     """The columns of one record (cleaned record, crawled item or user item), in COPY order.
 
@@ -148,10 +112,10 @@ def page_row(value: dict[str, Any]) -> tuple[Any, ...]:
         *key,
         parse_time(value.get("crawled_at") or value.get("timestamp")),
         status,
-        _text(value.get("content_hash")),
-        _text(value.get("title")),
-        _text(value.get("text")),
-        _text(value.get("language")),
+        text_or_none(value.get("content_hash")),
+        text_or_none(value.get("title")),
+        text_or_none(value.get("text")),
+        text_or_none(value.get("language")),
         parse_date(value.get("published")),
         json.dumps(scrub(value), ensure_ascii=False),
     )

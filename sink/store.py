@@ -34,6 +34,8 @@ class SinkRecord:
     value: dict[str, Any]
     #: Bytes of the record's value as received.
     size: int = 0
+    #: The value as received, when *value* is exactly its JSON (None after a body was resolved).
+    raw: bytes | None = None
 
 
 @dataclass
@@ -83,6 +85,12 @@ class Store(ABC):
             BackendUnavailable: the store is unreachable.
         """
 
+    def abandon(self) -> dict[tuple[str, int], int]:
+        """Forget everything held back (a write or roll failed, so the sink rewinds) and return,
+        per partition, the first offset not durable yet: the sink reads again from exactly there
+        (a store that holds nothing back returns nothing: the batch is read again)."""
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional
         """Release the connections (what is held back is not committed, so it comes again)."""
 
@@ -119,6 +127,13 @@ def store_for(settings: Settings, url: str) -> Store:
         from crawlhive.sink.postgres import PostgresStore
 
         return PostgresStore.from_settings(settings, url)
+    import fsspec
+
+    if scheme in fsspec.available_protocols() and scheme not in ("http", "https", "data", "reference"):
+        from crawlhive.sink.files import FileStore
+
+        return FileStore.from_settings(settings, url)
     raise SettingsError(
-        f"SINK_URL (--to): no sink for scheme {scheme!r}; expected postgresql:// (docs/contract.md §20)"
+        f"SINK_URL (--to): no sink for scheme {scheme!r}; expected postgresql://, file:// or another fsspec "
+        "URL such as s3:// (docs/contract.md §20)"
     )

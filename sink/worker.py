@@ -156,24 +156,39 @@ class Sink(ConsumerWorker):
         polled = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=self.max_poll_records)
         records = [record for batch in polled.values() for record in batch]
         result = SinkResult()
-        if records:
-            try:
+        try:
+            if records:
                 result = self.process(records)
-            except BaseException:
-                self.rewind(polled)
-                raise
-            for partition, batch in polled.items():
-                if batch:
-                    self._positions[partition] = batch[-1].offset + 1
-            self.totals.add(result)
-        assigned = self.consumer.assignment()
-        for partition in [p for p in self._positions if p not in assigned]:
-            del self._positions[partition]  # its next owner starts from the committed offset
-            self._committed.pop(partition, None)
-        self.store.tick({(p.topic, p.partition) for p in assigned})
+                for partition, batch in polled.items():
+                    if batch:
+                        self._positions[partition] = batch[-1].offset + 1
+                self.totals.add(result)
+            assigned = self.consumer.assignment()
+            for partition in [p for p in self._positions if p not in assigned]:
+                del self._positions[partition]  # its next owner starts from the committed offset
+                self._committed.pop(partition, None)
+            self.store.tick({(p.topic, p.partition) for p in assigned})
+        except BaseException:
+            self.rewind(polled)
+            self._rewind_held()
+            raise
         self.commit_durable()
         self.beat_or_probe(busy=bool(records))
         return result
+
+    def _rewind_held(self) -> None:
+        """After a failed write: read again from the first record the store held back and forgot
+        (a file not completed), so that nothing it held is skipped."""
+        from kafka import TopicPartition
+        from kafka.errors import KafkaError
+
+        assert self.consumer is not None
+        for (topic, partition), offset in self.store.abandon().items():
+            where = TopicPartition(topic, partition)
+            try:
+                self.consumer.seek(where, offset)
+            except (KafkaError, ValueError, AssertionError):
+                logger.info("could not rewind %s (no longer assigned)", where)
 
     def commit_durable(self) -> None:
         """Commit, per partition, the offset before which every record is durable in the store."""
@@ -211,11 +226,12 @@ class Sink(ConsumerWorker):
                 letters.append(self.dead_letter(value, record, f"not a JSON object but {type(value).__name__}"))
                 continue
             try:
-                value = self.blobs.resolve(value)  # a body by reference: the record holds it (§20.5)
+                resolved = self.blobs.resolve(value)  # a body by reference: the record holds it (§20.5)
             except BlobError as exc:
                 letters.append(self.dead_letter(value, record, str(exc)))
                 continue
-            good.append(SinkRecord(record.topic, record.partition, record.offset, value, len(record.value)))
+            raw = record.value if resolved is value else None
+            good.append(SinkRecord(record.topic, record.partition, record.offset, resolved, len(record.value), raw))
         written: WriteResult = self.store.write(good) if good else WriteResult()
         for sink_record, reason in written.rejected:
             origin = sink_record
