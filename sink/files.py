@@ -23,7 +23,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import fsspec
 import pyarrow as pa
@@ -89,7 +89,8 @@ def split_url(url: str) -> tuple[str, str]:
     if fmt not in FORMATS:
         raise SettingsError(f"SINK_URL (--to): format {fmt[:40]!r}: expected jsonl or parquet")
     rest = urlencode([(k, v) for k, v in query if k != "format"])
-    return urlunsplit(parts._replace(query=rest)).rstrip("/"), fmt
+    base = url.partition("?")[0].partition("#")[0].rstrip("/")  # not urlunsplit: it drops '//' of warc:///
+    return (f"{base}?{rest}" if rest else base), fmt
 
 
 def parquet_row(record: SinkRecord) -> dict[str, Any]:

@@ -127,6 +127,10 @@ def store_for(settings: Settings, url: str) -> Store:
         from crawlhive.sink.postgres import PostgresStore
 
         return PostgresStore.from_settings(settings, url)
+    if scheme == "warc":
+        from crawlhive.sink.warc import WarcStore
+
+        return WarcStore.from_settings(settings, url)
     import fsspec
 
     if scheme in fsspec.available_protocols() and scheme not in ("http", "https", "data", "reference"):
@@ -134,6 +138,6 @@ def store_for(settings: Settings, url: str) -> Store:
 
         return FileStore.from_settings(settings, url)
     raise SettingsError(
-        f"SINK_URL (--to): no sink for scheme {scheme!r}; expected postgresql://, file:// or another fsspec "
+        f"SINK_URL (--to): no sink for scheme {scheme!r}; expected postgresql://, warc://, file:// or another fsspec "
         "URL such as s3:// (docs/contract.md §20)"
     )

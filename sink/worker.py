@@ -80,7 +80,9 @@ class Sink(ConsumerWorker):
         self.url = url
         self.name = sink_name(url)
         self.group = sink_group(settings, url)
-        self.source_topic = source_topic(settings, str(settings["SINK_FROM"]))
+        # A WARC sink archives crawled pages, the others cleaned records, unless SINK_FROM says.
+        default = "crawled_firehose" if store.kind == "warc" and not settings.is_set("SINK_FROM") else None
+        self.source_topic = source_topic(settings, default or str(settings["SINK_FROM"]))
         self.dead_letter_topic = settings.topic("dead_letter")
         self.max_poll_records = settings.getint("SINK_MAX_POLL_RECORDS")
         self.blobs = BlobStore.from_settings(settings)

@@ -54,7 +54,7 @@ def test_single_page_item_has_the_13_keys(env: dict[str, Any], site: TestSite) -
     item.pop("_topic")
     assert set(item) == {
         "appid", "crawlid", "url", "response_url", "status_code", "status_msg", "response_headers",
-        "request_headers", "body", "encoding", "links", "attrs", "timestamp",
+        "request_headers", "body", "encoding", "links", "attrs", "timestamp", "protocol", "original_headers",
     }  # fmt: skip
     assert item["url"] == site.url("/one/")
     assert item["status_code"] == 200 and item["status_msg"] == "OK"
