@@ -120,6 +120,13 @@ class ClusterView:
         self.throttle_window_s = settings.getfloat("QUEUE_WINDOW")
         self.throttle_by_spider = settings.getbool("SCHEDULER_TYPE_ENABLED")
         self.egress_id = settings["CRAWLER_EGRESS_ID"] if settings.getbool("SCHEDULER_IP_ENABLED") else None
+        self.heartbeat_timeout_s = settings.getfloat("HEARTBEAT_TIMEOUT")
+
+    def sinks(self) -> list[dict[str, Any]]:
+        """One row per sink: name, kind, lifetime counters, live processes and lag (§20.7)."""
+        from crawlhive.sink.observe import rows
+
+        return rows(self.redis, self.keys, self.stats, self.heartbeat_timeout_s)
 
     # --- one crawl ---------------------------------------------------------------------------------
 

@@ -101,6 +101,10 @@ class ClusterCollector(Collector):
             cleaned.add_metric([kind], count)
         yield from (incoming, dead, cleaned)
 
+        from crawlhive.sink.observe import metrics as sink_metrics  # the sinks' families (§20.7)
+
+        yield from sink_metrics(self.view.sinks())
+
 
 class _Read(Collector):
     """One unlabelled gauge or counter whose value a callable gives at scrape time."""

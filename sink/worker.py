@@ -117,11 +117,54 @@ class Sink(ConsumerWorker):
 
     def close(self) -> None:
         """Leave the group and close the Kafka clients, then the store (what it held back was
-        not committed: the group delivers it again)."""
+        not committed: the group delivers it again); withdraw this process's state."""
+        from crawlhive.sink.observe import withdraw
+
         try:
             super().close()
         finally:
             self.store.close()
+            try:
+                if not self.context.backends_gone:
+                    withdraw(self.redis, self.keys, self.node_id)
+            except Exception:  # noqa: BLE001 - shutting down; the entry goes stale
+                logger.debug("could not withdraw the sink's state", exc_info=True)
+
+    def beat(self, force: bool = False) -> None:
+        """The heartbeat, and with it this process's state for ``stats: sink`` (§20.7)."""
+        from crawlhive.sink.observe import publish
+
+        before = self._last_beat
+        super().beat(force)
+        if self._last_beat != before and self.consumer is not None:
+            state = {
+                "sink": self.name,
+                "kind": self.store.kind,
+                "topic": self.source_topic,
+                "group": self.group,
+                "lag": self.lag(),
+            }
+            publish(self.redis, self.keys, self.node_id, state, 2 * self.settings.getfloat("HEARTBEAT_TIMEOUT"))
+
+    def lag(self) -> int | None:
+        """Records of this process's partitions not committed yet (None when the broker cannot say)."""
+        from kafka.errors import KafkaError
+
+        assert self.consumer is not None
+        try:
+            assigned = list(self.consumer.assignment())
+            if not assigned:
+                return 0
+            ends = self.consumer.end_offsets(assigned)
+            total = 0
+            for partition in assigned:
+                done = self._committed.get(partition)
+                if done is None:
+                    done = self.consumer.committed(partition) or 0
+                total += max(0, int(ends[partition]) - done)
+            return total
+        except (KafkaError, ValueError, AssertionError):
+            return None
 
     def log_progress(self, force: bool = False) -> None:
         now = time.monotonic()

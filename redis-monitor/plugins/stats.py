@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: Suffix of the ``queues`` entry of a spider type's rendering lane (``+`` is not allowed in spider ids).
 RENDER_QUEUE_SUFFIX = "+render"
-TYPES = ("all", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "spider", "machine", "queue", "rest")
+TYPES = ("all", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "spider", "machine", "queue", "rest", "sink")
 REST = "rest"
 
 
@@ -61,11 +61,13 @@ class StatsMonitor(MonitorPlugin):
         self.frontier = frontier
         self.response_codes = {int(c) for c in response_codes}
         self.max_domains = max_domains
+        #: Seconds after which a sink's published state is stale (HEARTBEAT_TIMEOUT).
+        self.heartbeat_timeout_s = 30.0
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
         settings = monitor.settings
-        return cls(
+        plugin = cls(
             monitor.redis,
             monitor.keys,
             monitor.stats,
@@ -73,6 +75,8 @@ class StatsMonitor(MonitorPlugin):
             settings.getlist("STATS_RESPONSE_CODES"),
             settings.getint("STATS_QUEUE_MAX_DOMAINS"),
         )
+        plugin.heartbeat_timeout_s = settings.getfloat("HEARTBEAT_TIMEOUT")
+        return plugin
 
     def accepts(self, kind: str, request: dict[str, Any]) -> bool:
         return kind == "stats"
@@ -106,6 +110,10 @@ class StatsMonitor(MonitorPlugin):
             return self.rest_body()
         if kind == CLEANER:
             return self.cleaner_body()
+        if kind == "sink":  # the sinks (crawlhive.sink.observe; §20.7)
+            from crawlhive.sink.observe import stats_body
+
+            return stats_body(self.redis, self.keys, self.stats, self.heartbeat_timeout_s)
         return {
             KAFKA_MONITOR: self.monitor_body(KAFKA_MONITOR),
             REDIS_MONITOR: self.monitor_body(REDIS_MONITOR),

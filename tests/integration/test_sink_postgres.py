@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from crawlerkit import Collector
+from prometheus_client import CollectorRegistry, generate_latest
 from sinkkit import (
     POSTGRES_URL,
     Relay,
@@ -27,6 +28,8 @@ from sinkkit import (
     wait_until,
 )
 
+from crawlhive.sink.observe import live_sinks, metrics, stats_body
+from crawlhive.sink.observe import rows as sink_rows
 from crawlhive.sink.store import sink_group, sink_name
 from crawlhive.sink.worker import COMPONENT, Sink, sink_counter_name
 from crawlhive.utils.connections import consumer_lag, ensure_topics
@@ -46,6 +49,16 @@ def _letters(collector: Collector, n: int = 0, timeout: float = 30) -> list[dict
         if len(found) >= n or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
+
+
+class _Rows:
+    """The sinks' metric families, as REST's collector yields them."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+
+    def collect(self) -> Any:
+        return metrics(sink_rows(self.sink.redis, self.sink.keys, self.sink.stats, 30))
 
 
 def _drain(sink: Sink, total: int, timeout: float = 60) -> None:
@@ -127,9 +140,28 @@ def test_rows_newest_version_wins_and_bad_records_are_dead_letters(
         assert (sink.totals.duplicates, sink.totals.written) == (duplicates + 2, written + 1)
         counts = sink.stats.read(COMPONENT, sink_counter_name(sink.name, "written"))
         assert counts["lifetime"] == written + 1
+
+        # stats: sink, /metrics and the dashboard's rows (§20.7)
+        sink.beat(force=True)
+        body = stats_body(sink.redis, sink.keys, sink.stats, 30)["sinks"][sink.name]
+        assert body["written"]["lifetime"] == written + 1 and body["dead_letters"]["lifetime"] == 4
+        assert (body["kind"], body["topic"], body["group"], body["processes"], body["lag"]) == (
+            "postgresql",
+            source,
+            sink.group,
+            1,
+            0,
+        )
+        registry = CollectorRegistry()
+        registry.register(_Rows(sink))
+        text = generate_latest(registry).decode()
+        assert f'crawlhive_sink_records_total{{kind="written",sink="{sink.name}"}} {written + 1}.0' in text
+        assert f'crawlhive_sink_records_total{{kind="dead_letters",sink="{sink.name}"}} 4.0' in text
+        assert f'crawlhive_sink_lag{{sink="{sink.name}"}} 0.0' in text
     finally:
         sink.teardown()
         collector.close()
+    assert live_sinks(sink.redis, sink.keys, 30) == {}  # a stopped sink withdraws its state
     assert sink_group(cfg, url) == f"{settings['KAFKA_TOPIC_PREFIX']}-sink-{sink_name(url)}"
     assert sink_name(url).startswith("postgresql-")
 

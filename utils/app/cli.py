@@ -494,7 +494,7 @@ examples:
   crawl          url, appid, crawlid
   action         action ("info" or "stop"), appid, uuid, spiderid (+ crawlid for one crawl)
   stats          stats ("kafka-monitor", "redis-monitor", "crawler", "spider", "machine",
-                 "queue", "rest" or "all"), appid, uuid
+                 "queue", "rest", "sink" or "all"), appid, uuid
   domain-config  action ("domain-update", "domain-remove", "blacklist-update",
                  "blacklist-remove"), domain, appid, uuid (+ hits, window for domain-update)
 
