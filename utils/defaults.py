@@ -83,8 +83,8 @@ CLEANER_MAX_SECONDS × CLEANER_MAX_POLL_RECORDS, so a batch of slow pages never 
 membership (the kafka-monitor's KAFKA_MAX_POLL_INTERVAL_MS is small to keep its joins fast)."""
 
 CLEANER_MARKDOWN: bool = True
-"""Add ``markdown`` to cleaned records: the main content as Markdown (headings, lists, links,
-tables), from the same parse as ``text`` (docs/contract.md §20.6)."""
+"""Add ``markdown`` to cleaned records: the main content as Markdown (headings, lists, emphasis,
+tables; links as their text), from the same parse as ``text`` (docs/contract.md §20.6)."""
 
 SINK_URL: str = ""
 """Where ``crawlhive sink`` writes (its ``--to``; docs/contract.md §20): ``postgresql://user:pass@host:port/db?table=NAME``,
