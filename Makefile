@@ -116,6 +116,7 @@ bench: $(STAMP) browser
 	$(BIN)/python bench/info.py
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/throttle.py
+	$(BIN)/python bench/sink.py
 	@if [ -f bench/memory.py ]; then $(BIN)/python bench/memory.py; else echo "bench/memory.py not present: skipped"; fi
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start

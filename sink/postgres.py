@@ -85,6 +85,11 @@ SELECT DISTINCT ON (appid, crawlid, url) {columns}, now() FROM {stage}
 ORDER BY appid, crawlid, url, fetched_at DESC NULLS LAST, ord DESC
 ON CONFLICT (appid, crawlid, url) DO UPDATE SET {updates}, updated_at = excluded.updated_at
 WHERE t.fetched_at IS NULL OR excluded.fetched_at > t.fetched_at"""
+#: The same for a batch without two versions of one page (the usual case): no sort.
+UPSERT_UNIQUE = """INSERT INTO {table} AS t ({columns}, updated_at)
+SELECT {columns}, now() FROM {stage}
+ON CONFLICT (appid, crawlid, url) DO UPDATE SET {updates}, updated_at = excluded.updated_at
+WHERE t.fetched_at IS NULL OR excluded.fetched_at > t.fetched_at"""
 
 INT32 = 2**31
 #: SQLSTATE classes and codes that mean "try again later", not "this record cannot be stored":
@@ -155,6 +160,9 @@ class PostgresStore(Store):
             stage=sql.Identifier(STAGE), columns=columns
         )
         self._upsert = sql.SQL(UPSERT).format(
+            table=self.table, columns=columns, stage=sql.Identifier(STAGE), updates=updates
+        )
+        self._upsert_unique = sql.SQL(UPSERT_UNIQUE).format(
             table=self.table, columns=columns, stage=sql.Identifier(STAGE), updates=updates
         )
 
@@ -281,7 +289,8 @@ class PostgresStore(Store):
             with cur.copy(self._copy) as copy:
                 for ord_, row in enumerate(rows):
                     copy.write_row((ord_, *row))
-            cur.execute(self._upsert)
+            unique = len({row[:3] for row in rows}) == len(rows)
+            cur.execute(self._upsert_unique if unique else self._upsert)
             return max(0, cur.rowcount)
 
     def _lost(self, exc: psycopg.Error) -> bool:
