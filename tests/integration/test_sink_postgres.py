@@ -247,3 +247,37 @@ def test_postgresql_unreachable_under_load_loses_nothing_and_commits_nothing(
     assert "Traceback" not in log, log
     assert _letters(collector) == []
     assert [r["url"] for r in rows(pg_table)] == sorted(f"http://d.example/{i}" for i in range(600))
+
+
+def test_the_documented_queries_run_on_a_sinks_table(settings: Settings, pg_table: str) -> None:
+    """docs/operations.md ("Sinks"): every example query runs on a table a sink made."""
+    import psycopg
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    block = text.split("## Sinks", 1)[1].split("```sql\n", 1)[1].split("```", 1)[0]
+    queries = [line for line in block.splitlines() if line.strip() and not line.startswith("--")]
+    assert len(queries) == 5
+    source = settings.topic("cleaned")
+    ensure_topics(settings, [source, settings.topic("dead_letter")])
+    produce(
+        settings,
+        source,
+        [
+            cleaned("http://127.0.0.1:8000/", text="The river and the salmon", appid="tour", markdown="# River"),
+            cleaned("http://127.0.0.1:8000/about.html", appid="tour", content_hash="h-same"),
+            cleaned("http://127.0.0.1:8000/copy.html", appid="tour", content_hash="h-same"),
+        ],
+    )
+    sink = Sink.from_settings(settings.copy_with(SINK_URL=sink_url(pg_table)))
+    try:
+        assert sink.start()
+        _drain(sink, 3)
+    finally:
+        sink.teardown()
+    results = []
+    with psycopg.connect(POSTGRES_URL) as conn:
+        for query in queries:
+            results.append(conn.execute(query.replace("crawlhive_pages", pg_table)).fetchall())
+    assert len(results[0]) == 3 and results[1] == [("h-same", 2, "http://127.0.0.1:8000/about.html")]
+    assert results[2] == [(200, "en", 3)] and results[3] == [("# River", None)]
+    assert results[4] == [("http://127.0.0.1:8000/", "title of http://127.0.0.1:8000/")]
