@@ -1,9 +1,12 @@
 """Large pages by reference (docs/contract.md §20.5): a 3 MB page is crawled, emitted with its body
-in the blob store, cleaned, stored by the sinks, and printed whole by ``crawlhive dump``."""
+in the blob store, cleaned, stored by every kind of sink (PostgreSQL from cleaned and from the
+firehose, JSON Lines files, WARC), and printed whole by ``crawlhive dump``."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import signal
 import subprocess
@@ -13,6 +16,7 @@ import psycopg
 import pytest
 from crawlerkit import CLI, Collector, Crawler, TestSite, crawler_env, redis_for, seed
 from sinkkit import POSTGRES_URL, count, pg_table, rows, sink_url, start_sink, wait_until
+from warcio.archiveiterator import ArchiveIterator
 
 from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.settings import Settings
@@ -54,9 +58,12 @@ def test_a_3mb_page_is_emitted_by_reference_cleaned_and_stored(
     cleaner_log = tmp_path / "cleaner.log"
     cleaner = subprocess.Popen([*CLI, "cleaner", "--log-file", str(cleaner_log)], env=crawler_env(settings, **slow))
     pg_url, raw_url = sink_url(pg_table), sink_url(f"{pg_table}_raw")
+    files_dir, warc_dir = tmp_path / "files", tmp_path / "warc"
     sinks = [
         start_sink(settings, tmp_path, pg_url),
         start_sink(settings, tmp_path, raw_url, "--from", "crawled_firehose"),
+        start_sink(settings, tmp_path, f"file://{files_dir}/", "--from", "crawled_firehose", SINK_ROLL_SECONDS=1),
+        start_sink(settings, tmp_path, f"warc://{warc_dir}/", SINK_ROLL_SECONDS=1),
     ]
     try:
         crawler.wait_ready(client, settings["REDIS_KEY_PREFIX"])
@@ -74,6 +81,18 @@ def test_a_3mb_page_is_emitted_by_reference_cleaned_and_stored(
         assert row["url"] == site.url("/big") and row["title"] == "The long report"
         [raw] = rows(f"{pg_table}_raw")
         assert raw["record"]["body"] == page.decode() and raw["record"]["body_ref"]["sha256"] == digest
+        # the files sink and the WARC sink hold the whole body too
+        wait_until("a JSON Lines file", lambda: list(files_dir.rglob("*.jsonl.gz")), timeout=60, process=sinks[2])
+        [jsonl] = list(files_dir.rglob("*.jsonl.gz"))
+        assert json.loads(gzip.decompress(jsonl.read_bytes()))["body"] == page.decode()
+        wait_until("a WARC file", lambda: list(warc_dir.rglob("*.warc.gz")), timeout=60, process=sinks[3])
+        [warc] = list(warc_dir.rglob("*.warc.gz"))
+        [response] = [
+            r.content_stream().read()
+            for r in ArchiveIterator(io.BytesIO(warc.read_bytes()), check_digests=True)
+            if r.rec_type == "response"
+        ]
+        assert response == page
         dumped = subprocess.run(
             [*CLI, "dump", "crawled_firehose", "-b", "-n", "1"],
             env=crawler_env(settings),
