@@ -121,7 +121,7 @@ def store_for(settings: Settings, url: str) -> Store:
         SettingsError: no URL, or a scheme no store handles (the message lists the known ones).
     """
     if not url:
-        raise SettingsError("crawlhive sink: --to URL (SINK_URL) is required, e.g. postgresql://user@host/db")
+        raise SettingsError("--to URL (SINK_URL) is required, e.g. postgresql://user@host/db")
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("postgresql", "postgres"):
         from crawlhive.sink.postgres import PostgresStore

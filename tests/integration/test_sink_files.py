@@ -43,6 +43,10 @@ def _files(root: Path) -> dict[str, Path]:
     return {str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")}
 
 
+def _rows(root: Path) -> int:
+    return sum(pq.read_metadata(path).num_rows for path in _files(root).values())
+
+
 def _stop(process: subprocess.Popen[bytes]) -> None:
     process.send_signal(signal.SIGTERM)
     try:
@@ -103,8 +107,12 @@ def test_jsonl_files_survive_a_sigkill_and_a_replay_writes_the_same_names(settin
     before = {name: (path.stat().st_ino, path.read_bytes()) for name, path in files.items()}
     replay = start_sink(settings, tmp_path, url, SINK_GROUP=f"{group}-replay", **roll)
     try:
+        # (the embedded broker's end offsets count record batches: the files say when all is there)
         wait_until(
-            "the replay", lambda: consumer_lag(settings, source, f"{group}-replay") == 0, process=replay, timeout=90
+            "every file rewritten",
+            lambda: all(p.stat().st_ino != before[n][0] for n, p in _files(out).items()),
+            process=replay,
+            timeout=90,
         )
     finally:
         _stop(replay)
@@ -126,6 +134,8 @@ def test_parquet_files_have_the_fixed_schema_and_roll_by_time(settings: Settings
     sink = start_sink(settings, tmp_path, url, SINK_ROLL_SECONDS=1)  # 40 small records: rolled by time
     group = sink_group(settings.copy_with(SINK_URL=url), url)
     try:
+        # (the embedded broker's end offsets count record batches: the files say when all is there)
+        wait_until("every record in a file", lambda: _rows(out) >= 40, process=sink)
         wait_until("the group's lag to reach 0", lambda: consumer_lag(settings, source, group) == 0, process=sink)
     finally:
         _stop(sink)
