@@ -75,6 +75,17 @@ def records(n: int) -> list[bytes]:
 
 
 CPU: dict[str, float] = {}
+#: CPU seconds of the PostgreSQL server process (backend) of each run, when it runs on this machine.
+SERVER_CPU: dict[str, float] = {}
+
+
+def backend_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process *pid* so far, or NaN if it is not on this machine."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bare_copy(values: list[bytes], table: str) -> float:
@@ -83,12 +94,14 @@ def bare_copy(values: list[bytes], table: str) -> float:
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         conn.execute(CREATE_TABLE.replace("{table}", table))
         columns = "appid, crawlid, url, fetched_at, status_code, content_hash, title, text, language, published, record"
-        started, cpu = time.perf_counter(), time.process_time()
+        pid = conn.info.backend_pid
+        started, cpu, server = time.perf_counter(), time.process_time(), backend_cpu(pid)
         for start in range(0, len(values), BATCH):
             with conn.transaction(), conn.cursor() as cur, cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                 for raw in values[start : start + BATCH]:
-                    copy.write_row(page_row(json.loads(raw)))
+                    copy.write_row(page_row(json.loads(raw), raw))
         CPU["bare"] = time.process_time() - cpu
+        SERVER_CPU["bare"] = backend_cpu(pid) - server
         return len(values) / (time.perf_counter() - started)
 
 
@@ -101,11 +114,16 @@ def run_sink(settings: Settings, total: int, total_bytes: int, name: str) -> tup
         while sink.totals.records == 0:
             sink.run_once()
         first = sink.totals.records
+        conn = getattr(sink.store, "conn", None)
+        pid = conn.info.backend_pid if conn is not None else None
+        server = backend_cpu(pid) if pid else 0.0
         started, cpu = time.perf_counter(), time.process_time()
         while sink.totals.records < total:
             sink.run_once()
         elapsed = time.perf_counter() - started
         CPU[name] = (time.process_time() - cpu) * total / (total - first)
+        if pid:
+            SERVER_CPU[name] = (backend_cpu(pid) - server) * total / (total - first)
         if sink.totals.dead_letters:
             raise SystemExit(f"{sink.totals.dead_letters} dead letters")
     finally:
@@ -150,10 +168,12 @@ def main() -> int:
             print(f"files sink (gzip JSON Lines)    : {file_rate:8.0f} records/s, {mbps:6.1f} MB/s")
         print(f"ratio PostgreSQL sink / bare COPY loop: {rate / bare:.2f} (target >= 0.8)")
         per = {name: seconds * 1e6 / len(values) for name, seconds in CPU.items()}
-        print(
-            "CPU of this process per record (the server's not counted): "
-            + ", ".join(f"{name} {us:.0f} us" for name, us in per.items())
-        )
+        print("CPU of this process per record: " + ", ".join(f"{name} {us:.0f} us" for name, us in per.items()))
+        server = {name: seconds * 1e6 / len(values) for name, seconds in SERVER_CPU.items()}
+        print("CPU of the PostgreSQL backend per record: " + ", ".join(f"{n} {us:.0f} us" for n, us in server.items()))
+        if "bare" in CPU and "postgresql" in SERVER_CPU:
+            both = (CPU["bare"] + SERVER_CPU["bare"]) / (CPU["postgresql"] + SERVER_CPU["postgresql"])
+            print(f"CPU ratio (client + backend) bare loop / PostgreSQL sink: {both:.2f} (the load-free ratio)")
     finally:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
             for table in tables:

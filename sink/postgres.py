@@ -98,8 +98,10 @@ INT32 = 2**31
 TRANSIENT_SQLSTATES = ("08", "53", "57", "58", "40001", "40P01")
 
 
-def page_row(value: dict[str, Any]) -> tuple[Any, ...]:
-    """The columns of one record (cleaned record, crawled item or user item), in COPY order.
+def page_row(value: dict[str, Any], raw: bytes | None = None) -> tuple[Any, ...]:
+    """The columns of one record (cleaned record, crawled item or user item), in COPY order;
+    *raw*, the record's JSON as received, is stored as ``record`` as it is unless it escapes a NUL
+    (re-encoding the record would cost as much as the rest of the row).
 
     Raises:
         ValueError: the record has no string ``appid``, ``crawlid`` or ``url`` (the row's key).
@@ -122,7 +124,9 @@ def page_row(value: dict[str, Any]) -> tuple[Any, ...]:
         text_or_none(value.get("text")),
         text_or_none(value.get("language")),
         parse_date(value.get("published")),
-        json.dumps(scrub(value), ensure_ascii=False),
+        raw.decode("utf-8")
+        if raw is not None and b"\\u0000" not in raw
+        else json.dumps(scrub(value), ensure_ascii=False),
     )
 
 
@@ -252,7 +256,7 @@ class PostgresStore(Store):
         rows: list[tuple[SinkRecord, tuple[Any, ...]]] = []
         for record in records:
             try:
-                rows.append((record, page_row(record.value)))
+                rows.append((record, page_row(record.value, record.raw)))
             except ValueError as exc:
                 result.rejected.append((record, str(exc)))
         if not rows:
