@@ -55,6 +55,14 @@ def test_a_3mb_page_is_emitted_by_reference_cleaned_and_stored(
     client = redis_for(settings["REDIS_URL"])
     slow = {"CLEANER_MAX_SECONDS": 90, "CLEANER_MAX_POLL_INTERVAL_MS": 90 * 50 * 1000 + 1000}
     crawler = Crawler(crawler_env(settings), tmp_path)
+    try:  # ready before the rest starts (a loaded machine)
+        crawler.wait_ready(client, settings["REDIS_KEY_PREFIX"], timeout=120)
+    except BaseException:
+        crawler.kill()
+        collector.close()
+        client.close()
+        site.stop()
+        raise
     cleaner_log = tmp_path / "cleaner.log"
     cleaner = subprocess.Popen([*CLI, "cleaner", "--log-file", str(cleaner_log)], env=crawler_env(settings, **slow))
     pg_url, raw_url = sink_url(pg_table), sink_url(f"{pg_table}_raw")
@@ -66,7 +74,6 @@ def test_a_3mb_page_is_emitted_by_reference_cleaned_and_stored(
         start_sink(settings, tmp_path, f"warc://{warc_dir}/", SINK_ROLL_SECONDS=1),
     ]
     try:
-        crawler.wait_ready(client, settings["REDIS_KEY_PREFIX"])
         seed(settings, client, appid="big", crawlid="b1", url=site.url("/big"), maxdepth=0)
         [item] = collector.wait_for("b1", 1, timeout=60, topic=topics[0])
         assert item["body"] is None
@@ -106,7 +113,7 @@ def test_a_3mb_page_is_emitted_by_reference_cleaned_and_stored(
         for sink in sinks:
             sink.send_signal(signal.SIGTERM)
         cleaner.send_signal(signal.SIGTERM)
-        assert crawler.terminate() == 0, crawler.output()
+        assert crawler.terminate(timeout=60) == 0, crawler.output()
         for process in [*sinks, cleaner]:
             try:
                 process.wait(30)

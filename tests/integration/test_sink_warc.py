@@ -53,14 +53,14 @@ def test_crawled_pages_become_warc_records_with_digests_and_an_index(settings: S
     group = sink_group(settings.copy_with(SINK_URL=url), url)
     source = settings.topic("crawled_firehose")
     try:
-        crawler.wait_ready(client, settings["REDIS_KEY_PREFIX"])
+        crawler.wait_ready(client, settings["REDIS_KEY_PREFIX"], timeout=120)
         for path in ("/w/", "/w/logo.bin", "/w/gone"):
             seed(settings, client, appid="warc", crawlid="w1", url=site.url(path), maxdepth=0)
         wait_until("three pages archived", lambda: _responses(out) >= 3, timeout=90, process=sink)
         wait_until("the group's lag to reach 0", lambda: consumer_lag(settings, source, group) == 0, process=sink)
     finally:
         sink.send_signal(signal.SIGTERM)
-        assert crawler.terminate() == 0, crawler.output()
+        assert crawler.terminate(timeout=60) == 0, crawler.output()
         try:
             assert sink.wait(30) == 0
         except subprocess.TimeoutExpired:
