@@ -76,6 +76,7 @@ typecheck: $(STAMP)
 	@ln -s ../../../redis-monitor $(TYPECHECK)/crawlhive/redis_monitor
 	@ln -s ../../../rest $(TYPECHECK)/crawlhive/rest
 	@ln -s ../../../cleaner $(TYPECHECK)/crawlhive/cleaner
+	@ln -s ../../../sink $(TYPECHECK)/crawlhive/sink
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --python-executable $(CURDIR)/$(BIN)/python --cache-dir $(CURDIR)/build/mypy-cache -p crawlhive
 
 # Debian's Chromium for the browser tests: `chromium` drives the dashboard's test
@@ -154,6 +155,7 @@ bench: $(STAMP) browser
 	$(BIN)/python bench/info.py
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/throttle.py
+	$(BIN)/python bench/sink.py
 	@if [ -f bench/memory.py ]; then $(BIN)/python bench/memory.py; else echo "bench/memory.py not present: skipped"; fi
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start

@@ -124,6 +124,7 @@ class ClusterView:
         #: Domains with their own counters on /metrics (docs/contract.md §22.3).
         self.metrics_top_domains = settings.getint("METRICS_TOP_DOMAINS")
         self.egress_id = settings["CRAWLER_EGRESS_ID"] if settings.getbool("SCHEDULER_IP_ENABLED") else None
+        self.heartbeat_timeout_s = settings.getfloat("HEARTBEAT_TIMEOUT")
         try:
             self.proxy_pools: ProxyPools | None = pools_from_settings(settings)
         except ProxyConfigError:  # the crawlers refuse it, saying why; here: the proxies that served
@@ -136,6 +137,12 @@ class ClusterView:
     def proxies(self) -> dict[str, Any]:
         """Proxies, rests, waiting domains and slowed domains (:func:`proxy_overview`, §21.6)."""
         return proxy_overview(self.redis, self.keys, self.throttle_window_s, self.proxy_pools)
+
+    def sinks(self) -> list[dict[str, Any]]:
+        """One row per sink: name, kind, lifetime counters, live processes and lag (§20.7)."""
+        from crawlhive.sink.observe import rows
+
+        return rows(self.redis, self.keys, self.stats, self.heartbeat_timeout_s)
 
     # --- one crawl ---------------------------------------------------------------------------------
 

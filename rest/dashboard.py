@@ -98,6 +98,7 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
         },
         "dead_letters": list(reversed(rest.kafka.dead_letters.copy())),  # copy(): atomic vs the listener
         "finished": rest.view.crawl_list("finished", FINISHED_SHOWN),
+        "sinks": rest.view.sinks(),
         "domain_config": rest.view.domain_config(),
         "proxies": proxy_rows(rest.view.proxies()),
     }

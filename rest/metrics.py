@@ -192,6 +192,10 @@ class RedisMemoryCollector(Collector):
             limit.add_metric([node], float(info.get("maxmemory", 0)))
         yield from (used, limit)
 
+        from crawlhive.sink.observe import metrics as sink_metrics  # the sinks' families (§20.7)
+
+        yield from sink_metrics(self.view.sinks())
+
 
 class _Read(Collector):
     """One unlabelled gauge or counter whose value a callable gives at scrape time."""

@@ -82,6 +82,44 @@ CLEANER_MAX_POLL_INTERVAL_MS: int = 900000
 CLEANER_MAX_SECONDS × CLEANER_MAX_POLL_RECORDS, so a batch of slow pages never loses the group's
 membership (the kafka-monitor's KAFKA_MAX_POLL_INTERVAL_MS is small to keep its joins fast)."""
 
+CLEANER_MARKDOWN: bool = True
+"""Add ``markdown`` to cleaned records: the main content as Markdown (headings, lists, emphasis,
+tables; links as their text), from the same parse as ``text`` (docs/contract.md §20.6)."""
+
+SINK_URL: str = ""
+"""Where ``crawlhive sink`` writes (its ``--to``; docs/contract.md §20): ``postgresql://user:pass@host:port/db?table=NAME``,
+``file:///dir/?format=jsonl|parquet`` (or any fsspec URL such as ``s3://bucket/prefix/``), ``warc:///dir/``.
+Its password is masked in every log line."""
+
+SINK_FROM: str = "cleaned"
+"""The topic a sink reads (its ``--from``): ``cleaned``, ``crawled_firehose``, ``items`` (each
+``<prefix>.<name>``) or a full topic name."""
+
+SINK_GROUP: str = ""
+"""Consumer group of a sink; empty means ``<prefix>-sink-<scheme>-<8 hex digits of the SHA-256 of
+SINK_URL>``, so every sink URL has a group of its own and sinks of one URL share its partitions."""
+
+SINK_MAX_POLL_RECORDS: int = 500
+"""Records one poll of a sink returns at most: a PostgreSQL sink writes each poll in one transaction."""
+
+SINK_ROLL_BYTES: int = 0
+"""Bytes of records after which a file sink completes its file and starts the next; 0 means the
+kind's default: 64 MiB for JSON Lines and Parquet, 1 GiB for WARC."""
+
+SINK_ROLL_SECONDS: float = 300.0
+"""Seconds after its first record at which a file sink completes its file even if it is small."""
+
+BLOB_STORE_URL: str = ""
+"""Where bodies too large for one Kafka message go (docs/contract.md §20.5): any fsspec URL
+(``file:///var/lib/crawlhive/blobs``, ``s3://bucket/blobs`` with ``s3fs`` installed). The item then
+carries ``"body": null`` and ``body_ref``. Empty: the folder ``blobs`` of CRAWLHIVE_HOME, which every
+process of one machine (``crawlhive up`` and its children, ``dump``) shares; crawlers, cleaners and
+sinks on several machines need a store they all reach."""
+
+BLOB_TTL: float = 604800.0
+"""Seconds a blob is kept (7 days): crawlers remove older blobs of a local store now and then; on an
+object store, set a lifecycle rule of the same age (docs/operations.md)."""
+
 KAFKA_SECURITY_PROTOCOL: str = "PLAINTEXT"
 """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; applied to every Kafka client."""
 

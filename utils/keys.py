@@ -309,6 +309,12 @@ class Keys:
         broker delivers them again."""
         return f"{self._global}cleaner:emitted:{escape(group)}"
 
+    @key("hash", ttl="2 x HEARTBEAT_TIMEOUT (refreshed by every sink's heartbeat)")
+    def sink_state(self) -> str:
+        """Sink node id -> JSON ``{"sink", "kind", "topic", "group", "lag", "at"}``: what each sink
+        process last said of itself (``stats: sink``, ``/metrics``, the dashboard; §20.7)."""
+        return f"{self._global}sinks"
+
     @key("string", ttl="CRAWL_DELAY_TTL_S (a day; refreshed whenever a crawler reads the robots.txt)")
     def crawl_delay(self, domain: str) -> str:
         """Seconds a domain's robots.txt asks between two fetches (``Crawl-delay`` for our user

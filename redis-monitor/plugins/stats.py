@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 RENDER_QUEUE_SUFFIX = "+render"
 logger = logging.getLogger(__name__)
 
-TYPES = ("all", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "spider", "machine", "queue", "rest", "proxies")
+TYPES = ("all", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "spider", "machine", "queue", "rest", "proxies", "sink")
 REST = "rest"
 
 
@@ -68,6 +68,8 @@ class StatsMonitor(MonitorPlugin):
         self.max_domains = max_domains
         self.default_window_s = 60.0
         self.pools: ProxyPools | None = None
+        #: Seconds after which a sink's published state is stale (HEARTBEAT_TIMEOUT).
+        self.heartbeat_timeout_s = 30.0
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
@@ -85,6 +87,7 @@ class StatsMonitor(MonitorPlugin):
             plugin.pools = pools_from_settings(settings)
         except ProxyConfigError as exc:  # the crawlers refuse to start on it; stats still answer
             logger.warning("%s; stats proxies lists the proxies that served requests only", exc)
+        plugin.heartbeat_timeout_s = settings.getfloat("HEARTBEAT_TIMEOUT")
         return plugin
 
     def accepts(self, kind: str, request: dict[str, Any]) -> bool:
@@ -121,6 +124,10 @@ class StatsMonitor(MonitorPlugin):
             return self.cleaner_body()
         if kind == "proxies":
             return {"proxies": proxy_overview(self.redis, self.keys, self.default_window_s, self.pools)}
+        if kind == "sink":  # the sinks (crawlhive.sink.observe; §20.7)
+            from crawlhive.sink.observe import stats_body
+
+            return stats_body(self.redis, self.keys, self.stats, self.heartbeat_timeout_s)
         return {
             KAFKA_MONITOR: self.monitor_body(KAFKA_MONITOR),
             REDIS_MONITOR: self.monitor_body(REDIS_MONITOR),

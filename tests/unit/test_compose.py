@@ -46,6 +46,7 @@ COMPONENT_SERVICES = {
     "crawler-render": "crawler",
     "cleaner": "cleaner",
     "rest": "rest",
+    "sink": "sink",
 }
 
 
@@ -435,6 +436,15 @@ def test_the_spider_example_override_mounts_a_module_the_crawler_can_load(servic
     assert module_dir.is_dir() and (module_dir / "spiders.py").exists()
     assert str(PurePosixPath(target).parent) == env["PYTHONPATH"]
     assert settings["SPIDER_MODULES"] == [f"{PurePosixPath(target).name}.spiders"]
+
+
+def test_the_sink_profile_runs_postgresql_and_a_sink_to_it(services: dict[str, dict[str, Any]]) -> None:
+    sink, postgres = services["sink"], services["postgres"]
+    assert sink["profiles"] == postgres["profiles"] == ["sink"]
+    url = sink["environment"]["SINK_URL"]
+    assert url.startswith("postgresql://crawlhive:") and url.endswith("@postgres:5432/crawlhive")
+    assert sink["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert healthcheck_argv(sink)[2] == "sink" and healthcheck_argv(postgres)[0] == "pg_isready"
 
 
 def test_the_redis_cluster_profile_runs_three_primaries_with_a_replica_each(

@@ -39,7 +39,7 @@ def test_the_library_layer_never_imports_the_application_layer() -> None:
     """``crawlhive.utils.app`` (CLI, up, demo, embedded services, state file) sits on top of the
     library; components and the library must not depend on it."""
     offenders = []
-    for folder in ("utils", "crawler", "kafka-monitor", "redis-monitor", "rest", "cleaner"):
+    for folder in ("utils", "crawler", "kafka-monitor", "redis-monitor", "rest", "cleaner", "sink"):
         for path in (REPO / folder).rglob("*.py"):
             if path.is_relative_to(REPO / "utils" / "app"):
                 continue
@@ -100,7 +100,7 @@ def test_every_subcommand_s_help_ends_with_an_example() -> None:
     assert set(BUILTIN_SPIDERS) == set(SPIDERS)
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command").choices  # type: ignore[attr-defined]
-    components = {"kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest"}
+    components = {"kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest", "sink"}
     assert set(subparsers) == {"up", "demo", *components, "feed", "dump"}
     for name, sub in subparsers.items():
         text = sub.format_help()
