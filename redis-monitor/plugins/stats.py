@@ -42,7 +42,19 @@ if TYPE_CHECKING:
 RENDER_QUEUE_SUFFIX = "+render"
 logger = logging.getLogger(__name__)
 
-TYPES = ("all", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "spider", "machine", "queue", "rest", "proxies", "sink")
+TYPES = (
+    "all",
+    "kafka-monitor",
+    "redis-monitor",
+    "crawler",
+    "cleaner",
+    "spider",
+    "machine",
+    "queue",
+    "rest",
+    "proxies",
+    "sink",
+)
 REST = "rest"
 
 
