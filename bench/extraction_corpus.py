@@ -44,9 +44,7 @@ def main() -> int:
     if not DOCS.is_dir():
         print(f"{DOCS} missing: apt-get install python3-doc", file=sys.stderr)
         return 2
-    files = sorted(
-        f for part in PARTS for f in (DOCS / part).rglob("*.html") if 8_000 <= f.stat().st_size <= 200_000
-    )
+    files = sorted(f for part in PARTS for f in (DOCS / part).rglob("*.html") if 8_000 <= f.stat().st_size <= 200_000)
     step = max(1, len(files) // args.pages)
     chosen = files[::step][: args.pages]
     OUT.parent.mkdir(parents=True, exist_ok=True)
