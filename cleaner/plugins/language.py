@@ -1,6 +1,7 @@
 """``language`` (docs/contract.md §13): ISO 639-1 code of the main text, by py3langid (a maintained
-langid.py with its bundled model; nothing is downloaded), or the page's declared ``lang`` when the
-text is too short to tell; null when neither says."""
+langid.py with its bundled model; nothing is downloaded), or the page's declared language (``<html
+lang>``, else a ``Content-Language`` meta tag) when the text is too short to tell; null when
+neither says."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ dotted word without an ``@``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import phonenumbers
@@ -53,17 +54,15 @@ PHONE_LIKE = re.compile(r"\+?\(?\d(?:[ \t().\-/]{0,3}\d){6,}")
 DIGITS = re.compile(r"\d(?:\D{0,4}\d){3}")
 
 
-def _candidate_lines(text: str) -> list[tuple[int, str]]:
-    """The lines of *text* in which a phone number can be, with the offset of each."""
-    lines: list[tuple[int, str]] = []
+def _candidate_lines(text: str) -> Iterator[tuple[int, str]]:
+    """The lines of *text* in which a phone number can be, with the offset of each, one by one."""
     at = 0
     while (found := DIGITS.search(text, at)) is not None:
         start = text.rfind("\n", 0, found.start()) + 1
         end = text.find("\n", found.end())
         end = len(text) if end < 0 else end
-        lines.append((start, text[start:end]))
+        yield start, text[start:end]
         at = end
-    return lines
 
 
 def _phone_spans(text: str, region: str) -> list[tuple[int, int]]:
