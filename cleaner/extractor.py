@@ -130,7 +130,7 @@ def metadata(tree: Any, url: str) -> dict[str, Any]:
 #: How trafilatura extracts the main text: its fast path (no second pass through readability and
 #: jusText; on the extraction corpus its F1 is the same as the default's, at 0.7 of the CPU),
 #: tables kept, comments and images left out.
-EXTRACTION = {"fast": True, "include_comments": False, "include_tables": True, "include_images": False}
+EXTRACTION: dict[str, Any] = {"fast": True, "include_comments": False, "include_tables": True, "include_images": False}
 
 
 def extract(html: str, url: str) -> dict[str, Any]:
