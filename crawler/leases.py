@@ -120,6 +120,9 @@ class LeaseTable:
         self._unfinished: list[tuple[LeaseContext, str]] = []
         self._refinish_call: Any = None
         self._refinish_delay = FINISH_RETRY_S
+        #: Called with each batch of finished pages and the pipeline of their acks, before the acks
+        #: are queued (the recrawl schedule, crawler/recrawl.py, writes each visit's end there).
+        self.finish_hooks: list[Callable[[list[tuple[LeaseContext, str]], Any], None]] = []
 
     def add(self, context: LeaseContext) -> None:
         """Track *context* from now until its lease ends here."""
@@ -240,6 +243,8 @@ class LeaseTable:
         def pipeline() -> Any:
             pipe = write_pipeline(self.redis)
             self.frontier.push([c for context, _ in batch for c in context.children], pipe)
+            for hook in self.finish_hooks:
+                hook(batch, pipe)
             for context, counter in batch:
                 self.worker.queue_ack(context.lease, counter, pipe)
             self.frontier.renew_records([context.request for context, _ in batch], pipe)

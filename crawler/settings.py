@@ -107,6 +107,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "DOWNLOADER_MIDDLEWARES": {
             f"{_PKG}.middlewares.LeaseOutcomeMiddleware": 50,
             f"{_PKG}.middlewares.RequestShapingMiddleware": 400,
+            f"{_PKG}.recrawl.RecrawlMiddleware": 420,  # validators and the changed decision (§19)
             f"{_PKG}.middlewares.SiteGateMiddleware": 450,
             # Scrapy's decompression, done by ours so that a compression bomb is a dead letter.
             "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
@@ -123,7 +124,10 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             f"{_PKG}.middlewares.CrawlDelayMiddleware": 960,
             f"{_PKG}.netguard.NetworkGuardMiddleware": 990,
         },
-        "SPIDER_MIDDLEWARES": {f"{_PKG}.middlewares.FrontierSpiderMiddleware": 950},
+        "SPIDER_MIDDLEWARES": {
+            f"{_PKG}.middlewares.FrontierSpiderMiddleware": 950,
+            f"{_PKG}.recrawl.RecrawlItemMiddleware": 940,  # visit, changed, previous_fetch (§19.4)
+        },
         # The user's ITEM_PIPELINES, then crawlhive's output, whatever their orders (pipelines.py).
         "ITEM_PROCESSOR": f"{_PKG}.pipelines.FrontierItemProcessor",
         "ITEM_PIPELINES": {},

@@ -1,0 +1,100 @@
+-- Release the due pages of one frontier shard into the frontier (docs/contract.md §19.2), oldest
+-- slots first, at most ARGV[1] slot entries per call (utils/frontier/recrawl.py Schedule.release).
+-- KEYS: 1 the shard's due index (recrawl_due), 2 the shard's queue sequence.
+-- ARGV: 1 limit, 2 state buckets per shard, 3 state prefix, 4 slots prefix, 5 slot prefix (each
+--       completed with a crawl ref), 6 the shard's key head, 7 the rendering lane's suffix.
+-- A slot entry is packed as utils/frontier/recrawl.py SlotEntry: due (u32), fingerprint (12
+-- bytes), priority (i32), render (u8), domain length (u8), domain, queue member. An entry whose
+-- page's state no longer names its due time is stale (the page left, or was moved) and skipped; one
+-- not due yet (from a wide slot) goes to a finer slot; a due one is queued as any request and its
+-- state's next visit set to 0 (a visit is on), so visits never overlap.
+-- Returns {spider, render ('1' or '0'), pages released, ...} per lane that got pages.
+--! include lib/score.lua
+
+local function u32(s, i)
+  local a, b, c, d = string.byte(s, i, i + 3)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
+
+local function slot_of(due, now)  -- the twin of utils/frontier/recrawl.py slot_start
+  local width = 1
+  while width * 64 <= due - now do
+    width = width * 2
+  end
+  return due - due % width
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1])
+local budget = tonumber(ARGV[1])
+local buckets = tonumber(ARGV[2])
+local head, render_lane = ARGV[6], ARGV[7]
+local released = {}
+local crawls = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 64)
+for _, ref in ipairs(crawls) do
+  if budget <= 0 then break end
+  local spider, appid, crawlid = string.match(ref, '^([^:]*):([^:]*):([^:]*)$')
+  local slots_key = ARGV[4] .. ref
+  if not spider then
+    redis.call('ZREM', KEYS[1], ref)
+  else
+    local part = head .. 'crawl:' .. ref
+    local starts = redis.call('ZRANGEBYSCORE', slots_key, '-inf', now, 'LIMIT', 0, 64)
+    for _, start in ipairs(starts) do
+      if budget <= 0 then break end
+      local slot = ARGV[5] .. ref .. ':' .. start
+      local entries = redis.call('LPOP', slot, budget)
+      if not entries then entries = {} end
+      budget = budget - #entries
+      if redis.call('LLEN', slot) == 0 then
+        redis.call('ZREM', slots_key, start)
+      end
+      for _, entry in ipairs(entries) do
+        local due = u32(entry, 1)
+        local fp = string.sub(entry, 5, 16)
+        local bucket = ARGV[3] .. ref .. ':' .. (u32(fp, 1) % buckets)
+        local state = redis.call('HGET', bucket, fp)
+        if state and u32(state, 1) == due then
+          if due > now then
+            local finer = slot_of(due, now)
+            redis.call('RPUSH', ARGV[5] .. ref .. ':' .. finer, entry)
+            redis.call('ZADD', slots_key, finer, finer)
+          else
+            local priority = u32(entry, 17)
+            if priority >= 2147483648 then priority = priority - 4294967296 end
+            local lane = ''
+            if string.byte(entry, 21) == 1 then lane = render_lane end
+            local size = string.byte(entry, 22)
+            local domain = string.sub(entry, 23, 22 + size)
+            local member = string.sub(entry, 23 + size)
+            local seq = redis.call('INCR', KEYS[2])
+            local score = queue_score(priority, seq)
+            local crawl = appid .. ':' .. crawlid
+            redis.call('ZADD', head .. 'cq' .. lane .. ':' .. spider .. ':' .. crawl .. ':' .. domain, 'NX', score, member)
+            redis.call('ZADD', head .. 'dq' .. lane .. ':' .. spider .. ':' .. domain, 'LT', score, crawl)
+            redis.call('ZADD', head .. 'domains' .. lane .. ':' .. spider, 'NX', 0, domain)
+            redis.call('SADD', head .. 'crawl-domains' .. lane .. ':' .. ref, domain)
+            redis.call('HSET', bucket, fp, string.rep('\0', 4) .. string.sub(state, 5))
+            redis.call('HINCRBY', part, 'rc-released', 1)
+            local name = spider .. '\n' .. (lane == '' and '0' or '1')
+            released[name] = (released[name] or 0) + 1
+          end
+        end
+      end
+    end
+    local first = redis.call('ZRANGE', slots_key, 0, 0, 'WITHSCORES')
+    if #first == 0 then
+      redis.call('ZREM', KEYS[1], ref)
+    else
+      redis.call('ZADD', KEYS[1], first[2], ref)
+    end
+  end
+end
+local out = {}
+for name, count in pairs(released) do
+  local spider, lane = string.match(name, '^(.*)\n(.)$')
+  out[#out + 1] = spider
+  out[#out + 1] = lane
+  out[#out + 1] = count
+end
+return out
