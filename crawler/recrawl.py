@@ -12,8 +12,8 @@
   ``MULTI`` as their acks): each page's new state and slot, or its leaving the schedule.
 
 A crawler killed mid-visit writes nothing: the lease is reclaimed and the visit done again by
-another crawler, with the state as it was (the page's next visit still 0, so it is released by no
-one meanwhile).
+another crawler, with the state as it was (still ``visiting``, so it is released by no one
+meanwhile).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Self
 from redis.exceptions import RedisError
 from scrapy.exceptions import IgnoreRequest
 
-from crawlhive.crawler.admit import stored_fingerprint
 from crawlhive.crawler.items import CrawledItem
 from crawlhive.crawler.requests import context_of
 from crawlhive.crawler.runtime import CrawlRuntime
@@ -43,6 +42,7 @@ from crawlhive.utils.frontier.recrawl import (
     body_hash,
     http_date,
     next_visit,
+    schedule_fingerprint,
 )
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class RecrawlMiddleware:
             config = await self._config(frontier.spiderid, frontier.appid, frontier.crawlid)
             if config is None:
                 return
-            fingerprint = stored_fingerprint(context.fingerprint)
+            fingerprint = schedule_fingerprint(context.fingerprint)
             shard = self.runtime.keys.shard_of(frontier.domain)
             key = self.schedule.state_key(frontier.spiderid, frontier.appid, frontier.crawlid, fingerprint, shard)
             raw = await self.runtime.batcher.call("recrawl_read", [key], [fingerprint])
@@ -178,7 +178,7 @@ class RecrawlMiddleware:
             visit = VISITS.pop(context, None)
             if not context.fingerprint:
                 continue
-            fingerprint = stored_fingerprint(context.fingerprint)
+            fingerprint = schedule_fingerprint(context.fingerprint)
             shard = self.runtime.keys.shard_of(request.domain)
             result: VisitResult | None = None
             entry = None

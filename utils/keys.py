@@ -368,9 +368,9 @@ class Keys:
     @key("hash", ttl="none: removed by stop, expiry or when the page leaves")
     def recrawl_state(self, spider: str, appid: str, crawlid: str, bucket: int, shard: int = 0) -> str:
         """Schedule state of the pages of one crawl in one shard whose fingerprint falls in *bucket*
-        (RECRAWL_STATE_BUCKETS): field = the page's stored fingerprint (12 bytes, as the dupefilter),
-        value = its packed state (``utils/frontier/recrawl.py PageState``: next visit, interval,
-        last fetch, validators, body hash, visit and failure counts). Small buckets stay listpacks."""
+        (RECRAWL_STATE_BUCKETS): field = the page's schedule fingerprint (8 bytes), value = its packed
+        state (``utils/frontier/recrawl.py PageState``: next visit, interval, validators, body hash,
+        visit and gone counts, whether a visit is on). Small buckets stay listpacks."""
         return f"{self._heads[shard]}rc-state:{self.crawl_ref(spider, appid, crawlid)}:{bucket}"
 
     @key("zset", ttl="none: removed by stop, expiry or when empty")

@@ -133,10 +133,18 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
         assert removed["status_code"] == 404 and removed["changed"] is True
 
         # the removed page leaves after RECRAWL_GONE_AFTER (2) visits that find it gone
-        wait_until("the removed page leaving", lambda: stack.redis.hget(keys.crawl("link", "rapp", crawlid), "recurring") and gone_left(stack, keys, crawlid), stack)
+        wait_until(
+            "the removed page leaving",
+            lambda: (
+                stack.redis.hget(keys.crawl("link", "rapp", crawlid), "recurring") and gone_left(stack, keys, crawlid)
+            ),
+            stack,
+        )
         hits_then = len(site.hits("/r/gone"))
         # more visits: the validators are sent back and answered 304
-        wait_until("conditional revisits", lambda: min(changing.not_modified[p] for p in ("/r/etag", "/r/lm")) >= 2, stack)
+        wait_until(
+            "conditional revisits", lambda: min(changing.not_modified[p] for p in ("/r/etag", "/r/lm")) >= 2, stack
+        )
         assert changing.conditional["/r/etag"] >= 2 and changing.conditional["/r/lm"] >= 2
         assert len(site.hits("/r/plain")) >= 2 and len(site.hits("/r/seed")) >= 2
         time.sleep(2.5)

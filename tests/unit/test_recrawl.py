@@ -128,11 +128,12 @@ def test_no_visit_is_scheduled_after_until() -> None:
 
 
 def test_state_and_slot_entries_pack_compactly() -> None:
-    state = PageState(1, 2, 3, 4, b"12345678", 5, 6, 200, b'"' + b"e" * 30 + b'"')
-    assert PageState.unpack(state.pack()) == state
+    state = PageState(100, 40, 4, b"12345678", 5, 6, 200, b'"' + b"e" * 30 + b'"', visiting=True)
+    assert PageState.unpack(state.pack()) == state and state.last_fetch == 60
     assert len(state.pack()) <= 64  # a listpack value (hash-max-listpack-value)
-    entry = SlotEntry(7, b"f" * 12, -20, True, "example.com", b"1 AbCdEfGh +/a")
+    entry = SlotEntry(7, b"f" * 8, -20, True, "example.com", b"1 AbCdEfGh +/a")
     assert SlotEntry.unpack(entry.pack()) == entry
+    assert SlotEntry.unpack(SlotEntry(7, b"f" * 8, -10**6, False, "a.b", b"m").pack()).priority == -32767
     assert http_date("Wed, 21 Oct 2015 07:28:00 GMT") == 1445412480
     assert http_date("yesterday") == 0 and http_date(None) == 0
 
@@ -153,7 +154,7 @@ def crawl_seed(url: str = "http://example.com/a", **kw: Any) -> FrontierRequest:
 
 
 def finish_visit(schedule: Schedule, request: FrontierRequest, fp: bytes, due: int, now: int) -> None:
-    state = PageState(due, 60, now - 60, 0, b"h" * 8, 1, 0, 200)
+    state = PageState(due, 60, 0, b"h" * 8, 1, 0, 200)
     config = RecrawlConfig(every=60, min=10, max=600, priority=5)
     entry = SlotEntry(due, fp, config.priority - 10 * request.depth, False, request.domain, request.member())
     result = next_visit(None, seen(at=now - 60), config, 2)
@@ -187,7 +188,7 @@ def test_due_pages_reenter_the_frontier_once(
     request = outcome.lease.request
     assert request.recrawl is not None and request.recrawl["every"] == 60
     now = int(time.time())
-    fp = b"\x01" * 12
+    fp = b"\x01" * 8
     finish_visit(schedule, request, fp, due=now - 1, now=now)
     shard = keys.shard_of("example.com")
     assert schedule.counts("link", "app", "c1")["scheduled"] == 1
@@ -202,6 +203,17 @@ def test_due_pages_reenter_the_frontier_once(
     assert (again.lease.request.url, again.lease.request.depth) == (request.url, request.depth)
     assert again.lease.request.priority == 5
     assert schedule.release(shard, 100) == []  # released once: its visit is on, never twice
+    raw = redis_client.hget(schedule.state_key("link", "app", "c1", fp, shard), fp)
+    assert raw is not None and PageState.unpack(raw).visiting and PageState.unpack(raw).next_due == now - 1
+    # a crawler killed mid-visit: its lease is reclaimed and the page queued again, still visiting
+    from crawlhive.utils.frontier import reclaim_expired_leases
+
+    redis_client.zadd(keys.leases("link", shard), {again.lease.member: 1})  # the lease expired long ago
+    assert reclaim_expired_leases(worker, "link", max_retries=5).requeued == 1
+    assert schedule.release(shard, 100) == []  # not released a second time meanwhile
+    revisit = worker.pop("link", shard=shard)
+    assert revisit.lease is not None and revisit.lease.request.url == request.url
+    again = revisit
     counts = schedule.counts("link", "app", "c1")
     assert counts["due"] == 1 and counts["scheduled"] == 1
 
@@ -225,11 +237,11 @@ def test_a_page_not_due_yet_stays_in_a_finer_slot(redis_client: redis.Redis, key
     request = crawl_seed()
     now = int(time.time())
     # put the entry in a slot that has already started although the page is due in 30 s
-    state = PageState(now + 30, 60, now, 0, b"h" * 8, 1, 0, 200)
-    entry = SlotEntry(now + 30, b"\x02" * 12, 5, False, request.domain, request.member())
+    state = PageState(now + 30, 60, 0, b"h" * 8, 1, 0, 200)
+    entry = SlotEntry(now + 30, b"\x02" * 8, 5, False, request.domain, request.member())
     shard = keys.shard_of(request.domain)
-    bucket = schedule.state_key("link", "app", "c1", b"\x02" * 12, shard)
-    redis_client.hset(bucket, b"\x02" * 12, state.pack())
+    bucket = schedule.state_key("link", "app", "c1", b"\x02" * 8, shard)
+    redis_client.hset(bucket, b"\x02" * 8, state.pack())
     slot = keys.recrawl_slot("link", "app", "c1", now - 5, shard)
     redis_client.rpush(slot, entry.pack())
     redis_client.zadd(keys.recrawl_slots("link", "app", "c1", shard), {str(now - 5): now - 5})
@@ -251,8 +263,8 @@ def test_ten_thousand_pages_release_in_batches(redis_client: redis.Redis, keys: 
     for i in range(10_000):
         request = crawl_seed(f"http://site{i % 50}.example/page/{i}", depth=1)
         request.option_set = None
-        fp = i.to_bytes(12, "big")
-        state = PageState(now - 1, 60, now - 61, 0, b"h" * 8, 1, 0, 200, b'"' + b"e" * 30 + b'"')
+        fp = i.to_bytes(8, "big")
+        state = PageState(now - 1, 60, 0, b"h" * 8, 1, 0, 200, b'"' + b"e" * 30 + b'"')
         from crawlhive.utils.frontier.model import OptionSet
 
         request.option_set = OptionSet.of(request)
@@ -276,9 +288,7 @@ def test_ten_thousand_pages_release_in_batches(redis_client: redis.Redis, keys: 
         for shard in range(keys.shards):
             released += sum(n for _s, _r, n in schedule.release(shard, 2000))
     assert released == 10_000
-    queued = sum(
-        redis_client.zcard(keys.crawl_queue("link", "app", "c1", f"site{i}.example")) for i in range(50)
-    )
+    queued = sum(redis_client.zcard(keys.crawl_queue("link", "app", "c1", f"site{i}.example")) for i in range(50))
     assert queued == 10_000
 
 
@@ -291,7 +301,9 @@ def test_script_prefixes_build_the_keys_of_their_methods() -> None:
             assert prefixes["slots"] + ref == keys.recrawl_slots("link", "app", "c1", shard)
             assert prefixes["slot"] + ref + ":99" == keys.recrawl_slot("link", "app", "c1", 99, shard)
             head = keys.head(shard)
-            assert head + "cq:link:app:c1:example.com" == keys.crawl_queue("link", "app", "c1", "example.com")[
-                : len(head) + 26
-            ] or keys.shard_of("example.com") != shard
+            assert (
+                head + "cq:link:app:c1:example.com"
+                == keys.crawl_queue("link", "app", "c1", "example.com")[: len(head) + 26]
+                or keys.shard_of("example.com") != shard
+            )
             assert head + "crawl:" + ref == keys.crawl_shard("link", "app", "c1", shard)

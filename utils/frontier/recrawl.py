@@ -5,7 +5,7 @@ page's frontier shard (§18), in three compact structures per (crawl, shard), ke
 :mod:`crawlhive.utils.keys`:
 
 * **state** (``recrawl_state``): hash buckets of packed :class:`PageState` values, field = the
-  page's stored fingerprint (12 bytes, as the dupefilter's). RECRAWL_STATE_BUCKETS spreads a crawl
+  page's schedule fingerprint (:func:`schedule_fingerprint`, 8 bytes). RECRAWL_STATE_BUCKETS spreads a crawl
   over enough buckets that each stays a listpack (≤ 128 fields of ≤ 64 bytes): ~80 bytes per page
   with a 32-character ETag, where a plain hash entry costs twice that.
 * **slots** (``recrawl_slot``): lists of packed :class:`SlotEntry` values (due time, fingerprint,
@@ -24,8 +24,8 @@ schedule (§19.8: the crawl bench must not slow down). Released pages enter the 
 ordinary requests, so the throttle, robots rules, guard, filters, budget and priority apply to
 them as to any request, and their depth is in their member.
 
-**Visits never overlap:** a release sets the page's next visit to 0 (a visit is on) and removes
-its slot entry in the same script; only the end of the visit (the lease's finish,
+**Visits never overlap:** a release marks the page's state ``visiting`` and removes its slot
+entry in the same script; only the end of the visit (the lease's finish,
 ``crawler/recrawl.py``) puts a new entry in a slot. A crawler killed mid-visit leaves the request
 leased: the lease reaper requeues it and another crawler finishes the visit, so no page leaves the
 schedule on a crash.
@@ -41,7 +41,7 @@ import struct
 import time
 from dataclasses import dataclass
 from email.utils import formatdate, parsedate_to_datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import ujson
 
@@ -68,8 +68,8 @@ RECURRING_FIELD = "recurring"
 #: Counter fields of a crawl's shard part (``Keys.crawl_shard``), summed by ``info``.
 COUNTERS = ("scheduled", "visits", "changed", "unchanged", "gone")
 
-_STATE = struct.Struct(">IIII8sIBH")
-_ENTRY = struct.Struct(">I12siBB")
+_STATE = struct.Struct(">III8sIBH")
+_ENTRY = struct.Struct(">I8shBB")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,30 +138,36 @@ def check_recrawl(recrawl: dict[str, Any], min_every: int) -> tuple[str, str] | 
 
 @dataclass(slots=True)
 class PageState:
-    """What the schedule keeps of one page, packed in ~31 bytes plus its ETag.
-
-    ``next_due`` is 0 while a visit is on (released, queued or in flight)."""
+    """What the schedule keeps of one page, packed in 27 bytes plus its ETag (a listpack value of at
+    most 64 bytes with a 32-character ETag): next visit, interval, ``Last-Modified``, body hash,
+    visit count, gone count (visits in a row that found it gone), last status. Its last fetch is
+    ``next_due - interval``. ``visiting`` (the high bit of the gone byte) is set by the release
+    while a visit is on (queued or in flight), so a page is released once per visit."""
 
     next_due: int
     interval: int
-    last_fetch: int
     last_modified: int
     body_hash: bytes
     visits: int
     gone: int
     status: int
     etag: bytes = b""
+    visiting: bool = False
+
+    @property
+    def last_fetch(self) -> int:
+        return self.next_due - self.interval
 
     def pack(self) -> bytes:
+        flags = min(self.gone, 127) | (0x80 if self.visiting else 0)
         return (
             _STATE.pack(
                 self.next_due,
                 self.interval,
-                self.last_fetch,
                 self.last_modified,
                 self.body_hash,
                 min(self.visits, MAX_VISITS),
-                min(self.gone, 255),
+                flags,
                 self.status,
             )
             + self.etag
@@ -171,8 +177,9 @@ class PageState:
     def unpack(cls, raw: bytes) -> PageState:
         if len(raw) < _STATE.size:
             raise KeyFormatError(f"not a packed page state: {raw!r}")
-        fields = _STATE.unpack_from(raw)
-        return cls(*fields, etag=bytes(raw[_STATE.size :]))
+        due, interval, modified, digest, visits, flags, status = _STATE.unpack_from(raw)
+        etag = bytes(raw[_STATE.size :])
+        return cls(due, interval, modified, digest, visits, flags & 0x7F, status, etag, bool(flags & 0x80))
 
     def conditional_headers(self) -> dict[str, str]:
         """``If-None-Match`` / ``If-Modified-Since`` from the validators the server last gave (§19.3)."""
@@ -186,7 +193,8 @@ class PageState:
 
 @dataclass(frozen=True, slots=True)
 class SlotEntry:
-    """One page in a time slot: what the release needs to queue it again."""
+    """One page in a time slot, packed: what the release needs to queue it again (due time, the
+    page's schedule fingerprint, priority clamped to ±32767, lane, domain, queue member)."""
 
     due: int
     fingerprint: bytes
@@ -197,13 +205,21 @@ class SlotEntry:
 
     def pack(self) -> bytes:
         domain = self.domain.encode()
-        return _ENTRY.pack(self.due, self.fingerprint, self.priority, int(self.render), len(domain)) + domain + self.member
+        priority = max(-32767, min(32767, self.priority))
+        return _ENTRY.pack(self.due, self.fingerprint, priority, int(self.render), len(domain)) + domain + self.member
 
     @classmethod
     def unpack(cls, raw: bytes) -> SlotEntry:
         due, fp, priority, render, size = _ENTRY.unpack_from(raw)
         start = _ENTRY.size
         return cls(due, fp, priority, bool(render), raw[start : start + size].decode(), raw[start + size :])
+
+
+def schedule_fingerprint(fingerprint: str) -> bytes:
+    """A page's key in the schedule: the first 8 bytes of its hex request *fingerprint* (Scrapy's,
+    as the dupefilter stores its first 12): two of a crawl's million pages share one with a
+    probability of about 3·10^-8 (they would then share one schedule entry)."""
+    return bytes.fromhex(fingerprint[:16])
 
 
 def slot_start(due: int, now: int) -> int:
@@ -295,7 +311,7 @@ def next_visit(
     outcome = "first" if before is None else "gone" if gone_now else "changed" if changed else "unchanged"
     if (gone_now and gone >= gone_after) or (config.until and due > config.until):
         return VisitResult(visit, changed, previous, None, outcome)
-    state = PageState(due, interval, seen.fetched, modified, digest, visit, gone, status, etag)
+    state = PageState(due, interval, modified, digest, visit, gone, status, etag)
     return VisitResult(visit, changed, previous, state, outcome)
 
 
@@ -387,7 +403,7 @@ class Schedule:
             scheduled = self.redis.hget(part, "rc-scheduled")
             if scheduled is None:
                 continue
-            starts = self.redis.zrange(keys.recrawl_slots(spider, appid, crawlid, shard), 0, -1)
+            starts = cast("list[bytes]", self.redis.zrange(keys.recrawl_slots(spider, appid, crawlid, shard), 0, -1))
             pipe = write_pipeline(self.redis)
             for start in starts:
                 pipe.unlink(keys.recrawl_slot(spider, appid, crawlid, int(start), shard))
@@ -396,7 +412,10 @@ class Schedule:
             pipe.hset(part, "rc-scheduled", 0)
             pipe.execute()
             for first in range(0, self.buckets, 1000):
-                names = [keys.recrawl_state(spider, appid, crawlid, b, shard) for b in range(first, min(self.buckets, first + 1000))]
+                names = [
+                    keys.recrawl_state(spider, appid, crawlid, b, shard)
+                    for b in range(first, min(self.buckets, first + 1000))
+                ]
                 pipe = write_pipeline(self.redis)
                 for name in names:
                     pipe.unlink(name)
@@ -410,7 +429,12 @@ class Schedule:
         ref = keys.crawl_ref(spider, appid, crawlid)
         pipe = self.redis.pipeline(transaction=False)
         for shard in range(keys.shards):
-            pipe.hmget(keys.crawl_shard(spider, appid, crawlid, shard), *(f"rc-{c}" for c in COUNTERS), "rc-released", "rc-ended")
+            pipe.hmget(
+                keys.crawl_shard(spider, appid, crawlid, shard),
+                *(f"rc-{c}" for c in COUNTERS),
+                "rc-released",
+                "rc-ended",
+            )
             pipe.zscore(keys.recrawl_due(shard), ref)
         replies = pipe.execute()
         totals = dict.fromkeys(COUNTERS, 0)
@@ -449,6 +473,7 @@ __all__ = [
     "SlotEntry",
     "VisitResult",
     "body_hash",
+    "schedule_fingerprint",
     "check_recrawl",
     "http_date",
     "next_visit",

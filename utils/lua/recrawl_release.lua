@@ -3,11 +3,13 @@
 -- KEYS: 1 the shard's due index (recrawl_due), 2 the shard's queue sequence.
 -- ARGV: 1 limit, 2 state buckets per shard, 3 state prefix, 4 slots prefix, 5 slot prefix (each
 --       completed with a crawl ref), 6 the shard's key head, 7 the rendering lane's suffix.
--- A slot entry is packed as utils/frontier/recrawl.py SlotEntry: due (u32), fingerprint (12
--- bytes), priority (i32), render (u8), domain length (u8), domain, queue member. An entry whose
--- page's state no longer names its due time is stale (the page left, or was moved) and skipped; one
--- not due yet (from a wide slot) goes to a finer slot; a due one is queued as any request and its
--- state's next visit set to 0 (a visit is on), so visits never overlap.
+-- A slot entry is packed as utils/frontier/recrawl.py SlotEntry: due (u32), fingerprint (8
+-- bytes), priority (i16), render (u8), domain length (u8), domain, queue member; a state
+-- (PageState) starts with its next visit (u32) and has its flags at byte 25 (0x80: a visit is on).
+-- An entry whose page's state no longer names its due time, or whose page is being visited, is
+-- stale (the page left, or was moved) and skipped; one not due yet (from a wide slot) goes to a
+-- finer slot; a due one is queued as any request and its state marked visiting, so visits never
+-- overlap.
 -- Returns {spider, render ('1' or '0'), pages released, ...} per lane that got pages.
 --! include lib/score.lua
 
@@ -51,22 +53,23 @@ for _, ref in ipairs(crawls) do
       end
       for _, entry in ipairs(entries) do
         local due = u32(entry, 1)
-        local fp = string.sub(entry, 5, 16)
+        local fp = string.sub(entry, 5, 12)
         local bucket = ARGV[3] .. ref .. ':' .. (u32(fp, 1) % buckets)
         local state = redis.call('HGET', bucket, fp)
-        if state and u32(state, 1) == due then
+        if state and u32(state, 1) == due and string.byte(state, 25) < 128 then
           if due > now then
             local finer = slot_of(due, now)
             redis.call('RPUSH', ARGV[5] .. ref .. ':' .. finer, entry)
             redis.call('ZADD', slots_key, finer, finer)
           else
-            local priority = u32(entry, 17)
-            if priority >= 2147483648 then priority = priority - 4294967296 end
+            local hi, lo = string.byte(entry, 13, 14)
+            local priority = hi * 256 + lo
+            if priority >= 32768 then priority = priority - 65536 end
             local lane = ''
-            if string.byte(entry, 21) == 1 then lane = render_lane end
-            local size = string.byte(entry, 22)
-            local domain = string.sub(entry, 23, 22 + size)
-            local member = string.sub(entry, 23 + size)
+            if string.byte(entry, 15) == 1 then lane = render_lane end
+            local size = string.byte(entry, 16)
+            local domain = string.sub(entry, 17, 16 + size)
+            local member = string.sub(entry, 17 + size)
             local seq = redis.call('INCR', KEYS[2])
             local score = queue_score(priority, seq)
             local crawl = appid .. ':' .. crawlid
@@ -74,7 +77,8 @@ for _, ref in ipairs(crawls) do
             redis.call('ZADD', head .. 'dq' .. lane .. ':' .. spider .. ':' .. domain, 'LT', score, crawl)
             redis.call('ZADD', head .. 'domains' .. lane .. ':' .. spider, 'NX', 0, domain)
             redis.call('SADD', head .. 'crawl-domains' .. lane .. ':' .. ref, domain)
-            redis.call('HSET', bucket, fp, string.rep('\0', 4) .. string.sub(state, 5))
+            local flags = string.char(string.byte(state, 25) + 128)
+            redis.call('HSET', bucket, fp, string.sub(state, 1, 24) .. flags .. string.sub(state, 26))
             redis.call('HINCRBY', part, 'rc-released', 1)
             local name = spider .. '\n' .. (lane == '' and '0' or '1')
             released[name] = (released[name] or 0) + 1
