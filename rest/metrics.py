@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from crawlhive.rest.cluster import COMPONENTS
+from crawlhive.rest.recrawl_view import recrawl_metrics
 
 if TYPE_CHECKING:
     from crawlhive.rest.cluster import ClusterView
@@ -100,6 +101,8 @@ class ClusterCollector(Collector):
         for kind, count in counters.cleaner.items():
             cleaned.add_metric([kind], count)
         yield from (incoming, dead, cleaned)
+        crawls = [(c.spiderid, c.appid, c.crawlid) for c in snap.crawls]
+        yield from recrawl_metrics(self.view.redis, self.view.keys, crawls)  # §19.6
 
 
 class _Read(Collector):

@@ -18,6 +18,8 @@ import pytest
 from clustercrawlkit import Stack
 from crawlerkit import Seen, TestSite, html, isolated_settings
 
+from crawlhive.rest.cluster import ClusterView
+from crawlhive.rest.metrics import ClusterCollector
 from crawlhive.utils.keys import Keys
 
 pytestmark = pytest.mark.timeout(150)
@@ -161,6 +163,19 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
         assert recrawl["gone"] >= 2 and recrawl["changed"] >= 1 and recrawl["unchanged"] >= 8, recrawl
         assert recrawl["visits"] >= 6 + 10 and recrawl["next_due"] > 0, recrawl
         assert not [m for m in stack.collector.of(crawlid) if m.get("action") == "complete"]  # recurring
+        # GET /crawls and the dashboard read the cluster through ClusterView; /metrics through its collector
+        view = ClusterView(stack.redis, settings, {})
+        (row,) = [r for r in view.crawl_list("active") if r["crawlid"] == crawlid]
+        assert row["state"] == "recurring" and row["recrawl"]["scheduled"] == 5, row
+        assert row["recrawl"]["next_due"] > 0 and 0 < row["recrawl"]["changed_ratio"] < 1, row
+        metrics = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for m in ClusterCollector(view).collect()
+            for s in m.samples
+        }
+        assert metrics[("crawlhive_recrawl_scheduled", (("spiderid", "link"),))] == 5
+        unchanged = ("crawlhive_recrawl_visits_total", (("outcome", "unchanged"), ("spiderid", "link")))
+        assert metrics.get(unchanged, 0) >= 8, [k for k in metrics if "recrawl" in k[0]]
 
         stack.send({"action": "stop", "appid": "rapp", "crawlid": crawlid, "spiderid": "link", "uuid": "s1"})
         stopped = stack.answer(crawlid, "stop")

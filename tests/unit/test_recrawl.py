@@ -133,7 +133,7 @@ def test_state_and_slot_entries_pack_compactly() -> None:
     assert len(state.pack()) <= 64  # a listpack value (hash-max-listpack-value)
     entry = SlotEntry(7, b"f" * 8, -20, True, "example.com", b"1 AbCdEfGh +/a")
     assert SlotEntry.unpack(entry.pack()) == entry
-    assert SlotEntry.unpack(SlotEntry(7, b"f" * 8, -10**6, False, "a.b", b"m").pack()).priority == -32767
+    assert SlotEntry.unpack(SlotEntry(7, b"f" * 8, -(10**6), False, "a.b", b"m").pack()).priority == -32767
     assert http_date("Wed, 21 Oct 2015 07:28:00 GMT") == 1445412480
     assert http_date("yesterday") == 0 and http_date(None) == 0
 
