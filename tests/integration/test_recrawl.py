@@ -177,6 +177,24 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
         unchanged = ("crawlhive_recrawl_visits_total", (("outcome", "unchanged"), ("spiderid", "link")))
         assert metrics.get(unchanged, 0) >= 8, [k for k in metrics if "recrawl" in k[0]]
 
+        # a crawler SIGKILLed mid-crawl loses no scheduled page: its leases are reclaimed, the
+        # visits done by the next crawler, and every page keeps being visited
+        killed_at = time.time()
+        visits_then = total(stack, keys, crawlid, "rc-visits")
+        crawler.kill()
+        stack.crawlers.remove(crawler)
+        stack.crawler("crawler-2").wait_ready(stack.redis, settings["REDIS_KEY_PREFIX"])
+        wait_until(
+            "revisits by the second crawler",
+            lambda: (
+                total(stack, keys, crawlid, "rc-visits") >= visits_then + 10
+                and all(any(h.at > killed_at + 1 for h in site.hits(p)) for p in pages if p != "/r/gone")
+            ),
+            stack,
+            timeout=60,
+        )
+        assert gone_left(stack, keys, crawlid)  # still the five pages
+
         stack.send({"action": "stop", "appid": "rapp", "crawlid": crawlid, "spiderid": "link", "uuid": "s1"})
         stopped = stack.answer(crawlid, "stop")
         assert stopped["total_purged"] >= 5, stopped
@@ -194,12 +212,15 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
         assert " WARNING " not in line and " ERROR " not in line and "Traceback" not in line, line
 
 
+def total(stack: Stack, keys: Keys, crawlid: str, field: str) -> int:
+    """A schedule counter of the crawl, summed over the shards."""
+    parts = (keys.crawl_shard("link", "rapp", crawlid, shard) for shard in range(keys.shards))
+    return sum(int(stack.redis.hget(part, field) or 0) for part in parts)
+
+
 def gone_left(stack: Stack, keys: Keys, crawlid: str) -> bool:
     """The crawl's schedule holds five pages (the removed one left)."""
-    total = 0
-    for shard in range(keys.shards):
-        total += int(stack.redis.hget(keys.crawl_shard("link", "rapp", crawlid, shard), "rc-scheduled") or 0)
-    return total == 5
+    return total(stack, keys, crawlid, "rc-scheduled") == 5
 
 
 def schedule_keys(stack: Stack, prefix: str) -> list[bytes]:

@@ -279,7 +279,7 @@ class VisitResult:
 
 
 def next_visit(
-    before: PageState | None, seen: Observation, config: RecrawlConfig, gone_after: int, max_etag_bytes: int = 64
+    before: PageState | None, seen: Observation, config: RecrawlConfig, gone_after: int, max_etag_bytes: int = 128
 ) -> VisitResult:
     """Decide a visit (§19.2–§19.4): changed when the status or the body hash differs (a 304 is
     unchanged); with ``adaptive`` the interval grows ×1.5 when unchanged (≤ ``max``) and halves when
@@ -305,7 +305,7 @@ def next_visit(
         digest, etag, modified = before.body_hash, seen.etag or before.etag, seen.last_modified or before.last_modified
     else:
         digest, etag, modified = seen.body_hash, seen.etag, seen.last_modified
-    if len(etag) > max_etag_bytes:  # not a validator we keep (the state stays compact): no If-None-Match
+    if len(etag) > max_etag_bytes:  # not a validator we keep (the state stays small): no If-None-Match
         etag = b""
     due = seen.fetched + interval
     outcome = "first" if before is None else "gone" if gone_now else "changed" if changed else "unchanged"
