@@ -394,7 +394,7 @@ class Keys:
 
     def recrawl_prefixes(self, shard: int = 0) -> dict[str, str]:
         """Key prefixes the recrawl scripts complete with a :meth:`crawl_ref` (``state`` and
-        ``slot`` then ``":" + bucket`` or ``":" + start``); ``tests/unit/test_recrawl.py`` checks them."""
+        ``slot`` then ``":" + bucket`` or ``":" + start``); ``tests/unit/test_recrawl_schedule.py`` checks them."""
         head = self._heads[shard]
         return {"state": f"{head}rc-state:", "slots": f"{head}rc-slots:", "slot": f"{head}rc-slot:"}
 
