@@ -8,6 +8,8 @@
   an unchanged page ends there as a policy drop (nothing emitted) unless RECRAWL_EMIT_UNCHANGED.
 * :class:`RecrawlItemMiddleware` (spider): a revisit's item gets ``visit``, ``changed`` and
   ``previous_fetch`` (an unchanged one, emitted only with RECRAWL_EMIT_UNCHANGED, an empty body).
+* :class:`RecrawlSitemapMiddleware` (spider): a sitemap of a recrawling crawl that lists pages
+  with a ``<lastmod>`` after their last fetch makes them due at once when its visit ends (§19.7).
 * :meth:`RecrawlMiddleware.queue_visits`: called by the lease table when pages finish (in the same
   ``MULTI`` as their acks): each page's new state and slot, or its leaving the schedule.
 
@@ -25,11 +27,13 @@ import weakref
 from typing import TYPE_CHECKING, Any, Self
 
 from redis.exceptions import RedisError
+from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 
 from crawlhive.crawler.items import CrawledItem
 from crawlhive.crawler.requests import context_of
 from crawlhive.crawler.runtime import CrawlRuntime
+from crawlhive.crawler.sitemaps import Discovered
 from crawlhive.utils.frontier.recrawl import (
     FAILED_STATUS,
     RECORD_FIELD,
@@ -49,7 +53,6 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator
 
     from redis.client import Pipeline
-    from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
@@ -71,6 +74,8 @@ class Visit:
 
 #: The visit of each page in flight (a page's lease context is the key; gone with it).
 VISITS: weakref.WeakKeyDictionary[LeaseContext, Visit] = weakref.WeakKeyDictionary()
+#: What a recrawling crawl's sitemap document listed with ``<lastmod>`` dates, until its visit ends.
+SITEMAPS: weakref.WeakKeyDictionary[LeaseContext, Discovered] = weakref.WeakKeyDictionary()
 
 
 class RecrawlMiddleware:
@@ -176,6 +181,9 @@ class RecrawlMiddleware:
             if not request.recrawl:
                 continue
             visit = VISITS.pop(context, None)
+            listed = SITEMAPS.pop(context, None)
+            if listed is not None and visit is not None:
+                self._queue_touches(pipe, context, listed, visit.config, now)
             if not context.fingerprint:
                 continue
             fingerprint = schedule_fingerprint(context.fingerprint)
@@ -209,6 +217,51 @@ class RecrawlMiddleware:
                 now=now,
             )
 
+    def _queue_touches(
+        self, pipe: Pipeline, context: LeaseContext, listed: Discovered, config: RecrawlConfig, now: int
+    ) -> None:
+        """The scheduled pages a sitemap lists with a ``<lastmod>`` after their last fetch are due
+        at once (§19.7): built as the sitemap's page links are (depth 1), one script each."""
+        spider = self.runtime.crawler.spider
+        if spider is None:
+            return
+        request = context.request
+        priority = config.priority - 10
+        for i, (url, lastmod) in enumerate(listed.lastmod.items()):
+            try:
+                child, fingerprint = self.runtime.admission.child(context, Request(url), spider, i)
+            except ValueError:  # not a URL Scrapy takes: the sitemap's link filter dropped it too
+                continue
+            page = dataclasses.replace(child, depth=1, sitemap=False, retry_times=0, priority=priority)
+            if page.option_set is None or page.option_set.lost:
+                continue
+            entry = SlotEntry(now, schedule_fingerprint(fingerprint), priority, page.render, page.domain, page.member())
+            self.schedule.queue_touch(
+                pipe,
+                spider=request.spiderid,
+                appid=request.appid,
+                crawlid=request.crawlid,
+                shard=self.runtime.keys.shard_of(page.domain),
+                entry=entry,
+                lastmod=lastmod,
+                now=now,
+            )
+
+
+class RecrawlSitemapMiddleware:
+    """Notes what a recrawling crawl's sitemap lists with ``<lastmod>`` (§19.7): it runs before
+    the frontier spider middleware, which queues the sitemap's pages from the same signal."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls()
+
+    def process_spider_exception(self, response: Response, exception: Exception) -> None:
+        found = getattr(exception, "found", None)  # the frontier middleware's sitemap signal
+        context = context_of(response.request)
+        if isinstance(found, Discovered) and found.lastmod and context is not None and context.request.recrawl:
+            SITEMAPS[context] = found
+
 
 class RecrawlItemMiddleware:
     """Adds ``visit``, ``changed`` and ``previous_fetch`` to the item of a revisit (§19.4)."""
@@ -241,4 +294,4 @@ class RecrawlItemMiddleware:
             yield self._tag(response, output)
 
 
-__all__ = ["VISITS", "RecrawlItemMiddleware", "RecrawlMiddleware", "Visit"]
+__all__ = ["SITEMAPS", "VISITS", "RecrawlItemMiddleware", "RecrawlMiddleware", "RecrawlSitemapMiddleware", "Visit"]

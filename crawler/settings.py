@@ -127,6 +127,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "SPIDER_MIDDLEWARES": {
             f"{_PKG}.middlewares.FrontierSpiderMiddleware": 950,
             f"{_PKG}.recrawl.RecrawlItemMiddleware": 940,  # visit, changed, previous_fetch (§19.4)
+            f"{_PKG}.recrawl.RecrawlSitemapMiddleware": 960,  # sitemap <lastmod> (§19.7)
         },
         # The user's ITEM_PIPELINES, then crawlhive's output, whatever their orders (pipelines.py).
         "ITEM_PROCESSOR": f"{_PKG}.pipelines.FrontierItemProcessor",

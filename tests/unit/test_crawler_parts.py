@@ -216,6 +216,7 @@ def test_user_scrapy_settings_add_components_and_cannot_remove_or_reorder_ours()
     assert converted["SPIDER_MIDDLEWARES"] == {
         "crawlhive.crawler.middlewares.FrontierSpiderMiddleware": 950,
         "crawlhive.crawler.recrawl.RecrawlItemMiddleware": 940,
+        "crawlhive.crawler.recrawl.RecrawlSitemapMiddleware": 960,
     }
 
     for wrong, named in [

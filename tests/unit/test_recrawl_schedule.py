@@ -128,8 +128,8 @@ def test_no_visit_is_scheduled_after_until() -> None:
 
 
 def test_state_and_slot_entries_pack_compactly() -> None:
-    state = PageState(100, 40, 4, b"12345678", 5, 6, 200, b'"' + b"e" * 30 + b'"', visiting=True)
-    assert PageState.unpack(state.pack()) == state and state.last_fetch == 60
+    state = PageState(100, 40, 60, 4, b"12345678", 5, 6, 200, b'"' + b"e" * 30 + b'"', visiting=True)
+    assert PageState.unpack(state.pack()) == state
     assert len(state.pack()) <= 64  # a listpack value (hash-max-listpack-value)
     entry = SlotEntry(7, b"f" * 8, -20, True, "example.com", b"1 AbCdEfGh +/a")
     assert SlotEntry.unpack(entry.pack()) == entry
@@ -154,7 +154,7 @@ def crawl_seed(url: str = "http://example.com/a", **kw: Any) -> FrontierRequest:
 
 
 def finish_visit(schedule: Schedule, request: FrontierRequest, fp: bytes, due: int, now: int) -> None:
-    state = PageState(due, 60, 0, b"h" * 8, 1, 0, 200)
+    state = PageState(due, 60, now - 60, 0, b"h" * 8, 1, 0, 200)
     config = RecrawlConfig(every=60, min=10, max=600, priority=5)
     entry = SlotEntry(due, fp, config.priority - 10 * request.depth, False, request.domain, request.member())
     result = next_visit(None, seen(at=now - 60), config, 2)
@@ -237,7 +237,7 @@ def test_a_page_not_due_yet_stays_in_a_finer_slot(redis_client: redis.Redis, key
     request = crawl_seed()
     now = int(time.time())
     # put the entry in a slot that has already started although the page is due in 30 s
-    state = PageState(now + 30, 60, 0, b"h" * 8, 1, 0, 200)
+    state = PageState(now + 30, 60, now, 0, b"h" * 8, 1, 0, 200)
     entry = SlotEntry(now + 30, b"\x02" * 8, 5, False, request.domain, request.member())
     shard = keys.shard_of(request.domain)
     bucket = schedule.state_key("link", "app", "c1", b"\x02" * 8, shard)
@@ -264,7 +264,7 @@ def test_ten_thousand_pages_release_in_batches(redis_client: redis.Redis, keys: 
         request = crawl_seed(f"http://site{i % 50}.example/page/{i}", depth=1)
         request.option_set = None
         fp = i.to_bytes(8, "big")
-        state = PageState(now - 1, 60, 0, b"h" * 8, 1, 0, 200, b'"' + b"e" * 30 + b'"')
+        state = PageState(now - 1, 60, now - 61, 0, b"h" * 8, 1, 0, 200, b'"' + b"e" * 30 + b'"')
         from crawlhive.utils.frontier.model import OptionSet
 
         request.option_set = OptionSet.of(request)
@@ -307,3 +307,55 @@ def test_script_prefixes_build_the_keys_of_their_methods() -> None:
                 or keys.shard_of("example.com") != shard
             )
             assert head + "crawl:" + ref == keys.crawl_shard("link", "app", "c1", shard)
+
+
+# --- §19.7 sitemaps --------------------------------------------------------------------------------
+
+
+def test_sitemap_lastmod_is_read() -> None:
+    from scrapy.http import XmlResponse
+
+    from crawlhive.crawler.sitemaps import discover
+    from crawlhive.utils.frontier.recrawl import w3c_date
+
+    body = b"""<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+      <url><loc>http://example.com/a</loc><lastmod>2024-05-01T10:00:00+02:00</lastmod></url>
+      <url><loc>http://example.com/b</loc><lastmod>yesterday</lastmod></url>
+      <url><loc>http://example.com/c</loc><lastmod>2024-05-01</lastmod></url>
+    </urlset>"""
+    found = discover(XmlResponse("http://example.com/sitemap.xml", body=body), "sitemap", 10**6)
+    assert found is not None and found.pages == ["http://example.com/a", "http://example.com/b", "http://example.com/c"]
+    assert found.lastmod == {"http://example.com/a": 1714550400, "http://example.com/c": 1714521600}
+    assert w3c_date("2024-05-01T08:00:00Z") == 1714550400 and w3c_date(None) == 0 and w3c_date("x" * 100) == 0
+
+
+def test_a_newer_lastmod_makes_a_scheduled_page_due_at_once(
+    redis_client: redis.Redis, keys: Keys, frontier: Frontier, worker: FrontierWorker
+) -> None:
+    schedule = Schedule(redis_client, keys, buckets=64, record_ttl_s=3600)
+    schedule.scripts.load()
+    pipe = redis_client.pipeline(transaction=True)
+    frontier.push([crawl_seed()], pipe)
+    pipe.execute()
+    request = crawl_seed()
+    now = int(time.time())
+    shard = keys.shard_of(request.domain)
+    fp = b"\x03" * 8
+    finish_visit(schedule, request, fp, due=now + 3000, now=now)  # fetched at now - 60, due in 50 minutes
+
+    def touch(lastmod: int) -> None:
+        entry = SlotEntry(now, fp, 5, False, request.domain, request.member())
+        pipe = redis_client.pipeline(transaction=True)
+        schedule.queue_touch(
+            pipe, spider="link", appid="app", crawlid="c1", shard=shard, entry=entry, lastmod=lastmod, now=now
+        )
+        pipe.execute()
+
+    touch(now - 100)  # modified before the last fetch: nothing to do
+    assert schedule.release(shard, 100) == []
+    touch(now - 10)  # modified since: due at once
+    assert schedule.release(shard, 100) == [("link", False, 1)]
+    popped = worker.pop("link", shard=shard)
+    assert popped.lease is not None and popped.lease.request.url == request.url
+    touch(now)  # a visit is on: nothing
+    assert schedule.release(shard, 100) == []

@@ -40,6 +40,7 @@ import hashlib
 import struct
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from email.utils import formatdate, parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -68,7 +69,7 @@ RECURRING_FIELD = "recurring"
 #: Counter fields of a crawl's shard part (``Keys.crawl_shard``), summed by ``info``.
 COUNTERS = ("scheduled", "visits", "changed", "unchanged", "gone")
 
-_STATE = struct.Struct(">III8sIBH")
+_STATE = struct.Struct(">IIII8sIBH")
 _ENTRY = struct.Struct(">I8shBB")
 
 
@@ -138,14 +139,15 @@ def check_recrawl(recrawl: dict[str, Any], min_every: int) -> tuple[str, str] | 
 
 @dataclass(slots=True)
 class PageState:
-    """What the schedule keeps of one page, packed in 27 bytes plus its ETag (a listpack value of at
-    most 64 bytes with a 32-character ETag): next visit, interval, ``Last-Modified``, body hash,
-    visit count, gone count (visits in a row that found it gone), last status. Its last fetch is
-    ``next_due - interval``. ``visiting`` (the high bit of the gone byte) is set by the release
-    while a visit is on (queued or in flight), so a page is released once per visit."""
+    """What the schedule keeps of one page, packed in 31 bytes plus its ETag (a listpack value of at
+    most 64 bytes with a 32-character ETag): next visit, interval, last fetch, ``Last-Modified``,
+    body hash, visit count, gone count (visits in a row that found it gone), last status.
+    ``visiting`` (the high bit of the gone byte) is set by the release while a visit is on (queued
+    or in flight), so a page is released once per visit."""
 
     next_due: int
     interval: int
+    last_fetch: int
     last_modified: int
     body_hash: bytes
     visits: int
@@ -154,16 +156,13 @@ class PageState:
     etag: bytes = b""
     visiting: bool = False
 
-    @property
-    def last_fetch(self) -> int:
-        return self.next_due - self.interval
-
     def pack(self) -> bytes:
         flags = min(self.gone, 127) | (0x80 if self.visiting else 0)
         return (
             _STATE.pack(
                 self.next_due,
                 self.interval,
+                self.last_fetch,
                 self.last_modified,
                 self.body_hash,
                 min(self.visits, MAX_VISITS),
@@ -177,9 +176,9 @@ class PageState:
     def unpack(cls, raw: bytes) -> PageState:
         if len(raw) < _STATE.size:
             raise KeyFormatError(f"not a packed page state: {raw!r}")
-        due, interval, modified, digest, visits, flags, status = _STATE.unpack_from(raw)
+        due, interval, fetched, modified, digest, visits, flags, status = _STATE.unpack_from(raw)
         etag = bytes(raw[_STATE.size :])
-        return cls(due, interval, modified, digest, visits, flags & 0x7F, status, etag, bool(flags & 0x80))
+        return cls(due, interval, fetched, modified, digest, visits, flags & 0x7F, status, etag, bool(flags & 0x80))
 
     def conditional_headers(self) -> dict[str, str]:
         """``If-None-Match`` / ``If-Modified-Since`` from the validators the server last gave (§19.3)."""
@@ -253,6 +252,20 @@ def http_date(value: bytes | str | None) -> int:
         return 0
 
 
+def w3c_date(value: object) -> int:
+    """Epoch seconds of a sitemap ``<lastmod>`` (W3C datetime: ``2024-05-01``,
+    ``2024-05-01T10:00:00+02:00``; UTC when it names no offset), 0 when absent or unreadable."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 64:
+        return 0
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        return 0
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0, min(2**32 - 1, int(when.timestamp())))
+
+
 @dataclass(frozen=True, slots=True)
 class Observation:
     """What one visit found: status (0 = failed), body hash, validators, when."""
@@ -311,7 +324,7 @@ def next_visit(
     outcome = "first" if before is None else "gone" if gone_now else "changed" if changed else "unchanged"
     if (gone_now and gone >= gone_after) or (config.until and due > config.until):
         return VisitResult(visit, changed, previous, None, outcome)
-    state = PageState(due, interval, modified, digest, visit, gone, status, etag)
+    state = PageState(due, interval, seen.fetched, modified, digest, visit, gone, status, etag)
     return VisitResult(visit, changed, previous, state, outcome)
 
 
@@ -374,6 +387,33 @@ class Schedule:
                 result.outcome if result is not None else "",
                 ttl,
             ],
+        )
+
+    def queue_touch(
+        self,
+        pipe: Pipeline,
+        *,
+        spider: str,
+        appid: str,
+        crawlid: str,
+        shard: int,
+        entry: SlotEntry,
+        lastmod: int,
+        now: int,
+    ) -> None:
+        """Queue on *pipe*: the scheduled page of *entry* is due at once (``entry.due``, now) if a
+        sitemap says it was modified (*lastmod*) after its last fetch and no visit is on (§19.7)."""
+        keys = self.keys
+        self.scripts.queue(
+            pipe,
+            "recrawl_touch",
+            [
+                self.state_key(spider, appid, crawlid, entry.fingerprint, shard),
+                keys.recrawl_slots(spider, appid, crawlid, shard),
+                keys.recrawl_due(shard),
+                keys.recrawl_slot(spider, appid, crawlid, entry.due, shard),
+            ],
+            [entry.fingerprint, lastmod, entry.due, keys.crawl_ref(spider, appid, crawlid), entry.pack()],
         )
 
     def release(self, shard: int, limit: int) -> list[tuple[str, bool, int]]:
@@ -479,4 +519,5 @@ __all__ = [
     "next_visit",
     "slot_start",
     "state_bucket",
+    "w3c_date",
 ]

@@ -5,7 +5,7 @@
 --       completed with a crawl ref), 6 the shard's key head, 7 the rendering lane's suffix.
 -- A slot entry is packed as utils/frontier/recrawl.py SlotEntry: due (u32), fingerprint (8
 -- bytes), priority (i16), render (u8), domain length (u8), domain, queue member; a state
--- (PageState) starts with its next visit (u32) and has its flags at byte 25 (0x80: a visit is on).
+-- (PageState) starts with its next visit (u32) and has its flags at byte 29 (0x80: a visit is on).
 -- An entry whose page's state no longer names its due time, or whose page is being visited, is
 -- stale (the page left, or was moved) and skipped; one not due yet (from a wide slot) goes to a
 -- finer slot; a due one is queued as any request and its state marked visiting, so visits never
@@ -56,7 +56,7 @@ for _, ref in ipairs(crawls) do
         local fp = string.sub(entry, 5, 12)
         local bucket = ARGV[3] .. ref .. ':' .. (u32(fp, 1) % buckets)
         local state = redis.call('HGET', bucket, fp)
-        if state and u32(state, 1) == due and string.byte(state, 25) < 128 then
+        if state and u32(state, 1) == due and string.byte(state, 29) < 128 then
           if due > now then
             local finer = slot_of(due, now)
             redis.call('RPUSH', ARGV[5] .. ref .. ':' .. finer, entry)
@@ -77,8 +77,8 @@ for _, ref in ipairs(crawls) do
             redis.call('ZADD', head .. 'dq' .. lane .. ':' .. spider .. ':' .. domain, 'LT', score, crawl)
             redis.call('ZADD', head .. 'domains' .. lane .. ':' .. spider, 'NX', 0, domain)
             redis.call('SADD', head .. 'crawl-domains' .. lane .. ':' .. ref, domain)
-            local flags = string.char(string.byte(state, 25) + 128)
-            redis.call('HSET', bucket, fp, string.sub(state, 1, 24) .. flags .. string.sub(state, 26))
+            local flags = string.char(string.byte(state, 29) + 128)
+            redis.call('HSET', bucket, fp, string.sub(state, 1, 28) .. flags .. string.sub(state, 30))
             redis.call('HINCRBY', part, 'rc-released', 1)
             local name = spider .. '\n' .. (lane == '' and '0' or '1')
             released[name] = (released[name] or 0) + 1
