@@ -225,3 +225,51 @@ def gone_left(stack: Stack, keys: Keys, crawlid: str) -> bool:
 
 def schedule_keys(stack: Stack, prefix: str) -> list[bytes]:
     return [k for k in stack.redis.scan_iter(match=f"{prefix}*rc-*", count=1000) if stack.redis.type(k) != b"none"]
+
+
+def test_a_sitemap_lastmod_brings_its_page_forward(
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Every read of the sitemap says /s/a changed just now (and /s/b long ago): /s/a is visited at
+    each read of the sitemap (which changes, so its interval shrinks to ``min``), /s/b on its own
+    schedule, which grows while it is unchanged."""
+    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rs")
+    site.page(
+        "/robots.txt", f"User-agent: *\nSitemap: {site.url('/s/sitemap.xml')}\n".encode(), content_type="text/plain"
+    )
+
+    def sitemap(_seen: Seen) -> tuple[int, dict[str, str], bytes]:
+        now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + 1))
+        body = (
+            '<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            f"<url><loc>{site.url('/s/a')}</loc><lastmod>{now}</lastmod></url>"
+            f"<url><loc>{site.url('/s/b')}</loc><lastmod>2001-01-01</lastmod></url></urlset>"
+        )
+        return 200, {"Content-Type": "application/xml"}, body.encode()
+
+    site.handler("/s/sitemap.xml", sitemap)
+    site.page("/s/", html(title="home"))
+    site.page("/s/a", html(title="a"))
+    site.page("/s/b", html(title="b"))
+    stack = Stack(settings, tmp_path, RECRAWL_MIN_EVERY=1)
+    codes: list[int] = []
+    try:
+        stack.crawler().wait_ready(stack.redis, settings["REDIS_KEY_PREFIX"])
+        stack.send(
+            {
+                "url": site.url("/s/"),
+                "appid": "rapp",
+                "crawlid": "maps",
+                "sitemap": True,
+                "recrawl": {"every": 3, "min": 1, "max": 60},
+            }
+        )
+        wait_until("a, b and the home page fetched", lambda: len(items(stack, "maps")) >= 3, stack)
+        wait_until("/s/a brought forward", lambda: len(site.hits("/s/a")) >= len(site.hits("/s/b")) + 3, stack, 60)
+        assert len(site.hits("/s/sitemap.xml")) >= 3 and site.hits("/s/b")
+        assert sorted(i["url"] for i in items(stack, "maps")) == [site.url(p) for p in ("/s/", "/s/a", "/s/b")]
+        assert len(items(stack, "maps")) == 3  # nothing changed on the pages themselves: nothing emitted
+    finally:
+        logs = stack.logs()
+        codes = stack.close()
+    assert codes == [0, 0, 0], logs
