@@ -55,7 +55,10 @@ def clear(client: redis.Redis) -> None:
         client.delete(key)
 
 
-def fill(client: redis.Redis, schedule: Schedule, pages: int, domains: int) -> None:
+def fill(
+    client: redis.Redis, schedule: Schedule, pages: int, domains: int, due_in: tuple[int, int] = (60, EVERY_S)
+) -> None:
+    """Schedule *pages* pages as their first visits' ends do, due at random *due_in* seconds from now."""
     from scrapy import Request
 
     message = {**CRAWL_DEFAULTS, "url": "http://www.site0000.com/", "appid": "benchapp", "crawlid": "fresh"}
@@ -72,7 +75,7 @@ def fill(client: redis.Redis, schedule: Schedule, pages: int, domains: int) -> N
         link = child_request(seed, Request(link_url(i % domains, i)), spider=None)  # type: ignore[arg-type]
         link.option_set = seed.option_set
         fp = hashlib.sha256(link.url.encode()).digest()[:8]
-        due = now + rng.randrange(60, EVERY_S)
+        due = now + rng.randrange(*due_in)
         etag = b'"' + hashlib.md5(link.url.encode()).hexdigest()[:30].encode() + b'"'  # noqa: S324 - an ETag
         state = PageState(due, EVERY_S, now, now - 86400, fp, 1, 0, 200, etag)
         entry = SlotEntry(due, fp, link.priority, False, link.domain, link.member())

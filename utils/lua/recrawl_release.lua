@@ -41,6 +41,7 @@ for _, ref in ipairs(crawls) do
     redis.call('ZREM', KEYS[1], ref)
   else
     local part = head .. 'crawl:' .. ref
+    local due_pages = {}
     local starts = redis.call('ZRANGEBYSCORE', slots_key, '-inf', now, 'LIMIT', 0, 64)
     for _, start in ipairs(starts) do
       if budget <= 0 then break end
@@ -62,28 +63,63 @@ for _, ref in ipairs(crawls) do
             redis.call('RPUSH', ARGV[5] .. ref .. ':' .. finer, entry)
             redis.call('ZADD', slots_key, finer, finer)
           else
-            local hi, lo = string.byte(entry, 13, 14)
-            local priority = hi * 256 + lo
-            if priority >= 32768 then priority = priority - 65536 end
-            local lane = ''
-            if string.byte(entry, 15) == 1 then lane = render_lane end
-            local size = string.byte(entry, 16)
-            local domain = string.sub(entry, 17, 16 + size)
-            local member = string.sub(entry, 17 + size)
-            local seq = redis.call('INCR', KEYS[2])
-            local score = queue_score(priority, seq)
-            local crawl = appid .. ':' .. crawlid
-            redis.call('ZADD', head .. 'cq' .. lane .. ':' .. spider .. ':' .. crawl .. ':' .. domain, 'NX', score, member)
-            redis.call('ZADD', head .. 'dq' .. lane .. ':' .. spider .. ':' .. domain, 'LT', score, crawl)
-            redis.call('ZADD', head .. 'domains' .. lane .. ':' .. spider, 'NX', 0, domain)
-            redis.call('SADD', head .. 'crawl-domains' .. lane .. ':' .. ref, domain)
             local flags = string.char(string.byte(state, 29) + 128)
             redis.call('HSET', bucket, fp, string.sub(state, 1, 28) .. flags .. string.sub(state, 30))
-            redis.call('HINCRBY', part, 'rc-released', 1)
-            local name = spider .. '\n' .. (lane == '' and '0' or '1')
-            released[name] = (released[name] or 0) + 1
+            due_pages[#due_pages + 1] = entry
           end
         end
+      end
+    end
+    -- queue the due pages as a push would: grouped per queue, domain and lane
+    local n = #due_pages
+    if n > 0 then
+      local seq = redis.call('INCRBY', KEYS[2], n) - n
+      local crawl = appid .. ':' .. crawlid
+      local queues, best, lanes = {}, {}, {}
+      for i, entry in ipairs(due_pages) do
+        local hi, lo = string.byte(entry, 13, 14)
+        local priority = hi * 256 + lo
+        if priority >= 32768 then priority = priority - 65536 end
+        local lane = ''
+        if string.byte(entry, 15) == 1 then lane = render_lane end
+        local size = string.byte(entry, 16)
+        local domain = string.sub(entry, 17, 16 + size)
+        local score = queue_score(priority, seq + i)
+        local cq = head .. 'cq' .. lane .. ':' .. spider .. ':' .. crawl .. ':' .. domain
+        local members = queues[cq]
+        if not members then
+          members = {}
+          queues[cq] = members
+        end
+        members[#members + 1] = score
+        members[#members + 1] = string.sub(entry, 17 + size)
+        local dq = head .. 'dq' .. lane .. ':' .. spider .. ':' .. domain
+        if not best[dq] or tonumber(score) < tonumber(best[dq]) then best[dq] = score end
+        local seen = lanes[lane]
+        if not seen then
+          seen = {}
+          lanes[lane] = seen
+        end
+        seen[domain] = true
+      end
+      for cq, members in pairs(queues) do
+        for first = 1, #members, 1000 do
+          redis.call('ZADD', cq, 'NX', unpack(members, first, math.min(#members, first + 999)))
+        end
+      end
+      for dq, score in pairs(best) do
+        redis.call('ZADD', dq, 'LT', score, crawl)
+      end
+      for lane, domains in pairs(lanes) do
+        for domain in pairs(domains) do
+          redis.call('ZADD', head .. 'domains' .. lane .. ':' .. spider, 'NX', 0, domain)
+          redis.call('SADD', head .. 'crawl-domains' .. lane .. ':' .. ref, domain)
+        end
+      end
+      redis.call('HINCRBY', part, 'rc-released', n)
+      for _, entry in ipairs(due_pages) do
+        local name = spider .. '\n' .. (string.byte(entry, 15) == 1 and '1' or '0')
+        released[name] = (released[name] or 0) + 1
       end
     end
     local first = redis.call('ZRANGE', slots_key, 0, 0, 'WITHSCORES')
