@@ -118,6 +118,7 @@ bench: $(STAMP) browser
 	@if [ -f bench/memory.py ]; then $(BIN)/python bench/memory.py; else echo "bench/memory.py not present: skipped"; fi
 	$(BIN)/python bench/recrawl_memory.py
 	$(BIN)/python bench/recrawl_memory.py --cluster
+	$(BIN)/python bench/recrawl_release.py
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
 	$(BIN)/python bench/clean.py

@@ -39,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from crawlhive.kafka_monitor.validation import Accepted, Rejected, json_pointer, parse_json
 from crawlhive.rest.answers import KafkaUnavailable, RecordTooLarge, encodable
 from crawlhive.rest.metrics import CONTENT_TYPE
+from crawlhive.rest.recrawl_view import recrawl_summaries
 from crawlhive.rest.service import RestService, new_uuid
 from crawlhive.utils.frontier import CrawlState
 from crawlhive.utils.settings import Settings
@@ -431,7 +432,12 @@ def create_app(settings: Settings, service: RestService | None = None, bound_hos
         state = await in_thread(rest.view.crawl, spiderid, appid, crawlid)  # None: whatever its spider type
         if state is None:
             raise ApiError(404, NO_CRAWL)
-        return JSONResponse(envelope(info_message(state, new_uuid())))
+        message = info_message(state, new_uuid())
+        crawl = (state.spiderid, appid, crawlid)
+        summary = (await in_thread(recrawl_summaries, rest.view.redis, rest.view.keys, [crawl])).get(crawl)
+        if summary is not None:  # a recurring crawl: info's recrawl object (§19.6)
+            message["recrawl"] = {k: v for k, v in summary.items() if k != "changed_ratio"}
+        return JSONResponse(envelope(message))
 
     @app.delete("/crawls/{appid}/{crawlid}", summary="Stop a crawl", responses=_responses(400, 401, 500))
     async def crawl_stop(appid: AppId, crawlid: CrawlId, spiderid: OptionalSpiderId = None) -> JSONResponse:
