@@ -9,7 +9,8 @@ holding the URLs and the per-shard due index, everything the schedule writes. Th
 10,000 due pages once to show a release's cost.
 
 Usage: ``.venv/bin/python bench/recrawl_memory.py [--pages N] [--domains D] [--cluster]
-[--redis-url URL]`` (defaults 1000000 and 1000). Without ``--redis-url`` a private redis-server is
+[--buckets B] [--redis-url URL]`` (defaults 1000000 and 1000; a smaller run keeps 1M's shape with
+``--buckets`` scaled down alike). Without ``--redis-url`` a private redis-server is
 started (``--cluster``: a local 3-primary Redis Cluster from ``tests/clusterkit.py``, 64 shards).
 Target: at most 200 bytes per scheduled page.
 """
@@ -97,9 +98,13 @@ def fill(
         schedule.scripts.execute(lambda p=pipe: p)
 
 
-def run(url: str, pages: int, domains: int) -> int:
+def run(url: str, pages: int, domains: int, buckets: int | None = None) -> int:
+    overrides = {"RECRAWL_STATE_BUCKETS": buckets} if buckets else {}
     settings = Settings.from_overrides(
-        REDIS_URL=url, REDIS_KEY_PREFIX=PREFIX, FRONTIER_SHARDS=int(os.environ.get("FRONTIER_SHARDS") or 0)
+        REDIS_URL=url,
+        REDIS_KEY_PREFIX=PREFIX,
+        FRONTIER_SHARDS=int(os.environ.get("FRONTIER_SHARDS") or 0),
+        **overrides,
     )
     client = redis_from_settings(settings)
     keys = Keys.from_settings(settings)
@@ -132,16 +137,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=1_000_000)
     parser.add_argument("--domains", type=int, default=1000)
     parser.add_argument("--cluster", action="store_true", help="a private local Redis Cluster (3 primaries)")
+    parser.add_argument(
+        "--buckets",
+        type=int,
+        help="RECRAWL_STATE_BUCKETS (default the setting's); --pages 100000 --buckets 3277 keeps 1M's pages per bucket",
+    )
     args = parser.parse_args(argv)
     if args.redis_url:
-        return run(args.redis_url, args.pages, args.domains)
+        return run(args.redis_url, args.pages, args.domains, args.buckets)
     if args.cluster:
         from clusterkit import LocalCluster
 
         with LocalCluster(primaries=3, replicas=0) as cluster:
-            return run(cluster.url, args.pages, args.domains)
+            return run(cluster.url, args.pages, args.domains, args.buckets)
     with EmbeddedRedis() as server:
-        return run(server.url, args.pages, args.domains)
+        return run(server.url, args.pages, args.domains, args.buckets)
 
 
 if __name__ == "__main__":

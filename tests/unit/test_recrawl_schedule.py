@@ -3,6 +3,7 @@ the visit decision, the packed state, release into the frontier, no overlapping 
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -359,3 +360,43 @@ def test_a_newer_lastmod_makes_a_scheduled_page_due_at_once(
     assert popped.lease is not None and popped.lease.request.url == request.url
     touch(now)  # a visit is on: nothing
     assert schedule.release(shard, 100) == []
+
+
+# --- §19.6 until and expiry end a recurring crawl ----------------------------------------------------
+
+
+def test_a_crawl_past_until_with_an_empty_schedule_completes(
+    redis_client: redis.Redis, keys: Keys, frontier: Frontier, worker: FrontierWorker, reader: FrontierReader
+) -> None:
+    from crawlhive.redis_monitor.plugins.recrawl import RecrawlReleaser
+    from crawlhive.utils.control import ControlQueue
+
+    until = int(time.time()) + 3600
+    seed = FrontierRequest(
+        url="http://example.com/u",
+        appid="app",
+        crawlid="c1",
+        recrawl={"every": 60, "adaptive": True, "min": 10, "max": 600, "until": until},
+    )
+    pipe = redis_client.pipeline(transaction=True)
+    frontier.push([seed], pipe)
+    pipe.execute()
+    lease = worker.pop("link", shard=keys.shard_of("example.com")).lease
+    assert lease is not None
+    worker.ack(lease, "crawled")
+    schedule = Schedule(redis_client, keys, buckets=64, record_ttl_s=3600)
+    releaser = RecrawlReleaser(redis_client, keys, schedule, batch=100, record_ttl_s=3600)
+    record = keys.crawl("link", "app", "c1")
+    releaser.walk_crawls()  # until not reached: still recurring, never complete
+    reader.scan_complete()
+    assert redis_client.hget(record, "recurring") == b"1"
+    assert not [e for e in ControlQueue(redis_client, keys).pending() if e[0] == "complete"]
+
+    config = json.loads(redis_client.hget(record, "recrawl"))  # type: ignore[arg-type]
+    config["until"] = int(time.time()) - 1
+    redis_client.hset(record, "recrawl", json.dumps(config))
+    releaser.walk_crawls()  # past until, nothing scheduled: it ends
+    assert redis_client.hget(record, "recurring") is None
+    reader.scan_complete()
+    completes = [e for e in ControlQueue(redis_client, keys).pending() if e[0] == "complete"]
+    assert [e[1]["crawlid"] for e in completes] == ["c1"]
