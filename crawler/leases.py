@@ -76,6 +76,10 @@ class LeaseContext:
     """When the lease was taken (monotonic clock)."""
     finish_failed: float = 0.0
     """When writing its finish first failed on a Redis error (monotonic clock; 0: never)."""
+    link_owner: bytes = b""
+    """The 4 bytes that own, in the dupefilter, the links this page queues when they are not its
+    fingerprint's first 4: a recrawl's revisit (crawler/recrawl.py), which must not queue again the
+    links its page's first fetch queued."""
 
     @property
     def request(self) -> FrontierRequest:

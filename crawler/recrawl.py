@@ -21,6 +21,7 @@ meanwhile).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import time
 import weakref
@@ -170,6 +171,9 @@ class RecrawlMiddleware:
         if visit.before is not None and not visit.result.changed and not self.emit_unchanged:
             self.runtime.leases.drop(context)  # the schedule is written with the drop's finish
             raise IgnoreRequest(f"{context.request.url}: unchanged since its last visit")
+        if visit.before is not None:  # a revisit queues only links new to the crawl (see link_owner)
+            token = visit.fingerprint + visit.result.visit.to_bytes(4, "big")
+            context.link_owner = hashlib.blake2b(token, digest_size=4).digest()
         return response
 
     def queue_visits(self, batch: list[tuple[LeaseContext, str]], pipe: Pipeline) -> None:

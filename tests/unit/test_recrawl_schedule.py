@@ -400,3 +400,32 @@ def test_a_crawl_past_until_with_an_empty_schedule_completes(
     reader.scan_complete()
     completes = [e for e in ControlQueue(redis_client, keys).pending() if e[0] == "complete"]
     assert [e[1]["crawlid"] for e in completes] == ["c1"]
+
+
+def test_a_revisit_queues_only_links_new_to_the_crawl(redis_client: redis.Redis, keys: Keys) -> None:
+    """crawler_admit.lua: a page's first fetch owns the links it queued, and a refetch of it (a
+    lost lease) queues them again; a revisit (its own 4 owner bytes after the fingerprint,
+    ``LeaseContext.link_owner``) queues only links the crawl has not seen."""
+    from crawlhive.utils.scripts import scripts
+
+    admit = scripts(redis_client)["crawler_admit"]
+    shard = 0
+    lease = b"lease-1"
+    leases = keys.leases("link", shard)
+    redis_client.zadd(leases, {lease: time.time() + 60})
+    page = b"P" * 12
+    known, fresh = b"K" * 12, b"N" * 12
+    script_keys = [leases, keys.crawl_stopped("link", "app", "c1", shard), keys.dupefilter("link", "app", "c1", shard)]
+
+    def call(page_arg: bytes, *links: bytes) -> list[int]:
+        args: list[Any] = [lease, 60_000_000, 600_000, page_arg, 0, 0, 1]
+        for link in links:
+            args += [link, 3, 0, 0]
+        return [int(x) for x in admit(keys=script_keys, args=args)]
+
+    assert call(page, known) == [1, 1]  # first fetch: queued, owned by the page
+    assert call(page, known) == [1, 1]  # the same fetch again (a lost lease): queued again
+    revisit = page + b"\x01\x02\x03\x04"
+    assert call(revisit, known, fresh) == [1, 0, 1]  # a revisit: only the new link
+    assert redis_client.hget(script_keys[2], fresh) == b"\x01\x02\x03\x04"
+    assert call(revisit, fresh) == [1, 1]  # that revisit fetched again: its own new link again
