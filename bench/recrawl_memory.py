@@ -78,7 +78,7 @@ def fill(
         fp = hashlib.sha256(link.url.encode()).digest()[:8]
         due = now + rng.randrange(*due_in)
         etag = b'"' + hashlib.md5(link.url.encode()).hexdigest()[:30].encode() + b'"'  # noqa: S324 - an ETag
-        state = PageState(due, EVERY_S, now, now - 86400, fp, 1, 0, 200, etag)
+        state = PageState(due, EVERY_S, now, now - 86400, fp[:6], 1, 0, 200, etag)
         entry = SlotEntry(due, fp, link.priority, False, link.domain, link.member())
         schedule.queue_visit(
             pipe,

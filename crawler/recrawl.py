@@ -197,7 +197,7 @@ class RecrawlMiddleware:
             if visit is not None:
                 result = visit.result
                 if result is None:  # the fetch failed for good (a dead letter) or never got an answer
-                    failed = Observation(FAILED_STATUS, b"\0" * 8, b"", 0, now)
+                    failed = Observation(FAILED_STATUS, b"\0" * 6, b"", 0, now)
                     result = visit.result = next_visit(visit.before, failed, visit.config, self.gone_after)
                 options = request.option_set
                 if result.state is not None and options is not None and not options.lost:

@@ -129,7 +129,7 @@ def test_no_visit_is_scheduled_after_until() -> None:
 
 
 def test_state_and_slot_entries_pack_compactly() -> None:
-    state = PageState(100, 40, 60, 4, b"12345678", 5, 6, 200, b'"' + b"e" * 30 + b'"', visiting=True)
+    state = PageState(100, 40, 60, 4, b"123456", 5, 6, 200, b'"' + b"e" * 30 + b'"', visiting=True)
     assert PageState.unpack(state.pack()) == state
     assert len(state.pack()) <= 64  # a listpack value (hash-max-listpack-value)
     entry = SlotEntry(7, b"f" * 8, -20, True, "example.com", b"1 AbCdEfGh +/a")
@@ -155,7 +155,7 @@ def crawl_seed(url: str = "http://example.com/a", **kw: Any) -> FrontierRequest:
 
 
 def finish_visit(schedule: Schedule, request: FrontierRequest, fp: bytes, due: int, now: int) -> None:
-    state = PageState(due, 60, now - 60, 0, b"h" * 8, 1, 0, 200)
+    state = PageState(due, 60, now - 60, 0, b"h" * 6, 1, 0, 200)
     config = RecrawlConfig(every=60, min=10, max=600, priority=5)
     entry = SlotEntry(due, fp, config.priority - 10 * request.depth, False, request.domain, request.member())
     result = next_visit(None, seen(at=now - 60), config, 2)
@@ -238,7 +238,7 @@ def test_a_page_not_due_yet_stays_in_a_finer_slot(redis_client: redis.Redis, key
     request = crawl_seed()
     now = int(time.time())
     # put the entry in a slot that has already started although the page is due in 30 s
-    state = PageState(now + 30, 60, now, 0, b"h" * 8, 1, 0, 200)
+    state = PageState(now + 30, 60, now, 0, b"h" * 6, 1, 0, 200)
     entry = SlotEntry(now + 30, b"\x02" * 8, 5, False, request.domain, request.member())
     shard = keys.shard_of(request.domain)
     bucket = schedule.state_key("link", "app", "c1", b"\x02" * 8, shard)
@@ -265,7 +265,7 @@ def test_ten_thousand_pages_release_in_batches(redis_client: redis.Redis, keys: 
         request = crawl_seed(f"http://site{i % 50}.example/page/{i}", depth=1)
         request.option_set = None
         fp = i.to_bytes(8, "big")
-        state = PageState(now - 1, 60, now - 61, 0, b"h" * 8, 1, 0, 200, b'"' + b"e" * 30 + b'"')
+        state = PageState(now - 1, 60, now - 61, 0, b"h" * 6, 1, 0, 200, b'"' + b"e" * 30 + b'"')
         from crawlhive.utils.frontier.model import OptionSet
 
         request.option_set = OptionSet.of(request)

@@ -69,8 +69,8 @@ RECURRING_FIELD = "recurring"
 #: Counter fields of a crawl's shard part (``Keys.crawl_shard``), summed by ``info``.
 COUNTERS = ("scheduled", "visits", "changed", "unchanged", "gone")
 
-_STATE = struct.Struct(">IIII8sIBH")
-_ENTRY = struct.Struct(">I8shBB")
+_STATE = struct.Struct(">IIII6sIBH")
+_ENTRY = struct.Struct(">H8shBB")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +139,8 @@ def check_recrawl(recrawl: dict[str, Any], min_every: int) -> tuple[str, str] | 
 
 @dataclass(slots=True)
 class PageState:
-    """What the schedule keeps of one page, packed in 31 bytes plus its ETag (a listpack value of at
-    most 64 bytes with a 32-character ETag): next visit, interval, last fetch, ``Last-Modified``,
+    """What the schedule keeps of one page, packed in 29 bytes plus its ETag (a listpack value of at
+    most 64 bytes with an ETag of up to 35 characters): next visit, interval, last fetch, ``Last-Modified``,
     body hash, visit count, gone count (visits in a row that found it gone), last status.
     ``visiting`` (the high bit of the gone byte) is set by the release while a visit is on (queued
     or in flight), so a page is released once per visit."""
@@ -192,8 +192,9 @@ class PageState:
 
 @dataclass(frozen=True, slots=True)
 class SlotEntry:
-    """One page in a time slot, packed: what the release needs to queue it again (due time, the
-    page's schedule fingerprint, priority clamped to ±32767, lane, domain, queue member)."""
+    """One page in a time slot, packed: what the release needs to queue it again (its due time's
+    low 16 bits, which tell a current entry from a stale one, the page's schedule fingerprint,
+    priority clamped to ±32767, lane, domain, queue member); the state holds the full due time."""
 
     due: int
     fingerprint: bytes
@@ -205,7 +206,8 @@ class SlotEntry:
     def pack(self) -> bytes:
         domain = self.domain.encode()
         priority = max(-32767, min(32767, self.priority))
-        return _ENTRY.pack(self.due, self.fingerprint, priority, int(self.render), len(domain)) + domain + self.member
+        head = _ENTRY.pack(self.due & 0xFFFF, self.fingerprint, priority, int(self.render), len(domain))
+        return head + domain + self.member
 
     @classmethod
     def unpack(cls, raw: bytes) -> SlotEntry:
@@ -237,8 +239,9 @@ def state_bucket(fingerprint: bytes, buckets: int) -> int:
 
 
 def body_hash(body: bytes) -> bytes:
-    """The first 8 bytes of the SHA-256 of *body*: what decides "same body" (§19.3)."""
-    return hashlib.sha256(body).digest()[:8]
+    """The first 6 bytes of the SHA-256 of *body*: what decides "same body" (§19.3); two
+    different bodies of one page look the same with a probability of 2^-48 per visit."""
+    return hashlib.sha256(body).digest()[:6]
 
 
 def http_date(value: bytes | str | None) -> int:

@@ -3,9 +3,10 @@
 -- KEYS: 1 the shard's due index (recrawl_due), 2 the shard's queue sequence.
 -- ARGV: 1 limit, 2 state buckets per shard, 3 state prefix, 4 slots prefix, 5 slot prefix (each
 --       completed with a crawl ref), 6 the shard's key head, 7 the rendering lane's suffix.
--- A slot entry is packed as utils/frontier/recrawl.py SlotEntry: due (u32), fingerprint (8
--- bytes), priority (i16), render (u8), domain length (u8), domain, queue member; a state
--- (PageState) starts with its next visit (u32) and has its flags at byte 29 (0x80: a visit is on).
+-- A slot entry is packed as utils/frontier/recrawl.py SlotEntry: due time's low 16 bits (u16),
+-- fingerprint (8 bytes), priority (i16), render (u8), domain length (u8), domain, queue member; a
+-- state (PageState) starts with its next visit (u32) and has its flags at byte 27 (0x80: a visit
+-- is on).
 -- An entry whose page's state no longer names its due time, or whose page is being visited, is
 -- stale (the page left, or was moved) and skipped; one not due yet (from a wide slot) goes to a
 -- finer slot; a due one is queued as any request and its state marked visiting, so visits never
@@ -53,18 +54,19 @@ for _, ref in ipairs(crawls) do
         redis.call('ZREM', slots_key, start)
       end
       for _, entry in ipairs(entries) do
-        local due = u32(entry, 1)
-        local fp = string.sub(entry, 5, 12)
+        local tag = string.byte(entry, 1) * 256 + string.byte(entry, 2)
+        local fp = string.sub(entry, 3, 10)
         local bucket = ARGV[3] .. ref .. ':' .. (u32(fp, 1) % buckets)
         local state = redis.call('HGET', bucket, fp)
-        if state and u32(state, 1) == due and string.byte(state, 29) < 128 then
+        local due = state and u32(state, 1) or 0
+        if state and due % 65536 == tag and string.byte(state, 27) < 128 then
           if due > now then
             local finer = slot_of(due, now)
             redis.call('RPUSH', ARGV[5] .. ref .. ':' .. finer, entry)
             redis.call('ZADD', slots_key, finer, finer)
           else
-            local flags = string.char(string.byte(state, 29) + 128)
-            redis.call('HSET', bucket, fp, string.sub(state, 1, 28) .. flags .. string.sub(state, 30))
+            local flags = string.char(string.byte(state, 27) + 128)
+            redis.call('HSET', bucket, fp, string.sub(state, 1, 26) .. flags .. string.sub(state, 28))
             due_pages[#due_pages + 1] = entry
           end
         end
@@ -77,13 +79,13 @@ for _, ref in ipairs(crawls) do
       local crawl = appid .. ':' .. crawlid
       local queues, best, lanes = {}, {}, {}
       for i, entry in ipairs(due_pages) do
-        local hi, lo = string.byte(entry, 13, 14)
+        local hi, lo = string.byte(entry, 11, 12)
         local priority = hi * 256 + lo
         if priority >= 32768 then priority = priority - 65536 end
         local lane = ''
-        if string.byte(entry, 15) == 1 then lane = render_lane end
-        local size = string.byte(entry, 16)
-        local domain = string.sub(entry, 17, 16 + size)
+        if string.byte(entry, 13) == 1 then lane = render_lane end
+        local size = string.byte(entry, 14)
+        local domain = string.sub(entry, 15, 14 + size)
         local score = queue_score(priority, seq + i)
         local cq = head .. 'cq' .. lane .. ':' .. spider .. ':' .. crawl .. ':' .. domain
         local members = queues[cq]
@@ -92,7 +94,7 @@ for _, ref in ipairs(crawls) do
           queues[cq] = members
         end
         members[#members + 1] = score
-        members[#members + 1] = string.sub(entry, 17 + size)
+        members[#members + 1] = string.sub(entry, 15 + size)
         local dq = head .. 'dq' .. lane .. ':' .. spider .. ':' .. domain
         if not best[dq] or tonumber(score) < tonumber(best[dq]) then best[dq] = score end
         local seen = lanes[lane]
@@ -118,7 +120,7 @@ for _, ref in ipairs(crawls) do
       end
       redis.call('HINCRBY', part, 'rc-released', n)
       for _, entry in ipairs(due_pages) do
-        local name = spider .. '\n' .. (string.byte(entry, 15) == 1 and '1' or '0')
+        local name = spider .. '\n' .. (string.byte(entry, 13) == 1 and '1' or '0')
         released[name] = (released[name] or 0) + 1
       end
     end

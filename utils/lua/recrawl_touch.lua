@@ -4,7 +4,7 @@
 -- ARGV: 1 schedule fingerprint, 2 lastmod (epoch s), 3 now (epoch s, the slot start), 4 crawl ref,
 --       5 packed slot entry due now.
 -- The state (utils/frontier/recrawl.py PageState) holds next visit (u32, byte 1), interval (5),
--- last fetch (9) and flags at byte 29 (0x80: a visit is on). Nothing happens to a page not
+-- last fetch (9) and flags at byte 27 (0x80: a visit is on). Nothing happens to a page not
 -- scheduled, being visited, already due, or fetched since that lastmod. Its old slot entry stays
 -- behind, stale (its due time no longer matches), and the release skips it.
 -- Returns 1 if the page was made due, else 0.
@@ -14,7 +14,7 @@ local function u32(s, i)
 end
 
 local state = redis.call('HGET', KEYS[1], ARGV[1])
-if not state or string.byte(state, 29) >= 128 then
+if not state or string.byte(state, 27) >= 128 then
   return 0
 end
 local now = tonumber(ARGV[3])
