@@ -241,7 +241,7 @@ class Admission:
         if grant is not None and left > 0:
             page_share, left = 1, left - 1
         calls = []
-        page_fp = stored_fingerprint(context.fingerprint)
+        page_fp = stored_fingerprint(context.fingerprint) + context.link_owner
         for shard, links in by_shard.items():
             dupefilter = keys.dupefilter(r.spiderid, r.appid, r.crawlid, shard)
             if shard == page_shard:
@@ -333,7 +333,7 @@ class Admission:
             )
 
         args: list[Any] = [context.lease.member, self.lease_us, self.filter_ttl_ms]
-        args += [stored_fingerprint(context.fingerprint), cap_index(r.domain), budget, counted]
+        args += [stored_fingerprint(context.fingerprint) + context.link_owner, cap_index(r.domain), budget, counted]
         unique: dict[str, FrontierRequest] = {}
         for child, fingerprint in children:
             unique.setdefault(fingerprint, child)

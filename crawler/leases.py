@@ -76,6 +76,10 @@ class LeaseContext:
     """When the lease was taken (monotonic clock)."""
     finish_failed: float = 0.0
     """When writing its finish first failed on a Redis error (monotonic clock; 0: never)."""
+    link_owner: bytes = b""
+    """The 4 bytes that own, in the dupefilter, the links this page queues when they are not its
+    fingerprint's first 4: a recrawl's revisit (crawler/recrawl.py), which must not queue again the
+    links its page's first fetch queued."""
 
     @property
     def request(self) -> FrontierRequest:
@@ -120,6 +124,9 @@ class LeaseTable:
         self._unfinished: list[tuple[LeaseContext, str]] = []
         self._refinish_call: Any = None
         self._refinish_delay = FINISH_RETRY_S
+        #: Called with each batch of finished pages and the pipeline of their acks, before the acks
+        #: are queued (the recrawl schedule, crawler/recrawl.py, writes each visit's end there).
+        self.finish_hooks: list[Callable[[list[tuple[LeaseContext, str]], Any], None]] = []
 
     def add(self, context: LeaseContext) -> None:
         """Track *context* from now until its lease ends here."""
@@ -240,6 +247,8 @@ class LeaseTable:
         def pipeline() -> Any:
             pipe = write_pipeline(self.redis)
             self.frontier.push([c for context, _ in batch for c in context.children], pipe)
+            for hook in self.finish_hooks:
+                hook(batch, pipe)
             for context, counter in batch:
                 self.worker.queue_ack(context.lease, counter, pipe)
             self.frontier.renew_records([context.request for context, _ in batch], pipe)

@@ -107,6 +107,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "DOWNLOADER_MIDDLEWARES": {
             f"{_PKG}.middlewares.LeaseOutcomeMiddleware": 50,
             f"{_PKG}.middlewares.RequestShapingMiddleware": 400,
+            f"{_PKG}.recrawl.RecrawlMiddleware": 420,  # validators and the changed decision (§19)
             f"{_PKG}.middlewares.SiteGateMiddleware": 450,
             # proxies, bans and the adaptive throttle (§21): the choice before Scrapy's
             # HttpProxyMiddleware (750), the response before the retry (550) and the meta refresh
@@ -128,7 +129,11 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             f"{_PKG}.middlewares.CrawlDelayMiddleware": 960,
             f"{_PKG}.netguard.NetworkGuardMiddleware": 990,
         },
-        "SPIDER_MIDDLEWARES": {f"{_PKG}.middlewares.FrontierSpiderMiddleware": 950},
+        "SPIDER_MIDDLEWARES": {
+            f"{_PKG}.middlewares.FrontierSpiderMiddleware": 950,
+            f"{_PKG}.recrawl.RecrawlItemMiddleware": 940,  # visit, changed, previous_fetch (§19.4)
+            f"{_PKG}.recrawl.RecrawlSitemapMiddleware": 960,  # sitemap <lastmod> (§19.7)
+        },
         # The user's ITEM_PIPELINES, then crawlhive's output, whatever their orders (pipelines.py).
         "ITEM_PROCESSOR": f"{_PKG}.pipelines.FrontierItemProcessor",
         "ITEM_PIPELINES": {},

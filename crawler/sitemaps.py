@@ -28,6 +28,8 @@ from scrapy.utils._compression import _DecompressionMaxSizeExceeded
 from scrapy.utils.gz import gunzip, gzip_magic_number
 from scrapy.utils.sitemap import Sitemap, sitemap_urls_from_robots
 
+from crawlhive.utils.frontier.recrawl import w3c_date
+
 if TYPE_CHECKING:
     from scrapy.http import Response
 
@@ -50,6 +52,8 @@ class Discovered:
     """URLs to crawl (depth 1)."""
     sitemaps: list[str] = field(default_factory=list)
     """More sitemap documents to read."""
+    lastmod: dict[str, int] = field(default_factory=dict)
+    """Page URL -> its ``<lastmod>`` (epoch s), for the pages that have a readable one (§19.7)."""
 
 
 def robots_request(seed_url: str) -> Request:
@@ -113,6 +117,9 @@ def discover(response: Response, kind: str | None, max_size: int) -> Discovered 
         location = str(entry.get("loc") or "").strip()
         if location.startswith(("http://", "https://")):
             target.append(location)
+            modified = w3c_date(entry.get("lastmod")) if target is found.pages else 0
+            if modified:
+                found.lastmod[location] = modified
             if len(target) >= MAX_ENTRIES:
                 break
     return found

@@ -39,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from crawlhive.kafka_monitor.validation import Accepted, Rejected, json_pointer, parse_json
 from crawlhive.rest.answers import KafkaUnavailable, RecordTooLarge, encodable
 from crawlhive.rest.metrics import CONTENT_TYPE
+from crawlhive.rest.recrawl_view import recrawl_summaries
 from crawlhive.rest.service import RestService, new_uuid
 from crawlhive.utils.frontier import CrawlState
 from crawlhive.utils.settings import Settings
@@ -435,6 +436,10 @@ def create_app(settings: Settings, service: RestService | None = None, bound_hos
         notes = await in_thread(rest.view.domain_notes, list(message["domains"]))  # §21.3, §21.4
         for domain, extra in notes.items():
             message["domains"][domain].update(extra)
+        crawl = (state.spiderid, appid, crawlid)
+        summary = (await in_thread(recrawl_summaries, rest.view.redis, rest.view.keys, [crawl])).get(crawl)
+        if summary is not None:  # a recurring crawl: info's recrawl object (§19.6)
+            message["recrawl"] = {k: v for k, v in summary.items() if k != "changed_ratio"}
         return JSONResponse(envelope(message))
 
     @app.delete("/crawls/{appid}/{crawlid}", summary="Stop a crawl", responses=_responses(400, 401, 500))

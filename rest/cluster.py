@@ -19,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from crawlhive.rest.recrawl_view import mark_recurring
 from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.heartbeat import crawler_lanes, live_heartbeats, live_nodes, unserved_reason
@@ -264,6 +265,7 @@ class ClusterView:
             reason = waiting_reason(c, serving) or (PARKED if c.inflight == 0 and parked else None)
             row = self._row(c.spiderid, c.appid, c.crawlid, "waiting" if reason else "running", c, started)
             rows.append({**row, "reason": reason})
+        mark_recurring(self.redis, self.keys, rows)  # §19.6: recurring crawls and their schedules
         return rows  # newest first already
 
     def _finished_rows(self, limit: int) -> list[dict[str, Any]]:

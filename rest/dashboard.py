@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from crawlhive.rest.cluster import waiting_reason
+from crawlhive.rest.recrawl_view import mark_recurring
 
 if TYPE_CHECKING:
     from crawlhive.rest.service import RestService
@@ -67,6 +68,7 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
     serving |= {(name, True) for name, s in snap.spiders.items() if s.render_crawlers}
     rows = (crawl_row(s, stopped, waiting_reason(s, serving)) for s, stopped in zip(snap.crawls, flags, strict=True))
     crawls = sorted(rows, key=lambda r: (r["state"] != "running", r["appid"], r["crawlid"]))
+    mark_recurring(rest.view.redis, rest.view.keys, crawls)  # §19.6: next due time, changed ratio
     return {
         "server_time": snap.server_time,
         "node_id": rest.node_id,

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from redis.cluster import RedisCluster
 
 from crawlhive.rest.cluster import COMPONENTS
+from crawlhive.rest.recrawl_view import recrawl_metrics
 from crawlhive.utils.response_metrics import read_histograms, read_top_domains
 
 if TYPE_CHECKING:
@@ -123,6 +124,11 @@ class ClusterCollector(Collector):
             cleaned.add_metric([kind], count)
         yield from (incoming, dead, cleaned)
         yield from proxy_metrics(self.view.proxies())
+        crawls = [(c.spiderid, c.appid, c.crawlid) for c in snap.crawls]
+        yield from recrawl_metrics(self.view.redis, self.view.keys, crawls)  # §19.6
+        from crawlhive.sink.observe import metrics as sink_metrics  # the sinks' families (§20.7)
+
+        yield from sink_metrics(self.view.sinks())
 
 
 def proxy_metrics(overview: dict[str, Any]) -> Iterator[Metric]:
@@ -191,10 +197,6 @@ class RedisMemoryCollector(Collector):
             used.add_metric([node], float(info.get("used_memory", 0)))
             limit.add_metric([node], float(info.get("maxmemory", 0)))
         yield from (used, limit)
-
-        from crawlhive.sink.observe import metrics as sink_metrics  # the sinks' families (§20.7)
-
-        yield from sink_metrics(self.view.sinks())
 
 
 class _Read(Collector):

@@ -324,6 +324,37 @@ later links are dropped without being examined and counted in the crawler's Scra
 CRAWL_RECORD_TTL: float = 604800.0
 """Seconds a crawl's counters and stop blacklist are kept after its last activity."""
 
+# --- continuous crawling (docs/contract.md §19) ---------------------------------------------------
+
+RECRAWL_MIN_EVERY: int = 60
+"""Smallest ``recrawl.every`` (and adaptive ``min``) a crawl request may ask, in seconds (§19.1).
+Tests lower it to crawl again within seconds."""
+
+RECRAWL_GONE_AFTER: int = 2
+"""Visits in a row that find a scheduled page gone (404, 410, or failing after its retries) before
+it leaves the schedule (§19.4); the first such visit is emitted once as changed."""
+
+RECRAWL_EMIT_UNCHANGED: bool = False
+"""True: a visit that finds a page unchanged emits an item with ``"changed": false`` and an empty
+``body`` (§19.4); False (default): unchanged visits emit nothing."""
+
+RECRAWL_STATE_BUCKETS: int = 32768
+"""Hash buckets per crawl over which its pages' schedule state is spread (divided among the
+frontier shards, at least one per shard). Sized so a bucket of a crawl of up to ~2 million pages
+stays in Redis's compact listpack encoding (≤ 128 fields); more pages still work, at more bytes
+per page (docs/operations.md)."""
+
+RECRAWL_RELEASE_BATCH: int = 2000
+"""Due pages one release call moves from a shard's schedule into the frontier (redis-monitor,
+each tick); a backlog larger than this drains over several calls."""
+
+RECRAWL_ENABLED: bool = True
+"""Release due pages of recrawling crawls into the frontier in this redis-monitor (§19)."""
+
+RECRAWL_CONFIG_CACHE_S: float = 5.0
+"""Seconds a crawler keeps a crawl's ``recrawl`` settings before reading them again (a seed sent
+again with new settings applies to visits after that)."""
+
 # --- crawling --------------------------------------------------------------------------------------
 
 RETRY_TIMES: int = 3

@@ -425,6 +425,41 @@ class Keys:
         queues nothing again, so the seed's subtree is not crawled twice."""
         return f"{self._heads[shard]}seed-origin:{origin}"
 
+    # --- continuous crawling (utils/frontier/recrawl.py, docs/contract.md §19) ---------------------
+
+    @key("hash", ttl="none: removed by stop, expiry or when the page leaves")
+    def recrawl_state(self, spider: str, appid: str, crawlid: str, bucket: int, shard: int = 0) -> str:
+        """Schedule state of the pages of one crawl in one shard whose fingerprint falls in *bucket*
+        (RECRAWL_STATE_BUCKETS): field = the page's schedule fingerprint (8 bytes), value = its packed
+        state (``utils/frontier/recrawl.py PageState``: next visit, interval, validators, body hash,
+        visit and gone counts, whether a visit is on). Small buckets stay listpacks."""
+        return f"{self._heads[shard]}rc-state:{self.crawl_ref(spider, appid, crawlid)}:{bucket}"
+
+    @key("zset", ttl="none: removed by stop, expiry or when empty")
+    def recrawl_slots(self, spider: str, appid: str, crawlid: str, shard: int = 0) -> str:
+        """The time slots of one crawl's schedule in one shard: member = score = slot start (epoch s)."""
+        return f"{self._heads[shard]}rc-slots:{self.crawl_ref(spider, appid, crawlid)}"
+
+    @key("list", ttl="none: emptied by the release")
+    def recrawl_slot(self, spider: str, appid: str, crawlid: str, start: int, shard: int = 0) -> str:
+        """Pages of one crawl due from *start* (epoch s) on, one packed entry each (due time,
+        fingerprint, domain, priority, lane, queue member: ``utils/frontier/recrawl.py SlotEntry``).
+        Slots are wider the further away they are (a timing wheel); an entry whose page's state no
+        longer names its due time is stale and skipped."""
+        return f"{self._heads[shard]}rc-slot:{self.crawl_ref(spider, appid, crawlid)}:{start}"
+
+    @key("zset")
+    def recrawl_due(self, shard: int = 0) -> str:
+        """The due index of a shard: member = :meth:`crawl_ref` of a crawl with scheduled pages
+        there, score = its earliest slot start, so the release finds due pages without a scan."""
+        return f"{self._heads[shard]}rc-due"
+
+    def recrawl_prefixes(self, shard: int = 0) -> dict[str, str]:
+        """Key prefixes the recrawl scripts complete with a :meth:`crawl_ref` (``state`` and
+        ``slot`` then ``":" + bucket`` or ``":" + start``); ``tests/unit/test_recrawl_schedule.py`` checks them."""
+        head = self._heads[shard]
+        return {"state": f"{head}rc-state:", "slots": f"{head}rc-slots:", "slot": f"{head}rc-slot:"}
+
     # --- crawler: dedupe and page caps (crawler/runtime.py) -------------------------------------
 
     @key("hash", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")

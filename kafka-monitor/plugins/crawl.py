@@ -10,6 +10,7 @@ from crawlhive.kafka_monitor.plugins import Cause, Incoming, IncomingPlugin
 from crawlhive.utils.control import ORIGIN_MARKER_TTL_S
 from crawlhive.utils.domains import host_problem
 from crawlhive.utils.frontier import Frontier, seed_from_request
+from crawlhive.utils.frontier.recrawl import RecrawlConfig, check_recrawl
 from crawlhive.utils.log import excerpt
 from crawlhive.utils.patterns import PatternLimits, check_patterns
 from crawlhive.utils.proxies import pools_from_settings
@@ -104,6 +105,20 @@ class ScraperHandler(IncomingPlugin):
             unknown = pools_from_settings(settings).unknown(message["proxy_pool"])
             if unknown is not None:
                 return unknown, "/proxy_pool"
+        recrawl = message.get("recrawl")
+        if recrawl is not None:  # §19.1: bounds from RECRAWL_MIN_EVERY, then the defaults filled in
+            min_every = settings.getint("RECRAWL_MIN_EVERY")
+            problem = check_recrawl(recrawl, min_every)
+            if problem is not None:
+                return problem
+            config = RecrawlConfig.of(recrawl, int(message.get("priority") or 1), min_every)
+            message["recrawl"] = {
+                "every": config.every,
+                "adaptive": config.adaptive,
+                "min": min(config.min, config.every),
+                "max": max(config.max, config.every),
+                "until": config.until,
+            }
         fields = {field: message.get(field) for field in ("allow_regex", "deny_regex", "ban_regex")}
         if not any(fields.values()):
             return None

@@ -28,6 +28,7 @@ BUILTIN_PLUGINS: dict[str, int] = {
     "crawlhive.redis_monitor.plugins.complete.CompleteMonitor": 600,
     "crawlhive.redis_monitor.plugins.reaper.LeaseReaper": 700,
     "crawlhive.redis_monitor.plugins.waiting.WaitingCrawls": 800,
+    "crawlhive.redis_monitor.plugins.recrawl.RecrawlReleaser": 900,
 }
 
 

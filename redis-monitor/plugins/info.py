@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
 from crawlhive.utils.frontier import CrawlState, FrontierReader
+from crawlhive.utils.frontier.recrawl import RECORD_FIELD, Schedule
 from crawlhive.utils.proxy_state import domain_notes
 
 if TYPE_CHECKING:
@@ -80,6 +81,8 @@ class InfoMonitor(MonitorPlugin):
         message.update(total_inflight=state.inflight, total_crawled=state.crawled, total_failed=state.failed)
         if budget := self.budget(state):
             message["max_pages"] = budget  # ours (§10.7): the crawl stops being fed past it
+        if self.frontier.redis.hexists(self.frontier.keys.crawl(spider, appid, crawlid), RECORD_FIELD):
+            message["recrawl"] = Schedule(self.frontier.redis, self.frontier.keys, 1, 0).counts(spider, appid, crawlid)
         return message
 
     def by_appid(self, request: dict[str, Any]) -> dict[str, Any]:

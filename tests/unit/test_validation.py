@@ -35,7 +35,7 @@ def test_minimal_crawl_gets_every_default(validator: RequestValidator) -> None:
     assert out.message == {
         "url": "http://example.com/", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "priority": 1,
         "maxdepth": 0, "domain_max_pages": None, "max_pages": None, "sitemap": False, "render": False,
-        "allowed_domains": None,
+        "recrawl": None, "allowed_domains": None,
         "allow_regex": None,
         "deny_regex": None, "deny_extensions": None, "expires": 0, "useragent": None, "cookie": None, "attrs": None,
         "method": "GET", "headers": None, "body": None, "cookies": None,

@@ -93,6 +93,9 @@ class FrontierRequest:
     """Also queue what the seed host's sitemaps list (§14)."""
     render: bool = False
     """Load the page in a browser (§15): queued in the rendering lane, popped only by rendering crawlers."""
+    recrawl: dict[str, Any] | None = None
+    """The crawl's ``recrawl`` object (§19), defaults filled in: its pages are kept on a schedule
+    (``utils/frontier/recrawl.py``); the crawl record holds the settings in force."""
     allowed_domains: list[str] | None = None
     allow_regex: list[str] | None = None
     deny_regex: list[str] | None = None
@@ -235,6 +238,7 @@ OPTION_FIELDS = (
     "max_pages",
     "sitemap",
     "render",
+    "recrawl",
     "allowed_domains",
     "allow_regex",
     "deny_regex",
@@ -429,6 +433,7 @@ def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
         max_pages=message.get("max_pages"),
         sitemap=bool(message.get("sitemap")),
         render=bool(message.get("render")),
+        recrawl=message.get("recrawl"),
         allowed_domains=message["allowed_domains"],
         allow_regex=message["allow_regex"],
         deny_regex=message["deny_regex"],

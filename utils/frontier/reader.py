@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.utils.connections import is_cluster, write_pipeline
 from crawlhive.utils.frontier.model import decode_priority, text
+from crawlhive.utils.frontier.recrawl import RECORD_FIELD, RECURRING_FIELD, Schedule
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.scripts import scripts
 
@@ -64,6 +65,9 @@ class CrawlState:
 class FrontierReader:
     """The redis-monitor's side of the frontier: crawl state for ``info``, purge for ``stop``."""
 
+    #: RECRAWL_STATE_BUCKETS (what :meth:`purge` deletes of a crawl's schedule; set by from_settings)
+    recrawl_buckets = 32768
+
     def __init__(self, redis: Redis, keys: Keys, record_ttl_s: float) -> None:
         self.redis = redis
         self.keys = keys
@@ -76,7 +80,9 @@ class FrontierReader:
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
-        return cls(redis, Keys.from_settings(settings), settings.getfloat("CRAWL_RECORD_TTL"))
+        reader = cls(redis, Keys.from_settings(settings), settings.getfloat("CRAWL_RECORD_TTL"))
+        reader.recrawl_buckets = settings.getint("RECRAWL_STATE_BUCKETS")
+        return reader
 
     def crawl_state(self, spider: str, appid: str, crawlid: str) -> CrawlState:
         """The state of one crawl; zeros and no domains for an unknown one (see :meth:`crawl_states`)."""
@@ -169,6 +175,8 @@ class FrontierReader:
         keys = self.keys
         member = keys.crawl_member(appid, crawlid)
         ref = keys.crawl_ref(spider, appid, crawlid)
+        # the schedule first (§19.6): a release can then put nothing more in the queues purged below
+        scheduled = Schedule(self.redis, keys, self.recrawl_buckets, self.record_ttl_s).purge(spider, appid, crawlid)
 
         sharded = keys.shards > 1
 
@@ -203,7 +211,8 @@ class FrontierReader:
                 )
             return pipe
 
-        purged = sum(int(n) for n in self.scripts.execute(build))
+        purged = sum(int(n) for n in self.scripts.execute(build)) + scheduled
+        self.redis.hdel(keys.crawl(spider, appid, crawlid), RECORD_FIELD, RECURRING_FIELD)
         if sharded:  # the record itself and the expiry timer (the shards' scripts ended their parts)
             record = keys.crawl(spider, appid, crawlid)
             pipe = self.redis.pipeline(transaction=True)  # one slot: the cluster-wide keys

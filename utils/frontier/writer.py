@@ -27,6 +27,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Self
 
+import ujson
+
 from crawlhive.utils.connections import is_cluster
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, encode_score
 from crawlhive.utils.keys import Keys
@@ -58,6 +60,14 @@ def woken_shards(data: object) -> set[int] | None:
     except ValueError:
         return None
     return shards or None
+
+
+def recrawl_record(request: FrontierRequest) -> str:
+    """The crawl record's ``recrawl`` field for a seed sent with *request*'s ``recrawl``: the
+    validated settings (defaults filled in by the kafka-monitor) and the seed's priority."""
+    settings = dict(request.recrawl or {})
+    settings["priority"] = request.priority
+    return ujson.dumps(settings, sort_keys=True)
 
 
 class Frontier:
@@ -143,6 +153,7 @@ class Frontier:
         crawls: dict[tuple[str, str, str], int] = {}
         lane_domains: dict[tuple[str, str, str, bool, int], set[str]] = {}
         budgets: dict[tuple[str, str, str], int] = {}  # crawl -> max_pages (§10.7), shown by info
+        recrawls: dict[tuple[str, str, str], str] = {}  # crawl -> its recrawl settings (§19), JSON
         # (crawl, shard) -> the option sets its requests there name (in that shard's part of the record)
         option_sets: dict[tuple[str, str, str, int], dict[str, OptionSet]] = {}
         for request, shard in zip(requests, shards, strict=True):
@@ -169,6 +180,8 @@ class Frontier:
             option_sets.setdefault((spider, appid, crawlid, shard), {})[options.id] = options
             if request.max_pages:
                 budgets[crawl] = request.max_pages
+            if request.recrawl and request.depth == 0:  # a seed with recrawl: the settings in force (§19.1)
+                recrawls[crawl] = recrawl_record(request)
         first = self.redis.pipeline(transaction=False) if self.cluster else pipe
         for queue, members in queues.items():
             first.zadd(queue, members, nx=True)
@@ -214,6 +227,8 @@ class Frontier:
                 pipe.zadd(keys.expiries(), {ref: expires})
             if (spider, appid, crawlid) in budgets:
                 pipe.hset(record, "max_pages", budgets[(spider, appid, crawlid)])
+            if (spider, appid, crawlid) in recrawls:
+                pipe.hset(record, mapping={"recrawl": recrawls[(spider, appid, crawlid)], "recurring": 1})
             pipe.expire(record, self.record_ttl_s)
         for (spider, appid), crawlids in apps.items():
             pipe.sadd(keys.app_crawls(spider, appid), *crawlids)

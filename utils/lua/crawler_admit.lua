@@ -3,7 +3,8 @@
 --       dupefilter in that shard, 4.. the crawl's dupefilters in other shards and page-cap sets.
 -- ARGV: 1 leased member ('' on a Redis Cluster for the links of another shard than the page's:
 --       no lease check, no entry for the page), 2 lease (us), 3 filter TTL (ms), 4 page
---       fingerprint, 5 page cap-set index into KEYS (0 = none), 6 the crawl's page budget
+--       fingerprint (12 bytes; 16 with the 4 bytes that own the links it queues, when that is
+--       not the fingerprint's first 4: a recrawl's revisit, crawler/recrawl.py), 5 page cap-set index into KEYS (0 = none), 6 the crawl's page budget
 --       (max_pages; 0 = none), 7 D: KEYS[3 .. 2 + D] are the dupefilters the budget counts (every
 --       shard's when there is a budget), or -1 on a Redis Cluster: ARGV 6 is then how many new
 --       entries this call may write (reserved by crawl_budget.lua) and the reply ends with how
@@ -14,10 +15,12 @@
 -- 3 = crawl stopped while in flight (drop); 0 = lease lost (drop, do not ack).
 --! include lib/lease.lua
 
-local page = ARGV[4]
+local page = string.sub(ARGV[4], 1, 12)
 -- a dupefilter value names the page that queued the link by the first 4 bytes of its fingerprint
--- (crawler/admit.py: a clash only lets one page queue again a link another page queued)
+-- (crawler/admit.py: a clash only lets one page queue again a link another page queued); a
+-- revisit owns its new links by a value of its own, so it queues again none its page queued before
 local owner = string.sub(page, 1, 4)
+if #ARGV[4] == 16 then owner = string.sub(ARGV[4], 13, 16) end
 local ttl = tonumber(ARGV[3])
 local budget = tonumber(ARGV[6])
 local reserved = tonumber(ARGV[7]) < 0
