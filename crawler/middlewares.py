@@ -514,8 +514,8 @@ class CrawlDelayMiddleware:
                 )
             else:
                 self.runtime.redis.delete(key)
-        except RedisError:
-            logger.warning("could not store the Crawl-delay of %s; check REDIS_URL", request.url, exc_info=True)
+        except RedisError as exc:
+            logger.warning("could not store the Crawl-delay of %s (%r); check REDIS_URL", request.url, exc)
         return response
 
 
@@ -547,8 +547,8 @@ class SiteGateMiddleware:
             return
         try:
             wait = site_gate(self.runtime.redis, self.runtime.keys, domain_of_url(request.url), site)
-        except RedisError:
-            logger.warning("could not read the pause of %s; fetching it anyway", site, exc_info=True)
+        except RedisError as exc:
+            logger.warning("could not read the pause of %s (%r); fetching it anyway", site, exc)
             return
         if wait > 0:
             self.runtime.leases.postpone(context, wait)
@@ -584,8 +584,8 @@ class RetryAfterMiddleware:
                 defer_domain(self.runtime.redis, self.runtime.keys, crawl.spiderid, domain, delay)
             else:
                 defer_site(self.runtime.redis, self.runtime.keys, domain, site, delay)
-        except RedisError:
-            logger.warning("could not back off %s after a 429; check REDIS_URL", site or domain, exc_info=True)
+        except RedisError as exc:
+            logger.warning("could not back off %s after a 429 (%r); check REDIS_URL", site or domain, exc)
             return response
         what = f"domain {domain}" if site is None else f"site {site}"
         logger.info("%s answered 429: %s backs off for %.1fs", request.url, what, delay)

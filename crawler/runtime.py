@@ -231,8 +231,8 @@ class CrawlRuntime:
             try:
                 while seeds.run_once():
                     pass
-            except RedisError:
-                logger.warning("reading %s failed; check REDIS_URL", seeds.start_urls_key, exc_info=True)
+            except RedisError as exc:
+                logger.warning("reading %s failed (%r); check REDIS_URL", seeds.start_urls_key, exc)
 
         return threads.deferToThread(read)
 
@@ -240,8 +240,8 @@ class CrawlRuntime:
         def reclaim() -> None:
             try:
                 reclaim_expired_leases(self.worker, self.spider, self.settings.getint("RETRY_TIMES"))
-            except RedisError:
-                logger.warning("reclaiming expired leases failed; check REDIS_URL", exc_info=True)
+            except RedisError as exc:
+                logger.warning("reclaiming expired leases failed (%r); check REDIS_URL", exc)
 
         return threads.deferToThread(reclaim)
 
@@ -452,8 +452,8 @@ class CrawlRuntime:
         if request.expires and request.expires <= time.time():
             try:
                 self.worker.ack(lease, "")
-            except RedisError:  # the lease expires, is reclaimed, and is dropped here again
-                logger.warning("could not drop a request of an expired crawl; check REDIS_URL", exc_info=True)
+            except RedisError as exc:  # the lease expires, is reclaimed, and is dropped here again
+                logger.warning("could not drop a request of an expired crawl (%r); check REDIS_URL", exc)
             return None
         context = LeaseContext(lease)
         problem = unfetchable(request.url)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import redis
-from clustercrawlkit import HOSTS, MultiHostSite, Stack, keys_on_primaries
+from clustercrawlkit import HOSTS, MultiHostSite, Stack, frontier_report, keys_on_primaries
 from clusterkit import LocalCluster
 from crawlerkit import isolated_settings
 
@@ -112,8 +112,12 @@ def test_failover_of_the_busiest_primary_mid_crawl_with_two_throttled_crawlers(
             cluster.wait_healthy()
 
             # every page, then the crawl's complete, well before any lease could have expired
-            done = stack.answer("fx", "complete", timeout=max(1.0, killed_at + WITHIN_S - time.monotonic()))
+            try:
+                done = stack.answer("fx", "complete", timeout=max(1.0, killed_at + WITHIN_S - time.monotonic()))
+            except AssertionError:
+                raise AssertionError(stalled(stack, prefix, every)) from None
             took = time.monotonic() - killed_at
+            print(f"complete took {took:.1f}s after the kill")  # noqa: T201 - seen with -s
             time.sleep(1)  # the items acknowledged before the complete reach the collector
             pages = stack.pages("fx")
             assert every <= set(pages), (sorted(every - set(pages)), done, stack.logs())
@@ -126,6 +130,19 @@ def test_failover_of_the_busiest_primary_mid_crawl_with_two_throttled_crawlers(
             logs = stack.logs()
             codes = stack.close()
         assert codes == [0, 0, 0, 0], logs
+
+
+def stalled(stack: Stack, prefix: str, every: set[str]) -> str:
+    """Why ``complete`` did not come: the pages never emitted, the crawl's info answer, what the
+    frontier holds shard by shard, and the components' logs."""
+    missing = sorted(every - set(stack.pages("fx")))
+    stack.send({"action": "info", "appid": "capp", "crawlid": "fx", "spiderid": "link", "uuid": "stalled"})
+    try:
+        info: Any = stack.answer("fx", "stalled", timeout=15)
+    except AssertionError:
+        info = "no info answer within 15 s"
+    report = frontier_report(stack.redis, prefix, "link", "capp", "fx")
+    return f"no complete; {len(missing)} pages never emitted: {missing}\ninfo: {info}\n{report}\n{stack.logs()}"
 
 
 def test_the_batcher_fails_only_the_calls_of_a_dead_node_and_follows_the_failover(
