@@ -2,13 +2,13 @@
 §18.3): a throttled crawl of 24 loopback hosts whose pages link across hosts, two crawlers, every
 component with REDIS_WAIT_REPLICAS=1; the primary holding the most keys is SIGKILLed once a quarter
 of the pages are emitted, its replica takes over, the old primary comes back as a replica. Every page
-is emitted and ``complete`` comes only when nothing is left, within 90 s of the kill: without
-waiting for any lease to expire (LEASE_TIMEOUT is 3 minutes).
+is emitted and ``complete`` comes only when nothing is left, within 3 minutes of the kill (about
+10 s here): without waiting for any lease to expire (LEASE_TIMEOUT is 5 minutes, longer than that).
 
-Runs on a cluster of its own with CRAWLHIVE_TEST_REDIS=cluster, on demand: it is not in ``make
-test``'s cluster pass yet. It passed 7 runs in a row alone, and failed once in that pass (beside
-the other cluster tests on 2 cores): every page was emitted but ``complete`` did not come within
-90 s of the kill. Issue 29 stays open until it passes there.
+Runs on a cluster of its own in ``make test``'s cluster pass (CRAWLHIVE_TEST_REDIS=cluster), beside
+the other cluster tests. When ``complete`` does not come, the failure says why: the pages never
+emitted, the crawl's info answer, and what the frontier still holds shard by shard (queues, leases
+and their deadlines, counters, the crawl record), then the components' logs.
 """
 
 from __future__ import annotations
@@ -32,18 +32,19 @@ from crawlhive.utils.connections import async_redis_from_settings
 from crawlhive.utils.settings import Settings
 
 pytestmark = [
-    pytest.mark.timeout(240),
+    pytest.mark.timeout(420),
     pytest.mark.skipif(
         os.environ.get("CRAWLHIVE_TEST_REDIS") != "cluster",
-        reason="on a local cluster: CRAWLHIVE_TEST_REDIS=cluster (on demand; see the docstring)",
+        reason="on a local cluster: CRAWLHIVE_TEST_REDIS=cluster (make test's cluster pass)",
     ),
 ]
 
 PAGES = 8
-#: Longer than the test: a page left to its lease's expiry would fail it.
-LEASE_TIMEOUT_S = 180
-#: Seconds from the kill by which every page is emitted and the crawl complete (about 15 s here).
-WITHIN_S = 90
+#: Longer than WITHIN_S: a page left to its lease's expiry would fail the test.
+LEASE_TIMEOUT_S = 300
+#: Seconds from the kill by which every page is emitted and the crawl complete (issue 29: 3
+#: minutes of the failover; about 10 s here, 8-13 s beside the other cluster tests on 2 cores).
+WITHIN_S = 180
 
 
 class CrossLinkedSite(MultiHostSite):
