@@ -10,7 +10,8 @@ lease ends:
   back-off, for up to LEASE_TIMEOUT, the lease renewed meanwhile: they are idempotent);
 * :meth:`LeaseTable.drop`: a policy drop (nothing emitted, no counter);
 * :meth:`LeaseTable.retry`: back to the frontier as a retry, for any crawler, after its back-off
-  (docs/contract.md §3.10, §14);
+  (docs/contract.md §3.10, §14; a park or requeue that fails on a Redis error is tried again, as
+  a finish is, the lease kept and renewed here meanwhile);
 * :meth:`LeaseTable.give_back`: an unstarted request handed back unchanged (graceful shutdown);
 * :meth:`LeaseTable.abandon`: forgotten here without ending it: it expires and the redis-monitor
   reclaims it (a Kafka or Redis failure never acks: at least once, §3.12).
