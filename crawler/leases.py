@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from twisted.internet import reactor
 
 from crawlhive.utils.connections import write_pipeline
@@ -46,6 +46,11 @@ if TYPE_CHECKING:
     from redis import Redis
 
 logger = logging.getLogger(__name__)
+
+#: What the Redis calls of a lease's end may raise when Redis fails: a ``RedisError``, or redis-py's
+#: cluster client failing to read the slot map while a primary fails over (no ``RedisError``: caught
+#: as one only, it escaped, and the finish of its pages was lost, their leases left to expire).
+REDIS_FAILURES = (RedisError, RedisClusterException)
 
 #: Seconds before a finish that failed on a Redis error is tried again, doubled up to FINISH_RETRY_MAX_S.
 FINISH_RETRY_S = 0.5
@@ -203,7 +208,7 @@ class LeaseTable:
             return
         try:
             statuses = self.worker.touch_many([c.lease for c in contexts])
-        except RedisError as exc:
+        except REDIS_FAILURES as exc:
             logger.warning("renewing %d leases failed (%r); check REDIS_URL", len(contexts), exc)
             return
         lost = sum(1 for s in statuses if s is TouchStatus.LOST)
@@ -252,12 +257,12 @@ class LeaseTable:
 
         try:
             self.scripts.execute(pipeline)
-        except RedisError as exc:
+        except REDIS_FAILURES as exc:
             self._finish_failed(batch, exc)
             return
         self._refinish_delay = FINISH_RETRY_S
 
-    def _finish_failed(self, batch: list[tuple[LeaseContext, str]], exc: RedisError) -> None:
+    def _finish_failed(self, batch: list[tuple[LeaseContext, str]], exc: Exception) -> None:
         """The finish of *batch* failed on a Redis error (a node of a Redis Cluster failing over, a
         restart): try it again after a back-off, for up to LEASE_TIMEOUT from the first failure,
         renewing the leases meanwhile. Left to expire instead, a page's links would wait for its
@@ -321,7 +326,7 @@ class LeaseTable:
             return
         try:
             status = self.worker.park(context.lease, wait_s)
-        except RedisError as exc:
+        except REDIS_FAILURES as exc:
             # not parked in Redis (a node failing over): this process keeps the lease, renewed,
             # and requeues it when the back-off is over, rather than leave it to LEASE_TIMEOUT
             logger.warning("could not park %s (%r); requeueing it from here in %.1fs", context.request.url, exc, wait_s)
@@ -348,7 +353,7 @@ class LeaseTable:
         lease = context.lease
         try:
             moved = self.worker.requeue(lease.member, again)
-        except RedisError as exc:
+        except REDIS_FAILURES as exc:
             now = time.monotonic()
             first_failure = first_failure or now
             if self.closed or now - first_failure >= self.worker.lease_us / 1_000_000:
@@ -374,7 +379,7 @@ class LeaseTable:
             return
         try:
             moved = self.worker.requeue(context.lease.member, context.request)
-        except RedisError as exc:
+        except REDIS_FAILURES as exc:
             logger.warning("could not hand %s back (%r); its lease will be reclaimed", context.request.url, exc)
             return
         if moved:
@@ -391,7 +396,7 @@ class LeaseTable:
         message = wake_message([self.keys.shard_of(domain)]) if domain is not None else WAKE_ANY
         try:
             self.redis.publish(self.keys.wake_channel(spider, render), message)
-        except RedisError as exc:
+        except REDIS_FAILURES as exc:
             logger.warning("could not publish a wake-up (%r); idle crawlers find the work later", exc)
 
     def close(self) -> None:

@@ -55,6 +55,7 @@ from scrapy.http import TextResponse
 from scrapy.utils import response as scrapy_response
 
 from crawlhive.crawler.admit import Verdict
+from crawlhive.crawler.leases import REDIS_FAILURES
 from crawlhive.crawler.limits import too_large
 from crawlhive.crawler.links import allowed_domains, host_allowed, in_scope, link_allowed, names_impossible_host
 from crawlhive.crawler.requests import (
@@ -298,7 +299,7 @@ class FrontierSpiderMiddleware:
         items, children = self._split(context, outputs)
         try:
             verdict = self.runtime.admission.admit(context, children)
-        except RedisError:
+        except REDIS_FAILURES:
             self._admit_failed(context)
             return
         yield from self._apply(context, verdict, items)
@@ -387,7 +388,7 @@ class FrontierSpiderMiddleware:
                 children.append((dataclasses.replace(child, depth=1, sitemap=False), fingerprint))
         try:
             verdict = self.runtime.admission.admit(context, children)  # rare: blocking is fine
-        except RedisError:
+        except REDIS_FAILURES:
             self._admit_failed(context)
             return
         if verdict is Verdict.LOST:
