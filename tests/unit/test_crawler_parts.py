@@ -366,3 +366,34 @@ def test_a_crawler_maintenance_task_that_fails_runs_again_in_its_next_round(capl
     assert "crawler task renew_all failed (KeyError('a bug'))" in caplog.text and "Traceback" not in caplog.text
     for loop in loops:
         loop.stop()
+
+
+def test_the_wake_channel_says_once_per_outage_that_it_failed() -> None:
+    """Resubscribing every second while a Redis node is down (a failover), the wake listener
+    reported each attempt: a WARNING a second whenever another call had ended the outage meanwhile."""
+    import socket
+    import time
+
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from crawlhive.crawler.scheduler import WakeListener
+
+    with socket.socket() as probe:  # a port nothing listens on: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    class Owner:  # what WakeListener uses of the runtime
+        redis = redis.Redis(port=port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+        failures: list[str] = []
+
+        def backend_failed(self, what: str) -> None:
+            self.failures.append(what)
+
+    owner = Owner()
+    listener = WakeListener(owner, "crawlhive-test:wake:link", lambda data: None)  # type: ignore[arg-type]
+    listener.start(timeout_s=0.1)
+    time.sleep(2.6)  # three attempts, a second apart
+    listener.stop()
+    owner.redis.close()
+    assert len(owner.failures) == 1 and "wake channel crawlhive-test:wake:link failed" in owner.failures[0]
