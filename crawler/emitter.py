@@ -30,6 +30,7 @@ from twisted.internet import defer, reactor, threads
 from twisted.python.failure import Failure
 
 from crawlhive.crawler.items import CrawledItem, timestamp
+from crawlhive.utils.blobs import BlobStore
 from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.frontier import crawl_dead_letter
 
@@ -86,6 +87,8 @@ class Emitter:
         self.firehose = settings.topic("crawled_firehose")
         self.items_topic = settings.topic("items")
         self.dead_letter_topic = settings.topic("dead_letter")
+        #: Where bodies too large for one message go (docs/contract.md §20.5).
+        self.blobs = BlobStore.from_settings(settings)
 
     def emit(self, item: Any, context: LeaseContext | None) -> defer.Deferred[None]:
         """Send *item*, an item of *context*'s page; fires when the broker acknowledged it.
@@ -110,7 +113,46 @@ class Emitter:
                 self.fail(context, error)
             return defer.fail(DropItem(error))
         if len(data) > self.max_item_bytes:
+            if kind == "crawled" and isinstance(record.get("body"), str):
+                return self._by_reference(record, context)
             return self._too_large(context, len(data))
+        return self._send_record(kind, record, data, context)
+
+    def _by_reference(self, record: dict[str, Any], context: LeaseContext | None) -> defer.Deferred[None]:
+        """Send a crawled item too large for one message with its body in the blob store
+        (docs/contract.md §20.5: ``"body": null``, ``body_ref``); the blob is written in a thread.
+        Still too large without its body: the item-too-large dead letter. The store refusing the
+        write: the lease is abandoned, so the page is fetched again once it expires."""
+        body = record["body"].encode("utf-8", "replace")
+        written: defer.Deferred[dict[str, Any]] = threads.deferToThread(self.blobs.put, body)
+
+        def stored(ref: dict[str, Any]) -> defer.Deferred[None]:
+            threads.deferToThread(self.blobs.expire)  # at most once an hour; never raises
+            smaller = {**record, "body": None, "body_ref": ref}
+            data = ujson.dumps(smaller, ensure_ascii=False, escape_forward_slashes=False).encode()
+            if len(data) > self.max_item_bytes:
+                return self._too_large(context, len(data))
+            return self._send_record("crawled", smaller, data, context)
+
+        def failed(failure: Any) -> None:
+            url = context.request.url if context is not None else record.get("url")
+            logger.error(
+                "could not store the body of %s (%d bytes) in BLOB_STORE_URL %s: %r; its lease will be reclaimed",
+                url,
+                len(body),
+                self.blobs.url,
+                failure.value,
+            )
+            if context is not None:
+                self.leases.abandon(context)
+            raise DropItem(f"BLOB_STORE_URL failed: {failure.value!r}")
+
+        return written.addCallbacks(stored, failed)
+
+    def _send_record(
+        self, kind: str, record: dict[str, Any], data: bytes, context: LeaseContext | None
+    ) -> defer.Deferred[None]:
+        """Send the encoded *record* to its topics; fires on the broker's acknowledgement."""
         topics = [self.firehose if kind == "crawled" else self.items_topic]
         appid = str(record.get("appid", ""))
         if self.appid_topics:
@@ -120,8 +162,11 @@ class Emitter:
                 logger.warning("appid %r is not a legal topic name fragment; firehose only", appid)
         result: defer.Deferred[Any] = defer.gatherResults([self.send(t, data) for t in topics], consumeErrors=True)
 
-        def failed(failure: Any) -> None:
+        def failed(failure: Any) -> Any:
             error = failure.value.subFailure.value if isinstance(failure.value, defer.FirstError) else failure.value
+            big = isinstance(error, MessageSizeTooLargeError)
+            if big and kind == "crawled" and isinstance(record.get("body"), str):
+                return self._by_reference(record, context)  # within the limit, but not with the framing
             if isinstance(error, MessageSizeTooLargeError):
                 self._too_large(context, len(data))
                 raise DropItem(f"item too large for Kafka ({len(data)} bytes); dead letter written")

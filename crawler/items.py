@@ -35,8 +35,27 @@ ITEM_KEYS = (
     "links",
     "attrs",
     "timestamp",
+    "protocol",
+    "original_headers",
 )
-"""The keys of every crawled item, no others (docs/contract.md §5)."""
+"""The keys of every crawled item, no others (docs/contract.md §5); the last two were added for
+archives (§20.4) and may be missing from items of earlier releases (and ``body_ref`` is added to a
+large page's item, §20.5)."""
+
+#: ``request.meta`` key under which the crawler keeps the headers decoding changes, as received.
+ORIGINAL_HEADERS_META = "crawlhive_original_headers"
+#: The headers decoding a body changes or removes (docs/contract.md §20.4).
+DECODED_HEADERS = ("Content-Encoding", "Content-Length", "Transfer-Encoding")
+
+
+def original_headers(headers: Headers) -> dict[str, list[str]]:
+    """The DECODED_HEADERS of *headers* (a response as received, before decoding)."""
+    found: dict[str, list[str]] = {}
+    for name in DECODED_HEADERS:
+        values = headers.getlist(name)
+        if values:
+            found[name] = [_text(v) for v in values]
+    return found
 
 
 class CrawledItem(dict[str, Any]):
@@ -131,4 +150,7 @@ def crawled_item(
         links=links,
         attrs=attrs,
         timestamp=timestamp(),
+        protocol=getattr(response, "protocol", None),
+        original_headers=(response.request.meta.get(ORIGINAL_HEADERS_META) if response.request is not None else None)
+        or {},
     )

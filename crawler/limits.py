@@ -24,6 +24,7 @@ from scrapy.downloadermiddlewares.httpcompression import HttpCompressionMiddlewa
 from scrapy.exceptions import DownloadCancelledError, IgnoreRequest
 from twisted.internet.defer import CancelledError
 
+from crawlhive.crawler.items import ORIGINAL_HEADERS_META, original_headers
 from crawlhive.crawler.requests import context_of, end_for_good
 from crawlhive.crawler.runtime import CrawlRuntime
 
@@ -66,6 +67,7 @@ class ResponseLimitMiddleware:
         self.decompress.process_request(request)  # Accept-Encoding, as Scrapy's own would
 
     def process_response(self, request: Request, response: Response) -> Request | Response:
+        request.meta[ORIGINAL_HEADERS_META] = original_headers(response.headers)  # as received (§20.4)
         try:
             return self.decompress.process_response(request, response)
         except IgnoreRequest:

@@ -240,11 +240,13 @@ class ResponseStatsMiddleware:
 
     def process_response(self, request: Request, response: Response) -> Response:
         self.runtime.count_response(response.status)
+        self.runtime.observe_response(request.url, request.meta.get("download_latency"), response.status)
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         if not isinstance(exception, IgnoreRequest):
             self.runtime.count_response(NETWORK_FAILURE_CODE)
+            self.runtime.observe_response(request.url, None, None)
 
 
 class LeaseOutcomeMiddleware:

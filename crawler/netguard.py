@@ -140,6 +140,9 @@ class GuardedResolver(CachingThreadedResolver):
         super().__init__(reactor, cache_size, timeout)
         self.policy = policy
         self.refused: LocalCache[str, str] = LocalCache(REMEMBERED_HOSTS)
+        #: Host names of the configured proxies (crawler/proxy.py): operator configuration, never
+        #: a crawl's target, so not held to the policy (docs/contract.md §21.5).
+        self.exempt: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, reactor: ReactorBase) -> Self:
@@ -151,9 +154,14 @@ class GuardedResolver(CachingThreadedResolver):
     def getHostByName(self, name: str, timeout: Sequence[int] = ()) -> Deferred[str]:
         return super().getHostByName(name, timeout).addCallback(self._check, name)
 
-    def _check(self, address: str, name: str) -> str:
+    def check_target(self, name: str) -> Deferred[str]:
+        """Resolve and check *name* as a crawl's target, proxy hosts included (crawler/proxy.py
+        calls it before a request goes to a proxy, and for a direct request to a proxy's host)."""
+        return super().getHostByName(name).addCallback(self._check, name, True)
+
+    def _check(self, address: str, name: str, target: bool = False) -> str:
         network = self.policy.blocking(address)
-        if network is None:
+        if network is None or (not target and self.exempt and name.lower() in self.exempt):
             return address
         reason = self.policy.reason(name, address, network)
         if name.lower() in self.refused:

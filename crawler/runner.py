@@ -14,6 +14,7 @@ from crawlhive.crawler.spiders import spider_class
 from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
 from crawlhive.utils.loop import ClusterGone
+from crawlhive.utils.proxies import pools_from_settings
 
 if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
@@ -40,6 +41,7 @@ def run_crawler(settings: Settings, spider: str) -> None:
     values = scrapy_settings(settings, str(spider_cls.name))  # a wrong SCRAPY_SETTINGS stops here, before connecting
     values = apply_custom_settings(values, spider_cls)  # so does a wrong custom_settings
     NetworkPolicy.from_settings(settings)  # so do wrong CRAWLER_*_NETWORKS
+    pools_from_settings(settings)  # and wrong PROXY_POOLS, PROXY_POOLS_FILE, PROXY_POOL_DEFAULT
     if settings.getbool("RENDER"):
         values = render_settings(values, settings)  # and a missing browser or scrapy-playwright
     if not settings.getbool("KAFKA_ENABLED"):

@@ -59,6 +59,7 @@ from crawlhive.utils.connections import async_redis_from_settings, make_producer
 from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases, retry_backoff
 from crawlhive.utils.loop import ClusterGone, Outage, is_cluster_transient
+from crawlhive.utils.response_metrics import ResponseMetrics
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ProcessContext
 
@@ -166,6 +167,8 @@ class CrawlRuntime:
         self.response_codes = {int(c) for c in settings.getlist("STATS_RESPONSE_CODES")}
         self.link_limits = LinkLimits.from_settings(settings)
         self._counts: collections.Counter[str] = collections.Counter()
+        #: Response times and per-domain outcomes for /metrics (docs/contract.md §22.3).
+        self.response_metrics = ResponseMetrics(spider, self.keys, settings.getint("METRICS_TOP_DOMAINS"))
         #: One WARNING per Redis outage, not one per failed call (docs/contract.md §17.4).
         self.outage = Outage(settings, logger)
         #: Why the crawler stopped for good: the ``crawlhive up`` it took its addresses from exited.
@@ -519,15 +522,20 @@ class CrawlRuntime:
             self._count(stat_names.crawler_counter_name(self.spider, code))
             self._count(stat_names.machine_counter_name(self.host, code))
 
+    def observe_response(self, url: str, seconds: float | None, status: int | None) -> None:
+        """One response of *url* (status None: a network failure) that took *seconds* to download,
+        for ``crawlhive_response_seconds`` and the per-domain counters (§22.3); flushed with the stats."""
+        self.response_metrics.observe(domain_of_url(url), seconds, status)
+
     def _count(self, name: str) -> None:
         self._counts[name] += 1
 
     def flush_stats(self) -> None:
         """Write the buffered counters (one ``MULTI``)."""
         counts, self._counts = self._counts, collections.Counter()
-        if not counts:
-            return
         try:
-            self.stats.incr_many([(stat_names.CRAWLER, name, n) for name, n in counts.items()])
+            self.response_metrics.flush(self.redis)
+            if counts:
+                self.stats.incr_many([(stat_names.CRAWLER, name, n) for name, n in counts.items()])
         except RedisError as exc:
             self.backend_failed(f"writing crawler stats failed ({exc!r}); check REDIS_URL")

@@ -108,6 +108,11 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             f"{_PKG}.middlewares.LeaseOutcomeMiddleware": 50,
             f"{_PKG}.middlewares.RequestShapingMiddleware": 400,
             f"{_PKG}.middlewares.SiteGateMiddleware": 450,
+            # proxies, bans and the adaptive throttle (§21): the choice before Scrapy's
+            # HttpProxyMiddleware (750), the response before the retry (550) and the meta refresh
+            f"{_PKG}.proxy.ProxyRouteNoteMiddleware": 90,
+            f"{_PKG}.proxy.ProxyMiddleware": 700,
+            f"{_PKG}.proxy.ProxyResponseMiddleware": 589,
             # Scrapy's decompression, done by ours so that a compression bomb is a dead letter.
             "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
             f"{_PKG}.limits.ResponseLimitMiddleware": 590,

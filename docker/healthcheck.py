@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from redis import Redis
 
 #: Components that write heartbeats and are checked through them.
-HEARTBEAT_COMPONENTS = ("kafka-monitor", "redis-monitor", "crawler", "cleaner")
+HEARTBEAT_COMPONENTS = ("kafka-monitor", "redis-monitor", "crawler", "cleaner", "sink")
 #: Seconds the REST probe waits for ``GET /``.
 REST_TIMEOUT_S = 5.0
 

@@ -23,6 +23,7 @@ from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, IncomingPlugin
 from crawlhive.utils.errors import PluginLoadError
 from crawlhive.utils.log import EXCERPT_CHARS, excerpt, printable
 from crawlhive.utils.plugins import load_object, merge_plugin_dicts
+from crawlhive.utils.proxies import pools_from_settings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -273,7 +274,13 @@ class RequestValidator:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestValidator:
-        """The validator of the kafka-monitor plugins configured by PLUGINS / KAFKA_MONITOR_PLUGINS."""
+        """The validator of the kafka-monitor plugins configured by PLUGINS / KAFKA_MONITOR_PLUGINS.
+
+        Raises:
+            SettingsError: also for PROXY_POOLS / PROXY_POOLS_FILE / PROXY_POOL_DEFAULT that cannot
+                be used (the pools a crawl's ``proxy_pool`` is checked against, §21.1).
+        """
+        pools_from_settings(settings)
         return cls(plugin_classes(settings), settings)
 
     def validate(self, value: Any) -> Accepted | Rejected:

@@ -431,7 +431,11 @@ def create_app(settings: Settings, service: RestService | None = None, bound_hos
         state = await in_thread(rest.view.crawl, spiderid, appid, crawlid)  # None: whatever its spider type
         if state is None:
             raise ApiError(404, NO_CRAWL)
-        return JSONResponse(envelope(info_message(state, new_uuid())))
+        message = info_message(state, new_uuid())
+        notes = await in_thread(rest.view.domain_notes, list(message["domains"]))  # §21.3, §21.4
+        for domain, extra in notes.items():
+            message["domains"][domain].update(extra)
+        return JSONResponse(envelope(message))
 
     @app.delete("/crawls/{appid}/{crawlid}", summary="Stop a crawl", responses=_responses(400, 401, 500))
     async def crawl_stop(appid: AppId, crawlid: CrawlId, spiderid: OptionalSpiderId = None) -> JSONResponse:

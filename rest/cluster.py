@@ -23,6 +23,8 @@ from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.heartbeat import crawler_lanes, live_heartbeats, live_nodes, unserved_reason
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.proxies import ProxyConfigError, ProxyPools, pools_from_settings
+from crawlhive.utils.proxy_state import domain_notes, proxy_overview
 from crawlhive.utils.stats import (
     CLEANER,
     CLEANER_COUNTERS,
@@ -119,7 +121,28 @@ class ClusterView:
         self.response_codes = {str(c) for c in settings.getlist("STATS_RESPONSE_CODES")}
         self.throttle_window_s = settings.getfloat("QUEUE_WINDOW")
         self.throttle_by_spider = settings.getbool("SCHEDULER_TYPE_ENABLED")
+        #: Domains with their own counters on /metrics (docs/contract.md §22.3).
+        self.metrics_top_domains = settings.getint("METRICS_TOP_DOMAINS")
         self.egress_id = settings["CRAWLER_EGRESS_ID"] if settings.getbool("SCHEDULER_IP_ENABLED") else None
+        self.heartbeat_timeout_s = settings.getfloat("HEARTBEAT_TIMEOUT")
+        try:
+            self.proxy_pools: ProxyPools | None = pools_from_settings(settings)
+        except ProxyConfigError:  # the crawlers refuse it, saying why; here: the proxies that served
+            self.proxy_pools = None
+
+    def domain_notes(self, domains: list[str]) -> dict[str, dict[str, Any]]:
+        """``proxy_wait_until`` / ``rate_factor`` of those of *domains* that have one (§21.3, §21.4)."""
+        return domain_notes(self.redis, self.keys, domains, self.throttle_window_s)
+
+    def proxies(self) -> dict[str, Any]:
+        """Proxies, rests, waiting domains and slowed domains (:func:`proxy_overview`, §21.6)."""
+        return proxy_overview(self.redis, self.keys, self.throttle_window_s, self.proxy_pools)
+
+    def sinks(self) -> list[dict[str, Any]]:
+        """One row per sink: name, kind, lifetime counters, live processes and lag (§20.7)."""
+        from crawlhive.sink.observe import rows
+
+        return rows(self.redis, self.keys, self.stats, self.heartbeat_timeout_s)
 
     # --- one crawl ---------------------------------------------------------------------------------
 

@@ -98,5 +98,31 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
         },
         "dead_letters": list(reversed(rest.kafka.dead_letters.copy())),  # copy(): atomic vs the listener
         "finished": rest.view.crawl_list("finished", FINISHED_SHOWN),
+        "sinks": rest.view.sinks(),
         "domain_config": rest.view.domain_config(),
+        "proxies": proxy_rows(rest.view.proxies()),
     }
+
+
+def proxy_rows(overview: dict[str, Any]) -> dict[str, Any]:
+    """The proxies card (§21.6): one row per pool and proxy (``host:port``: never a URL or a
+    credential), the domains waiting for a proxy, and the domains the adaptive throttle slowed."""
+    rows = [
+        {
+            "pool": pool,
+            "proxy": proxy,
+            "ok": info["requests"].get("ok", 0),
+            "bans": info["requests"].get("ban", 0),
+            "resting": sorted(info["resting"]),
+            "sessions": info["sessions"],
+        }
+        for pool, proxies in sorted(overview["pools"].items())
+        for proxy, info in sorted(proxies.items())
+    ]
+    waiting = [
+        {"pool": pool, "domain": domain, "until": until}
+        for pool, domains in sorted(overview["waiting"].items())
+        for domain, until in sorted(domains.items())
+    ]
+    slowed = [{"domain": d, "factor": v["factor"]} for d, v in overview["autothrottle"].items()]
+    return {"rows": rows, "waiting": waiting, "slowed": slowed}

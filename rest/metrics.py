@@ -3,19 +3,23 @@
 Cluster-wide values are read from Redis at scrape time by :class:`ClusterCollector` (one
 :meth:`ClusterView.snapshot`); the REST process adds its own (responses by status, answers waiting
 and stored, and prometheus-client's process and platform collectors). Labels are only ``component``,
-``spiderid``, ``code``, ``kind``, ``stage`` and ``method``: never an appid, crawlid, URL or domain.
+``spiderid``, ``code``, ``kind``, ``stage``, ``method``, ``le``, ``outcome``, ``node`` (a Redis
+node's address), for proxies (§21.6) ``pool`` and ``proxy`` (``host:port``), and ``domain`` for the
+METRICS_TOP_DOMAINS busiest domains only (§22.3): never an appid, crawlid, URL or credential.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, PlatformCollector, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from redis.cluster import RedisCluster
 
 from crawlhive.rest.cluster import COMPONENTS
+from crawlhive.utils.response_metrics import read_histograms, read_top_domains
 
 if TYPE_CHECKING:
     from crawlhive.rest.cluster import ClusterView
@@ -86,6 +90,24 @@ class ClusterCollector(Collector):
             responses.add_metric([spider, code], count)
         yield from (pages, responses, failed)
 
+        seconds = HistogramMetricFamily(
+            "crawlhive_response_seconds",
+            "Download time of responses per spider type (crawlers' download_latency; §22.3).",
+            labels=["spiderid"],
+        )
+        for spider, (buckets, total) in sorted(read_histograms(self.view.redis, self.view.keys, spiders).items()):
+            seconds.add_metric([spider], buckets, total)
+        by_domain = CounterMetricFamily(
+            "crawlhive_domain_responses",
+            "Responses of the METRICS_TOP_DOMAINS busiest domains by outcome: success (status < 400) or "
+            "failure (status >= 400 or a network failure); §22.3.",
+            labels=["domain", "outcome"],
+        )
+        for domain, ok, bad in read_top_domains(self.view.redis, self.view.keys, self.view.metrics_top_domains):
+            by_domain.add_metric([domain, "success"], ok)
+            by_domain.add_metric([domain, "failure"], bad)
+        yield from (seconds, by_domain)
+
         incoming = CounterMetricFamily("crawlhive_incoming", "Incoming requests by kind.", labels=["kind"])
         for kind, count in counters.incoming.items():
             incoming.add_metric([kind], count)
@@ -100,6 +122,79 @@ class ClusterCollector(Collector):
         for kind, count in counters.cleaner.items():
             cleaned.add_metric([kind], count)
         yield from (incoming, dead, cleaned)
+        yield from proxy_metrics(self.view.proxies())
+
+
+def proxy_metrics(overview: dict[str, Any]) -> Iterator[Metric]:
+    """The proxy and adaptive-throttle metrics of docs/contract.md §21.6 from :func:`proxy_overview`:
+    proxies are labelled ``host:port`` (never their URL), and no label names a domain."""
+    requests = CounterMetricFamily(
+        "crawlhive_proxy_requests",
+        "Responses and failures through each proxy, by pool and outcome (ok, ban) (docs/contract.md §21).",
+        labels=["pool", "proxy", "outcome"],
+    )
+    resting = GaugeMetricFamily(
+        "crawlhive_proxy_resting_domains", "Domains a proxy rests for after bans.", labels=["pool", "proxy"]
+    )
+    sessions = GaugeMetricFamily(
+        "crawlhive_proxy_sessions", "Live sticky sessions per proxy.", labels=["pool", "proxy"]
+    )
+    waiting = GaugeMetricFamily(
+        "crawlhive_proxy_waiting_domains", "Domains whose every proxy of the pool rests.", labels=["pool"]
+    )
+    for pool, proxies in sorted(overview["pools"].items()):
+        for proxy, info in sorted(proxies.items()):
+            for outcome, count in sorted(info["requests"].items()):
+                requests.add_metric([pool, proxy, outcome], count)
+            resting.add_metric([pool, proxy], len(info["resting"]))
+            sessions.add_metric([pool, proxy], info["sessions"])
+        waiting.add_metric([pool], len(overview["waiting"].get(pool, {})))
+    slowed = GaugeMetricFamily(
+        "crawlhive_autothrottle_slowed_domains", "Domains the adaptive throttle holds below their limit (§21.4)."
+    )
+    slowed.add_metric([], len(overview["autothrottle"]))
+    lowest = GaugeMetricFamily(
+        "crawlhive_autothrottle_lowest_factor",
+        "The lowest fraction of its configured rate any domain is held to (1: none slowed); per domain: stats proxies.",
+    )
+    lowest.add_metric([], min((d["factor"] for d in overview["autothrottle"].values()), default=1.0))
+    yield from (requests, resting, sessions, waiting, slowed, lowest)
+
+
+class RedisMemoryCollector(Collector):
+    """``crawlhive_redis_memory_used_bytes`` and ``crawlhive_redis_memory_max_bytes`` (0 = no
+    ``maxmemory``) of the frontier's Redis, per node (``host:port``; each primary of a Redis
+    Cluster), from ``INFO memory`` at scrape time: what the alert on Redis memory near its limit
+    reads (docker/monitoring/alerts.yml, §22.3). The crawl work is data: at ``maxmemory`` writes
+    fail (§17)."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+
+    def collect(self) -> Iterator[Metric]:
+        client = self.view.redis
+        if isinstance(client, RedisCluster):
+            raw = client.info("memory", target_nodes=RedisCluster.PRIMARIES)
+            infos = {str(node): info for node, info in raw.items()} if isinstance(raw, dict) else {}
+            if infos and all(not isinstance(v, dict) for v in infos.values()):  # one node answered
+                infos = {"cluster": raw}
+        else:
+            kwargs = client.connection_pool.connection_kwargs
+            infos = {f"{kwargs.get('host', 'unix')}:{kwargs.get('port', 0)}": client.info("memory")}
+        used = GaugeMetricFamily(
+            "crawlhive_redis_memory_used_bytes", "Memory the frontier's Redis uses, per node.", labels=["node"]
+        )
+        limit = GaugeMetricFamily(
+            "crawlhive_redis_memory_max_bytes", "The node's maxmemory (0: no limit).", labels=["node"]
+        )
+        for node, info in sorted(infos.items()):
+            used.add_metric([node], float(info.get("used_memory", 0)))
+            limit.add_metric([node], float(info.get("maxmemory", 0)))
+        yield from (used, limit)
+
+        from crawlhive.sink.observe import metrics as sink_metrics  # the sinks' families (§20.7)
+
+        yield from sink_metrics(self.view.sinks())
 
 
 class _Read(Collector):
@@ -126,6 +221,7 @@ class RestMetrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ClusterCollector(view))
+        self.registry.register(RedisMemoryCollector(view))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.responses = Counter(

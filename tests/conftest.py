@@ -60,6 +60,11 @@ class IsolatedNames:
         return f"{self.topic_prefix}-{short}"
 
 
+#: The container tier (tests/containers/, docs/contract.md §22.2) builds images and runs the compose
+#: deployment: only `make test-containers` (the last step of `make test`) runs it, with this set.
+collect_ignore = [] if os.environ.get("CRAWLHIVE_CONTAINER_TIER") else ["containers"]
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """URL of the Redis the tests use: ``$CRAWLHIVE_TEST_REDIS_URL`` or an embedded redis-server."""

@@ -82,6 +82,44 @@ CLEANER_MAX_POLL_INTERVAL_MS: int = 900000
 CLEANER_MAX_SECONDS × CLEANER_MAX_POLL_RECORDS, so a batch of slow pages never loses the group's
 membership (the kafka-monitor's KAFKA_MAX_POLL_INTERVAL_MS is small to keep its joins fast)."""
 
+CLEANER_MARKDOWN: bool = True
+"""Add ``markdown`` to cleaned records: the main content as Markdown (headings, lists, emphasis,
+tables; links as their text), from the same parse as ``text`` (docs/contract.md §20.6)."""
+
+SINK_URL: str = ""
+"""Where ``crawlhive sink`` writes (its ``--to``; docs/contract.md §20): ``postgresql://user:pass@host:port/db?table=NAME``,
+``file:///dir/?format=jsonl|parquet`` (or any fsspec URL such as ``s3://bucket/prefix/``), ``warc:///dir/``.
+Its password is masked in every log line."""
+
+SINK_FROM: str = "cleaned"
+"""The topic a sink reads (its ``--from``): ``cleaned``, ``crawled_firehose``, ``items`` (each
+``<prefix>.<name>``) or a full topic name."""
+
+SINK_GROUP: str = ""
+"""Consumer group of a sink; empty means ``<prefix>-sink-<scheme>-<8 hex digits of the SHA-256 of
+SINK_URL>``, so every sink URL has a group of its own and sinks of one URL share its partitions."""
+
+SINK_MAX_POLL_RECORDS: int = 500
+"""Records one poll of a sink returns at most: a PostgreSQL sink writes each poll in one transaction."""
+
+SINK_ROLL_BYTES: int = 0
+"""Bytes of records after which a file sink completes its file and starts the next; 0 means the
+kind's default: 64 MiB for JSON Lines and Parquet, 1 GiB for WARC."""
+
+SINK_ROLL_SECONDS: float = 300.0
+"""Seconds after its first record at which a file sink completes its file even if it is small."""
+
+BLOB_STORE_URL: str = ""
+"""Where bodies too large for one Kafka message go (docs/contract.md §20.5): any fsspec URL
+(``file:///var/lib/crawlhive/blobs``, ``s3://bucket/blobs`` with ``s3fs`` installed). The item then
+carries ``"body": null`` and ``body_ref``. Empty: the folder ``blobs`` of CRAWLHIVE_HOME, which every
+process of one machine (``crawlhive up`` and its children, ``dump``) shares; crawlers, cleaners and
+sinks on several machines need a store they all reach."""
+
+BLOB_TTL: float = 604800.0
+"""Seconds a blob is kept (7 days): crawlers remove older blobs of a local store now and then; on an
+object store, set a lifecycle rule of the same age (docs/operations.md)."""
+
 KAFKA_SECURITY_PROTOCOL: str = "PLAINTEXT"
 """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; applied to every Kafka client."""
 
@@ -413,6 +451,59 @@ SCRAPY_SETTINGS: dict[str, Any] = {}
 """Extra Scrapy settings for crawler processes, applied last over the ones crawlhive derives (e.g.
 ``{"LOGSTATS_INTERVAL": 10}``); for tuning and tests, not needed in normal use."""
 
+# --- proxies, sessions and the adaptive throttle (docs/contract.md §21) ----------------------------
+
+PROXY_POOLS: dict[str, list[str]] = {}
+"""Named pools of forward proxies: ``{"name": ["http://user:pass@host:port", …]}`` (http:// or
+https:// proxies; credentials allowed, and never shown: a proxy is named ``host:port`` in every
+output). A crawl names its pool with ``proxy_pool``; ``domain-update`` may set a domain's, which wins."""
+
+PROXY_POOLS_FILE: str = ""
+"""A file of pools, one ``name url`` a line (``#`` comments), read again when it changes; its pools
+replace PROXY_POOLS' pools of the same name. Empty: none."""
+
+PROXY_POOL_DEFAULT: str = ""
+"""The pool of crawls that name none (and of domains without one); empty: fetch directly."""
+
+PROXY_BAN_STATUSES: list[int] = [403, 407, 429, 503]
+"""Response statuses that count as a ban of the proxy that fetched them, for that domain."""
+
+PROXY_BAN_THRESHOLD: int = 3
+"""Bans (statuses, a crawl's ``ban_regex``, failures to reach the proxy) in a row after which a proxy
+rests for a domain."""
+
+PROXY_COOLDOWN: float = 60.0
+"""Seconds a proxy rests for a domain after PROXY_BAN_THRESHOLD bans in a row; doubled at each new
+rest of that proxy for that domain, up to PROXY_COOLDOWN_MAX."""
+
+PROXY_COOLDOWN_MAX: float = 3600.0
+"""The longest rest of a proxy for a domain, in seconds."""
+
+PROXY_MAX_SWITCHES: int = 5
+"""Times one page is sent through another proxy after a ban without using one of its retries;
+after that a ban is an ordinary response (or failure) of the page."""
+
+SESSION_MAX_REQUESTS: int = 100
+"""Requests one sticky session (``"sticky": "domain"``: one proxy and one cookie jar per crawl and
+domain) serves before a new one starts."""
+
+SESSION_TTL: float = 600.0
+"""Seconds a sticky session lives (from its start)."""
+
+AUTOTHROTTLE: bool = True
+"""Adapt each domain's rate, cluster-wide: a 429 or 503 (not switched to another proxy) or a
+response slower than AUTOTHROTTLE_LATENCY halves it; each throttle window without one raises it a
+step (AUTOTHROTTLE_STEP), never above its configured limit."""
+
+AUTOTHROTTLE_LATENCY: float = 5.0
+"""Seconds of response time above which a response slows its domain down (AUTOTHROTTLE)."""
+
+AUTOTHROTTLE_STEP: float = 0.125
+"""Fraction of a domain's configured rate regained per throttle window without a slow-down."""
+
+AUTOTHROTTLE_MIN: float = 0.015625
+"""The lowest fraction of its configured rate AUTOTHROTTLE slows a domain to (1/64)."""
+
 # --- stats and heartbeats (docs/contract.md §4) ------------------------------------------------------------
 
 STATS_TIMES: list[int] = [900, 3600, 21600, 43200, 86400, 604800]
@@ -423,6 +514,11 @@ STATS_RESPONSE_CODES: list[int] = [200, 403, 404, 504]
 
 STATS_QUEUE_MAX_DOMAINS: int = 1000
 """Most domains listed per spider in queue stats."""
+
+METRICS_TOP_DOMAINS: int = 50
+"""Domains with their own success and failure counters on ``/metrics`` (the busiest by responses;
+docs/contract.md §22.3): bounds the series a scrape returns. Redis keeps the counts of 20 times as
+many (``metrics-domains``), the rest dropped, so a domain's counter can restart from a lower value."""
 
 HEARTBEAT_TIMEOUT: float = 120.0
 """Seconds a process counts as live after its last heartbeat."""

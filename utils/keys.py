@@ -240,6 +240,62 @@ class Keys:
         throttle(throttle_key(domain, spider, egress))``, for scripts that pick the domain inside Redis."""
         return f"{self._heads[shard]}throttle:{self.throttle_key('-', spider, egress_id)[:-1]}"
 
+    # --- proxies and the adaptive throttle (docs/contract.md §21) ------------------------------
+
+    @key("zset", ttl="PROXY_STATE_TTL_S (a day) after the last use")
+    def proxy_lru(self, pool: str, domain: str) -> str:
+        """When each proxy of a pool last served a domain: member = proxy ``host:port``, score =
+        Redis time (s); the choice takes the least recently used proxy that is not resting. In
+        the domain's shard."""
+        return f"{self._heads[self.shard_of(domain)]}proxy-lru:{pool}:{domain}"
+
+    @key("hash", ttl="PROXY_STATE_TTL_S (a day) after the last use")
+    def proxy_health(self, pool: str, domain: str) -> str:
+        """The health of a pool's proxies for a domain: ``f:<host:port>`` bans in a row,
+        ``n:<host:port>`` rests so far (each doubles PROXY_COOLDOWN), ``r:<host:port>`` Redis time
+        (us) until which the proxy rests. In the domain's shard."""
+        return f"{self._heads[self.shard_of(domain)]}proxy-health:{pool}:{domain}"
+
+    @key("hash", ttl="SESSION_TTL from its start")
+    def proxy_session(self, spider: str, appid: str, crawlid: str, domain: str) -> str:
+        """A sticky session of one crawl in one domain (``"sticky": "domain"``): ``proxy``
+        (``host:port``), ``pool``, ``count`` (requests served), ``cookies`` (JSON ``{name: value}``,
+        the session's cookie jar). In the domain's shard."""
+        head = self._heads[self.shard_of(domain)]
+        return f"{head}proxy-session:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
+
+    @key("zset")
+    def proxy_rests(self, shard: int = 0) -> str:
+        """Rests in force in one shard: member = ``<pool>|<host:port>|<domain>``, score = Redis time
+        (s) when the rest ends; older members are trimmed by the writes and ignored by readers."""
+        return f"{self._heads[shard]}proxy-rests"
+
+    @key("zset")
+    def proxy_waiting(self, shard: int = 0) -> str:
+        """Domains of one shard whose every proxy rests (their requests wait): member =
+        ``<pool>|<domain>``, score = Redis time (s) when the first proxy is back."""
+        return f"{self._heads[shard]}proxy-waiting"
+
+    @key("zset")
+    def proxy_sessions(self, shard: int = 0) -> str:
+        """Sticky sessions of one shard: member = ``<pool>|<host:port>|<proxy_session key>``, score =
+        Redis time (s) when it ends (a session dropped after a ban is removed)."""
+        return f"{self._heads[shard]}proxy-sessions"
+
+    @key("hash")
+    def proxy_stats(self) -> str:
+        """Requests through proxies by outcome: field = ``<pool>|<host:port>|<outcome>`` (``ok``,
+        ``ban``, ``error``), value = count since the cluster started (``stats proxies``, /metrics)."""
+        return f"{self._global}proxy-stats"
+
+    @key("hash")
+    def autothrottle(self, shard: int = 0) -> str:
+        """Domains of one shard the adaptive throttle slowed down: field = domain, value =
+        ``"<factor> <since us> <step>"``: the fraction of the configured rate in force at Redis time
+        *since*, regained by *step* per throttle window after it (``utils/lua/lib/throttle.lua``).
+        Must be ``domain_config`` with ``autothrottle`` for ``domain-config`` (the Lua derives it)."""
+        return f"{self._heads[shard]}autothrottle"
+
     @key("string", ttl="CLEANER_DEDUPE_TTL")
     def cleaned_content(self, appid: str, crawlid: str, content_hash: str) -> str:
         """A ``content_hash`` a cleaner emitted for a crawl; holds the origin (topic, partition,
@@ -252,6 +308,12 @@ class Keys:
         produced but whose commit failed: the records before it are not emitted again when the
         broker delivers them again."""
         return f"{self._global}cleaner:emitted:{escape(group)}"
+
+    @key("hash", ttl="2 x HEARTBEAT_TIMEOUT (refreshed by every sink's heartbeat)")
+    def sink_state(self) -> str:
+        """Sink node id -> JSON ``{"sink", "kind", "topic", "group", "lag", "at"}``: what each sink
+        process last said of itself (``stats: sink``, ``/metrics``, the dashboard; §20.7)."""
+        return f"{self._global}sinks"
 
     @key("string", ttl="CRAWL_DELAY_TTL_S (a day; refreshed whenever a crawler reads the robots.txt)")
     def crawl_delay(self, domain: str) -> str:
@@ -479,6 +541,26 @@ class Keys:
     def stats_unique(self, component: str, name: str) -> str:
         """Lifetime count of distinct values (e.g. crawl ids) seen by counter ``name``."""
         return f"{self._global}stats-unique:{component}:{name}"
+
+    @key("hash")
+    def metrics_response_seconds(self, spider: str) -> str:
+        """Response-time histogram of spider type ``spider`` for ``/metrics``
+        (``crawlhive_response_seconds``, docs/contract.md §22.3): field ``b<i>`` = responses that
+        took at most bucket *i*'s bound and more than the one before (utils/response_metrics.py),
+        ``inf`` = slower than every bound, ``sum`` = their seconds (float), ``count``."""
+        return f"{self._global}metrics-response-seconds:{spider}"
+
+    @key("zset")
+    def metrics_domains(self) -> str:
+        """Responses per domain (member = domain, score = count), the busiest first for
+        ``/metrics``'s per-domain counters; trimmed to 20 x METRICS_TOP_DOMAINS domains."""
+        return f"{self._global}metrics-domains"
+
+    @key("hash")
+    def metrics_domain_failures(self) -> str:
+        """Failed responses per domain (field = domain): an HTTP status of 400 or more, or a
+        network failure; the successes are ``metrics_domains`` minus these. Trimmed with it."""
+        return f"{self._global}metrics-domain-failures"
 
     @key("set")
     def stats_index(self) -> str:

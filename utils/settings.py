@@ -191,8 +191,14 @@ class Settings(Mapping[str, Any]):
     def secrets(self) -> list[str]:
         """Values no log line or printed message may show (docs/contract.md §10.6): the passwords of
         REDIS_URL, of every seed, and its secret query values (as written and decoded:
-        :func:`~crawlhive.utils.log.url_secrets`), KAFKA_SASL_PASSWORD and REST_API_KEY."""
+        :func:`~crawlhive.utils.log.url_secrets`), of every PROXY_POOLS proxy, those of SINK_URL and
+        BLOB_STORE_URL, KAFKA_SASL_PASSWORD and REST_API_KEY."""
         found = url_secrets(str(self["REDIS_URL"] or ""))
+        for urls in (self["PROXY_POOLS"] or {}).values():  # proxy credentials (§21.5)
+            for url in [urls] if isinstance(urls, str) else urls:
+                found += url_secrets(str(url))
+        for name in ("SINK_URL", "BLOB_STORE_URL"):
+            found += url_secrets(str(self.get(name) or ""))
         for name in ("KAFKA_SASL_PASSWORD", "REST_API_KEY"):
             if self[name]:
                 found.append(str(self[name]))

@@ -50,27 +50,34 @@ class ExtractPlugin(CleanerPlugin):
 
     name = "extract"
 
-    def __init__(self, max_seconds: float, max_text_bytes: int) -> None:
+    def __init__(self, max_seconds: float, max_text_bytes: int, markdown: bool = True) -> None:
         self.max_seconds = max_seconds
         self.max_text_bytes = max_text_bytes
+        self.markdown = markdown
         self.extractor = Extractor()
         self.extractor.start()
 
     @classmethod
     def from_cleaner(cls, cleaner: Cleaner) -> Self:
         settings = cleaner.settings
-        return cls(settings.getfloat("CLEANER_MAX_SECONDS"), settings.getint("CLEANER_MAX_TEXT_BYTES"))
+        return cls(
+            settings.getfloat("CLEANER_MAX_SECONDS"),
+            settings.getint("CLEANER_MAX_TEXT_BYTES"),
+            settings.getbool("CLEANER_MARKDOWN"),
+        )
 
     def process(self, page: Page) -> None:
         url = str(page.item.get("response_url") or page.item["url"])
         try:
-            fields = self.extractor.extract(page.html, url, self.max_seconds - page.spent)
+            fields = self.extractor.extract(page.html, url, self.max_seconds - page.spent, self.markdown)
         except ExtractionTimeout:
             raise too_long(self.max_seconds) from None
         page.extra["document"] = fields
         page.record["title"] = cut(normalise(fields.get("title")), MAX_META_BYTES)
         page.record["description"] = cut(normalise(fields.get("description")), MAX_META_BYTES)
         page.record["text"] = cut(normalise(fields.get("text")), self.max_text_bytes)
+        if self.markdown:  # §20.6: the main content as Markdown, cut as text is
+            page.record["markdown"] = cut(fields.get("markdown"), self.max_text_bytes)
 
     def close(self) -> None:
         self.extractor.close()

@@ -90,4 +90,6 @@ class PiiPlugin(CleanerPlugin):
             if value:
                 page.record[name], count = mask(value, region)
                 total += count
+        if page.record.get("markdown"):  # the same content as text: masked, not counted again
+            page.record["markdown"], _ = mask(page.record["markdown"], region)
         page.record["pii_masked"] = total

@@ -12,6 +12,7 @@ from crawlhive.utils.domains import host_problem
 from crawlhive.utils.frontier import Frontier, seed_from_request
 from crawlhive.utils.log import excerpt
 from crawlhive.utils.patterns import PatternLimits, check_patterns
+from crawlhive.utils.proxies import pools_from_settings
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
@@ -95,10 +96,15 @@ class ScraperHandler(IncomingPlugin):
 
     @classmethod
     def limits_check(cls, message: dict[str, Any], settings: Settings) -> Cause | None:
-        """Every ``allow_regex`` / ``deny_regex`` pattern compiles with RE2 (what the crawler will
+        """The ``proxy_pool`` is a pool in force (§21.1); every ``allow_regex`` / ``deny_regex`` /
+        ``ban_regex`` pattern compiles with RE2 (what the crawler will
         match with, §10.4) within SCHEMA_REGEX_MAX_REPEAT, SCHEMA_REGEX_MAX_PROGRAM and, all
         together, SCHEMA_REGEX_MAX_TOTAL_PROGRAM (:func:`~crawlhive.utils.patterns.check_patterns`)."""
-        fields = {field: message.get(field) for field in ("allow_regex", "deny_regex")}
+        if message.get("proxy_pool"):
+            unknown = pools_from_settings(settings).unknown(message["proxy_pool"])
+            if unknown is not None:
+                return unknown, "/proxy_pool"
+        fields = {field: message.get(field) for field in ("allow_regex", "deny_regex", "ban_regex")}
         if not any(fields.values()):
             return None
         return check_patterns(fields, PatternLimits.from_settings(settings))

@@ -1,8 +1,8 @@
 """domain-config (docs/contract.md §2.5, §3.11, §4.8): throttle overrides and the domain blacklist.
 
-Writes ``keys.domain_config(shard)`` (field = domain, value = JSON ``{"hits", "window", "scale"}``) and
-``keys.domain_blacklist(shard)`` of the domain's frontier shard; the crawlers' pop script reads both
-on every pop. A domain a pop parked under the old limit is made ready again
+Writes ``keys.domain_config(shard)`` (field = domain, value = JSON ``{"hits", "window", "scale"}``
+and, when set, ``"proxy_pool"``) and ``keys.domain_blacklist(shard)`` of the domain's frontier
+shard; the crawlers' pop script reads both on every pop. A domain a pop parked under the old limit is made ready again
 (:func:`~crawlhive.utils.frontier.recheck_domain`) and idle crawlers woken, so a loosened or
 removed limit applies at once, not after the old delay.
 Every action is idempotent. SC's ZookeeperMonitor in Redis.
@@ -53,11 +53,13 @@ class DomainConfigMonitor(MonitorPlugin):
         answer = self._answer(request, domain)
         try:
             if action == "domain-update":
-                config = {
+                config: dict[str, float | str] = {
                     "hits": int(request["hits"]),
                     "window": int(request["window"]),
                     "scale": float(request.get("scale", 1.0)),
                 }
+                if request.get("proxy_pool"):  # the domain's proxy pool, which wins over a crawl's (§21.1)
+                    config["proxy_pool"] = str(request["proxy_pool"])
                 self.redis.hset(self.keys.domain_config(self.keys.shard_of(domain)), domain, json.dumps(config))
             elif action == "domain-remove":
                 self.redis.hdel(self.keys.domain_config(self.keys.shard_of(domain)), domain)

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
 from crawlhive.utils.frontier import CrawlState, FrontierReader
+from crawlhive.utils.proxy_state import domain_notes
 
 if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor
 
 
-def domain_entries(state: CrawlState) -> dict[str, dict[str, int]]:
+def domain_entries(state: CrawlState) -> dict[str, dict[str, Any]]:
     """The per-domain entries (docs/contract.md §4.1) of *state*."""
     return {
         domain: {"total": d.total, "high_priority": d.high_priority, "low_priority": d.low_priority}
@@ -28,13 +29,23 @@ class InfoMonitor(MonitorPlugin):
 
     name = "InfoMonitor"
 
-    def __init__(self, frontier: FrontierReader, default_budget: int | None = None) -> None:
+    def __init__(self, frontier: FrontierReader, default_budget: int | None = None, window_s: float = 60.0) -> None:
         self.frontier = frontier
         self.default_budget = default_budget
+        self.window_s = window_s
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
-        return cls(monitor.frontier, monitor.settings["CRAWL_MAX_PAGES_DEFAULT"])
+        settings = monitor.settings
+        return cls(monitor.frontier, settings["CRAWL_MAX_PAGES_DEFAULT"], settings.getfloat("QUEUE_WINDOW"))
+
+    def with_notes(self, domains: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """*domains* (per-domain entries) with ``proxy_wait_until`` and ``rate_factor`` where they
+        apply (§21.3, §21.4: every proxy rests, the adaptive throttle slowed it)."""
+        notes = domain_notes(self.frontier.redis, self.frontier.keys, list(domains), self.window_s)
+        for domain, extra in notes.items():
+            domains[domain].update(extra)
+        return domains
 
     def budget(self, state: CrawlState) -> int:
         """The page budget that holds for *state*'s crawl (§10.7): the smaller of its
@@ -62,7 +73,7 @@ class InfoMonitor(MonitorPlugin):
             "server_time": server_time(),
             "total_pending": state.pending,
             "total_domains": len(state.domains),
-            "domains": domain_entries(state),
+            "domains": self.with_notes(domain_entries(state)),
         }
         if state.expires:
             message["expires"] = str(state.expires)  # a string, as in Scrapy Cluster

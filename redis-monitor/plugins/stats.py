@@ -9,12 +9,15 @@ their spider type as ``spider``. Queue backlogs are summed per domain by one scr
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.heartbeat import live_heartbeats, live_nodes
+from crawlhive.utils.proxies import ProxyConfigError, ProxyPools, pools_from_settings
+from crawlhive.utils.proxy_state import proxy_overview
 from crawlhive.utils.stats import (
     CLEANER,
     CLEANER_COUNTERS,
@@ -37,7 +40,21 @@ if TYPE_CHECKING:
 
 #: Suffix of the ``queues`` entry of a spider type's rendering lane (``+`` is not allowed in spider ids).
 RENDER_QUEUE_SUFFIX = "+render"
-TYPES = ("all", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "spider", "machine", "queue", "rest")
+logger = logging.getLogger(__name__)
+
+TYPES = (
+    "all",
+    "kafka-monitor",
+    "redis-monitor",
+    "crawler",
+    "cleaner",
+    "spider",
+    "machine",
+    "queue",
+    "rest",
+    "proxies",
+    "sink",
+)
 REST = "rest"
 
 
@@ -61,11 +78,15 @@ class StatsMonitor(MonitorPlugin):
         self.frontier = frontier
         self.response_codes = {int(c) for c in response_codes}
         self.max_domains = max_domains
+        self.default_window_s = 60.0
+        self.pools: ProxyPools | None = None
+        #: Seconds after which a sink's published state is stale (HEARTBEAT_TIMEOUT).
+        self.heartbeat_timeout_s = 30.0
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
         settings = monitor.settings
-        return cls(
+        plugin = cls(
             monitor.redis,
             monitor.keys,
             monitor.stats,
@@ -73,6 +94,13 @@ class StatsMonitor(MonitorPlugin):
             settings.getlist("STATS_RESPONSE_CODES"),
             settings.getint("STATS_QUEUE_MAX_DOMAINS"),
         )
+        plugin.default_window_s = settings.getfloat("QUEUE_WINDOW")
+        try:
+            plugin.pools = pools_from_settings(settings)
+        except ProxyConfigError as exc:  # the crawlers refuse to start on it; stats still answer
+            logger.warning("%s; stats proxies lists the proxies that served requests only", exc)
+        plugin.heartbeat_timeout_s = settings.getfloat("HEARTBEAT_TIMEOUT")
+        return plugin
 
     def accepts(self, kind: str, request: dict[str, Any]) -> bool:
         return kind == "stats"
@@ -106,6 +134,12 @@ class StatsMonitor(MonitorPlugin):
             return self.rest_body()
         if kind == CLEANER:
             return self.cleaner_body()
+        if kind == "proxies":
+            return {"proxies": proxy_overview(self.redis, self.keys, self.default_window_s, self.pools)}
+        if kind == "sink":  # the sinks (crawlhive.sink.observe; §20.7)
+            from crawlhive.sink.observe import stats_body
+
+            return stats_body(self.redis, self.keys, self.stats, self.heartbeat_timeout_s)
         return {
             KAFKA_MONITOR: self.monitor_body(KAFKA_MONITOR),
             REDIS_MONITOR: self.monitor_body(REDIS_MONITOR),

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from crawlerkit import TestSite, crawler_module, html, keys_for, seed
 
+from crawlhive.utils.blobs import BlobStore
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 
 pytestmark = pytest.mark.timeout(90)
@@ -53,7 +54,7 @@ def test_single_page_item_has_the_13_keys(env: dict[str, Any], site: TestSite) -
     item.pop("_topic")
     assert set(item) == {
         "appid", "crawlid", "url", "response_url", "status_code", "status_msg", "response_headers",
-        "request_headers", "body", "encoding", "links", "attrs", "timestamp",
+        "request_headers", "body", "encoding", "links", "attrs", "timestamp", "protocol", "original_headers",
     }  # fmt: skip
     assert item["url"] == site.url("/one/")
     assert item["status_code"] == 200 and item["status_msg"] == "OK"
@@ -344,9 +345,18 @@ def test_binary_body_is_latin1_text(env: dict[str, Any], site: TestSite) -> None
     assert item["encoding"] == "latin-1" and item["body"].encode("latin-1") == payload
 
 
-def test_too_large_item_becomes_a_dead_letter(env: dict[str, Any], site: TestSite) -> None:
-    site.page("/big/x", b"<html><body>" + b"x" * 1_100_000 + b"</body></html>")
+def test_too_large_item_goes_by_reference_or_becomes_a_dead_letter(env: dict[str, Any], site: TestSite) -> None:
+    """A page whose item exceeds the message limit is sent with its body in the blob store (§20.5);
+    an item still too large without its body (huge attrs) is a dead letter, logged in one line."""
+    page = b"<html><body>" + b"x" * 1_100_000 + b"</body></html>"
+    site.page("/big/x", page)
     crawlid = _crawl(env, url=site.url("/big/x"))
+    (item,) = env["collector"].wait_for(crawlid, 1, timeout=30)
+    assert item["body"] is None and item["body_ref"]["size"] == len(page)
+    assert BlobStore.from_settings(env["settings"]).resolve(item)["body"] == page.decode()
+
+    site.page("/big/y", html())
+    crawlid = _crawl(env, url=site.url("/big/y"), attrs={"note": "y" * 1_100_000})
     (letter,) = env["collector"].wait_for(crawlid, 1, timeout=30)
     assert letter["stage"] == "crawl"
     assert letter["error"].startswith("item too large: ") and letter["error"].endswith(
@@ -357,8 +367,8 @@ def test_too_large_item_becomes_a_dead_letter(env: dict[str, Any], site: TestSit
     while "Dropped: item too large" not in (log := env["crawler"].output()) and time.monotonic() < deadline:
         time.sleep(0.1)
     (line,) = [line for line in log.splitlines() if "Dropped: item too large" in line]
-    assert len(line) < 600 and site.url("/big/x") in line, line[:2000]
-    assert "x" * 100 not in log and max(len(line) for line in log.splitlines()) < 5000
+    assert len(line) < 600 and site.url("/big/y") in line, line[:2000]
+    assert "x" * 100 not in log and "y" * 100 not in log and max(len(line) for line in log.splitlines()) < 5000
 
 
 def test_expired_crawl_is_never_fetched(env: dict[str, Any], site: TestSite) -> None:

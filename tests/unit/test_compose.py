@@ -4,7 +4,7 @@ No Docker engine runs here, so the compose file is never started by the tests. I
 crawlhive service's command must parse with the real CLI parser, every environment variable must be
 a declared setting (or an accepted alias) whose value parses, and the deployment properties the
 issue asks for are asserted: Kafka in KRaft mode without ZooKeeper, Redis with AOF, a scalable
-crawler, health checks, an image built from requirements.txt whose entrypoint is ``crawlhive``.
+crawler, health checks, an image built from requirements.lock whose entrypoint is ``crawlhive``.
 The health check script itself runs against the real test Redis.
 """
 
@@ -46,6 +46,7 @@ COMPONENT_SERVICES = {
     "crawler-render": "crawler",
     "cleaner": "cleaner",
     "rest": "rest",
+    "sink": "sink",
 }
 
 
@@ -277,15 +278,21 @@ def healthcheck_path_in_image() -> str:
 
 def test_dockerfile_builds_from_requirements_and_runs_crawlhive() -> None:
     steps = dockerfile_instructions()
-    assert steps[0] == ("FROM", "python:3.11-slim AS base")
+    assert steps[0] == ("ARG", "BASE_IMAGE=python:3.11-slim"), "the base image is a build argument"
+    assert steps[1] == ("FROM", "${BASE_IMAGE} AS base")
     stages = [args for word, args in steps if word == "FROM"]
     assert stages[-1] == "base AS plain", "the default target is the image without a browser"
     assert "base AS render" in stages
     copies = [args.split() for word, args in steps if word == "COPY"]
     runs = [args for word, args in steps if word == "RUN"]
-    assert ["requirements.txt", "./"] in copies
-    assert any(re.search(r"pip install (.* )?-r requirements\.txt", run) for run in runs)
-    assert any(re.search(r"pip install --no-deps \.", run) for run in runs)
+    assert ["requirements.lock", "./"] in copies
+    assert any(re.search(r"pip install (.* )?--require-hashes -r requirements\.lock", run) for run in runs)
+    assert any(re.search(r"pip wheel (-q )?--no-deps -w /opt/wheels \.", run) for run in runs)  # the package
+    for stage in ("plain", "render"):  # both images install the package's wheel
+        body = steps[[i for i, (w, a) in enumerate(steps) if w == "FROM" and a.endswith(f"AS {stage}")][0] + 1 :]
+        body = body[: next((i for i, (w, _) in enumerate(body) if w == "FROM"), len(body))]
+        assert ("COPY", "--from=package /opt/wheels/ /tmp/wheels/") in body, stage
+        assert any("pip install -q --no-deps /tmp/wheels/*.whl" in a for w, a in body if w == "RUN"), stage
     assert not any("requirements-dev" in " ".join(c) for c in copies), "test tools do not belong in the image"
     entrypoint = [json.loads(args) for word, args in steps if word == "ENTRYPOINT"]
     assert entrypoint == [["crawlhive"]]
@@ -294,13 +301,17 @@ def test_dockerfile_builds_from_requirements_and_runs_crawlhive() -> None:
     render = steps[[i for i, (word, args) in enumerate(steps) if word == "FROM" and "AS render" in args][0] :]
     render_runs = " ".join(args for word, args in render if word == "RUN")
     assert "apt-get install" in render_runs and "chromium-headless-shell" in render_runs
-    assert "requirements-render.txt" in render_runs  # scrapy-playwright, pinned
+    assert "--require-hashes -r /tmp/requirements/requirements-render.lock" in render_runs  # scrapy-playwright, locked
 
 
 def test_dockerfile_copies_every_package_folder() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     folders = set(pyproject["tool"]["setuptools"]["package-dir"].values())
-    copied = {args.split()[0].rstrip("/") for word, args in dockerfile_instructions() if word == "COPY"}
+    copied = {
+        args.split()[0].rstrip("/")
+        for word, args in dockerfile_instructions()
+        if word == "COPY" and not args.startswith("--from=")
+    }
     assert folders <= copied, f"not copied into the image: {folders - copied}"
     for source in copied:
         assert (ROOT / source).exists(), f"COPY {source}: no such file"
@@ -425,6 +436,15 @@ def test_the_spider_example_override_mounts_a_module_the_crawler_can_load(servic
     assert module_dir.is_dir() and (module_dir / "spiders.py").exists()
     assert str(PurePosixPath(target).parent) == env["PYTHONPATH"]
     assert settings["SPIDER_MODULES"] == [f"{PurePosixPath(target).name}.spiders"]
+
+
+def test_the_sink_profile_runs_postgresql_and_a_sink_to_it(services: dict[str, dict[str, Any]]) -> None:
+    sink, postgres = services["sink"], services["postgres"]
+    assert sink["profiles"] == postgres["profiles"] == ["sink"]
+    url = sink["environment"]["SINK_URL"]
+    assert url.startswith("postgresql://crawlhive:") and url.endswith("@postgres:5432/crawlhive")
+    assert sink["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert healthcheck_argv(sink)[2] == "sink" and healthcheck_argv(postgres)[0] == "pg_isready"
 
 
 def test_the_redis_cluster_profile_runs_three_primaries_with_a_replica_each(

@@ -39,7 +39,7 @@ def test_the_library_layer_never_imports_the_application_layer() -> None:
     """``crawlhive.utils.app`` (CLI, up, demo, embedded services, state file) sits on top of the
     library; components and the library must not depend on it."""
     offenders = []
-    for folder in ("utils", "crawler", "kafka-monitor", "redis-monitor", "rest", "cleaner"):
+    for folder in ("utils", "crawler", "kafka-monitor", "redis-monitor", "rest", "cleaner", "sink"):
         for path in (REPO / folder).rglob("*.py"):
             if path.is_relative_to(REPO / "utils" / "app"):
                 continue
@@ -100,7 +100,7 @@ def test_every_subcommand_s_help_ends_with_an_example() -> None:
     assert set(BUILTIN_SPIDERS) == set(SPIDERS)
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command").choices  # type: ignore[attr-defined]
-    components = {"kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest"}
+    components = {"kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest", "sink"}
     assert set(subparsers) == {"up", "demo", *components, "feed", "dump"}
     for name, sub in subparsers.items():
         text = sub.format_help()
@@ -127,8 +127,8 @@ def test_make_render_installs_the_rendering_packages_named_in_requirements_rende
 
     assert "make render" in (REPO / "requirements-render.txt").read_text()
     done = subprocess.run(
-        ["make", "-n", "-W", "requirements.txt", "render"], cwd=REPO, capture_output=True, text=True, timeout=60
+        ["make", "-n", "-W", "requirements.lock", "render"], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert ".venv/bin/python -m pip install -q -r requirements-render.txt" in done.stdout
+    assert ".venv/bin/python -m pip install -q --require-hashes -r requirements-render.lock" in done.stdout
     assert "chromium-headless-shell" in done.stdout  # the browser target's commands

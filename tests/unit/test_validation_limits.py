@@ -21,7 +21,8 @@ from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValida
 from crawlhive.utils.settings import Settings
 
 MIB = 1 << 20
-#: "Well under a second" on the slowest CI machine, where it takes about 0.15 s.
+#: "Well under a second" of CPU on the slowest CI machine, where it takes about 0.15 s. CPU time of
+#: this process, not wall time: a quadratic validator costs seconds of CPU, a busy machine does not.
 BUDGET_S = 1.0
 BASE = {"url": "http://x.com/", "appid": "app", "crawlid": "c"}
 
@@ -38,9 +39,9 @@ def _reason(validator: RequestValidator, message: Any) -> str:
 
 
 def _timed(validator: RequestValidator, raw: bytes) -> float:
-    started = time.perf_counter()
+    started = time.process_time()
     validator.validate_raw(raw)
-    return time.perf_counter() - started
+    return time.process_time() - started
 
 
 json_values = st.recursive(
@@ -48,7 +49,16 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
     max_leaves=15,
 )
-CONTAINER_FIELDS = ["allowed_domains", "allow_regex", "deny_regex", "deny_extensions", "headers", "cookies", "attrs"]
+CONTAINER_FIELDS = [
+    "allowed_domains",
+    "allow_regex",
+    "deny_regex",
+    "deny_extensions",
+    "ban_regex",
+    "headers",
+    "cookies",
+    "attrs",
+]
 
 
 def _fill(field: str, element: Any, kind: str) -> dict[str, Any]:

@@ -82,6 +82,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         cleaners=args.cleaners,
         render_crawlers=args.render_crawlers,
+        sinks=args.sink,
     )
 
 
@@ -282,13 +283,21 @@ def resolve_topic(settings: Settings, name: str) -> str:
     return name
 
 
-def format_record(value: bytes, args: argparse.Namespace) -> str:
-    """One dumped record as ``dump`` prints it (JSON per line, or the raw text if not JSON)."""
+def format_record(value: bytes, args: argparse.Namespace, blobs: Any = None) -> str:
+    """One dumped record as ``dump`` prints it (JSON per line, or the raw text if not JSON); a
+    body by reference (§20.5) is read from *blobs* (a BlobStore) unless bodies are left out."""
     text = value.decode("utf-8", errors="replace")
     try:
         data = json.loads(text)
     except ValueError:
         return text
+    if isinstance(data, dict) and blobs is not None and not args.no_body and data.get("body_ref") is not None:
+        from crawlhive.utils.blobs import BlobError
+
+        try:
+            data = blobs.resolve(data)
+        except BlobError as exc:
+            print(f"dump: {exc}", file=sys.stderr)
     if isinstance(data, dict):
         if args.decode_base64 and isinstance(data.get("body"), str):
             raw = base64.b64decode(data["body"])
@@ -307,10 +316,12 @@ def cmd_dump(args: argparse.Namespace) -> int:
     Raises:
         ClusterGone: the ``crawlhive up`` whose broker it read has exited (exit 1, one line).
     """
+    from crawlhive.utils.blobs import BlobStore
     from crawlhive.utils.connections import make_consumer, probe_kafka
     from crawlhive.utils.loop import Outage
 
     settings = _settings_from_args(args)
+    blobs = BlobStore.from_settings(settings)  # bodies of large pages (§20.5)
     topic = resolve_topic(settings, args.topic)
     consumer = make_consumer(
         settings, group_id=args.group, auto_offset_reset="earliest" if args.from_beginning else "latest"
@@ -346,7 +357,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
                 next_probe = time.monotonic() + DUMP_PROBE_S
             for records in polled.values():
                 for record in records:
-                    print(format_record(record.value, args), flush=True)
+                    print(format_record(record.value, args, blobs), flush=True)
                     printed += 1
                     if args.max_messages is not None and printed >= args.max_messages:
                         break
@@ -425,6 +436,13 @@ def cmd_cleaner(args: argparse.Namespace) -> int:
     return _run_worker(Cleaner.from_settings(_settings_from_args(args)), "cleaner")
 
 
+def cmd_sink(args: argparse.Namespace) -> int:
+    """Run one sink until SIGINT/SIGTERM (crawlhive.sink.main; docs/contract.md §20)."""
+    from crawlhive.sink.main import run
+
+    return run(_settings_from_args(args), args)
+
+
 def cmd_crawler(args: argparse.Namespace) -> int:
     """Run one crawler process until SIGINT/SIGTERM (0 after a graceful stop)."""
     from crawlhive.crawler.runner import run_crawler
@@ -476,7 +494,7 @@ examples:
   crawl          url, appid, crawlid
   action         action ("info" or "stop"), appid, uuid, spiderid (+ crawlid for one crawl)
   stats          stats ("kafka-monitor", "redis-monitor", "crawler", "spider", "machine",
-                 "queue", "rest" or "all"), appid, uuid
+                 "queue", "rest", "proxies", "sink" or "all"), appid, uuid
   domain-config  action ("domain-update", "domain-remove", "blacklist-update",
                  "blacklist-remove"), domain, appid, uuid (+ hits, window for domain-update)
 
@@ -518,6 +536,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help='rendering crawlers for crawls sent with "render": true (default 0; needs Chromium; §15)',
     )
+    up.add_argument(
+        "--sink", action="append", default=[], metavar="URL", help="also run a sink to URL (repeatable; §20)"
+    )
     up.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after SECONDS")
     up.set_defaults(func=cmd_up)
 
@@ -528,6 +549,15 @@ def build_parser() -> argparse.ArgumentParser:
     command("kafka-monitor", "run one kafka-monitor process").set_defaults(func=cmd_kafka_monitor)
     command("redis-monitor", "run one redis-monitor process").set_defaults(func=cmd_redis_monitor)
     command("cleaner", "run one cleaner process: crawled_firehose -> cleaned").set_defaults(func=cmd_cleaner)
+
+    # The sink, a process kind of its own (crawlhive.sink.main: its options, help and run).
+    from crawlhive.sink import main as sink_main
+
+    sink = sub.add_parser(
+        "sink", help=sink_main.HELP, epilog=sink_main.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sink_main.add_arguments(sink)
+    sink.set_defaults(func=cmd_sink)
 
     crawler = command("crawler", "run one crawler process")
     crawler.add_argument(

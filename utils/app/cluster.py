@@ -178,6 +178,7 @@ class LocalCluster:
         cleaners: int = 1,
         render_crawlers: int = 0,
         command: str = "up",
+        sinks: list[str] | None = None,
     ) -> None:
         #: The crawlers of this local development cluster may fetch from loopback (its own sites),
         #: unless the user chose CRAWLER_ALLOWED_NETWORKS (docs/contract.md §10.2).
@@ -200,6 +201,8 @@ class LocalCluster:
         self.crawlers = crawlers
         self.cleaners = cleaners
         self.render_crawlers = render_crawlers
+        #: URLs of the sinks to run (``up --sink``; crawlhive.sink.main).
+        self.sinks = list(sinks or [])
         self.extra_env = extra_env or {}
         self.children: list[Child] = []
         self._stack = contextlib.ExitStack()
@@ -235,6 +238,13 @@ class LocalCluster:
             self.children = [
                 Child(name, [sys.executable, "-m", "crawlhive.utils.app.cli", *args], env=env)
                 for name, args in component_commands(self.crawlers, self.cleaners, self.render_crawlers)
+            ]
+            # Sinks (`up --sink URL`): their URL in their environment (crawlhive.sink.main).
+            from crawlhive.sink.main import up_commands as sink_commands
+
+            self.children += [
+                Child(name, [sys.executable, "-m", "crawlhive.utils.app.cli", *args], env={**env, **sink_env})
+                for name, args, sink_env in sink_commands(self.sinks)
             ]
             # The force hook is unregistered after the children's stop (a LIFO stack), so that a
             # second Ctrl-C during that stop kills them at once.
@@ -294,6 +304,7 @@ def wait_ready(
         "redis-monitor": 1,
         "crawler": cluster.crawlers + cluster.render_crawlers,
         "cleaner": cluster.cleaners,
+        "sink": len(cluster.sinks),
         "rest": 1,
     }
     wanted = {c: n for c, n in wanted.items() if any(child.name.startswith(c) for child in cluster.children)}
@@ -315,7 +326,12 @@ def wait_ready(
 
 
 def run_cluster(
-    settings: Settings, crawlers: int = 1, duration_s: float | None = None, cleaners: int = 1, render_crawlers: int = 0
+    settings: Settings,
+    crawlers: int = 1,
+    duration_s: float | None = None,
+    cleaners: int = 1,
+    render_crawlers: int = 0,
+    sinks: list[str] | None = None,
 ) -> int:
     """Run the cluster until interrupted (or for *duration_s*); returns the exit code.
 
@@ -324,7 +340,9 @@ def run_cluster(
     """
     started = False
     try:
-        with LocalCluster(settings, crawlers, cleaners=cleaners, render_crawlers=render_crawlers) as cluster:
+        with LocalCluster(
+            settings, crawlers, cleaners=cleaners, render_crawlers=render_crawlers, sinks=sinks
+        ) as cluster:
             started = True
             live = cluster.settings
             have = wait_ready(cluster, READY_TIMEOUT_S)

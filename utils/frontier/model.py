@@ -101,6 +101,12 @@ class FrontierRequest:
     useragent: str | None = None
     cookie: str | None = None
     attrs: dict[str, Any] | None = None
+    proxy_pool: str | None = None
+    """The crawl's proxy pool (§21.1); None: a domain's pool, else PROXY_POOL_DEFAULT, else direct."""
+    ban_regex: list[str] | None = None
+    """RE2 patterns whose match in a body counts as a ban of the proxy that fetched it (§21.3)."""
+    sticky: str | None = None
+    """``"domain"``: one proxy and one cookie jar per crawl and domain, a session (§21.2)."""
     seed_origin: str = ""
     """``scheme://host:port`` of the crawl's seed: its ``headers`` and cookies go only there (§10.6)."""
     domain: str = ""
@@ -240,6 +246,9 @@ OPTION_FIELDS = (
     "headers",
     "attrs",
     "seed_origin",
+    "proxy_pool",
+    "ban_regex",
+    "sticky",
 )
 _OPTION_FIELD_SET = frozenset(OPTION_FIELDS)
 #: Fields a queue member never holds: its key and score hold them (and the option set is named by id).
@@ -428,6 +437,9 @@ def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
         useragent=message["useragent"],
         cookie=message["cookie"],
         attrs=message["attrs"],
+        proxy_pool=message.get("proxy_pool"),
+        ban_regex=message.get("ban_regex"),
+        sticky=message.get("sticky"),
         seed_origin=origin_of(message["url"]),
         domain=domain,  # a seed is queued under its own domain; computed once
     )

@@ -1,0 +1,159 @@
+"""The files sink (docs/contract.md §20.3): gzip JSON Lines and Parquet through fsspec, offset-named
+files that appear complete, rolled by size and by time; a sink SIGKILLed mid-stream, and a new
+group reading everything again, write the same file names with the same bytes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from sinkkit import cleaned, committed, log_of, start_sink, wait_until
+
+from crawlhive.sink.files import PARQUET_SCHEMA
+from crawlhive.sink.store import sink_group
+from crawlhive.utils.connections import consumer_lag, ensure_topics, make_producer
+from crawlhive.utils.settings import Settings
+
+pytestmark = pytest.mark.timeout(240)
+
+PARTITIONS = 4
+PER_FILE = 20
+FILES_PER_PARTITION = 12
+
+
+def _produce(settings: Settings, topic: str, by_partition: dict[int, list[dict[str, Any]]]) -> None:
+    producer = make_producer(settings)
+    try:
+        for partition, values in by_partition.items():
+            for value in values:
+                producer.send(topic, json.dumps(value).encode(), partition=partition)
+        producer.flush(timeout=30)
+    finally:
+        producer.close(timeout=5)
+
+
+def _files(root: Path) -> dict[str, Path]:
+    """Complete files by their name relative to *root* (hidden temporary files left out)."""
+    return {str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")}
+
+
+def _rows(root: Path) -> int:
+    return sum(pq.read_metadata(path).num_rows for path in _files(root).values())
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        assert process.wait(30) == 0, log_of(process)[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_jsonl_files_survive_a_sigkill_and_a_replay_writes_the_same_names(settings: Settings, tmp_path: Path) -> None:
+    source = settings.topic("cleaned")
+    ensure_topics(settings, [source, settings.topic("dead_letter")])
+    pages = {
+        p: [cleaned(f"http://f.example/{p}-{i:05d}") for i in range(PER_FILE * FILES_PER_PARTITION)]
+        for p in range(PARTITIONS)
+    }
+    size = len(json.dumps(pages[0][0]).encode())
+    assert {len(json.dumps(v).encode()) for vs in pages.values() for v in vs} == {size}  # one size: files of 20
+    _produce(settings, source, pages)
+    out = tmp_path / "out"
+    url = f"file://{out}/?format=jsonl"
+    roll = {"SINK_ROLL_BYTES": PER_FILE * size, "SINK_ROLL_SECONDS": 3600}
+    wanted = {
+        f"{source}/{p}/{j * PER_FILE}-{j * PER_FILE + PER_FILE - 1}.jsonl.gz"
+        for p in range(PARTITIONS)
+        for j in range(FILES_PER_PARTITION)
+    }
+
+    victim = start_sink(settings, tmp_path, url, SINK_MAX_POLL_RECORDS=7, **roll)
+    try:
+        wait_until("the first files", lambda: len(_files(out)) >= 8, process=victim)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+    assert len(_files(out)) < len(wanted), "the sink finished before it was killed: nothing was tested"
+    group = sink_group(settings.copy_with(SINK_URL=url), url)
+    assert committed(settings, source, group) <= len(_files(out)) * PER_FILE  # only what is in files
+
+    second = start_sink(settings, tmp_path, url, **roll)
+    try:
+        wait_until("every file", lambda: set(_files(out)) == wanted, process=second)
+        wait_until("the group's lag to reach 0", lambda: consumer_lag(settings, source, group) == 0, process=second)
+    finally:
+        _stop(second)
+    files = _files(out)
+    for name, path in files.items():
+        topic, partition, span = name.split("/")
+        first, last = (int(n) for n in span.removesuffix(".jsonl.gz").split("-"))
+        lines = [json.loads(line) for line in gzip.decompress(path.read_bytes()).splitlines()]
+        assert lines == pages[int(partition)][first : last + 1], name
+    assert "WARNING" not in log_of(second) and "Traceback" not in log_of(second)
+
+    # Another group reads everything again: the same names, the same bytes, each file rewritten.
+    before = {name: (path.stat().st_ino, path.read_bytes()) for name, path in files.items()}
+    replay = start_sink(settings, tmp_path, url, SINK_GROUP=f"{group}-replay", **roll)
+    try:
+        # (the embedded broker's end offsets count record batches: the files say when all is there)
+        wait_until(
+            "every file rewritten",
+            lambda: all(p.stat().st_ino != before[n][0] for n, p in _files(out).items()),
+            process=replay,
+            timeout=90,
+        )
+    finally:
+        _stop(replay)
+    after = _files(out)
+    assert set(after) == wanted
+    for name, path in after.items():
+        inode, data = before[name]
+        assert path.read_bytes() == data and path.stat().st_ino != inode, name
+
+
+def test_parquet_files_have_the_fixed_schema_and_roll_by_time(settings: Settings, tmp_path: Path) -> None:
+    source = settings.topic("cleaned")
+    ensure_topics(settings, [source, settings.topic("dead_letter")])
+    values = [cleaned(f"http://q.example/{i}", text=f"text {i}") for i in range(40)]
+    values[3] = cleaned("http://q.example/3", text="nul \x00 here", published="31/12/2024", status_code="x")
+    _produce(settings, source, {0: values[:20], 1: values[20:]})
+    out = tmp_path / "pq"
+    url = f"file://{out}?format=parquet"
+    sink = start_sink(settings, tmp_path, url, SINK_ROLL_SECONDS=1)  # 40 small records: rolled by time
+    group = sink_group(settings.copy_with(SINK_URL=url), url)
+    try:
+        # (the embedded broker's end offsets count record batches: the files say when all is there)
+        wait_until("every record in a file", lambda: _rows(out) >= 40, process=sink)
+        wait_until("the group's lag to reach 0", lambda: consumer_lag(settings, source, group) == 0, process=sink)
+    finally:
+        _stop(sink)
+    files = _files(out)
+    assert all(name.endswith(".parquet") for name in files)
+    tables = {name: pq.read_table(path) for name, path in files.items()}
+    assert all(t.schema.equals(PARQUET_SCHEMA) for t in tables.values())
+    rows = sorted((row for t in tables.values() for row in t.to_pylist()), key=lambda r: (r["partition"], r["offset"]))
+    assert [(r["partition"], r["offset"]) for r in rows] == [(0, i) for i in range(20)] + [(1, i) for i in range(20)]
+    for name, table in tables.items():
+        offsets = table.column("offset").to_pylist()
+        assert name.endswith(f"/{offsets[0]}-{offsets[-1]}.parquet") and offsets == list(
+            range(offsets[0], offsets[-1] + 1)
+        )
+    odd = rows[3]
+    assert odd["text"] == "nul \ufffd here" and odd["published"] is None and odd["status_code"] is None
+    assert json.loads(odd["record"]) == values[3]
+    first = rows[0]
+    assert first["url"] == "http://q.example/0" and first["appid"] == "sapp" and first["status_code"] == 200
+    assert first["fetched_at"].isoformat() == "2026-11-25T12:00:00+00:00"
+    assert first["published"].isoformat() == "2024-03-05"

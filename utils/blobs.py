@@ -1,0 +1,154 @@
+"""Large pages by reference (docs/contract.md §20.5): bodies too large for one Kafka message.
+
+A crawled item whose message would exceed KAFKA_PRODUCER_MAX_REQUEST_SIZE is sent with
+``"body": null`` and ``"body_ref": {"url", "sha256", "size"}``; the body (the string the item would
+have carried, in UTF-8) is a blob named by its SHA-256 in the blob store, BLOB_STORE_URL: any fsspec
+URL, by default the folder ``blobs/`` of CRAWLHIVE_HOME (where ``crawlhive up`` keeps its state, so
+every process of one machine agrees without a setting). A blob appears whole or not at all
+(written under a temporary name, then renamed; an object store's put is atomic).
+
+Readers (the cleaner, the sinks, ``crawlhive dump``) call :meth:`BlobStore.resolve`: the blob is
+looked up in *their own* store by its hash, never at the URL a record names (a record could name
+any file), and its hash and size are checked. Blobs older than BLOB_TTL are removed by
+:meth:`BlobStore.expire`, which crawlers run now and then (an object store is better served by a
+lifecycle rule of the same age: docs/operations.md).
+
+fsspec is the one library that speaks to local folders and every object store by URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+import time
+from typing import TYPE_CHECKING, Any, Self
+
+import fsspec
+
+from crawlhive.utils.errors import CrawlhiveError
+
+if TYPE_CHECKING:
+    from crawlhive.utils.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: Seconds between two sweeps of expired blobs by one process.
+EXPIRE_EVERY_S = 3600.0
+
+
+class BlobError(CrawlhiveError):
+    """A record's ``body_ref`` cannot be resolved (malformed, missing blob, wrong hash)."""
+
+
+def blob_store_url(settings: Settings) -> str:
+    """BLOB_STORE_URL, or ``file://<CRAWLHIVE_HOME>/blobs`` when it is empty (no trailing slash)."""
+    url = str(settings["BLOB_STORE_URL"] or "")
+    if not url:
+        url = f"file://{(settings.home / 'blobs').resolve()}"
+    return url.rstrip("/")
+
+
+class BlobStore:
+    """Blobs named by their SHA-256 under one fsspec URL (see the module docstring)."""
+
+    def __init__(self, url: str, ttl_s: float) -> None:
+        self.url = url.rstrip("/")
+        self.ttl_s = ttl_s
+        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        self._next_sweep = 0.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        return cls(blob_store_url(settings), settings.getfloat("BLOB_TTL"))
+
+    def path(self, sha256: str) -> str:
+        return f"{self.root}/{sha256}"
+
+    def put(self, data: bytes) -> dict[str, Any]:
+        """Store *data* (unless a blob of the same hash is there) and return its ``body_ref``.
+
+        Raises:
+            OSError: the store refused the write (full disk, no permission, unreachable).
+        """
+        digest = hashlib.sha256(data).hexdigest()
+        final = self.path(digest)
+        if not self.fs.exists(final):
+            self.fs.makedirs(self.root, exist_ok=True)
+            temporary = f"{self.root}/.tmp-{digest}-{secrets.token_hex(4)}"
+            with self.fs.open(temporary, "wb") as out:
+                out.write(data)
+            self.fs.mv(temporary, final)
+        else:
+            self.fs.touch(final, truncate=False)  # a new reference: its age starts again
+        return {"url": f"{self.url}/{digest}", "sha256": digest, "size": len(data)}
+
+    def get(self, ref: Any) -> bytes:
+        """The bytes of the blob *ref* names, checked against its hash and size.
+
+        Raises:
+            BlobError: *ref* is malformed, or its blob is missing or corrupt in this store.
+        """
+        if not isinstance(ref, dict) or not isinstance(ref.get("sha256"), str) or not _SHA256.match(ref["sha256"]):
+            raise BlobError("body_ref: expected an object with a sha256 of 64 lowercase hex digits")
+        digest = ref["sha256"]
+        try:
+            with self.fs.open(self.path(digest), "rb") as blob:
+                data: bytes = blob.read()
+        except FileNotFoundError as exc:
+            raise BlobError(
+                f"body_ref: no blob {digest} in BLOB_STORE_URL {self.url} (expired after BLOB_TTL, or a store "
+                "that is not shared by every machine)"
+            ) from exc
+        if hashlib.sha256(data).hexdigest() != digest or ref.get("size", len(data)) != len(data):
+            raise BlobError(f"body_ref: blob {digest} in {self.url} does not match its hash or size")
+        return data
+
+    def resolve(self, item: Any) -> Any:
+        """*item* with the body its ``body_ref`` names in ``body`` (a new dict), or *item* itself
+        when it carries its body.
+
+        Raises:
+            BlobError: see :meth:`get`.
+        """
+        if not isinstance(item, dict) or item.get("body") is not None or "body_ref" not in item:
+            return item
+        return {**item, "body": self.get(item["body_ref"]).decode("utf-8", errors="replace")}
+
+    def expire(self, now: float | None = None, force: bool = False) -> int:
+        """Remove blobs older than BLOB_TTL (at most once per EXPIRE_EVERY_S unless *force*);
+        returns how many. Failures are logged, never raised (the next sweep tries again)."""
+        now = time.time() if now is None else now
+        if not force and now < self._next_sweep:
+            return 0
+        self._next_sweep = now + EXPIRE_EVERY_S
+        removed = 0
+        try:
+            entries = self.fs.ls(self.root, detail=True) if self.fs.exists(self.root) else []
+            for entry in entries:
+                name = str(entry["name"]).rsplit("/", 1)[-1]
+                if not (_SHA256.match(name) or name.startswith(".tmp-")):
+                    continue
+                modified = _modified(entry)
+                if modified is not None and now - modified > self.ttl_s:
+                    self.fs.rm(entry["name"])
+                    removed += 1
+        except OSError:
+            logger.warning("could not remove expired blobs from BLOB_STORE_URL %s", self.url, exc_info=True)
+        if removed:
+            logger.info("removed %d blobs older than BLOB_TTL (%.0f s) from %s", removed, self.ttl_s, self.url)
+        return removed
+
+
+def _modified(entry: dict[str, Any]) -> float | None:
+    """An fsspec listing entry's modification time in seconds (local ``mtime``, object stores'
+    ``LastModified`` / ``mtime`` datetimes)."""
+    value = entry.get("mtime", entry.get("LastModified", entry.get("updated")))
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    timestamp = getattr(value, "timestamp", None)
+    return float(timestamp()) if callable(timestamp) else None
