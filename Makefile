@@ -148,7 +148,8 @@ test-quick: $(STAMP)
 # target or beside a baseline measured in the same run. The crawl benchmark needs the bench site
 # (bench/site.py: generated into /tmp/perfsite, served by a private nginx, which bench/nginx.sh installs
 # as root if missing); bench/memory.py runs when it exists; bench/render.py needs Debian's
-# chromium-headless-shell (the `browser` target installs it).
+# chromium-headless-shell (the `browser` target installs it); bench/realweb.py (HTTPS, 500 loopback hosts) its
+# own nginx and openssl; bench/pipeline.py adds the CPU per page of realweb's crawler and clean's cleaner.
 bench: $(STAMP) browser
 	@echo "machine: $$(nproc) cores, $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $$(free -h | awk '/^Mem:/{print $$2}') memory"
 	$(BIN)/python bench/ingest.py
@@ -161,7 +162,9 @@ bench: $(STAMP) browser
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
 	$(BIN)/python bench/clean.py
-	$(BIN)/python bench/crawl.py && $(BIN)/python bench/proxy.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; exit $$status
+	$(BIN)/python bench/crawl.py && $(BIN)/python bench/proxy.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; test $$status = 0 || exit $$status
+	$(BIN)/python bench/realweb.py
+	$(BIN)/python bench/pipeline.py
 
 # The images (docs/contract.md §22.2): crawlhive (every component) and crawlhive-render (rendering
 # crawlers, with Debian's chromium-headless-shell), from docker/Dockerfile with BuildKit. BASE_IMAGE:

@@ -1,6 +1,7 @@
 """``published`` (docs/contract.md §13): the page's own publication date as ``YYYY-MM-DD``, as
-trafilatura's metadata found it (it runs htmldate over meta tags, JSON-LD, time elements, visible
-dates and the URL; a second htmldate search here found nothing more on the test pages and cost a
+the extraction found it (:func:`crawlhive.cleaner.extractor.metadata`: htmldate over meta tags,
+JSON-LD, time elements, visible dates and the URL, on the page's one parsed tree, as trafilatura's
+metadata runs it; a second htmldate search here found nothing more on the test pages and cost a
 fifth of the cleaning time); a date that does not parse is null."""
 
 from __future__ import annotations

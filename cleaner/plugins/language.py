@@ -1,6 +1,7 @@
 """``language`` (docs/contract.md §13): ISO 639-1 code of the main text, by py3langid (a maintained
-langid.py with its bundled model; nothing is downloaded), or the page's declared ``lang`` when the
-text is too short to tell; null when neither says."""
+langid.py with its bundled model; nothing is downloaded), or the page's declared language (``<html
+lang>``, else a ``Content-Language`` meta tag) when the text is too short to tell; null when
+neither says."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ if TYPE_CHECKING:
 #: Characters of text below which the identifier is not trusted.
 MIN_CHARS = 40
 #: Characters of text the identifier reads (the start of a page tells its language as well as the
-#: whole; the cost grows with the length).
-MAX_CHARS = 3000
+#: whole; the cost grows with the length: 1000 characters, a few sentences, take a third of the time
+#: of 3000 and gave the same language on every page of the extraction corpus).
+MAX_CHARS = 1000
 _LANG = re.compile(r"^[a-z]{2}$")
 
 

@@ -42,3 +42,28 @@ def test_an_extraction_past_its_deadline_is_stopped_and_the_next_page_is_extract
         assert fields["text"].split() == ["About", "Home"]
     finally:
         extractor.close()
+
+
+def test_one_parse_gives_the_metadata_and_the_main_text() -> None:
+    """extract(): title, description, date and the declared language from the page's one tree,
+    the main text by trafilatura's fast path (cleaner/extractor.py)."""
+    from crawlhive.cleaner.extractor import extract
+
+    html = (
+        "<html lang='fr-FR'><head><title>Les vendanges | Journal</title>"
+        "<meta name='description' content='Le point sur les vendanges.'>"
+        "<meta property='article:published_time' content='2022-07-04T08:00:00Z'></head><body>"
+        "<nav><a href='/'>Accueil</a> <a href='/a'>Archives</a></nav><article><h1>Les vendanges</h1>"
+        + "<p>Les vendanges commencent tôt cette année dans toute la région, disent les vignerons.</p>" * 4
+        + "</article><footer>Mentions légales</footer></body></html>"
+    )
+    fields = extract(html, "https://journal.example/2022/vendanges")
+    assert fields["title"] == "Les vendanges" or fields["title"].startswith("Les vendanges")
+    assert fields["description"] == "Le point sur les vendanges."
+    assert fields["date"] == "2022-07-04"
+    assert fields["language"] == "fr-FR"
+    assert "vendanges commencent" in fields["text"] and "Mentions légales" not in fields["text"]
+    assert "Archives" not in fields["text"]
+    # Not HTML at all, or nothing: no crash, the visible text (empty).
+    assert extract("", "https://journal.example/")["text"] == ""
+    assert extract("\x00\x01", "https://journal.example/")["text"] is not None

@@ -37,3 +37,20 @@ def test_mask_replaces_emails_and_phone_numbers_and_counts_them() -> None:
     assert mask(text, "US") == ("Call [phone] or write to [email]; in 2024 we moved. Ref 12-34.", 2)
     assert mask("Appelez le 01 42 68 53 00.", "FR") == ("Appelez le [phone].", 1)
     assert mask("nothing here", "US") == ("nothing here", 0)
+
+
+def test_the_phone_search_by_line_finds_what_phonenumbers_finds_over_the_whole_text() -> None:
+    """Only lines with 4+ digits go to phonenumbers (cleaner/plugins/pii.py, DIGITS): the spans are
+    those of one matcher over the whole text, a 4-digit German number included."""
+    import phonenumbers
+
+    from crawlhive.cleaner.plugins.pii import _phone_spans
+
+    text = (
+        "A heading\nCall +1 202-555-0143 today.\nNo digits here at all.\nIn 2024, 3 of 12 moved.\n"
+        "Kalorien 1694 kcal\nBüro: 030 1234567, Fax 030/7654321\n\n+33 1 42 68 53 00 (Paris)\nend"
+    )
+    for region in ("US", "DE", "FR"):
+        whole = [(m.start, m.end) for m in phonenumbers.PhoneNumberMatcher(text, region)]
+        assert _phone_spans(text, region) == whole, region
+    assert len(_phone_spans(text, "DE")) >= 4

@@ -113,7 +113,7 @@ def test_make_installs_from_the_locks_with_hashes() -> None:
 
 def test_the_agreement_check_names_the_package_out_of_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the lead sees after merging a branch that added a runtime package but not its lock."""
-    (tmp_path / "requirements.txt").write_text("scrapy==2.19.0\npsycopg[binary]==3.2.0\n")
+    (tmp_path / "requirements.txt").write_text("scrapy==2.19.0\nleft-pad-py==1.0.0\n")
     (tmp_path / "requirements.lock").write_text(
         (REPO / "requirements.lock").read_text().replace("\nscrapy==2.19.0 \\", "\nscrapy==2.18.0 \\")
     )
@@ -121,6 +121,6 @@ def test_the_agreement_check_names_the_package_out_of_sync(tmp_path: Path, monke
     with pytest.raises(AssertionError) as failed:
         test_every_direct_requirement_is_locked_at_a_version_that_satisfies_it("requirements.txt", "requirements.lock")
     message = str(failed.value)
-    assert "psycopg: asked for by requirements.txt (psycopg[binary]==3.2.0) but not in requirements.lock" in message
+    assert "left-pad-py: asked for by requirements.txt (left-pad-py==1.0.0) but not in requirements.lock" in message
     assert "scrapy: requirements.txt asks for scrapy==2.19.0, requirements.lock has 2.18.0" in message
     assert "make lock" in message
