@@ -10,7 +10,8 @@ lease ends:
   back-off, for up to LEASE_TIMEOUT, the lease renewed meanwhile: they are idempotent);
 * :meth:`LeaseTable.drop`: a policy drop (nothing emitted, no counter);
 * :meth:`LeaseTable.retry`: back to the frontier as a retry, for any crawler, after its back-off
-  (docs/contract.md §3.10, §14);
+  (docs/contract.md §3.10, §14; a park or requeue that fails on a Redis error is tried again, as
+  a finish is, the lease kept and renewed here meanwhile);
 * :meth:`LeaseTable.give_back`: an unstarted request handed back unchanged (graceful shutdown);
 * :meth:`LeaseTable.abandon`: forgotten here without ending it: it expires and the redis-monitor
   reclaims it (a Kafka or Redis failure never acks: at least once, §3.12).
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from twisted.internet import reactor
 
 from crawlhive.utils.connections import write_pipeline
@@ -45,6 +46,11 @@ if TYPE_CHECKING:
     from redis import Redis
 
 logger = logging.getLogger(__name__)
+
+#: What the Redis calls of a lease's end may raise when Redis fails: a ``RedisError``, or redis-py's
+#: cluster client failing to read the slot map while a primary fails over (no ``RedisError``: caught
+#: as one only, it escaped, and the finish of its pages was lost, their leases left to expire).
+REDIS_FAILURES = (RedisError, RedisClusterException)
 
 #: Seconds before a finish that failed on a Redis error is tried again, doubled up to FINISH_RETRY_MAX_S.
 FINISH_RETRY_S = 0.5
@@ -127,6 +133,9 @@ class LeaseTable:
         #: Called with each batch of finished pages and the pipeline of their acks, before the acks
         #: are queued (the recrawl schedule, crawler/recrawl.py, writes each visit's end there).
         self.finish_hooks: list[Callable[[list[tuple[LeaseContext, str]], Any], None]] = []
+        # leases ended here whose move back to the queue (a retry's park, its requeue) failed on a
+        # Redis error: still held, renewed, until the requeue succeeds (member -> context)
+        self._held: dict[bytes, LeaseContext] = {}
 
     def add(self, context: LeaseContext) -> None:
         """Track *context* from now until its lease ends here."""
@@ -201,12 +210,13 @@ class LeaseTable:
             self.abandon(stale)
         contexts = [c for c in self.inflight.values() if not c.done]
         contexts += [c for c, _ in self._unfinished]  # their finish is tried again: keep their leases
+        contexts += list(self._held.values())  # their requeue is tried again: keep their leases too
         if not contexts:
             return
         try:
             statuses = self.worker.touch_many([c.lease for c in contexts])
-        except RedisError:
-            logger.warning("renewing %d leases failed; check REDIS_URL", len(contexts), exc_info=True)
+        except REDIS_FAILURES as exc:
+            logger.warning("renewing %d leases failed (%r); check REDIS_URL", len(contexts), exc)
             return
         lost = sum(1 for s in statuses if s is TouchStatus.LOST)
         if lost:
@@ -256,12 +266,12 @@ class LeaseTable:
 
         try:
             self.scripts.execute(pipeline)
-        except RedisError as exc:
+        except REDIS_FAILURES as exc:
             self._finish_failed(batch, exc)
             return
         self._refinish_delay = FINISH_RETRY_S
 
-    def _finish_failed(self, batch: list[tuple[LeaseContext, str]], exc: RedisError) -> None:
+    def _finish_failed(self, batch: list[tuple[LeaseContext, str]], exc: Exception) -> None:
         """The finish of *batch* failed on a Redis error (a node of a Redis Cluster failing over, a
         restart): try it again after a back-off, for up to LEASE_TIMEOUT from the first failure,
         renewing the leases meanwhile. Left to expire instead, a page's links would wait for its
@@ -321,34 +331,67 @@ class LeaseTable:
         if not self._end(context):
             return
         if wait_s <= 0:
-            self._requeue(context.lease, again)
+            self._requeue(context, again)
             return
         try:
             status = self.worker.park(context.lease, wait_s)
-        except RedisError:
-            logger.warning("could not park %s; its lease will be reclaimed", context.request.url)
-            return
+        except REDIS_FAILURES as exc:
+            # not parked in Redis (a node failing over): this process keeps the lease, renewed,
+            # and requeues it when the back-off is over, rather than leave it to LEASE_TIMEOUT
+            logger.warning("could not park %s (%r); requeueing it from here in %.1fs", context.request.url, exc, wait_s)
+            self._held[context.lease.member] = context
+            status = TouchStatus.RENEWED
         if status is TouchStatus.STOPPED:  # nothing to retry: end it as a policy drop
             self._finishing.append((context, ""))
             self.flush_finished()
         elif status is TouchStatus.RENEWED and not self.closed:
-            call = reactor.callLater(wait_s, self._due, context.lease, again)  # type: ignore[arg-type]
+            call = reactor.callLater(wait_s, self._due, context, again)  # type: ignore[arg-type]
             self._parked[context.lease.member] = call
 
-    def _due(self, lease: Lease, again: FrontierRequest) -> None:
-        self._parked.pop(lease.member, None)
-        self._requeue(lease, again)
+    def _due(
+        self, context: LeaseContext, again: FrontierRequest, first_failure: float = 0.0, delay: float = FINISH_RETRY_S
+    ) -> None:
+        self._parked.pop(context.lease.member, None)
+        self._requeue(context, again, first_failure, delay)
 
-    def _requeue(self, lease: Lease, again: FrontierRequest) -> None:
+    def _requeue(
+        self, context: LeaseContext, again: FrontierRequest, first_failure: float = 0.0, delay: float = FINISH_RETRY_S
+    ) -> None:
+        """Move *context*'s lease back into the queue as *again*; on a Redis error, try again
+        with back-off for up to LEASE_TIMEOUT from the first failure, the lease renewed meanwhile."""
+        lease = context.lease
         try:
-            if self.worker.requeue(lease.member, again):
-                self.wake_crawlers(again.spiderid, again.render, again.domain)
-        except RedisError:
-            logger.warning("could not requeue %s; its lease will be reclaimed", lease.request.url)
+            moved = self.worker.requeue(lease.member, again)
+        except REDIS_FAILURES as exc:
+            now = time.monotonic()
+            first_failure = first_failure or now
+            if self.closed or now - first_failure >= self.worker.lease_us / 1_000_000:
+                self._held.pop(lease.member, None)
+                logger.warning("could not requeue %s (%r); its lease will be reclaimed", lease.request.url, exc)
+                return
+            logger.warning(
+                "could not requeue %s (%r); trying again in %.1fs (check REDIS_URL)", lease.request.url, exc, delay
+            )
+            self._held[lease.member] = context
+            again_in = min(2 * delay, FINISH_RETRY_MAX_S)
+            call = reactor.callLater(delay, self._due, context, again, first_failure, again_in)  # type: ignore[arg-type]
+            self._parked[lease.member] = call
+            return
+        self._held.pop(lease.member, None)
+        if moved:
+            self.wake_crawlers(again.spiderid, again.render, again.domain)
 
     def give_back(self, context: LeaseContext) -> None:
-        """Hand an unstarted request back to the frontier unchanged (graceful shutdown)."""
-        if self._end(context) and self.worker.requeue(context.lease.member, context.request):
+        """Hand an unstarted request back to the frontier unchanged (graceful shutdown; on a Redis
+        error its lease expires and is reclaimed)."""
+        if not self._end(context):
+            return
+        try:
+            moved = self.worker.requeue(context.lease.member, context.request)
+        except REDIS_FAILURES as exc:
+            logger.warning("could not hand %s back (%r); its lease will be reclaimed", context.request.url, exc)
+            return
+        if moved:
             self.wake_crawlers(context.request.spiderid, context.request.render, context.request.domain)
 
     def abandon(self, context: LeaseContext) -> None:
@@ -362,8 +405,8 @@ class LeaseTable:
         message = wake_message([self.keys.shard_of(domain)]) if domain is not None else WAKE_ANY
         try:
             self.redis.publish(self.keys.wake_channel(spider, render), message)
-        except RedisError:
-            logger.warning("could not publish a wake-up; idle crawlers find the work later", exc_info=True)
+        except REDIS_FAILURES as exc:
+            logger.warning("could not publish a wake-up (%r); idle crawlers find the work later", exc)
 
     def close(self) -> None:
         """Write what is pending; later finishes are no longer written (their leases are reclaimed).
@@ -379,3 +422,4 @@ class LeaseTable:
             if call.active():
                 call.cancel()
         self._parked.clear()
+        self._held.clear()  # not parked in Redis: their leases expire and are reclaimed

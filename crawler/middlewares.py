@@ -55,6 +55,7 @@ from scrapy.http import TextResponse
 from scrapy.utils import response as scrapy_response
 
 from crawlhive.crawler.admit import Verdict
+from crawlhive.crawler.leases import REDIS_FAILURES
 from crawlhive.crawler.limits import too_large
 from crawlhive.crawler.links import allowed_domains, host_allowed, in_scope, link_allowed, names_impossible_host
 from crawlhive.crawler.requests import (
@@ -300,7 +301,7 @@ class FrontierSpiderMiddleware:
         items, children = self._split(context, outputs)
         try:
             verdict = self.runtime.admission.admit(context, children)
-        except RedisError:
+        except REDIS_FAILURES:
             self._admit_failed(context)
             return
         yield from self._apply(context, verdict, items)
@@ -389,7 +390,7 @@ class FrontierSpiderMiddleware:
                 children.append((dataclasses.replace(child, depth=1, sitemap=False), fingerprint))
         try:
             verdict = self.runtime.admission.admit(context, children)  # rare: blocking is fine
-        except RedisError:
+        except REDIS_FAILURES:
             self._admit_failed(context)
             return
         if verdict is Verdict.LOST:
@@ -516,8 +517,8 @@ class CrawlDelayMiddleware:
                 )
             else:
                 self.runtime.redis.delete(key)
-        except RedisError:
-            logger.warning("could not store the Crawl-delay of %s; check REDIS_URL", request.url, exc_info=True)
+        except RedisError as exc:
+            logger.warning("could not store the Crawl-delay of %s (%r); check REDIS_URL", request.url, exc)
         return response
 
 
@@ -549,8 +550,8 @@ class SiteGateMiddleware:
             return
         try:
             wait = site_gate(self.runtime.redis, self.runtime.keys, domain_of_url(request.url), site)
-        except RedisError:
-            logger.warning("could not read the pause of %s; fetching it anyway", site, exc_info=True)
+        except RedisError as exc:
+            logger.warning("could not read the pause of %s (%r); fetching it anyway", site, exc)
             return
         if wait > 0:
             self.runtime.leases.postpone(context, wait)
@@ -586,8 +587,8 @@ class RetryAfterMiddleware:
                 defer_domain(self.runtime.redis, self.runtime.keys, crawl.spiderid, domain, delay)
             else:
                 defer_site(self.runtime.redis, self.runtime.keys, domain, site, delay)
-        except RedisError:
-            logger.warning("could not back off %s after a 429; check REDIS_URL", site or domain, exc_info=True)
+        except RedisError as exc:
+            logger.warning("could not back off %s after a 429 (%r); check REDIS_URL", site or domain, exc)
             return response
         what = f"domain {domain}" if site is None else f"site {site}"
         logger.info("%s answered 429: %s backs off for %.1fs", request.url, what, delay)

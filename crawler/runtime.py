@@ -58,7 +58,7 @@ from crawlhive.utils import stats as stat_names
 from crawlhive.utils.connections import async_redis_from_settings, make_producer, redis_from_settings
 from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases, retry_backoff
-from crawlhive.utils.loop import ClusterGone, Outage
+from crawlhive.utils.loop import ClusterGone, Outage, is_cluster_transient
 from crawlhive.utils.response_metrics import ResponseMetrics
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ProcessContext
@@ -215,7 +215,7 @@ class CrawlRuntime:
             (PROGRESS_EVERY_S, self._log_progress),
             *self._redis_only_loops(),
         ):
-            loop = task.LoopingCall(func)
+            loop = task.LoopingCall(self._kept_running, func)
             loop.start(interval, now=False).addErrback(self._loop_failed)
             self._loops.append(loop)
 
@@ -234,8 +234,8 @@ class CrawlRuntime:
             try:
                 while seeds.run_once():
                     pass
-            except RedisError:
-                logger.warning("reading %s failed; check REDIS_URL", seeds.start_urls_key, exc_info=True)
+            except RedisError as exc:
+                logger.warning("reading %s failed (%r); check REDIS_URL", seeds.start_urls_key, exc)
 
         return threads.deferToThread(read)
 
@@ -243,8 +243,8 @@ class CrawlRuntime:
         def reclaim() -> None:
             try:
                 reclaim_expired_leases(self.worker, self.spider, self.settings.getint("RETRY_TIMES"))
-            except RedisError:
-                logger.warning("reclaiming expired leases failed; check REDIS_URL", exc_info=True)
+            except RedisError as exc:
+                logger.warning("reclaiming expired leases failed (%r); check REDIS_URL", exc)
 
         return threads.deferToThread(reclaim)
 
@@ -287,6 +287,31 @@ class CrawlRuntime:
         from scrapy.utils.defer import deferred_from_coro
 
         deferred_from_coro(self.crawler.stop_async())
+
+    def _kept_running(self, func: Any) -> Any:
+        """Run one round of the maintenance task *func*; a failure is logged in one line and the
+        task runs again in its next round (a LoopingCall whose function raises stops for good: a
+        crawler would never renew its leases again after one unexpected error of a failover)."""
+        name = getattr(func, "__name__", repr(func))
+
+        def report(exc: BaseException) -> None:
+            if isinstance(exc, RedisError) or is_cluster_transient(exc):
+                self.backend_failed(f"{name} failed ({exc!r}); check REDIS_URL")
+            else:
+                logger.error("crawler task %s failed (%r); it runs again in its next round", name, exc)
+
+        try:
+            result = func()
+        except Exception as exc:
+            report(exc)
+            return None
+        if isinstance(result, defer.Deferred):
+
+            def failed(failure: Any) -> None:
+                report(failure.value)
+
+            result.addErrback(failed)
+        return result
 
     def _loop_failed(self, failure: Any) -> None:
         logger.error("crawler maintenance loop failed", exc_info=(failure.type, failure.value, failure.tb))
@@ -455,8 +480,8 @@ class CrawlRuntime:
         if request.expires and request.expires <= time.time():
             try:
                 self.worker.ack(lease, "")
-            except RedisError:  # the lease expires, is reclaimed, and is dropped here again
-                logger.warning("could not drop a request of an expired crawl; check REDIS_URL", exc_info=True)
+            except RedisError as exc:  # the lease expires, is reclaimed, and is dropped here again
+                logger.warning("could not drop a request of an expired crawl (%r); check REDIS_URL", exc)
             return None
         context = LeaseContext(lease)
         problem = unfetchable(request.url)

@@ -83,6 +83,7 @@ class WakeListener:
         self.on_wake = on_wake
         self._stop = threading.Event()
         self._ready = threading.Event()
+        self._down = False  # the subscription failed and has not been made again since
         self._thread = threading.Thread(target=self._run, name=f"wake-{channel}", daemon=True)
 
     def start(self, timeout_s: float = 5.0) -> None:
@@ -100,12 +101,18 @@ class WakeListener:
                 pubsub.subscribe(self.channel)
                 pubsub.get_message(timeout=WAKE_READ_S)  # the subscribe confirmation
                 self._ready.set()
+                self._down = False
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=WAKE_READ_S)
                     if message is not None:
                         reactor.callFromThread(self.on_wake, message.get("data"))
             except (RedisError, RedisClusterException, OSError) as exc:  # a cluster's slot map being read again
-                self.runtime.backend_failed(f"wake channel {self.channel} failed ({exc!r}); check REDIS_URL")
+                what = f"wake channel {self.channel} failed ({exc!r}); check REDIS_URL"
+                if self._down:  # the same outage (other calls may have ended the runtime's meanwhile)
+                    logger.debug("%s (still)", what)
+                else:
+                    self._down = True
+                    self.runtime.backend_failed(what)
                 self._stop.wait(1.0)
                 reactor.callFromThread(self.on_wake, None)
             finally:

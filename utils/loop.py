@@ -24,7 +24,15 @@ from kafka.errors import (
     MessageSizeTooLargeError,
     RecordListTooLargeError,
 )
-from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError, RedisError, ResponseError
+from redis.exceptions import (
+    BusyLoadingError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    SlotNotCoveredError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -185,6 +193,24 @@ class Backoff:
 #: backed off behind one request too large for maxmemory; the caller refuses the work instead.
 _TRANSIENT_REPLIES = ("LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY", "NOREPLICAS", "NOSCRIPT")
 
+#: redis-py's cluster client reading the slot map while a primary fails over: no node answered, the
+#: nodes disagreed on the owners, or the slots it read did not cover every slot. It is no
+#: ``RedisError``, so a caller that catches only those would let it escape (a crawler's finish lost,
+#: its leases left to expire). Other ``RedisClusterException``\ s are bugs or wrong settings.
+_TRANSIENT_CLUSTER = (
+    "Redis Cluster cannot be connected",
+    "startup_nodes could not agree",
+    "All slots are not covered",
+)
+
+
+def is_cluster_transient(exc: BaseException) -> bool:
+    """True if *exc* is redis-py's cluster client failing to read the slot map during a failover
+    (see ``_TRANSIENT_CLUSTER``), or a slot not covered (yet) by the map it read."""
+    if isinstance(exc, SlotNotCoveredError):
+        return True
+    return isinstance(exc, RedisClusterException) and str(exc).startswith(_TRANSIENT_CLUSTER)
+
 
 _NEVER_SENDABLE = (
     MessageSizeTooLargeError,
@@ -243,7 +269,7 @@ def is_transient(exc: BaseException) -> bool:
         return True
     if isinstance(exc, ResponseError):
         return str(exc).startswith(_TRANSIENT_REPLIES)
-    return False
+    return is_cluster_transient(exc)
 
 
 def describe_failure(exc: BaseException, settings: Settings | None = None) -> str:
@@ -253,7 +279,7 @@ def describe_failure(exc: BaseException, settings: Settings | None = None) -> st
     if isinstance(exc, RedisError) and is_out_of_memory(exc):
         where = f" ({mask_url(settings['REDIS_URL'])})" if settings is not None else ""
         return f"Redis is out of memory (maxmemory reached); raise maxmemory or free memory on REDIS_URL{where}"
-    if isinstance(exc, RedisError):
+    if isinstance(exc, RedisError) or is_cluster_transient(exc):
         where = f" ({mask_url(settings['REDIS_URL'])})" if settings is not None else ""
         return f"Redis failed ({exc!r}); check REDIS_URL{where}"
     if isinstance(exc, KafkaError | OSError):
@@ -292,6 +318,7 @@ __all__ = [
     "Stoppable",
     "describe_failure",
     "install_stop_handlers",
+    "is_cluster_transient",
     "is_out_of_memory",
     "is_transient",
 ]

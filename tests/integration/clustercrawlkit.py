@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit import LocalCluster
-from crawlerkit import CLI, Collector, Crawler, crawler_env, redis_for
+from crawlerkit import CLI, Collector, Crawler, crawler_env, keys_for, redis_for
 
 from crawlhive.utils.app.demo_site import SiteServer
 from crawlhive.utils.connections import ensure_topics, make_producer
@@ -172,3 +172,37 @@ def keys_on_primaries(cluster: LocalCluster, prefix: str) -> dict[int, int]:
     for node in cluster.primary_nodes():
         out[node.port] = sum(1 for _ in node.client().scan_iter(match=f"{prefix}:*", count=1000))
     return out
+
+
+def frontier_report(client: Any, prefix: str, spider: str, appid: str, crawlid: str) -> str:
+    """What the frontier holds of one crawl, shard by shard, for a failure message: queued
+    requests per domain, leases (with seconds to their deadline on the Redis clock) and the shard's
+    counters; then the crawl record, and whether the crawl is active or finished."""
+    keys = keys_for(prefix, client)
+    ref = keys.crawl_ref(spider, appid, crawlid)
+    lines = []
+    for shard in range(keys.shards):
+        parts = []
+        for render in (False, True):
+            domains = client.smembers(keys.crawl_domains(spider, appid, crawlid, render, shard))
+            for domain in sorted(m.decode() for m in domains):
+                queue = keys.crawl_queue(spider, appid, crawlid, domain, render)
+                parts.append(f"queued {domain}{'(render)' if render else ''}: {client.zcard(queue)}")
+        leases = keys.leases(spider, shard)
+        node = client.get_node_from_key(leases)
+        now_s, now_us = client.time(target_nodes=node) if hasattr(client, "get_node_from_key") else client.time()
+        now = now_s + now_us / 1e6
+        for member in client.smembers(keys.crawl_leases(spider, appid, crawlid, shard)):
+            deadline = client.zscore(leases, member)
+            due = "no lease" if deadline is None else f"deadline in {deadline - now:.0f}s"
+            parts.append(f"lease {member.decode(errors='replace')[:120]}: {due}")
+        counters = client.hmget(keys.crawl_shard(spider, appid, crawlid, shard), "inflight", "crawled", "failed")
+        if parts or any(int(c or 0) for c in counters[:1]):
+            lines.append(f"shard {shard} ({node.name}): inflight/crawled/failed {[int(c or 0) for c in counters]}")
+            lines += [f"  {p}" for p in parts]
+    fields = client.hgetall(keys.crawl(spider, appid, crawlid)).items()
+    record = {k.decode(): v.decode(errors="replace") for k, v in fields if not k.startswith(b"o:")}
+    lines.append(f"record: {record}")
+    active, finished = client.sismember(keys.active_crawls(), ref), client.zscore(keys.finished_crawls(), ref)
+    lines.append(f"active: {active}; finished: {finished}")
+    return "\n".join(lines)

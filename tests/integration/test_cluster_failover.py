@@ -2,13 +2,13 @@
 §18.3): a throttled crawl of 24 loopback hosts whose pages link across hosts, two crawlers, every
 component with REDIS_WAIT_REPLICAS=1; the primary holding the most keys is SIGKILLed once a quarter
 of the pages are emitted, its replica takes over, the old primary comes back as a replica. Every page
-is emitted and ``complete`` comes only when nothing is left, within 90 s of the kill: without
-waiting for any lease to expire (LEASE_TIMEOUT is 3 minutes).
+is emitted and ``complete`` comes only when nothing is left, within 3 minutes of the kill (about
+10 s here): without waiting for any lease to expire (LEASE_TIMEOUT is 5 minutes, longer than that).
 
-Runs on a cluster of its own with CRAWLHIVE_TEST_REDIS=cluster, on demand: it is not in ``make
-test``'s cluster pass yet. It passed 7 runs in a row alone, and failed once in that pass (beside
-the other cluster tests on 2 cores): every page was emitted but ``complete`` did not come within
-90 s of the kill. Issue 29 stays open until it passes there.
+Runs on a cluster of its own in ``make test``'s cluster pass (CRAWLHIVE_TEST_REDIS=cluster), beside
+the other cluster tests. When ``complete`` does not come, the failure says why: the pages never
+emitted, the crawl's info answer, and what the frontier still holds shard by shard (queues, leases
+and their deadlines, counters, the crawl record), then the components' logs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import redis
-from clustercrawlkit import HOSTS, MultiHostSite, Stack, keys_on_primaries
+from clustercrawlkit import HOSTS, MultiHostSite, Stack, frontier_report, keys_on_primaries
 from clusterkit import LocalCluster
 from crawlerkit import isolated_settings
 
@@ -32,18 +32,19 @@ from crawlhive.utils.connections import async_redis_from_settings
 from crawlhive.utils.settings import Settings
 
 pytestmark = [
-    pytest.mark.timeout(240),
+    pytest.mark.timeout(420),
     pytest.mark.skipif(
         os.environ.get("CRAWLHIVE_TEST_REDIS") != "cluster",
-        reason="on a local cluster: CRAWLHIVE_TEST_REDIS=cluster (on demand; see the docstring)",
+        reason="on a local cluster: CRAWLHIVE_TEST_REDIS=cluster (make test's cluster pass)",
     ),
 ]
 
 PAGES = 8
-#: Longer than the test: a page left to its lease's expiry would fail it.
-LEASE_TIMEOUT_S = 180
-#: Seconds from the kill by which every page is emitted and the crawl complete (about 15 s here).
-WITHIN_S = 90
+#: Longer than WITHIN_S: a page left to its lease's expiry would fail the test.
+LEASE_TIMEOUT_S = 300
+#: Seconds from the kill by which every page is emitted and the crawl complete (issue 29: 3
+#: minutes of the failover; about 10 s here, 8-13 s beside the other cluster tests on 2 cores).
+WITHIN_S = 180
 
 
 class CrossLinkedSite(MultiHostSite):
@@ -112,8 +113,12 @@ def test_failover_of_the_busiest_primary_mid_crawl_with_two_throttled_crawlers(
             cluster.wait_healthy()
 
             # every page, then the crawl's complete, well before any lease could have expired
-            done = stack.answer("fx", "complete", timeout=max(1.0, killed_at + WITHIN_S - time.monotonic()))
+            try:
+                done = stack.answer("fx", "complete", timeout=max(1.0, killed_at + WITHIN_S - time.monotonic()))
+            except AssertionError:
+                raise AssertionError(stalled(stack, prefix, every)) from None
             took = time.monotonic() - killed_at
+            print(f"complete took {took:.1f}s after the kill")  # noqa: T201 - seen with -s
             time.sleep(1)  # the items acknowledged before the complete reach the collector
             pages = stack.pages("fx")
             assert every <= set(pages), (sorted(every - set(pages)), done, stack.logs())
@@ -126,6 +131,19 @@ def test_failover_of_the_busiest_primary_mid_crawl_with_two_throttled_crawlers(
             logs = stack.logs()
             codes = stack.close()
         assert codes == [0, 0, 0, 0], logs
+
+
+def stalled(stack: Stack, prefix: str, every: set[str]) -> str:
+    """Why ``complete`` did not come: the pages never emitted, the crawl's info answer, what the
+    frontier holds shard by shard, and the components' logs."""
+    missing = sorted(every - set(stack.pages("fx")))
+    stack.send({"action": "info", "appid": "capp", "crawlid": "fx", "spiderid": "link", "uuid": "stalled"})
+    try:
+        info: Any = stack.answer("fx", "stalled", timeout=15)
+    except AssertionError:
+        info = "no info answer within 15 s"
+    report = frontier_report(stack.redis, prefix, "link", "capp", "fx")
+    return f"no complete; {len(missing)} pages never emitted: {missing}\ninfo: {info}\n{report}\n{stack.logs()}"
 
 
 def test_the_batcher_fails_only_the_calls_of_a_dead_node_and_follows_the_failover(

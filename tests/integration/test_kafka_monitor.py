@@ -776,15 +776,20 @@ def test_kafka_unreachable_at_start_is_retried_and_sigterm_still_exits_0(km_sett
     env = _monitor_env(km_settings, tmp_path)
     env["KAFKA_BOOTSTRAP_SERVERS"] = "127.0.0.1:1"
     proc = subprocess.Popen([*CLI, "kafka-monitor"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    seen = b""
     try:
-        time.sleep(2.5)
+        assert proc.stdout is not None
+        while b"retrying in" not in seen:  # retrying: its stop handlers are installed by then
+            line = proc.stdout.readline()  # (a fixed sleep lost that race on a loaded machine: -15)
+            assert line, seen.decode()
+            seen += line
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=15)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    text = out.decode()
+    text = (seen + out).decode()
     assert proc.returncode == 0, text
     assert "cannot reach Kafka at 127.0.0.1:1" in text and "check KAFKA_BOOTSTRAP_SERVERS" in text
     assert "retrying in" in text

@@ -327,3 +327,77 @@ def test_a_page_whose_admit_fails_while_a_redis_node_fails_over_is_admitted_when
     context, passed = _admitted(runtime, spider, "async")
     assert passed == [{"url": "http://a.com/"}] == runtime.passed
     assert runtime.abandoned == [] and not context.done and runtime.attempts == 3
+
+
+def test_a_crawler_maintenance_task_that_fails_runs_again_in_its_next_round(caplog: pytest.LogCaptureFixture) -> None:
+    """A LoopingCall whose function raises stops for good: one unexpected error of a failover (redis-py's
+    cluster client raises RedisClusterException, no RedisError) would end the lease renewals of the
+    crawler, every lease left to expire. Each round is kept apart: a failure is one line."""
+    from twisted.internet import defer, task
+
+    from crawlhive.crawler.runtime import CrawlRuntime
+
+    failures: list[str] = []
+
+    class Owner:  # what _kept_running uses of the runtime
+        def backend_failed(self, what: str) -> None:
+            failures.append(what)
+
+    rounds: list[int] = []
+
+    def renew_all() -> None:
+        rounds.append(1)
+        if len(rounds) == 1:
+            raise redis.exceptions.SlotNotCoveredError('Slot "7" not covered by the cluster.')
+        if len(rounds) == 2:
+            raise KeyError("a bug")
+
+    def read_seeds() -> defer.Deferred[None]:
+        return defer.fail(redis.ConnectionError("refused"))
+
+    clock = task.Clock()
+    loops = [task.LoopingCall(CrawlRuntime._kept_running, Owner(), f) for f in (renew_all, read_seeds)]
+    for loop in loops:
+        loop.clock = clock
+        loop.start(1.0, now=False)
+    with caplog.at_level("ERROR", logger="crawlhive.crawler.runtime"):
+        clock.advance(1)
+        clock.advance(1)
+        clock.advance(1)
+    assert len(rounds) == 3 and all(loop.running for loop in loops)
+    assert failures[0].startswith("renew_all failed (") and "check REDIS_URL" in failures[0]
+    assert sum(f.startswith("read_seeds failed (") for f in failures) == 3
+    assert "crawler task renew_all failed (KeyError('a bug'))" in caplog.text and "Traceback" not in caplog.text
+    for loop in loops:
+        loop.stop()
+
+
+def test_the_wake_channel_says_once_per_outage_that_it_failed() -> None:
+    """Resubscribing every second while a Redis node is down (a failover), the wake listener
+    reported each attempt: a WARNING a second whenever another call had ended the outage meanwhile."""
+    import socket
+    import time
+
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from crawlhive.crawler.scheduler import WakeListener
+
+    with socket.socket() as probe:  # a port nothing listens on: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    class Owner:  # what WakeListener uses of the runtime
+        redis = redis.Redis(port=port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+        failures: list[str] = []
+
+        def backend_failed(self, what: str) -> None:
+            self.failures.append(what)
+
+    owner = Owner()
+    listener = WakeListener(owner, "crawlhive-test:wake:link", lambda data: None)  # type: ignore[arg-type]
+    listener.start(timeout_s=0.1)
+    time.sleep(2.6)  # three attempts, a second apart
+    listener.stop()
+    owner.redis.close()
+    assert len(owner.failures) == 1 and "wake channel crawlhive-test:wake:link failed" in owner.failures[0]

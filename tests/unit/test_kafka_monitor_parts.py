@@ -31,6 +31,12 @@ from crawlhive.utils.settings import Settings
         (BackendUnavailable("cannot reach Kafka; check KAFKA_BOOTSTRAP_SERVERS"), True),
         (OSError("Broken pipe"), True),
         (ValueError("a bug"), False),
+        # redis-py's cluster client while a primary fails over: no RedisError, yet a passing outage
+        (redis.exceptions.SlotNotCoveredError('Slot "42" not covered by the cluster.'), True),
+        (redis.exceptions.RedisClusterException("Redis Cluster cannot be connected. Please provide ..."), True),
+        (redis.exceptions.RedisClusterException("startup_nodes could not agree on a valid slots cache: ..."), True),
+        # ... but not a command it cannot route (a bug)
+        (redis.exceptions.RedisClusterException("Too many targets for command ('WAIT', 1, 1000)"), False),
     ],
 )
 def test_only_backend_failures_are_retried(exc: BaseException, transient: bool) -> None:
