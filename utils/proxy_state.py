@@ -42,7 +42,10 @@ def proxy_overview(
     Raises:
         redis.RedisError: the caller reports it.
     """
-    now = float(redis.time()[0])
+    seconds, micros = redis.time()
+    now = (
+        seconds + micros / 1e6
+    )  # the throttle script's clock, to the microsecond (whole seconds erred by up to a window)
     pipe = redis.pipeline(transaction=False)
     pipe.hgetall(keys.proxy_stats())
     for shard in range(keys.shards):
@@ -89,6 +92,13 @@ def proxy_overview(
     return {"pools": out_pools, "waiting": waiting, "autothrottle": dict(sorted(slowed.items()))}
 
 
+def _redis_now(redis: Redis) -> float:
+    """The throttle script's clock, Redis's TIME, to the microsecond (whole seconds erred by up to a
+    window in the factor in force)."""
+    seconds, micros = redis.time()
+    return float(seconds) + float(micros) / 1e6
+
+
 def _window_s(config: Any, default: float) -> float:
     if config is None:
         return default
@@ -120,7 +130,7 @@ def domain_notes(redis: Redis, keys: Keys, domains: list[str], default_window_s:
     """
     if not domains:
         return {}
-    now = float(redis.time()[0])
+    now = _redis_now(redis)
     shards = sorted({keys.shard_of(d) for d in domains})
     pipe = redis.pipeline(transaction=False)
     for shard in shards:
