@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import time
 import warnings
@@ -38,6 +37,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
+from crawlhive.utils.contract.topics import is_legal_topic
 from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.log import mask_url
@@ -65,7 +65,6 @@ KAFKA_PRODUCER_LINGER_MS = 5
 KAFKA_PRODUCER_BATCH_SIZE = 262144
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 _Client = TypeVar("_Client")
 
@@ -575,7 +574,7 @@ def ensure_topics(settings: Settings, names: Iterable[str], *, timeout: float = 
     """
     wanted = list(dict.fromkeys(names))
     for name in wanted:
-        if not _TOPIC_NAME.match(name) or name in (".", ".."):
+        if not is_legal_topic(name):
             raise SettingsError(
                 f"KAFKA_TOPIC_PREFIX: {name!r} is not a legal Kafka topic name (1-249 of A-Z a-z 0-9 . _ -)"
             )

@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from crawlhive.kafka_monitor.validation import Accepted, RequestValidator
 from crawlhive.utils.connections import ensure_topics, make_producer
+from crawlhive.utils.contract.validation import Accepted, RequestValidator
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 

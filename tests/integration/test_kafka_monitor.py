@@ -21,9 +21,9 @@ from crawlerkit import keys_for
 from kafka.structs import TopicPartition
 
 from crawlhive.kafka_monitor.monitor import COMPONENT, BatchResult, KafkaMonitor
-from crawlhive.kafka_monitor.validation import Accepted, RequestValidator
 from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, record_origin
+from crawlhive.utils.contract.validation import Accepted, RequestValidator
 from crawlhive.utils.control import ControlQueue
 from crawlhive.utils.frontier import FrontierWorker, OptionSet, decode_priority, seed_from_request
 from crawlhive.utils.heartbeat import live_nodes

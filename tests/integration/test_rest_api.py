@@ -20,8 +20,8 @@ from crawlerkit import redis_for
 from prometheus_client.parser import text_string_to_metric_families
 from rest_support import FakeRedisMonitor, RunningRest, delete_prefix, running_rest, stats_answer
 
-from crawlhive.kafka_monitor.validation import RequestValidator
 from crawlhive.utils.connections import make_producer
+from crawlhive.utils.contract.validation import RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys

@@ -29,8 +29,8 @@ from crawlerkit import (
     seed,
 )
 
-from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.connections import ensure_topics
+from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.settings import Settings
 

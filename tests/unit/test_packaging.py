@@ -93,8 +93,8 @@ def test_every_subcommand_s_help_ends_with_an_example() -> None:
     import shlex
 
     from crawlhive.crawler.spiders import SPIDERS
-    from crawlhive.kafka_monitor.validation import Accepted, RequestValidator
     from crawlhive.utils.app.cli import BUILTIN_SPIDERS, build_parser
+    from crawlhive.utils.contract.validation import Accepted, RequestValidator
     from crawlhive.utils.settings import Settings
 
     assert set(BUILTIN_SPIDERS) == set(SPIDERS)

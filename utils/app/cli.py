@@ -19,6 +19,8 @@ from typing import Any
 from crawlhive.utils import __version__
 from crawlhive.utils.app.signals import EXIT_FORCED, FORCED, Shutdown, install_shutdown_handlers
 from crawlhive.utils.app.state import with_state
+from crawlhive.utils.contract.encoding import encode
+from crawlhive.utils.contract.topics import TOPICS, is_short_topic
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
 from crawlhive.utils.log import configure_logging, redact
 from crawlhive.utils.settings import Settings, load_settings
@@ -27,7 +29,7 @@ from crawlhive.utils.worker import Worker
 logger = logging.getLogger(__name__)
 
 #: Short topic names ``dump`` accepts without the prefix (plus ``crawled_<appid>`` / ``outbound_<appid>``).
-SHORT_TOPICS = ("incoming", "crawled_firehose", "items", "cleaned", "outbound_firehose", "dead_letter")
+SHORT_TOPICS = TOPICS
 
 #: Seconds between two checks by ``dump`` that the broker still accepts connections, while idle.
 DUMP_PROBE_S = 2.0
@@ -130,7 +132,7 @@ def cmd_feed(args: argparse.Namespace) -> int:
             print(str(exc), file=sys.stderr)
             return EXIT_KAFKA
         try:
-            future = producer.send(settings.topic("incoming"), json.dumps(request).encode())
+            future = producer.send(settings.topic("incoming"), encode(request))
             try:
                 future.get(timeout=settings.getfloat("KAFKA_FEED_TIMEOUT"))
             except Exception as exc:  # kafka-python raises several types for a missing ack
@@ -269,7 +271,7 @@ class _AnswerWatch:
 
 def _validate(settings: Settings, request: Any) -> str | None:
     """Why the kafka-monitor would reject *request* (same schemas, checks and limits), or None."""
-    from crawlhive.kafka_monitor.validation import Rejected, RequestValidator
+    from crawlhive.utils.contract.validation import Rejected, RequestValidator
 
     outcome = RequestValidator.from_settings(settings).validate(request)
     return outcome.reason if isinstance(outcome, Rejected) else None
@@ -277,7 +279,7 @@ def _validate(settings: Settings, request: Any) -> str | None:
 
 def resolve_topic(settings: Settings, name: str) -> str:
     """``incoming`` -> ``<prefix>.incoming``; a full name is kept."""
-    if name in SHORT_TOPICS or name.startswith(("crawled_", "items_", "outbound_")):
+    if is_short_topic(name):
         return settings.topic(name)
     return name
 

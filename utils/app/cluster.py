@@ -24,6 +24,7 @@ from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with
 from crawlhive.utils.app.signals import on_forced_stop
 from crawlhive.utils.app.state import claim_state, clear_state, write_state
 from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
+from crawlhive.utils.contract.topics import TOPICS
 from crawlhive.utils.errors import BackendUnavailable
 from crawlhive.utils.heartbeat import live_nodes
 from crawlhive.utils.keys import Keys
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Topics the cluster reads or writes (docs/contract.md §1); per-appid topics are created on demand.
-TOPICS = ("incoming", "crawled_firehose", "items", "cleaned", "outbound_firehose", "dead_letter")
+
 #: What ``up`` and ``demo`` allow their crawlers when CRAWLER_ALLOWED_NETWORKS is not set.
 LOOPBACK_NETWORKS = ["127.0.0.0/8", "::1/128"]
 #: Seconds a child gets to exit after SIGTERM before it is killed.
