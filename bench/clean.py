@@ -33,13 +33,13 @@ from typing import Any
 import redis
 from benchkit import bench_settings
 
+from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.cleaner.page import Page
 from crawlhive.cleaner.plugins.dates import DatePlugin
 from crawlhive.cleaner.plugins.extract import ExtractPlugin
 from crawlhive.cleaner.plugins.language import LanguagePlugin
 from crawlhive.cleaner.plugins.pii import PiiPlugin
 from crawlhive.cleaner.plugins.validate import ValidatePlugin
-from crawlhive.utils.app.embedded import EmbeddedCluster
 from crawlhive.utils.connections import make_consumer, make_producer
 from crawlhive.utils.keys import Keys
 
@@ -98,7 +98,7 @@ def run_cleaners(cluster: EmbeddedCluster, work: Path, records: list[dict[str, A
         CRAWLHIVE_HOME=str(work),
         LOG_LEVEL="WARNING",
     )
-    command = [sys.executable, "-m", "crawlhive.utils.app.cli", "cleaner"]
+    command = [sys.executable, "-m", "crawlhive.app.cli", "cleaner"]
     procs = [subprocess.Popen(command, env=env) for _ in range(n)]
     client = redis.Redis.from_url(cluster.redis_url)
     consumer = make_consumer(settings, settings.topic("cleaned"), group_id=None)

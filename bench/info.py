@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import redis
 
+from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.redis_monitor.plugins.info import InfoMonitor
-from crawlhive.utils.app.embedded import EmbeddedRedis
 from crawlhive.utils.connections import redis_from_settings
 from crawlhive.utils.frontier import FrontierReader, decode_priority, encode_score
 from crawlhive.utils.keys import Keys

@@ -41,9 +41,9 @@ import redis
 from redis.cluster import RedisCluster
 from scrapy import Request
 
+from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.crawler.admit import stored_fingerprint
 from crawlhive.crawler.requests import child_request, url_fingerprint
-from crawlhive.utils.app.embedded import EmbeddedRedis
 from crawlhive.utils.connections import is_cluster, redis_from_settings, write_pipeline
 from crawlhive.utils.frontier import Frontier, FrontierRequest, OptionSet, seed_from_request
 from crawlhive.utils.keys import Keys

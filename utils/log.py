@@ -183,9 +183,9 @@ DETAIL_LOGGERS = (
     "scrapy.extensions.telnet",
     "uvicorn.error",
     "crawlhive.utils.plugins",
-    "crawlhive.utils.app.embedded",
+    "crawlhive.app.embedded",
     "crawlhive.utils.connections",
-    "crawlhive.utils.app.cluster",
+    "crawlhive.app.cluster",
     "scrapy.statscollectors",
     "scrapy-playwright",  # rendering crawlers: its versions, browser launched, handler closing
 )

@@ -398,3 +398,19 @@ class ConsumerWorker(Worker):
         self.beat(force=True)
         if idle:
             probe_kafka(self.settings)
+
+
+def run_until_stopped(worker: Worker, command: str) -> int:
+    """Run *worker*'s loop until SIGINT/SIGTERM: 0 after a graceful stop, 1 when forced (a second
+    signal), saying so on stderr as ``crawlhive <command>: …``. The entry of a worker kind."""
+    import sys
+
+    from crawlhive.utils.loop import ForcedShutdown
+
+    worker.install_signal_handlers()
+    try:
+        worker.run()
+    except ForcedShutdown as exc:
+        print(f"crawlhive {command}: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -33,7 +33,7 @@ import pytest
 import redis
 from chaoskit import AofRedis, Proc, TopicReader, TreeSite, audit_leftovers, component_env, scale, wait_until
 
-from crawlhive.utils.app.embedded import EmbeddedBroker
+from crawlhive.app.embedded import EmbeddedBroker
 from crawlhive.utils.connections import ensure_topics, make_producer
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.keys import Keys

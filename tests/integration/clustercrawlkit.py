@@ -16,7 +16,7 @@ from typing import Any
 from clusterkit import LocalCluster
 from crawlerkit import CLI, Collector, Crawler, crawler_env, redis_for
 
-from crawlhive.utils.app.demo_site import SiteServer
+from crawlhive.app.demo_site import SiteServer
 from crawlhive.utils.connections import ensure_topics, make_producer
 from crawlhive.utils.settings import Settings
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from crawlhive.utils.app.demo_site import SiteServer
+from crawlhive.app.demo_site import SiteServer
 from crawlhive.utils.connections import (
     CLUSTER_SHARDS,
     ensure_topics,
@@ -39,7 +39,7 @@ from crawlhive.utils.frontier import Frontier, FrontierWorker, reclaim_expired_l
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings, env_value
 
-CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
+CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 
 #: Defaults the kafka-monitor fills into a crawl request (docs/contract.md §2.1 step 5).
 CRAWL_DEFAULTS: dict[str, Any] = {

@@ -17,7 +17,7 @@ from typing import Any
 from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
 from crawlhive.utils.settings import Settings
 
-CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
+CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 REQUEST = {"action": "info", "appid": "testapp", "spiderid": "link", "uuid": "w-1"}
 
 

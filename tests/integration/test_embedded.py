@@ -1,4 +1,4 @@
-"""Integration tests of crawlhive.utils.app.embedded and the Kafka factories against real services."""
+"""Integration tests of crawlhive.app.embedded and the Kafka factories against real services."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 
+from crawlhive.app import binaries
+from crawlhive.app.embedded import EmbeddedBroker, EmbeddedCluster, EmbeddedRedis
 from crawlhive.utils import connections
-from crawlhive.utils.app import binaries
-from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedCluster, EmbeddedRedis
 from crawlhive.utils.errors import EmbeddedServiceError
 from crawlhive.utils.settings import Settings
 
@@ -193,7 +193,7 @@ def test_sigkilled_parent_leaves_no_service_behind(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import json, sys, time
-        from crawlhive.utils.app.embedded import EmbeddedCluster
+        from crawlhive.app.embedded import EmbeddedCluster
         cluster = EmbeddedCluster(workdir={str(tmp_path)!r}).start()
         print(json.dumps([s.pid for s in cluster.services]), flush=True)
         time.sleep(120)

@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawlhive.utils.app.binaries import bundled_redis_server
-from crawlhive.utils.app.embedded import free_port
+from crawlhive.app.binaries import bundled_redis_server
+from crawlhive.app.embedded import free_port
 
 pytestmark = pytest.mark.slow
 

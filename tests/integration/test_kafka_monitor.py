@@ -20,8 +20,8 @@ import redis
 from crawlerkit import keys_for
 from kafka.structs import TopicPartition
 
+from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from crawlhive.kafka_monitor.monitor import COMPONENT, BatchResult, KafkaMonitor
-from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, record_origin
 from crawlhive.utils.contract.validation import Accepted, RequestValidator
 from crawlhive.utils.control import ControlQueue
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from conftest import IsolatedNames
     from kafka.producer.future import RecordMetadata
 
-CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
+CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 #: Keys the monitor writes besides the frontier and the control stream (second part of the key).
 BOOKKEEPING = {"stats", "stats-lifetime", "stats-unique", "stats-index", "heartbeat", "nodes"}
 

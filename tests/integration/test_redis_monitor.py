@@ -22,8 +22,8 @@ from crawlerkit import redis_for
 from kafka.structs import TopicPartition
 from redis.client import Pipeline
 
+from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.redis_monitor.monitor import RedisMonitor
-from crawlhive.utils.app.embedded import EmbeddedRedis
 from crawlhive.utils.connections import ensure_topics, make_consumer, write_pipeline
 from crawlhive.utils.control import ControlConsumer, ControlQueue
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker, ThrottleConfig
@@ -961,7 +961,7 @@ def test_the_crawlhive_redis_monitor_command_answers_and_stops_on_sigterm(
 ) -> None:
     env = {**os.environ, **settings_env(rm_settings)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "crawlhive.utils.app.cli", "redis-monitor"],
+        [sys.executable, "-m", "crawlhive.app.cli", "redis-monitor"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

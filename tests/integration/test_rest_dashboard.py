@@ -56,7 +56,7 @@ def cluster_settings(settings: Settings) -> Settings:
 def intake(cluster_settings: Settings, redis_client: redis.Redis) -> Iterator[str]:
     """The real kafka-monitor process."""
     env = {**os.environ, **settings_env(cluster_settings)}
-    process = subprocess.Popen([sys.executable, "-m", "crawlhive.utils.app.cli", "kafka-monitor"], env=env)
+    process = subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "kafka-monitor"], env=env)
     try:
         yield "crawlhive kafka-monitor"
     finally:

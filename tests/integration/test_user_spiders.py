@@ -36,7 +36,7 @@ from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
 
-CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
+CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 
 #: A user's spider module: built on crawlhive's link spider, under its own spider type.
 SPIDER_MODULE = """

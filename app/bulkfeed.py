@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from crawlhive.utils.app.signals import Shutdown
+from crawlhive.app.signals import Shutdown
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.errors import SettingsError
 

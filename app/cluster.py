@@ -1,8 +1,8 @@
 """``crawlhive up``: a whole cluster in the foreground on one machine.
 
 Starts a private Redis and/or broker when REDIS_URL / KAFKA_BOOTSTRAP_SERVERS are not set
-(:mod:`crawlhive.utils.app.embedded`), records the addresses for other ``crawlhive`` commands
-(:mod:`crawlhive.utils.app.state`), creates the topics, and runs every component that exists as a child
+(:mod:`crawlhive.app.embedded`), records the addresses for other ``crawlhive`` commands
+(:mod:`crawlhive.app.state`), creates the topics, and runs every component that exists as a child
 process (restarted with back-off if it dies). On SIGINT/SIGTERM, or after ``--duration``, it stops
 the children (SIGTERM, then SIGKILL after a grace period) and the services, and returns 0.
 """
@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook, free_port
-from crawlhive.utils.app.signals import on_forced_stop
-from crawlhive.utils.app.state import claim_state, clear_state, write_state
+from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook, free_port
+from crawlhive.app.signals import on_forced_stop
+from crawlhive.app.state import claim_state, clear_state, write_state
 from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
 from crawlhive.utils.contract.topics import TOPICS
 from crawlhive.utils.errors import BackendUnavailable
@@ -234,7 +234,7 @@ class LocalCluster:
             self._stack.callback(clear_state, self.settings.home, nonce)
             env = {**os.environ, **settings_env(self.settings), **self.extra_env}
             self.children = [
-                Child(name, [sys.executable, "-m", "crawlhive.utils.app.cli", *args], env=env)
+                Child(name, [sys.executable, "-m", "crawlhive.app.cli", *args], env=env)
                 for name, args in component_commands(self.crawlers, self.cleaners, self.render_crawlers)
             ]
             # The force hook is unregistered after the children's stop (a LIFO stack), so that a

@@ -16,9 +16,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from crawlhive.app.signals import EXIT_FORCED, FORCED, Shutdown, install_shutdown_handlers
+from crawlhive.app.state import with_state
 from crawlhive.utils import __version__
-from crawlhive.utils.app.signals import EXIT_FORCED, FORCED, Shutdown, install_shutdown_handlers
-from crawlhive.utils.app.state import with_state
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.topics import TOPICS, is_short_topic
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
@@ -75,7 +75,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Run the whole cluster in the foreground; embedded Redis / broker when none is configured."""
-    from crawlhive.utils.app.cluster import run_cluster
+    from crawlhive.app.cluster import run_cluster
 
     settings = _settings_from_args(args, use_state_file=False)
     return run_cluster(
@@ -89,7 +89,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo: the whole cluster, a bundled site, one crawl followed to its completion."""
-    from crawlhive.utils.app.demo import run_demo
+    from crawlhive.app.demo import run_demo
 
     return run_demo(_settings_from_args(args, use_state_file=False), keep_running=args.keep_running)
 
@@ -185,7 +185,7 @@ def _count(n: int, noun: str) -> str:
 def cmd_feed_file(args: argparse.Namespace, settings: Settings) -> int:
     """``feed --file``: exit 0 when every line was sent, 1 when some were rejected (the rest were
     sent), 2 when Kafka did not acknowledge them all, 130 after Ctrl-C (docs/contract.md §14)."""
-    from crawlhive.utils.app.bulkfeed import feed_file, parse_fields
+    from crawlhive.app.bulkfeed import feed_file, parse_fields
 
     if args.json is not None:
         print("feed: give either a request as JSON or --file, not both", file=sys.stderr)

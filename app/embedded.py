@@ -42,7 +42,7 @@ from typing import Self
 
 import redis
 
-from crawlhive.utils.app.binaries import find_broker_bin, find_redis_server
+from crawlhive.app.binaries import find_broker_bin, find_redis_server
 from crawlhive.utils.errors import BackendUnavailable, EmbeddedServiceError
 
 logger = logging.getLogger(__name__)

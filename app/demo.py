@@ -1,8 +1,8 @@
 """``crawlhive demo``: the whole cluster on a bundled site, one crawl, a progress bar, a summary.
 
-It runs what a user would: a :class:`~crawlhive.utils.app.cluster.LocalCluster` (private Redis and
+It runs what a user would: a :class:`~crawlhive.app.cluster.LocalCluster` (private Redis and
 broker unless configured, kafka-monitor, redis-monitor, two link crawlers, REST), feeds a crawl of
-the demo site (:mod:`crawlhive.utils.app.demo_site`) through Kafka, follows it through Redis and the
+the demo site (:mod:`crawlhive.app.demo_site`) through Kafka, follows it through Redis and the
 output topics until the ``complete`` event, asks ``info`` through Kafka, prints a summary and stops
 everything. Throttling stays on, at a demo-friendly 50 fetches per second per domain.
 """
@@ -18,9 +18,9 @@ from typing import Any
 
 from kafka import TopicPartition
 
+from crawlhive.app.cluster import LocalCluster, backend_lines, loopback_note, wait_ready
+from crawlhive.app.demo_site import DemoSite, expected_pages
 from crawlhive.rest.server import rest_url
-from crawlhive.utils.app.cluster import LocalCluster, backend_lines, loopback_note, wait_ready
-from crawlhive.utils.app.demo_site import DemoSite, expected_pages
 from crawlhive.utils.connections import make_consumer, make_producer, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
 from crawlhive.utils.frontier import FrontierReader
