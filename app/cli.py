@@ -22,9 +22,9 @@ from crawlhive.utils import __version__
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.topics import TOPICS, is_short_topic
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
+from crawlhive.utils.kinds import Option, ProcessKind, kinds
 from crawlhive.utils.log import configure_logging, redact
 from crawlhive.utils.settings import Settings, load_settings
-from crawlhive.utils.worker import Worker
 
 logger = logging.getLogger(__name__)
 
@@ -78,13 +78,24 @@ def cmd_up(args: argparse.Namespace) -> int:
     from crawlhive.app.cluster import run_cluster
 
     settings = _settings_from_args(args, use_state_file=False)
-    return run_cluster(
-        settings,
-        crawlers=args.crawlers,
-        duration_s=args.duration,
-        cleaners=args.cleaners,
-        render_crawlers=args.render_crawlers,
-    )
+    counts = {group.option: getattr(args, group.option) for kind in kinds() for group in kind.up if group.option}
+    forwarded = {
+        kind.name: [arg for group in kind.up for option in group.forward for arg in _forwarded(option, args)]
+        for kind in kinds()
+    }
+    return run_cluster(settings, counts=counts, duration_s=args.duration, forwarded=forwarded)
+
+
+def _forwarded(option: Option, args: argparse.Namespace) -> list[str]:
+    """The arguments that pass *option*, as given to ``up``, on to a process (a list: repeated)."""
+    value = getattr(args, option.arguments.get("dest") or option.flags[-1].lstrip("-").replace("-", "_"), None)
+    flag = option.flags[-1]
+    if value is None or value is False:
+        return []
+    if value is True:
+        return [flag]
+    values = value if isinstance(value, list) else [value]
+    return [part for item in values for part in (flag, str(item))]
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -386,63 +397,17 @@ def _missing_topic(settings: Settings, consumer: Any, topic: str) -> str | None:
     return f"dump: no topic {topic} on {servers}{later}{known}"
 
 
-def _run_worker(worker: Worker, command: str) -> int:
-    """Run a monitor's loop until SIGINT/SIGTERM: 0 after a graceful stop, 1 when forced."""
-    from crawlhive.utils.loop import ForcedShutdown
-
-    worker.install_signal_handlers()
-    try:
-        worker.run()
-    except ForcedShutdown as exc:
-        print(f"crawlhive {command}: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def cmd_kafka_monitor(args: argparse.Namespace) -> int:
-    """Run one kafka-monitor until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
-    from crawlhive.kafka_monitor.monitor import KafkaMonitor
-
-    return _run_worker(KafkaMonitor.from_settings(_settings_from_args(args)), "kafka-monitor")
-
-
-def cmd_rest(args: argparse.Namespace) -> int:
-    """Run the REST service on REST_HOST:REST_PORT until SIGINT/SIGTERM (0 after a graceful stop)."""
-    from crawlhive.rest.server import run_rest
-
-    return run_rest(_settings_from_args(args))
-
-
-def cmd_redis_monitor(args: argparse.Namespace) -> int:
-    """Run one redis-monitor until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
-    from crawlhive.redis_monitor.monitor import RedisMonitor
-
-    return _run_worker(RedisMonitor.from_settings(_settings_from_args(args)), "redis-monitor")
-
-
-def cmd_cleaner(args: argparse.Namespace) -> int:
-    """Run one cleaner until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
-    from crawlhive.cleaner.worker import Cleaner
-
-    return _run_worker(Cleaner.from_settings(_settings_from_args(args)), "cleaner")
-
-
-def cmd_crawler(args: argparse.Namespace) -> int:
-    """Run one crawler process until SIGINT/SIGTERM (0 after a graceful stop)."""
-    from crawlhive.crawler.runner import run_crawler
-
-    run_crawler(_settings_from_args(args), args.spider)
-    return 0
+def cmd_kind(args: argparse.Namespace) -> int:
+    """Run one process of a registered kind (:mod:`crawlhive.utils.kinds`) with its settings."""
+    kind: ProcessKind = args.kind
+    return kind.entry(_settings_from_args(args), args)
 
 
 # --- parser and main ---------------------------------------------------------------------------
 
 
-#: The crawler's built-in spider types, listed by ``crawler --help`` without importing Scrapy
-#: (a test checks it against ``crawlhive.crawler.spiders.SPIDERS``).
-BUILTIN_SPIDERS = ("link", "wandering")
-
-#: ``--help`` examples (docs/contract.md §17.8), by subcommand.
+#: ``--help`` examples (docs/contract.md §17.8) of the subcommands that are not process kinds (each
+#: kind brings its own: :attr:`~crawlhive.utils.kinds.ProcessKind.epilog`).
 EXAMPLES = {
     "up": """examples:
   crawlhive up                      # everything on this machine, private Redis and broker
@@ -453,27 +418,6 @@ EXAMPLES = {
     "demo": """examples:
   crawlhive demo                    # crawl a bundled site, print a summary, stop
   crawlhive demo --keep-running     # then keep the cluster up to explore the dashboard""",
-    "kafka-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_BOOTSTRAP_SERVERS=kafka:9092 "
-    "crawlhive kafka-monitor",
-    "redis-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_BOOTSTRAP_SERVERS=kafka:9092 "
-    "crawlhive redis-monitor",
-    "cleaner": """crawled pages (<prefix>.crawled_firehose) -> clean records (<prefix>.cleaned): contract §13
-
-examples:
-  crawlhive cleaner                 # one more cleaner beside `crawlhive up` (they share the partitions)
-  CLEANER_MASK_PII=false crawlhive cleaner""",
-    "crawler": f"""spiders: {", ".join(BUILTIN_SPIDERS)}, package.module:ClassName, or a spider name in SPIDER_MODULES
-
-examples:
-  crawlhive crawler                           # the link spider
-  crawlhive crawler --spider wandering
-  crawlhive crawler --spider mypackage.spiders:ShopSpider
-  SPIDER_MODULES='["mypackage.spiders"]' crawlhive crawler --spider shop
-  crawlhive crawler --spider shop --no-kafka  # Redis only: redis-cli rpush shop:start_urls https://…
-  crawlhive crawler --render                  # pages of crawls sent with "render": true, in Chromium""",
-    "rest": """examples:
-  crawlhive rest                              # on 127.0.0.1:5343
-  REST_API_KEY=s3cret crawlhive rest --host 0.0.0.0   # reachable from other machines""",
     "feed": """request kinds (the required fields; docs/contract.md §2):
   crawl          url, appid, crawlid
   action         action ("info" or "stop"), appid, uuid, spiderid (+ crawlid for one crawl)
@@ -505,21 +449,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"crawlhive {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
 
-    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+    def command(name: str, help_text: str, epilog: str | None = None) -> argparse.ArgumentParser:
         return sub.add_parser(
-            name, help=help_text, epilog=EXAMPLES[name], formatter_class=argparse.RawDescriptionHelpFormatter
+            name,
+            help=help_text,
+            epilog=EXAMPLES[name] if epilog is None else epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
 
     up = command("up", "run every component (embedded Redis and broker if none configured)")
-    up.add_argument("--crawlers", type=int, default=1, help="link crawler processes (default 1)")
-    up.add_argument("--cleaners", type=int, default=1, help="cleaner processes (default 1; docs/contract.md §13)")
-    up.add_argument(
-        "--render-crawlers",
-        type=int,
-        default=0,
-        metavar="N",
-        help='rendering crawlers for crawls sent with "render": true (default 0; needs Chromium; §15)',
-    )
+    for kind in kinds():
+        for group in kind.up:
+            if group.option is not None:
+                up.add_argument(
+                    "--" + group.option.replace("_", "-"),
+                    type=int,
+                    default=group.default,
+                    metavar=group.metavar,
+                    help=group.help,
+                )
+            for option in group.forward:
+                option.add_to(up)
     up.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after SECONDS")
     up.set_defaults(func=cmd_up)
 
@@ -527,35 +477,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep-running", action="store_true", help="stay up after the demo crawl")
     demo.set_defaults(func=cmd_demo)
 
-    command("kafka-monitor", "run one kafka-monitor process").set_defaults(func=cmd_kafka_monitor)
-    command("redis-monitor", "run one redis-monitor process").set_defaults(func=cmd_redis_monitor)
-    command("cleaner", "run one cleaner process: crawled_firehose -> cleaned").set_defaults(func=cmd_cleaner)
-
-    crawler = command("crawler", "run one crawler process")
-    crawler.add_argument(
-        "--spider",
-        default="link",
-        help=f"spider: {', '.join(BUILTIN_SPIDERS)}, package.module:Class or a name in SPIDER_MODULES (default link)",
-    )
-    crawler.add_argument(
-        "--no-kafka",
-        dest="kafka_enabled",
-        action="store_const",
-        const=False,
-        help="Redis-only mode: no Kafka; seeds from <spider>:start_urls, items to <spider>:items (KAFKA_ENABLED=false)",
-    )
-    crawler.add_argument(
-        "--render",
-        action="store_const",
-        const=True,
-        help="a rendering crawler: pages of crawls sent with render: true, loaded in headless Chromium (RENDER=true)",
-    )
-    crawler.set_defaults(func=cmd_crawler, setting_options={"kafka_enabled": "KAFKA_ENABLED", "render": "RENDER"})
-
-    rest = command("rest", "run the REST service")
-    rest.add_argument("--host", help="listen address (REST_HOST)")
-    rest.add_argument("--port", type=int, help="listen port (REST_PORT)")
-    rest.set_defaults(func=cmd_rest, setting_options={"host": "REST_HOST", "port": "REST_PORT"})
+    for kind in kinds():  # crawlhive kafka-monitor, crawler, cleaner, rest, …: one subcommand a kind
+        runner = command(kind.name, kind.summary, kind.epilog)
+        settings_of = {}
+        for option in kind.options:
+            dest = option.add_to(runner)
+            if option.setting is not None:
+                settings_of[dest] = option.setting
+        runner.set_defaults(func=cmd_kind, kind=kind, setting_options=settings_of)
 
     feed = command("feed", "send one JSON request, or a file of crawl requests, to <prefix>.incoming")
     feed.add_argument("json", nargs="?", help="the request, as JSON (kinds below)")

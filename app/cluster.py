@@ -16,7 +16,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ from crawlhive.utils.contract.topics import TOPICS
 from crawlhive.utils.errors import BackendUnavailable
 from crawlhive.utils.heartbeat import live_nodes
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.kinds import heartbeat_components, up_plan
 from crawlhive.utils.log import mask_url
 from crawlhive.utils.settings import Settings, settings_env
 
@@ -82,15 +84,6 @@ class Child:
             logger.warning("%s did not stop within %.0fs; killing it", self.name, STOP_GRACE_S)
             self.process.kill()
             self.process.wait()
-
-
-def component_commands(crawlers: int, cleaners: int = 1, render_crawlers: int = 0) -> list[tuple[str, list[str]]]:
-    """(name, crawlhive arguments) of each component process ``up`` runs."""
-    wanted = [("kafka-monitor", ["kafka-monitor"]), ("redis-monitor", ["redis-monitor"])]
-    wanted += [(f"crawler-{i + 1}", ["crawler", "--spider", "link"]) for i in range(crawlers)]
-    wanted += [(f"crawler-render-{i + 1}", ["crawler", "--spider", "link", "--render"]) for i in range(render_crawlers)]
-    wanted += [(f"cleaner-{i + 1}", ["cleaner"]) for i in range(cleaners)]
-    return [*wanted, ("rest", ["rest"])]
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -167,18 +160,17 @@ def backing_services(settings: Settings, started: dict[str, str] | None = None) 
 class LocalCluster:
     """Backing services (embedded when not configured), topics, state file and component children.
 
-    ``with LocalCluster(settings, crawlers=2) as cluster:`` yields with everything started;
+    ``with LocalCluster(settings, {"crawlers": 2}) as cluster:`` yields with everything started;
     ``cluster.settings`` has the live addresses; leaving the block stops it all.
     """
 
     def __init__(
         self,
         settings: Settings,
-        crawlers: int = 1,
+        counts: Mapping[str, int] | None = None,
         extra_env: dict[str, str] | None = None,
-        cleaners: int = 1,
-        render_crawlers: int = 0,
         command: str = "up",
+        forwarded: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         #: The crawlers of this local development cluster may fetch from loopback (its own sites),
         #: unless the user chose CRAWLER_ALLOWED_NETWORKS (docs/contract.md §10.2).
@@ -198,9 +190,9 @@ class LocalCluster:
         self.requested = settings
         #: The binaries of the services started for it (``redis``, ``broker``), if any.
         self.embedded: dict[str, str] = {}
-        self.crawlers = crawlers
-        self.cleaners = cleaners
-        self.render_crawlers = render_crawlers
+        #: ``(process name, kind, crawlhive arguments)`` of each child (:func:`~crawlhive.utils.kinds.up_plan`:
+        #: *counts* by ``up`` option, ``{"crawlers": 2}``, the rest at their defaults).
+        self.plan = up_plan(counts, forwarded)
         self.extra_env = extra_env or {}
         self.children: list[Child] = []
         self._stack = contextlib.ExitStack()
@@ -210,7 +202,7 @@ class LocalCluster:
         from crawlhive.rest.server import check_exposure
 
         check_exposure(self.requested)  # before anything starts: exit 2 names REST_API_KEY
-        if self.render_crawlers:
+        if any("--render" in argv for _, kind, argv in self.plan if kind == "crawler"):
             from crawlhive.crawler.render import check_render_installed, find_browser
 
             check_render_installed()  # and a missing browser or scrapy-playwright is named here
@@ -234,8 +226,7 @@ class LocalCluster:
             self._stack.callback(clear_state, self.settings.home, nonce)
             env = {**os.environ, **settings_env(self.settings), **self.extra_env}
             self.children = [
-                Child(name, [sys.executable, "-m", "crawlhive.app.cli", *args], env=env)
-                for name, args in component_commands(self.crawlers, self.cleaners, self.render_crawlers)
+                Child(name, [sys.executable, "-m", "crawlhive.app.cli", *args], env=env) for name, _, args in self.plan
             ]
             # The force hook is unregistered after the children's stop (a LIFO stack), so that a
             # second Ctrl-C during that stop kills them at once.
@@ -290,14 +281,8 @@ def wait_ready(
         component -> (live processes, wanted), as they were when it returned. *progress* gets a
         ``starting: …`` line at each look, and True with the last one when all are ready.
     """
-    wanted = {
-        "kafka-monitor": 1,
-        "redis-monitor": 1,
-        "crawler": cluster.crawlers + cluster.render_crawlers,
-        "cleaner": cluster.cleaners,
-        "rest": 1,
-    }
-    wanted = {c: n for c, n in wanted.items() if any(child.name.startswith(c) for child in cluster.children)}
+    heartbeats = set(heartbeat_components())
+    wanted = dict(Counter(kind for _, kind, _ in cluster.plan if kind in heartbeats))
     keys = Keys.from_settings(cluster.settings)
     redis = redis_from_settings(cluster.settings)
     deadline = time.monotonic() + timeout_s
@@ -316,7 +301,10 @@ def wait_ready(
 
 
 def run_cluster(
-    settings: Settings, crawlers: int = 1, duration_s: float | None = None, cleaners: int = 1, render_crawlers: int = 0
+    settings: Settings,
+    counts: Mapping[str, int] | None = None,
+    duration_s: float | None = None,
+    forwarded: Mapping[str, Sequence[str]] | None = None,
 ) -> int:
     """Run the cluster until interrupted (or for *duration_s*); returns the exit code.
 
@@ -325,7 +313,7 @@ def run_cluster(
     """
     started = False
     try:
-        with LocalCluster(settings, crawlers, cleaners=cleaners, render_crawlers=render_crawlers) as cluster:
+        with LocalCluster(settings, counts, forwarded=forwarded) as cluster:
             started = True
             live = cluster.settings
             have = wait_ready(cluster, READY_TIMEOUT_S)

@@ -60,7 +60,7 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
         log_file = logs / "components.log"
         print(f"component logs: {log_file}", flush=True)
         with LocalCluster(
-            settings, crawlers=CRAWLERS, extra_env={"LOG_FILE": str(log_file)}, command="demo"
+            settings, {"crawlers": CRAWLERS}, extra_env={"LOG_FILE": str(log_file)}, command="demo"
         ) as cluster:
             live = cluster.settings
             dashboard = f"{rest_url(live['REST_HOST'], live.getint('REST_PORT'))}/dashboard"

@@ -23,6 +23,7 @@ from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.heartbeat import crawler_lanes, live_heartbeats, live_nodes, unserved_reason
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.kinds import heartbeat_components
 from crawlhive.utils.stats import (
     CLEANER,
     CLEANER_COUNTERS,
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
 
 #: Components whose live processes are counted (docs/contract.md §7.2 ``crawlhive_nodes``).
-COMPONENTS = ("kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest")
 #: Spider type always reported, even with nothing queued (the default spiderid).
 DEFAULT_SPIDER = "link"
 #: Most active crawls read per snapshot (the dashboard and metrics stay cheap on huge clusters).
@@ -165,7 +165,7 @@ class ClusterView:
 
     def nodes(self) -> dict[str, dict[str, list[str]]]:
         """Node map (host -> node ids) of every component."""
-        return {component: live_nodes(self.redis, self.keys, component) for component in COMPONENTS}
+        return {component: live_nodes(self.redis, self.keys, component) for component in heartbeat_components()}
 
     def active_crawls(self) -> list[CrawlState]:
         """State of the crawls in ``keys.active_crawls()``: the MAX_CRAWLS most recently started,

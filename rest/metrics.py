@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, PlatformCollector, Pro
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from crawlhive.rest.cluster import COMPONENTS
+from crawlhive.utils.kinds import heartbeat_components
 
 if TYPE_CHECKING:
     from crawlhive.rest.cluster import ClusterView
@@ -40,7 +40,7 @@ class ClusterCollector(Collector):
         assert counters is not None
 
         nodes = GaugeMetricFamily("crawlhive_nodes", "Live processes per component (heartbeats).", labels=["component"])
-        for component in COMPONENTS:
+        for component in heartbeat_components():
             nodes.add_metric([component], sum(len(ids) for ids in snap.nodes.get(component, {}).values()))
         yield nodes
 

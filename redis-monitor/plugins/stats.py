@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Any, Self
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.heartbeat import live_heartbeats, live_nodes
+from crawlhive.utils.kinds import stats_kinds, stats_types
 from crawlhive.utils.stats import (
     CLEANER,
     CLEANER_COUNTERS,
     CRAWLER,
     FAIL,
-    KAFKA_MONITOR,
-    REDIS_MONITOR,
     TOTAL,
     Stats,
     parse_cleaner_machine_counter_name,
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
 
 #: Suffix of the ``queues`` entry of a spider type's rendering lane (``+`` is not allowed in spider ids).
 RENDER_QUEUE_SUFFIX = "+render"
-TYPES = ("all", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "spider", "machine", "queue", "rest")
 REST = "rest"
 
 
@@ -79,7 +77,7 @@ class StatsMonitor(MonitorPlugin):
 
     def handle(self, kind: str, request: dict[str, Any]) -> list[Outbound]:
         kind_ = request.get("stats") or "all"
-        if kind_ not in TYPES:
+        if kind_ not in stats_types():
             raise ValueError(f"unknown stats type {kind_!r}")
         message: dict[str, Any] = {
             "stats": kind_,
@@ -92,8 +90,6 @@ class StatsMonitor(MonitorPlugin):
 
     def body(self, kind: str) -> dict[str, Any]:
         """The type-specific part of a stats answer."""
-        if kind in (KAFKA_MONITOR, REDIS_MONITOR):
-            return self.monitor_body(kind)
         if kind == "crawler":
             return self.crawler_body()
         if kind == "spider":
@@ -106,13 +102,9 @@ class StatsMonitor(MonitorPlugin):
             return self.rest_body()
         if kind == CLEANER:
             return self.cleaner_body()
-        return {
-            KAFKA_MONITOR: self.monitor_body(KAFKA_MONITOR),
-            REDIS_MONITOR: self.monitor_body(REDIS_MONITOR),
-            "crawler": self.crawler_body(),
-            CLEANER: self.cleaner_body(),
-            REST: self.rest_body(),
-        }
+        if kind == "all":  # every kind that is a stats type (crawlhive.utils.kinds)
+            return {name: self.body(name) for name in stats_kinds()}
+        return self.monitor_body(kind)  # a kind of the registry: its counters and live nodes
 
     def cleaner_body(self) -> dict[str, Any]:
         """The cleaners' counters (docs/contract.md §13), each a window map, the same per host

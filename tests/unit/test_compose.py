@@ -31,6 +31,7 @@ from crawlhive.app.cli import build_parser
 from crawlhive.utils.connections import redis_urls
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.kinds import kinds
 from crawlhive.utils.settings import ALIASES, DECLARED, REDIS_PARTS, Settings, load_settings, parse_value
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,14 +40,8 @@ COMPOSE_FILE = DOCKER / "docker-compose.yml"
 DOCKERFILE = DOCKER / "Dockerfile"
 IMAGE = "crawlhive"
 #: The long-running component of each crawlhive service (its first command word).
-COMPONENT_SERVICES = {
-    "kafka-monitor": "kafka-monitor",
-    "redis-monitor": "redis-monitor",
-    "crawler": "crawler",
-    "crawler-render": "crawler",
-    "cleaner": "cleaner",
-    "rest": "rest",
-}
+#: (From the registry of process kinds: each kind names its compose services.)
+COMPONENT_SERVICES = {service: kind.name for kind in kinds() for service in kind.compose}
 
 
 # --- loading -------------------------------------------------------------------------------------

@@ -100,7 +100,8 @@ def test_every_subcommand_s_help_ends_with_an_example() -> None:
     import re
     import shlex
 
-    from crawlhive.app.cli import BUILTIN_SPIDERS, build_parser
+    from crawlhive.app.cli import build_parser
+    from crawlhive.crawler.kind import BUILTIN_SPIDERS
     from crawlhive.crawler.spiders import SPIDERS
     from crawlhive.utils.contract.validation import Accepted, RequestValidator
     from crawlhive.utils.settings import Settings

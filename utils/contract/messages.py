@@ -8,6 +8,7 @@ so no process needs the kafka-monitor (or Redis) to know what the cluster accept
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from functools import cache
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from crawlhive.utils.domains import domain_of_host, host_problem
+from crawlhive.utils.kinds import stats_types
 from crawlhive.utils.log import excerpt
 from crawlhive.utils.patterns import PatternLimits, check_patterns
 
@@ -166,6 +168,15 @@ class StatsRequest(MessageKind):
     kind = "stats"
     name = "StatsHandler"
     schema_file = "schemas/stats.json"
+
+    @classmethod
+    def load_schema(cls) -> dict[str, Any]:
+        """The schema with the ``stats`` types of the registered process kinds
+        (:func:`~crawlhive.utils.kinds.stats_types`) besides those it names."""
+        schema = copy.deepcopy(super().load_schema())
+        types = schema["properties"]["stats"]["enum"]
+        schema["properties"]["stats"]["enum"] = [*types, *(t for t in stats_types() if t not in types)]
+        return schema
 
 
 class DomainConfigRequest(MessageKind):
