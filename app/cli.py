@@ -75,7 +75,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Run the whole cluster in the foreground; embedded Redis / broker when none is configured."""
-    from crawlhive.app.cluster import run_cluster
+    from crawlhive.app.up import run_cluster
 
     settings = _settings_from_args(args, use_state_file=False)
     counts = {group.option: getattr(args, group.option) for kind in kinds() for group in kind.up if group.option}

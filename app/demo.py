@@ -1,6 +1,6 @@
 """``crawlhive demo``: the whole cluster on a bundled site, one crawl, a progress bar, a summary.
 
-It runs what a user would: a :class:`~crawlhive.app.cluster.LocalCluster` (private Redis and
+It runs what a user would: a :class:`~crawlhive.app.up.LocalCluster` (private Redis and
 broker unless configured, kafka-monitor, redis-monitor, two link crawlers, REST), feeds a crawl of
 the demo site (:mod:`crawlhive.app.demo_site`) through Kafka, follows it through Redis and the
 output topics until the ``complete`` event, asks ``info`` through Kafka, prints a summary and stops
@@ -18,10 +18,10 @@ from typing import Any
 
 from kafka import TopicPartition
 
-from crawlhive.app.cluster import LocalCluster, backend_lines, loopback_note, wait_ready
 from crawlhive.app.demo_site import DemoSite, expected_pages
+from crawlhive.app.up import LocalCluster, backend_lines, loopback_note, wait_ready
 from crawlhive.rest.server import rest_url
-from crawlhive.utils.connections import make_consumer, make_producer, redis_from_settings
+from crawlhive.utils.connections import keys_from_settings, make_consumer, make_producer, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.keys import Keys
@@ -69,7 +69,7 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
             if cluster.allows_loopback:
                 print(f"cluster: {loopback_note()}", flush=True)
             redis = redis_from_settings(live)
-            keys = Keys.from_settings(live)
+            keys = keys_from_settings(live)
             try:
                 _wait_ready(cluster)
                 summary = _crawl(cluster, live, redis, keys, site.seed)

@@ -44,9 +44,8 @@ from redis.cluster import RedisCluster
 
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.crawler.settings import scrapy_settings
-from crawlhive.utils.connections import is_cluster, redis_from_settings, write_pipeline
+from crawlhive.utils.connections import is_cluster, keys_from_settings, redis_from_settings, write_pipeline
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,7 +158,7 @@ def run_crawlers(
         procs.append(subprocess.Popen(command, env=env))
     # wait until every crawler is polling (heartbeat), then seed, so start-up is not measured
     deadline = time.monotonic() + 60
-    while client.zcard(Keys.from_settings(settings).heartbeat_index("crawler")) < n and time.monotonic() < deadline:
+    while client.zcard(keys_from_settings(settings).heartbeat_index("crawler")) < n and time.monotonic() < deadline:
         time.sleep(0.05)
     before = commands(client)
     cpu_before = {name: cpu_s(pids) for name, pids in services.items()}

@@ -32,8 +32,7 @@ import redis
 
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.kafka_monitor.monitor import COMPONENT
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.connections import ensure_topics, keys_from_settings, make_consumer, make_producer
 from crawlhive.utils.settings import Settings, env_value
 
 PREFIX = "bench"
@@ -127,7 +126,7 @@ def through_monitor(settings: Settings, expected: int, workdir: str, timeout_s: 
         stderr=subprocess.STDOUT,
     )
     client = redis.Redis.from_url(settings["REDIS_URL"])
-    counter = Keys.from_settings(settings).stats_lifetime(COMPONENT, "plugin:ScraperHandler")
+    counter = keys_from_settings(settings).stats_lifetime(COMPONENT, "plugin:ScraperHandler")
     try:
         start = time.monotonic()
         deadline = start + timeout_s
@@ -154,7 +153,7 @@ def through_monitor(settings: Settings, expected: int, workdir: str, timeout_s: 
 
 def count_queued(settings: Settings, count: int, domains: int, crawls: int) -> int:
     """Members across every crawl queue the benchmark's *count* requests can land in."""
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     client = redis.Redis.from_url(settings["REDIS_URL"])
     try:
         pipe = client.pipeline(transaction=False)

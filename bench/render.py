@@ -38,8 +38,8 @@ import redis
 from benchkit import bench_settings, crawler_env
 
 from crawlhive.app.embedded import EmbeddedCluster
+from crawlhive.utils.connections import keys_from_settings
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "bench" / "baseline"
@@ -134,7 +134,7 @@ def crawl(
     command = [sys.executable, "-m", "crawlhive.app.cli", "crawler", *(["--render"] if render else [])]
     proc = subprocess.Popen(command, env=env)
     deadline = time.monotonic() + 60
-    while client.zcard(Keys.from_settings(settings).heartbeat_index("crawler")) < 1 and time.monotonic() < deadline:
+    while client.zcard(keys_from_settings(settings).heartbeat_index("crawler")) < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     sampler = Sampler(proc.pid)
     sampler.start()

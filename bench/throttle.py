@@ -36,9 +36,8 @@ import redis
 
 from crawlhive.app.demo_site import SiteServer
 from crawlhive.app.embedded import EmbeddedCluster, free_port
-from crawlhive.utils.connections import ensure_topics
+from crawlhive.utils.connections import ensure_topics, keys_from_settings
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 
 HITS, WINDOW_S = 20, 10.0
@@ -128,7 +127,7 @@ def run(cluster: EmbeddedCluster, work: Path, moderated: bool, crawlers: int, du
     procs = [subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "crawler"], env=env) for _ in range(crawlers)]
     try:
         deadline = time.monotonic() + 60
-        while client.zcard(Keys.from_settings(settings).heartbeat_index("crawler")) < crawlers:
+        while client.zcard(keys_from_settings(settings).heartbeat_index("crawler")) < crawlers:
             if time.monotonic() > deadline:
                 raise RuntimeError("crawlers did not start")
             time.sleep(0.05)

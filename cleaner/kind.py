@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Run one cleaner until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
-    from crawlhive.cleaner.worker import Cleaner
+    from crawlhive.cleaner.cleaner import Cleaner
     from crawlhive.utils.worker import run_until_stopped
 
     return run_until_stopped(Cleaner.from_settings(settings), "cleaner")

@@ -19,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from crawlhive.utils.connections import keys_from_settings
 from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.heartbeat import crawler_lanes, live_heartbeats, live_nodes, unserved_reason
@@ -111,7 +112,7 @@ class ClusterView:
 
     def __init__(self, redis: Redis, settings: Settings, plugin_kinds: dict[str, str]) -> None:
         self.redis = redis
-        self.keys = Keys.from_settings(settings)
+        self.keys = keys_from_settings(settings)
         self.record_ttl_s = settings.getfloat("CRAWL_RECORD_TTL")
         self.reader = FrontierReader(redis, self.keys, self.record_ttl_s)
         self.stats = Stats(redis, self.keys, settings.getlist("STATS_TIMES"))

@@ -179,6 +179,12 @@ def frontier_shards(settings: Settings) -> int:
 CLUSTER_SHARDS = 64
 
 
+def keys_from_settings(settings: Settings) -> Keys:
+    """The keys of REDIS_KEY_PREFIX with FRONTIER_SHARDS shards resolved (:func:`frontier_shards`:
+    0, automatic, asks the server once per process whether it is a Redis Cluster)."""
+    return Keys.from_settings(settings, frontier_shards(settings))
+
+
 def _redis_from_url(client_class: Any, url: str, **options: Any) -> Any:
     """``client_class.from_url(url, **options)``; a bad URL names the setting."""
     try:
@@ -308,7 +314,7 @@ def is_cluster_node(client: redis.Redis) -> bool:
 
 
 def check_frontier_shards(client: redis.Redis, settings: Settings) -> int:
-    """The frontier's shard count (``Keys.from_settings``: FRONTIER_SHARDS, 0 meaning automatic), stored
+    """The frontier's shard count (:func:`keys_from_settings`: FRONTIER_SHARDS, 0 meaning automatic), stored
     in Redis by the first component to start (``Keys.frontier_shards``) and checked by every later
     one, since the shard count is fixed for the life of the data (docs/contract.md §18.2).
 
@@ -319,7 +325,7 @@ def check_frontier_shards(client: redis.Redis, settings: Settings) -> int:
     configured = settings.getint("FRONTIER_SHARDS")
     if not 0 <= configured <= 16384:
         raise SettingsError(f"FRONTIER_SHARDS: must be 0 (automatic) or 1-16384, got {configured}")
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     wanted, key = keys.shards, keys.frontier_shards()
     client.set(key, wanted, nx=True)
     stored = int(client.get(key) or wanted)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import ujson
 from redis.exceptions import ResponseError
 
+from crawlhive.utils.connections import keys_from_settings
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.scripts import scripts
 
@@ -58,7 +59,7 @@ class ControlQueue:
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
-        return cls(redis, Keys.from_settings(settings))
+        return cls(redis, keys_from_settings(settings))
 
     def submit(self, pipe: Pipeline, kind: str, message: dict[str, Any], origin: str) -> None:
         """Queue on *pipe* the append of *message* (of *kind*), at most once per *origin* (run *pipe*

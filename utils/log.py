@@ -185,7 +185,7 @@ DETAIL_LOGGERS = (
     "crawlhive.utils.plugins",
     "crawlhive.app.embedded",
     "crawlhive.utils.connections",
-    "crawlhive.app.cluster",
+    "crawlhive.app.up",
     "scrapy.statscollectors",
     "scrapy-playwright",  # rendering crawlers: its versions, browser launched, handler closing
 )

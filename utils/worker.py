@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kafka.errors import KafkaError
 
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, probe_kafka
+from crawlhive.utils.connections import ensure_topics, keys_from_settings, make_consumer, make_producer, probe_kafka
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.log import mask_url
@@ -93,7 +93,7 @@ class ProcessContext:
         Args:
             heartbeat_extra: more fields for the heartbeat payload (crawlers add their spider type).
         """
-        keys = Keys.from_settings(settings)
+        keys = keys_from_settings(settings)
         node_id = new_node_id()
         return cls(
             settings=settings,

@@ -34,7 +34,7 @@ import redis
 from chaoskit import AofRedis, Proc, TopicReader, TreeSite, audit_leftovers, component_env, scale, wait_until
 
 from crawlhive.app.embedded import EmbeddedBroker
-from crawlhive.utils.connections import ensure_topics, make_producer
+from crawlhive.utils.connections import ensure_topics, keys_from_settings, make_producer
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
@@ -79,7 +79,7 @@ class Cluster:
     kills: list[tuple[str, int]] = field(default_factory=list)  # (victim, leases outstanding)
 
     def __post_init__(self) -> None:
-        self.keys = Keys.from_settings(self.settings)
+        self.keys = keys_from_settings(self.settings)
 
     def topic(self, short: str) -> str:
         return self.settings.topic(short)

@@ -24,7 +24,7 @@ from redis.client import Pipeline
 
 from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.redis_monitor.monitor import RedisMonitor
-from crawlhive.utils.connections import ensure_topics, make_consumer, write_pipeline
+from crawlhive.utils.connections import ensure_topics, keys_from_settings, make_consumer, write_pipeline
 from crawlhive.utils.control import ControlConsumer, ControlQueue
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker, ThrottleConfig
 from crawlhive.utils.heartbeat import Heartbeat
@@ -52,7 +52,7 @@ def rm_settings(settings: Settings) -> Settings:
 
 @pytest.fixture
 def keys(rm_settings: Settings) -> Keys:
-    return Keys.from_settings(rm_settings)
+    return keys_from_settings(rm_settings)
 
 
 class Topic:

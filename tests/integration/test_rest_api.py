@@ -20,11 +20,10 @@ from crawlerkit import redis_for
 from prometheus_client.parser import text_string_to_metric_families
 from rest_support import FakeRedisMonitor, RunningRest, delete_prefix, running_rest, stats_answer
 
-from crawlhive.utils.connections import make_producer
+from crawlhive.utils.connections import keys_from_settings, make_producer
 from crawlhive.utils.contract.validation import RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 from crawlhive.utils.stats import (
     Stats,
@@ -375,7 +374,7 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
     from crawlhive.utils.frontier import FrontierReader
 
     appid = unique("lst")
-    keys = Keys.from_settings(rest_settings)
+    keys = keys_from_settings(rest_settings)
     frontier = Frontier.from_settings(rclient, rest_settings)
     reader = FrontierReader.from_settings(rclient, rest_settings)
 
@@ -483,7 +482,7 @@ def test_crawls_of_a_spider_nobody_runs_say_why_and_cannot_hide_newer_ones(
     from crawlhive.rest.cluster import MAX_CRAWLS
 
     settings = rest_settings.copy_with(REDIS_KEY_PREFIX=f"{rest_settings['REDIS_KEY_PREFIX']}many")
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     frontier = Frontier.from_settings(rclient, settings)
 
     def push(*requests: FrontierRequest) -> None:
@@ -563,7 +562,7 @@ def test_metrics_expose_cluster_state_from_redis(
     http: httpx.Client, rest_settings: Settings, rclient: redis.Redis, rest: RunningRest
 ) -> None:
     spider = "metricspider"  # a spider type of its own: other tests queue "link" work
-    keys = Keys.from_settings(rest_settings)
+    keys = keys_from_settings(rest_settings)
     stats = Stats(rclient, keys, rest_settings.getlist("STATS_TIMES"))
     before = _metrics(http)
     stats.incr_many(

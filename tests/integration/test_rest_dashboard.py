@@ -23,10 +23,9 @@ import pytest
 import redis
 from rest_support import FakeRedisMonitor, running_rest, stats_answer
 
-from crawlhive.utils.connections import make_producer
+from crawlhive.utils.connections import keys_from_settings, make_producer
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings, settings_env
 from crawlhive.utils.stats import Stats, crawler_counter_name, items_counter_name
 
@@ -73,7 +72,7 @@ class StandInCrawler:
 
     def __init__(self, settings: Settings, client: redis.Redis) -> None:
         self.client = client
-        self.keys = Keys.from_settings(settings)
+        self.keys = keys_from_settings(settings)
         self.worker = FrontierWorker.from_settings(client, settings)
         self.frontier = Frontier.from_settings(client, settings)
         self.stats = Stats(client, self.keys, settings.getlist("STATS_TIMES"))

@@ -28,7 +28,7 @@ import redis
 import yaml
 
 from crawlhive.app.cli import build_parser
-from crawlhive.utils.connections import redis_urls
+from crawlhive.utils.connections import keys_from_settings, redis_urls
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.kinds import kinds
@@ -318,7 +318,7 @@ def healthcheck() -> ModuleType:
 
 @pytest.fixture
 def keys(redis_settings: Settings) -> Keys:
-    return Keys.from_settings(redis_settings)
+    return keys_from_settings(redis_settings)
 
 
 def test_heartbeat_of_this_host_and_a_live_pid_is_healthy(

@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from crawlhive.utils import kinds as registry
+from crawlhive.utils.connections import keys_from_settings
 from crawlhive.utils.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,13 +117,12 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     from crawlhive.utils.contract.validation import Accepted, RequestValidator
     from crawlhive.utils.frontier import FrontierReader
     from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-    from crawlhive.utils.keys import Keys
     from crawlhive.utils.stats import Stats
 
     assert "hello-sink" in registry.stats_types()
     validator = RequestValidator.from_settings(redis_settings)
     assert isinstance(validator.validate({"stats": "hello-sink", "appid": "app", "uuid": "u1"}), Accepted)
-    keys = Keys.from_settings(redis_settings)
+    keys = keys_from_settings(redis_settings)
     stats = Stats(redis_client, keys, [60])
     stats.incr_many([("hello-sink", "total", 3)])
     beat = Heartbeat(redis_client, keys, "hello-sink", new_node_id(), "host-1", timeout_s=30)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from crawlhive.utils.connections import is_cluster, write_pipeline
+from crawlhive.utils.connections import is_cluster, keys_from_settings, write_pipeline
 from crawlhive.utils.frontier.model import decode_priority, text
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.scripts import scripts
@@ -76,7 +76,7 @@ class FrontierReader:
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
-        return cls(redis, Keys.from_settings(settings), settings.getfloat("CRAWL_RECORD_TTL"))
+        return cls(redis, keys_from_settings(settings), settings.getfloat("CRAWL_RECORD_TTL"))
 
     def crawl_state(self, spider: str, appid: str, crawlid: str) -> CrawlState:
         """The state of one crawl; zeros and no domains for an unknown one (see :meth:`crawl_states`)."""

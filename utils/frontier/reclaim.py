@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from crawlhive.utils.contract.encoding import encode_text
 from crawlhive.utils.contract.records import crawl_dead_letter
+from crawlhive.utils.frontier.leasing import FrontierWorker
 from crawlhive.utils.frontier.model import LEASE_EXPIRED, OPTIONS_LOST, retried
-from crawlhive.utils.frontier.worker import FrontierWorker
 from crawlhive.utils.frontier.writer import wake_message
 
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Self
 
-from crawlhive.utils.connections import is_cluster
+from crawlhive.utils.connections import is_cluster, keys_from_settings
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, encode_score
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.replication import ReplicaWait
@@ -74,7 +74,7 @@ class Frontier:
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
         return cls(
             redis,
-            Keys.from_settings(settings),
+            keys_from_settings(settings),
             settings.getfloat("CRAWL_RECORD_TTL"),
             ReplicaWait.from_settings(redis, settings),
         )

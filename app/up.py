@@ -24,11 +24,10 @@ from typing import TYPE_CHECKING
 from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook, free_port
 from crawlhive.app.signals import on_forced_stop
 from crawlhive.app.state import claim_state, clear_state, write_state
-from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
+from crawlhive.utils.connections import check_redis, ensure_topics, keys_from_settings, redis_from_settings
 from crawlhive.utils.contract.topics import TOPICS
 from crawlhive.utils.errors import BackendUnavailable
 from crawlhive.utils.heartbeat import live_nodes
-from crawlhive.utils.keys import Keys
 from crawlhive.utils.kinds import heartbeat_components, up_plan
 from crawlhive.utils.log import mask_url
 from crawlhive.utils.settings import Settings, settings_env
@@ -283,7 +282,7 @@ def wait_ready(
     """
     heartbeats = set(heartbeat_components())
     wanted = dict(Counter(kind for _, kind, _ in cluster.plan if kind in heartbeats))
-    keys = Keys.from_settings(cluster.settings)
+    keys = keys_from_settings(cluster.settings)
     redis = redis_from_settings(cluster.settings)
     deadline = time.monotonic() + timeout_s
     try:
