@@ -231,8 +231,8 @@ def feed_file(
         SettingsError: the file cannot be read (names the path).
         BackendUnavailable: no broker (names KAFKA_BOOTSTRAP_SERVERS).
     """
-    from crawlhive.utils.connections import make_producer
     from crawlhive.utils.contract.validation import RequestValidator
+    from crawlhive.utils.kafka_clients import make_producer
 
     stream = out if out is not None else sys.stderr
     try:

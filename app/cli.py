@@ -108,7 +108,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_feed(args: argparse.Namespace) -> int:
     """Produce one request to ``<prefix>.incoming``; with ``--wait``, print the answer to its uuid.
     With ``--file``, one crawl request per line (:func:`cmd_feed_file`)."""
-    from crawlhive.utils.connections import make_producer
+    from crawlhive.utils.kafka_clients import make_producer
 
     settings = _settings_from_args(args)
     if args.file is not None:
@@ -244,7 +244,7 @@ class _AnswerWatch:
         from kafka.errors import KafkaError
         from kafka.structs import TopicPartition
 
-        from crawlhive.utils.connections import ensure_topics, make_consumer
+        from crawlhive.utils.kafka_clients import ensure_topics, make_consumer
 
         topic = settings.topic("outbound_firehose")
         ensure_topics(settings, [topic])
@@ -320,7 +320,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     Raises:
         ClusterGone: the ``crawlhive up`` whose broker it read has exited (exit 1, one line).
     """
-    from crawlhive.utils.connections import make_consumer, probe_kafka
+    from crawlhive.utils.kafka_clients import make_consumer, probe_kafka
     from crawlhive.utils.loop import Outage
 
     settings = _settings_from_args(args)

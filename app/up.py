@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING
 from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook, free_port
 from crawlhive.app.signals import on_forced_stop
 from crawlhive.app.state import claim_state, clear_state, write_state
-from crawlhive.utils.connections import check_redis, ensure_topics, keys_from_settings, redis_from_settings
 from crawlhive.utils.contract.topics import TOPICS
 from crawlhive.utils.errors import BackendUnavailable
 from crawlhive.utils.heartbeat import live_nodes
+from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.kinds import heartbeat_components, up_plan
 from crawlhive.utils.log import mask_url
+from crawlhive.utils.redis_clients import check_redis, keys_from_settings, redis_from_settings
 from crawlhive.utils.settings import Settings, settings_env
 
 if TYPE_CHECKING:

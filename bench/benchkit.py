@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlhive.app.embedded import EmbeddedCluster
-from crawlhive.utils.connections import ensure_topics
+from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.settings import Settings, env_value
 
 

@@ -40,7 +40,7 @@ from crawlhive.cleaner.plugins.extract import ExtractPlugin
 from crawlhive.cleaner.plugins.language import LanguagePlugin
 from crawlhive.cleaner.plugins.pii import PiiPlugin
 from crawlhive.cleaner.plugins.validate import ValidatePlugin
-from crawlhive.utils.connections import make_consumer, make_producer
+from crawlhive.utils.kafka_clients import make_consumer, make_producer
 from crawlhive.utils.keys import Keys
 
 SITE = Path("/tmp/perfsite/www")

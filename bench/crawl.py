@@ -44,8 +44,8 @@ from redis.cluster import RedisCluster
 
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.crawler.settings import scrapy_settings
-from crawlhive.utils.connections import is_cluster, keys_from_settings, redis_from_settings, write_pipeline
 from crawlhive.utils.frontier import Frontier, seed_from_request
+from crawlhive.utils.redis_clients import is_cluster, keys_from_settings, redis_from_settings, write_pipeline
 from crawlhive.utils.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

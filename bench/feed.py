@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from crawlhive.app.embedded import EmbeddedCluster
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer
 from crawlhive.utils.settings import Settings
 
 TARGET_PER_S = 5000

@@ -25,9 +25,9 @@ import redis
 
 from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.redis_monitor.plugins.info import InfoMonitor
-from crawlhive.utils.connections import keys_from_settings, redis_from_settings
 from crawlhive.utils.frontier import FrontierReader, decode_priority, encode_score
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
 from crawlhive.utils.settings import Settings
 
 PREFIX = "benchinfo"

@@ -44,9 +44,9 @@ from scrapy import Request
 from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.crawler.admit import stored_fingerprint
 from crawlhive.crawler.requests import child_request, url_fingerprint
-from crawlhive.utils.connections import is_cluster, keys_from_settings, redis_from_settings, write_pipeline
 from crawlhive.utils.frontier import Frontier, FrontierRequest, OptionSet, seed_from_request
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import is_cluster, keys_from_settings, redis_from_settings, write_pipeline
 from crawlhive.utils.settings import Settings
 
 PREFIX = "benchmem"

@@ -36,8 +36,9 @@ import redis
 
 from crawlhive.app.demo_site import SiteServer
 from crawlhive.app.embedded import EmbeddedCluster, free_port
-from crawlhive.utils.connections import ensure_topics, keys_from_settings
 from crawlhive.utils.frontier import Frontier, seed_from_request
+from crawlhive.utils.kafka_clients import ensure_topics
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings
 
 HITS, WINDOW_S = 20, 10.0

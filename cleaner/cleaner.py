@@ -31,13 +31,13 @@ from redis.exceptions import RedisError
 
 from crawlhive.cleaner.page import Duplicate, NotAnItem, Page, Reject, Skip, too_long
 from crawlhive.cleaner.plugins import BUILTIN_PLUGINS, CleanerPlugin
-from crawlhive.utils.connections import check_redis, redis_from_settings
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.produce import send_and_wait
 from crawlhive.utils.contract.records import clean_dead_letter, cleaned_record
 from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
+from crawlhive.utils.redis_clients import check_redis, redis_from_settings
 from crawlhive.utils.stats import CLEANER, CLEANER_COUNTERS, cleaner_machine_counter_name
 from crawlhive.utils.worker import ConsumerWorker
 

@@ -28,10 +28,10 @@ from twisted.internet import defer, reactor, threads
 from twisted.python.failure import Failure
 
 from crawlhive.crawler.items import CrawledItem
-from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.records import crawl_dead_letter, timestamp
 from crawlhive.utils.contract.topics import appid_topic
+from crawlhive.utils.kafka_clients import ensure_topics
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer

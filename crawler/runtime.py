@@ -55,10 +55,11 @@ from crawlhive.crawler.redis_only import SeedReader
 from crawlhive.crawler.requests import scrapy_request, unfetchable
 from crawlhive.crawler.settings import spider_lists
 from crawlhive.utils import stats as stat_names
-from crawlhive.utils.connections import async_redis_from_settings, make_producer, redis_from_settings
 from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases, retry_backoff
+from crawlhive.utils.kafka_clients import make_producer
 from crawlhive.utils.loop import ClusterGone, Outage
+from crawlhive.utils.redis_clients import async_redis_from_settings, redis_from_settings
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ProcessContext
 

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from crawlhive.utils.connections import keys_from_settings, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
 from crawlhive.utils.heartbeat import live_heartbeats
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
 from crawlhive.utils.settings import Settings, load_settings
 
 if TYPE_CHECKING:

@@ -29,19 +29,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
 from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, Incoming, IncomingPlugin
-from crawlhive.utils.connections import (
-    check_redis,
-    mask_url,
-    record_origin,
-    redis_from_settings,
-    write_pipeline,
-)
 from crawlhive.utils.contract.messages import MessageKind
 from crawlhive.utils.contract.produce import send_and_wait
 from crawlhive.utils.contract.records import validation_dead_letter
 from crawlhive.utils.contract.validation import Accepted, RequestValidator
+from crawlhive.utils.kafka_clients import record_origin
 from crawlhive.utils.loop import is_out_of_memory, is_transient
 from crawlhive.utils.plugins import load_plugins
+from crawlhive.utils.redis_clients import check_redis, mask_url, redis_from_settings, write_pipeline
 from crawlhive.utils.replication import ReplicaWait
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ConsumerWorker

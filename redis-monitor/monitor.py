@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import BUILTIN_PLUGINS, MonitorPlugin, Outbound
-from crawlhive.utils.connections import check_redis, ensure_topics, make_producer, redis_from_settings
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.fit import fit_message, value_limit
 from crawlhive.utils.contract.produce import send_and_wait
@@ -39,8 +38,10 @@ from crawlhive.utils.contract.records import control_dead_letter
 from crawlhive.utils.contract.topics import appid_topic
 from crawlhive.utils.control import ControlConsumer, ControlEntry
 from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.kafka_clients import ensure_topics, make_producer
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
+from crawlhive.utils.redis_clients import check_redis, redis_from_settings
 from crawlhive.utils.replication import ReplicaWait
 from crawlhive.utils.stats import FAIL, REDIS_MONITOR, TOTAL, plugin_counter_name
 from crawlhive.utils.worker import Worker

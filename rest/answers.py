@@ -34,10 +34,10 @@ from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
 from redis.exceptions import RedisError
 
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, record_origin
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.fit import RECORD_OVERHEAD_BYTES, value_limit
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer, record_origin
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class Answer:
     """An outbound message with a string ``uuid``, as consumed from Kafka.
 
     Attributes:
-        origin: :func:`~crawlhive.utils.connections.record_origin` of its record, the same in every REST instance.
+        origin: :func:`~crawlhive.utils.kafka_clients.record_origin` of its record, the same in every REST instance.
     """
 
     uuid: str

@@ -19,12 +19,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from crawlhive.utils.connections import keys_from_settings
 from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.heartbeat import crawler_lanes, live_heartbeats, live_nodes, unserved_reason
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.kinds import heartbeat_components
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.stats import (
     CLEANER,
     CLEANER_COUNTERS,

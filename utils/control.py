@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import ujson
 from redis.exceptions import ResponseError
 
-from crawlhive.utils.connections import keys_from_settings
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:

@@ -94,7 +94,7 @@ class Keys:
     def from_settings(cls, settings: Settings, shards: int | None = None) -> Keys:
         """The keys of REDIS_KEY_PREFIX with *shards* shards, else FRONTIER_SHARDS. No I/O: when
         FRONTIER_SHARDS is 0 (automatic, which asks the server whether it is a Redis Cluster) use
-        :func:`crawlhive.utils.connections.keys_from_settings`, or pass *shards*.
+        :func:`crawlhive.utils.redis_clients.keys_from_settings`, or pass *shards*.
 
         Raises:
             SettingsError: the shard count is 0 (automatic) and no *shards* was given.
@@ -102,7 +102,7 @@ class Keys:
         count = shards or settings.getint("FRONTIER_SHARDS")
         if not count:
             raise SettingsError(
-                "FRONTIER_SHARDS is 0 (automatic): resolve it first (crawlhive.utils.connections.keys_from_settings)"
+                "FRONTIER_SHARDS is 0 (automatic): resolve it first (crawlhive.utils.redis_clients.keys_from_settings)"
             )
         return cls(settings["REDIS_KEY_PREFIX"], count)
 

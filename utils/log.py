@@ -184,7 +184,8 @@ DETAIL_LOGGERS = (
     "uvicorn.error",
     "crawlhive.utils.plugins",
     "crawlhive.app.embedded",
-    "crawlhive.utils.connections",
+    "crawlhive.utils.redis_clients",
+    "crawlhive.utils.kafka_clients",
     "crawlhive.app.up",
     "scrapy.statscollectors",
     "scrapy-playwright",  # rendering crawlers: its versions, browser launched, handler closing

@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Self
 
-from crawlhive.utils.connections import is_cluster, keys_from_settings
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import is_cluster, keys_from_settings
 
 if TYPE_CHECKING:
     from redis import Redis

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kafka.errors import KafkaError
 
-from crawlhive.utils.connections import ensure_topics, keys_from_settings, make_consumer, make_producer, probe_kafka
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer, probe_kafka
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.log import mask_url
 from crawlhive.utils.loop import (
@@ -42,6 +42,7 @@ from crawlhive.utils.loop import (
     is_out_of_memory,
     is_transient,
 )
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.stats import Stats
 
 if TYPE_CHECKING:

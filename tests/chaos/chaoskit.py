@@ -30,7 +30,7 @@ import redis
 
 from crawlhive.app.demo_site import SiteServer
 from crawlhive.app.embedded import EmbeddedRedis, die_with_parent_hook, free_port
-from crawlhive.utils.connections import make_consumer
+from crawlhive.utils.kafka_clients import make_consumer
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings, env_value
 

@@ -34,9 +34,10 @@ import redis
 from chaoskit import AofRedis, Proc, TopicReader, TreeSite, audit_leftovers, component_env, scale, wait_until
 
 from crawlhive.app.embedded import EmbeddedBroker
-from crawlhive.utils.connections import ensure_topics, keys_from_settings, make_producer
 from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.kafka_clients import ensure_topics, make_producer
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings
 
 FULL = scale() == "full"

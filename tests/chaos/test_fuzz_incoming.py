@@ -27,8 +27,9 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from crawlhive.utils.connections import ensure_topics, keys_from_settings, make_producer
 from crawlhive.utils.contract.validation import Accepted, RequestValidator
+from crawlhive.utils.kafka_clients import ensure_topics, make_producer
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings
 
 pytestmark = [

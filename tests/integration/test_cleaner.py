@@ -16,7 +16,8 @@ import pytest
 from crawlerkit import CLI, Collector, Crawler, TestSite, crawler_env, redis_for, seed
 
 from crawlhive.cleaner.cleaner import COUNTERS
-from crawlhive.utils.connections import consumer_lag, ensure_topics, keys_from_settings, make_producer
+from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics, make_producer
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer
 from crawlhive.utils.settings import Settings
 
 CLI = [sys.executable, "-m", "crawlhive.app.cli"]

@@ -19,7 +19,7 @@ from clustercrawlkit import HOSTS, MultiHostSite, Stack, keys_on_primaries
 from clusterkit import LocalCluster
 from crawlerkit import CLI, crawler_env, isolated_settings, redis_for
 
-from crawlhive.utils.connections import check_redis, keys_from_settings
+from crawlhive.utils.redis_clients import check_redis, keys_from_settings
 
 pytestmark = [
     pytest.mark.timeout(240),

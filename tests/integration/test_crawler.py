@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from crawlerkit import TestSite, crawler_module, html, keys_for, seed
 
-from crawlhive.utils.connections import keys_from_settings
 from crawlhive.utils.frontier import CrawlState, FrontierReader
+from crawlhive.utils.redis_clients import keys_from_settings
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -18,7 +18,8 @@ import redis
 from crawlerkit import Collector, Crawler, LeaseReaper, TestSite, crawler_env, html, seed
 from redis.cluster import RedisCluster
 
-from crawlhive.utils.connections import ensure_topics, is_cluster, keys_from_settings, make_consumer
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer
+from crawlhive.utils.redis_clients import is_cluster, keys_from_settings
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)

@@ -23,8 +23,8 @@ from crawlerkit import (
     seed,
 )
 
-from crawlhive.utils.connections import keys_from_settings
 from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.redis_clients import keys_from_settings
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -24,11 +24,12 @@ from redis.client import Pipeline
 
 from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.redis_monitor.monitor import RedisMonitor
-from crawlhive.utils.connections import ensure_topics, keys_from_settings, make_consumer, write_pipeline
 from crawlhive.utils.control import ControlConsumer, ControlQueue
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker, ThrottleConfig
 from crawlhive.utils.heartbeat import Heartbeat
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings, write_pipeline
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.settings import Settings, settings_env
 from crawlhive.utils.stats import KAFKA_MONITOR, Stats, failed_counter_name, plugin_counter_name, record_response

@@ -20,10 +20,11 @@ from crawlerkit import redis_for
 from prometheus_client.parser import text_string_to_metric_families
 from rest_support import FakeRedisMonitor, RunningRest, delete_prefix, running_rest, stats_answer
 
-from crawlhive.utils.connections import keys_from_settings, make_producer
 from crawlhive.utils.contract.validation import RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
+from crawlhive.utils.kafka_clients import make_producer
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings
 from crawlhive.utils.stats import (
     Stats,

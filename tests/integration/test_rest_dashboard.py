@@ -23,9 +23,10 @@ import pytest
 import redis
 from rest_support import FakeRedisMonitor, running_rest, stats_answer
 
-from crawlhive.utils.connections import keys_from_settings, make_producer
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
+from crawlhive.utils.kafka_clients import make_producer
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings, settings_env
 from crawlhive.utils.stats import Stats, crawler_counter_name, items_counter_name
 

@@ -29,9 +29,9 @@ from crawlerkit import (
     seed,
 )
 
-from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)

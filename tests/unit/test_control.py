@@ -8,9 +8,9 @@ import pytest
 import redis
 from redis.client import Pipeline
 
-from crawlhive.utils.connections import keys_from_settings
 from crawlhive.utils.control import CONTROL_GROUP, ControlConsumer, ControlQueue
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.settings import Settings
 

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from crawlhive.utils import kinds as registry
-from crawlhive.utils.connections import keys_from_settings
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, cast
 
-from crawlhive.utils.connections import keys_from_settings
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, decode_priority, parse_lease_member
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:

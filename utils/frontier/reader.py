@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from crawlhive.utils.connections import is_cluster, keys_from_settings, write_pipeline
 from crawlhive.utils.frontier.model import decode_priority, text
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import is_cluster, keys_from_settings, write_pipeline
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:

@@ -27,9 +27,9 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Self
 
-from crawlhive.utils.connections import is_cluster, keys_from_settings
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, encode_score
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import is_cluster, keys_from_settings
 from crawlhive.utils.replication import ReplicaWait
 
 if TYPE_CHECKING:
