@@ -2,22 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import TYPE_CHECKING
-
-from crawlhive.utils.kinds import ProcessKind, UpGroup
-
-if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
-
-
-def run(settings: Settings, args: argparse.Namespace) -> int:
-    """Run one cleaner until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
-    from crawlhive.cleaner.cleaner import Cleaner
-    from crawlhive.utils.worker import run_until_stopped
-
-    return run_until_stopped(Cleaner.from_settings(settings), "cleaner")
-
+from crawlhive.utils.kinds import ProcessKind, UpGroup, worker_entry
 
 KIND = ProcessKind(
     name="cleaner",
@@ -26,7 +11,7 @@ KIND = ProcessKind(
 examples:
   crawlhive cleaner                 # one more cleaner beside `crawlhive up` (they share the partitions)
   CLEANER_MASK_PII=false crawlhive cleaner""",
-    entry=run,
+    entry=worker_entry("crawlhive.cleaner.cleaner.Cleaner", "cleaner"),
     order=40,
     up=(UpGroup(option="cleaners", default=1, help="cleaner processes (default 1; docs/contract.md §13)"),),
     compose=("cleaner",),

@@ -128,6 +128,21 @@ class ProcessKind:
         return self.card or self.name
 
 
+def worker_entry(path: str, command: str) -> Entry:
+    """The entry of a kind whose process is a :class:`~crawlhive.utils.worker.Worker`: the class at
+    *path* (``package.module.Class``, imported only when the process runs) built ``from_settings``
+    and run until SIGINT/SIGTERM (:func:`~crawlhive.utils.worker.run_until_stopped`)."""
+
+    def run(settings: Settings, args: argparse.Namespace) -> int:
+        from crawlhive.utils.plugins import load_object
+        from crawlhive.utils.worker import run_until_stopped
+
+        return run_until_stopped(load_object(path).from_settings(settings), command)
+
+    run.__doc__ = f"Run one {command} until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."
+    return run
+
+
 @functools.cache
 def kinds() -> tuple[ProcessKind, ...]:
     """Every registered kind, in :attr:`ProcessKind.order` (then name).
