@@ -323,3 +323,22 @@ def test_a_page_whose_admit_fails_while_a_redis_node_fails_over_is_admitted_when
     context, passed = _admitted(runtime, spider, "async")
     assert passed == [{"url": "http://a.com/"}] == runtime.passed
     assert runtime.abandoned == [] and not context.done and runtime.attempts == 3
+
+
+def test_a_maintenance_extension_can_be_switched_off() -> None:
+    """The crawler's loops other than lease renewal are Scrapy extensions (crawler/extensions.py): a
+    user's EXTENSIONS may switch one off, and Scrapy's extension manager then builds the others only."""
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+    from crawlhive.crawler import extensions
+
+    off = {"EXTENSIONS": {"crawlhive.crawler.extensions.ProgressLog": None}}
+    converted = scrapy_settings(Settings.from_overrides(SCRAPY_SETTINGS=off), "link")
+    assert converted["EXTENSIONS"]["crawlhive.crawler.extensions.ProgressLog"] is None
+    assert converted["EXTENSIONS"]["crawlhive.crawler.extensions.HeartbeatLoop"] == 100
+    scrapy_only = {k: v for k, v in converted.items() if k == "EXTENSIONS"}
+    crawler = Crawler(Spider, {**scrapy_only, "TELNETCONSOLE_ENABLED": False, "TWISTED_REACTOR": None})
+    crawler._apply_settings()  # what crawl() does first: stats, then the extension manager
+    registered = [type(e) for e in extensions._REGISTERED[crawler]]
+    assert registered == [extensions.HeartbeatLoop, extensions.StatsFlush, extensions.RedisOnlySeeds]
