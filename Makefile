@@ -60,16 +60,19 @@ demo: $(RUN_STAMP)
 up: $(RUN_STAMP)
 	$(BIN)/crawlhive up
 
+# lint-imports: the layers of pyproject.toml's [tool.importlinter] (app > services side by side > library).
 lint: $(STAMP) typecheck
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 # mypy on the shipped code (strictness in pyproject.toml's [tool.mypy]). The folders become the
 # crawlhive package only when installed, so mypy reads them through a link tree that maps them the
-# same way (build/typecheck/crawlhive/utils -> utils, ...).
+# same way (build/typecheck/crawlhive/app -> app, crawlhive/utils -> utils, ...).
 TYPECHECK := build/typecheck
 typecheck: $(STAMP)
 	@rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/crawlhive
+	@ln -s ../../../app $(TYPECHECK)/crawlhive/app
 	@ln -s ../../../utils $(TYPECHECK)/crawlhive/utils
 	@ln -s ../../../crawler $(TYPECHECK)/crawlhive/crawler
 	@ln -s ../../../kafka-monitor $(TYPECHECK)/crawlhive/kafka_monitor

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from crawlhive.utils.app.embedded import EmbeddedCluster
-from crawlhive.utils.connections import ensure_topics
+from crawlhive.app.embedded import EmbeddedCluster
+from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.settings import Settings, env_value
 
 

@@ -49,14 +49,14 @@ import psutil
 import redis
 from benchkit import bench_settings
 
+from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.cleaner.page import Page
 from crawlhive.cleaner.plugins.dates import DatePlugin
 from crawlhive.cleaner.plugins.extract import ExtractPlugin
 from crawlhive.cleaner.plugins.language import LanguagePlugin
 from crawlhive.cleaner.plugins.pii import PiiPlugin
 from crawlhive.cleaner.plugins.validate import ValidatePlugin
-from crawlhive.utils.app.embedded import EmbeddedCluster
-from crawlhive.utils.connections import make_consumer, make_producer
+from crawlhive.utils.kafka_clients import make_consumer, make_producer
 from crawlhive.utils.keys import Keys
 
 SITE = Path("/tmp/perfsite/www")
@@ -124,7 +124,7 @@ def cleaner_process_cpu(cluster: EmbeddedCluster, work: Path, records: list[dict
         REDIS_URL=cluster.redis_url, KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap, REDIS_KEY_PREFIX=prefix,
         KAFKA_TOPIC_PREFIX=prefix, CRAWLHIVE_HOME=str(work), LOG_LEVEL="WARNING",
     )  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "crawlhive.utils.app.cli", "cleaner"], env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "cleaner"], env=env)
     client = redis.Redis.from_url(cluster.redis_url)
     consumer = make_consumer(settings, settings.topic("cleaned"), group_id=None)
     try:
@@ -261,7 +261,7 @@ def run_cleaners(cluster: EmbeddedCluster, work: Path, records: list[dict[str, A
         CRAWLHIVE_HOME=str(work),
         LOG_LEVEL="WARNING",
     )
-    command = [sys.executable, "-m", "crawlhive.utils.app.cli", "cleaner"]
+    command = [sys.executable, "-m", "crawlhive.app.cli", "cleaner"]
     procs = [subprocess.Popen(command, env=env) for _ in range(n)]
     client = redis.Redis.from_url(cluster.redis_url)
     consumer = make_consumer(settings, settings.topic("cleaned"), group_id=None)

@@ -42,11 +42,10 @@ import redis
 from benchkit import bench_settings, crawler_env
 from redis.cluster import RedisCluster
 
+from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.crawler.settings import scrapy_settings
-from crawlhive.utils.app.embedded import EmbeddedCluster
-from crawlhive.utils.connections import is_cluster, redis_from_settings, write_pipeline
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import is_cluster, keys_from_settings, redis_from_settings, write_pipeline
 from crawlhive.utils.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,11 +154,11 @@ def run_crawlers(
             "CLOSESPIDER_PAGECOUNT": pages // n,
         }
         env = crawler_env(settings, work, scrapy, CONCURRENT_REQUESTS=str(conc))
-        command = [sys.executable, "-m", "crawlhive.utils.app.cli", "crawler", "--spider", spider[0]]
+        command = [sys.executable, "-m", "crawlhive.app.cli", "crawler", "--spider", spider[0]]
         procs.append(subprocess.Popen(command, env=env))
     # wait until every crawler is polling (heartbeat), then seed, so start-up is not measured
     deadline = time.monotonic() + 60
-    while client.zcard(Keys.from_settings(settings).heartbeat_index("crawler")) < n and time.monotonic() < deadline:
+    while client.zcard(keys_from_settings(settings).heartbeat_index("crawler")) < n and time.monotonic() < deadline:
         time.sleep(0.05)
     before = commands(client)
     cpu_before = {name: cpu_s(pids) for name, pids in services.items()}

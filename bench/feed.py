@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from crawlhive.utils.app.embedded import EmbeddedCluster
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
+from crawlhive.app.embedded import EmbeddedCluster
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer
 from crawlhive.utils.settings import Settings
 
 TARGET_PER_S = 5000
@@ -90,7 +90,7 @@ def main() -> int:
         ensure_topics(fed, [fed.topic("incoming")])
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")}
         env.update({k: str(v) for k, v in base.items()}, KAFKA_TOPIC_PREFIX="benchfeed")
-        command = [sys.executable, "-m", "crawlhive.utils.app.cli", "feed", "--file", str(path)]
+        command = [sys.executable, "-m", "crawlhive.app.cli", "feed", "--file", str(path)]
         started = time.monotonic()
         done = subprocess.run(
             [*command, "--appid", "bench", "--crawlid", "feed"], env=env, capture_output=True, text=True

@@ -23,11 +23,11 @@ from collections.abc import Callable
 
 import redis
 
+from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.redis_monitor.plugins.info import InfoMonitor
-from crawlhive.utils.app.embedded import EmbeddedRedis
-from crawlhive.utils.connections import redis_from_settings
 from crawlhive.utils.frontier import FrontierReader, decode_priority, encode_score
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
 from crawlhive.utils.settings import Settings
 
 PREFIX = "benchinfo"
@@ -98,7 +98,7 @@ def run(url: str, requests: int, domains: int, runs: int, naive_runs: int) -> in
         REDIS_URL=url, REDIS_KEY_PREFIX=PREFIX, FRONTIER_SHARDS=int(os.environ.get("FRONTIER_SHARDS") or 0)
     )
     client = redis_from_settings(settings)
-    keys = Keys.from_settings(settings)  # 64 shards on a Redis Cluster
+    keys = keys_from_settings(settings)  # 64 shards on a Redis Cluster
     for batch in iter(lambda: list(client.scan_iter(match=f"{PREFIX}:*", count=10000))[:10000], []):
         client.delete(*batch)
     try:

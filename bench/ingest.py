@@ -1,11 +1,11 @@
 """Ingest benchmark: valid crawl requests per second through one kafka-monitor process.
 
-Starts its own embedded Redis and broker (``utils/app/embedded.py``), produces N valid crawl requests
+Starts its own embedded Redis and broker (``app/embedded.py``), produces N valid crawl requests
 to ``<prefix>.incoming``, then measures in the same run:
 
 * **consume-only**: a trivial loop in this process (same consumer factory and settings, its own
   consumer group) that polls the same N records, counts them and commits each batch;
-* **kafka-monitor**: one ``crawlhive kafka-monitor`` process (``python -m crawlhive.utils.app.cli
+* **kafka-monitor**: one ``crawlhive kafka-monitor`` process (``python -m crawlhive.app.cli
   kafka-monitor``) that validates each record and queues it in the Redis frontier.
 
 Both rates are steady-state: from the end of the first batch (so consumer-group join time is left
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import redis
 
+from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.kafka_monitor.monitor import COMPONENT
-from crawlhive.utils.app.embedded import EmbeddedCluster
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings, env_value
 
 PREFIX = "bench"
@@ -121,13 +121,13 @@ def through_monitor(settings: Settings, expected: int, workdir: str, timeout_s: 
     }
     log = open(os.path.join(workdir, "kafka-monitor.log"), "wb")  # closed in the finally below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "crawlhive.utils.app.cli", "kafka-monitor"],
+        [sys.executable, "-m", "crawlhive.app.cli", "kafka-monitor"],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
     client = redis.Redis.from_url(settings["REDIS_URL"])
-    counter = Keys.from_settings(settings).stats_lifetime(COMPONENT, "plugin:ScraperHandler")
+    counter = keys_from_settings(settings).stats_lifetime(COMPONENT, "plugin:ScraperHandler")
     try:
         start = time.monotonic()
         deadline = start + timeout_s
@@ -154,7 +154,7 @@ def through_monitor(settings: Settings, expected: int, workdir: str, timeout_s: 
 
 def count_queued(settings: Settings, count: int, domains: int, crawls: int) -> int:
     """Members across every crawl queue the benchmark's *count* requests can land in."""
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     client = redis.Redis.from_url(settings["REDIS_URL"])
     try:
         pipe = client.pipeline(transaction=False)

@@ -30,9 +30,9 @@ from typing import Any
 
 import redis
 
-from crawlhive.utils.app.demo_site import SiteServer
-from crawlhive.utils.app.embedded import EmbeddedCluster, free_port
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
+from crawlhive.app.demo_site import SiteServer
+from crawlhive.app.embedded import EmbeddedCluster, free_port
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer
 from crawlhive.utils.settings import Settings
 
 TARGET_MEDIAN_S = 0.5
@@ -87,7 +87,7 @@ def main() -> int:
             LOG_LEVEL="WARNING",
         )
         procs = [
-            subprocess.Popen([sys.executable, "-m", "crawlhive.utils.app.cli", *cmd], env=env)
+            subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", *cmd], env=env)
             for cmd in (["kafka-monitor"], ["redis-monitor"], ["crawler"])
         ]
         client = redis.Redis.from_url(cluster.redis_url)

@@ -41,12 +41,12 @@ import redis
 from redis.cluster import RedisCluster
 from scrapy import Request
 
+from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.crawler.admit import stored_fingerprint
 from crawlhive.crawler.requests import child_request, url_fingerprint
-from crawlhive.utils.app.embedded import EmbeddedRedis
-from crawlhive.utils.connections import is_cluster, redis_from_settings, write_pipeline
 from crawlhive.utils.frontier import Frontier, FrontierRequest, OptionSet, seed_from_request
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import is_cluster, keys_from_settings, redis_from_settings, write_pipeline
 from crawlhive.utils.settings import Settings
 
 PREFIX = "benchmem"
@@ -190,7 +190,7 @@ def run(url: str, requests: int, domains: int, crawls: int) -> int:
         REDIS_URL=url, REDIS_KEY_PREFIX=PREFIX, FRONTIER_SHARDS=int(os.environ.get("FRONTIER_SHARDS") or 0)
     )
     client = redis_from_settings(settings)
-    keys = Keys.from_settings(settings)  # 64 shards on a Redis Cluster
+    keys = keys_from_settings(settings)  # 64 shards on a Redis Cluster
     clear(client)
     try:
         server = client.info("server")

@@ -43,10 +43,10 @@ from typing import Any
 from benchkit import ROOT, bench_settings, crawler_env
 from crawl import CRAWLHIVE_ITEMS, commands, redis_cpu_s
 
-from crawlhive.utils.app.embedded import EmbeddedCluster
-from crawlhive.utils.connections import redis_from_settings, write_pipeline
+from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.utils.frontier import Frontier, seed_from_request
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import redis_from_settings, write_pipeline
 
 SITE = Path("/tmp/realweb")
 #: Where the figures are left for ``bench/pipeline.py`` (same ``make bench`` run).
@@ -177,7 +177,7 @@ def run_crawlhive(
     }  # fmt: skip
     log_level = os.environ.get("RW_LOG", "WARNING")
     env = crawler_env(settings, work, scrapy, CONCURRENT_REQUESTS=str(conc), LOG_LEVEL=log_level)
-    proc = subprocess.Popen([sys.executable, "-m", "crawlhive.utils.app.cli", "crawler"], env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "crawler"], env=env)
     try:
         deadline = time.monotonic() + 60
         while client.zcard(Keys.from_settings(settings).heartbeat_index("crawler")) < 1:

@@ -32,9 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from memory import CRAWL_DEFAULTS, link_url, used_memory  # noqa: E402  (bench/memory.py)
 
+from crawlhive.app.embedded import EmbeddedRedis  # noqa: E402
 from crawlhive.crawler.requests import child_request  # noqa: E402
-from crawlhive.utils.app.embedded import EmbeddedRedis  # noqa: E402
-from crawlhive.utils.connections import redis_from_settings  # noqa: E402
 from crawlhive.utils.frontier import OptionSet, seed_from_request  # noqa: E402
 from crawlhive.utils.frontier.recrawl import (  # noqa: E402
     PageState,
@@ -43,6 +42,7 @@ from crawlhive.utils.frontier.recrawl import (  # noqa: E402
     VisitResult,
 )
 from crawlhive.utils.keys import Keys  # noqa: E402
+from crawlhive.utils.redis_clients import redis_from_settings  # noqa: E402
 from crawlhive.utils.settings import Settings  # noqa: E402
 
 PREFIX = "benchrc"

@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from recrawl_memory import PREFIX, clear, fill  # noqa: E402  (bench/recrawl_memory.py)
 
-from crawlhive.utils.app.embedded import EmbeddedRedis  # noqa: E402
-from crawlhive.utils.connections import redis_from_settings  # noqa: E402
+from crawlhive.app.embedded import EmbeddedRedis  # noqa: E402
 from crawlhive.utils.frontier.recrawl import Schedule  # noqa: E402
 from crawlhive.utils.keys import Keys  # noqa: E402
+from crawlhive.utils.redis_clients import redis_from_settings  # noqa: E402
 from crawlhive.utils.settings import Settings  # noqa: E402
 
 DUE_PER_S = 10_000

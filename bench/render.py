@@ -37,9 +37,9 @@ from typing import Any
 import redis
 from benchkit import bench_settings, crawler_env
 
-from crawlhive.utils.app.embedded import EmbeddedCluster
+from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "bench" / "baseline"
@@ -131,10 +131,10 @@ def crawl(
         "LOGSTATS_INTERVAL": 3600,
     }
     env = crawler_env(settings, work, scrapy, CONCURRENT_REQUESTS="32", RENDER_CONCURRENCY=str(concurrency))
-    command = [sys.executable, "-m", "crawlhive.utils.app.cli", "crawler", *(["--render"] if render else [])]
+    command = [sys.executable, "-m", "crawlhive.app.cli", "crawler", *(["--render"] if render else [])]
     proc = subprocess.Popen(command, env=env)
     deadline = time.monotonic() + 60
-    while client.zcard(Keys.from_settings(settings).heartbeat_index("crawler")) < 1 and time.monotonic() < deadline:
+    while client.zcard(keys_from_settings(settings).heartbeat_index("crawler")) < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     sampler = Sampler(proc.pid)
     sampler.start()

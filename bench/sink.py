@@ -34,10 +34,10 @@ from typing import Any
 import psycopg
 from benchkit import bench_settings
 
+from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.sink.postgres import CREATE_TABLE, page_row
 from crawlhive.sink.worker import Sink
-from crawlhive.utils.app.embedded import EmbeddedCluster
-from crawlhive.utils.connections import make_producer
+from crawlhive.utils.kafka_clients import make_producer
 from crawlhive.utils.settings import Settings
 
 POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

@@ -34,11 +34,11 @@ from typing import Any
 
 import redis
 
-from crawlhive.utils.app.demo_site import SiteServer
-from crawlhive.utils.app.embedded import EmbeddedCluster, free_port
-from crawlhive.utils.connections import ensure_topics
+from crawlhive.app.demo_site import SiteServer
+from crawlhive.app.embedded import EmbeddedCluster, free_port
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.kafka_clients import ensure_topics
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings
 
 HITS, WINDOW_S = 20, 10.0
@@ -125,12 +125,10 @@ def run(cluster: EmbeddedCluster, work: Path, moderated: bool, crawlers: int, du
         CRAWLER_ALLOWED_NETWORKS='["127.0.0.0/8"]',  # the bench site is on loopback
         LOG_LEVEL="WARNING",
     )
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "crawlhive.utils.app.cli", "crawler"], env=env) for _ in range(crawlers)
-    ]
+    procs = [subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "crawler"], env=env) for _ in range(crawlers)]
     try:
         deadline = time.monotonic() + 60
-        while client.zcard(Keys.from_settings(settings).heartbeat_index("crawler")) < crawlers:
+        while client.zcard(keys_from_settings(settings).heartbeat_index("crawler")) < crawlers:
             if time.monotonic() > deadline:
                 raise RuntimeError("crawlers did not start")
             time.sleep(0.05)

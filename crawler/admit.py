@@ -25,8 +25,8 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from crawlhive.crawler.requests import child_request, link_child, url_fingerprint
-from crawlhive.utils.connections import is_cluster
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import is_cluster
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:

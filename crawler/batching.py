@@ -42,7 +42,7 @@ from redis.exceptions import (
     TimeoutError as RedisTimeoutError,
 )
 
-from crawlhive.utils.connections import is_cluster
+from crawlhive.utils.redis_clients import is_cluster
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:

@@ -17,11 +17,9 @@ expires and is reclaimed (at least once).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-import ujson
 from itemadapter import ItemAdapter
 from kafka.errors import MessageSizeTooLargeError
 from scrapy.exceptions import DropItem
@@ -29,10 +27,12 @@ from scrapy.utils.serialize import ScrapyJSONEncoder
 from twisted.internet import defer, reactor, threads
 from twisted.python.failure import Failure
 
-from crawlhive.crawler.items import CrawledItem, timestamp
+from crawlhive.crawler.items import CrawledItem
 from crawlhive.utils.blobs import BlobStore
-from crawlhive.utils.connections import ensure_topics
-from crawlhive.utils.frontier import crawl_dead_letter
+from crawlhive.utils.contract.encoding import encode
+from crawlhive.utils.contract.records import crawl_dead_letter, timestamp
+from crawlhive.utils.contract.topics import appid_topic
+from crawlhive.utils.kafka_clients import ensure_topics
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
@@ -42,9 +42,6 @@ if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-#: Legal per-appid topic name fragment (docs/contract.md §1).
-_APPID_TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
 
 _ENCODER = ScrapyJSONEncoder()
 
@@ -106,7 +103,7 @@ class Emitter:
         else:
             kind, record = "items", self.envelope(item, context)
         try:
-            data = ujson.dumps(record, ensure_ascii=False, escape_forward_slashes=False, default=_json_default).encode()
+            data = encode(record, default=_json_default)
         except (TypeError, ValueError, OverflowError) as exc:
             error = f"item error: {type(exc).__name__}: {exc}"
             if context is not None:
@@ -129,7 +126,7 @@ class Emitter:
         def stored(ref: dict[str, Any]) -> defer.Deferred[None]:
             threads.deferToThread(self.blobs.expire)  # at most once an hour; never raises
             smaller = {**record, "body": None, "body_ref": ref}
-            data = ujson.dumps(smaller, ensure_ascii=False, escape_forward_slashes=False).encode()
+            data = encode(smaller, default=_json_default)
             if len(data) > self.max_item_bytes:
                 return self._too_large(context, len(data))
             return self._send_record("crawled", smaller, data, context)
@@ -156,8 +153,9 @@ class Emitter:
         topics = [self.firehose if kind == "crawled" else self.items_topic]
         appid = str(record.get("appid", ""))
         if self.appid_topics:
-            if _APPID_TOPIC.match(appid) and len(self.settings.topic(f"{kind}_{appid}")) <= 249:
-                topics.append(self.settings.topic(f"{kind}_{appid}"))
+            topic = appid_topic(self.settings["KAFKA_TOPIC_PREFIX"], kind, appid)
+            if topic is not None and len(topic) <= 249:
+                topics.append(topic)
             else:
                 logger.warning("appid %r is not a legal topic name fragment; firehose only", appid)
         result: defer.Deferred[Any] = defer.gatherResults([self.send(t, data) for t in topics], consumeErrors=True)
@@ -205,7 +203,7 @@ class Emitter:
         context.failed = True
         context.pending_items += 1  # the dead letter: the page ends once the broker has it
         letter = crawl_dead_letter(context.request, error)
-        data = ujson.dumps(letter, ensure_ascii=False, escape_forward_slashes=False).encode()
+        data = encode(letter)
 
         def sent(_: Any) -> None:
             self.on_failed()

@@ -9,10 +9,11 @@ from __future__ import annotations
 import base64
 import http
 from collections.abc import Collection
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy.http import TextResponse
+
+from crawlhive.utils.contract.records import timestamp
 
 if TYPE_CHECKING:
     from scrapy.http import Response
@@ -99,11 +100,6 @@ def header_lists(headers: Headers, redact: Collection[str] = (), words: Collecti
         hidden = secret_header(name, redact, words)
         lists[name] = [REDACTED if hidden else _text(v) for v in values]
     return lists
-
-
-def timestamp(now: datetime | None = None) -> str:
-    """UTC ``YYYY-MM-DDTHH:MM:SS.ffffff`` (always 6 fractional digits, no offset)."""
-    return (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%f")
 
 
 def body_fields(response: Response, base64_encode: bool) -> tuple[str, str]:

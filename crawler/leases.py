@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisClusterException, RedisError
 from twisted.internet import reactor
 
-from crawlhive.utils.connections import write_pipeline
 from crawlhive.utils.frontier import (
     WAKE_ANY,
     Frontier,
@@ -40,6 +39,7 @@ from crawlhive.utils.frontier import (
     wake_message,
 )
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import write_pipeline
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import WatchError
 
-from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, parse_json, validation_dead_letter
-from crawlhive.utils.connections import is_cluster
+from crawlhive.utils.contract.records import validation_dead_letter
+from crawlhive.utils.contract.validation import Accepted, RequestValidator, parse_json
 from crawlhive.utils.frontier import Frontier, FrontierRequest, seed_from_request
 from crawlhive.utils.keys import SpiderLists
+from crawlhive.utils.redis_clients import is_cluster
 
 if TYPE_CHECKING:
     from redis import Redis

@@ -11,10 +11,11 @@ from crawlhive.crawler.netguard import NetworkPolicy
 from crawlhive.crawler.render import render_settings
 from crawlhive.crawler.settings import apply_custom_settings, scrapy_settings, spider_lists, spider_modules
 from crawlhive.crawler.spiders import spider_class
-from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
+from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.loop import ClusterGone
 from crawlhive.utils.proxies import pools_from_settings
+from crawlhive.utils.redis_clients import check_redis, redis_from_settings
 
 if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings

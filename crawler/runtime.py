@@ -13,7 +13,8 @@ The scheduler, the middlewares, the pipeline and the extensions of one crawler e
 * :attr:`emitter` (:class:`~crawlhive.crawler.emitter.Emitter`): items and dead letters to Kafka
   (or to Redis lists in Redis-only mode, where :attr:`seeds` reads seeds from a Redis list:
   :mod:`crawlhive.crawler.redis_only`);
-* the heartbeat, the response counters, and the looping calls that renew leases and write stats.
+* the heartbeat, the response counters, and the looping calls that renew leases and write stats
+  (the loops other than the lease renewal are Scrapy extensions: :mod:`crawlhive.crawler.extensions`).
 
 The life of a leased request:
 
@@ -49,16 +50,18 @@ from twisted.internet import defer, task, threads
 from crawlhive.crawler.admit import Admission
 from crawlhive.crawler.batching import ScriptBatcher
 from crawlhive.crawler.emitter import Emitter, KafkaSink, RedisSink, Sink
+from crawlhive.crawler.extensions import maintenance_loops
 from crawlhive.crawler.leases import LeaseContext, LeaseTable
 from crawlhive.crawler.links import LinkLimits
 from crawlhive.crawler.redis_only import SeedReader
 from crawlhive.crawler.requests import scrapy_request, unfetchable
 from crawlhive.crawler.settings import spider_lists
 from crawlhive.utils import stats as stat_names
-from crawlhive.utils.connections import async_redis_from_settings, make_producer, redis_from_settings
 from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases, retry_backoff
+from crawlhive.utils.kafka_clients import make_producer
 from crawlhive.utils.loop import ClusterGone, Outage, is_cluster_transient
+from crawlhive.utils.redis_clients import async_redis_from_settings, redis_from_settings
 from crawlhive.utils.response_metrics import ResponseMetrics
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ProcessContext
@@ -79,10 +82,6 @@ _RUNTIMES: weakref.WeakKeyDictionary[Crawler, CrawlRuntime] = weakref.WeakKeyDic
 #: Seconds a frontier shard whose pops found nothing queued is not asked again, unless a wake-up
 #: names it (several shards: a crawler then asks only shards that may have work).
 SHARD_RECHECK_S = 2.0
-#: Seconds between two progress lines of a crawler that is fetching pages (none while idle).
-PROGRESS_EVERY_S = 10.0
-#: Seconds between two reads of the start-URLs list in Redis-only mode.
-REDIS_ONLY_SEEDS_EVERY_S = 1.0
 
 
 def existing_runtime(crawler: Crawler) -> CrawlRuntime | None:
@@ -207,25 +206,17 @@ class CrawlRuntime:
     # --- life cycle -------------------------------------------------------------------------------
 
     def _opened(self, spider: Spider) -> None:
-        self.heartbeat.beat()
+        """Start the lease renewal and the loops of the maintenance extensions (``EXTENSIONS``:
+        :mod:`crawlhive.crawler.extensions`)."""
         for interval, func in (
-            (self.context.heartbeat_interval_s, self._beat),
-            (self.settings.getfloat("CRAWLER_STATS_FLUSH_S"), self.flush_stats),
             (max(0.2, self.lease_s / 4), self.leases.renew_all),
-            (PROGRESS_EVERY_S, self._log_progress),
-            *self._redis_only_loops(),
+            *maintenance_loops(self.crawler, self),
         ):
             loop = task.LoopingCall(self._kept_running, func)
             loop.start(interval, now=False).addErrback(self._loop_failed)
             self._loops.append(loop)
 
-    def _redis_only_loops(self) -> list[tuple[float, Any]]:
-        """Redis-only mode: read seeds every second, and reclaim expired leases (no redis-monitor)."""
-        if self.seeds is None:
-            return []
-        return [(REDIS_ONLY_SEEDS_EVERY_S, self._read_seeds), (max(1.0, self.lease_s / 2), self._reclaim)]
-
-    def _read_seeds(self) -> defer.Deferred[None]:
+    def read_seeds(self) -> defer.Deferred[None]:
         """Move the start-URLs list into the frontier, in a thread (validation takes CPU)."""
         seeds = self.seeds
         assert seeds is not None
@@ -239,7 +230,7 @@ class CrawlRuntime:
 
         return threads.deferToThread(read)
 
-    def _reclaim(self) -> defer.Deferred[None]:
+    def reclaim(self) -> defer.Deferred[None]:
         def reclaim() -> None:
             try:
                 reclaim_expired_leases(self.worker, self.spider, self.settings.getint("RETRY_TIMES"))
@@ -248,7 +239,7 @@ class CrawlRuntime:
 
         return threads.deferToThread(reclaim)
 
-    def _log_progress(self) -> None:
+    def log_progress(self) -> None:
         """One INFO line per PROGRESS_EVERY_S while pages are fetched, nothing while idle (§17.4)."""
         stats = self.crawler.stats
         pages = int(stats.get_value("response_received_count", 0)) if stats else 0
@@ -316,7 +307,7 @@ class CrawlRuntime:
     def _loop_failed(self, failure: Any) -> None:
         logger.error("crawler maintenance loop failed", exc_info=(failure.type, failure.value, failure.tb))
 
-    def _beat(self) -> None:
+    def beat(self) -> None:
         try:
             self.heartbeat.beat()
         except RedisError as exc:

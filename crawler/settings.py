@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from crawlhive.crawler.extensions import EXTENSIONS as MAINTENANCE_EXTENSIONS
 from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.keys import SpiderLists
 from crawlhive.utils.patterns import PATTERN_SETTINGS
@@ -137,7 +138,8 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         # The user's ITEM_PIPELINES, then crawlhive's output, whatever their orders (pipelines.py).
         "ITEM_PROCESSOR": f"{_PKG}.pipelines.FrontierItemProcessor",
         "ITEM_PIPELINES": {},
-        "EXTENSIONS": {},
+        # The maintenance loops (heartbeat, stats flush, progress, Redis-only seeds): switchable.
+        "EXTENSIONS": dict(MAINTENANCE_EXTENSIONS),
     }
     return merge_user_settings(values, settings.getdict("SCRAPY_SETTINGS"), "SCRAPY_SETTINGS")
 
@@ -153,7 +155,8 @@ def merge_user_settings(ours: dict[str, Any], user: dict[str, Any], source: str)
     """*ours* with *user*'s Scrapy settings applied over them, adding to component dicts.
 
     A user's ``DOWNLOADER_MIDDLEWARES`` (and the other COMPONENT_DICTS) adds entries to crawlhive's,
-    or disables Scrapy's own; it cannot remove or reorder crawlhive's components, and FIXED
+    or disables Scrapy's own; it cannot remove or reorder crawlhive's components (but for the
+    maintenance extensions, :mod:`crawlhive.crawler.extensions`, which it may switch off), and FIXED
     settings cannot change. ``DOWNLOAD_HANDLERS`` may name handlers for ``http`` and ``https``
     only. Every other setting is replaced.
 
@@ -177,7 +180,7 @@ def merge_user_settings(ours: dict[str, Any], user: dict[str, Any], source: str)
         components = dict(ours.get(name) or {})
         for component, order in value.items():
             path = _path(component)
-            if path in components and order != components[path]:
+            if path in components and order != components[path] and path not in MAINTENANCE_EXTENSIONS:
                 raise SettingsError(
                     f"{source}: {name} sets crawlhive's own component {path} to {order!r}; it cannot be "
                     f"removed or reordered (it is what keeps leases and results from being lost); leave it out"

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from crawlhive.utils.connections import redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
 from crawlhive.utils.heartbeat import live_heartbeats
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
 from crawlhive.utils.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def check(component: str, settings: Settings, max_age_s: float | None = None) ->
     try:
         return heartbeat_problem(
             client,
-            Keys.from_settings(settings),
+            keys_from_settings(settings),
             component,
             settings.node_name,
             settings.getfloat("HEARTBEAT_TIMEOUT"),

@@ -29,16 +29,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
 from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, Incoming, IncomingPlugin
-from crawlhive.kafka_monitor.validation import Accepted, RequestValidator, validation_dead_letter
-from crawlhive.utils.connections import (
-    check_redis,
-    mask_url,
-    record_origin,
-    redis_from_settings,
-    write_pipeline,
-)
+from crawlhive.utils.contract.messages import MessageKind
+from crawlhive.utils.contract.produce import send_and_wait
+from crawlhive.utils.contract.records import validation_dead_letter
+from crawlhive.utils.contract.validation import Accepted, RequestValidator
+from crawlhive.utils.kafka_clients import record_origin
 from crawlhive.utils.loop import is_out_of_memory, is_transient
 from crawlhive.utils.plugins import load_plugins
+from crawlhive.utils.redis_clients import check_redis, mask_url, redis_from_settings, write_pipeline
 from crawlhive.utils.replication import ReplicaWait
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ConsumerWorker
@@ -88,7 +86,7 @@ class KafkaMonitor(ConsumerWorker):
         self.dead_letter_topic = settings.topic("dead_letter")
         self.max_record_bytes = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
         self.validator: RequestValidator | None = None
-        self.plugins: dict[type[IncomingPlugin], IncomingPlugin] = {}
+        self.plugins: dict[type[MessageKind], IncomingPlugin] = {}
         self.totals = BatchResult()
         self.replicas = ReplicaWait.from_settings(redis, settings)
         self._progress_at = time.monotonic()
@@ -166,7 +164,7 @@ class KafkaMonitor(ConsumerWorker):
         """Validate, write to Redis, dead-letter the rest, count; raises if Redis or Kafka fails."""
         assert self.validator is not None, "setup() first"
         validate = self.validator.validate_raw
-        groups: dict[type[IncomingPlugin], list[tuple[ConsumerRecord, Incoming]]] = defaultdict(list)
+        groups: dict[type[MessageKind], list[tuple[ConsumerRecord, Incoming]]] = defaultdict(list)
         dead: list[tuple[ConsumerRecord, str]] = []
         for record in records:
             try:
@@ -289,12 +287,9 @@ class KafkaMonitor(ConsumerWorker):
         if not dead:
             return
         assert self.producer is not None
-        futures = []
         for record, reason in dead:
             logger.info(
                 "rejected %s@%d: %.300s", record.topic, record.offset, reason, extra={"kafka_offset": record.offset}
             )
-            futures.append(self.producer.send(self.dead_letter_topic, self.dead_letter(record.value, reason)))
-        self.producer.flush(timeout=self.ack_timeout_s)
-        for future in futures:
-            future.get(timeout=self.ack_timeout_s)
+        records = [(self.dead_letter_topic, self.dead_letter(record.value, reason), None) for record, reason in dead]
+        send_and_wait(self.producer, records, self.ack_timeout_s)

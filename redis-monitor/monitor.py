@@ -26,27 +26,28 @@ so nothing is lost and a retry after a backend failure does not count as an atte
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from kafka.errors import KafkaError
-
-from crawlhive.redis_monitor.plugins import BUILTIN_PLUGINS, MonitorPlugin, Outbound, server_time
-from crawlhive.utils.connections import check_redis, ensure_topics, make_producer, redis_from_settings
+from crawlhive.redis_monitor.plugins import BUILTIN_PLUGINS, MonitorPlugin, Outbound
+from crawlhive.utils.contract.encoding import encode
+from crawlhive.utils.contract.fit import fit_message, value_limit
+from crawlhive.utils.contract.produce import send_and_wait
+from crawlhive.utils.contract.records import control_dead_letter
+from crawlhive.utils.contract.topics import appid_topic
 from crawlhive.utils.control import ControlConsumer, ControlEntry
-from crawlhive.utils.fit import encode, fit_message, value_limit
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.loop import is_transient, never_sendable
+from crawlhive.utils.kafka_clients import ensure_topics, make_producer
+from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
+from crawlhive.utils.redis_clients import check_redis, redis_from_settings
 from crawlhive.utils.replication import ReplicaWait
 from crawlhive.utils.stats import FAIL, REDIS_MONITOR, TOTAL, plugin_counter_name
 from crawlhive.utils.worker import Worker
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
-    from kafka.producer.future import FutureRecordMetadata
     from redis import Redis
 
     from crawlhive.utils.settings import Settings
@@ -54,8 +55,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 COMPONENT = REDIS_MONITOR
-#: An appid that may be part of a topic name (docs/contract.md §1).
-_TOPIC_FRAGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 @dataclass
@@ -301,14 +300,7 @@ class RedisMonitor(Worker):
         stage ``control``, the request as ``payload`` (its raw text if it is not JSON) and its
         ``uuid`` / ``appid`` when they are strings."""
         payload: Any = request if request is not None else entry.raw
-        letter: dict[str, Any] = {"stage": "control", "error": f"{entry.kind or 'control'}: {reason}"}
-        letter["payload"] = payload
-        if isinstance(payload, dict):
-            for name in ("uuid", "appid"):
-                if isinstance(payload.get(name), str):
-                    letter[name] = payload[name]
-        letter["server_time"] = server_time()
-        return Outbound(letter, dead_letter=True)
+        return Outbound(control_dead_letter(f"{entry.kind or 'control'}: {reason}", payload), dead_letter=True)
 
     # --- Kafka -----------------------------------------------------------------------------------
 
@@ -320,8 +312,9 @@ class RedisMonitor(Worker):
         topics = [self.outbound_topic]
         appid = out.message.get("appid")
         if self.appid_topics and isinstance(appid, str):
-            if _TOPIC_FRAGMENT.match(appid):
-                topics.append(self.settings.topic(f"outbound_{appid}"))
+            topic = appid_topic(self.settings["KAFKA_TOPIC_PREFIX"], "outbound", appid)
+            if topic is not None:
+                topics.append(topic)
             elif appid not in self._bad_appids:
                 self._bad_appids.add(appid)
                 logger.warning("appid %r cannot be part of a topic name; outbound_firehose only", appid)
@@ -341,23 +334,9 @@ class RedisMonitor(Worker):
         if missing:
             ensure_topics(self.settings, sorted(missing))
             self._topics_ready |= missing
-        futures: list[tuple[str, Outbound, FutureRecordMetadata]] = []
-        for topic, out in records:
-            value = self._fitted(out)
-            try:
-                futures.append((topic, out, self.producer.send(topic, value)))
-            except KafkaError as exc:
-                if not never_sendable(exc):
-                    raise
-                self._give_up(topic, out, exc)
-        self.producer.flush(timeout=self.kafka_timeout_s)
-        for topic, out, future in futures:
-            try:
-                future.get(timeout=self.kafka_timeout_s)
-            except KafkaError as exc:
-                if not never_sendable(exc):
-                    raise  # the loop backs off and sends the held answers again
-                self._give_up(topic, out, exc)
+        # any other KafkaError is raised: the loop backs off and sends the held answers again
+        fitted = ((topic, self._fitted(out), out) for topic, out in records)
+        send_and_wait(self.producer, fitted, self.kafka_timeout_s, give_up=self._give_up)
 
     def _fitted(self, out: Outbound) -> bytes:
         """The record value of *out*, cut to fit the producer's limit (docs/contract.md §10.5); an
@@ -366,16 +345,8 @@ class RedisMonitor(Worker):
         if value is not None:
             return value
         logger.error("answer to %r cannot fit in one Kafka record; dead-lettered instead", out.message.get("uuid"))
-        letter = {
-            "stage": "control",
-            "error": f"answer too large to send (KAFKA_PRODUCER_MAX_REQUEST_SIZE={self.max_request_size})",
-            "payload": None,
-            "server_time": server_time(),
-        }
-        for name in ("uuid", "appid"):
-            if isinstance(out.message.get(name), str):
-                letter[name] = out.message[name]
-        return encode(letter)
+        error = f"answer too large to send (KAFKA_PRODUCER_MAX_REQUEST_SIZE={self.max_request_size})"
+        return encode(control_dead_letter(error, None, ids_from=out.message))
 
     def _give_up(self, topic: str, out: Outbound, exc: BaseException) -> None:
         """A record Kafka will never accept: logged and dropped, so the others are not held up."""

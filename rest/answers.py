@@ -34,9 +34,10 @@ from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
 from redis.exceptions import RedisError
 
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, record_origin
+from crawlhive.utils.contract.encoding import encode
+from crawlhive.utils.contract.fit import RECORD_OVERHEAD_BYTES, value_limit
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError
-from crawlhive.utils.fit import RECORD_OVERHEAD_BYTES, value_limit
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer, record_origin
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ def incoming_record(request: Any) -> bytes:
     """The record value of *request* on ``<prefix>.incoming``: compact JSON, UTF-8, non-ASCII as is
     (ASCII escapes would make a 960 KB body of accents 2.9 MB). A string no UTF-8 can hold (a lone
     surrogate) is written as its JSON escape (``\\ud800``), as the kafka-monitor reads it back."""
-    return json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "backslashreplace")
+    return encode(request)
 
 
 def encodable(text: str) -> bool:
@@ -123,7 +124,7 @@ class Answer:
     """An outbound message with a string ``uuid``, as consumed from Kafka.
 
     Attributes:
-        origin: :func:`~crawlhive.utils.connections.record_origin` of its record, the same in every REST instance.
+        origin: :func:`~crawlhive.utils.kafka_clients.record_origin` of its record, the same in every REST instance.
     """
 
     uuid: str

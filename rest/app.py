@@ -36,11 +36,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crawlhive.kafka_monitor.validation import Accepted, Rejected, json_pointer, parse_json
 from crawlhive.rest.answers import KafkaUnavailable, RecordTooLarge, encodable
 from crawlhive.rest.metrics import CONTENT_TYPE
 from crawlhive.rest.recrawl_view import recrawl_summaries
 from crawlhive.rest.service import RestService, new_uuid
+from crawlhive.utils.contract.validation import Accepted, Rejected, json_pointer, parse_json
 from crawlhive.utils.frontier import CrawlState
 from crawlhive.utils.settings import Settings
 

@@ -24,8 +24,10 @@ from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.heartbeat import crawler_lanes, live_heartbeats, live_nodes, unserved_reason
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.kinds import heartbeat_components
 from crawlhive.utils.proxies import ProxyConfigError, ProxyPools, pools_from_settings
 from crawlhive.utils.proxy_state import domain_notes, proxy_overview
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.stats import (
     CLEANER,
     CLEANER_COUNTERS,
@@ -45,7 +47,6 @@ if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
 
 #: Components whose live processes are counted (docs/contract.md §7.2 ``crawlhive_nodes``).
-COMPONENTS = ("kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest")
 #: Spider type always reported, even with nothing queued (the default spiderid).
 DEFAULT_SPIDER = "link"
 #: Most active crawls read per snapshot (the dashboard and metrics stay cheap on huge clusters).
@@ -114,7 +115,7 @@ class ClusterView:
 
     def __init__(self, redis: Redis, settings: Settings, plugin_kinds: dict[str, str]) -> None:
         self.redis = redis
-        self.keys = Keys.from_settings(settings)
+        self.keys = keys_from_settings(settings)
         self.record_ttl_s = settings.getfloat("CRAWL_RECORD_TTL")
         self.reader = FrontierReader(redis, self.keys, self.record_ttl_s)
         self.stats = Stats(redis, self.keys, settings.getlist("STATS_TIMES"))
@@ -141,7 +142,7 @@ class ClusterView:
 
     def sinks(self) -> list[dict[str, Any]]:
         """One row per sink: name, kind, lifetime counters, live processes and lag (§20.7)."""
-        from crawlhive.sink.observe import rows
+        from crawlhive.utils.sink_state import rows
 
         return rows(self.redis, self.keys, self.stats, self.heartbeat_timeout_s)
 
@@ -189,7 +190,7 @@ class ClusterView:
 
     def nodes(self) -> dict[str, dict[str, list[str]]]:
         """Node map (host -> node ids) of every component."""
-        return {component: live_nodes(self.redis, self.keys, component) for component in COMPONENTS}
+        return {component: live_nodes(self.redis, self.keys, component) for component in heartbeat_components()}
 
     def active_crawls(self) -> list[CrawlState]:
         """State of the crawls in ``keys.active_crawls()``: the MAX_CRAWLS most recently started,

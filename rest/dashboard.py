@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawlhive.rest.cluster import waiting_reason
 from crawlhive.rest.recrawl_view import mark_recurring
+from crawlhive.utils.kinds import kind_named
 
 if TYPE_CHECKING:
     from crawlhive.rest.service import RestService
@@ -52,6 +53,14 @@ def crawl_row(state: CrawlState, stopped: bool = False, unserved: str | None = N
     }
 
 
+def card_label(component: str) -> str:
+    """The label of *component*'s node card (its kind's ``card``: :mod:`crawlhive.utils.kinds`)."""
+    try:
+        return kind_named(component).card_label
+    except KeyError:
+        return component
+
+
 def _number(value: float) -> float | None:
     """*value*, or None for NaN (JSON has no NaN)."""
     return None if value != value else value
@@ -74,7 +83,11 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
         "node_id": rest.node_id,
         "kafka_connected": rest.kafka.connected(),
         "nodes": {
-            component: {"count": sum(len(ids) for ids in hosts.values()), "hosts": hosts}
+            component: {
+                "count": sum(len(ids) for ids in hosts.values()),
+                "hosts": hosts,
+                "label": card_label(component),
+            }
             for component, hosts in snap.nodes.items()
         },
         "spiders": [

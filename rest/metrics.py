@@ -18,8 +18,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from redis.cluster import RedisCluster
 
-from crawlhive.rest.cluster import COMPONENTS
 from crawlhive.rest.recrawl_view import recrawl_metrics
+from crawlhive.utils.kinds import heartbeat_components
 from crawlhive.utils.response_metrics import read_histograms, read_top_domains
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class ClusterCollector(Collector):
         assert counters is not None
 
         nodes = GaugeMetricFamily("crawlhive_nodes", "Live processes per component (heartbeats).", labels=["component"])
-        for component in COMPONENTS:
+        for component in heartbeat_components():
             nodes.add_metric([component], sum(len(ids) for ids in snap.nodes.get(component, {}).values()))
         yield nodes
 
@@ -126,7 +126,7 @@ class ClusterCollector(Collector):
         yield from proxy_metrics(self.view.proxies())
         crawls = [(c.spiderid, c.appid, c.crawlid) for c in snap.crawls]
         yield from recrawl_metrics(self.view.redis, self.view.keys, crawls)  # §19.6
-        from crawlhive.sink.observe import metrics as sink_metrics  # the sinks' families (§20.7)
+        from crawlhive.utils.sink_state import metrics as sink_metrics  # the sinks' families (§20.7)
 
         yield from sink_metrics(self.view.sinks())
 

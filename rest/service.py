@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any, Self
 
 from redis.exceptions import RedisError
 
-from crawlhive.kafka_monitor.validation import RequestValidator
 from crawlhive.rest.answers import WAITER_MARGIN_S, AnswerBook, KafkaLink, incoming_record
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import RestMetrics
-from crawlhive.utils.connections import consumer_lag, redis_from_settings
+from crawlhive.utils.contract.validation import RequestValidator
+from crawlhive.utils.kafka_clients import consumer_lag
 from crawlhive.utils.loop import cluster_gone
+from crawlhive.utils.redis_clients import redis_from_settings
 from crawlhive.utils.worker import ProcessContext
 
 if TYPE_CHECKING:

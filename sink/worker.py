@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.sink.store import SinkRecord, Store, WriteResult, sink_group, sink_name, source_topic, store_for
 from crawlhive.utils.blobs import BlobError, BlobStore
-from crawlhive.utils.connections import check_redis, redis_from_settings
 from crawlhive.utils.log import mask_url
+from crawlhive.utils.redis_clients import check_redis, redis_from_settings
+from crawlhive.utils.sink_state import COMPONENT, COUNTERS, sink_counter_name
 from crawlhive.utils.worker import ConsumerWorker
 
 if TYPE_CHECKING:
@@ -35,24 +36,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: The component name (heartbeats, stats: ``stats: sink``).
-COMPONENT = "sink"
-#: The counters of one sink in the stats (``<sink name>:<counter>`` under ``sink``).
-COUNTERS = ("written", "duplicates", "dead_letters")
 #: Seconds between two progress lines of a busy sink (none while idle).
 PROGRESS_EVERY_S = 10.0
 #: Characters of a record's url, appid or crawlid a dead letter keeps.
 DEAD_LETTER_FIELD_CHARS = 4096
-
-
-def sink_counter_name(sink: str, counter: str) -> str:
-    """The stats counter *counter* (one of COUNTERS) of the sink named *sink*."""
-    return f"{sink}:{counter}"
-
-
-def parse_sink_counter_name(name: str) -> tuple[str, str] | None:
-    """``(sink, counter)`` of a name :func:`sink_counter_name` made, else None."""
-    sink, sep, counter = name.rpartition(":")
-    return (sink, counter) if sep and sink and counter in COUNTERS else None
 
 
 @dataclass
@@ -118,7 +105,7 @@ class Sink(ConsumerWorker):
     def close(self) -> None:
         """Leave the group and close the Kafka clients, then the store (what it held back was
         not committed: the group delivers it again); withdraw this process's state."""
-        from crawlhive.sink.observe import withdraw
+        from crawlhive.utils.sink_state import withdraw
 
         try:
             super().close()
@@ -132,7 +119,7 @@ class Sink(ConsumerWorker):
 
     def beat(self, force: bool = False) -> None:
         """The heartbeat, and with it this process's state for ``stats: sink`` (§20.7)."""
-        from crawlhive.sink.observe import publish
+        from crawlhive.utils.sink_state import publish
 
         before = self._last_beat
         super().beat(force)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from crawlhive.utils.app.binaries import find_redis_server
+from crawlhive.app.binaries import find_redis_server
 
 SLOTS = 16384
 #: A node's cluster bus listens on its port + 10,000, so node ports come from below the

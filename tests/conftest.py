@@ -27,11 +27,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from crawlhive.app.binaries import bundled_redis_server
+from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis
+
 # Imported first so that kafka-python's import-time DeprecationWarning is silenced before any test
 # module imports kafka under pytest's `filterwarnings = error`.
-from crawlhive.utils import connections  # noqa: F401
-from crawlhive.utils.app.binaries import bundled_redis_server
-from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis
+from crawlhive.utils import kafka_clients, redis_clients  # noqa: F401
 from crawlhive.utils.settings import Settings
 
 #: KAFKA_BOOTSTRAP_SERVERS of ``redis_settings``: a port nothing listens on, so a test that
@@ -106,7 +107,7 @@ def names() -> IsolatedNames:
 @pytest.fixture
 def redis_client(redis_url: str, names: IsolatedNames) -> Iterator[redis.Redis]:
     """A bytes client on ``redis_url``; every key under this test's prefix is deleted afterwards."""
-    client = connections.redis_from_settings(Settings.from_overrides(REDIS_URL=redis_url))
+    client = redis_clients.redis_from_settings(Settings.from_overrides(REDIS_URL=redis_url))
     try:
         yield client
     finally:

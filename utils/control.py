@@ -32,6 +32,7 @@ import ujson
 from redis.exceptions import ResponseError
 
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class ControlQueue:
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
-        return cls(redis, Keys.from_settings(settings))
+        return cls(redis, keys_from_settings(settings))
 
     def submit(self, pipe: Pipeline, kind: str, message: dict[str, Any], origin: str) -> None:
         """Queue on *pipe* the append of *message* (of *kind*), at most once per *origin* (run *pipe*

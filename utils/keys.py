@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from crawlhive.utils.errors import KeyFormatError
+from crawlhive.utils.errors import KeyFormatError, SettingsError
 
 if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
@@ -91,16 +91,20 @@ class Keys:
         self._global = f"{prefix}:" if shards == 1 else f"{prefix}:{{{prefix}}}:"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Keys:
-        """The keys of REDIS_KEY_PREFIX with FRONTIER_SHARDS shards; 0 (automatic) is 64 on a Redis
-        Cluster and 1 on a single Redis (:func:`crawlhive.utils.connections.frontier_shards`, which
-        asks the server once per process)."""
-        shards = settings.getint("FRONTIER_SHARDS")
-        if not shards:
-            from crawlhive.utils.connections import frontier_shards  # it imports this module
+    def from_settings(cls, settings: Settings, shards: int | None = None) -> Keys:
+        """The keys of REDIS_KEY_PREFIX with *shards* shards, else FRONTIER_SHARDS. No I/O: when
+        FRONTIER_SHARDS is 0 (automatic, which asks the server whether it is a Redis Cluster) use
+        :func:`crawlhive.utils.redis_clients.keys_from_settings`, or pass *shards*.
 
-            shards = frontier_shards(settings)
-        return cls(settings["REDIS_KEY_PREFIX"], shards)
+        Raises:
+            SettingsError: the shard count is 0 (automatic) and no *shards* was given.
+        """
+        count = shards or settings.getint("FRONTIER_SHARDS")
+        if not count:
+            raise SettingsError(
+                "FRONTIER_SHARDS is 0 (automatic): resolve it first (crawlhive.utils.redis_clients.keys_from_settings)"
+            )
+        return cls(settings["REDIS_KEY_PREFIX"], count)
 
     def shard_of(self, domain: str) -> int:
         """The shard of a queue's domain: CRC-32 of the domain modulo the shard count."""

@@ -183,9 +183,10 @@ DETAIL_LOGGERS = (
     "scrapy.extensions.telnet",
     "uvicorn.error",
     "crawlhive.utils.plugins",
-    "crawlhive.utils.app.embedded",
-    "crawlhive.utils.connections",
-    "crawlhive.utils.app.cluster",
+    "crawlhive.app.embedded",
+    "crawlhive.utils.redis_clients",
+    "crawlhive.utils.kafka_clients",
+    "crawlhive.app.up",
     "scrapy.statscollectors",
     "scrapy-playwright",  # rendering crawlers: its versions, browser launched, handler closing
 )

@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 
 #: The file in CRAWLHIVE_HOME where ``crawlhive up`` records the addresses of its Redis and broker
-#: for the other commands (written by ``crawlhive.utils.app.state``; read here to tell a passing
+#: for the other commands (written by ``crawlhive.app.state``; read here to tell a passing
 #: outage from a cluster that is gone for good).
 UP_STATE_FILE = "up.json"
 

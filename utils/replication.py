@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Self
 
-from crawlhive.utils.connections import is_cluster
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import is_cluster, keys_from_settings
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -59,7 +59,7 @@ class ReplicaWait:
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
         return cls(
             redis,
-            Keys.from_settings(settings),
+            keys_from_settings(settings),
             settings.getint("REDIS_WAIT_REPLICAS"),
             settings.getint("REDIS_WAIT_TIMEOUT"),
         )

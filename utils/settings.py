@@ -270,7 +270,7 @@ def load_settings(
 ) -> Settings:
     """Resolve every setting: defaults < settings file < environment < *cli* (the ``crawlhive``
     command then fills the addresses nobody set from a running ``crawlhive up``:
-    :func:`crawlhive.utils.app.state.with_state`).
+    :func:`crawlhive.app.state.with_state`).
 
     Args:
         settings_file: the ``--settings FILE`` path, if any.

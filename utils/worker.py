@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kafka.errors import KafkaError
 
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, probe_kafka
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer, probe_kafka
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.log import mask_url
 from crawlhive.utils.loop import (
@@ -42,6 +42,7 @@ from crawlhive.utils.loop import (
     is_out_of_memory,
     is_transient,
 )
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.stats import Stats
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class ProcessContext:
         Args:
             heartbeat_extra: more fields for the heartbeat payload (crawlers add their spider type).
         """
-        keys = Keys.from_settings(settings)
+        keys = keys_from_settings(settings)
         node_id = new_node_id()
         return cls(
             settings=settings,
@@ -398,3 +399,19 @@ class ConsumerWorker(Worker):
         self.beat(force=True)
         if idle:
             probe_kafka(self.settings)
+
+
+def run_until_stopped(worker: Worker, command: str) -> int:
+    """Run *worker*'s loop until SIGINT/SIGTERM: 0 after a graceful stop, 1 when forced (a second
+    signal), saying so on stderr as ``crawlhive <command>: …``. The entry of a worker kind."""
+    import sys
+
+    from crawlhive.utils.loop import ForcedShutdown
+
+    worker.install_signal_handlers()
+    try:
+        worker.run()
+    except ForcedShutdown as exc:
+        print(f"crawlhive {command}: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -13,8 +13,8 @@ import time
 from typing import TYPE_CHECKING, ClassVar, Self
 
 if TYPE_CHECKING:
+    from crawlhive.cleaner.cleaner import Cleaner
     from crawlhive.cleaner.page import Page
-    from crawlhive.cleaner.worker import Cleaner
 
 _PKG = "crawlhive.cleaner.plugins"
 

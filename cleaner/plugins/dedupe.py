@@ -17,8 +17,8 @@ from crawlhive.utils.scripts import scripts
 if TYPE_CHECKING:
     from redis import Redis
 
+    from crawlhive.cleaner.cleaner import Cleaner
     from crawlhive.cleaner.page import Page
-    from crawlhive.cleaner.worker import Cleaner
     from crawlhive.utils.keys import Keys
 
 

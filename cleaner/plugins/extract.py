@@ -17,8 +17,8 @@ from crawlhive.cleaner.page import too_long
 from crawlhive.cleaner.plugins import CleanerPlugin
 
 if TYPE_CHECKING:
+    from crawlhive.cleaner.cleaner import Cleaner
     from crawlhive.cleaner.page import Page
-    from crawlhive.cleaner.worker import Cleaner
 
 _SPACES = re.compile(r"[ \t\u00a0\u200b]+")
 #: Bytes (UTF-8) a ``title`` or ``description`` keeps.

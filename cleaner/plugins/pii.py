@@ -23,8 +23,8 @@ from crawlhive.cleaner.plugins import CleanerPlugin
 from crawlhive.utils.errors import NotConfigured
 
 if TYPE_CHECKING:
+    from crawlhive.cleaner.cleaner import Cleaner
     from crawlhive.cleaner.page import Page
-    from crawlhive.cleaner.worker import Cleaner
 
 EMAIL = re2.compile(
     r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+"

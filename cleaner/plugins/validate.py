@@ -9,8 +9,8 @@ from crawlhive.cleaner.page import Reject
 from crawlhive.cleaner.plugins import CleanerPlugin
 
 if TYPE_CHECKING:
+    from crawlhive.cleaner.cleaner import Cleaner
     from crawlhive.cleaner.page import Page
-    from crawlhive.cleaner.worker import Cleaner
 
 
 class ValidatePlugin(CleanerPlugin):

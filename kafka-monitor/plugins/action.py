@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Self
 
 from crawlhive.kafka_monitor.plugins import Incoming, IncomingPlugin
+from crawlhive.utils.contract.messages import ActionRequest
 from crawlhive.utils.control import ControlQueue
 
 if TYPE_CHECKING:
@@ -29,9 +30,5 @@ class ControlHandler(IncomingPlugin):
             self.control.submit(pipe, self.kind, request.message, request.origin)
 
 
-class ActionHandler(ControlHandler):
+class ActionHandler(ActionRequest, ControlHandler):
     """info and stop."""
-
-    kind = "action"
-    name = "ActionHandler"
-    schema_file = "action.json"

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 from crawlhive.kafka_monitor.plugins.action import ControlHandler
+from crawlhive.utils.contract.messages import StatsRequest
 
 
-class StatsHandler(ControlHandler):
+class StatsHandler(StatsRequest, ControlHandler):
     """Stats of one type, or all."""
-
-    kind = "stats"
-    name = "StatsHandler"
-    schema_file = "stats.json"

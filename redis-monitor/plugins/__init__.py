@@ -10,10 +10,11 @@ first plugin (in rank order) whose :meth:`MonitorPlugin.accepts` is true, produc
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+from crawlhive.utils.contract.records import server_time as server_time
 
 if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor
@@ -45,11 +46,6 @@ class Outbound:
 
     message: dict[str, Any]
     dead_letter: bool = False
-
-
-def server_time() -> int:
-    """``server_time`` of an outbound message: epoch seconds now."""
-    return int(time.time())
 
 
 class MonitorPlugin(ABC):

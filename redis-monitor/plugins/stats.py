@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any, Self
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.heartbeat import live_heartbeats, live_nodes
+from crawlhive.utils.kinds import stats_kinds, stats_types
 from crawlhive.utils.proxies import ProxyConfigError, ProxyPools, pools_from_settings
 from crawlhive.utils.proxy_state import proxy_overview
+from crawlhive.utils.sink_state import stats_body as sink_stats_body
 from crawlhive.utils.stats import (
     CLEANER,
     CLEANER_COUNTERS,
     CRAWLER,
     FAIL,
-    KAFKA_MONITOR,
-    REDIS_MONITOR,
     TOTAL,
     Stats,
     parse_cleaner_machine_counter_name,
@@ -41,20 +41,6 @@ if TYPE_CHECKING:
 #: Suffix of the ``queues`` entry of a spider type's rendering lane (``+`` is not allowed in spider ids).
 RENDER_QUEUE_SUFFIX = "+render"
 logger = logging.getLogger(__name__)
-
-TYPES = (
-    "all",
-    "kafka-monitor",
-    "redis-monitor",
-    "crawler",
-    "cleaner",
-    "spider",
-    "machine",
-    "queue",
-    "rest",
-    "proxies",
-    "sink",
-)
 REST = "rest"
 
 
@@ -107,7 +93,7 @@ class StatsMonitor(MonitorPlugin):
 
     def handle(self, kind: str, request: dict[str, Any]) -> list[Outbound]:
         kind_ = request.get("stats") or "all"
-        if kind_ not in TYPES:
+        if kind_ not in stats_types():
             raise ValueError(f"unknown stats type {kind_!r}")
         message: dict[str, Any] = {
             "stats": kind_,
@@ -120,8 +106,6 @@ class StatsMonitor(MonitorPlugin):
 
     def body(self, kind: str) -> dict[str, Any]:
         """The type-specific part of a stats answer."""
-        if kind in (KAFKA_MONITOR, REDIS_MONITOR):
-            return self.monitor_body(kind)
         if kind == "crawler":
             return self.crawler_body()
         if kind == "spider":
@@ -136,17 +120,11 @@ class StatsMonitor(MonitorPlugin):
             return self.cleaner_body()
         if kind == "proxies":
             return {"proxies": proxy_overview(self.redis, self.keys, self.default_window_s, self.pools)}
-        if kind == "sink":  # the sinks (crawlhive.sink.observe; §20.7)
-            from crawlhive.sink.observe import stats_body
-
-            return stats_body(self.redis, self.keys, self.stats, self.heartbeat_timeout_s)
-        return {
-            KAFKA_MONITOR: self.monitor_body(KAFKA_MONITOR),
-            REDIS_MONITOR: self.monitor_body(REDIS_MONITOR),
-            "crawler": self.crawler_body(),
-            CLEANER: self.cleaner_body(),
-            REST: self.rest_body(),
-        }
+        if kind == "sink":  # the sinks' own view (utils/sink_state.py; §20.7)
+            return sink_stats_body(self.redis, self.keys, self.stats, self.heartbeat_timeout_s)
+        if kind == "all":  # every kind that is a stats type (crawlhive.utils.kinds)
+            return {name: self.body(name) for name in stats_kinds()}
+        return self.monitor_body(kind)  # a kind of the registry: its counters and live nodes
 
     def cleaner_body(self) -> dict[str, Any]:
         """The cleaners' counters (docs/contract.md §13), each a window map, the same per host

@@ -28,13 +28,13 @@ from typing import Any
 
 import redis
 
-from crawlhive.utils.app.demo_site import SiteServer
-from crawlhive.utils.app.embedded import EmbeddedRedis, die_with_parent_hook, free_port
-from crawlhive.utils.connections import make_consumer
+from crawlhive.app.demo_site import SiteServer
+from crawlhive.app.embedded import EmbeddedRedis, die_with_parent_hook, free_port
+from crawlhive.utils.kafka_clients import make_consumer
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings, env_value
 
-CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
+CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 
 
 def scale() -> str:

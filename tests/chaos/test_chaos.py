@@ -33,10 +33,11 @@ import pytest
 import redis
 from chaoskit import AofRedis, Proc, TopicReader, TreeSite, audit_leftovers, component_env, scale, wait_until
 
-from crawlhive.utils.app.embedded import EmbeddedBroker
-from crawlhive.utils.connections import ensure_topics, make_producer
+from crawlhive.app.embedded import EmbeddedBroker
 from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.kafka_clients import ensure_topics, make_producer
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings
 
 FULL = scale() == "full"
@@ -79,7 +80,7 @@ class Cluster:
     kills: list[tuple[str, int]] = field(default_factory=list)  # (victim, leases outstanding)
 
     def __post_init__(self) -> None:
-        self.keys = Keys.from_settings(self.settings)
+        self.keys = keys_from_settings(self.settings)
 
     def topic(self, short: str) -> str:
         return self.settings.topic(short)

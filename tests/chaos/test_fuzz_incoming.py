@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from crawlhive.kafka_monitor.validation import Accepted, RequestValidator
-from crawlhive.utils.connections import ensure_topics, make_producer
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.contract.validation import Accepted, RequestValidator
+from crawlhive.utils.kafka_clients import ensure_topics, make_producer
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings
 
 pytestmark = [
@@ -154,7 +154,7 @@ class Ledger:
     def __init__(self, settings: Settings, client: redis.Redis) -> None:
         self.settings = settings
         self.client = client
-        self.keys = Keys.from_settings(settings)
+        self.keys = keys_from_settings(settings)
         self.validator = RequestValidator.from_settings(settings)
         self.rejected = self.crawls = self.controls = 0
 
@@ -188,7 +188,7 @@ def monitor(settings: Settings, redis_client: redis.Redis, tmp_path: Path) -> It
     proc = Proc("kafka-monitor", ["kafka-monitor"], component_env(settings, HEARTBEAT_INTERVAL=1), tmp_path).start()
     producer = make_producer(settings)
     reader = TopicReader(settings, [settings.topic("dead_letter")])
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     try:
         assert wait_until(lambda: redis_client.zcard(keys.heartbeat_index("kafka-monitor")) >= 1, 30), proc.tail()
         yield proc, producer, reader

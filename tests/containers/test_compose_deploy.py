@@ -22,7 +22,7 @@ from clustercrawlkit import MultiHostSite
 from crawlerkit import Collector
 from dockerkit import Deployment, Engine, readme_docker_steps, run
 
-from crawlhive.utils.connections import ensure_topics, make_producer
+from crawlhive.utils.kafka_clients import ensure_topics, make_producer
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(900)

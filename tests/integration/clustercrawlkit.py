@@ -16,8 +16,8 @@ from typing import Any
 from clusterkit import LocalCluster
 from crawlerkit import CLI, Collector, Crawler, crawler_env, keys_for, redis_for
 
-from crawlhive.utils.app.demo_site import SiteServer
-from crawlhive.utils.connections import ensure_topics, make_producer
+from crawlhive.app.demo_site import SiteServer
+from crawlhive.utils.kafka_clients import ensure_topics, make_producer
 from crawlhive.utils.settings import Settings
 
 HOSTS = [f"127.0.0.{i}" for i in range(1, 25)]

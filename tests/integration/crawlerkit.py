@@ -26,20 +26,14 @@ from typing import Any
 
 import redis
 
-from crawlhive.utils.app.demo_site import SiteServer
-from crawlhive.utils.connections import (
-    CLUSTER_SHARDS,
-    ensure_topics,
-    is_cluster,
-    make_consumer,
-    redis_from_settings,
-    write_pipeline,
-)
+from crawlhive.app.demo_site import SiteServer
 from crawlhive.utils.frontier import Frontier, FrontierWorker, reclaim_expired_leases, seed_from_request
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import CLUSTER_SHARDS, is_cluster, redis_from_settings, write_pipeline
 from crawlhive.utils.settings import Settings, env_value
 
-CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
+CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 
 #: Defaults the kafka-monitor fills into a crawl request (docs/contract.md §2.1 step 5).
 CRAWL_DEFAULTS: dict[str, Any] = {

@@ -17,10 +17,10 @@ from typing import Any
 import redis
 from kafka.structs import TopicPartition
 
+from crawlhive.app.embedded import free_port
 from crawlhive.rest.server import server_for
 from crawlhive.rest.service import RestService
-from crawlhive.utils.app.embedded import free_port
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer
 from crawlhive.utils.settings import Settings
 
 TOPICS = ("incoming", "outbound_firehose", "dead_letter")

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from crawlerkit import CLI, crawler_env
 
-from crawlhive.utils.connections import make_consumer, make_producer
+from crawlhive.utils.kafka_clients import make_consumer, make_producer
 from crawlhive.utils.settings import Settings
 
 #: The PostgreSQL of the tests (trust auth, database ``test``); CRAWLHIVE_TEST_POSTGRES_URL overrides.

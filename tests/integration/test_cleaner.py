@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from crawlerkit import CLI, Collector, Crawler, TestSite, crawler_env, redis_for, seed
 
-from crawlhive.cleaner.worker import COUNTERS
-from crawlhive.utils.connections import consumer_lag, ensure_topics, make_producer
-from crawlhive.utils.keys import Keys
+from crawlhive.cleaner.cleaner import COUNTERS
+from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics, make_producer
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -201,7 +201,7 @@ def test_the_cleaner_builds_the_cleaned_record_and_handles_bad_input(settings: S
         "not a crawled item: not a JSON obje",
     ]
     assert all(letter["stage"] == "clean" for letter in letters + anonymous)
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     client = redis_for(settings["REDIS_URL"])
     counts = {n: int(client.get(keys.stats_lifetime("cleaner", n)) or 0) for n in COUNTERS}
     client.close()

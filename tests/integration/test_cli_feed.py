@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer
 from crawlhive.utils.settings import Settings
 
-CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
+CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 REQUEST = {"action": "info", "appid": "testapp", "spiderid": "link", "uuid": "w-1"}
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from crawlerkit import descendants
 
-CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
+CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -141,7 +141,7 @@ def test_no_password_is_printed_or_logged_and_up_json_is_private(tmp_path: Path,
     its owner can read."""
     import redis
 
-    from crawlhive.utils.app.embedded import EmbeddedRedis
+    from crawlhive.app.embedded import EmbeddedRedis
 
     password = "pw-" + os.urandom(6).hex()
     with EmbeddedRedis() as server:
@@ -517,7 +517,7 @@ def test_a_passing_redis_outage_is_one_warning_per_component_and_no_traceback(
 ) -> None:
     """Addresses the user set are retried for ever, but quietly: one WARNING when Redis stops
     answering, one INFO line when it is back, no traceback (the crawler wrote one a second)."""
-    from crawlhive.utils.app.embedded import EmbeddedRedis
+    from crawlhive.app.embedded import EmbeddedRedis
 
     with EmbeddedRedis(appendonly=True) as server:  # a restart keeps the data (the monitors' group)
         env = _env(tmp_path)

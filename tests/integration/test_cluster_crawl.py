@@ -19,8 +19,7 @@ from clustercrawlkit import HOSTS, MultiHostSite, Stack, keys_on_primaries
 from clusterkit import LocalCluster
 from crawlerkit import CLI, crawler_env, isolated_settings, redis_for
 
-from crawlhive.utils.connections import check_redis
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import check_redis, keys_from_settings
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -77,7 +76,7 @@ def test_a_24_domain_crawl_on_the_cluster_emits_every_page_complete_info_and_sto
         # A crawl of a spider type no crawler runs: its 24 seeds stay queued, over many shards.
         for host in HOSTS:
             stack.send(crawl_request("parked", site.url(host, 0), spiderid="wandering"))
-        keys = Keys.from_settings(settings)
+        keys = keys_from_settings(settings)
         assert keys.shards == 64
         deadline = time.monotonic() + 30
         while sum(stack.redis.zcard(keys.crawl_queue("wandering", "capp", "parked", h)) for h in HOSTS) < 24:
@@ -177,5 +176,5 @@ def test_a_component_with_another_shard_count_refuses_to_start(
         said = out.stdout + out.stderr
         assert "FRONTIER_SHARDS: this component would use 16 shards" in said and "set FRONTIER_SHARDS=64" in said
     finally:
-        client.delete(Keys.from_settings(settings).frontier_shards())
+        client.delete(keys_from_settings(settings).frontier_shards())
         client.close()

@@ -28,7 +28,7 @@ from crawlerkit import isolated_settings
 
 from crawlhive.crawler.batching import ScriptBatcher
 from crawlhive.utils import scripts as registry
-from crawlhive.utils.connections import async_redis_from_settings
+from crawlhive.utils.redis_clients import async_redis_from_settings
 from crawlhive.utils.settings import Settings
 
 pytestmark = [

@@ -15,6 +15,7 @@ from crawlerkit import TestSite, crawler_module, html, keys_for, seed
 
 from crawlhive.utils.blobs import BlobStore
 from crawlhive.utils.frontier import CrawlState, FrontierReader
+from crawlhive.utils.redis_clients import keys_from_settings
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -412,7 +413,6 @@ def test_stats_and_heartbeat_name_the_spider(env: dict[str, Any], site: TestSite
     import time
 
     from crawlhive.utils.heartbeat import live_heartbeats
-    from crawlhive.utils.keys import Keys
     from crawlhive.utils.stats import CRAWLER, Stats, crawler_counter_name, machine_counter_name
 
     settings = env["settings"]
@@ -422,7 +422,7 @@ def test_stats_and_heartbeat_name_the_spider(env: dict[str, Any], site: TestSite
     env["collector"].wait_for(crawlid, 1)
     env["collector"].wait_for(closed, 1, timeout=30)  # its dead letter, after the retries
     time.sleep(1.3)  # CRAWLER_STATS_FLUSH_S
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     stats = Stats(env["redis"], keys, settings["STATS_TIMES"])
     assert stats.read(CRAWLER, crawler_counter_name("link", 200))["lifetime"] >= 1
     assert stats.read(CRAWLER, machine_counter_name(settings.node_name, 200))["lifetime"] >= 1

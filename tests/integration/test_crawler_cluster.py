@@ -18,8 +18,8 @@ import redis
 from crawlerkit import Collector, Crawler, LeaseReaper, TestSite, crawler_env, html, seed
 from redis.cluster import RedisCluster
 
-from crawlhive.utils.connections import ensure_topics, is_cluster, make_consumer
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer
+from crawlhive.utils.redis_clients import is_cluster, keys_from_settings
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -48,7 +48,7 @@ def kit(settings: Settings, redis_client: redis.Redis, tmp_path: Path) -> Iterat
 def _start(kit: dict[str, Any], settings: Settings, client: redis.Redis, n: int, **env: Any) -> list[Crawler]:
     started = [Crawler(crawler_env(settings, **env), kit["dir"], spider=env.get("SPIDER", "link")) for _ in range(n)]
     kit["crawlers"].extend(started)
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     started[0].wait_ready(client, settings["REDIS_KEY_PREFIX"], count=len(kit["crawlers"]), keys=keys)
     return started
 
@@ -60,7 +60,7 @@ def test_two_crawlers_never_exceed_a_domains_hits_per_window(
     site.page("/t/", html(*links))
     for link in links:
         site.page(link, html())
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     # domain-config for the site's domain, live: 4 fetches per rolling second, cluster-wide
     config = keys.domain_config(keys.shard_of("127.0.0.1"))  # in the domain's shard, beside its queues
     redis_client.hset(config, "127.0.0.1", json.dumps({"hits": 4, "window": 1, "scale": 1.0}))
@@ -126,7 +126,7 @@ def test_sigterm_finishes_in_flight_work_and_exits_0(
         time.sleep(0.02)
     assert crawler.terminate() == 0, crawler.output()
     assert len(kit["collector"].wait_for("term", 1)) == 1
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     assert redis_client.zcard(keys.leases("link")) == 0
     assert redis_client.zcard(keys.heartbeat_index("crawler")) == 0
 

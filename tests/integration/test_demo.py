@@ -8,14 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from crawlhive.utils.app.demo_site import expected_pages
+from crawlhive.app.demo_site import expected_pages
 
 
 def test_demo_crawls_the_bundled_site_to_completion_and_stops_cleanly(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_HOSTS")}
     env["CRAWLHIVE_HOME"] = str(tmp_path)
     out = subprocess.run(
-        [sys.executable, "-m", "crawlhive.utils.app.cli", "demo"],
+        [sys.executable, "-m", "crawlhive.app.cli", "demo"],
         env=env,
         capture_output=True,
         text=True,
@@ -57,7 +57,7 @@ def test_demo_keep_running_prints_a_working_dashboard_and_stops_on_ctrl_c(tmp_pa
     log = tmp_path / "demo.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "crawlhive.utils.app.cli", "demo", "--keep-running"],
+            [sys.executable, "-m", "crawlhive.app.cli", "demo", "--keep-running"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -1,4 +1,4 @@
-"""Integration tests of crawlhive.utils.app.embedded and the Kafka factories against real services."""
+"""Integration tests of crawlhive.app.embedded and the Kafka factories against real services."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 import pytest
 import redis
 
-from crawlhive.utils import connections
-from crawlhive.utils.app import binaries
-from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedCluster, EmbeddedRedis
+from crawlhive.app import binaries
+from crawlhive.app.embedded import EmbeddedBroker, EmbeddedCluster, EmbeddedRedis
+from crawlhive.utils import kafka_clients
 from crawlhive.utils.errors import EmbeddedServiceError
 from crawlhive.utils.settings import Settings
 
@@ -115,23 +115,23 @@ def test_topics_get_the_configured_partitions_and_a_group_consumer_reads(
     settings: Settings, names: IsolatedNames
 ) -> None:
     topic = names.topic("incoming")
-    assert connections.ensure_topics(settings, [topic]) == [topic]
-    assert connections.ensure_topics(settings, [topic]) == []  # twice is fine
+    assert kafka_clients.ensure_topics(settings, [topic]) == [topic]
+    assert kafka_clients.ensure_topics(settings, [topic]) == []  # twice is fine
 
-    admin = connections.make_admin(settings)
+    admin = kafka_clients.make_admin(settings)
     try:
         (described,) = admin.describe_topics([topic])
     finally:
         admin.close()
     assert len(described["partitions"]) == settings["KAFKA_TOPIC_PARTITIONS"]
 
-    producer = connections.make_producer(settings)
+    producer = kafka_clients.make_producer(settings)
     try:
         producer.send(topic, key=b"k", value=b'{"url": "http://example.com"}').get(timeout=10)
     finally:
         producer.close()
 
-    consumer = connections.make_consumer(settings, topic, group_id=names.group())
+    consumer = kafka_clients.make_consumer(settings, topic, group_id=names.group())
     try:
         received = []
         deadline = time.monotonic() + 20
@@ -148,16 +148,16 @@ def test_ensure_topics_tolerates_a_concurrent_creator(
     settings: Settings, names: IsolatedNames, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     topic = names.topic("race")
-    connections.ensure_topics(settings, [topic])
-    real_list_topics = connections.KafkaAdminClient.list_topics
+    kafka_clients.ensure_topics(settings, [topic])
+    real_list_topics = kafka_clients.KafkaAdminClient.list_topics
     listings = []
 
-    def stale_first_listing(self: connections.KafkaAdminClient) -> list[str]:
+    def stale_first_listing(self: kafka_clients.KafkaAdminClient) -> list[str]:
         listings.append(1)  # the first listing predates another process's create
         return [] if len(listings) == 1 else real_list_topics(self)
 
-    monkeypatch.setattr(connections.KafkaAdminClient, "list_topics", stale_first_listing)
-    assert connections.ensure_topics(settings, [topic]) == []
+    monkeypatch.setattr(kafka_clients.KafkaAdminClient, "list_topics", stale_first_listing)
+    assert kafka_clients.ensure_topics(settings, [topic]) == []
     assert len(listings) >= 2
 
 
@@ -165,11 +165,11 @@ def test_broker_restart_keeps_the_port() -> None:
     with EmbeddedBroker() as broker:
         port = broker.port
         settings = Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap)
-        connections.ensure_topics(settings, ["r.incoming"])
+        kafka_clients.ensure_topics(settings, ["r.incoming"])
         broker.restart()
         assert broker.port == port
         # In-memory storage: the broker answers again, but starts empty.
-        admin = connections.make_admin(settings)
+        admin = kafka_clients.make_admin(settings)
         try:
             assert "r.incoming" not in admin.list_topics()
         finally:
@@ -193,7 +193,7 @@ def test_sigkilled_parent_leaves_no_service_behind(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import json, sys, time
-        from crawlhive.utils.app.embedded import EmbeddedCluster
+        from crawlhive.app.embedded import EmbeddedCluster
         cluster = EmbeddedCluster(workdir={str(tmp_path)!r}).start()
         print(json.dumps([s.pid for s in cluster.services]), flush=True)
         time.sleep(120)

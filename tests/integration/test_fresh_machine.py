@@ -33,8 +33,8 @@ import psycopg
 import pytest
 import redis
 
-from crawlhive.utils.app.binaries import bundled_redis_server
-from crawlhive.utils.app.embedded import free_port
+from crawlhive.app.binaries import bundled_redis_server
+from crawlhive.app.embedded import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ from crawlerkit import (
 )
 
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -252,7 +252,7 @@ def test_a_robots_crawl_delay_spaces_the_fetches_of_its_domain(
         settings, client = env["settings"], env["redis"]
         seed(settings, client, appid="cdapp", crawlid="c1", url=site.url("/cd/0"), maxdepth=1)
         env["collector"].wait_for("c1", 6, timeout=40)
-        stored = client.get(Keys.from_settings(settings).crawl_delay("127.0.0.1"))
+        stored = client.get(keys_from_settings(settings).crawl_delay("127.0.0.1"))
     assert stored == b"1"
     starts = sorted(s.at for s in site.hits("/cd/"))
     assert len(starts) == 6

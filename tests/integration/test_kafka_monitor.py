@@ -20,13 +20,13 @@ import redis
 from crawlerkit import keys_for
 from kafka.structs import TopicPartition
 
+from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from crawlhive.kafka_monitor.monitor import COMPONENT, BatchResult, KafkaMonitor
-from crawlhive.kafka_monitor.validation import Accepted, RequestValidator
-from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, free_port
-from crawlhive.utils.connections import ensure_topics, make_consumer, make_producer, record_origin
+from crawlhive.utils.contract.validation import Accepted, RequestValidator
 from crawlhive.utils.control import ControlQueue
 from crawlhive.utils.frontier import FrontierWorker, OptionSet, decode_priority, seed_from_request
 from crawlhive.utils.heartbeat import live_nodes
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer, record_origin
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.loop import ForcedShutdown
 from crawlhive.utils.settings import Settings, env_value
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from conftest import IsolatedNames
     from kafka.producer.future import RecordMetadata
 
-CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
+CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 #: Keys the monitor writes besides the frontier and the control stream (second part of the key).
 BOOKKEEPING = {"stats", "stats-lifetime", "stats-unique", "stats-index", "heartbeat", "nodes"}
 
@@ -853,7 +853,7 @@ def test_broker_down_while_idle_is_reported_and_work_resumes_when_it_is_back(
     km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames, tmp_path: Path
 ) -> None:
     # In a child process: kafka-python leaks the socket of each reconnect attempt refused while the
-    # broker is down (see utils/connections.py), which pytest's warning filter would turn into errors.
+    # broker is down (see utils/kafka_clients.py), which pytest's warning filter would turn into errors.
     broker = EmbeddedBroker(free_port())  # a fixed port: clients keep the address across the restart
     keys = keys_for(names.key_prefix)
     log = tmp_path / "km.log"

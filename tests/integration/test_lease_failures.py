@@ -19,9 +19,9 @@ import pytest
 import redis
 
 from crawlhive.crawler.leases import LeaseContext, LeaseTable
-from crawlhive.utils.connections import write_pipeline
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, ThrottleConfig
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import write_pipeline
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.skipif(

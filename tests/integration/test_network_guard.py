@@ -109,7 +109,7 @@ def test_wrong_networks_stop_the_crawler_at_start_naming_the_setting(tmp_path: A
     )
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "crawlhive.utils.app.cli", "crawler"],
+        [sys.executable, "-m", "crawlhive.app.cli", "crawler"],
         env=env,
         capture_output=True,
         text=True,

@@ -15,7 +15,7 @@ import redis
 from clusterkit import SLOTS, LocalCluster
 from redis.cluster import ClusterNode, RedisCluster
 
-from crawlhive.utils import connections
+from crawlhive.utils import redis_clients
 from crawlhive.utils.errors import SettingsError, UnsupportedBackend
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.replication import ReplicaWait
@@ -57,21 +57,21 @@ def test_one_node_url_is_detected_as_a_cluster_with_64_shards_and_another_count_
 ) -> None:
     prefix = "detect"
     settings = Settings.from_overrides(REDIS_URL=cluster.primaries[0].url, REDIS_KEY_PREFIX=prefix)
-    client = connections.redis_from_settings(settings)
+    client = redis_clients.redis_from_settings(settings)
     try:
         assert isinstance(client, RedisCluster)  # one node named: the whole cluster is used
-        assert connections.frontier_shards(settings) == 64
-        connections.check_redis(client, settings)  # stores the count
+        assert redis_clients.frontier_shards(settings) == 64
+        redis_clients.check_redis(client, settings)  # stores the count
         assert client.get(f"{prefix}:frontier-shards") == b"64"
         other = settings.copy_with(FRONTIER_SHARDS=16)
         with pytest.raises(SettingsError, match=r"FRONTIER_SHARDS: .* 16 shards.* created with 64.*FRONTIER_SHARDS=64"):
-            connections.check_redis(client, other)
+            redis_clients.check_redis(client, other)
         # a node that did not answer when a component built its client was taken for a single
         # Redis: that process cannot switch clients, so it exits (a restart detects the cluster)
         plain = redis.Redis.from_url(cluster.primaries[0].url)
         try:
             with pytest.raises(UnsupportedBackend, match=r"node of a Redis Cluster .* start it again"):
-                connections.check_redis(plain, settings)
+                redis_clients.check_redis(plain, settings)
         finally:
             plain.close()
     finally:

@@ -22,13 +22,14 @@ from crawlerkit import redis_for
 from kafka.structs import TopicPartition
 from redis.client import Pipeline
 
+from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.redis_monitor.monitor import RedisMonitor
-from crawlhive.utils.app.embedded import EmbeddedRedis
-from crawlhive.utils.connections import ensure_topics, make_consumer, write_pipeline
 from crawlhive.utils.control import CONTROL_GROUP, ControlConsumer, ControlQueue
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker, ThrottleConfig
 from crawlhive.utils.heartbeat import Heartbeat
+from crawlhive.utils.kafka_clients import ensure_topics, make_consumer
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings, write_pipeline
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.settings import Settings, settings_env
 from crawlhive.utils.stats import KAFKA_MONITOR, Stats, failed_counter_name, plugin_counter_name, record_response
@@ -52,7 +53,7 @@ def rm_settings(settings: Settings) -> Settings:
 
 @pytest.fixture
 def keys(rm_settings: Settings) -> Keys:
-    return Keys.from_settings(rm_settings)
+    return keys_from_settings(rm_settings)
 
 
 class Topic:
@@ -975,7 +976,7 @@ def test_the_crawlhive_redis_monitor_command_answers_and_stops_on_sigterm(
 ) -> None:
     env = {**os.environ, **settings_env(rm_settings)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "crawlhive.utils.app.cli", "redis-monitor"],
+        [sys.executable, "-m", "crawlhive.app.cli", "redis-monitor"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -20,11 +20,11 @@ from crawlerkit import redis_for
 from prometheus_client.parser import text_string_to_metric_families
 from rest_support import FakeRedisMonitor, RunningRest, delete_prefix, running_rest, stats_answer
 
-from crawlhive.kafka_monitor.validation import RequestValidator
-from crawlhive.utils.connections import make_producer
+from crawlhive.utils.contract.validation import RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.kafka_clients import make_producer
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings
 from crawlhive.utils.stats import (
     Stats,
@@ -375,7 +375,7 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
     from crawlhive.utils.frontier import FrontierReader
 
     appid = unique("lst")
-    keys = Keys.from_settings(rest_settings)
+    keys = keys_from_settings(rest_settings)
     frontier = Frontier.from_settings(rclient, rest_settings)
     reader = FrontierReader.from_settings(rclient, rest_settings)
 
@@ -483,7 +483,7 @@ def test_crawls_of_a_spider_nobody_runs_say_why_and_cannot_hide_newer_ones(
     from crawlhive.rest.cluster import MAX_CRAWLS
 
     settings = rest_settings.copy_with(REDIS_KEY_PREFIX=f"{rest_settings['REDIS_KEY_PREFIX']}many")
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     frontier = Frontier.from_settings(rclient, settings)
 
     def push(*requests: FrontierRequest) -> None:
@@ -563,7 +563,7 @@ def test_metrics_expose_cluster_state_from_redis(
     http: httpx.Client, rest_settings: Settings, rclient: redis.Redis, rest: RunningRest
 ) -> None:
     spider = "metricspider"  # a spider type of its own: other tests queue "link" work
-    keys = Keys.from_settings(rest_settings)
+    keys = keys_from_settings(rest_settings)
     stats = Stats(rclient, keys, rest_settings.getlist("STATS_TIMES"))
     before = _metrics(http)
     stats.incr_many(
@@ -776,7 +776,7 @@ def test_a_host_header_naming_another_site_is_refused_before_anything_else(
 
 
 def test_unreachable_backends_give_500_and_red_health(redis_settings: Settings, tmp_path: Path) -> None:
-    from crawlhive.utils.app.embedded import free_port
+    from crawlhive.app.embedded import free_port
 
     dead = redis_settings.copy_with(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")  # Kafka is dead there too
     with running_rest(dead, wait_for_kafka=False) as running, httpx.Client(base_url=running.url, timeout=30) as client:
@@ -798,12 +798,12 @@ def test_crawlhive_rest_serves_until_sigterm(redis_settings: Settings) -> None:
     import subprocess
     import sys
 
-    from crawlhive.utils.app.embedded import free_port
+    from crawlhive.app.embedded import free_port
     from crawlhive.utils.settings import settings_env
 
     port = free_port()
     env = {**os.environ, **settings_env(redis_settings)}
-    command = [sys.executable, "-m", "crawlhive.utils.app.cli", "rest", "--host", "127.0.0.1", "--port", str(port)]
+    command = [sys.executable, "-m", "crawlhive.app.cli", "rest", "--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
@@ -835,7 +835,7 @@ def _rest_command(settings: Settings, *args: str, **env: str) -> tuple[list[str]
     from crawlhive.utils.settings import settings_env
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("REST_")}
-    return [sys.executable, "-m", "crawlhive.utils.app.cli", "rest", *args], {**base, **settings_env(settings), **env}
+    return [sys.executable, "-m", "crawlhive.app.cli", "rest", *args], {**base, **settings_env(settings), **env}
 
 
 def _serving(process: Any, url: str, timeout: float = 30) -> None:
@@ -866,7 +866,7 @@ def _stop(process: Any) -> str:
 def test_rest_refuses_a_public_address_without_a_key(redis_settings: Settings) -> None:
     import subprocess
 
-    from crawlhive.utils.app.embedded import free_port
+    from crawlhive.app.embedded import free_port
 
     port = free_port()
     command, env = _rest_command(redis_settings, "--host", "0.0.0.0", "--port", str(port))
@@ -880,7 +880,7 @@ def test_rest_refuses_a_public_address_without_a_key(redis_settings: Settings) -
 def test_rest_serves_a_public_address_with_a_key_or_when_told_it_is_insecure(redis_settings: Settings) -> None:
     import subprocess
 
-    from crawlhive.utils.app.embedded import free_port
+    from crawlhive.app.embedded import free_port
 
     for extra, warned in (({"REST_API_KEY": "k3y"}, False), ({"REST_INSECURE": "true"}, True)):
         port = free_port("0.0.0.0")

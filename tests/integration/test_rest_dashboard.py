@@ -23,10 +23,10 @@ import pytest
 import redis
 from rest_support import FakeRedisMonitor, running_rest, stats_answer
 
-from crawlhive.utils.connections import make_producer
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.kafka_clients import make_producer
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings, settings_env
 from crawlhive.utils.stats import Stats, crawler_counter_name, items_counter_name
 
@@ -56,7 +56,7 @@ def cluster_settings(settings: Settings) -> Settings:
 def intake(cluster_settings: Settings, redis_client: redis.Redis) -> Iterator[str]:
     """The real kafka-monitor process."""
     env = {**os.environ, **settings_env(cluster_settings)}
-    process = subprocess.Popen([sys.executable, "-m", "crawlhive.utils.app.cli", "kafka-monitor"], env=env)
+    process = subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "kafka-monitor"], env=env)
     try:
         yield "crawlhive kafka-monitor"
     finally:
@@ -73,7 +73,7 @@ class StandInCrawler:
 
     def __init__(self, settings: Settings, client: redis.Redis) -> None:
         self.client = client
-        self.keys = Keys.from_settings(settings)
+        self.keys = keys_from_settings(settings)
         self.worker = FrontierWorker.from_settings(client, settings)
         self.frontier = Frontier.from_settings(client, settings)
         self.stats = Stats(client, self.keys, settings.getlist("STATS_TIMES"))

@@ -13,8 +13,8 @@ import pytest
 import redis
 from crawlerkit import Collector, Crawler, Seen, TestSite, crawler_env, html, seed
 
-from crawlhive.utils.connections import ensure_topics
 from crawlhive.utils.frontier import RETRY_AFTER_MAX_S, defer_domain, parse_retry_after
+from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings
 

@@ -17,7 +17,7 @@ from sinkkit import cleaned, committed, log_of, start_sink, wait_until
 
 from crawlhive.sink.files import PARQUET_SCHEMA
 from crawlhive.sink.store import sink_group
-from crawlhive.utils.connections import consumer_lag, ensure_topics, make_producer
+from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics, make_producer
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(240)

@@ -18,7 +18,7 @@ from crawlerkit import CLI, Collector, Crawler, TestSite, crawler_env, redis_for
 from sinkkit import POSTGRES_URL, count, pg_table, rows, sink_url, start_sink, wait_until
 from warcio.archiveiterator import ArchiveIterator
 
-from crawlhive.utils.connections import ensure_topics
+from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.settings import Settings
 
 __all__ = ["pg_table"]  # the fixture, imported from sinkkit

@@ -28,12 +28,12 @@ from sinkkit import (
     wait_until,
 )
 
-from crawlhive.sink.observe import live_sinks, metrics, stats_body
-from crawlhive.sink.observe import rows as sink_rows
 from crawlhive.sink.store import sink_group, sink_name
-from crawlhive.sink.worker import COMPONENT, Sink, sink_counter_name
-from crawlhive.utils.connections import consumer_lag, ensure_topics
+from crawlhive.sink.worker import Sink
+from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics
 from crawlhive.utils.settings import Settings
+from crawlhive.utils.sink_state import COMPONENT, live_sinks, metrics, sink_counter_name, stats_body
+from crawlhive.utils.sink_state import rows as sink_rows
 
 __all__ = ["pg_table"]  # the fixture, imported from sinkkit
 

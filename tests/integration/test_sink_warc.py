@@ -20,7 +20,7 @@ from sinkkit import log_of, start_sink, wait_until
 from warcio.archiveiterator import ArchiveIterator
 
 from crawlhive.sink.store import sink_group
-from crawlhive.utils.connections import consumer_lag, ensure_topics
+from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(180)

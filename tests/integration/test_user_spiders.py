@@ -29,14 +29,14 @@ from crawlerkit import (
     seed,
 )
 
-from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
-from crawlhive.utils.connections import ensure_topics
+from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
 
-CLI = [sys.executable, "-m", "crawlhive.utils.app.cli"]
+CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 
 #: A user's spider module: built on crawlhive's link spider, under its own spider type.
 SPIDER_MODULE = """

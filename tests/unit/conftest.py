@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from crawlhive.kafka_monitor.validation import RequestValidator
+from crawlhive.utils.contract.validation import RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierWorker, ThrottleConfig
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.settings import Settings

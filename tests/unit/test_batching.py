@@ -11,9 +11,9 @@ import pytest
 import redis
 import redis.asyncio
 
+from crawlhive.app.embedded import free_port
 from crawlhive.crawler.batching import ScriptBatcher
 from crawlhive.utils import scripts as registry
-from crawlhive.utils.app.embedded import free_port
 
 if TYPE_CHECKING:
     from conftest import IsolatedNames

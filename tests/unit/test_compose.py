@@ -27,10 +27,11 @@ import pytest
 import redis
 import yaml
 
-from crawlhive.utils.app.cli import build_parser
-from crawlhive.utils.connections import redis_urls
+from crawlhive.app.cli import build_parser
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.kinds import kinds
+from crawlhive.utils.redis_clients import keys_from_settings, redis_urls
 from crawlhive.utils.settings import ALIASES, DECLARED, REDIS_PARTS, Settings, load_settings, parse_value
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,15 +40,8 @@ COMPOSE_FILE = DOCKER / "docker-compose.yml"
 DOCKERFILE = DOCKER / "Dockerfile"
 IMAGE = "crawlhive"
 #: The long-running component of each crawlhive service (its first command word).
-COMPONENT_SERVICES = {
-    "kafka-monitor": "kafka-monitor",
-    "redis-monitor": "redis-monitor",
-    "crawler": "crawler",
-    "crawler-render": "crawler",
-    "cleaner": "cleaner",
-    "rest": "rest",
-    "sink": "sink",
-}
+#: (From the registry of process kinds: each kind names its compose services.)
+COMPONENT_SERVICES = {service: kind.name for kind in kinds() for service in kind.compose}
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -334,7 +328,7 @@ def healthcheck() -> ModuleType:
 
 @pytest.fixture
 def keys(redis_settings: Settings) -> Keys:
-    return Keys.from_settings(redis_settings)
+    return keys_from_settings(redis_settings)
 
 
 def test_heartbeat_of_this_host_and_a_live_pid_is_healthy(

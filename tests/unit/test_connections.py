@@ -1,4 +1,4 @@
-"""Unit tests of crawlhive.utils.connections: settings -> client options, and fast, precise failures."""
+"""Unit tests of crawlhive.utils.redis_clients and kafka_clients: settings -> client options, fast, precise failures."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from crawlhive.utils import connections
-from crawlhive.utils.app.embedded import free_port
+from crawlhive.app.embedded import free_port
+from crawlhive.utils import kafka_clients, redis_clients
 from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
 from crawlhive.utils.settings import Settings
 
 
 def test_common_config_defaults_to_plaintext() -> None:
-    config = connections.kafka_common_config(Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS="a:9092, b:9093"))
+    config = kafka_clients.kafka_common_config(Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS="a:9092, b:9093"))
     assert config == {"bootstrap_servers": ["a:9092", "b:9093"], "security_protocol": "PLAINTEXT"}
 
 
@@ -34,7 +34,7 @@ def test_common_config_maps_sasl_ssl(tmp_path: Path) -> None:
         KAFKA_SASL_PASSWORD="s3cret",
         KAFKA_SSL_CAFILE=str(cafile),
     )
-    assert connections.kafka_common_config(settings) == {
+    assert kafka_clients.kafka_common_config(settings) == {
         "bootstrap_servers": ["k1:9093"],
         "security_protocol": "SASL_SSL",
         "sasl_mechanism": "SCRAM-SHA-512",
@@ -48,7 +48,7 @@ def test_common_config_maps_ssl_without_sasl(tmp_path: Path) -> None:
     cafile = tmp_path / "ca.pem"
     cafile.write_text("x")
     settings = Settings.from_overrides(KAFKA_SECURITY_PROTOCOL="SSL", KAFKA_SSL_CAFILE=str(cafile))
-    config = connections.kafka_common_config(settings)
+    config = kafka_clients.kafka_common_config(settings)
     assert config["security_protocol"] == "SSL"
     assert config["ssl_cafile"] == str(cafile)
     assert "sasl_mechanism" not in config
@@ -69,28 +69,28 @@ def test_common_config_maps_ssl_without_sasl(tmp_path: Path) -> None:
 )
 def test_common_config_rejects_bad_settings_naming_them(overrides: dict[str, Any], named: str) -> None:
     with pytest.raises(SettingsError, match=named):
-        connections.kafka_common_config(Settings.from_overrides(**overrides))
+        kafka_clients.kafka_common_config(Settings.from_overrides(**overrides))
 
 
 def test_sasl_options_without_sasl_protocol_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     settings = Settings.from_overrides(KAFKA_SASL_MECHANISM="PLAIN", KAFKA_SASL_USERNAME="u")
-    with caplog.at_level(logging.WARNING, logger="crawlhive.utils.connections"):
-        config = connections.kafka_common_config(settings)
+    with caplog.at_level(logging.WARNING, logger="crawlhive.utils.kafka_clients"):
+        config = kafka_clients.kafka_common_config(settings)
     assert "sasl_mechanism" not in config
     assert "KAFKA_SASL_" in caplog.text
 
 
 def test_consumer_and_producer_options_come_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[tuple[Any, dict[str, Any]]] = []
-    monkeypatch.setattr(connections, "_build", lambda factory, config: built.append((factory, config)) or object())
+    monkeypatch.setattr(kafka_clients, "_build", lambda factory, config: built.append((factory, config)) or object())
     settings = Settings.from_overrides(
         KAFKA_MAX_POLL_INTERVAL_MS=4000,
         KAFKA_CONSUMER_FETCH_MAX_WAIT_MS=25,
         KAFKA_CONSUMER_MAX_POLL_RECORDS=77,
         KAFKA_PRODUCER_MAX_REQUEST_SIZE=100000,
     )
-    connections.make_consumer(settings, group_id="g", client_id="me")
-    connections.make_producer(settings, linger_ms=0)
+    kafka_clients.make_consumer(settings, group_id="g", client_id="me")
+    kafka_clients.make_producer(settings, linger_ms=0)
     (_, consumer), (_, producer) = built
     assert consumer["group_id"] == "g"
     assert consumer["enable_auto_commit"] is False
@@ -111,10 +111,10 @@ def test_kafka_factories_fail_fast_naming_the_setting(factory: str) -> None:
     server = f"127.0.0.1:{free_port()}"
     settings = Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS=server)
     calls = {
-        "producer": lambda: connections.make_producer(settings),
-        "consumer": lambda: connections.make_consumer(settings, "x.incoming", group_id="g"),
-        "admin": lambda: connections.make_admin(settings),
-        "ensure_topics": lambda: connections.ensure_topics(settings, ["x.incoming"]),
+        "producer": lambda: kafka_clients.make_producer(settings),
+        "consumer": lambda: kafka_clients.make_consumer(settings, "x.incoming", group_id="g"),
+        "admin": lambda: kafka_clients.make_admin(settings),
+        "ensure_topics": lambda: kafka_clients.ensure_topics(settings, ["x.incoming"]),
     }
     started = time.monotonic()
     with pytest.raises(BackendUnavailable, match="KAFKA_BOOTSTRAP_SERVERS") as info:
@@ -126,17 +126,17 @@ def test_kafka_factories_fail_fast_naming_the_setting(factory: str) -> None:
 def test_ensure_topics_rejects_illegal_names_before_connecting() -> None:
     settings = Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}")
     with pytest.raises(SettingsError, match="KAFKA_TOPIC_PREFIX"):
-        connections.ensure_topics(settings, ["bad prefix.incoming"])
+        kafka_clients.ensure_topics(settings, ["bad prefix.incoming"])
 
 
 def test_check_redis_names_setting_and_masks_password() -> None:
     url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
     settings = Settings.from_overrides(REDIS_URL=url)
-    client = connections.redis_from_settings(settings)
+    client = redis_clients.redis_from_settings(settings)
     started = time.monotonic()
     try:
         with pytest.raises(BackendUnavailable, match="REDIS_URL") as info:
-            connections.check_redis(client, settings)
+            redis_clients.check_redis(client, settings)
     finally:
         client.close()
     message = str(info.value)
@@ -181,10 +181,10 @@ def test_check_redis_refuses_a_server_older_than_the_minimum_naming_the_minimum(
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     settings = Settings.from_overrides(REDIS_URL=f"redis://127.0.0.1:{server.server_address[1]}/0")
-    client = connections.redis_from_settings(settings)
+    client = redis_clients.redis_from_settings(settings)
     try:
         with pytest.raises(UnsupportedBackend, match=r"crawlhive needs Redis 6\.2 or newer.*REDIS_URL") as info:
-            connections.check_redis(client, settings)
+            redis_clients.check_redis(client, settings)
     finally:
         client.close()
         server.shutdown()
@@ -194,20 +194,20 @@ def test_check_redis_refuses_a_server_older_than_the_minimum_naming_the_minimum(
 
 def test_the_redis_the_tests_run_on_is_supported_and_its_version_is_read(redis_url: str) -> None:
     settings = Settings.from_overrides(REDIS_URL=redis_url)
-    client = connections.redis_from_settings(settings)
+    client = redis_clients.redis_from_settings(settings)
     try:
-        connections.check_redis(client, settings)
-        version = connections.redis_version(client)
+        redis_clients.check_redis(client, settings)
+        version = redis_clients.redis_version(client)
     finally:
         client.close()
-    assert version is not None and version >= connections.MIN_REDIS_VERSION
+    assert version is not None and version >= redis_clients.MIN_REDIS_VERSION
     if os.environ.get("CRAWLHIVE_TEST_REDIS_SERVER") == "bundled":  # make test's second pass
         assert version[:2] == (6, 2)
 
 
 def test_redis_from_settings_passes_decode_responses() -> None:
     settings = Settings.from_overrides(REDIS_URL="redis://127.0.0.1:6390/2")
-    client = connections.redis_from_settings(settings, decode_responses=True)
+    client = redis_clients.redis_from_settings(settings, decode_responses=True)
     try:
         kwargs = client.connection_pool.connection_kwargs
         assert (kwargs["port"], kwargs["db"], kwargs["decode_responses"]) == (6390, 2, True)
@@ -217,7 +217,7 @@ def test_redis_from_settings_passes_decode_responses() -> None:
 
 def test_redis_from_settings_rejects_a_non_redis_url() -> None:
     with pytest.raises(SettingsError, match="REDIS_URL"):
-        connections.redis_from_settings(Settings.from_overrides(REDIS_URL="http://:pw@example.com"))
+        redis_clients.redis_from_settings(Settings.from_overrides(REDIS_URL="http://:pw@example.com"))
 
 
 @pytest.mark.parametrize(
@@ -229,30 +229,30 @@ def test_redis_from_settings_rejects_a_non_redis_url() -> None:
     ],
 )
 def test_mask_url(url: str, masked: str) -> None:
-    assert connections.mask_url(url) == masked
+    assert redis_clients.mask_url(url) == masked
 
 
 def test_the_shard_count_is_stored_by_the_first_component_and_checked_by_every_other(
     redis_url: str, names: Any
 ) -> None:
     settings = Settings.from_overrides(REDIS_URL=redis_url, REDIS_KEY_PREFIX=names.key_prefix)
-    client = connections.redis_from_settings(settings)
+    client = redis_clients.redis_from_settings(settings)
     try:
-        assert connections.check_frontier_shards(client, settings) == 1  # automatic on one Redis
-        assert connections.check_frontier_shards(client, settings) == 1
-        connections.check_redis(client, settings)
+        assert redis_clients.check_frontier_shards(client, settings) == 1  # automatic on one Redis
+        assert redis_clients.check_frontier_shards(client, settings) == 1
+        redis_clients.check_redis(client, settings)
         other = Settings.from_overrides(REDIS_URL=redis_url, REDIS_KEY_PREFIX=names.key_prefix, FRONTIER_SHARDS=16)
         with pytest.raises(
             SettingsError, match=r"FRONTIER_SHARDS: .* 16 shards, .* created with 1; .*FRONTIER_SHARDS=1"
         ):
-            connections.check_redis(client, other)
+            redis_clients.check_redis(client, other)
         with pytest.raises(SettingsError, match="FRONTIER_SHARDS: must be"):
-            connections.check_frontier_shards(client, Settings.from_overrides(FRONTIER_SHARDS=-1))
+            redis_clients.check_frontier_shards(client, Settings.from_overrides(FRONTIER_SHARDS=-1))
         # another cluster (prefix) chooses its own
         fresh = Settings.from_overrides(
             REDIS_URL=redis_url, REDIS_KEY_PREFIX=names.key_prefix + "x", FRONTIER_SHARDS=16
         )
-        assert connections.check_frontier_shards(client, fresh) == 16
+        assert redis_clients.check_frontier_shards(client, fresh) == 16
     finally:
         client.delete(f"{names.key_prefix}x:frontier-shards")
         client.close()
@@ -260,9 +260,9 @@ def test_the_shard_count_is_stored_by_the_first_component_and_checked_by_every_o
 
 def test_cluster_seeds_none_of_which_answers_name_redis_url_without_the_password() -> None:
     settings = Settings.from_overrides(REDIS_URL="redis://:s3cret@127.0.0.1:1,redis://127.0.0.1:2")
-    assert connections.redis_urls(settings) == ["redis://:s3cret@127.0.0.1:1", "redis://127.0.0.1:2"]
+    assert redis_clients.redis_urls(settings) == ["redis://:s3cret@127.0.0.1:1", "redis://127.0.0.1:2"]
     with pytest.raises(
         BackendUnavailable, match=r"Redis Cluster at redis://:\*\*\*@127\.0\.0\.1:1,.*check REDIS_URL"
     ) as info:
-        connections.redis_from_settings(settings)
+        redis_clients.redis_from_settings(settings)
     assert "s3cret" not in str(info.value)

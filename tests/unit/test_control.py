@@ -10,13 +10,14 @@ from redis.client import Pipeline
 
 from crawlhive.utils.control import CONTROL_GROUP, ControlConsumer, ControlQueue
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.settings import Settings
 
 
 @pytest.fixture
 def keys(redis_settings: Settings) -> Keys:
-    return Keys.from_settings(redis_settings)
+    return keys_from_settings(redis_settings)
 
 
 def submit(client: redis.Redis, keys: Keys, *uuids: str) -> None:

@@ -237,7 +237,7 @@ def test_the_crawler_command_refuses_to_remove_lease_handling_at_start_up() -> N
     wrong = {"DOWNLOADER_MIDDLEWARES": {"crawlhive.crawler.middlewares.LeaseOutcomeMiddleware": None}}
     env = {**os.environ, "SCRAPY_SETTINGS": json.dumps(wrong), "REDIS_URL": "redis://127.0.0.1:1/0"}
     done = subprocess.run(
-        [sys.executable, "-m", "crawlhive.utils.app.cli", "crawler", "--spider", "link"],
+        [sys.executable, "-m", "crawlhive.app.cli", "crawler", "--spider", "link"],
         env=env,
         capture_output=True,
         text=True,
@@ -401,3 +401,22 @@ def test_the_wake_channel_says_once_per_outage_that_it_failed() -> None:
     listener.stop()
     owner.redis.close()
     assert len(owner.failures) == 1 and "wake channel crawlhive-test:wake:link failed" in owner.failures[0]
+
+
+def test_a_maintenance_extension_can_be_switched_off() -> None:
+    """The crawler's loops other than lease renewal are Scrapy extensions (crawler/extensions.py): a
+    user's EXTENSIONS may switch one off, and Scrapy's extension manager then builds the others only."""
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+    from crawlhive.crawler import extensions
+
+    off = {"EXTENSIONS": {"crawlhive.crawler.extensions.ProgressLog": None}}
+    converted = scrapy_settings(Settings.from_overrides(SCRAPY_SETTINGS=off), "link")
+    assert converted["EXTENSIONS"]["crawlhive.crawler.extensions.ProgressLog"] is None
+    assert converted["EXTENSIONS"]["crawlhive.crawler.extensions.HeartbeatLoop"] == 100
+    scrapy_only = {k: v for k, v in converted.items() if k == "EXTENSIONS"}
+    crawler = Crawler(Spider, {**scrapy_only, "TELNETCONSOLE_ENABLED": False, "TWISTED_REACTOR": None})
+    crawler._apply_settings()  # what crawl() does first: stats, then the extension manager
+    registered = [type(e) for e in extensions._REGISTERED[crawler]]
+    assert registered == [extensions.HeartbeatLoop, extensions.StatsFlush, extensions.RedisOnlySeeds]

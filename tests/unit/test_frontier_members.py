@@ -25,7 +25,7 @@ from crawlhive.utils.frontier import (
     wake_message,
     woken_shards,
 )
-from crawlhive.utils.frontier.worker import decode_lease, member_option_id
+from crawlhive.utils.frontier.leasing import decode_lease, member_option_id
 from crawlhive.utils.keys import Keys
 
 SEED_MESSAGE = {

@@ -61,3 +61,29 @@ def test_a_batch_push_equals_one_push_per_request(redis_client: redis.Redis, red
     again = _state(redis_client, f"{base}batch")
     seq = b":" + Keys("x").queue_sequence().split(":", 1)[1].encode()
     assert {k: v for k, v in again.items() if k != seq} == {k: v for k, v in pushed_batch.items() if k != seq}
+
+
+def test_the_plan_of_a_push_is_computed_without_redis() -> None:
+    """Frontier.push = plan_push (pure: the grouped writes) + the writes of the plan."""
+    from crawlhive.utils.frontier.model import encode_score
+    from crawlhive.utils.frontier.writer import plan_push
+
+    keys = Keys("p", shards=1)
+    requests = [
+        FrontierRequest(url="http://a.example.com/1", appid="app", crawlid="c1", priority=5, request_id="r1"),
+        FrontierRequest(url="http://a.example.com/2", appid="app", crawlid="c1", priority=90, request_id="r2"),
+        FrontierRequest(url="http://b.example.com/", appid="app", crawlid="c1", expires=99, max_pages=7),
+    ]
+    next_seq = {0: 10}
+    plan = plan_push(keys, requests, next_seq)
+    assert next_seq == {0: 13}  # one arrival sequence per request
+    queue = keys.crawl_queue("link", "app", "c1", "example.com", False)
+    assert list(plan.queues) == [queue]  # both domains bucket to example.com
+    assert sorted(plan.queues[queue].values()) == sorted(
+        [encode_score(5, 10), encode_score(90, 11), encode_score(1, 12)]
+    )
+    best = plan.best[("link", False, "example.com")][keys.crawl_member("app", "c1")]
+    assert best == min(plan.queues[queue].values())
+    assert plan.crawls == {("link", "app", "c1"): 99}
+    assert plan.budgets == {("link", "app", "c1"): 7}
+    assert plan.spider_domains == {("link", False, 0): {"example.com"}}

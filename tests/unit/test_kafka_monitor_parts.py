@@ -127,7 +127,7 @@ def test_backoff_doubles_to_its_cap_and_a_stop_request_cuts_it_short() -> None:
 def test_record_origin_is_stable_per_record_and_unique_across_broker_resets() -> None:
     from types import SimpleNamespace
 
-    from crawlhive.utils.connections import record_origin
+    from crawlhive.utils.kafka_clients import record_origin
 
     first = SimpleNamespace(topic="demo.incoming", partition=1, offset=7, timestamp=1714563600123)
     again = SimpleNamespace(topic="demo.incoming", partition=1, offset=7, timestamp=1714563600123)

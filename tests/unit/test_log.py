@@ -156,7 +156,7 @@ def test_mask_url_masks_every_seed_and_secret_query_values(url: str, masked: str
 def test_up_and_demo_print_redis_through_the_masking_function() -> None:
     """The lines ``crawlhive up`` and ``demo`` print about their backends show no password of
     any Redis Cluster seed."""
-    from crawlhive.utils.app.cluster import backend_lines
+    from crawlhive.app.up import backend_lines
     from crawlhive.utils.settings import Settings
 
     live = Settings.from_overrides(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils import proxies
+from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import seed_from_request
 from crawlhive.utils.proxies import ProxyConfigError, ProxyPools, parse_pools, parse_proxy_url
 from crawlhive.utils.settings import Settings

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
+from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker
 from crawlhive.utils.frontier.recrawl import (
     Observation,

@@ -11,8 +11,9 @@ import pytest
 from crawlhive.crawler.netguard import NetworkPolicy
 from crawlhive.rest.answers import dashboard_letter
 from crawlhive.rest.server import check_exposure, is_loopback_host
+from crawlhive.utils.contract.encoding import encode
+from crawlhive.utils.contract.fit import fit_message
 from crawlhive.utils.errors import SettingsError, UnsafeSettings
-from crawlhive.utils.fit import encode, fit_message
 from crawlhive.utils.settings import Settings
 
 

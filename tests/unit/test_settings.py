@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from crawlhive.app.state import clear_state, read_state, with_state, write_state
 from crawlhive.utils import defaults
-from crawlhive.utils.app.state import clear_state, read_state, with_state, write_state
 from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.settings import DECLARED, load_settings
 
@@ -194,7 +194,7 @@ def test_settings_env_round_trips_through_the_environment(tmp_path: Path) -> Non
 
 
 def test_up_claims_the_state_file_once_and_takes_over_only_a_dead_process_s(tmp_path: Path) -> None:
-    from crawlhive.utils.app.state import AlreadyRunning, claim_state
+    from crawlhive.app.state import AlreadyRunning, claim_state
 
     (tmp_path / "up.json").write_text('{"pid": 999999999, "REDIS_URL": "redis://127.0.0.1:1/0"}')
     nonce = claim_state(tmp_path)  # left by a process that is gone: replaced
@@ -213,7 +213,7 @@ def test_a_command_started_with_up_waits_for_its_addresses(tmp_path: Path, capsy
     it waits for the addresses instead of taking the defaults (someone else's localhost:6379)."""
     import threading
 
-    from crawlhive.utils.app.state import claim_state
+    from crawlhive.app.state import claim_state
 
     nonce = claim_state(tmp_path)
     writer = threading.Timer(0.5, write_state, (tmp_path, "redis://127.0.0.1:7777/0", ["127.0.0.1:9999"], nonce))

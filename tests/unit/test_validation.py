@@ -6,11 +6,13 @@ from typing import Any
 
 import pytest
 
+from crawlhive.kafka_monitor.plugins import IncomingPlugin
 from crawlhive.kafka_monitor.plugins.action import ActionHandler
 from crawlhive.kafka_monitor.plugins.crawl import ScraperHandler
 from crawlhive.kafka_monitor.plugins.domain_config import DomainConfigHandler
 from crawlhive.kafka_monitor.plugins.stats import StatsHandler
-from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
+from crawlhive.utils.contract.messages import ActionRequest, CrawlRequest, DomainConfigRequest, StatsRequest
+from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator, plugin_classes
 from crawlhive.utils.settings import Settings
 
 
@@ -31,7 +33,7 @@ _CRAWL = {"url": "http://example.com/", "appid": "testapp", "crawlid": "c1"}
 
 def test_minimal_crawl_gets_every_default(validator: RequestValidator) -> None:
     out = accepted(validator, {"url": "http://example.com/", "appid": "testapp", "crawlid": "c1"})
-    assert out.plugin is ScraperHandler
+    assert out.plugin is CrawlRequest
     assert out.message == {
         "url": "http://example.com/", "appid": "testapp", "crawlid": "c1", "spiderid": "link", "priority": 1,
         "maxdepth": 0, "domain_max_pages": None, "max_pages": None, "sitemap": False, "render": False,
@@ -69,7 +71,21 @@ def test_full_post_crawl_is_accepted(validator: RequestValidator) -> None:
     ],
 )  # fmt: skip
 def test_each_kind_dispatches_to_its_plugin(validator: RequestValidator, message: dict, kind: type) -> None:
-    assert accepted(validator, message).plugin is kind
+    """The contract's validator answers with the kind (no kafka-monitor import); the kafka-monitor's,
+    built on its plugins, with the plugin, which is that kind."""
+    assert accepted(validator, message).plugin is KIND_OF[kind]
+    settings = Settings.from_overrides()
+    handlers = plugin_classes(settings, base=IncomingPlugin)
+    assert handlers == [ScraperHandler, ActionHandler, StatsHandler, DomainConfigHandler]
+    assert accepted(RequestValidator(handlers, settings), message).plugin is kind
+
+
+KIND_OF = {
+    ScraperHandler: CrawlRequest,
+    ActionHandler: ActionRequest,
+    StatsHandler: StatsRequest,
+    DomainConfigHandler: DomainConfigRequest,
+}
 
 
 def test_stats_default_and_scheme_prepended_and_domain_normalised(validator: RequestValidator) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
+from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.log import configure_logging
 
 BASE = {"url": "http://x.com/", "appid": "app", "crawlid": "c"}
@@ -167,7 +167,7 @@ def test_client_values_in_log_lines_cannot_forge_a_line(tmp_path: Path) -> None:
 
 
 def test_a_pointer_to_a_client_key_is_short_and_escaped() -> None:
-    from crawlhive.kafka_monitor.validation import json_pointer
+    from crawlhive.utils.contract.validation import json_pointer
 
     assert json_pointer(["headers", "X\n" + "y" * 100_000, 0]) == "/headers/X\\n" + "y" * 38 + "…/0"
     assert json_pointer(["a/b", "c~d"]) == "/a~1b/c~0d"

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
+from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.settings import Settings
 
 MIB = 1 << 20

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from crawlhive.crawler.links import LinkLimits, link_allowed
-from crawlhive.kafka_monitor.validation import Accepted, Rejected, RequestValidator
+from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import seed_from_request
 from crawlhive.utils.patterns import (
     DEFAULT_PATTERN_LIMITS,

@@ -10,13 +10,14 @@
 Every Lua script these run is a file in ``utils/lua/``, registered by :mod:`crawlhive.utils.scripts`.
 """
 
-from crawlhive.utils.frontier.domains import (
-    RETRY_AFTER_MAX_S,
-    defer_domain,
-    defer_site,
-    parse_retry_after,
-    recheck_domain,
-    site_gate,
+from crawlhive.utils.frontier.leasing import (
+    POP_SCAN_DOMAINS,
+    RECHECK_S,
+    FrontierWorker,
+    Lease,
+    PopOutcome,
+    ThrottleConfig,
+    TouchStatus,
 )
 from crawlhive.utils.frontier.model import (
     LEASE_EXPIRED,
@@ -28,7 +29,6 @@ from crawlhive.utils.frontier.model import (
     FrontierRequest,
     OptionSet,
     clamp_priority,
-    crawl_dead_letter,
     decode_priority,
     encode_score,
     lease_member,
@@ -37,17 +37,16 @@ from crawlhive.utils.frontier.model import (
     retry_backoff,
     seed_from_request,
 )
+from crawlhive.utils.frontier.pacing import (
+    RETRY_AFTER_MAX_S,
+    defer_domain,
+    defer_site,
+    parse_retry_after,
+    recheck_domain,
+    site_gate,
+)
 from crawlhive.utils.frontier.reader import CrawlState, DomainBacklog, FrontierReader
 from crawlhive.utils.frontier.reclaim import ReclaimResult, reclaim_expired_leases
-from crawlhive.utils.frontier.worker import (
-    POP_SCAN_DOMAINS,
-    RECHECK_S,
-    FrontierWorker,
-    Lease,
-    PopOutcome,
-    ThrottleConfig,
-    TouchStatus,
-)
 from crawlhive.utils.frontier.writer import WAKE_ANY, Frontier, wake_message, woken_shards
 
 __all__ = [
@@ -76,7 +75,6 @@ __all__ = [
     "ThrottleConfig",
     "TouchStatus",
     "clamp_priority",
-    "crawl_dead_letter",
     "decode_priority",
     "defer_domain",
     "defer_site",

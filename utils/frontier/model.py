@@ -31,7 +31,6 @@ import dataclasses
 import hashlib
 import math
 import random
-import time
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -472,21 +471,6 @@ def retry_backoff(failures: int, base_s: float, cap_s: float, rng: random.Random
 
 #: The ``error`` of the dead letter of a request whose lease expired once too often (§3.12).
 LEASE_EXPIRED = "lease expired"
-
-
-def crawl_dead_letter(request: FrontierRequest, error: str, server_time: int | None = None) -> dict[str, Any]:
-    """The crawl dead letter (docs/contract.md §6 b) of *request*, which failed permanently with *error*
-    (``"<ExceptionClass>: <message>"``, ``"lease expired"``, or the item-too-large text)."""
-    return {
-        "stage": "crawl",
-        "error": error,
-        "url": request.url,
-        "appid": request.appid,
-        "crawlid": request.crawlid,
-        "spiderid": request.spiderid,
-        "retry_times": request.retry_times,
-        "server_time": int(time.time()) if server_time is None else server_time,
-    }
 
 
 def text(value: bytes | str) -> str:

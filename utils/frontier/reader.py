@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from crawlhive.utils.connections import is_cluster, write_pipeline
 from crawlhive.utils.frontier.model import decode_priority, text
 from crawlhive.utils.frontier.recrawl import RECORD_FIELD, RECURRING_FIELD, Schedule
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import is_cluster, keys_from_settings, write_pipeline
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class FrontierReader:
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
-        reader = cls(redis, Keys.from_settings(settings), settings.getfloat("CRAWL_RECORD_TTL"))
+        reader = cls(redis, keys_from_settings(settings), settings.getfloat("CRAWL_RECORD_TTL"))
         reader.recrawl_buckets = settings.getint("RECRAWL_STATE_BUCKETS")
         return reader
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ujson
-
-from crawlhive.utils.frontier.model import LEASE_EXPIRED, OPTIONS_LOST, crawl_dead_letter, retried
-from crawlhive.utils.frontier.worker import FrontierWorker
+from crawlhive.utils.contract.encoding import encode_text
+from crawlhive.utils.contract.records import crawl_dead_letter
+from crawlhive.utils.frontier.leasing import FrontierWorker
+from crawlhive.utils.frontier.model import LEASE_EXPIRED, OPTIONS_LOST, retried
 from crawlhive.utils.frontier.writer import wake_message
 
 
@@ -47,14 +47,14 @@ def reclaim_expired_leases(worker: FrontierWorker, spider: str, max_retries: int
         if request.option_set is not None and request.option_set.lost:
             error = f"{OPTIONS_LOST}: crawl record expired (CRAWL_RECORD_TTL)"
             letter = crawl_dead_letter(request, error)
-            failed += worker.exhaust(member, request, ujson.dumps(letter, ensure_ascii=False))
+            failed += worker.exhaust(member, request, encode_text(letter))
         elif request.retry_times < max_retries:
             if worker.reclaim(member, retried(request)):
                 requeued += 1
                 lanes.setdefault(request.render, set()).add(worker.keys.shard_of(request.domain))
         else:
             letter = crawl_dead_letter(request, LEASE_EXPIRED)
-            failed += worker.exhaust(member, request, ujson.dumps(letter, ensure_ascii=False))
+            failed += worker.exhaust(member, request, encode_text(letter))
     if requeued:
         for render, shards in sorted(lanes.items()):  # idle crawlers of the lane take it at once
             worker.redis.publish(worker.keys.wake_channel(spider, render), wake_message(shards))

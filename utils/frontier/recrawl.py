@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import ujson
 
-from crawlhive.utils.connections import write_pipeline
 from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.keys import RENDER_LANE, Keys
+from crawlhive.utils.redis_clients import write_pipeline
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:

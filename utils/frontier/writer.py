@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Self
 
 import ujson
 
-from crawlhive.utils.connections import is_cluster
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, encode_score
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import is_cluster, keys_from_settings
 from crawlhive.utils.replication import ReplicaWait
 
 if TYPE_CHECKING:
@@ -70,6 +71,66 @@ def recrawl_record(request: FrontierRequest) -> str:
     return ujson.dumps(settings, sort_keys=True)
 
 
+@dataclass
+class PushPlan:
+    """What a push of some requests writes, grouped (:func:`plan_push`; written by :meth:`Frontier.push`).
+
+    Attributes:
+        queues: queue key -> {member: score}.
+        best: (spider, render, domain) -> {crawl member: best score of the batch there}.
+        spider_domains: (spider, render, shard) -> the domains with work there.
+        crawls: (spider, appid, crawlid) -> the last non-zero ``expires`` of its requests.
+        lane_domains: (spider, appid, crawlid, render, shard) -> the crawl's domains there.
+        budgets: crawl -> ``max_pages`` (§10.7), shown by info.
+        option_sets: (spider, appid, crawlid, shard) -> the option sets its requests there name.
+        recrawls: crawl -> its recrawl settings (§19), JSON, from a seed sent with ``recrawl``.
+    """
+
+    queues: dict[str, dict[bytes, int]] = field(default_factory=dict)
+    best: dict[tuple[str, bool, str], dict[str, int]] = field(default_factory=dict)
+    spider_domains: dict[tuple[str, bool, int], set[str]] = field(default_factory=dict)
+    crawls: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    lane_domains: dict[tuple[str, str, str, bool, int], set[str]] = field(default_factory=dict)
+    budgets: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    option_sets: dict[tuple[str, str, str, int], dict[str, OptionSet]] = field(default_factory=dict)
+    recrawls: dict[tuple[str, str, str], str] = field(default_factory=dict)
+
+
+def plan_push(keys: Keys, requests: list[FrontierRequest], next_seq: dict[int, int]) -> PushPlan:
+    """The writes that add *requests*, grouped per key (no I/O): scores from each request's priority
+    and the next arrival sequence of its shard (*next_seq*, advanced here, one per request)."""
+    plan = PushPlan()
+    queues, best, spider_domains, crawls = plan.queues, plan.best, plan.spider_domains, plan.crawls
+    for request in requests:
+        shard = keys.shard_of(request.domain)
+        options = request.option_set
+        if options is None:
+            options = request.option_set = OptionSet.of(request)
+        domain = request.domain
+        spider, appid, crawlid, render = request.spiderid, request.appid, request.crawlid, request.render
+        value = encode_score(request.priority, next_seq[shard])
+        next_seq[shard] += 1
+        queue = keys.crawl_queue(spider, appid, crawlid, domain, render)
+        members = queues.get(queue)
+        if members is None:
+            members = queues[queue] = {}
+        members.setdefault(request.member(), value)
+        crawl_best = best.setdefault((spider, render, domain), {})
+        crawl_member = keys.crawl_member(appid, crawlid)
+        if value < crawl_best.get(crawl_member, value + 1):
+            crawl_best[crawl_member] = value
+        spider_domains.setdefault((spider, render, shard), set()).add(domain)
+        plan.lane_domains.setdefault((spider, appid, crawlid, render, shard), set()).add(domain)
+        crawl = (spider, appid, crawlid)
+        crawls[crawl] = request.expires or crawls.get(crawl, 0)
+        plan.option_sets.setdefault((spider, appid, crawlid, shard), {})[options.id] = options
+        if request.max_pages:
+            plan.budgets[crawl] = request.max_pages
+        if request.recrawl and request.depth == 0:  # a seed with recrawl: the settings in force (§19.1)
+            plan.recrawls[crawl] = recrawl_record(request)
+    return plan
+
+
 class Frontier:
     """Writes and reads of the frontier layout described in the module docstring."""
 
@@ -84,7 +145,7 @@ class Frontier:
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
         return cls(
             redis,
-            Keys.from_settings(settings),
+            keys_from_settings(settings),
             settings.getfloat("CRAWL_RECORD_TTL"),
             ReplicaWait.from_settings(redis, settings),
         )
@@ -138,50 +199,20 @@ class Frontier:
         if not requests:
             return
         keys = self.keys
-        shard_of = keys.shard_of
-        shards = [shard_of(r.domain) for r in requests]
         counts: dict[int, int] = {}
-        for shard in shards:
+        for request in requests:
+            shard = keys.shard_of(request.domain)
             counts[shard] = counts.get(shard, 0) + 1
-        next_seq = self.reserve_sequences(counts)
+        plan = plan_push(keys, requests, self.reserve_sequences(counts))
+        self._write(plan, counts, pipe)
+
+    def _write(self, plan: PushPlan, counts: dict[int, int], pipe: Pipeline) -> None:
+        """Queue (and on a cluster, run the shards' part of) the writes of *plan*: see :meth:`push`."""
+        keys = self.keys
         now = int(time.time())
-        # queue key -> {member: score}; (spider, render, domain) -> {crawl member: best score}
-        queues: dict[str, dict[bytes, int]] = {}
-        best: dict[tuple[str, bool, str], dict[str, int]] = {}
-        spider_domains: dict[tuple[str, bool, int], set[str]] = {}
-        # (spider, appid, crawlid) -> last non-zero expires; (crawl, render, shard) -> domains there
-        crawls: dict[tuple[str, str, str], int] = {}
-        lane_domains: dict[tuple[str, str, str, bool, int], set[str]] = {}
-        budgets: dict[tuple[str, str, str], int] = {}  # crawl -> max_pages (§10.7), shown by info
-        recrawls: dict[tuple[str, str, str], str] = {}  # crawl -> its recrawl settings (§19), JSON
-        # (crawl, shard) -> the option sets its requests there name (in that shard's part of the record)
-        option_sets: dict[tuple[str, str, str, int], dict[str, OptionSet]] = {}
-        for request, shard in zip(requests, shards, strict=True):
-            options = request.option_set
-            if options is None:
-                options = request.option_set = OptionSet.of(request)
-            domain = request.domain
-            spider, appid, crawlid, render = request.spiderid, request.appid, request.crawlid, request.render
-            value = encode_score(request.priority, next_seq[shard])
-            next_seq[shard] += 1
-            queue = keys.crawl_queue(spider, appid, crawlid, domain, render)
-            members = queues.get(queue)
-            if members is None:
-                members = queues[queue] = {}
-            members.setdefault(request.member(), value)
-            crawl_best = best.setdefault((spider, render, domain), {})
-            crawl_member = keys.crawl_member(appid, crawlid)
-            if value < crawl_best.get(crawl_member, value + 1):
-                crawl_best[crawl_member] = value
-            spider_domains.setdefault((spider, render, shard), set()).add(domain)
-            lane_domains.setdefault((spider, appid, crawlid, render, shard), set()).add(domain)
-            crawl = (spider, appid, crawlid)
-            crawls[crawl] = request.expires or crawls.get(crawl, 0)
-            option_sets.setdefault((spider, appid, crawlid, shard), {})[options.id] = options
-            if request.max_pages:
-                budgets[crawl] = request.max_pages
-            if request.recrawl and request.depth == 0:  # a seed with recrawl: the settings in force (§19.1)
-                recrawls[crawl] = recrawl_record(request)
+        queues, best, spider_domains = plan.queues, plan.best, plan.spider_domains
+        crawls, lane_domains, budgets, option_sets = plan.crawls, plan.lane_domains, plan.budgets, plan.option_sets
+        recrawls = plan.recrawls
         first = self.redis.pipeline(transaction=False) if self.cluster else pipe
         for queue, members in queues.items():
             first.zadd(queue, members, nx=True)

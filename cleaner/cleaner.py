@@ -31,15 +31,14 @@ from redis.exceptions import RedisError
 
 from crawlhive.cleaner.page import Duplicate, NotAnItem, Page, Reject, Skip, too_long
 from crawlhive.cleaner.plugins import BUILTIN_PLUGINS, CleanerPlugin
-from crawlhive.crawler.items import timestamp
 from crawlhive.utils.blobs import BlobError, BlobStore
-from crawlhive.utils.connections import (
-    check_redis,
-    redis_from_settings,
-)
+from crawlhive.utils.contract.encoding import encode
+from crawlhive.utils.contract.produce import send_and_wait
+from crawlhive.utils.contract.records import clean_dead_letter, cleaned_record
 from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
+from crawlhive.utils.redis_clients import check_redis, redis_from_settings
 from crawlhive.utils.stats import CLEANER, CLEANER_COUNTERS, cleaner_machine_counter_name
 from crawlhive.utils.worker import ConsumerWorker
 
@@ -58,15 +57,8 @@ PROGRESS_EVERY_S = 10.0
 COUNTERS = CLEANER_COUNTERS
 
 
-#: Characters of an item's url, appid or crawlid a dead letter keeps.
-DEAD_LETTER_FIELD_CHARS = 4096
 #: Bytes the producer adds to a record's value in its size check (record batch header, a margin).
 RECORD_OVERHEAD = 1024
-
-
-def encode(value: dict[str, Any]) -> bytes:
-    """A record as the cleaner produces it: JSON in UTF-8."""
-    return json.dumps(value, ensure_ascii=False).encode("utf-8", "replace")
 
 
 @dataclass
@@ -298,51 +290,18 @@ class Cleaner(ConsumerWorker):
         return kept
 
     def cleaned_record(self, page: Page) -> dict[str, Any]:
-        """The §13 record of a cleaned page (its steps' fields, then any a plugin added)."""
-        item, fields = page.item, page.record
-        record: dict[str, Any] = {
-            "appid": item["appid"],
-            "crawlid": item["crawlid"],
-            "url": item["url"],
-            "response_url": item.get("response_url", item["url"]),
-            "status_code": item["status_code"],
-            "crawled_at": item["timestamp"],
-            "cleaned_at": timestamp(),
-            "title": fields.get("title"),
-            "description": fields.get("description"),
-            "text": fields.get("text"),
-            "language": fields.get("language"),
-            "published": fields.get("published"),
-            "content_hash": fields.get("content_hash"),
-            "pii_masked": int(fields.get("pii_masked") or 0),
-            "attrs": item.get("attrs"),
-        }
-        for name, value in fields.items():
-            record.setdefault(name, value)
-        return record
+        """The §13 record of a cleaned page (:func:`~crawlhive.utils.contract.records.cleaned_record`)."""
+        return cleaned_record(page.item, page.record)
 
-    @staticmethod
-    def dead_letter(item: Any, error: str) -> dict[str, Any]:
-        """A ``stage: clean`` dead letter (docs/contract.md §6, §13); the item's ``url``, ``appid``
-        and ``crawlid`` are cut to DEAD_LETTER_FIELD_CHARS (a hostile record's could be too large
-        to produce)."""
-        letter: dict[str, Any] = {"stage": "clean", "error": error}
-        if isinstance(item, dict):
-            for name in ("url", "appid", "crawlid"):
-                if isinstance(item.get(name), str):
-                    letter[name] = item[name][:DEAD_LETTER_FIELD_CHARS]
-        letter["server_time"] = int(time.time())
-        return letter
+    #: A ``stage: clean`` dead letter (:func:`~crawlhive.utils.contract.records.clean_dead_letter`).
+    dead_letter = staticmethod(clean_dead_letter)
 
     def _send(self, outputs: list[tuple[str, dict[str, Any]]]) -> None:
         """Produce *outputs* and wait for every acknowledgement (raises KafkaError if one fails)."""
         if not outputs:
             return
         assert self.producer is not None
-        futures = [self.producer.send(topic, encode(value)) for topic, value in outputs]
-        self.producer.flush(timeout=self.ack_timeout_s)
-        for future in futures:
-            future.get(timeout=self.ack_timeout_s)
+        send_and_wait(self.producer, [(topic, encode(value), None) for topic, value in outputs], self.ack_timeout_s)
 
     def _count(self, result: CleanResult) -> None:
         """Add *result* to the cluster's counters and this host's (``stats: cleaner``)."""

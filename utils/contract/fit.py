@@ -7,8 +7,8 @@ monitor after it. :func:`fit_message` cuts the message instead: the largest map 
 encoded size: ``crawls``, ``domains``, ``queues``, …) keeps as many of its first entries as fit,
 again for the next largest if that is not enough, and the message says ``"truncated": true``.
 
-Written here, not taken from a library: it needs our encoding (ujson, UTF-8) and our rule for
-which part gives way.
+Written here, not taken from a library: it needs our encoding
+(:func:`~crawlhive.utils.contract.encoding.encode`) and our rule for which part gives way.
 """
 
 from __future__ import annotations
@@ -16,15 +16,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import ujson
+from crawlhive.utils.contract.encoding import encode
 
 #: Bytes a Kafka record adds around its value (batch and record headers), kept free when fitting.
 RECORD_OVERHEAD_BYTES = 512
-
-
-def encode(message: Any) -> bytes:
-    """The record value of *message*: compact JSON, UTF-8 (as every outbound message is written)."""
-    return bytes(ujson.dumps(message, ensure_ascii=False).encode("utf-8"))
 
 
 def value_limit(max_request_size: int) -> int:

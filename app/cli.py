@@ -16,18 +16,20 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from crawlhive.app.signals import EXIT_FORCED, FORCED, Shutdown, install_shutdown_handlers
+from crawlhive.app.state import with_state
 from crawlhive.utils import __version__
-from crawlhive.utils.app.signals import EXIT_FORCED, FORCED, Shutdown, install_shutdown_handlers
-from crawlhive.utils.app.state import with_state
+from crawlhive.utils.contract.encoding import encode
+from crawlhive.utils.contract.topics import TOPICS, is_short_topic
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
+from crawlhive.utils.kinds import Option, ProcessKind, kinds
 from crawlhive.utils.log import configure_logging, redact
 from crawlhive.utils.settings import Settings, load_settings
-from crawlhive.utils.worker import Worker
 
 logger = logging.getLogger(__name__)
 
 #: Short topic names ``dump`` accepts without the prefix (plus ``crawled_<appid>`` / ``outbound_<appid>``).
-SHORT_TOPICS = ("incoming", "crawled_firehose", "items", "cleaned", "outbound_firehose", "dead_letter")
+SHORT_TOPICS = TOPICS
 
 #: Seconds between two checks by ``dump`` that the broker still accepts connections, while idle.
 DUMP_PROBE_S = 2.0
@@ -73,22 +75,32 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Run the whole cluster in the foreground; embedded Redis / broker when none is configured."""
-    from crawlhive.utils.app.cluster import run_cluster
+    from crawlhive.app.up import run_cluster
 
     settings = _settings_from_args(args, use_state_file=False)
-    return run_cluster(
-        settings,
-        crawlers=args.crawlers,
-        duration_s=args.duration,
-        cleaners=args.cleaners,
-        render_crawlers=args.render_crawlers,
-        sinks=args.sink,
-    )
+    counts = {group.option: getattr(args, group.option) for kind in kinds() for group in kind.up if group.option}
+    forwarded = {
+        kind.name: [arg for group in kind.up for option in group.forward for arg in _forwarded(option, args)]
+        for kind in kinds()
+    }
+    return run_cluster(settings, counts=counts, duration_s=args.duration, forwarded=forwarded, sinks=args.sink)
+
+
+def _forwarded(option: Option, args: argparse.Namespace) -> list[str]:
+    """The arguments that pass *option*, as given to ``up``, on to a process (a list: repeated)."""
+    value = getattr(args, option.arguments.get("dest") or option.flags[-1].lstrip("-").replace("-", "_"), None)
+    flag = option.flags[-1]
+    if value is None or value is False:
+        return []
+    if value is True:
+        return [flag]
+    values = value if isinstance(value, list) else [value]
+    return [part for item in values for part in (flag, str(item))]
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo: the whole cluster, a bundled site, one crawl followed to its completion."""
-    from crawlhive.utils.app.demo import run_demo
+    from crawlhive.app.demo import run_demo
 
     return run_demo(_settings_from_args(args, use_state_file=False), keep_running=args.keep_running)
 
@@ -96,7 +108,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_feed(args: argparse.Namespace) -> int:
     """Produce one request to ``<prefix>.incoming``; with ``--wait``, print the answer to its uuid.
     With ``--file``, one crawl request per line (:func:`cmd_feed_file`)."""
-    from crawlhive.utils.connections import make_producer
+    from crawlhive.utils.kafka_clients import make_producer
 
     settings = _settings_from_args(args)
     if args.file is not None:
@@ -131,7 +143,7 @@ def cmd_feed(args: argparse.Namespace) -> int:
             print(str(exc), file=sys.stderr)
             return EXIT_KAFKA
         try:
-            future = producer.send(settings.topic("incoming"), json.dumps(request).encode())
+            future = producer.send(settings.topic("incoming"), encode(request))
             try:
                 future.get(timeout=settings.getfloat("KAFKA_FEED_TIMEOUT"))
             except Exception as exc:  # kafka-python raises several types for a missing ack
@@ -184,7 +196,7 @@ def _count(n: int, noun: str) -> str:
 def cmd_feed_file(args: argparse.Namespace, settings: Settings) -> int:
     """``feed --file``: exit 0 when every line was sent, 1 when some were rejected (the rest were
     sent), 2 when Kafka did not acknowledge them all, 130 after Ctrl-C (docs/contract.md §14)."""
-    from crawlhive.utils.app.bulkfeed import feed_file, parse_fields
+    from crawlhive.app.bulkfeed import feed_file, parse_fields
 
     if args.json is not None:
         print("feed: give either a request as JSON or --file, not both", file=sys.stderr)
@@ -232,7 +244,7 @@ class _AnswerWatch:
         from kafka.errors import KafkaError
         from kafka.structs import TopicPartition
 
-        from crawlhive.utils.connections import ensure_topics, make_consumer
+        from crawlhive.utils.kafka_clients import ensure_topics, make_consumer
 
         topic = settings.topic("outbound_firehose")
         ensure_topics(settings, [topic])
@@ -270,7 +282,7 @@ class _AnswerWatch:
 
 def _validate(settings: Settings, request: Any) -> str | None:
     """Why the kafka-monitor would reject *request* (same schemas, checks and limits), or None."""
-    from crawlhive.kafka_monitor.validation import Rejected, RequestValidator
+    from crawlhive.utils.contract.validation import Rejected, RequestValidator
 
     outcome = RequestValidator.from_settings(settings).validate(request)
     return outcome.reason if isinstance(outcome, Rejected) else None
@@ -278,7 +290,7 @@ def _validate(settings: Settings, request: Any) -> str | None:
 
 def resolve_topic(settings: Settings, name: str) -> str:
     """``incoming`` -> ``<prefix>.incoming``; a full name is kept."""
-    if name in SHORT_TOPICS or name.startswith(("crawled_", "items_", "outbound_")):
+    if is_short_topic(name):
         return settings.topic(name)
     return name
 
@@ -317,7 +329,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
         ClusterGone: the ``crawlhive up`` whose broker it read has exited (exit 1, one line).
     """
     from crawlhive.utils.blobs import BlobStore
-    from crawlhive.utils.connections import make_consumer, probe_kafka
+    from crawlhive.utils.kafka_clients import make_consumer, probe_kafka
     from crawlhive.utils.loop import Outage
 
     settings = _settings_from_args(args)
@@ -395,70 +407,17 @@ def _missing_topic(settings: Settings, consumer: Any, topic: str) -> str | None:
     return f"dump: no topic {topic} on {servers}{later}{known}"
 
 
-def _run_worker(worker: Worker, command: str) -> int:
-    """Run a monitor's loop until SIGINT/SIGTERM: 0 after a graceful stop, 1 when forced."""
-    from crawlhive.utils.loop import ForcedShutdown
-
-    worker.install_signal_handlers()
-    try:
-        worker.run()
-    except ForcedShutdown as exc:
-        print(f"crawlhive {command}: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def cmd_kafka_monitor(args: argparse.Namespace) -> int:
-    """Run one kafka-monitor until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
-    from crawlhive.kafka_monitor.monitor import KafkaMonitor
-
-    return _run_worker(KafkaMonitor.from_settings(_settings_from_args(args)), "kafka-monitor")
-
-
-def cmd_rest(args: argparse.Namespace) -> int:
-    """Run the REST service on REST_HOST:REST_PORT until SIGINT/SIGTERM (0 after a graceful stop)."""
-    from crawlhive.rest.server import run_rest
-
-    return run_rest(_settings_from_args(args))
-
-
-def cmd_redis_monitor(args: argparse.Namespace) -> int:
-    """Run one redis-monitor until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
-    from crawlhive.redis_monitor.monitor import RedisMonitor
-
-    return _run_worker(RedisMonitor.from_settings(_settings_from_args(args)), "redis-monitor")
-
-
-def cmd_cleaner(args: argparse.Namespace) -> int:
-    """Run one cleaner until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."""
-    from crawlhive.cleaner.worker import Cleaner
-
-    return _run_worker(Cleaner.from_settings(_settings_from_args(args)), "cleaner")
-
-
-def cmd_sink(args: argparse.Namespace) -> int:
-    """Run one sink until SIGINT/SIGTERM (crawlhive.sink.main; docs/contract.md §20)."""
-    from crawlhive.sink.main import run
-
-    return run(_settings_from_args(args), args)
-
-
-def cmd_crawler(args: argparse.Namespace) -> int:
-    """Run one crawler process until SIGINT/SIGTERM (0 after a graceful stop)."""
-    from crawlhive.crawler.runner import run_crawler
-
-    run_crawler(_settings_from_args(args), args.spider)
-    return 0
+def cmd_kind(args: argparse.Namespace) -> int:
+    """Run one process of a registered kind (:mod:`crawlhive.utils.kinds`) with its settings."""
+    kind: ProcessKind = args.kind
+    return kind.entry(_settings_from_args(args), args)
 
 
 # --- parser and main ---------------------------------------------------------------------------
 
 
-#: The crawler's built-in spider types, listed by ``crawler --help`` without importing Scrapy
-#: (a test checks it against ``crawlhive.crawler.spiders.SPIDERS``).
-BUILTIN_SPIDERS = ("link", "wandering")
-
-#: ``--help`` examples (docs/contract.md §17.8), by subcommand.
+#: ``--help`` examples (docs/contract.md §17.8) of the subcommands that are not process kinds (each
+#: kind brings its own: :attr:`~crawlhive.utils.kinds.ProcessKind.epilog`).
 EXAMPLES = {
     "up": """examples:
   crawlhive up                      # everything on this machine, private Redis and broker
@@ -469,27 +428,6 @@ EXAMPLES = {
     "demo": """examples:
   crawlhive demo                    # crawl a bundled site, print a summary, stop
   crawlhive demo --keep-running     # then keep the cluster up to explore the dashboard""",
-    "kafka-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_BOOTSTRAP_SERVERS=kafka:9092 "
-    "crawlhive kafka-monitor",
-    "redis-monitor": "example:\n  REDIS_URL=redis://db:6379/0 KAFKA_BOOTSTRAP_SERVERS=kafka:9092 "
-    "crawlhive redis-monitor",
-    "cleaner": """crawled pages (<prefix>.crawled_firehose) -> clean records (<prefix>.cleaned): contract §13
-
-examples:
-  crawlhive cleaner                 # one more cleaner beside `crawlhive up` (they share the partitions)
-  CLEANER_MASK_PII=false crawlhive cleaner""",
-    "crawler": f"""spiders: {", ".join(BUILTIN_SPIDERS)}, package.module:ClassName, or a spider name in SPIDER_MODULES
-
-examples:
-  crawlhive crawler                           # the link spider
-  crawlhive crawler --spider wandering
-  crawlhive crawler --spider mypackage.spiders:ShopSpider
-  SPIDER_MODULES='["mypackage.spiders"]' crawlhive crawler --spider shop
-  crawlhive crawler --spider shop --no-kafka  # Redis only: redis-cli rpush shop:start_urls https://…
-  crawlhive crawler --render                  # pages of crawls sent with "render": true, in Chromium""",
-    "rest": """examples:
-  crawlhive rest                              # on 127.0.0.1:5343
-  REST_API_KEY=s3cret crawlhive rest --host 0.0.0.0   # reachable from other machines""",
     "feed": """request kinds (the required fields; docs/contract.md §2):
   crawl          url, appid, crawlid
   action         action ("info" or "stop"), appid, uuid, spiderid (+ crawlid for one crawl)
@@ -521,22 +459,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"crawlhive {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
 
-    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+    def command(name: str, help_text: str, epilog: str | None = None) -> argparse.ArgumentParser:
         return sub.add_parser(
-            name, help=help_text, epilog=EXAMPLES[name], formatter_class=argparse.RawDescriptionHelpFormatter
+            name,
+            help=help_text,
+            epilog=EXAMPLES[name] if epilog is None else epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
 
     up = command("up", "run every component (embedded Redis and broker if none configured)")
-    up.add_argument("--crawlers", type=int, default=1, help="link crawler processes (default 1)")
-    up.add_argument("--cleaners", type=int, default=1, help="cleaner processes (default 1; docs/contract.md §13)")
-    up.add_argument(
-        "--render-crawlers",
-        type=int,
-        default=0,
-        metavar="N",
-        help='rendering crawlers for crawls sent with "render": true (default 0; needs Chromium; §15)',
-    )
-    up.add_argument(
+    for kind in kinds():
+        for group in kind.up:
+            if group.option is not None:
+                up.add_argument(
+                    "--" + group.option.replace("_", "-"),
+                    type=int,
+                    default=group.default,
+                    metavar=group.metavar,
+                    help=group.help,
+                )
+            for option in group.forward:
+                option.add_to(up)
+    up.add_argument(  # one sink per URL, the URL in its environment (crawlhive.sink.main.up_commands)
         "--sink", action="append", default=[], metavar="URL", help="also run a sink to URL (repeatable; §20)"
     )
     up.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after SECONDS")
@@ -546,44 +490,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep-running", action="store_true", help="stay up after the demo crawl")
     demo.set_defaults(func=cmd_demo)
 
-    command("kafka-monitor", "run one kafka-monitor process").set_defaults(func=cmd_kafka_monitor)
-    command("redis-monitor", "run one redis-monitor process").set_defaults(func=cmd_redis_monitor)
-    command("cleaner", "run one cleaner process: crawled_firehose -> cleaned").set_defaults(func=cmd_cleaner)
-
-    # The sink, a process kind of its own (crawlhive.sink.main: its options, help and run).
-    from crawlhive.sink import main as sink_main
-
-    sink = sub.add_parser(
-        "sink", help=sink_main.HELP, epilog=sink_main.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sink_main.add_arguments(sink)
-    sink.set_defaults(func=cmd_sink)
-
-    crawler = command("crawler", "run one crawler process")
-    crawler.add_argument(
-        "--spider",
-        default="link",
-        help=f"spider: {', '.join(BUILTIN_SPIDERS)}, package.module:Class or a name in SPIDER_MODULES (default link)",
-    )
-    crawler.add_argument(
-        "--no-kafka",
-        dest="kafka_enabled",
-        action="store_const",
-        const=False,
-        help="Redis-only mode: no Kafka; seeds from <spider>:start_urls, items to <spider>:items (KAFKA_ENABLED=false)",
-    )
-    crawler.add_argument(
-        "--render",
-        action="store_const",
-        const=True,
-        help="a rendering crawler: pages of crawls sent with render: true, loaded in headless Chromium (RENDER=true)",
-    )
-    crawler.set_defaults(func=cmd_crawler, setting_options={"kafka_enabled": "KAFKA_ENABLED", "render": "RENDER"})
-
-    rest = command("rest", "run the REST service")
-    rest.add_argument("--host", help="listen address (REST_HOST)")
-    rest.add_argument("--port", type=int, help="listen port (REST_PORT)")
-    rest.set_defaults(func=cmd_rest, setting_options={"host": "REST_HOST", "port": "REST_PORT"})
+    for kind in kinds():  # crawlhive kafka-monitor, crawler, cleaner, rest, …: one subcommand a kind
+        runner = command(kind.name, kind.summary, kind.epilog)
+        settings_of = {}
+        for option in kind.options:
+            dest = option.add_to(runner)
+            if option.setting is not None:
+                settings_of[dest] = option.setting
+        runner.set_defaults(func=cmd_kind, kind=kind, setting_options=settings_of)
 
     feed = command("feed", "send one JSON request, or a file of crawl requests, to <prefix>.incoming")
     feed.add_argument("json", nargs="?", help="the request, as JSON (kinds below)")

@@ -1,8 +1,8 @@
 """``crawlhive up``: a whole cluster in the foreground on one machine.
 
 Starts a private Redis and/or broker when REDIS_URL / KAFKA_BOOTSTRAP_SERVERS are not set
-(:mod:`crawlhive.utils.app.embedded`), records the addresses for other ``crawlhive`` commands
-(:mod:`crawlhive.utils.app.state`), creates the topics, and runs every component that exists as a child
+(:mod:`crawlhive.app.embedded`), records the addresses for other ``crawlhive`` commands
+(:mod:`crawlhive.app.state`), creates the topics, and runs every component that exists as a child
 process (restarted with back-off if it dies). On SIGINT/SIGTERM, or after ``--duration``, it stops
 the children (SIGTERM, then SIGKILL after a grace period) and the services, and returns 0.
 """
@@ -16,18 +16,21 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from crawlhive.utils.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook, free_port
-from crawlhive.utils.app.signals import on_forced_stop
-from crawlhive.utils.app.state import claim_state, clear_state, write_state
-from crawlhive.utils.connections import check_redis, ensure_topics, redis_from_settings
+from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook, free_port
+from crawlhive.app.signals import on_forced_stop
+from crawlhive.app.state import claim_state, clear_state, write_state
+from crawlhive.utils.contract.topics import TOPICS
 from crawlhive.utils.errors import BackendUnavailable
 from crawlhive.utils.heartbeat import live_nodes
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.kafka_clients import ensure_topics
+from crawlhive.utils.kinds import heartbeat_components, up_plan
 from crawlhive.utils.log import mask_url
+from crawlhive.utils.redis_clients import check_redis, keys_from_settings, redis_from_settings
 from crawlhive.utils.settings import Settings, settings_env
 
 if TYPE_CHECKING:
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Topics the cluster reads or writes (docs/contract.md §1); per-appid topics are created on demand.
-TOPICS = ("incoming", "crawled_firehose", "items", "cleaned", "outbound_firehose", "dead_letter")
+
 #: What ``up`` and ``demo`` allow their crawlers when CRAWLER_ALLOWED_NETWORKS is not set.
 LOOPBACK_NETWORKS = ["127.0.0.0/8", "::1/128"]
 #: Seconds a child gets to exit after SIGTERM before it is killed.
@@ -81,15 +84,6 @@ class Child:
             logger.warning("%s did not stop within %.0fs; killing it", self.name, STOP_GRACE_S)
             self.process.kill()
             self.process.wait()
-
-
-def component_commands(crawlers: int, cleaners: int = 1, render_crawlers: int = 0) -> list[tuple[str, list[str]]]:
-    """(name, crawlhive arguments) of each component process ``up`` runs."""
-    wanted = [("kafka-monitor", ["kafka-monitor"]), ("redis-monitor", ["redis-monitor"])]
-    wanted += [(f"crawler-{i + 1}", ["crawler", "--spider", "link"]) for i in range(crawlers)]
-    wanted += [(f"crawler-render-{i + 1}", ["crawler", "--spider", "link", "--render"]) for i in range(render_crawlers)]
-    wanted += [(f"cleaner-{i + 1}", ["cleaner"]) for i in range(cleaners)]
-    return [*wanted, ("rest", ["rest"])]
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -166,19 +160,18 @@ def backing_services(settings: Settings, started: dict[str, str] | None = None) 
 class LocalCluster:
     """Backing services (embedded when not configured), topics, state file and component children.
 
-    ``with LocalCluster(settings, crawlers=2) as cluster:`` yields with everything started;
+    ``with LocalCluster(settings, {"crawlers": 2}) as cluster:`` yields with everything started;
     ``cluster.settings`` has the live addresses; leaving the block stops it all.
     """
 
     def __init__(
         self,
         settings: Settings,
-        crawlers: int = 1,
+        counts: Mapping[str, int] | None = None,
         extra_env: dict[str, str] | None = None,
-        cleaners: int = 1,
-        render_crawlers: int = 0,
         command: str = "up",
-        sinks: list[str] | None = None,
+        forwarded: Mapping[str, Sequence[str]] | None = None,
+        sinks: Sequence[str] = (),
     ) -> None:
         #: The crawlers of this local development cluster may fetch from loopback (its own sites),
         #: unless the user chose CRAWLER_ALLOWED_NETWORKS (docs/contract.md §10.2).
@@ -198,11 +191,11 @@ class LocalCluster:
         self.requested = settings
         #: The binaries of the services started for it (``redis``, ``broker``), if any.
         self.embedded: dict[str, str] = {}
-        self.crawlers = crawlers
-        self.cleaners = cleaners
-        self.render_crawlers = render_crawlers
-        #: URLs of the sinks to run (``up --sink``; crawlhive.sink.main).
-        self.sinks = list(sinks or [])
+        #: ``(process name, kind, crawlhive arguments)`` of each child (:func:`~crawlhive.utils.kinds.up_plan`:
+        #: *counts* by ``up`` option, ``{"crawlers": 2}``, the rest at their defaults).
+        self.plan = up_plan(counts, forwarded)
+        #: URLs of the sinks to run (``up --sink``), one process each, the URL in its environment.
+        self.sinks = list(sinks)
         self.extra_env = extra_env or {}
         self.children: list[Child] = []
         self._stack = contextlib.ExitStack()
@@ -212,7 +205,7 @@ class LocalCluster:
         from crawlhive.rest.server import check_exposure
 
         check_exposure(self.requested)  # before anything starts: exit 2 names REST_API_KEY
-        if self.render_crawlers:
+        if any("--render" in argv for _, kind, argv in self.plan if kind == "crawler"):
             from crawlhive.crawler.render import check_render_installed, find_browser
 
             check_render_installed()  # and a missing browser or scrapy-playwright is named here
@@ -236,14 +229,13 @@ class LocalCluster:
             self._stack.callback(clear_state, self.settings.home, nonce)
             env = {**os.environ, **settings_env(self.settings), **self.extra_env}
             self.children = [
-                Child(name, [sys.executable, "-m", "crawlhive.utils.app.cli", *args], env=env)
-                for name, args in component_commands(self.crawlers, self.cleaners, self.render_crawlers)
+                Child(name, [sys.executable, "-m", "crawlhive.app.cli", *args], env=env) for name, _, args in self.plan
             ]
             # Sinks (`up --sink URL`): their URL in their environment (crawlhive.sink.main).
             from crawlhive.sink.main import up_commands as sink_commands
 
             self.children += [
-                Child(name, [sys.executable, "-m", "crawlhive.utils.app.cli", *args], env={**env, **sink_env})
+                Child(name, [sys.executable, "-m", "crawlhive.app.cli", *args], env={**env, **sink_env})
                 for name, args, sink_env in sink_commands(self.sinks)
             ]
             # The force hook is unregistered after the children's stop (a LIFO stack), so that a
@@ -299,16 +291,11 @@ def wait_ready(
         component -> (live processes, wanted), as they were when it returned. *progress* gets a
         ``starting: …`` line at each look, and True with the last one when all are ready.
     """
-    wanted = {
-        "kafka-monitor": 1,
-        "redis-monitor": 1,
-        "crawler": cluster.crawlers + cluster.render_crawlers,
-        "cleaner": cluster.cleaners,
-        "sink": len(cluster.sinks),
-        "rest": 1,
-    }
-    wanted = {c: n for c, n in wanted.items() if any(child.name.startswith(c) for child in cluster.children)}
-    keys = Keys.from_settings(cluster.settings)
+    heartbeats = set(heartbeat_components())
+    wanted = dict(Counter(kind for _, kind, _ in cluster.plan if kind in heartbeats))
+    if cluster.sinks:
+        wanted["sink"] = len(cluster.sinks)
+    keys = keys_from_settings(cluster.settings)
     redis = redis_from_settings(cluster.settings)
     deadline = time.monotonic() + timeout_s
     try:
@@ -327,11 +314,10 @@ def wait_ready(
 
 def run_cluster(
     settings: Settings,
-    crawlers: int = 1,
+    counts: Mapping[str, int] | None = None,
     duration_s: float | None = None,
-    cleaners: int = 1,
-    render_crawlers: int = 0,
-    sinks: list[str] | None = None,
+    forwarded: Mapping[str, Sequence[str]] | None = None,
+    sinks: Sequence[str] = (),
 ) -> int:
     """Run the cluster until interrupted (or for *duration_s*); returns the exit code.
 
@@ -340,9 +326,7 @@ def run_cluster(
     """
     started = False
     try:
-        with LocalCluster(
-            settings, crawlers, cleaners=cleaners, render_crawlers=render_crawlers, sinks=sinks
-        ) as cluster:
+        with LocalCluster(settings, counts, forwarded=forwarded, sinks=sinks) as cluster:
             started = True
             live = cluster.settings
             have = wait_ready(cluster, READY_TIMEOUT_S)

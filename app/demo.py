@@ -1,8 +1,8 @@
 """``crawlhive demo``: the whole cluster on a bundled site, one crawl, a progress bar, a summary.
 
-It runs what a user would: a :class:`~crawlhive.utils.app.cluster.LocalCluster` (private Redis and
+It runs what a user would: a :class:`~crawlhive.app.up.LocalCluster` (private Redis and
 broker unless configured, kafka-monitor, redis-monitor, two link crawlers, REST), feeds a crawl of
-the demo site (:mod:`crawlhive.utils.app.demo_site`) through Kafka, follows it through Redis and the
+the demo site (:mod:`crawlhive.app.demo_site`) through Kafka, follows it through Redis and the
 output topics until the ``complete`` event, asks ``info`` through Kafka, prints a summary and stops
 everything. Throttling stays on, at a demo-friendly 50 fetches per second per domain.
 """
@@ -18,13 +18,14 @@ from typing import Any
 
 from kafka import TopicPartition
 
+from crawlhive.app.demo_site import DemoSite, expected_pages
+from crawlhive.app.up import LocalCluster, backend_lines, loopback_note, wait_ready
 from crawlhive.rest.server import rest_url
-from crawlhive.utils.app.cluster import LocalCluster, backend_lines, loopback_note, wait_ready
-from crawlhive.utils.app.demo_site import DemoSite, expected_pages
-from crawlhive.utils.connections import make_consumer, make_producer, redis_from_settings
 from crawlhive.utils.errors import CrawlhiveError
 from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.kafka_clients import make_consumer, make_producer
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
 from crawlhive.utils.settings import Settings
 
 #: Seconds the demo waits for the components, then for the crawl, before giving up.
@@ -60,7 +61,7 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
         log_file = logs / "components.log"
         print(f"component logs: {log_file}", flush=True)
         with LocalCluster(
-            settings, crawlers=CRAWLERS, extra_env={"LOG_FILE": str(log_file)}, command="demo"
+            settings, {"crawlers": CRAWLERS}, extra_env={"LOG_FILE": str(log_file)}, command="demo"
         ) as cluster:
             live = cluster.settings
             dashboard = f"{rest_url(live['REST_HOST'], live.getint('REST_PORT'))}/dashboard"
@@ -69,7 +70,7 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
             if cluster.allows_loopback:
                 print(f"cluster: {loopback_note()}", flush=True)
             redis = redis_from_settings(live)
-            keys = Keys.from_settings(live)
+            keys = keys_from_settings(live)
             try:
                 _wait_ready(cluster)
                 summary = _crawl(cluster, live, redis, keys, site.seed)

@@ -5,7 +5,7 @@ Each sink process publishes, every HEARTBEAT_INTERVAL, one field of the hash ``K
 its node id -> ``{"sink", "kind", "topic", "group", "lag", "at"}``, where ``lag`` is the records of
 its assigned partitions not committed yet. Readers add up the live entries (``at`` within
 HEARTBEAT_TIMEOUT; older ones are removed) per sink, and the counters of
-:mod:`crawlhive.sink.worker` (written, duplicates, dead letters) from the stats.
+the sink processes (written, duplicates, dead letters) from the stats.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import time
 from typing import TYPE_CHECKING, Any
-
-from crawlhive.sink.worker import COMPONENT, COUNTERS, parse_sink_counter_name, sink_counter_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -24,6 +22,23 @@ if TYPE_CHECKING:
 
     from crawlhive.utils.keys import Keys
     from crawlhive.utils.stats import Stats
+
+#: The heartbeat/stats component of sinks.
+COMPONENT = "sink"
+#: The counters of one sink in the stats (``<sink name>:<counter>`` under ``sink``).
+COUNTERS = ("written", "duplicates", "dead_letters")
+
+
+def sink_counter_name(sink: str, counter: str) -> str:
+    """The stats counter *counter* (one of COUNTERS) of the sink named *sink*."""
+    return f"{sink}:{counter}"
+
+
+def parse_sink_counter_name(name: str) -> tuple[str, str] | None:
+    """``(sink, counter)`` of a name :func:`sink_counter_name` made, else None."""
+    sink, sep, counter = name.rpartition(":")
+    return (sink, counter) if sep and sink and counter in COUNTERS else None
+
 
 #: The stats type of ``{"stats": "sink"}`` (contract §4.7, §20.7).
 STATS_TYPE = "sink"

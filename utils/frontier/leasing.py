@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, decode_priority, parse_lease_member
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ class FrontierWorker:
     def from_settings(cls, redis: Redis, settings: Settings) -> Self:
         return cls(
             redis,
-            Keys.from_settings(settings),
+            keys_from_settings(settings),
             settings.getfloat("LEASE_TIMEOUT"),
             settings.getfloat("CRAWL_RECORD_TTL"),
             ThrottleConfig.from_settings(settings),

@@ -23,13 +23,14 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from crawlhive.utils.app.signals import Shutdown
+from crawlhive.app.signals import Shutdown
+from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.errors import SettingsError
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
 
-    from crawlhive.kafka_monitor.validation import RequestValidator
+    from crawlhive.utils.contract.validation import RequestValidator
     from crawlhive.utils.settings import Settings
 
 #: Rejected lines listed one by one; beyond this only their count is given.
@@ -160,7 +161,7 @@ class BulkFeeder:
         """Why the kafka-monitor would refuse *request* as a crawl request, or None."""
         if self.validator is None:
             return None
-        from crawlhive.kafka_monitor.validation import Accepted
+        from crawlhive.utils.contract.validation import Accepted
 
         outcome = self.validator.validate(request)
         if isinstance(outcome, Accepted):
@@ -213,7 +214,7 @@ class BulkFeeder:
                 elif result.rejected_count == LISTED_REJECTIONS + 1:
                     progress.say(f"more rejected lines follow; only the first {LISTED_REJECTIONS} are listed")
             else:
-                future = self.producer.send(self.topic, json.dumps(request).encode())
+                future = self.producer.send(self.topic, encode(request))
                 future.add_callback(self._acked_one)
                 future.add_errback(self._failed_one)
                 self._produced += 1
@@ -230,8 +231,8 @@ def feed_file(
         SettingsError: the file cannot be read (names the path).
         BackendUnavailable: no broker (names KAFKA_BOOTSTRAP_SERVERS).
     """
-    from crawlhive.kafka_monitor.validation import RequestValidator
-    from crawlhive.utils.connections import make_producer
+    from crawlhive.utils.contract.validation import RequestValidator
+    from crawlhive.utils.kafka_clients import make_producer
 
     stream = out if out is not None else sys.stderr
     try:

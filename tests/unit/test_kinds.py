@@ -1,0 +1,154 @@
+"""The registry of process kinds (crawlhive.utils.kinds): a kind declared once in a package of its own
+and registered as an entry point shows up everywhere the application lists processes.
+
+The kind is the example of docs/extending.md, installed as Python installs any distribution: a
+package and a ``.dist-info`` with its ``entry_points.txt`` on the path (no crawlhive file edited).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from crawlhive.utils import kinds as registry
+from crawlhive.utils.redis_clients import keys_from_settings
+from crawlhive.utils.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+BUILTIN = ["kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest"]
+
+
+def _example_source() -> str:
+    """The Python block of docs/extending.md's "Process kinds" section."""
+    text = (REPO / "docs" / "extending.md").read_text()
+    section = text[text.index("## Process kinds") :]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def hello_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The docs' example kind installed on the path (and on PYTHONPATH for child processes)."""
+    package = tmp_path / "hellokind"
+    package.mkdir()
+    (package / "__init__.py").write_text(_example_source())
+    info = tmp_path / "hellokind-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hellokind\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[crawlhive.kinds]\nhello-sink = hellokind:KIND\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.kinds.cache_clear()
+    yield tmp_path
+    registry.kinds.cache_clear()
+
+
+def test_the_built_in_kinds_are_registered_in_order() -> None:
+    assert [k.name for k in registry.kinds()] == BUILTIN
+    assert registry.heartbeat_components() == tuple(BUILTIN)
+    assert registry.stats_types() == ("all", *BUILTIN, "spider", "machine", "queue")
+    plan = registry.up_plan()
+    assert [(name, argv) for name, _, argv in plan] == [
+        ("kafka-monitor", ["kafka-monitor"]),
+        ("redis-monitor", ["redis-monitor"]),
+        ("crawler-1", ["crawler", "--spider", "link"]),
+        ("cleaner-1", ["cleaner"]),
+        ("rest", ["rest"]),
+    ]
+    plan = registry.up_plan({"crawlers": 2, "render_crawlers": 1, "cleaners": 0})
+    assert [name for name, _, _ in plan] == [
+        "kafka-monitor",
+        "redis-monitor",
+        "crawler-1",
+        "crawler-2",
+        "crawler-render-1",
+        "rest",
+    ]
+    assert plan[4][2] == ["crawler", "--spider", "link", "--render"]
+
+
+def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashboard(
+    hello_kind: Path, redis_client: redis.Redis, redis_settings: Settings
+) -> None:
+    kind = registry.kind_named("hello-sink")
+    assert [k.name for k in registry.kinds()] == [*BUILTIN[:4], "hello-sink", "rest"]  # order 50
+
+    # crawlhive --help, and the subcommand itself, in a process of its own
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hello_kind), os.environ.get("PYTHONPATH", "")])}
+    cli = [sys.executable, "-m", "crawlhive.app.cli"]
+    shown = subprocess.run([*cli, "--help"], env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"^\s+hello-sink\s+run one hello sink", shown.stdout, re.M), shown.stdout
+    ran = subprocess.run(
+        [*cli, "hello-sink", "--to", "http://a/", "--to", "http://b/", "--set", "KAFKA_TOPIC_PREFIX=hi"],
+        env={**env, "CRAWLHIVE_HOME": str(hello_kind / "home")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "hello from ['http://a/', 'http://b/'] via hi\n"
+
+    # up's options and plan: none by default, N when asked, the forwarded options on each
+    from crawlhive.app.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["up", "--hello-sinks", "2", "--to", "http://a/", "--to", "http://b/"])
+    assert args.hello_sinks == 2
+    assert "hello-sink" not in [kind for _, kind, _ in registry.up_plan()]
+    from crawlhive.app.cli import _forwarded
+
+    forwarded = [arg for group in kind.up for option in group.forward for arg in _forwarded(option, args)]
+    plan = registry.up_plan({"hello_sinks": args.hello_sinks}, {"hello-sink": forwarded})
+    sinks = [(name, argv) for name, k, argv in plan if k == "hello-sink"]
+    argv = ["hello-sink", "--to", "http://a/", "--to", "http://b/"]
+    assert sinks == [("hello-sink-1", argv), ("hello-sink-2", argv)]
+    assert isinstance(parser.parse_args(argv), argparse.Namespace)
+
+    # stats: a type of its own (the schema accepts it) and part of `all`
+    from crawlhive.redis_monitor.plugins.stats import StatsMonitor
+    from crawlhive.utils.contract.validation import Accepted, RequestValidator
+    from crawlhive.utils.frontier import FrontierReader
+    from crawlhive.utils.heartbeat import Heartbeat, new_node_id
+    from crawlhive.utils.stats import Stats
+
+    assert "hello-sink" in registry.stats_types()
+    validator = RequestValidator.from_settings(redis_settings)
+    assert isinstance(validator.validate({"stats": "hello-sink", "appid": "app", "uuid": "u1"}), Accepted)
+    keys = keys_from_settings(redis_settings)
+    stats = Stats(redis_client, keys, [60])
+    stats.incr_many([("hello-sink", "total", 3)])
+    beat = Heartbeat(redis_client, keys, "hello-sink", new_node_id(), "host-1", timeout_s=30)
+    beat.beat()
+    monitor = StatsMonitor(redis_client, keys, stats, FrontierReader(redis_client, keys, 3600), [200], 10)
+    body = monitor.body("all")
+    assert list(body) == [*BUILTIN[:4], "hello-sink", "rest"]
+    assert body["hello-sink"]["total"] == {"60": 3, "lifetime": 3}
+    assert sum(len(ids) for ids in body["hello-sink"]["nodes"].values()) == 1
+    (answer,) = monitor.handle("stats", {"stats": "hello-sink", "appid": "app", "uuid": "u1"})
+    assert answer.message["total"] == {"60": 3, "lifetime": 3}
+
+    # the dashboard's node cards and /metrics' crawlhive_nodes
+    from crawlhive.rest.cluster import ClusterView
+    from crawlhive.rest.dashboard import card_label
+    from crawlhive.rest.metrics import ClusterCollector
+
+    nodes = ClusterView(redis_client, redis_settings, {}).nodes()
+    assert list(nodes) == [*BUILTIN[:4], "hello-sink", "rest"]
+    assert sum(len(ids) for ids in nodes["hello-sink"].values()) == 1
+    assert card_label("hello-sink") == "hello-sink"
+    metrics = {
+        sample.labels["component"]: sample.value
+        for family in ClusterCollector(ClusterView(redis_client, redis_settings, {})).collect()
+        if family.name == "crawlhive_nodes"
+        for sample in family.samples
+    }
+    assert metrics["hello-sink"] == 1
+    json.dumps(body)  # the answer is JSON as it is

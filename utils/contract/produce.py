@@ -1,0 +1,53 @@
+"""Send records and wait for the broker's acknowledgement of every one (docs/contract.md §1): what
+each service does before it commits, acks or ``XACK``\\ s what the records answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar
+
+from kafka.errors import KafkaError
+
+from crawlhive.utils.loop import never_sendable
+
+if TYPE_CHECKING:
+    from kafka import KafkaProducer
+    from kafka.producer.future import FutureRecordMetadata
+
+T = TypeVar("T")
+
+
+def send_and_wait(
+    producer: KafkaProducer,
+    records: Iterable[tuple[str, bytes, T]],
+    timeout_s: float,
+    give_up: Callable[[str, T, KafkaError], None] | None = None,
+) -> None:
+    """Produce every ``(topic, value, tag)`` of *records*, flush, and wait for every ack.
+
+    Args:
+        give_up: called with ``(topic, tag, error)`` for a record Kafka refuses for good
+            (:func:`~crawlhive.utils.loop.never_sendable`: too large, malformed), which is then
+            dropped so the others are not held up; without it such an error is raised too.
+
+    Raises:
+        KafkaError: a record was not acknowledged within *timeout_s* (the caller retries the lot).
+    """
+    futures: list[tuple[str, T, FutureRecordMetadata]] = []
+    for topic, value, tag in records:
+        try:
+            futures.append((topic, tag, producer.send(topic, value)))
+        except KafkaError as exc:
+            if give_up is None or not never_sendable(exc):
+                raise
+            give_up(topic, tag, exc)
+    if not futures:
+        return
+    producer.flush(timeout=timeout_s)
+    for topic, tag, future in futures:
+        try:
+            future.get(timeout=timeout_s)
+        except KafkaError as exc:
+            if give_up is None or not never_sendable(exc):
+                raise
+            give_up(topic, tag, exc)

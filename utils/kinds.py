@@ -1,0 +1,213 @@
+"""The registry of process kinds: kafka-monitor, redis-monitor, crawler, cleaner, rest, and any added.
+
+A kind declares itself ONCE, in its own package (``<package>/kind.py``: a :class:`ProcessKind`),
+and is registered by one line in ``pyproject.toml``::
+
+    [project.entry-points."crawlhive.kinds"]
+    cleaner = "crawlhive.cleaner.kind:KIND"
+
+Everything that lists processes derives from the registry: the ``crawlhive <kind>`` subcommands
+and their help, ``crawlhive up``'s plan (how many of each, with what arguments) and its readiness
+wait, the demo, the ``stats`` types (and the stats request schema), the heartbeat components that
+``/metrics`` and the dashboard's node cards count, and the compose file's check.
+
+Python's entry points (:mod:`importlib.metadata`), not a list in this module: the library never
+names a service, and a package of the user's (or a test's) registers a kind the same way, without
+editing crawlhive. A kind's module must be cheap to import (no Scrapy, no Kafka client): the
+registry loads every kind for ``crawlhive --help``; its :attr:`ProcessKind.entry` imports the rest
+when the process runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+from crawlhive.utils.errors import PluginLoadError
+
+if TYPE_CHECKING:
+    from crawlhive.utils.settings import Settings
+
+#: The entry-point group kinds register in.
+ENTRY_POINT_GROUP = "crawlhive.kinds"
+
+#: What runs a process of a kind: its settings (resolved by the ``crawlhive`` command) and its parsed
+#: options; returns the exit code (0 after a graceful stop).
+Entry = Callable[["Settings", argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option of a kind (``argparse`` arguments).
+
+    Attributes:
+        flags: ``("--spider",)``.
+        setting: the setting the option sets when given (``--render`` -> ``RENDER``), or None when
+            only the entry reads it (``args.spider``).
+        help: the help text.
+        arguments: further keyword arguments of ``add_argument`` (``type``, ``default``, ``action``…).
+    """
+
+    flags: tuple[str, ...]
+    setting: str | None = None
+    help: str = ""
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+    def add_to(self, parser: argparse.ArgumentParser) -> str:
+        """Add the option to *parser*; returns its ``dest``."""
+        action = parser.add_argument(*self.flags, help=self.help, **dict(self.arguments))
+        return action.dest
+
+
+@dataclass(frozen=True)
+class UpGroup:
+    """Processes of a kind that ``crawlhive up`` (and the demo) starts.
+
+    Attributes:
+        option: ``up --<option> N`` sets how many (``cleaners``); the processes are then numbered
+            (``cleaner-1``). None: exactly *default* processes, named after the kind (``rest``).
+        default: how many when the option is not given (0: none unless asked for).
+        help: the help text of ``up --<option>``.
+        metavar: its metavar in that help.
+        args: the kind's arguments of each process (``("--spider", "link", "--render")``).
+        label: the process name prefix, if not the kind's name (``crawler-render``).
+        forward: options ``up`` accepts and passes on to each process of the group (a repeatable
+            option is passed as often as given).
+    """
+
+    option: str | None = None
+    default: int = 1
+    help: str = ""
+    metavar: str | None = None
+    args: tuple[str, ...] = ()
+    label: str = ""
+    forward: tuple[Option, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProcessKind:
+    """A kind of process of the cluster, as every part of the application sees it.
+
+    Attributes:
+        name: the subcommand (``crawlhive <name>``), the heartbeat component and stats component.
+        summary: one line for ``crawlhive --help``.
+        epilog: the examples ending ``crawlhive <name> --help`` (docs/contract.md §17.8).
+        entry: runs one process (:data:`Entry`).
+        options: the subcommand's options.
+        order: where it stands in help, ``up``'s start order and stats (lower first).
+        up: the processes ``crawlhive up`` starts (none: ``up`` does not run this kind).
+        heartbeat: its processes send heartbeats as component *name* (counted by ``up``'s
+            readiness wait, ``/metrics``'s ``crawlhive_nodes`` and the dashboard's node cards).
+        stats: ``stats: <name>`` is a stats type (and part of ``stats: all``); the redis-monitor
+            answers with the kind's counters and live nodes unless it knows the kind better.
+        stats_views: further ``stats`` types the kind's processes feed (the crawler's ``spider``,
+            ``machine``, ``queue``), answered by the redis-monitor.
+        card: the label of the dashboard's node card (default: *name*).
+        compose: the docker-compose service(s) that run it (``tests/unit/test_compose.py``).
+    """
+
+    name: str
+    summary: str
+    epilog: str
+    entry: Entry
+    options: tuple[Option, ...] = ()
+    order: int = 100
+    up: tuple[UpGroup, ...] = ()
+    heartbeat: bool = True
+    stats: bool = True
+    stats_views: tuple[str, ...] = ()
+    card: str = ""
+    compose: tuple[str, ...] = ()
+
+    @property
+    def card_label(self) -> str:
+        return self.card or self.name
+
+
+def worker_entry(path: str, command: str) -> Entry:
+    """The entry of a kind whose process is a :class:`~crawlhive.utils.worker.Worker`: the class at
+    *path* (``package.module.Class``, imported only when the process runs) built ``from_settings``
+    and run until SIGINT/SIGTERM (:func:`~crawlhive.utils.worker.run_until_stopped`)."""
+
+    def run(settings: Settings, args: argparse.Namespace) -> int:
+        from crawlhive.utils.plugins import load_object
+        from crawlhive.utils.worker import run_until_stopped
+
+        return run_until_stopped(load_object(path).from_settings(settings), command)
+
+    run.__doc__ = f"Run one {command} until SIGINT/SIGTERM (0 after a graceful stop, 1 when forced)."
+    return run
+
+
+@functools.cache
+def kinds() -> tuple[ProcessKind, ...]:
+    """Every registered kind, in :attr:`ProcessKind.order` (then name).
+
+    Raises:
+        PluginLoadError: an entry point does not load, is not a ProcessKind, or reuses a name.
+    """
+    found: dict[str, ProcessKind] = {}
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            kind = point.load()
+        except Exception as exc:
+            raise PluginLoadError(f"process kind {point.name!r} ({point.value}) failed to load: {exc!r}") from exc
+        if not isinstance(kind, ProcessKind):
+            raise PluginLoadError(f"process kind {point.name!r} ({point.value}) is not a ProcessKind")
+        other = found.get(kind.name)
+        if other is not None and other is not kind:
+            raise PluginLoadError(f"two process kinds are named {kind.name!r} ({point.value})")
+        found[kind.name] = kind
+    return tuple(sorted(found.values(), key=lambda k: (k.order, k.name)))
+
+
+def kind_named(name: str) -> ProcessKind:
+    """The registered kind *name*. Raises KeyError when there is none."""
+    for kind in kinds():
+        if kind.name == name:
+            return kind
+    raise KeyError(name)
+
+
+def heartbeat_components() -> tuple[str, ...]:
+    """The heartbeat components of every kind, in order (``/metrics``, the dashboard, ``up``)."""
+    return tuple(k.name for k in kinds() if k.heartbeat)
+
+
+def stats_kinds() -> tuple[str, ...]:
+    """The kinds that are ``stats`` types, in order."""
+    return tuple(k.name for k in kinds() if k.stats)
+
+
+def stats_types() -> tuple[str, ...]:
+    """Every ``stats`` type (docs/contract.md §4.7): ``all``, each kind that is one, their views."""
+    views = tuple(view for k in kinds() for view in k.stats_views)
+    return ("all", *stats_kinds(), *views)
+
+
+def up_plan(
+    counts: Mapping[str, int] | None = None, forwarded: Mapping[str, Sequence[str]] | None = None
+) -> list[tuple[str, str, list[str]]]:
+    """``(process name, kind, crawlhive arguments)`` of each process ``crawlhive up`` runs.
+
+    Args:
+        counts: ``up``'s counts by option (``{"crawlers": 4}``); an option not given has its default.
+        forwarded: the arguments of each kind's forwarded options, by kind name.
+    """
+    counts = counts or {}
+    plan: list[tuple[str, str, list[str]]] = []
+    for kind in kinds():
+        extra = list((forwarded or {}).get(kind.name, ()))
+        for group in kind.up:
+            label = group.label or kind.name
+            n = group.default if group.option is None else counts.get(group.option, group.default)
+            argv = [kind.name, *group.args, *extra]
+            if group.option is None:
+                plan += [(label if n == 1 else f"{label}-{i + 1}", kind.name, argv) for i in range(n)]
+            else:
+                plan += [(f"{label}-{i + 1}", kind.name, argv) for i in range(n)]
+    return plan
