@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.sink.store import SinkRecord, Store, WriteResult, sink_group, sink_name, source_topic, store_for
 from crawlhive.utils.blobs import BlobError, BlobStore
+from crawlhive.utils.contract.encoding import encode
+from crawlhive.utils.contract.produce import send_and_wait
+from crawlhive.utils.contract.records import sink_dead_letter
 from crawlhive.utils.log import mask_url
 from crawlhive.utils.redis_clients import check_redis, redis_from_settings
 from crawlhive.utils.sink_state import COMPONENT, COUNTERS, sink_counter_name
@@ -38,8 +41,6 @@ logger = logging.getLogger(__name__)
 #: The component name (heartbeats, stats: ``stats: sink``).
 #: Seconds between two progress lines of a busy sink (none while idle).
 PROGRESS_EVERY_S = 10.0
-#: Characters of a record's url, appid or crawlid a dead letter keeps.
-DEAD_LETTER_FIELD_CHARS = 4096
 
 
 @dataclass
@@ -274,36 +275,15 @@ class Sink(ConsumerWorker):
         return result
 
     def dead_letter(self, value: Any, record: Any, error: str) -> dict[str, Any]:
-        """A ``stage: sink`` dead letter (docs/contract.md §20.1): the sink's name, the error, the
-        record's place (``topic``, ``partition``, ``offset``) and its ``url``, ``appid`` and
-        ``crawlid`` when they are strings (cut to DEAD_LETTER_FIELD_CHARS)."""
-        letter: dict[str, Any] = {
-            "stage": "sink",
-            "sink": self.name,
-            "error": error,
-            "topic": record.topic,
-            "partition": record.partition,
-            "offset": record.offset,
-        }
-        if isinstance(value, dict):
-            for name in ("url", "appid", "crawlid"):
-                if isinstance(value.get(name), str):
-                    letter[name] = value[name][:DEAD_LETTER_FIELD_CHARS]
-        letter["server_time"] = int(time.time())
-        return letter
+        """The ``stage: sink`` dead letter of *record* (:func:`~crawlhive.utils.contract.records.sink_dead_letter`)."""
+        return sink_dead_letter(self.name, error, value, record.topic, record.partition, record.offset)
 
     def _send(self, letters: list[dict[str, Any]]) -> None:
         """Produce *letters* and wait for every acknowledgement (raises KafkaError if one fails)."""
-        if not letters:
-            return
-        assert self.producer is not None
-        futures = [
-            self.producer.send(self.dead_letter_topic, json.dumps(letter, ensure_ascii=False).encode())
-            for letter in letters
-        ]
-        self.producer.flush(timeout=self.ack_timeout_s)
-        for future in futures:
-            future.get(timeout=self.ack_timeout_s)
+        if letters:
+            assert self.producer is not None
+            records = [(self.dead_letter_topic, encode(letter), None) for letter in letters]
+            send_and_wait(self.producer, records, self.ack_timeout_s)
 
     def _count(self, result: SinkResult) -> None:
         """Add *result* to this sink's counters (``stats: sink``)."""

@@ -110,11 +110,22 @@ def clean_dead_letter(item: Any, error: str) -> dict[str, Any]:
     """A ``stage: clean`` dead letter (docs/contract.md §6, §13); the item's ``url``, ``appid``
     and ``crawlid`` are cut to DEAD_LETTER_FIELD_CHARS (a hostile record's could be too large
     to produce)."""
-    letter: dict[str, Any] = {"stage": "clean", "error": error}
-    if isinstance(item, dict):
+    return _record_dead_letter({"stage": "clean", "error": error}, item)
+
+
+def sink_dead_letter(sink: str, error: str, value: Any, topic: str, partition: int, offset: int) -> dict[str, Any]:
+    """A ``stage: sink`` dead letter (docs/contract.md §6 c, §20.1): the sink's name, the error, the
+    record's place (``topic``, ``partition``, ``offset``) and the record's ``url``, ``appid`` and
+    ``crawlid`` when they are strings (cut to DEAD_LETTER_FIELD_CHARS)."""
+    head = {"stage": "sink", "sink": sink, "error": error, "topic": topic, "partition": partition, "offset": offset}
+    return _record_dead_letter(head, value)
+
+
+def _record_dead_letter(letter: dict[str, Any], value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
         for name in ("url", "appid", "crawlid"):
-            if isinstance(item.get(name), str):
-                letter[name] = item[name][:DEAD_LETTER_FIELD_CHARS]
+            if isinstance(value.get(name), str):
+                letter[name] = value[name][:DEAD_LETTER_FIELD_CHARS]
     letter["server_time"] = server_time()
     return letter
 
