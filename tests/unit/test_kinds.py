@@ -24,7 +24,7 @@ from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
-BUILTIN = ["kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest"]
+BUILTIN = ["kafka-monitor", "redis-monitor", "crawler", "cleaner", "sink", "rest"]
 
 
 def _example_source() -> str:
@@ -53,7 +53,7 @@ def hello_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 def test_the_built_in_kinds_are_registered_in_order() -> None:
     assert [k.name for k in registry.kinds()] == BUILTIN
     assert registry.heartbeat_components() == tuple(BUILTIN)
-    assert registry.stats_types() == ("all", *BUILTIN, "spider", "machine", "queue")
+    assert registry.stats_types() == ("all", *BUILTIN, "spider", "machine", "queue", "proxies")
     plan = registry.up_plan()
     assert [(name, argv) for name, _, argv in plan] == [
         ("kafka-monitor", ["kafka-monitor"]),
@@ -78,7 +78,7 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     hello_kind: Path, redis_client: redis.Redis, redis_settings: Settings
 ) -> None:
     kind = registry.kind_named("hello-sink")
-    assert [k.name for k in registry.kinds()] == [*BUILTIN[:4], "hello-sink", "rest"]  # order 50
+    assert [k.name for k in registry.kinds()] == [*BUILTIN[:4], "hello-sink", "sink", "rest"]  # order 50
 
     # crawlhive --help, and the subcommand itself, in a process of its own
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hello_kind), os.environ.get("PYTHONPATH", "")])}
@@ -129,7 +129,7 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     beat.beat()
     monitor = StatsMonitor(redis_client, keys, stats, FrontierReader(redis_client, keys, 3600), [200], 10)
     body = monitor.body("all")
-    assert list(body) == [*BUILTIN[:4], "hello-sink", "rest"]
+    assert list(body) == [*BUILTIN[:4], "hello-sink", "sink", "rest"]
     assert body["hello-sink"]["total"] == {"60": 3, "lifetime": 3}
     assert sum(len(ids) for ids in body["hello-sink"]["nodes"].values()) == 1
     (answer,) = monitor.handle("stats", {"stats": "hello-sink", "appid": "app", "uuid": "u1"})

@@ -20,7 +20,7 @@ import yaml
 
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import RestMetrics
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.response_metrics import ResponseMetrics
 from crawlhive.utils.settings import Settings
 from crawlhive.utils.stats import Stats, crawler_counter_name, failed_counter_name, items_counter_name
@@ -87,7 +87,7 @@ def test_the_monitoring_profile_mounts_the_kit() -> None:
 
 def exposed_metric_names(client: redis.Redis, settings: Settings) -> set[str]:
     """Family and sample names of the REST registry's exposition with every kind of stat present."""
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     Stats(client, keys, settings.getlist("STATS_TIMES")).incr_many(
         [
             ("crawler", crawler_counter_name("link", 200), 1),

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from crawlhive.utils.domains import domain_of_host, host_problem
-from crawlhive.utils.frontier.recrawl import RecrawlConfig, check_recrawl
 from crawlhive.utils.kinds import stats_types
 from crawlhive.utils.log import excerpt
 from crawlhive.utils.patterns import PatternLimits, check_patterns
@@ -157,6 +156,9 @@ class CrawlRequest(MessageKind):
                 return unknown, "/proxy_pool"
         recrawl = message.get("recrawl")
         if recrawl is not None:  # §19.1: bounds from RECRAWL_MIN_EVERY, then the defaults filled in
+            # imported here: the frontier package imports the contract (its dead-letter builders)
+            from crawlhive.utils.frontier.recrawl import RecrawlConfig, check_recrawl
+
             min_every = settings.getint("RECRAWL_MIN_EVERY")
             problem = check_recrawl(recrawl, min_every)
             if problem is not None:
