@@ -141,7 +141,7 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     from crawlhive.rest.metrics import ClusterCollector
 
     nodes = ClusterView(redis_client, redis_settings, {}).nodes()
-    assert list(nodes) == [*BUILTIN[:4], "hello-sink", "rest"]
+    assert list(nodes) == [*BUILTIN[:4], "hello-sink", "sink", "rest"]
     assert sum(len(ids) for ids in nodes["hello-sink"].values()) == 1
     assert card_label("hello-sink") == "hello-sink"
     metrics = {
