@@ -45,8 +45,7 @@ from crawl import CRAWLHIVE_ITEMS, commands, redis_cpu_s
 
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import redis_from_settings, write_pipeline
+from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings, write_pipeline
 
 SITE = Path("/tmp/realweb")
 #: Where the figures are left for ``bench/pipeline.py`` (same ``make bench`` run).
@@ -180,7 +179,7 @@ def run_crawlhive(
     proc = subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "crawler"], env=env)
     try:
         deadline = time.monotonic() + 60
-        while client.zcard(Keys.from_settings(settings).heartbeat_index("crawler")) < 1:
+        while client.zcard(keys_from_settings(settings).heartbeat_index("crawler")) < 1:
             if time.monotonic() > deadline:
                 raise SystemExit("the crawler did not start")
             time.sleep(0.05)

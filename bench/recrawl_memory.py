@@ -41,8 +41,7 @@ from crawlhive.utils.frontier.recrawl import (  # noqa: E402
     SlotEntry,
     VisitResult,
 )
-from crawlhive.utils.keys import Keys  # noqa: E402
-from crawlhive.utils.redis_clients import redis_from_settings  # noqa: E402
+from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings  # noqa: E402
 from crawlhive.utils.settings import Settings  # noqa: E402
 
 PREFIX = "benchrc"
@@ -107,7 +106,7 @@ def run(url: str, pages: int, domains: int, buckets: int | None = None) -> int:
         **overrides,
     )
     client = redis_from_settings(settings)
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     schedule = Schedule(client, keys, settings.getint("RECRAWL_STATE_BUCKETS"), 604800)
     schedule.scripts.load()
     clear(client)

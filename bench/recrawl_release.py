@@ -26,8 +26,7 @@ from recrawl_memory import PREFIX, clear, fill  # noqa: E402  (bench/recrawl_mem
 
 from crawlhive.app.embedded import EmbeddedRedis  # noqa: E402
 from crawlhive.utils.frontier.recrawl import Schedule  # noqa: E402
-from crawlhive.utils.keys import Keys  # noqa: E402
-from crawlhive.utils.redis_clients import redis_from_settings  # noqa: E402
+from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings  # noqa: E402
 from crawlhive.utils.settings import Settings  # noqa: E402
 
 DUE_PER_S = 10_000
@@ -41,7 +40,7 @@ def redis_cpu(client: redis.Redis) -> float:
 def run(url: str, pages: int) -> int:
     settings = Settings.from_overrides(REDIS_URL=url, REDIS_KEY_PREFIX=PREFIX)
     client = redis_from_settings(settings)
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     schedule = Schedule(client, keys, settings.getint("RECRAWL_STATE_BUCKETS"), 604800)
     schedule.scripts.load()
     clear(client)

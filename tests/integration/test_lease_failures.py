@@ -21,7 +21,7 @@ import redis
 from crawlhive.crawler.leases import LeaseContext, LeaseTable
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, ThrottleConfig
 from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import write_pipeline
+from crawlhive.utils.redis_clients import keys_from_settings, write_pipeline
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.skipif(
@@ -65,7 +65,7 @@ def refusing(redis_client: redis.Redis) -> Iterator[Refusing]:
 
 
 def _table(redis_settings: Settings, client: redis.Redis) -> tuple[LeaseTable, FrontierWorker, Keys]:
-    keys = Keys.from_settings(redis_settings)
+    keys = keys_from_settings(redis_settings)
     worker = FrontierWorker(client, keys, lease_s=LEASE_S, record_ttl_s=3600, throttle=FAST)
     frontier = Frontier.from_settings(client, redis_settings)
     return LeaseTable(client, keys, worker, frontier, max_hold_s=600, on_crawled=lambda: None), worker, keys

@@ -21,6 +21,7 @@ from crawlerkit import Seen, TestSite, html, isolated_settings
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import ClusterCollector
 from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -97,7 +98,7 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
     changing = ChangingSite(site)
     settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rc")
     stack = Stack(settings, tmp_path, RECRAWL_MIN_EVERY=1, RECRAWL_CONFIG_CACHE_S=0.5)
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     crawlid = "fresh"
     url = site.url
     codes: list[int] = []

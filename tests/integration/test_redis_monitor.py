@@ -374,7 +374,7 @@ def control_report(client: redis.Redis, settings: Settings, monitors: list[Redis
     """Where unanswered control entries are: still in the stream (pending with which monitor, idle
     how long, delivered how often) and held by a monitor (its retry time), or gone from the stream
     (answered and acknowledged: then Kafka did not deliver the answer)."""
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     stream = keys.control_stream()
     entries = [(i.decode(), {k.decode(): v.decode() for k, v in f.items()}) for i, f in client.xrange(stream)]
     pending = client.xpending_range(stream, CONTROL_GROUP, "-", "+", 100)
@@ -710,7 +710,7 @@ def test_stats_answers_of_every_type(
     }
     assert answers["rest"] == {"stats": "rest", "appid": "testapp", "uuid": "rest"}  # no REST running
     everything = answers["all"]
-    assert set(everything) == {"stats", "appid", "uuid", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest"}
+    assert set(everything) == {"stats", "appid", "uuid", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "sink", "rest"}
     # docs/contract.md §13: the cleaners' counters per window, and their nodes
     cleaned = answers["cleaner"]
     assert cleaned["cleaned"]["lifetime"] == 5 and cleaned["skipped"]["900"] == 2

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import RestMetrics
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.redis_clients import keys_from_settings
 from crawlhive.utils.response_metrics import BUCKETS, ResponseMetrics
 from crawlhive.utils.settings import Settings
 
@@ -83,7 +83,7 @@ def test_a_crawl_shows_its_response_times_and_each_domains_outcomes(
 
 def test_only_the_busiest_domains_get_a_label(redis_client: redis.Redis, redis_settings: Settings) -> None:
     settings = Settings.from_overrides(**{**dict(redis_settings.items()), "METRICS_TOP_DOMAINS": 3})
-    keys = Keys.from_settings(settings)
+    keys = keys_from_settings(settings)
     buffer = ResponseMetrics("link", keys, 3)
     for i in range(8):
         for _ in range(i + 1):
@@ -101,7 +101,7 @@ def test_only_the_busiest_domains_get_a_label(redis_client: redis.Redis, redis_s
 
 
 def test_redis_keeps_a_bounded_number_of_domains(redis_client: redis.Redis, redis_settings: Settings) -> None:
-    keys = Keys.from_settings(redis_settings)
+    keys = keys_from_settings(redis_settings)
     buffer = ResponseMetrics("link", keys, 1)  # keeps 20 domains (+100 slack before a trim)
     for i in range(150):
         buffer.observe(f"d{i}.example", None, 200 if i < 149 else 404)
