@@ -710,7 +710,8 @@ def test_stats_answers_of_every_type(
     }
     assert answers["rest"] == {"stats": "rest", "appid": "testapp", "uuid": "rest"}  # no REST running
     everything = answers["all"]
-    assert set(everything) == {"stats", "appid", "uuid", "kafka-monitor", "redis-monitor", "crawler", "cleaner", "sink", "rest"}
+    kinds = {"kafka-monitor", "redis-monitor", "crawler", "cleaner", "sink", "rest"}  # the registry's stats kinds
+    assert set(everything) == {"stats", "appid", "uuid", *kinds}
     # docs/contract.md §13: the cleaners' counters per window, and their nodes
     cleaned = answers["cleaner"]
     assert cleaned["cleaned"]["lifetime"] == 5 and cleaned["skipped"]["900"] == 2
