@@ -331,6 +331,11 @@ ALLOWED_AFTER_COMPLETE: dict[str, bool] = {
     "stopped": True,
     "finished-crawls": True,  # GET /crawls' list of ended crawls, CRAWL_RECORD_TTL
     "crawl-delay": True,  # a robots.txt Crawl-delay, refreshed with each read of the robots.txt
+    # /metrics' response times and per-domain outcomes (§22.3): cluster lifetime counters, bounded
+    # by METRICS_TOP_DOMAINS (domains) and the spider types (histograms), kept by design
+    "metrics-response-seconds": False,
+    "metrics-domains": False,
+    "metrics-domain-failures": False,
 }
 
 
