@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -183,7 +184,15 @@ def check_outcome(cluster: Cluster, allowed_duplicates: int) -> dict[str, int]:
     items = cluster.items()
     counts = collections.Counter(i["url"] for i in items)
     missing = expected - set(counts)
-    assert not missing, f"{len(missing)} pages never reached crawled_firehose: {sorted(missing)[:10]}"
+    if missing:  # what the processes logged of them, and the kills around
+        logs = cluster.logs()
+        paths = [urlsplit(url).path for url in sorted(missing)[:10]]
+        lines = [line for line in logs.splitlines() if any(path in line for path in paths)]
+        detail = "\n".join(lines[-40:])
+        raise AssertionError(
+            f"{len(missing)} pages never reached crawled_firehose: {sorted(missing)[:10]}\n"
+            f"kills: {cluster.kills}\nlog lines naming them:\n{detail}"
+        )
     assert set(counts) == expected
     duplicates = len(items) - len(expected)
     assert duplicates <= allowed_duplicates, (duplicates, cluster.kills)
