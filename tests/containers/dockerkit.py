@@ -20,12 +20,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILES = ["-f", str(REPO / "docker" / "docker-compose.yml"), "-f", str(REPO / "docker" / "compose.test.yml")]
 DOCKERD_LOG = Path("/tmp/crawlhive-dockerd.log")
+#: The engine this process started, with its log file (left running on purpose).
+_STARTED: list[tuple[subprocess.Popen[bytes], IO[str]]] = []
 BUILD_LOG = Path("/tmp/crawlhive-images.log")
 LOCAL_BASE = "crawlhive-base:bookworm"
 
@@ -105,12 +108,15 @@ class Engine:
             if not shutil.which("dockerd"):
                 pytest.fail("the container tier needs a Docker engine: installing Debian's docker.io failed")
         log = DOCKERD_LOG.open("a")
-        subprocess.Popen(
+        engine = subprocess.Popen(
             ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false"],
             stdout=log,
             stderr=log,
             start_new_session=True,  # outlives the tests: its cache serves the next run
         )
+        # Held for the life of the test process: dropped, a running Popen (and its open log) is a
+        # ResourceWarning, which pytest turns into an error of whatever test set-up collects it.
+        _STARTED.append((engine, log))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0:
