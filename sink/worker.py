@@ -26,7 +26,7 @@ from crawlhive.utils.contract.produce import send_and_wait
 from crawlhive.utils.contract.records import sink_dead_letter
 from crawlhive.utils.log import mask_url
 from crawlhive.utils.redis_clients import check_redis, redis_from_settings
-from crawlhive.utils.sink_state import COMPONENT, COUNTERS, sink_counter_name
+from crawlhive.utils.sink_state import COMPONENT, COUNTERS, publish, sink_counter_name, withdraw
 from crawlhive.utils.worker import ConsumerWorker
 
 if TYPE_CHECKING:
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: The component name (heartbeats, stats: ``stats: sink``).
 #: Seconds between two progress lines of a busy sink (none while idle).
 PROGRESS_EVERY_S = 10.0
 
@@ -106,8 +105,6 @@ class Sink(ConsumerWorker):
     def close(self) -> None:
         """Leave the group and close the Kafka clients, then the store (what it held back was
         not committed: the group delivers it again); withdraw this process's state."""
-        from crawlhive.utils.sink_state import withdraw
-
         try:
             super().close()
         finally:
@@ -120,8 +117,6 @@ class Sink(ConsumerWorker):
 
     def beat(self, force: bool = False) -> None:
         """The heartbeat, and with it this process's state for ``stats: sink`` (§20.7)."""
-        from crawlhive.utils.sink_state import publish
-
         before = self._last_beat
         super().beat(force)
         if self._last_beat != before and self.consumer is not None:
