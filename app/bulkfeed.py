@@ -189,7 +189,7 @@ class BulkFeeder:
         except Shutdown:
             result.interrupted = True
             produced = self._produced
-        self.producer.flush(timeout=self.settings.getfloat("KAFKA_FEED_TIMEOUT"))
+        self.producer.flush(timeout=self.settings.KAFKA_FEED_TIMEOUT)
         with self._lock:
             result.sent, result.failed, result.first_error = self._acked, self._failed, self._first_error
         result.failed += produced - result.sent - result.failed  # never answered within the time-out

@@ -22,7 +22,7 @@ from crawlhive.utils import __version__
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.topics import TOPICS, is_short_topic
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
-from crawlhive.utils.kinds import Option, ProcessKind, kinds
+from crawlhive.utils.kinds import ProcessKind, add_up_options, kinds, up_arguments
 from crawlhive.utils.log import configure_logging, redact
 from crawlhive.utils.settings import Settings, load_settings
 
@@ -78,24 +78,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     from crawlhive.app.up import run_cluster
 
     settings = _settings_from_args(args, use_state_file=False)
-    counts = {group.option: getattr(args, group.option) for kind in kinds() for group in kind.up if group.option}
-    forwarded = {
-        kind.name: [arg for group in kind.up for option in group.forward for arg in _forwarded(option, args)]
-        for kind in kinds()
-    }
-    return run_cluster(settings, counts=counts, duration_s=args.duration, forwarded=forwarded, sinks=args.sink)
-
-
-def _forwarded(option: Option, args: argparse.Namespace) -> list[str]:
-    """The arguments that pass *option*, as given to ``up``, on to a process (a list: repeated)."""
-    value = getattr(args, option.arguments.get("dest") or option.flags[-1].lstrip("-").replace("-", "_"), None)
-    flag = option.flags[-1]
-    if value is None or value is False:
-        return []
-    if value is True:
-        return [flag]
-    values = value if isinstance(value, list) else [value]
-    return [part for item in values for part in (flag, str(item))]
+    counts, forwarded, values = up_arguments(args)
+    return run_cluster(settings, counts=counts, duration_s=args.duration, forwarded=forwarded, values=values)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -145,10 +129,10 @@ def cmd_feed(args: argparse.Namespace) -> int:
         try:
             future = producer.send(settings.topic("incoming"), encode(request))
             try:
-                future.get(timeout=settings.getfloat("KAFKA_FEED_TIMEOUT"))
+                future.get(timeout=settings.KAFKA_FEED_TIMEOUT)
             except Exception as exc:  # kafka-python raises several types for a missing ack
                 print(
-                    f"no ack from Kafka within KAFKA_FEED_TIMEOUT={settings['KAFKA_FEED_TIMEOUT']}s: {exc}",
+                    f"no ack from Kafka within KAFKA_FEED_TIMEOUT={settings.KAFKA_FEED_TIMEOUT}s: {exc}",
                     file=sys.stderr,
                 )
                 return EXIT_KAFKA
@@ -254,7 +238,7 @@ class _AnswerWatch:
             consumer.assign(partitions)
             consumer.seek_to_end(*partitions)
             for partition in partitions:  # resolve the end offsets now, not lazily after sending
-                consumer.position(partition, timeout_ms=int(settings.getfloat("KAFKA_FEED_TIMEOUT") * 1000))
+                consumer.position(partition, timeout_ms=int(settings.KAFKA_FEED_TIMEOUT * 1000))
         except (KafkaError, ValueError) as exc:
             consumer.close()
             raise BackendUnavailable(f"cannot read {topic} ({exc!r}); check KAFKA_BOOTSTRAP_SERVERS") from exc
@@ -273,7 +257,7 @@ class _AnswerWatch:
                     except ValueError:
                         continue
                     if isinstance(message, dict) and message.get("uuid") == uuid:
-                        return text
+                        return str(text)
         return None
 
     def close(self) -> None:
@@ -297,13 +281,17 @@ def resolve_topic(settings: Settings, name: str) -> str:
 
 def format_record(value: bytes, args: argparse.Namespace, blobs: Any = None) -> str:
     """One dumped record as ``dump`` prints it (JSON per line, or the raw text if not JSON); a
-    body by reference (§20.5) is read from *blobs* (a BlobStore) unless bodies are left out."""
+    body by reference (§20.5) is read from *blobs* (a BlobStore) unless bodies are left out; a
+    spider item by reference (``item_ref``) always."""
     text = value.decode("utf-8", errors="replace")
     try:
         data = json.loads(text)
     except ValueError:
         return text
-    if isinstance(data, dict) and blobs is not None and not args.no_body and data.get("body_ref") is not None:
+    by_reference = isinstance(data, dict) and (
+        (not args.no_body and data.get("body_ref") is not None) or data.get("item_ref") is not None
+    )
+    if by_reference and blobs is not None:
         from crawlhive.utils.blobs import BlobError
 
         try:
@@ -397,13 +385,13 @@ def _missing_topic(settings: Settings, consumer: Any, topic: str) -> str | None:
         raise BackendUnavailable(f"cannot list the topics ({exc!r}); check KAFKA_BOOTSTRAP_SERVERS") from exc
     if topic in existing:
         return None
-    prefix = f"{settings['KAFKA_TOPIC_PREFIX']}."
+    prefix = f"{settings.KAFKA_TOPIC_PREFIX}."
     ours = sorted(t.removeprefix(prefix) for t in existing if t.startswith(prefix))
     known = f"; topics of prefix {prefix[:-1]!r}: {', '.join(ours)}" if ours else f"; no topic has prefix {prefix!r}"
     later = ""
     if topic.startswith(tuple(f"{prefix}{kind}_" for kind in ("crawled", "items", "outbound"))):
         later = " (a per-appid topic exists once its first record was sent; KAFKA_APPID_TOPICS)"
-    servers = ",".join(settings["KAFKA_BOOTSTRAP_SERVERS"])
+    servers = ",".join(settings.KAFKA_BOOTSTRAP_SERVERS)
     return f"dump: no topic {topic} on {servers}{later}{known}"
 
 
@@ -468,21 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     up = command("up", "run every component (embedded Redis and broker if none configured)")
-    for kind in kinds():
-        for group in kind.up:
-            if group.option is not None:
-                up.add_argument(
-                    "--" + group.option.replace("_", "-"),
-                    type=int,
-                    default=group.default,
-                    metavar=group.metavar,
-                    help=group.help,
-                )
-            for option in group.forward:
-                option.add_to(up)
-    up.add_argument(  # one sink per URL, the URL in its environment (crawlhive.sink.main.up_commands)
-        "--sink", action="append", default=[], metavar="URL", help="also run a sink to URL (repeatable; §20)"
-    )
+    add_up_options(up)
     up.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after SECONDS")
     up.set_defaults(func=cmd_up)
 
@@ -544,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `up` and `demo` record a cluster; they never use another's (a second one refuses to start).
         settings = _settings_from_args(args, use_state_file=args.command not in ("up", "demo"))
         secrets = settings.secrets()
-        configure_logging(settings["LOG_LEVEL"], settings.getbool("LOG_JSON"), settings["LOG_FILE"], secrets=secrets)
+        configure_logging(settings.LOG_LEVEL, settings.LOG_JSON, settings.LOG_FILE, secrets=secrets)
         install_shutdown_handlers()
         code = int(args.func(args))
         return EXIT_FORCED if FORCED.is_set() else code

@@ -64,7 +64,7 @@ def run_demo(settings: Settings, keep_running: bool = False) -> int:
             settings, {"crawlers": CRAWLERS}, extra_env={"LOG_FILE": str(log_file)}, command="demo"
         ) as cluster:
             live = cluster.settings
-            dashboard = f"{rest_url(live['REST_HOST'], live.getint('REST_PORT'))}/dashboard"
+            dashboard = f"{rest_url(live.REST_HOST, live.REST_PORT)}/dashboard"
             for line in backend_lines(live, cluster.embedded):
                 print(f"cluster: {line}", flush=True)
             if cluster.allows_loopback:
@@ -114,7 +114,7 @@ def _crawl(cluster: LocalCluster, live: Settings, redis: Any, keys: Keys, seed: 
             consumer.position(tp)  # resolve "end" now, before anything is produced
         producer.send(live.topic("incoming"), json.dumps(request).encode()).get(timeout=10)
         print(f"fed crawl {crawlid} of {seed} (maxdepth 3) to {live.topic('incoming')}", flush=True)
-        reader = FrontierReader(redis, keys, live.getfloat("CRAWL_RECORD_TTL"))
+        reader = FrontierReader(redis, keys, live.CRAWL_RECORD_TTL)
         codes: Counter[int] = Counter()
         sample: dict[str, Any] | None = None
         cleaned: list[dict[str, Any]] = []  # records of the cleaning stage (§13)

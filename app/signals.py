@@ -15,9 +15,9 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
+from crawlhive.utils.loop import Shutdown
 
-class Shutdown(Exception):
-    """Raised in the main thread by the first SIGINT/SIGTERM, so ``with`` blocks unwind cleanly."""
+__all__ = ["EXIT_FORCED", "FORCED", "Shutdown", "install_shutdown_handlers", "on_forced_stop"]
 
 
 #: Exit code after a forced stop (a second Ctrl-C), as a shell reports a SIGINT death.

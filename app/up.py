@@ -31,10 +31,11 @@ from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.kinds import heartbeat_components, up_plan
 from crawlhive.utils.log import mask_url
 from crawlhive.utils.redis_clients import check_redis, keys_from_settings, redis_from_settings
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.settings import Settings, settings_env
 
 if TYPE_CHECKING:
-    from redis import Redis
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def _rest_port_chosen(settings: Settings) -> Settings:
     """*settings* with a concrete REST_PORT, so that the address printed is the one the REST child
     binds: a free port for REST_PORT=0, or when the default port is taken (the user did not ask
     for it)."""
-    host, port = settings["REST_HOST"], settings.getint("REST_PORT")
+    host, port = settings.REST_HOST, settings.REST_PORT
     if port == 0 or (not settings.is_set("REST_PORT") and not _port_free(host, port)):
         return settings.copy_with(REST_PORT=free_port(host))
     return settings
@@ -115,9 +116,9 @@ def embedded_note(embedded: Mapping[str, str], service: str) -> str:
 def backend_lines(live: Settings, embedded: Mapping[str, str]) -> list[str]:
     """The lines ``up`` and ``demo`` print about Redis and Kafka (after their own prefix): the
     addresses in use, with every secret of REDIS_URL masked by :func:`~crawlhive.utils.log.mask_url`."""
-    kafka = ",".join(live["KAFKA_BOOTSTRAP_SERVERS"])
+    kafka = ",".join(live.KAFKA_BOOTSTRAP_SERVERS)
     return [
-        f"Redis {mask_url(live['REDIS_URL'])}{embedded_note(embedded, 'redis')}",
+        f"Redis {mask_url(live.REDIS_URL)}{embedded_note(embedded, 'redis')}",
         f"Kafka {kafka}{embedded_note(embedded, 'broker')}",
     ]
 
@@ -171,7 +172,7 @@ class LocalCluster:
         extra_env: dict[str, str] | None = None,
         command: str = "up",
         forwarded: Mapping[str, Sequence[str]] | None = None,
-        sinks: Sequence[str] = (),
+        values: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         #: The crawlers of this local development cluster may fetch from loopback (its own sites),
         #: unless the user chose CRAWLER_ALLOWED_NETWORKS (docs/contract.md §10.2).
@@ -180,22 +181,21 @@ class LocalCluster:
             settings = settings.copy_with(CRAWLER_ALLOWED_NETWORKS=LOOPBACK_NETWORKS)
         #: The command running it (``up``, ``demo``), as the state file names it to a second one.
         self.command = command
-        wanted_port = settings.getint("REST_PORT")
+        wanted_port = settings.REST_PORT
         settings = _rest_port_chosen(settings)
         #: Why REST is not on the port asked for (its default was taken), or ''.
         self.rest_note = (
             f" (port {wanted_port} is taken; set REST_PORT to choose)"
-            if wanted_port and settings.getint("REST_PORT") != wanted_port
+            if wanted_port and settings.REST_PORT != wanted_port
             else ""
         )
         self.requested = settings
         #: The binaries of the services started for it (``redis``, ``broker``), if any.
         self.embedded: dict[str, str] = {}
-        #: ``(process name, kind, crawlhive arguments)`` of each child (:func:`~crawlhive.utils.kinds.up_plan`:
-        #: *counts* by ``up`` option, ``{"crawlers": 2}``, the rest at their defaults).
-        self.plan = up_plan(counts, forwarded)
-        #: URLs of the sinks to run (``up --sink``), one process each, the URL in its environment.
-        self.sinks = list(sinks)
+        #: Each child (:func:`~crawlhive.utils.kinds.up_plan`: *counts* by ``up`` option,
+        #: ``{"crawlers": 2}``, the rest at their defaults; *values* of the options that start one
+        #: process per value, ``{"sink": [url]}``).
+        self.plan = up_plan(counts, forwarded, values)
         self.extra_env = extra_env or {}
         self.children: list[Child] = []
         self._stack = contextlib.ExitStack()
@@ -205,7 +205,7 @@ class LocalCluster:
         from crawlhive.rest.server import check_exposure
 
         check_exposure(self.requested)  # before anything starts: exit 2 names REST_API_KEY
-        if any("--render" in argv for _, kind, argv in self.plan if kind == "crawler"):
+        if any("--render" in p.argv for p in self.plan if p.kind == "crawler"):
             from crawlhive.crawler.render import check_render_installed, find_browser
 
             check_render_installed()  # and a missing browser or scrapy-playwright is named here
@@ -221,22 +221,16 @@ class LocalCluster:
             ensure_topics(self.settings, [self.settings.topic(t) for t in TOPICS])
             write_state(
                 self.settings.home,
-                self.settings["REDIS_URL"],
-                self.settings["KAFKA_BOOTSTRAP_SERVERS"],
+                self.settings.REDIS_URL,
+                self.settings.KAFKA_BOOTSTRAP_SERVERS,
                 nonce,
                 self.command,
             )
             self._stack.callback(clear_state, self.settings.home, nonce)
             env = {**os.environ, **settings_env(self.settings), **self.extra_env}
             self.children = [
-                Child(name, [sys.executable, "-m", "crawlhive.app.cli", *args], env=env) for name, _, args in self.plan
-            ]
-            # Sinks (`up --sink URL`): their URL in their environment (crawlhive.sink.main).
-            from crawlhive.sink.main import up_commands as sink_commands
-
-            self.children += [
-                Child(name, [sys.executable, "-m", "crawlhive.app.cli", *args], env={**env, **sink_env})
-                for name, args, sink_env in sink_commands(self.sinks)
+                Child(p.name, [sys.executable, "-m", "crawlhive.app.cli", *p.argv], env={**env, **p.env})
+                for p in self.plan
             ]
             # The force hook is unregistered after the children's stop (a LIFO stack), so that a
             # second Ctrl-C during that stop kills them at once.
@@ -292,9 +286,7 @@ def wait_ready(
         ``starting: …`` line at each look, and True with the last one when all are ready.
     """
     heartbeats = set(heartbeat_components())
-    wanted = dict(Counter(kind for _, kind, _ in cluster.plan if kind in heartbeats))
-    if cluster.sinks:
-        wanted["sink"] = len(cluster.sinks)
+    wanted = dict(Counter(p.kind for p in cluster.plan if p.kind in heartbeats))
     keys = keys_from_settings(cluster.settings)
     redis = redis_from_settings(cluster.settings)
     deadline = time.monotonic() + timeout_s
@@ -317,7 +309,7 @@ def run_cluster(
     counts: Mapping[str, int] | None = None,
     duration_s: float | None = None,
     forwarded: Mapping[str, Sequence[str]] | None = None,
-    sinks: Sequence[str] = (),
+    values: Mapping[str, Sequence[str]] | None = None,
 ) -> int:
     """Run the cluster until interrupted (or for *duration_s*); returns the exit code.
 
@@ -326,7 +318,7 @@ def run_cluster(
     """
     started = False
     try:
-        with LocalCluster(settings, counts, forwarded=forwarded, sinks=sinks) as cluster:
+        with LocalCluster(settings, counts, forwarded=forwarded, values=values) as cluster:
             started = True
             live = cluster.settings
             have = wait_ready(cluster, READY_TIMEOUT_S)
@@ -344,7 +336,7 @@ def run_cluster(
             if any(c.name == "rest" for c in cluster.children):
                 from crawlhive.rest.server import rest_url
 
-                rest = rest_url(live["REST_HOST"], live.getint("REST_PORT"))  # what the child binds (§10.1)
+                rest = rest_url(live.REST_HOST, live.REST_PORT)  # what the child binds (§10.1)
                 print(f"crawlhive up: REST {rest}/ (dashboard: {rest}/dashboard){cluster.rest_note}", flush=True)
             names = ", ".join(c.name for c in cluster.children) or "none built yet"
             print(f"crawlhive up: components: {names}. Ctrl-C stops everything.", flush=True)
@@ -380,7 +372,7 @@ def _supervise(cluster: LocalCluster, duration_s: float | None) -> None:
         redis.close()
 
 
-def _status(children: list[Child], redis: Redis | None, settings: Settings) -> str:
+def _status(children: list[Child], redis: RedisClient | None, settings: Settings) -> str:
     """One line of cluster health; *redis* None takes Redis as reachable (just checked)."""
     redis_state = "ok"
     try:

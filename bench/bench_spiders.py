@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import scrapy
-from scrapy.http import Response
+from scrapy.http import Response, TextResponse
 from scrapy.linkextractors import LinkExtractor
 
 
@@ -17,6 +17,8 @@ class ItemSpider(scrapy.Spider):
     links = LinkExtractor()
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        if not isinstance(response, TextResponse):  # links and fields are in HTML (the bench site's pages) only
+            return
         found = self.links.extract_links(response)
         for link in found:
             yield scrapy.Request(link.url)

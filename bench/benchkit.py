@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from crawlhive.app.embedded import EmbeddedCluster
+from crawlhive.app.embedded import EmbeddedCluster, EmbeddedRedis
 from crawlhive.utils.kafka_clients import ensure_topics
+from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
 from crawlhive.utils.settings import Settings, env_value
+
+if TYPE_CHECKING:
+    from crawlhive.utils.keys import Keys
+    from crawlhive.utils.redis_types import RedisClient
 
 
 def bench_settings(
@@ -58,3 +66,52 @@ def crawler_env(settings: Settings, work: Path, scrapy: dict[str, Any], **overri
         }
     )
     return env
+
+
+# --- the Redis of the memory and recrawl benchmarks (bench/memory.py, bench/recrawl_*.py) ----------
+
+
+@contextmanager
+def bench_redis(url: str | None = None, *, cluster: bool = False) -> Iterator[str]:
+    """The URL of the Redis a benchmark fills: *url* (an existing, otherwise idle Redis or Redis
+    Cluster: other clients' writes would be counted), else a private local Redis Cluster of 3
+    primaries without replicas (*cluster*: ``tests/support/redis_cluster.py``), else a private redis-server;
+    the private ones are stopped on leaving."""
+    if url:
+        yield url
+        return
+    if cluster:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from support.redis_cluster import LocalCluster
+
+        with LocalCluster(primaries=3, replicas=0) as local:
+            yield local.url
+        return
+    with EmbeddedRedis() as server:
+        yield server.url
+
+
+def clear_prefix(client: RedisClient, prefix: str) -> None:
+    """Delete every key under *prefix* (a benchmark's own key prefix), 10,000 at a time."""
+    while batch := list(client.scan_iter(match=f"{prefix}*", count=10000))[:10000]:
+        client.unlink(*batch)  # on a Redis Cluster redis-py splits it by slot
+
+
+@contextmanager
+def prefixed_redis(url: str, prefix: str, **overrides: Any) -> Iterator[tuple[Settings, RedisClient, Keys]]:
+    """Settings, a bytes client and the key formats for key prefix *prefix* on the Redis at *url*
+    (FRONTIER_SHARDS from the environment, as the benchmarked processes' own; 64 shards on a Redis
+    Cluster), *overrides* being further settings; the prefix is emptied before and after."""
+    settings = Settings.from_overrides(
+        REDIS_URL=url,
+        REDIS_KEY_PREFIX=prefix,
+        FRONTIER_SHARDS=int(os.environ.get("FRONTIER_SHARDS") or 0),
+        **overrides,
+    )
+    client = redis_from_settings(settings)
+    clear_prefix(client, prefix)
+    try:
+        yield settings, client, keys_from_settings(settings)
+    finally:
+        clear_prefix(client, prefix)
+        client.close()

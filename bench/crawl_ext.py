@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from redis.connection import AbstractConnection
@@ -18,7 +19,8 @@ from scrapy import signals
 from crawlhive.crawler.runtime import CrawlRuntime
 
 _COUNT = [0]
-_original = AbstractConnection.send_packed_command
+#: redis-py leaves it unannotated; typed here so that calling it is checked.
+_original: Callable[[AbstractConnection, Any, bool], None] = AbstractConnection.send_packed_command
 
 
 def _counting(self: Any, command: Any, check_health: bool = True) -> None:

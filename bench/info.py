@@ -20,14 +20,15 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-
-import redis
+from typing import cast
 
 from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.redis_monitor.plugins.info import InfoMonitor
 from crawlhive.utils.frontier import FrontierReader, decode_priority, encode_score
+from crawlhive.utils.frontier.model import text
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.settings import Settings
 
 PREFIX = "benchinfo"
@@ -35,7 +36,7 @@ SPIDER, APPID, CRAWLID = "link", "benchapp", "big"
 ZADD_CHUNK = 1000
 
 
-def build(client: redis.Redis, keys: Keys, requests: int, domains: int) -> float:
+def build(client: RedisClient, keys: Keys, requests: int, domains: int) -> float:
     """Write *requests* queued requests of one crawl over *domains* domains; returns requests/s."""
     per_domain = requests // domains
     started = time.perf_counter()
@@ -67,16 +68,17 @@ def build(client: redis.Redis, keys: Keys, requests: int, domains: int) -> float
     return per_domain * domains / (time.perf_counter() - started)
 
 
-def naive_info(client: redis.Redis, keys: Keys) -> dict[str, dict[str, int]]:
+def naive_info(client: RedisClient, keys: Keys) -> dict[str, dict[str, int]]:
     """Per-domain totals and high/low priority by reading every queued request."""
     domains = sorted(
-        d.decode()
+        text(d)
         for shard in range(keys.shards)
         for d in client.smembers(keys.crawl_domains(SPIDER, APPID, CRAWLID, shard=shard))
     )
     out = {}
     for domain in domains:
-        entries = client.zrange(keys.crawl_queue(SPIDER, APPID, CRAWLID, domain), 0, -1, withscores=True)
+        queue = keys.crawl_queue(SPIDER, APPID, CRAWLID, domain)
+        entries = cast("list[tuple[bytes, float]]", client.zrange(queue, 0, -1, withscores=True))
         priorities = [decode_priority(score) for _, score in entries]
         if priorities:
             out[domain] = {"total": len(priorities), "high_priority": max(priorities), "low_priority": min(priorities)}

@@ -31,23 +31,21 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import redis
+from benchkit import bench_redis, clear_prefix, prefixed_redis
 from redis.cluster import RedisCluster
 from scrapy import Request
 
-from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.crawler.admit import stored_fingerprint
 from crawlhive.crawler.requests import child_request, url_fingerprint
 from crawlhive.utils.frontier import Frontier, FrontierRequest, OptionSet, seed_from_request
 from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import is_cluster, keys_from_settings, redis_from_settings, write_pipeline
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.redis_clients import is_cluster, write_pipeline
+from crawlhive.utils.redis_types import RedisClient
 
 PREFIX = "benchmem"
 SPIDER, APPID = "link", "benchapp"
@@ -88,10 +86,10 @@ CRAWL_DEFAULTS: dict[str, Any] = {
 }
 
 
-def used_memory(client: redis.Redis) -> int:
+def used_memory(client: RedisClient) -> int:
     """``used_memory`` of the Redis, or the sum over a Redis Cluster's primaries."""
     if is_cluster(client):
-        per_node = client.info("memory", target_nodes=RedisCluster.PRIMARIES)  # type: ignore[call-arg]
+        per_node = client.info("memory", target_nodes=RedisCluster.PRIMARIES)
         return sum(int(info["used_memory"]) for info in per_node.values())
     return int(client.info("memory")["used_memory"])
 
@@ -119,7 +117,7 @@ def links(requests: int, domains: int, crawls: int, options: dict[str, Any]) -> 
         yield child_request(seeds[i % crawls], Request(link_url(i // crawls % domains, i)), spider=None)  # type: ignore[arg-type]
 
 
-def measure(client: redis.Redis, label: str, count: int, fill: Callable[[], None]) -> float:
+def measure(client: RedisClient, label: str, count: int, fill: Callable[[], None]) -> float:
     """Run *fill* (which adds *count* entries); print and return the used_memory growth per entry."""
     before = used_memory(client)
     started = time.perf_counter()
@@ -130,7 +128,7 @@ def measure(client: redis.Redis, label: str, count: int, fill: Callable[[], None
     return per_entry
 
 
-def push_all(client: redis.Redis, frontier: Frontier, requests: Iterator[FrontierRequest]) -> None:
+def push_all(client: RedisClient, frontier: Frontier, requests: Iterator[FrontierRequest]) -> None:
     batch: list[FrontierRequest] = []
     for request in requests:
         batch.append(request)
@@ -152,7 +150,7 @@ def fingerprints(count: int) -> Iterator[bytes]:
         yield stored_fingerprint(url_fingerprint(link_url(i % 100, i)))
 
 
-def fill_dupefilter(client: redis.Redis, keys: Keys, count: int, crawls: int) -> None:
+def fill_dupefilter(client: RedisClient, keys: Keys, count: int, crawls: int) -> None:
     pipe = client.pipeline(transaction=False)
     shards = [keys.shard_of(f"site{d:04d}.com") for d in range(100)]
     owner = b""
@@ -169,7 +167,7 @@ def fill_dupefilter(client: redis.Redis, keys: Keys, count: int, crawls: int) ->
     pipe.execute()
 
 
-def fill_page_caps(client: redis.Redis, keys: Keys, count: int, domains: int, crawls: int) -> None:
+def fill_page_caps(client: RedisClient, keys: Keys, count: int, domains: int, crawls: int) -> None:
     pipe = client.pipeline(transaction=False)
     for i, fp in enumerate(fingerprints(count)):
         key = keys.page_caps(SPIDER, APPID, f"crawl-{i % crawls:04d}", f"site{i // crawls % domains:04d}.com")
@@ -180,19 +178,8 @@ def fill_page_caps(client: redis.Redis, keys: Keys, count: int, domains: int, cr
     pipe.execute()
 
 
-def clear(client: redis.Redis) -> None:
-    for batch in iter(lambda: list(client.scan_iter(match=f"{PREFIX}*", count=10000))[:10000], []):
-        client.delete(*batch)
-
-
 def run(url: str, requests: int, domains: int, crawls: int) -> int:
-    settings = Settings.from_overrides(
-        REDIS_URL=url, REDIS_KEY_PREFIX=PREFIX, FRONTIER_SHARDS=int(os.environ.get("FRONTIER_SHARDS") or 0)
-    )
-    client = redis_from_settings(settings)
-    keys = keys_from_settings(settings)  # 64 shards on a Redis Cluster
-    clear(client)
-    try:
+    with prefixed_redis(url, PREFIX) as (_settings, client, keys):  # 64 shards on a Redis Cluster
         server = client.info("server")
         print(f"Redis {server['redis_version']}, allocator {client.info('memory')['mem_allocator']}")
         sample = next(links(1, 1, 1, {}))
@@ -211,7 +198,7 @@ def run(url: str, requests: int, domains: int, crawls: int) -> int:
             requests,
             lambda: push_all(client, frontier, links(requests, domains, crawls, {})),
         )
-        clear(client)
+        clear_prefix(client, PREFIX)
         rich_keys = Keys(PREFIX + "rich", keys.shards)
         rich = Frontier(client, rich_keys, record_ttl_s=3600)
         measure(
@@ -220,8 +207,7 @@ def run(url: str, requests: int, domains: int, crawls: int) -> int:
             requests,
             lambda: push_all(client, rich, links(requests, domains, crawls, RICH_OPTIONS)),
         )
-        for batch in iter(lambda: list(client.scan_iter(match=f"{PREFIX}rich*", count=10000))[:10000], []):
-            client.delete(*batch)
+        clear_prefix(client, PREFIX + "rich")
         per_crawl = requests // crawls
         dedupe = measure(
             client,
@@ -249,9 +235,6 @@ def run(url: str, requests: int, domains: int, crawls: int) -> int:
             lambda: fill_page_caps(client, keys, requests, domains, crawls),
         )
         return 0
-    finally:
-        clear(client)
-        client.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,10 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     global URL_LENGTH
     URL_LENGTH = args.url_length
-    if args.redis_url:
-        return run(args.redis_url, args.requests, args.domains, args.crawls)
-    with EmbeddedRedis() as server:
-        return run(server.url, args.requests, args.domains, args.crawls)
+    with bench_redis(args.redis_url) as url:
+        return run(url, args.requests, args.domains, args.crawls)
 
 
 if __name__ == "__main__":

@@ -183,7 +183,7 @@ def run_crawlhive(
             if time.monotonic() > deadline:
                 raise SystemExit("the crawler did not start")
             time.sleep(0.05)
-        before, redis_before = commands(client), redis_cpu_s(client)
+        before, redis_before = sum(commands(client).values()), redis_cpu_s(client)
         base = {
             "appid": "bench", "crawlid": f"rw{tag}", "spiderid": "link", "priority": 50, "maxdepth": 100,
             "domain_max_pages": None, "allowed_domains": None, "allow_regex": None, "deny_regex": None,
@@ -198,7 +198,9 @@ def run_crawlhive(
         pipe.execute()
         proc.wait(timeout=900)
         result = dict(json.loads(measure.read_text()))
-        result["redis_commands_per_page"] = round((commands(client) - before) / max(1, result["pages"]), 1)
+        result["redis_commands_per_page"] = round(
+            (sum(commands(client).values()) - before) / max(1, result["pages"]), 1
+        )
         result["redis_cpu_ms_per_page"] = round(
             (redis_cpu_s(client) - redis_before) * 1000 / max(1, result["pages"]), 2
         )

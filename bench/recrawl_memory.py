@@ -11,7 +11,7 @@ holding the URLs and the per-shard due index, everything the schedule writes. Th
 Usage: ``.venv/bin/python bench/recrawl_memory.py [--pages N] [--domains D] [--cluster]
 [--buckets B] [--redis-url URL]`` (defaults 1000000 and 1000; a smaller run keeps 1M's shape with
 ``--buckets`` scaled down alike). Without ``--redis-url`` a private redis-server is
-started (``--cluster``: a local 3-primary Redis Cluster from ``tests/clusterkit.py``, 64 shards).
+started (``--cluster``: a local 3-primary Redis Cluster from ``tests/support/redis_cluster.py``, 64 shards).
 Target: at most 200 bytes per scheduled page.
 """
 
@@ -19,20 +19,16 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import random
 import sys
 import time
 from pathlib import Path
 
-import redis
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from benchkit import bench_redis, prefixed_redis  # noqa: E402  (bench/benchkit.py)
 from memory import CRAWL_DEFAULTS, link_url, used_memory  # noqa: E402  (bench/memory.py)
 
-from crawlhive.app.embedded import EmbeddedRedis  # noqa: E402
 from crawlhive.crawler.requests import child_request  # noqa: E402
 from crawlhive.utils.frontier import OptionSet, seed_from_request  # noqa: E402
 from crawlhive.utils.frontier.recrawl import (  # noqa: E402
@@ -41,8 +37,7 @@ from crawlhive.utils.frontier.recrawl import (  # noqa: E402
     SlotEntry,
     VisitResult,
 )
-from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings  # noqa: E402
-from crawlhive.utils.settings import Settings  # noqa: E402
+from crawlhive.utils.redis_types import RedisClient, RedisPipeline  # noqa: E402
 
 PREFIX = "benchrc"
 TARGET_PER_PAGE = 200
@@ -50,13 +45,8 @@ EVERY_S = 86_400
 BATCH = 1000
 
 
-def clear(client: redis.Redis) -> None:
-    for key in client.scan_iter(match=f"{PREFIX}*", count=10000):
-        client.delete(key)
-
-
 def fill(
-    client: redis.Redis, schedule: Schedule, pages: int, domains: int, due_in: tuple[int, int] = (60, EVERY_S)
+    client: RedisClient, schedule: Schedule, pages: int, domains: int, due_in: tuple[int, int] = (60, EVERY_S)
 ) -> None:
     """Schedule *pages* pages as their first visits' ends do, due at random *due_in* seconds from now."""
     from scrapy import Request
@@ -91,26 +81,23 @@ def fill(
             now=now,
         )
         if (i + 1) % BATCH == 0:
-            schedule.scripts.execute(lambda p=pipe: p)
+            run_batch(schedule, pipe)
             pipe = None
     if pipe is not None:
-        schedule.scripts.execute(lambda p=pipe: p)
+        run_batch(schedule, pipe)
+
+
+def run_batch(schedule: Schedule, pipe: RedisPipeline) -> None:
+    """Run the filled *pipe* through the schedule's scripts; a function of its own so that the
+    callable the scripts retry on NOSCRIPT returns this batch's pipeline, not a later one."""
+    schedule.scripts.execute(lambda: pipe)
 
 
 def run(url: str, pages: int, domains: int, buckets: int | None = None) -> int:
     overrides = {"RECRAWL_STATE_BUCKETS": buckets} if buckets else {}
-    settings = Settings.from_overrides(
-        REDIS_URL=url,
-        REDIS_KEY_PREFIX=PREFIX,
-        FRONTIER_SHARDS=int(os.environ.get("FRONTIER_SHARDS") or 0),
-        **overrides,
-    )
-    client = redis_from_settings(settings)
-    keys = keys_from_settings(settings)
-    schedule = Schedule(client, keys, settings.getint("RECRAWL_STATE_BUCKETS"), 604800)
-    schedule.scripts.load()
-    clear(client)
-    try:
+    with prefixed_redis(url, PREFIX, **overrides) as (settings, client, keys):
+        schedule = Schedule(client, keys, settings.getint("RECRAWL_STATE_BUCKETS"), 604800)
+        schedule.scripts.load()
         print(f"Redis {client.info('server')['redis_version']}, {keys.shards} shard(s)")
         sample = link_url(0, 1)
         print(f"{pages:,} scheduled pages over {domains:,} domains; URL {len(sample)} characters, ETag 32")
@@ -125,9 +112,6 @@ def run(url: str, pages: int, domains: int, buckets: int | None = None) -> int:
             f"(target <= {TARGET_PER_PAGE}: {verdict}; filled at {pages / elapsed:,.0f} pages/s)"
         )
         return 0
-    finally:
-        clear(client)
-        client.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,15 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         help="RECRAWL_STATE_BUCKETS (default the setting's); --pages 100000 --buckets 3277 keeps 1M's pages per bucket",
     )
     args = parser.parse_args(argv)
-    if args.redis_url:
-        return run(args.redis_url, args.pages, args.domains, args.buckets)
-    if args.cluster:
-        from clusterkit import LocalCluster
-
-        with LocalCluster(primaries=3, replicas=0) as cluster:
-            return run(cluster.url, args.pages, args.domains, args.buckets)
-    with EmbeddedRedis() as server:
-        return run(server.url, args.pages, args.domains, args.buckets)
+    with bench_redis(args.redis_url, cluster=args.cluster) as url:
+        return run(url, args.pages, args.domains, args.buckets)
 
 
 if __name__ == "__main__":

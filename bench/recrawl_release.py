@@ -18,33 +18,26 @@ import sys
 import time
 from pathlib import Path
 
-import redis
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from recrawl_memory import PREFIX, clear, fill  # noqa: E402  (bench/recrawl_memory.py)
+from benchkit import bench_redis, prefixed_redis  # noqa: E402  (bench/benchkit.py)
+from recrawl_memory import PREFIX, fill  # noqa: E402  (bench/recrawl_memory.py)
 
-from crawlhive.app.embedded import EmbeddedRedis  # noqa: E402
 from crawlhive.utils.frontier.recrawl import Schedule  # noqa: E402
-from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings  # noqa: E402
-from crawlhive.utils.settings import Settings  # noqa: E402
+from crawlhive.utils.redis_types import RedisClient  # noqa: E402
 
 DUE_PER_S = 10_000
 
 
-def redis_cpu(client: redis.Redis) -> float:
+def redis_cpu(client: RedisClient) -> float:
     info = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def run(url: str, pages: int) -> int:
-    settings = Settings.from_overrides(REDIS_URL=url, REDIS_KEY_PREFIX=PREFIX)
-    client = redis_from_settings(settings)
-    keys = keys_from_settings(settings)
-    schedule = Schedule(client, keys, settings.getint("RECRAWL_STATE_BUCKETS"), 604800)
-    schedule.scripts.load()
-    clear(client)
-    try:
+    with prefixed_redis(url, PREFIX) as (settings, client, keys):
+        schedule = Schedule(client, keys, settings.getint("RECRAWL_STATE_BUCKETS"), 604800)
+        schedule.scripts.load()
         fill(client, schedule, pages, 1000, due_in=(-120, -1))
         batch = settings.getint("RECRAWL_RELEASE_BATCH")
         cpu = redis_cpu(client)
@@ -63,9 +56,6 @@ def run(url: str, pages: int) -> int:
             f"{per_page_us * DUE_PER_S / 1e6:.1%} of one Redis core"
         )
         return 0 if released == pages else 1
-    finally:
-        clear(client)
-        client.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,10 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", help="an existing, otherwise idle Redis (default: a private redis-server)")
     parser.add_argument("--pages", type=int, default=200_000)
     args = parser.parse_args(argv)
-    if args.redis_url:
-        return run(args.redis_url, args.pages)
-    with EmbeddedRedis() as server:
-        return run(server.url, args.pages)
+    with bench_redis(args.redis_url) as url:
+        return run(url, args.pages)
 
 
 if __name__ == "__main__":

@@ -99,7 +99,9 @@ def sliding_max(times: list[float], window: float, jitter: float) -> int:
     return best
 
 
-def run(cluster: EmbeddedCluster, work: Path, moderated: bool, crawlers: int, duration: float, jitter: float) -> dict:
+def run(
+    cluster: EmbeddedCluster, work: Path, moderated: bool, crawlers: int, duration: float, jitter: float
+) -> dict[str, Any]:
     tag = "mod" if moderated else "unmod"
     settings = Settings.from_overrides(
         REDIS_URL=cluster.redis_url,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
@@ -39,20 +38,18 @@ from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
 from crawlhive.utils.redis_clients import check_redis, redis_from_settings
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.stats import CLEANER, CLEANER_COUNTERS, cleaner_machine_counter_name
-from crawlhive.utils.worker import ConsumerWorker
+from crawlhive.utils.worker import BatchCounts, ConsumerWorker
 
 if TYPE_CHECKING:
     from kafka.consumer.fetcher import ConsumerRecord
-    from redis import Redis
 
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 COMPONENT = CLEANER
-#: Seconds between two progress lines of a busy cleaner (none while idle).
-PROGRESS_EVERY_S = 10.0
 #: The counters of a cleaner in the stats (``stats: cleaner``).
 COUNTERS = CLEANER_COUNTERS
 
@@ -62,18 +59,13 @@ RECORD_OVERHEAD = 1024
 
 
 @dataclass
-class CleanResult:
-    """What one batch did."""
+class CleanResult(BatchCounts):
+    """What one batch did (the counters are COUNTERS, in their order)."""
 
-    records: int = 0
     cleaned: int = 0
     skipped: int = 0
     duplicates: int = 0
     dead_letters: int = 0
-
-    def add(self, other: CleanResult) -> None:
-        for name in ("records", *COUNTERS):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class Cleaner(ConsumerWorker):
@@ -81,18 +73,17 @@ class Cleaner(ConsumerWorker):
 
     component = COMPONENT
 
-    def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
+    def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
         super().__init__(settings, redis, owns_redis=owns_redis)
         self.source_topic = settings.topic("crawled_firehose")
         self.cleaned_topic = settings.topic("cleaned")
         self.dead_letter_topic = settings.topic("dead_letter")
         self.steps: list[CleanerPlugin] = []
-        self.totals = CleanResult()
-        self._progress = (time.monotonic(), CleanResult())
-        self.max_seconds = settings.getfloat("CLEANER_MAX_SECONDS")
-        self.max_poll_records = settings.getint("CLEANER_MAX_POLL_RECORDS")
-        self.max_poll_interval_ms = settings.getint("CLEANER_MAX_POLL_INTERVAL_MS")
-        self.max_request = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
+        self.totals: CleanResult = CleanResult()
+        self.max_seconds = settings.CLEANER_MAX_SECONDS
+        self.max_poll_records = settings.CLEANER_MAX_POLL_RECORDS
+        self.max_poll_interval_ms = settings.CLEANER_MAX_POLL_INTERVAL_MS
+        self.max_request = settings.KAFKA_PRODUCER_MAX_REQUEST_SIZE
         #: Where the bodies of large pages are (docs/contract.md §20.5).
         self.blobs = BlobStore.from_settings(settings)
         self.emitted_key = self.keys.cleaner_emitted(settings.cleaner_group)
@@ -105,7 +96,7 @@ class Cleaner(ConsumerWorker):
         within the poll interval (else the group evicts the cleaner and the batch is replayed)."""
         if not self.max_seconds > 0:
             raise SettingsError(f"CLEANER_MAX_SECONDS: expected a positive number, got {self.max_seconds!r}")
-        if self.settings.getint("CLEANER_MAX_TEXT_BYTES") < 1 or self.max_poll_records < 1:
+        if self.settings.CLEANER_MAX_TEXT_BYTES < 1 or self.max_poll_records < 1:
             raise SettingsError("CLEANER_MAX_TEXT_BYTES and CLEANER_MAX_POLL_RECORDS must be at least 1")
         batch_ms = self.max_seconds * 1000 * self.max_poll_records
         if self.max_poll_interval_ms <= batch_ms:
@@ -132,7 +123,7 @@ class Cleaner(ConsumerWorker):
         check_redis(self.redis, self.settings)
         if not self.steps:
             self.steps = load_plugins(
-                COMPONENT, BUILTIN_PLUGINS, [self.settings["CLEANER_PLUGINS"]], lambda cls: cls.from_cleaner(self)
+                COMPONENT, BUILTIN_PLUGINS, [self.settings.CLEANER_PLUGINS], lambda cls: cls.from_cleaner(self)
             )
         self.open_kafka(
             self.source_topic,
@@ -151,27 +142,6 @@ class Cleaner(ConsumerWorker):
                 logger.warning("closing cleaner step %s failed", step.name, exc_info=True)
         super().close()
 
-    def log_progress(self, force: bool = False) -> None:
-        now = time.monotonic()
-        at, mark = self._progress
-        if not force and now - at < PROGRESS_EVERY_S:
-            return
-        totals = self.totals
-        records = totals.records - mark.records
-        if records:  # an idle cleaner says nothing (docs/contract.md §17.4)
-            logger.info(
-                "cleaner: %d records in %.0fs: %d cleaned, %d skipped, %d duplicates, %d dead letters",
-                records,
-                now - at,
-                totals.cleaned - mark.cleaned,
-                totals.skipped - mark.skipped,
-                totals.duplicates - mark.duplicates,
-                totals.dead_letters - mark.dead_letters,
-            )
-        snapshot = CleanResult()
-        snapshot.add(totals)
-        self._progress = (now, snapshot)
-
     # --- one iteration -----------------------------------------------------------------------
 
     def run_once(self) -> CleanResult:
@@ -180,7 +150,7 @@ class Cleaner(ConsumerWorker):
         Raises:
             RedisError, KafkaError: a backend failed; the batch will be processed again.
         """
-        result, _ = self.consume_batch()
+        result: CleanResult | None = self.consume_batch()[0]
         if result is None:
             return CleanResult()
         self.totals.add(result)

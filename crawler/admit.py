@@ -27,10 +27,10 @@ from scrapy.utils.request import RequestFingerprinter
 from crawlhive.crawler.requests import child_request, link_child, url_fingerprint
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.redis_clients import is_cluster
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from redis import Redis
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
@@ -90,7 +90,7 @@ class Admission:
     def __init__(
         self,
         crawler: Crawler,
-        redis: Redis,
+        redis: RedisClient,
         batcher: ScriptBatcher,
         keys: Keys,
         lease_s: float,

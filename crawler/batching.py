@@ -43,10 +43,11 @@ from redis.exceptions import (
 )
 
 from crawlhive.utils.redis_clients import is_cluster
+from crawlhive.utils.redis_types import AsyncRedisClient
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    import redis.asyncio
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +60,19 @@ _TOPOLOGY_ERRORS = (RedisConnectionError, RedisTimeoutError, ClusterDownError, R
 @dataclass(slots=True)
 class _Call:
     script: str
+    """The script's name; "" for a plain command (*args* is the whole command, *keys* the key
+    that routes it on a Redis Cluster, or none)."""
     keys: list[Any]
     args: list[Any]
     future: asyncio.Future[Any]
+
+    def queue(self, pipe: Any, sha: str) -> None:
+        """Queue this call on *pipe* (*sha*: its script's, unused for a plain command); a raw
+        command: a Redis Cluster pipeline routes it by its first key."""
+        if self.script:
+            pipe.execute_command("EVALSHA", sha, len(self.keys), *self.keys, *self.args)
+        else:
+            pipe.execute_command(*self.args)
 
 
 class ScriptBatcher:
@@ -75,7 +86,7 @@ class ScriptBatcher:
     runs twice.
     """
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
+    def __init__(self, client: AsyncRedisClient) -> None:
         self.client = client
         self.cluster = is_cluster(client)
         if self.cluster:  # no retries inside redis-py: see the module docstring
@@ -92,6 +103,17 @@ class ScriptBatcher:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append(_Call(script, keys, args, future))
+        if self._flushing is None:
+            self._flushing = loop.create_task(self._flush())
+        return future
+
+    def command(self, key: Any, *args: Any) -> asyncio.Future[Any]:
+        """Queue one plain Redis command (*args*, e.g. ``"INCRBY", key, 3``) routed on a Redis
+        Cluster by *key* (None: any node); the future gets its reply, or the error it raised.
+        Commands queued together run in the order they were queued on each node."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._pending.append(_Call("", [key] if key is not None else [], list(args), future))
         if self._flushing is None:
             self._flushing = loop.create_task(self._flush())
         return future
@@ -131,7 +153,7 @@ class ScriptBatcher:
             for call, reply in zip(batch, replies, strict=True):
                 if call.future.done():  # the caller gave up waiting (cancelled)
                     continue
-                if isinstance(reply, NoScriptError) and attempt == 1:
+                if isinstance(reply, NoScriptError) and attempt == 1 and call.script:
                     retry.append(call)
                 elif isinstance(reply, Exception):
                     call.future.set_exception(reply)
@@ -156,15 +178,20 @@ class ScriptBatcher:
         if len(batch) == 1:
             call = batch[0]
             try:
+                if not call.script:
+                    return [await self.client.execute_command(*call.args)]
                 return [
                     await self.client.evalsha(self.scripts.sha(call.script), len(call.keys), *call.keys, *call.args)
                 ]
             except NoScriptError as exc:
                 return [exc]
         async with self.client.pipeline(transaction=False) as pipe:
-            for call in batch:  # a raw command: a Redis Cluster pipeline routes it by its first key
-                pipe.execute_command("EVALSHA", self.scripts.sha(call.script), len(call.keys), *call.keys, *call.args)
+            for call in batch:
+                call.queue(pipe, self._sha(call))
             return list(await pipe.execute(raise_on_error=False))
+
+    def _sha(self, call: _Call) -> str:
+        return self.scripts.sha(call.script) if call.script else ""
 
     async def _execute_cluster(self, batch: list[_Call]) -> list[Any]:
         """*batch* on a Redis Cluster: one pipeline per node, all at once; a node that fails fails
@@ -181,11 +208,8 @@ class ScriptBatcher:
         async def run(indexes: list[int]) -> None:
             try:
                 async with client.pipeline(transaction=False) as pipe:
-                    for i in indexes:  # a raw command: a Redis Cluster pipeline routes it by its first key
-                        call = batch[i]
-                        pipe.execute_command(
-                            "EVALSHA", self.scripts.sha(call.script), len(call.keys), *call.keys, *call.args
-                        )
+                    for i in indexes:
+                        batch[i].queue(pipe, self._sha(batch[i]))
                     found = list(await pipe.execute(raise_on_error=False))
             except Exception as exc:  # this node's calls fail, with that error
                 error = exc if isinstance(exc, RedisError) else RedisError(f"{type(exc).__name__}: {exc}")
@@ -193,7 +217,7 @@ class ScriptBatcher:
             for i, reply in zip(indexes, found, strict=True):
                 replies[i] = reply
                 future = batch[i].future
-                if not future.done() and not isinstance(reply, NoScriptError):  # _send retries those
+                if not future.done() and not (isinstance(reply, NoScriptError) and batch[i].script):  # _send retries
                     if isinstance(reply, Exception):
                         future.set_exception(reply)
                     else:
@@ -229,7 +253,8 @@ class ScriptBatcher:
         """Read the cluster's slot map again (a node failed: it may have been replaced by its
         replica), from any node that answers. Failing, the next batch tries again."""
         try:
-            await self.client.nodes_manager.initialize()  # type: ignore[attr-defined]
+            if is_cluster(self.client):
+                await self.client.nodes_manager.initialize()
         except (RedisError, RedisClusterException, OSError):
             logger.debug("reading the Redis Cluster's slot map failed", exc_info=True)
 

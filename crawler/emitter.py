@@ -33,10 +33,10 @@ from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.records import crawl_dead_letter, timestamp
 from crawlhive.utils.contract.topics import appid_topic
 from crawlhive.utils.kafka_clients import ensure_topics
+from crawlhive.utils.redis_types import RedisClient
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
-    from redis import Redis
 
     from crawlhive.crawler.leases import LeaseContext, LeaseTable
     from crawlhive.utils.settings import Settings
@@ -50,6 +50,15 @@ def _json_default(value: Any) -> Any:
     """What ujson cannot encode in a spider's item, as Scrapy's JSON exporters encode it (dates,
     decimals, sets, nested items); raises TypeError for anything else."""
     return _ENCODER.default(value)
+
+
+def _by_reference_field(kind: str, record: dict[str, Any]) -> str | None:
+    """The field of *record* that goes to the blob store when it is too large for one message
+    (docs/contract.md §20.5): a crawled item's ``body`` (a string), a spider item's ``item``
+    (§11; not one already sent by reference); None if there is none."""
+    if kind == "crawled":
+        return "body" if isinstance(record.get("body"), str) else None
+    return "item" if record.get("item") is not None else None
 
 
 class Sink(Protocol):
@@ -79,8 +88,8 @@ class Emitter:
         self.sink = sink
         self.leases = leases
         self.on_failed = on_failed
-        self.max_item_bytes = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
-        self.appid_topics = settings.getbool("KAFKA_APPID_TOPICS") and isinstance(sink, KafkaSink)
+        self.max_item_bytes = settings.KAFKA_PRODUCER_MAX_REQUEST_SIZE
+        self.appid_topics = settings.KAFKA_APPID_TOPICS and isinstance(sink, KafkaSink)
         self.firehose = settings.topic("crawled_firehose")
         self.items_topic = settings.topic("items")
         self.dead_letter_topic = settings.topic("dead_letter")
@@ -110,33 +119,38 @@ class Emitter:
                 self.fail(context, error)
             return defer.fail(DropItem(error))
         if len(data) > self.max_item_bytes:
-            if kind == "crawled" and isinstance(record.get("body"), str):
-                return self._by_reference(record, context)
+            if _by_reference_field(kind, record) is not None:
+                return self._by_reference(kind, record, context)
             return self._too_large(context, len(data))
         return self._send_record(kind, record, data, context)
 
-    def _by_reference(self, record: dict[str, Any], context: LeaseContext | None) -> defer.Deferred[None]:
-        """Send a crawled item too large for one message with its body in the blob store
-        (docs/contract.md §20.5: ``"body": null``, ``body_ref``); the blob is written in a thread.
-        Still too large without its body: the item-too-large dead letter. The store refusing the
-        write: the lease is abandoned, so the page is fetched again once it expires."""
-        body = record["body"].encode("utf-8", "replace")
-        written: defer.Deferred[dict[str, Any]] = threads.deferToThread(self.blobs.put, body)
+    def _by_reference(self, kind: str, record: dict[str, Any], context: LeaseContext | None) -> defer.Deferred[None]:
+        """Send a record too large for one message with its bulk in the blob store (docs/contract.md
+        §20.5): a crawled item's ``body`` (UTF-8; ``"body": null``, ``body_ref``), a spider item's
+        ``item`` (its JSON; ``"item": null``, ``item_ref``); the blob is written in a thread. Still
+        too large without it: the item-too-large dead letter. The store refusing the write: the
+        lease is abandoned, so the page is fetched again once it expires."""
+        name = _by_reference_field(kind, record)
+        assert name is not None
+        value = record[name]
+        data = value.encode("utf-8", "replace") if name == "body" else encode(value, default=_json_default)
+        written: defer.Deferred[dict[str, Any]] = threads.deferToThread(self.blobs.put, data)
 
         def stored(ref: dict[str, Any]) -> defer.Deferred[None]:
             threads.deferToThread(self.blobs.expire)  # at most once an hour; never raises
-            smaller = {**record, "body": None, "body_ref": ref}
-            data = encode(smaller, default=_json_default)
-            if len(data) > self.max_item_bytes:
-                return self._too_large(context, len(data))
-            return self._send_record("crawled", smaller, data, context)
+            smaller = {**record, name: None, f"{name}_ref": ref}
+            encoded = encode(smaller, default=_json_default)
+            if len(encoded) > self.max_item_bytes:
+                return self._too_large(context, len(encoded))
+            return self._send_record(kind, smaller, encoded, context)
 
         def failed(failure: Any) -> None:
             url = context.request.url if context is not None else record.get("url")
             logger.error(
-                "could not store the body of %s (%d bytes) in BLOB_STORE_URL %s: %r; its lease will be reclaimed",
+                "could not store the %s of %s (%d bytes) in BLOB_STORE_URL %s: %r; its lease will be reclaimed",
+                name,
                 url,
-                len(body),
+                len(data),
                 self.blobs.url,
                 failure.value,
             )
@@ -153,7 +167,7 @@ class Emitter:
         topics = [self.firehose if kind == "crawled" else self.items_topic]
         appid = str(record.get("appid", ""))
         if self.appid_topics:
-            topic = appid_topic(self.settings["KAFKA_TOPIC_PREFIX"], kind, appid)
+            topic = appid_topic(self.settings.KAFKA_TOPIC_PREFIX, kind, appid)
             if topic is not None and len(topic) <= 249:
                 topics.append(topic)
             else:
@@ -163,8 +177,8 @@ class Emitter:
         def failed(failure: Any) -> Any:
             error = failure.value.subFailure.value if isinstance(failure.value, defer.FirstError) else failure.value
             big = isinstance(error, MessageSizeTooLargeError)
-            if big and kind == "crawled" and isinstance(record.get("body"), str):
-                return self._by_reference(record, context)  # within the limit, but not with the framing
+            if big and _by_reference_field(kind, record) is not None:
+                return self._by_reference(kind, record, context)  # within the limit, but not with the framing
             if isinstance(error, MessageSizeTooLargeError):
                 self._too_large(context, len(data))
                 raise DropItem(f"item too large for Kafka ({len(data)} bytes); dead letter written")
@@ -308,7 +322,7 @@ class RedisSink:
 
     name = "Redis"
 
-    def __init__(self, redis: Redis, items_key: str, dead_letter_key: str, dead_letter_topic: str) -> None:
+    def __init__(self, redis: RedisClient, items_key: str, dead_letter_key: str, dead_letter_topic: str) -> None:
         self.redis = redis
         self.items_key = items_key
         self.dead_letter_key = dead_letter_key

@@ -67,7 +67,7 @@ class StatsFlush(MaintenanceLoop):
     """The response counters, written every CRAWLER_STATS_FLUSH_S (and once more at close)."""
 
     def loops(self, runtime: CrawlRuntime) -> list[Loop]:
-        return [(runtime.settings.getfloat("CRAWLER_STATS_FLUSH_S"), runtime.flush_stats)]
+        return [(runtime.settings.CRAWLER_STATS_FLUSH_S, runtime.flush_stats)]
 
 
 class ProgressLog(MaintenanceLoop):

@@ -5,9 +5,14 @@ A :class:`LeaseContext` travels with a leased request through Scrapy (in its met
 lease ends:
 
 * :meth:`LeaseTable.finish`: the page's items (or dead letter) are acknowledged: its links are
-  queued and its lease acked, in one ``MULTI`` shared with every page finished in the same reactor
-  turn (when Redis fails, a Redis Cluster node failing over, the same writes are tried again, with
-  back-off, for up to LEASE_TIMEOUT, the lease renewed meanwhile: they are idempotent);
+  queued and its lease acked, together with every page finished while the previous finish was
+  being written, on the crawler's asyncio batcher (``crawler/batching.py``), so the reactor never
+  waits for it: the arrival numbers of the links (one ``INCRBY`` per shard), then on a Redis
+  Cluster the shards' writes and the crawls' push generations, then the acks with the
+  cluster-wide writes; each round one pipeline per node, shared with the pops and admits of other
+  pages (see :meth:`LeaseTable._write_async`). When Redis fails (a Redis Cluster node failing over)
+  the same writes are tried again, with back-off, for up to LEASE_TIMEOUT, the lease renewed
+  meanwhile: they are idempotent;
 * :meth:`LeaseTable.drop`: a policy drop (nothing emitted, no counter);
 * :meth:`LeaseTable.retry`: back to the frontier as a retry, for any crawler, after its back-off
   (docs/contract.md §3.10, §14; a park or requeue that fails on a Redis error is tried again, as
@@ -19,13 +24,14 @@ lease ends:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from twisted.internet import reactor
 
 from crawlhive.utils.frontier import (
@@ -38,12 +44,15 @@ from crawlhive.utils.frontier import (
     retried,
     wake_message,
 )
+from crawlhive.utils.frontier.writer import plan_push
 from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import write_pipeline
+from crawlhive.utils.redis_clients import CommandList, is_cluster, write_pipeline
+from crawlhive.utils.redis_types import RedisClient
+from crawlhive.utils.scripts import names as script_names
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from redis import Redis
+    from crawlhive.crawler.batching import ScriptBatcher
 
 logger = logging.getLogger(__name__)
 
@@ -102,23 +111,33 @@ class LeaseTable:
         max_hold_s: a page in flight longer than this is given up (only a bug keeps one so long,
             and renewing its lease forever would stop its crawl from ever completing).
         on_crawled: called once per lease that ends counted as crawled (the items stat).
+        batcher: the crawler's asyncio batcher: finishes are written through it, off the reactor;
+            None (or REDIS_WAIT_REPLICAS, whose ``WAIT`` blocks) writes them on *redis*, blocking.
     """
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         keys: Keys,
         worker: FrontierWorker,
         frontier: Frontier,
         max_hold_s: float,
         on_crawled: Callable[[], None],
+        batcher: ScriptBatcher | None = None,
+        on_backend_failed: Callable[[str], None] | None = None,
     ) -> None:
         self.redis = redis
+        self.batcher = batcher if frontier.replicas is None or not frontier.replicas.replicas else None
+        self.cluster = is_cluster(redis)
+        self._writing: asyncio.Task[None] | None = None
         self.keys = keys
         self.worker = worker
         self.frontier = frontier
         self.max_hold_s = max_hold_s
         self.on_crawled = on_crawled
+        #: Told of a Redis failure of the renewal (the runtime's outage rule: one WARNING, and the
+        #: check that the ``crawlhive up`` this crawler used has not exited); None: logged here.
+        self.on_backend_failed = on_backend_failed
         self.scripts = scripts(redis)
         self.inflight: dict[bytes, LeaseContext] = {}
         self.closed = False
@@ -216,7 +235,11 @@ class LeaseTable:
         try:
             statuses = self.worker.touch_many([c.lease for c in contexts])
         except REDIS_FAILURES as exc:
-            logger.warning("renewing %d leases failed (%r); check REDIS_URL", len(contexts), exc)
+            what = f"renewing {len(contexts)} leases failed ({exc!r}); check REDIS_URL"
+            if self.on_backend_failed is not None:
+                self.on_backend_failed(what)
+            else:
+                logger.warning("%s", what)
             return
         lost = sum(1 for s in statuses if s is TouchStatus.LOST)
         if lost:
@@ -248,8 +271,24 @@ class LeaseTable:
             self._flush_call = reactor.callLater(0, self.flush_finished)  # type: ignore[arg-type]
 
     def flush_finished(self) -> None:
-        """Write the pending :meth:`finish` batch now (links first, then the acks)."""
+        """Write the pending :meth:`finish` batch now (links first, then the acks): on the batcher
+        unless one is being written (the pages finished meanwhile go next, together), else here."""
         self._flush_call = None
+        if self.batcher is not None and not self.closed:
+            if self._writing is not None or not self._finishing:
+                return
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not on the reactor's loop (a tool, a test): written here
+                pass
+            else:
+                self._writing = loop.create_task(self._write_finished())
+                return
+        self._flush_sync()
+
+    def _flush_sync(self) -> None:
+        """:meth:`flush_finished` on the blocking client: links and acks in one ``MULTI`` on one
+        Redis; on a Redis Cluster the shards' writes first (``Frontier.push``)."""
         batch, self._finishing = self._finishing, []
         if not batch:
             return
@@ -270,6 +309,97 @@ class LeaseTable:
             self._finish_failed(batch, exc)
             return
         self._refinish_delay = FINISH_RETRY_S
+
+    async def _write_finished(self) -> None:
+        """Write the pending finishes on the batcher, batch after batch, until none is left."""
+        try:
+            while self._finishing and self.batcher is not None:
+                batch, self._finishing = self._finishing, []
+                try:
+                    await self._write_async(batch)
+                except REDIS_FAILURES as exc:
+                    if isinstance(exc, NoScriptError):  # Redis lost its scripts: loaded for the next try
+                        await self._load_scripts()
+                    self._finish_failed(batch, exc)
+                except Exception as exc:  # never lose a batch to a bug: tried again like a Redis error
+                    logger.error("writing the finish of %d pages failed", len(batch), exc_info=True)
+                    self._finish_failed(batch, exc)
+                else:
+                    self._refinish_delay = FINISH_RETRY_S
+        finally:
+            self._writing = None
+
+    async def _load_scripts(self) -> None:
+        """Load every script again (Redis lost them: restarted, flushed); a failure is left to
+        the next try of the finish."""
+        assert self.batcher is not None
+        try:
+            for name in script_names():
+                await self.batcher.scripts.load_async(name)
+        except REDIS_FAILURES:
+            logger.debug("loading the scripts failed", exc_info=True)
+
+    async def _write_async(self, batch: list[tuple[LeaseContext, str]]) -> None:
+        """The writes of :meth:`_flush_sync` in rounds on the batcher, each round one pipeline per
+        node (shared with other pages' pops and admits); raises the first error of a round.
+
+        1. the arrival numbers of the links: one ``INCRBY`` per shard they fall in;
+        2. on a Redis Cluster, the shards' writes and the crawls' push generations
+           (:meth:`Frontier.queue_shard_writes`), which must have run before any page is acked
+           (the completion check's double collect relies on it: see ``Frontier.push``);
+        3. the finish hooks, the acks, the crawl records' renewal and the cluster-wide writes (on
+           one Redis the shards' writes go first in this round: one Redis runs a pipeline in order,
+           so the links are queued before the acks, as the ``MULTI`` of the blocking path did).
+        """
+        first = CommandList()
+        last = CommandList()
+        children = [c for context, _ in batch for c in context.children]
+        if children:
+            keys = self.keys
+            counts: dict[int, int] = {}
+            for request in children:
+                shard = keys.shard_of(request.domain)
+                counts[shard] = counts.get(shard, 0) + 1
+            replies = await self._run([("INCRBY", keys.queue_sequence(shard), n) for shard, n in counts.items()])
+            next_seq = {shard: int(reply) - n + 1 for (shard, n), reply in zip(counts.items(), replies, strict=True)}
+            plan = plan_push(keys, children, next_seq)
+            self.frontier.queue_shard_writes(plan, first if self.cluster else last)
+            self.frontier.queue_cluster_writes(plan, last)
+        if first.commands:
+            await self._run(first.commands)
+        for hook in self.finish_hooks:
+            hook(batch, last)
+        for context, counter in batch:
+            self.worker.queue_ack(context.lease, counter, last)  # type: ignore[arg-type]
+        self.frontier.renew_records([context.request for context, _ in batch], last)  # type: ignore[arg-type]
+        await self._run(last.commands)
+
+    async def _run(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """*commands* in the batcher's next round trip; their replies, or the first error raised."""
+        assert self.batcher is not None
+        batcher = self.batcher
+        calls = []
+        for command in commands:
+            # an EVALSHA of ours goes as a script call: the batcher loads it when Redis lost it
+            name = batcher.scripts.name_of(str(command[1])) if command[0] == "EVALSHA" else None
+            if name is not None:
+                count = int(command[2])
+                calls.append(batcher.call(name, list(command[3 : 3 + count]), list(command[3 + count :])))
+            else:
+                calls.append(batcher.command(CommandList.routing_key(command), *command))
+        replies = await asyncio.gather(*calls, return_exceptions=True)
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+        return list(replies)
+
+    async def drain(self) -> None:
+        """Wait until the finishes being written on the batcher are written (or failed)."""
+        while self._writing is not None:
+            try:
+                await asyncio.shield(self._writing)
+            except Exception:  # noqa: BLE001 - logged where it failed
+                logger.debug("the last finish failed", exc_info=True)
 
     def _finish_failed(self, batch: list[tuple[LeaseContext, str]], exc: Exception) -> None:
         """The finish of *batch* failed on a Redis error (a node of a Redis Cluster failing over, a
@@ -417,7 +547,7 @@ class LeaseTable:
         self._finishing = self._unfinished + self._finishing
         self._unfinished = []
         self.closed = True  # a finish failing now is not tried again: its lease is reclaimed
-        self.flush_finished()
+        self._flush_sync()
         for call in self._parked.values():
             if call.active():
                 call.cancel()

@@ -70,9 +70,10 @@ class LinkLimits:
                 path = urlsplit(url).path
             except ValueError:
                 return True
-            counts = Counter(segment for segment in path.split("/") if segment)
-            if counts and max(counts.values()) > self.max_segment_repeats:
-                return True
+            segments = [segment for segment in path.split("/") if segment]
+            # (no segment can repeat too often in a path of that few: most links end here)
+            if len(segments) > self.max_segment_repeats and len(set(segments)) < len(segments):
+                return max(Counter(segments).values()) > self.max_segment_repeats
         return False
 
 
@@ -208,7 +209,7 @@ def extract_links(
         absolute, url = resolved
         if url in found:
             continue
-        if denied and _has_extension(url, denied):
+        if denied and _canonical_has_extension(url, denied):
             continue
         if (allow and not search_any(allow, absolute, rules)) or (deny and search_any(deny, absolute, rules)):
             continue
@@ -230,7 +231,7 @@ _BASE_SCAN = 4096
 #: dropped and counted with the links over LINK_MAX_PER_PAGE (about 1.5 s at worst).
 MAX_IDN_HOSTS_PER_PAGE = 100
 #: What :func:`_resolve` answers for a link dropped for MAX_IDN_HOSTS_PER_PAGE.
-_OVER_BUDGET: Any = ("", "")
+_OVER_BUDGET: tuple[str, str] = ("", "")
 #: The authority after ``//`` (or backslashes, which WHATWG parsing and w3lib read as slashes).
 _AUTHORITY = re.compile(r"[/\\]{2}([^/\\?#\s\"'<>]*)")
 _TAB_OR_NEWLINE = str.maketrans("", "", "\t\n\r")
@@ -330,7 +331,26 @@ def _has_extension(url: str, extensions: frozenset[str]) -> bool:
     """Scrapy's ``url_has_any_extension`` (the lower-cased path ends with one of *extensions*,
     each ``.ext``) as set lookups: only a suffix starting at a dot of the last segment can match."""
     path = urlsplit(url).path.lower()
-    segment = path[path.rfind("/") + 1 :]
+    return _segment_has_extension(path[path.rfind("/") + 1 :], extensions)
+
+
+def _canonical_has_extension(url: str, extensions: frozenset[str]) -> bool:
+    """:func:`_has_extension` of a canonical URL (:func:`_resolve`'s): ``scheme://authority``, then
+    the path up to a ``?`` (no fragment, no white space), so the path's last segment is found by
+    slicing rather than ``urlsplit`` (4 % of the crawler's CPU on the crawl bench)."""
+    end = url.find("?")
+    if end == -1:
+        end = len(url)
+    slash = url.rfind("/", 0, end)
+    if slash < url.find("//") + 2:  # no path: the last "/" is the scheme's
+        return False
+    return _segment_has_extension(url[slash + 1 : end].lower(), extensions)
+
+
+def _segment_has_extension(segment: str, extensions: frozenset[str]) -> bool:
+    """Whether the last path *segment* ends with one of *extensions*. Its parameters (from a
+    ``;``) are not part of it, as Scrapy's ``urlparse`` reads a path (``/a;b.pdf`` is ``/a``)."""
+    segment = segment.partition(";")[0]
     start = segment.find(".")
     while start != -1:
         if segment[start:] in extensions:

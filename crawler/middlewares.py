@@ -79,6 +79,7 @@ from crawlhive.crawler.sitemaps import (
 )
 from crawlhive.utils.domains import domain_of_url, origin_of, tenant_site
 from crawlhive.utils.frontier import defer_domain, defer_site, parse_retry_after, site_gate
+from crawlhive.utils.frontier.recrawl import CONDITIONAL_HEADERS
 from crawlhive.utils.stats import NETWORK_FAILURE_CODE
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ class _DropsLeaseOnIgnore:
 
     def process_response(self, request: Request, response: Response, spider: Any = None) -> Request | Response:
         try:
-            return super().process_response(request, response)  # type: ignore[misc]
+            return super().process_response(request, response)  # type: ignore[misc,no-any-return]
         except IgnoreRequest as exc:
             context = context_of(request)
             if context is not None and not context.done:
@@ -170,12 +171,30 @@ class _DropsLeaseOnIgnore:
             raise
 
 
-class FrontierRedirectMiddleware(_DropsLeaseOnIgnore, RedirectMiddleware):
-    """Scrapy's ``RedirectMiddleware`` (order 600, in its place), ending the lease of a page it gives up on."""
+class _ForgetsValidators:
+    """Mixed into Scrapy's redirect middlewares: a redirect hop is sent without the validators
+    (``If-None-Match``, ``If-Modified-Since``) of the page it comes from. They name the stored
+    version of *that* URL (§19.3); Scrapy copies every header to the hop, so another URL (another
+    host even) was told the first page's ETag, and a 304 it answered to it by coincidence made the
+    page "unchanged". The hop's answer is judged as a fetch without validators (its body)."""
+
+    def _build_redirect_request(
+        self, source_request: Request, response: Response, *, url: str, **kwargs: Any
+    ) -> Request:
+        redirected: Request = super()._build_redirect_request(source_request, response, url=url, **kwargs)  # type: ignore[misc]
+        for name in CONDITIONAL_HEADERS:
+            redirected.headers.pop(name, None)
+        return redirected
 
 
-class FrontierMetaRefreshMiddleware(_DropsLeaseOnIgnore, MetaRefreshMiddleware):
-    """Scrapy's ``MetaRefreshMiddleware`` (order 580, in its place), ending the lease of a page it gives up on."""
+class FrontierRedirectMiddleware(_ForgetsValidators, _DropsLeaseOnIgnore, RedirectMiddleware):
+    """Scrapy's ``RedirectMiddleware`` (order 600, in its place), ending the lease of a page it
+    gives up on, and forgetting the page's validators on the hop."""
+
+
+class FrontierMetaRefreshMiddleware(_ForgetsValidators, _DropsLeaseOnIgnore, MetaRefreshMiddleware):
+    """Scrapy's ``MetaRefreshMiddleware`` (order 580, in its place), ending the lease of a page it
+    gives up on, and forgetting the page's validators on the hop."""
 
 
 class LocationHostGuardMiddleware:
@@ -360,7 +379,7 @@ class FrontierSpiderMiddleware:
         if kind is None and not is_seed(context.request):
             return
         try:
-            found = discover(response, kind, self.runtime.settings.getint("DOWNLOAD_MAXSIZE"))
+            found = discover(response, kind, self.runtime.settings.DOWNLOAD_MAXSIZE)
         except SitemapTooLarge as exc:
             raise _SitemapDocument(None, too_large(str(exc))) from None
         if found is not None:
@@ -485,7 +504,7 @@ class CrawlDelayMiddleware:
         self.runtime = runtime
         self.user_agent = user_agent
         self.obey = obey
-        self.cap = runtime.settings.getfloat("ROBOTSTXT_MAX_CRAWL_DELAY")
+        self.cap = runtime.settings.ROBOTSTXT_MAX_CRAWL_DELAY
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:

@@ -84,8 +84,8 @@ class NetworkPolicy:
     def from_settings(cls, settings: Settings) -> Self:
         """Raises SettingsError naming CRAWLER_BLOCKED_NETWORKS or CRAWLER_ALLOWED_NETWORKS."""
         return cls(
-            parse_networks("CRAWLER_BLOCKED_NETWORKS", settings.getlist("CRAWLER_BLOCKED_NETWORKS")),
-            parse_networks("CRAWLER_ALLOWED_NETWORKS", settings.getlist("CRAWLER_ALLOWED_NETWORKS")),
+            parse_networks("CRAWLER_BLOCKED_NETWORKS", settings.CRAWLER_BLOCKED_NETWORKS),
+            parse_networks("CRAWLER_ALLOWED_NETWORKS", settings.CRAWLER_ALLOWED_NETWORKS),
         )
 
     def blocking(self, address: str) -> Network | None:

@@ -103,19 +103,19 @@ class ProxyState:
     def __init__(self, runtime: CrawlRuntime, settings: Settings, pools: ProxyPools) -> None:
         self.runtime = runtime
         self.pools = pools
-        self.ban_statuses = {int(s) for s in settings.getlist("PROXY_BAN_STATUSES")}
-        self.threshold = settings.getint("PROXY_BAN_THRESHOLD")
-        self.cooldown_us = int(settings.getfloat("PROXY_COOLDOWN") * 1_000_000)
-        self.cooldown_max_us = int(settings.getfloat("PROXY_COOLDOWN_MAX") * 1_000_000)
-        self.max_switches = settings.getint("PROXY_MAX_SWITCHES")
-        self.session_max = settings.getint("SESSION_MAX_REQUESTS")
-        self.session_ttl_ms = int(settings.getfloat("SESSION_TTL") * 1000)
-        self.autothrottle = settings.getbool("AUTOTHROTTLE")
-        self.latency_s = settings.getfloat("AUTOTHROTTLE_LATENCY")
-        self.step = settings.getfloat("AUTOTHROTTLE_STEP")
-        self.min_factor = settings.getfloat("AUTOTHROTTLE_MIN")
-        self.default_hits = settings.getint("QUEUE_HITS")
-        self.default_window_us = int(settings.getfloat("QUEUE_WINDOW") * 1_000_000)
+        self.ban_statuses = {int(s) for s in settings.PROXY_BAN_STATUSES}
+        self.threshold = settings.PROXY_BAN_THRESHOLD
+        self.cooldown_us = int(settings.PROXY_COOLDOWN * 1_000_000)
+        self.cooldown_max_us = int(settings.PROXY_COOLDOWN_MAX * 1_000_000)
+        self.max_switches = settings.PROXY_MAX_SWITCHES
+        self.session_max = settings.SESSION_MAX_REQUESTS
+        self.session_ttl_ms = int(settings.SESSION_TTL * 1000)
+        self.autothrottle = settings.AUTOTHROTTLE
+        self.latency_s = settings.AUTOTHROTTLE_LATENCY
+        self.step = settings.AUTOTHROTTLE_STEP
+        self.min_factor = settings.AUTOTHROTTLE_MIN
+        self.default_hits = settings.QUEUE_HITS
+        self.default_window_us = int(settings.QUEUE_WINDOW * 1_000_000)
         self.pattern_limits = PatternLimits.from_settings(settings)
         self.domain_pools: dict[str, str] = {}
         #: domain -> the pool of the last page request for it, for the requests of no lease that

@@ -53,11 +53,11 @@ from crawlhive.utils.frontier.recrawl import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator
 
-    from redis.client import Pipeline
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
     from crawlhive.crawler.leases import LeaseContext
+    from crawlhive.utils.redis_types import RedisPipeline
 
 logger = logging.getLogger(__name__)
 
@@ -102,15 +102,13 @@ class RecrawlMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         runtime = CrawlRuntime.of(crawler)
         settings = runtime.settings
-        schedule = Schedule(
-            runtime.redis, runtime.keys, settings.getint("RECRAWL_STATE_BUCKETS"), settings.getfloat("CRAWL_RECORD_TTL")
-        )
+        schedule = Schedule(runtime.redis, runtime.keys, settings.RECRAWL_STATE_BUCKETS, settings.CRAWL_RECORD_TTL)
         return cls(
             runtime,
             schedule,
-            settings.getint("RECRAWL_GONE_AFTER"),
-            settings.getbool("RECRAWL_EMIT_UNCHANGED"),
-            settings.getfloat("RECRAWL_CONFIG_CACHE_S"),
+            settings.RECRAWL_GONE_AFTER,
+            settings.RECRAWL_EMIT_UNCHANGED,
+            settings.RECRAWL_CONFIG_CACHE_S,
         )
 
     async def _config(self, spider: str, appid: str, crawlid: str) -> RecrawlConfig | None:
@@ -176,7 +174,7 @@ class RecrawlMiddleware:
             context.link_owner = hashlib.blake2b(token, digest_size=4).digest()
         return response
 
-    def queue_visits(self, batch: list[tuple[LeaseContext, str]], pipe: Pipeline) -> None:
+    def queue_visits(self, batch: list[tuple[LeaseContext, str]], pipe: RedisPipeline) -> None:
         """Queue on *pipe* the end of the visits among *batch* (finished pages, with the counter
         each ends with): called by :class:`~crawlhive.crawler.leases.LeaseTable` before the acks."""
         now = int(time.time())
@@ -222,7 +220,7 @@ class RecrawlMiddleware:
             )
 
     def _queue_touches(
-        self, pipe: Pipeline, context: LeaseContext, listed: Discovered, config: RecrawlConfig, now: int
+        self, pipe: RedisPipeline, context: LeaseContext, listed: Discovered, config: RecrawlConfig, now: int
     ) -> None:
         """The scheduled pages a sitemap lists with a ``<lastmod>`` after their last fetch are due
         at once (§19.7): built as the sitemap's page links are (depth 1), one script each."""

@@ -30,10 +30,9 @@ from crawlhive.utils.contract.validation import Accepted, RequestValidator, pars
 from crawlhive.utils.frontier import Frontier, FrontierRequest, seed_from_request
 from crawlhive.utils.keys import SpiderLists
 from crawlhive.utils.redis_clients import is_cluster
+from crawlhive.utils.redis_types import RedisClient
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -58,7 +57,7 @@ class SeedReader:
     """
 
     def __init__(
-        self, redis: Redis, settings: Settings, spider: str, start_urls_key: str, dead_letter_key: str
+        self, redis: RedisClient, settings: Settings, spider: str, start_urls_key: str, dead_letter_key: str
     ) -> None:
         self.redis = redis
         self.spider = spider
@@ -68,7 +67,7 @@ class SeedReader:
         self.cluster = is_cluster(redis)
         self.frontier = Frontier.from_settings(redis, settings)
         self.validator = RequestValidator.from_settings(settings)
-        self.max_record_bytes = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
+        self.max_record_bytes = settings.KAFKA_PRODUCER_MAX_REQUEST_SIZE
 
     def decide(self, raw: bytes) -> tuple[dict[str, Any] | None, bytes | None]:
         """``(accepted crawl request, None)`` or ``(None, dead letter)`` for one list entry: a bare

@@ -112,7 +112,7 @@ def find_browser(settings: Settings) -> str:
         SettingsError: RENDER_BROWSER does not exist, or no Chromium is on PATH (the message says
             how to install one; nothing is downloaded at run time).
     """
-    configured = str(settings.get("RENDER_BROWSER") or "").strip()
+    configured = settings.RENDER_BROWSER.strip()
     if configured:
         found = shutil.which(configured)
         if found is None:
@@ -156,22 +156,22 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
     """
     check_render_installed()
     browser = find_browser(settings)
-    concurrency = settings.getint("RENDER_CONCURRENCY")
+    concurrency = settings.RENDER_CONCURRENCY
     if concurrency < 1:
         raise SettingsError(f"RENDER_CONCURRENCY: must be at least 1, got {concurrency}")
-    timeout_s = settings.getfloat("RENDER_TIMEOUT")
+    timeout_s = settings.RENDER_TIMEOUT
     if timeout_s <= 0:
         raise SettingsError(f"RENDER_TIMEOUT: must be positive seconds, got {timeout_s}")
-    heap_mb = settings.getint("RENDER_JS_HEAP_MB")
+    heap_mb = settings.RENDER_JS_HEAP_MB
     if heap_mb < 16:
         raise SettingsError(f"RENDER_JS_HEAP_MB: must be at least 16 (MiB), got {heap_mb}")
-    if settings.getfloat("RENDER_PROXY_IDLE_TIMEOUT") <= 0:
+    if settings.RENDER_PROXY_IDLE_TIMEOUT <= 0:
         raise SettingsError(
-            f"RENDER_PROXY_IDLE_TIMEOUT: must be positive seconds, got {settings.getfloat('RENDER_PROXY_IDLE_TIMEOUT')}"
+            f"RENDER_PROXY_IDLE_TIMEOUT: must be positive seconds, got {settings.RENDER_PROXY_IDLE_TIMEOUT}"
         )
-    if settings.getint("RENDER_PROXY_MAX_CONNECTIONS") < 1:
+    if settings.RENDER_PROXY_MAX_CONNECTIONS < 1:
         raise SettingsError(
-            f"RENDER_PROXY_MAX_CONNECTIONS: must be at least 1, got {settings.getint('RENDER_PROXY_MAX_CONNECTIONS')}"
+            f"RENDER_PROXY_MAX_CONNECTIONS: must be at least 1, got {settings.RENDER_PROXY_MAX_CONNECTIONS}"
         )
     launch = browser_launch(browser, settings)  # SettingsError: no sandbox and no opt-out
     proxy = listening_socket()
@@ -192,7 +192,7 @@ def render_settings(values: dict[str, Any], settings: Settings) -> dict[str, Any
             "CONCURRENT_REQUESTS": concurrency,
             "CONCURRENT_REQUESTS_PER_DOMAIN": concurrency,
             # A download is the page load plus settling; Scrapy's own timeout must not cut it short.
-            "DOWNLOAD_TIMEOUT": timeout_s + settings.getfloat("DOWNLOAD_TIMEOUT"),
+            "DOWNLOAD_TIMEOUT": timeout_s + settings.DOWNLOAD_TIMEOUT,
             "PLAYWRIGHT_BROWSER_TYPE": "chromium",
             "PLAYWRIGHT_LAUNCH_OPTIONS": {
                 "executable_path": launch.executable,
@@ -495,7 +495,8 @@ async def before_browser_request(browser_request: Any) -> bool:
 def _playwright_handler() -> type:
     from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
 
-    return ScrapyPlaywrightDownloadHandler
+    handler: type = ScrapyPlaywrightDownloadHandler
+    return handler
 
 
 class RenderDownloadHandler:
@@ -518,7 +519,7 @@ class RenderDownloadHandler:
             return shared
         base = _playwright_handler()
         settings: Settings = crawler.settings["CRAWLHIVE_SETTINGS"]
-        limit = settings.getfloat("RENDER_TIMEOUT") + settings.getfloat("DOWNLOAD_TIMEOUT")
+        limit = settings.RENDER_TIMEOUT + settings.DOWNLOAD_TIMEOUT
 
         class Handler(base):  # type: ignore[misc,valid-type]
             _closed = False
@@ -563,15 +564,15 @@ class RenderMiddleware:
         proxy = GuardProxy(
             sock,
             _guarded_lookup,
-            idle_timeout_s=settings.getfloat("RENDER_PROXY_IDLE_TIMEOUT"),
-            max_connections=settings.getint("RENDER_PROXY_MAX_CONNECTIONS"),
+            idle_timeout_s=settings.RENDER_PROXY_IDLE_TIMEOUT,
+            max_connections=settings.RENDER_PROXY_MAX_CONNECTIONS,
         )
         middleware = cls(
             proxy,
-            settings.getfloat("RENDER_TIMEOUT"),
+            settings.RENDER_TIMEOUT,
             settings.user_agent,
             CrawlRuntime.of(crawler),
-            settings.getint("DOWNLOAD_MAXSIZE"),
+            settings.DOWNLOAD_MAXSIZE,
         )
         crawler.signals.connect(middleware._engine_started, signal=signals.engine_started)
         crawler.signals.connect(middleware._engine_stopped, signal=signals.engine_stopped)

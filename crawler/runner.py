@@ -13,7 +13,7 @@ from crawlhive.crawler.settings import apply_custom_settings, scrapy_settings, s
 from crawlhive.crawler.spiders import spider_class
 from crawlhive.utils.errors import CrawlhiveError
 from crawlhive.utils.kafka_clients import ensure_topics
-from crawlhive.utils.loop import ClusterGone
+from crawlhive.utils.loop import ClusterGone, Shutdown
 from crawlhive.utils.proxies import pools_from_settings
 from crawlhive.utils.redis_clients import check_redis, redis_from_settings
 
@@ -43,16 +43,16 @@ def run_crawler(settings: Settings, spider: str) -> None:
     values = apply_custom_settings(values, spider_cls)  # so does a wrong custom_settings
     NetworkPolicy.from_settings(settings)  # so do wrong CRAWLER_*_NETWORKS
     pools_from_settings(settings)  # and wrong PROXY_POOLS, PROXY_POOLS_FILE, PROXY_POOL_DEFAULT
-    if settings.getbool("RENDER"):
+    if settings.RENDER:
         values = render_settings(values, settings)  # and a missing browser or scrapy-playwright
-    if not settings.getbool("KAFKA_ENABLED"):
+    if not settings.KAFKA_ENABLED:
         spider_lists(settings)  # and wrong REDIS_*_KEY formats
     redis = redis_from_settings(settings)
     try:
         check_redis(redis, settings)
     finally:
         redis.close()
-    if settings.getbool("KAFKA_ENABLED"):
+    if settings.KAFKA_ENABLED:
         ensure_topics(settings, [settings.topic(t) for t in ("crawled_firehose", "items", "dead_letter")])
     else:
         logger.info(
@@ -73,6 +73,9 @@ def run_crawler(settings: Settings, spider: str) -> None:
     runtime = existing_runtime(crawler)
     if runtime is not None and runtime.gone is not None:
         raise ClusterGone(runtime.gone)  # one line from main(); exit 1
+    if errors and errors[0].check(Shutdown):  # SIGINT/SIGTERM while Scrapy was still starting
+        logger.info("crawler stopped while starting (%s)", errors[0].value)
+        raise errors[0].value  # a graceful stop: main() exits 0 (leases taken meanwhile are reclaimed)
     if errors:
         failure = errors[0]
         logger.error("crawler failed", exc_info=(failure.type, failure.value, failure.tb))

@@ -24,14 +24,15 @@ The life of a leased request:
 3. when its response has been parsed, ``admission.admit_async`` checks the lease (stopped crawl? lost
    lease?) and filters the links (dupefilter, page caps), in one Lua script;
 4. its items go through the item pipelines to Kafka (``emitter.emit``); when the broker has
-   acknowledged every one, the links are queued and the lease is acked, in one ``MULTI``
+   acknowledged every one, the links are queued and the lease is acked, on the batcher
    (``leases.finish``);
 5. or instead the lease ends another way (dead letter, retry, drop, give-back, abandon: see
    :mod:`crawlhive.crawler.leases`).
 
-The two calls on the hot path, the pop and the admit, do not block the reactor: they go through the
-batcher, which sends the calls of several pages in one round trip when the crawler is busy. The
-other writes (acks with the links, renewals, stats) are batched per reactor turn or per interval.
+The calls on the hot path, the pop, the admit and the finish (links queued, lease acked), do not
+block the reactor: they go through the batcher, which sends the calls of several pages in one
+round trip (one pipeline per node of a Redis Cluster) when the crawler is busy. The other writes
+(renewals, stats) are batched per interval.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
+import sys
+import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -60,15 +64,14 @@ from crawlhive.utils import stats as stat_names
 from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases, retry_backoff
 from crawlhive.utils.kafka_clients import make_producer
-from crawlhive.utils.loop import ClusterGone, Outage, is_cluster_transient
+from crawlhive.utils.loop import ClusterGone, Outage, cluster_gone, is_cluster_transient, uses_up_state
 from crawlhive.utils.redis_clients import async_redis_from_settings, redis_from_settings
+from crawlhive.utils.redis_types import AsyncRedisClient, RedisClient
 from crawlhive.utils.response_metrics import ResponseMetrics
 from crawlhive.utils.scripts import scripts
 from crawlhive.utils.worker import ProcessContext
 
 if TYPE_CHECKING:
-    from redis import Redis
-    from redis.asyncio import Redis as AsyncRedis
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
@@ -82,6 +85,10 @@ _RUNTIMES: weakref.WeakKeyDictionary[Crawler, CrawlRuntime] = weakref.WeakKeyDic
 #: Seconds a frontier shard whose pops found nothing queued is not asked again, unless a wake-up
 #: names it (several shards: a crawler then asks only shards that may have work).
 SHARD_RECHECK_S = 2.0
+#: Seconds between two checks that the ``crawlhive up`` whose addresses the crawler uses still runs.
+UP_WATCH_S = 2.0
+#: Seconds a crawler whose ``up`` is gone has to close before it exits at once (:meth:`CrawlRuntime._watch_up`).
+UP_GONE_EXIT_S = 25.0
 
 
 def existing_runtime(crawler: Crawler) -> CrawlRuntime | None:
@@ -107,14 +114,14 @@ class CrawlRuntime:
         crawler: Crawler,
         settings: Settings,
         spider: str,
-        redis: Redis,
+        redis: RedisClient,
         sink: Sink,
-        aredis: AsyncRedis | None = None,
+        aredis: AsyncRedisClient | None = None,
     ) -> None:
         self.crawler = crawler
         self.settings = settings
         self.spider = spider
-        self.render = settings.getbool("RENDER")
+        self.render = settings.RENDER
         """A rendering crawler: it pops the rendering lane of the frontier (§15)."""
         self.redis = redis
         self.sink = sink
@@ -135,15 +142,17 @@ class CrawlRuntime:
         self.heartbeat = self.context.heartbeat
         self.host = settings.node_name
         self.worker = FrontierWorker.from_settings(redis, settings)
-        self.lease_s = settings.getfloat("LEASE_TIMEOUT")
+        self.lease_s = settings.LEASE_TIMEOUT
         self.leases = LeaseTable(
             redis,
             self.keys,
             self.worker,
             Frontier.from_settings(redis, settings),
             # Longer than any legitimate life of a page here (every redirect downloaded, the item sent).
-            max_hold_s=30 * settings.getfloat("DOWNLOAD_TIMEOUT") + self.lease_s,
+            max_hold_s=30 * settings.DOWNLOAD_TIMEOUT + self.lease_s,
             on_crawled=lambda: self._count(stat_names.items_counter_name(spider)),
+            batcher=self.batcher,
+            on_backend_failed=self.backend_failed,
         )
         self.admission = Admission(
             crawler,
@@ -151,10 +160,10 @@ class CrawlRuntime:
             self.batcher,
             self.keys,
             self.lease_s,
-            settings.getfloat("DUPEFILTER_TIMEOUT"),
-            settings["GLOBAL_PAGE_PER_DOMAIN_LIMIT"],
-            settings["CRAWL_MAX_PAGES_DEFAULT"],
-            settings.getfloat("CRAWL_RECORD_TTL"),
+            settings.DUPEFILTER_TIMEOUT,
+            settings.GLOBAL_PAGE_PER_DOMAIN_LIMIT,
+            settings.CRAWL_MAX_PAGES_DEFAULT,
+            settings.CRAWL_RECORD_TTL,
         )
         self.emitter = Emitter(
             settings, sink, self.leases, on_failed=lambda: self._count(stat_names.failed_counter_name(spider))
@@ -163,16 +172,17 @@ class CrawlRuntime:
         if isinstance(sink, RedisSink):
             lists = spider_lists(settings)
             self.seeds = SeedReader(redis, settings, spider, lists.start_urls(spider), lists.dead_letter(spider))
-        self.response_codes = {int(c) for c in settings.getlist("STATS_RESPONSE_CODES")}
+        self.response_codes = {int(c) for c in settings.STATS_RESPONSE_CODES}
         self.link_limits = LinkLimits.from_settings(settings)
         self._counts: collections.Counter[str] = collections.Counter()
         #: Response times and per-domain outcomes for /metrics (docs/contract.md §22.3).
-        self.response_metrics = ResponseMetrics(spider, self.keys, settings.getint("METRICS_TOP_DOMAINS"))
+        self.response_metrics = ResponseMetrics(spider, self.keys, settings.METRICS_TOP_DOMAINS)
         #: One WARNING per Redis outage, not one per failed call (docs/contract.md §17.4).
         self.outage = Outage(settings, logger)
         #: Why the crawler stopped for good: the ``crawlhive up`` it took its addresses from exited.
         self.gone: str | None = None
         self._loops: list[task.LoopingCall] = []
+        self._closing = threading.Event()
         self._progress: tuple[float, int, int] = (time.monotonic(), 0, 0)
         scripts(redis).load()  # the hot path sends EVALSHA without checking first
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
@@ -194,7 +204,7 @@ class CrawlRuntime:
             spider = crawler.settings["CRAWLHIVE_SPIDER"]
             redis = redis_from_settings(settings)
             sink: Sink
-            if settings.getbool("KAFKA_ENABLED"):
+            if settings.KAFKA_ENABLED:
                 sink = KafkaSink(settings, make_producer(settings))
             else:
                 lists = spider_lists(settings)
@@ -215,6 +225,28 @@ class CrawlRuntime:
             loop = task.LoopingCall(self._kept_running, func)
             loop.start(interval, now=False).addErrback(self._loop_failed)
             self._loops.append(loop)
+        if uses_up_state(self.settings):
+            threading.Thread(target=self._watch_up, name="crawlhive-up-watch", daemon=True).start()
+
+    def _watch_up(self) -> None:
+        """While the crawler runs on the addresses of a ``crawlhive up`` (up.json), check every
+        UP_WATCH_S that this ``up`` still runs (:func:`~crawlhive.utils.loop.cluster_gone`); once it
+        is gone, stop the crawler as a failed call would (:meth:`backend_failed`).
+
+        Failed calls alone did not always tell: a crawler whose calls hung, or had nothing to call
+        when ``up`` exited, ran on 45 s later (the README tour, 1 run in 5). A thread, so that a
+        blocked reactor cannot keep it from acting: if the crawler has not closed UP_GONE_EXIT_S
+        after that, the process says why in the one line ``main()`` would and exits 1 at once.
+        Nothing is lost by that: the leases and the queue were in the Redis that went with ``up``."""
+        while not self._closing.wait(UP_WATCH_S):
+            why = cluster_gone(self.settings)
+            if why is None:
+                continue
+            self.backend_failed(why)
+            if self._closing.wait(UP_GONE_EXIT_S):
+                return
+            print(f"crawlhive crawler: {why}", file=sys.stderr, flush=True)
+            os._exit(1)
 
     def read_seeds(self) -> defer.Deferred[None]:
         """Move the start-URLs list into the frontier, in a thread (validation takes CPU)."""
@@ -233,7 +265,7 @@ class CrawlRuntime:
     def reclaim(self) -> defer.Deferred[None]:
         def reclaim() -> None:
             try:
-                reclaim_expired_leases(self.worker, self.spider, self.settings.getint("RETRY_TIMES"))
+                reclaim_expired_leases(self.worker, self.spider, self.settings.RETRY_TIMES)
             except RedisError as exc:
                 logger.warning("reclaiming expired leases failed (%r); check REDIS_URL", exc)
 
@@ -318,6 +350,7 @@ class CrawlRuntime:
     async def _closed(self, spider: Spider, reason: str) -> None:
         """Flush what is pending, stop the producer and the heartbeat; returns when the asyncio
         Redis client is closed too (Scrapy awaits it; a coroutine, as Scrapy 2.13+ wants)."""
+        self._closing.set()
         for loop in self._loops:
             if loop.running:
                 loop.stop()
@@ -327,6 +360,7 @@ class CrawlRuntime:
             self.redis.close()
             await self.batcher.close()
             return
+        await self.leases.drain()  # the finishes being written on the batcher
         self.leases.close()
         self.flush_stats()
         self.sink.close()
@@ -498,9 +532,7 @@ class CrawlRuntime:
         """Seconds the retry after the *failures*-th failed attempt waits (docs/contract.md §14):
         its back-off (RETRY_BACKOFF_BASE doubling up to RETRY_BACKOFF_MAX, jittered), or the
         response's ``Retry-After`` (*retry_after*, seconds) when that is later."""
-        wait = retry_backoff(
-            failures, self.settings.getfloat("RETRY_BACKOFF_BASE"), self.settings.getfloat("RETRY_BACKOFF_MAX")
-        )
+        wait = retry_backoff(failures, self.settings.RETRY_BACKOFF_BASE, self.settings.RETRY_BACKOFF_MAX)
         if isinstance(retry_after, int | float) and retry_after > wait:
             wait = float(retry_after)
         return wait

@@ -131,7 +131,7 @@ def browser_user(settings: Settings) -> pwd.struct_passwd | None:
     """
     if os.geteuid() != 0:
         return None
-    name = str(settings.get("RENDER_BROWSER_USER") or "").strip()
+    name = settings.RENDER_BROWSER_USER.strip()
     try:
         return pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
     except (KeyError, ValueError):
@@ -185,7 +185,7 @@ def browser_launch(browser: str, settings: Settings) -> BrowserLaunch:
     if problem is None:
         executable = browser if user is None else write_launcher(browser, user)
         return BrowserLaunch(executable, sandbox=True, env=browser_env(home))
-    if not settings.getbool("RENDER_ALLOW_NO_SANDBOX"):
+    if not settings.RENDER_ALLOW_NO_SANDBOX:
         raise SettingsError(
             f"rendering needs Chromium's sandbox and it cannot work here: {problem}. Fix that, or set "
             "RENDER_ALLOW_NO_SANDBOX=true to run the browser without it (dangerous)"

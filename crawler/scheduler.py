@@ -96,7 +96,7 @@ class WakeListener:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            pubsub = self.runtime.redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.runtime.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]  # RedisCluster.pubsub is unannotated
             try:
                 pubsub.subscribe(self.channel)
                 pubsub.get_message(timeout=WAKE_READ_S)  # the subscribe confirmation

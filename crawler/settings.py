@@ -51,7 +51,7 @@ _OTHER_HANDLERS = ("data", "file", "ftp", "s3")
 
 def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
     """The Scrapy settings of a crawler process for spider type *spider*."""
-    concurrency = settings.getint("CONCURRENT_REQUESTS")
+    concurrency = settings.CONCURRENT_REQUESTS
     values: dict[str, Any] = {
         "BOT_NAME": "crawlhive",
         "CRAWLHIVE_SETTINGS": settings,
@@ -72,29 +72,29 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "CONCURRENT_ITEMS": 16,
         "DOWNLOAD_DELAY": 0,
         "AUTOTHROTTLE_ENABLED": False,
-        "DOWNLOAD_TIMEOUT": settings.getfloat("DOWNLOAD_TIMEOUT"),
-        "DOWNLOAD_MAXSIZE": settings.getint("DOWNLOAD_MAXSIZE"),
+        "DOWNLOAD_TIMEOUT": settings.DOWNLOAD_TIMEOUT,
+        "DOWNLOAD_MAXSIZE": settings.DOWNLOAD_MAXSIZE,
         "DOWNLOAD_WARNSIZE": 0,  # a response is either fine or a dead letter (limits.py)
         # http(s) only, twice over: the base holds no other scheme, and the others are disabled.
         "DOWNLOAD_HANDLERS_BASE": {scheme: _HTTP_HANDLER for scheme in FETCHED_SCHEMES},
         "DOWNLOAD_HANDLERS": dict.fromkeys(_OTHER_HANDLERS),
         "RETRY_ENABLED": True,
-        "RETRY_TIMES": settings.getint("RETRY_TIMES"),
-        "RETRY_HTTP_CODES": settings.getlist("RETRY_HTTP_CODES"),
+        "RETRY_TIMES": settings.RETRY_TIMES,
+        "RETRY_HTTP_CODES": settings.RETRY_HTTP_CODES,
         "RETRY_PRIORITY_ADJUST": -10,
         "REDIRECT_MAX_TIMES": 20,
         "USER_AGENT": settings.user_agent,
-        "ROBOTSTXT_OBEY": settings.getbool("ROBOTSTXT_OBEY"),
+        "ROBOTSTXT_OBEY": settings.ROBOTSTXT_OBEY,
         # Set-Cookie is not carried to later requests (docs/contract.md §3.7); crawl cookies are a header.
         "COOKIES_ENABLED": False,
         # Every final response becomes an item, 4xx and 5xx included (docs/contract.md §3.10).
         "HTTPERROR_ALLOW_ALL": True,
-        "KAFKA_BASE_64_ENCODE": settings.getbool("KAFKA_BASE_64_ENCODE"),
-        "ITEM_REDACT_HEADERS": settings.getlist("ITEM_REDACT_HEADERS"),
-        "ITEM_REDACT_HEADER_WORDS": settings.getlist("ITEM_REDACT_HEADER_WORDS"),
-        "LINK_MAX_URL_LENGTH": settings.getint("LINK_MAX_URL_LENGTH"),
-        "LINK_MAX_SEGMENT_REPEATS": settings.getint("LINK_MAX_SEGMENT_REPEATS"),
-        "LINK_MAX_PER_PAGE": settings.getint("LINK_MAX_PER_PAGE"),
+        "KAFKA_BASE_64_ENCODE": settings.KAFKA_BASE_64_ENCODE,
+        "ITEM_REDACT_HEADERS": settings.ITEM_REDACT_HEADERS,
+        "ITEM_REDACT_HEADER_WORDS": settings.ITEM_REDACT_HEADER_WORDS,
+        "LINK_MAX_URL_LENGTH": settings.LINK_MAX_URL_LENGTH,
+        "LINK_MAX_SEGMENT_REPEATS": settings.LINK_MAX_SEGMENT_REPEATS,
+        "LINK_MAX_PER_PAGE": settings.LINK_MAX_PER_PAGE,
         # the bounds allow_regex / deny_regex are compiled within (utils/patterns.py)
         **{name: settings.getint(name) for name in PATTERN_SETTINGS},
         # A pipeline's DropItem is a decision, not a problem: INFO, not Scrapy's WARNING (§17.3).
@@ -103,7 +103,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "LOG_FORMATTER": f"{_PKG}.logformatter.ItemLogFormatter",
         "TELNETCONSOLE_ENABLED": False,
         "REMOTE_CONTROL_ENABLED": False,
-        "LOG_LEVEL": settings["LOG_LEVEL"],
+        "LOG_LEVEL": settings.LOG_LEVEL,
         "LOG_INSTALL_ROOT_HANDLER": False,  # main() configured logging once
         "DOWNLOADER_MIDDLEWARES": {
             f"{_PKG}.middlewares.LeaseOutcomeMiddleware": 50,
@@ -141,7 +141,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         # The maintenance loops (heartbeat, stats flush, progress, Redis-only seeds): switchable.
         "EXTENSIONS": dict(MAINTENANCE_EXTENSIONS),
     }
-    return merge_user_settings(values, settings.getdict("SCRAPY_SETTINGS"), "SCRAPY_SETTINGS")
+    return merge_user_settings(values, settings.SCRAPY_SETTINGS, "SCRAPY_SETTINGS")
 
 
 def _path(component: Any) -> str:
@@ -232,8 +232,8 @@ def apply_custom_settings(values: dict[str, Any], spider_cls: type[Spider]) -> d
 def spider_modules(settings: Settings) -> list[str]:
     """Where ``--spider NAME`` looks for user spiders: SPIDER_MODULES, plus the ``SPIDER_MODULES``
     of SCRAPY_SETTINGS (Scrapy's own setting, for users who keep it there)."""
-    modules = [str(m) for m in settings.getlist("SPIDER_MODULES")]
-    extra = settings.getdict("SCRAPY_SETTINGS").get("SPIDER_MODULES") or []
+    modules = [str(m) for m in settings.SPIDER_MODULES]
+    extra = settings.SCRAPY_SETTINGS.get("SPIDER_MODULES") or []
     for module in [extra] if isinstance(extra, str) else list(extra):
         if str(module) not in modules:
             modules.append(str(module))
@@ -246,4 +246,4 @@ def spider_lists(settings: Settings) -> SpiderLists:
     Raises:
         KeyFormatError: a format with a wrong placeholder (names the setting).
     """
-    return SpiderLists(settings["REDIS_START_URLS_KEY"], settings["REDIS_ITEMS_KEY"])
+    return SpiderLists(settings.REDIS_START_URLS_KEY, settings.REDIS_ITEMS_KEY)

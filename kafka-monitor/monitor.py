@@ -1,4 +1,4 @@
-"""The kafka-monitor process: ``<prefix>.incoming`` -> validation -> Redis, at least once.
+"""The kafka-monitor process: ``<prefix>.incoming`` -> validation -> RedisClient, at least once.
 
 One loop iteration handles one poll's batch:
 
@@ -23,7 +23,6 @@ the same way, so the process can be started before its backends.
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
@@ -34,25 +33,24 @@ from crawlhive.utils.contract.produce import send_and_wait
 from crawlhive.utils.contract.records import validation_dead_letter
 from crawlhive.utils.contract.validation import Accepted, RequestValidator
 from crawlhive.utils.kafka_clients import record_origin
+from crawlhive.utils.log import mask_url
 from crawlhive.utils.loop import is_out_of_memory, is_transient
 from crawlhive.utils.plugins import load_plugins
-from crawlhive.utils.redis_clients import check_redis, mask_url, redis_from_settings, write_pipeline
+from crawlhive.utils.redis_clients import check_redis, redis_from_settings, write_pipeline
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.replication import ReplicaWait
 from crawlhive.utils.scripts import scripts
-from crawlhive.utils.worker import ConsumerWorker
+from crawlhive.utils.worker import BatchCounts, ConsumerWorker
 
 if TYPE_CHECKING:
     from kafka.consumer.fetcher import ConsumerRecord
-    from redis import Redis
-    from redis.client import Pipeline
 
+    from crawlhive.utils.redis_types import RedisPipeline
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 COMPONENT = "kafka-monitor"
-#: Seconds between two progress lines of a running monitor.
-PROGRESS_EVERY_S = 10.0
 #: The dead-letter reason of a request a plugin failed on (docs/contract.md §6: ``Invalid request: <cause>``).
 INTERNAL_ERROR = "Invalid request: internal error"
 #: The dead-letter reason of a request Redis refused for lack of memory (``maxmemory``), twice.
@@ -60,10 +58,9 @@ OUT_OF_MEMORY = "Redis out of memory (maxmemory)"
 
 
 @dataclass
-class BatchResult:
+class BatchResult(BatchCounts):
     """What one batch did, for tests and progress output."""
 
-    records: int = 0
     accepted: int = 0
     rejected: int = 0
 
@@ -80,17 +77,15 @@ class KafkaMonitor(ConsumerWorker):
 
     component = COMPONENT
 
-    def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
+    def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
         super().__init__(settings, redis, owns_redis=owns_redis)
         self.incoming_topic = settings.topic("incoming")
         self.dead_letter_topic = settings.topic("dead_letter")
-        self.max_record_bytes = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
+        self.max_record_bytes = settings.KAFKA_PRODUCER_MAX_REQUEST_SIZE
         self.validator: RequestValidator | None = None
         self.plugins: dict[type[MessageKind], IncomingPlugin] = {}
-        self.totals = BatchResult()
+        self.totals: BatchResult = BatchResult()
         self.replicas = ReplicaWait.from_settings(redis, settings)
-        self._progress_at = time.monotonic()
-        self._progress_mark = BatchResult()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -114,35 +109,13 @@ class KafkaMonitor(ConsumerWorker):
             built = load_plugins(
                 COMPONENT,
                 BUILTIN_PLUGINS,
-                [self.settings["PLUGINS"], self.settings["KAFKA_MONITOR_PLUGINS"]],
+                [self.settings.PLUGINS, self.settings.KAFKA_MONITOR_PLUGINS],
                 lambda cls: cls.from_monitor(self),
             )
             self.plugins = {type(p): p for p in built}
             # Validate against the plugins that run: a disabled kind is rejected like any unknown one.
             self.validator = RequestValidator(list(self.plugins), self.settings)
         self.open_kafka(self.incoming_topic, self.settings.kafka_group, [self.dead_letter_topic])
-
-    def log_progress(self, force: bool = False) -> None:
-        now = time.monotonic()
-        elapsed = now - self._progress_at
-        if not force and elapsed < PROGRESS_EVERY_S:
-            return
-        mark, totals = self._progress_mark, self.totals
-        records = totals.records - mark.records
-        if records:  # an idle monitor says nothing (docs/contract.md §17.4)
-            logger.info(
-                "kafka-monitor: %d records in %.0fs (%.0f/s): %d accepted, %d rejected; since start %d, %d, %d",
-                records,
-                elapsed,
-                records / elapsed if elapsed > 0 else 0.0,
-                totals.accepted - mark.accepted,
-                totals.rejected - mark.rejected,
-                totals.records,
-                totals.accepted,
-                totals.rejected,
-            )
-        self._progress_at = now
-        self._progress_mark = BatchResult(totals.records, totals.accepted, totals.rejected)
 
     # --- one iteration ---------------------------------------------------------------------
 
@@ -152,12 +125,10 @@ class KafkaMonitor(ConsumerWorker):
         Raises:
             RedisError, KafkaError: a backend failed; the batch will be delivered again.
         """
-        result, _ = self.consume_batch()
+        result: BatchResult | None = self.consume_batch()[0]
         if result is None:
             return BatchResult()
-        self.totals.records += result.records
-        self.totals.accepted += result.accepted
-        self.totals.rejected += result.rejected
+        self.totals.add(result)
         return result
 
     def process(self, records: list[ConsumerRecord]) -> BatchResult:
@@ -193,7 +164,7 @@ class KafkaMonitor(ConsumerWorker):
                 " memory on REDIS_URL (%s)",
                 refused,
                 OUT_OF_MEMORY,
-                mask_url(self.settings["REDIS_URL"]),
+                mask_url(self.settings.REDIS_URL),
             )
         if handled:  # REDIS_WAIT_REPLICAS: replicated before the offsets are committed (§18.3)
             self.replicas.wait((), cluster_wide=True)  # a cluster's shards: Frontier.push waited
@@ -254,7 +225,7 @@ class KafkaMonitor(ConsumerWorker):
         """Run *plugin*'s writes for *requests* in one ``MULTI`` (again, whole, if Redis had lost
         the scripts: every plugin's writes are idempotent)."""
 
-        def build() -> Pipeline:
+        def build() -> RedisPipeline:
             pipe = write_pipeline(self.redis)
             plugin.handle(requests, pipe)
             return pipe

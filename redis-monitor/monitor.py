@@ -42,13 +42,13 @@ from crawlhive.utils.kafka_clients import ensure_topics, make_producer
 from crawlhive.utils.loop import is_transient
 from crawlhive.utils.plugins import load_plugins
 from crawlhive.utils.redis_clients import check_redis, redis_from_settings
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.replication import ReplicaWait
 from crawlhive.utils.stats import FAIL, REDIS_MONITOR, TOTAL, plugin_counter_name
 from crawlhive.utils.worker import Worker
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
-    from redis import Redis
 
     from crawlhive.utils.settings import Settings
 
@@ -90,22 +90,22 @@ class RedisMonitor(Worker):
     component = COMPONENT
     iteration = "this iteration"
 
-    def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
+    def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
         super().__init__(settings, redis, owns_redis=owns_redis)
         self.frontier = FrontierReader.from_settings(redis, settings)
         self.control = ControlConsumer(redis, self.keys, self.node_id)
         self.replicas = ReplicaWait.from_settings(redis, settings)
         self.outbound_topic = settings.topic("outbound_firehose")
         self.dead_letter_topic = settings.topic("dead_letter")
-        self.appid_topics = settings.getbool("KAFKA_APPID_TOPICS")
-        self.block_ms = settings.getint("REDIS_MONITOR_BLOCK_MS")
-        self.batch = max(1, settings.getint("REDIS_MONITOR_BATCH"))
-        self.claim_idle_s = settings.getfloat("REDIS_MONITOR_CLAIM_IDLE_S")
-        self.max_attempts = max(1, settings.getint("REDIS_MONITOR_MAX_ATTEMPTS"))
-        self.retry_s = settings.getfloat("REDIS_MONITOR_RETRY_S")
-        self.tick_s = settings.getfloat("REDIS_MONITOR_TICK_S")
-        self.kafka_timeout_s = settings.getfloat("KAFKA_FEED_TIMEOUT")
-        self.max_request_size = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
+        self.appid_topics = settings.KAFKA_APPID_TOPICS
+        self.block_ms = settings.REDIS_MONITOR_BLOCK_MS
+        self.batch = max(1, settings.REDIS_MONITOR_BATCH)
+        self.claim_idle_s = settings.REDIS_MONITOR_CLAIM_IDLE_S
+        self.max_attempts = max(1, settings.REDIS_MONITOR_MAX_ATTEMPTS)
+        self.retry_s = settings.REDIS_MONITOR_RETRY_S
+        self.tick_s = settings.REDIS_MONITOR_TICK_S
+        self.kafka_timeout_s = settings.KAFKA_FEED_TIMEOUT
+        self.max_request_size = settings.KAFKA_PRODUCER_MAX_REQUEST_SIZE
         self.value_limit = value_limit(self.max_request_size)
         self.plugins: list[MonitorPlugin] = []
         self.producer: KafkaProducer | None = None
@@ -135,7 +135,7 @@ class RedisMonitor(Worker):
             self.plugins = load_plugins(
                 COMPONENT,
                 BUILTIN_PLUGINS,
-                [self.settings["PLUGINS"], self.settings["REDIS_MONITOR_PLUGINS"]],
+                [self.settings.PLUGINS, self.settings.REDIS_MONITOR_PLUGINS],
                 lambda cls: cls.from_monitor(self),
             )
         self.control.ensure_group()
@@ -312,7 +312,7 @@ class RedisMonitor(Worker):
         topics = [self.outbound_topic]
         appid = out.message.get("appid")
         if self.appid_topics and isinstance(appid, str):
-            topic = appid_topic(self.settings["KAFKA_TOPIC_PREFIX"], "outbound", appid)
+            topic = appid_topic(self.settings.KAFKA_TOPIC_PREFIX, "outbound", appid)
             if topic is not None:
                 topics.append(topic)
             elif appid not in self._bad_appids:

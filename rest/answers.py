@@ -38,14 +38,14 @@ from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.fit import RECORD_OVERHEAD_BYTES, value_limit
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError
 from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer, record_origin
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, KafkaProducer
-    from redis import Redis
-    from redis.client import Pipeline
 
     from crawlhive.utils.keys import Keys
+    from crawlhive.utils.redis_types import RedisPipeline
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ class AnswerBook:
         waiter_ttl_s: lifetime of a ``poll_waiter`` marker (longest wait plus a margin).
     """
 
-    def __init__(self, redis: Redis, keys: Keys, poll_ttl_s: float, waiter_ttl_s: float) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, poll_ttl_s: float, waiter_ttl_s: float) -> None:
         self.redis = redis
         self.keys = keys
         self.poll_ttl_ms = max(1, int(poll_ttl_s * 1000))
@@ -226,7 +226,7 @@ class AnswerBook:
             return
         try:
 
-            def build() -> Pipeline:
+            def build() -> RedisPipeline:
                 pipe = self.redis.pipeline(transaction=False)
                 for answer in to_store:
                     self.scripts.queue(
@@ -265,8 +265,8 @@ class KafkaLink:
         self.incoming = settings.topic("incoming")
         self.outbound = settings.topic("outbound_firehose")
         self.dead_letter = settings.topic("dead_letter")
-        self.ack_timeout_s = settings.getfloat("KAFKA_FEED_TIMEOUT")
-        self.max_request_bytes = settings.getint("KAFKA_PRODUCER_MAX_REQUEST_SIZE")
+        self.ack_timeout_s = settings.KAFKA_FEED_TIMEOUT
+        self.max_request_bytes = settings.KAFKA_PRODUCER_MAX_REQUEST_SIZE
         self.max_value_bytes = value_limit(self.max_request_bytes)
         self.dead_letters: collections.deque[dict[str, Any]] = collections.deque(maxlen=DEAD_LETTERS_KEPT)
         self.ready = threading.Event()

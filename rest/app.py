@@ -226,9 +226,9 @@ _HOST_PASSED = "crawlhive.host_passed"
 def allowed_hosts(settings: Settings, bound_host: str | None = None) -> list[str]:
     """The ``Host`` names REST answers: loopback names, the address it binds (*bound_host*, by
     default REST_HOST; IPv6 in brackets) and REST_ALLOWED_HOSTS, lower case."""
-    bound = str(settings["REST_HOST"] if bound_host is None else bound_host).strip().strip("[]")
+    bound = str(settings.REST_HOST if bound_host is None else bound_host).strip().strip("[]")
     names = [*LOOPBACK_HOST_NAMES, f"[{bound}]" if ":" in bound else bound]
-    names += [str(name).strip() for name in settings.getlist("REST_ALLOWED_HOSTS")]
+    names += [str(name).strip() for name in settings.REST_ALLOWED_HOSTS]
     return sorted({name.lower() for name in names if name})
 
 
@@ -327,7 +327,7 @@ def create_app(settings: Settings, service: RestService | None = None, bound_hos
     *bound_host* is the address it is served on (REST_HOST when None), one of the ``Host`` names it answers.
     """
     rest = service if service is not None else RestService.from_settings(settings)
-    max_body = settings.getint("REST_MAX_BODY_BYTES")
+    max_body = settings.REST_MAX_BODY_BYTES
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -486,7 +486,7 @@ def create_app(settings: Settings, service: RestService | None = None, bound_hos
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(CountResponses, count=lambda m, c: rest.metrics.responses.labels(m, str(c)).inc())
-    app.add_middleware(ApiKeyMiddleware, api_key=settings["REST_API_KEY"])
+    app.add_middleware(ApiKeyMiddleware, api_key=settings.REST_API_KEY)
     app.add_middleware(AllowedHosts, hosts=allowed_hosts(settings, bound_host))  # the outermost: first
     return app
 
@@ -576,7 +576,7 @@ def _openapi_document(app: FastAPI, rest: RestService) -> dict[str, Any]:
         name = SCHEMA_NAMES.get(plugin.kind, plugin.name)
         schemas[name] = {k: v for k, v in schema.items() if k != "$schema"}
     ok = {"description": "Envelope", "content": _json({"$ref": "#/components/schemas/Envelope"})}
-    keyed = bool(rest.settings["REST_API_KEY"])
+    keyed = bool(rest.settings.REST_API_KEY)
     for path, item in doc.get("paths", {}).items():
         for method, operation in item.items():
             responses = operation.setdefault("responses", {})

@@ -28,6 +28,7 @@ from crawlhive.utils.kinds import heartbeat_components
 from crawlhive.utils.proxies import ProxyConfigError, ProxyPools, pools_from_settings
 from crawlhive.utils.proxy_state import domain_notes, proxy_overview
 from crawlhive.utils.redis_clients import keys_from_settings
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.stats import (
     CLEANER,
     CLEANER_COUNTERS,
@@ -42,8 +43,6 @@ from crawlhive.utils.stats import (
 )
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.utils.settings import Settings
 
 #: Components whose live processes are counted (docs/contract.md §7.2 ``crawlhive_nodes``).
@@ -113,20 +112,20 @@ class ClusterView:
         plugin_kinds: kafka-monitor plugin stats name -> request kind (``ScraperHandler`` -> crawl).
     """
 
-    def __init__(self, redis: Redis, settings: Settings, plugin_kinds: dict[str, str]) -> None:
+    def __init__(self, redis: RedisClient, settings: Settings, plugin_kinds: dict[str, str]) -> None:
         self.redis = redis
         self.keys = keys_from_settings(settings)
-        self.record_ttl_s = settings.getfloat("CRAWL_RECORD_TTL")
+        self.record_ttl_s = settings.CRAWL_RECORD_TTL
         self.reader = FrontierReader(redis, self.keys, self.record_ttl_s)
-        self.stats = Stats(redis, self.keys, settings.getlist("STATS_TIMES"))
+        self.stats = Stats(redis, self.keys, settings.STATS_TIMES)
         self.plugin_kinds = dict(plugin_kinds)
-        self.response_codes = {str(c) for c in settings.getlist("STATS_RESPONSE_CODES")}
-        self.throttle_window_s = settings.getfloat("QUEUE_WINDOW")
-        self.throttle_by_spider = settings.getbool("SCHEDULER_TYPE_ENABLED")
+        self.response_codes = {str(c) for c in settings.STATS_RESPONSE_CODES}
+        self.throttle_window_s = settings.QUEUE_WINDOW
+        self.throttle_by_spider = settings.SCHEDULER_TYPE_ENABLED
         #: Domains with their own counters on /metrics (docs/contract.md §22.3).
-        self.metrics_top_domains = settings.getint("METRICS_TOP_DOMAINS")
-        self.egress_id = settings["CRAWLER_EGRESS_ID"] if settings.getbool("SCHEDULER_IP_ENABLED") else None
-        self.heartbeat_timeout_s = settings.getfloat("HEARTBEAT_TIMEOUT")
+        self.metrics_top_domains = settings.METRICS_TOP_DOMAINS
+        self.egress_id = settings.CRAWLER_EGRESS_ID if settings.SCHEDULER_IP_ENABLED else None
+        self.heartbeat_timeout_s = settings.HEARTBEAT_TIMEOUT
         try:
             self.proxy_pools: ProxyPools | None = pools_from_settings(settings)
         except ProxyConfigError:  # the crawlers refuse it, saying why; here: the proxies that served

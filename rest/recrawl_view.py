@@ -13,9 +13,9 @@ from crawlhive.utils.frontier.recrawl import RECURRING_FIELD, Schedule
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
-    from redis import Redis
 
     from crawlhive.utils.keys import Keys
+    from crawlhive.utils.redis_types import RedisClient
 
 Crawl = tuple[str, str, str]
 
@@ -23,7 +23,7 @@ Crawl = tuple[str, str, str]
 RECURRING = "recurring"
 
 
-def recrawl_summaries(redis: Redis, keys: Keys, crawls: list[Crawl]) -> dict[Crawl, dict[str, Any]]:
+def recrawl_summaries(redis: RedisClient, keys: Keys, crawls: list[Crawl]) -> dict[Crawl, dict[str, Any]]:
     """The schedule counts (``info``'s ``recrawl`` object) and ``changed_ratio`` (changed over
     revisits; None before any) of those of *crawls* that recur: one pipelined round trip to find
     them, one per recurring crawl for its counts."""
@@ -43,20 +43,21 @@ def recrawl_summaries(redis: Redis, keys: Keys, crawls: list[Crawl]) -> dict[Cra
     return out
 
 
-def mark_recurring(redis: Redis, keys: Keys, rows: list[dict[str, Any]]) -> None:
+def mark_recurring(redis: RedisClient, keys: Keys, rows: list[dict[str, Any]]) -> None:
     """Give the rows of recurring crawls their ``recrawl`` summary, and the state ``recurring``
-    where they would say ``running`` (or, on the dashboard, ``complete`` or ``idle``: a recurring
-    crawl with nothing due is neither)."""
+    where they would say ``running`` or ``waiting`` (a row's ``reason`` still says why its queued
+    pages wait) or, on the dashboard, ``complete`` or ``idle``: a recurring crawl with nothing due
+    is neither."""
     summaries = recrawl_summaries(redis, keys, [(r["spiderid"], r["appid"], r["crawlid"]) for r in rows])
     for row in rows:
         summary = summaries.get((row["spiderid"], row["appid"], row["crawlid"]))
         if summary is not None:
             row["recrawl"] = summary
-            if row["state"] in ("running", "complete", "idle"):
+            if row["state"] in ("running", "waiting", "complete", "idle"):
                 row["state"] = RECURRING
 
 
-def recrawl_metrics(redis: Redis, keys: Keys, crawls: list[Crawl]) -> Iterator[Metric]:
+def recrawl_metrics(redis: RedisClient, keys: Keys, crawls: list[Crawl]) -> Iterator[Metric]:
     """``crawlhive_recrawl_scheduled``, ``crawlhive_recrawl_due`` (gauges) and
     ``crawlhive_recrawl_visits{outcome}`` (counter) per spider type, over the active recurring crawls."""
     scheduled = GaugeMetricFamily(

@@ -52,10 +52,10 @@ def check_exposure(settings: Settings, host: str | None = None) -> None:
     Raises:
         UnsafeSettings: REST_HOST is not loopback, REST_API_KEY is empty and REST_INSECURE is off.
     """
-    host = settings["REST_HOST"] if host is None else host
-    if is_loopback_host(host) or settings["REST_API_KEY"]:
+    host = settings.REST_HOST if host is None else host
+    if is_loopback_host(host) or settings.REST_API_KEY:
         return
-    if not settings.getbool("REST_INSECURE"):
+    if not settings.REST_INSECURE:
         raise UnsafeSettings(
             f"REST_HOST={host!r} is reachable from other machines and REST_API_KEY is empty: set "
             "REST_API_KEY to a secret (clients send it as X-Api-Key), or REST_HOST=127.0.0.1, or "
@@ -88,11 +88,11 @@ def server_for(settings: Settings, host: str | None = None, port: int | None = N
 
     Logging stays crawlhive's (configured once by ``main()``): uvicorn's own config is not applied.
     """
-    host = host if host is not None else settings["REST_HOST"]
+    host = host if host is not None else settings.REST_HOST
     config = uvicorn.Config(
         create_app(settings, bound_host=host),
         host=host,
-        port=port if port is not None else settings.getint("REST_PORT"),
+        port=port if port is not None else settings.REST_PORT,
         log_config=None,
         access_log=False,  # one line per request would drown `up` (the dashboard polls); /metrics counts them
         lifespan="on",

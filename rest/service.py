@@ -24,11 +24,10 @@ from crawlhive.utils.contract.validation import RequestValidator
 from crawlhive.utils.kafka_clients import consumer_lag
 from crawlhive.utils.loop import cluster_gone
 from crawlhive.utils.redis_clients import redis_from_settings
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.worker import ProcessContext
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -53,7 +52,7 @@ class RestService:
         owns_redis: close *redis* in :meth:`stop`.
     """
 
-    def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
+    def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
         self.settings = settings
         self.redis = redis
         self.context = ProcessContext.create(settings, redis, COMPONENT, owns_redis=owns_redis)
@@ -62,12 +61,12 @@ class RestService:
         self.heartbeat = self.context.heartbeat
         self.started = time.monotonic()
         self.validator = RequestValidator.from_settings(settings)
-        self.wait_s = settings.getfloat("WAIT_FOR_RESPONSE_TIME")
+        self.wait_s = settings.WAIT_FOR_RESPONSE_TIME
         self.book = AnswerBook(
             redis,
             self.keys,
-            settings.getfloat("POLL_RESULT_TTL"),
-            self.wait_s + settings.getfloat("KAFKA_FEED_TIMEOUT") + WAITER_MARGIN_S,
+            settings.POLL_RESULT_TTL,
+            self.wait_s + settings.KAFKA_FEED_TIMEOUT + WAITER_MARGIN_S,
         )
         self.kafka = KafkaLink(settings, self.book)
         kinds = {plugin.name: plugin.kind for plugin in self.validator.plugins}

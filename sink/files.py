@@ -136,9 +136,9 @@ class FileStore(Store):
     @classmethod
     def from_settings(cls, settings: Settings, url: str) -> Self:
         base, fmt = split_url(url)
-        if settings.getint("SINK_ROLL_BYTES") < 0 or not settings.getfloat("SINK_ROLL_SECONDS") > 0:
+        if settings.SINK_ROLL_BYTES < 0 or not settings.SINK_ROLL_SECONDS > 0:
             raise SettingsError("SINK_ROLL_BYTES must be 0 or more and SINK_ROLL_SECONDS more than 0")
-        return cls(url, base, fmt, settings.getint("SINK_ROLL_BYTES"), settings.getfloat("SINK_ROLL_SECONDS"))
+        return cls(url, base, fmt, settings.SINK_ROLL_BYTES, settings.SINK_ROLL_SECONDS)
 
     def _unavailable(self, exc: BaseException) -> BackendUnavailable:
         return BackendUnavailable(

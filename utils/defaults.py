@@ -117,8 +117,10 @@ process of one machine (``crawlhive up`` and its children, ``dump``) shares; cra
 sinks on several machines need a store they all reach."""
 
 BLOB_TTL: float = 604800.0
-"""Seconds a blob is kept (7 days): crawlers remove older blobs of a local store now and then; on an
-object store, set a lifecycle rule of the same age (docs/operations.md)."""
+"""Seconds a blob is kept (7 days): every crawler, kafka-monitor, redis-monitor, cleaner and sink
+removes older blobs of the store at start and at most once an hour after, on a thread of its own.
+0 keeps blobs for ever (no sweep): on an object store, a lifecycle rule of the same age is cheaper
+than listing it (docs/operations.md)."""
 
 KAFKA_SECURITY_PROTOCOL: str = "PLAINTEXT"
 """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; applied to every Kafka client."""
@@ -344,9 +346,12 @@ frontier shards, at least one per shard). Sized so a bucket of a crawl of up to 
 stays in Redis's compact listpack encoding (≤ 128 fields); more pages still work, at more bytes
 per page (docs/operations.md)."""
 
-RECRAWL_RELEASE_BATCH: int = 2000
-"""Due pages one release call moves from a shard's schedule into the frontier (redis-monitor,
-each tick); a backlog larger than this drains over several calls."""
+RECRAWL_RELEASE_BATCH: int = 500
+"""Due pages one release script moves from a shard's schedule into the frontier (redis-monitor,
+each tick, script after script while the shard has more due, for up to 80 % of
+REDIS_MONITOR_TICK_S). A script holds Redis while it runs (500 pages: 4-8 ms; 2,000: 15-30 ms,
+which slowed the crawl bench beside 10,000 due pages a second: bench/README.md, recrawl_crawl);
+a larger batch costs a little less Redis CPU per page."""
 
 RECRAWL_ENABLED: bool = True
 """Release due pages of recrawling crawls into the frontier in this redis-monitor (§19)."""

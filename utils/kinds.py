@@ -25,7 +25,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from crawlhive.utils.errors import PluginLoadError
 
@@ -77,6 +77,10 @@ class UpGroup:
         label: the process name prefix, if not the kind's name (``crawler-render``).
         forward: options ``up`` accepts and passes on to each process of the group (a repeatable
             option is passed as often as given).
+        each: the setting each process gets one value of ``up --<option> VALUE`` in: the option is
+            then repeatable, and starts one process per value given (``up --sink URL`` -> a sink
+            with SINK_URL=URL). The value goes in the process's environment, not on a command line
+            other users of the machine can read. None: the option is a count.
     """
 
     option: str | None = None
@@ -86,6 +90,19 @@ class UpGroup:
     args: tuple[str, ...] = ()
     label: str = ""
     forward: tuple[Option, ...] = ()
+    each: str | None = None
+
+
+class UpProcess(NamedTuple):
+    """One process of ``crawlhive up``'s plan (:func:`up_plan`)."""
+
+    name: str
+    """``crawler-1``, ``rest``, ``sink-2``."""
+    kind: str
+    argv: list[str]
+    """The ``crawlhive`` arguments that run it (``["crawler", "--spider", "link"]``)."""
+    env: dict[str, str]
+    """Settings of this process alone, for its environment (an :attr:`UpGroup.each` value)."""
 
 
 @dataclass(frozen=True)
@@ -190,24 +207,76 @@ def stats_types() -> tuple[str, ...]:
 
 
 def up_plan(
-    counts: Mapping[str, int] | None = None, forwarded: Mapping[str, Sequence[str]] | None = None
-) -> list[tuple[str, str, list[str]]]:
-    """``(process name, kind, crawlhive arguments)`` of each process ``crawlhive up`` runs.
+    counts: Mapping[str, int] | None = None,
+    forwarded: Mapping[str, Sequence[str]] | None = None,
+    values: Mapping[str, Sequence[str]] | None = None,
+) -> list[UpProcess]:
+    """Each process ``crawlhive up`` runs.
 
     Args:
         counts: ``up``'s counts by option (``{"crawlers": 4}``); an option not given has its default.
         forwarded: the arguments of each kind's forwarded options, by kind name.
+        values: the values of each :attr:`UpGroup.each` option, by option (``{"sink": [url, …]}``).
     """
     counts = counts or {}
-    plan: list[tuple[str, str, list[str]]] = []
+    plan: list[UpProcess] = []
     for kind in kinds():
         extra = list((forwarded or {}).get(kind.name, ()))
         for group in kind.up:
             label = group.label or kind.name
-            n = group.default if group.option is None else counts.get(group.option, group.default)
             argv = [kind.name, *group.args, *extra]
+            if group.each is not None and group.option is not None:
+                given = list((values or {}).get(group.option, ()))
+                setting = group.each
+                plan += [UpProcess(f"{label}-{i + 1}", kind.name, argv, {setting: v}) for i, v in enumerate(given)]
+                continue
+            n = group.default if group.option is None else counts.get(group.option, group.default)
             if group.option is None:
-                plan += [(label if n == 1 else f"{label}-{i + 1}", kind.name, argv) for i in range(n)]
+                plan += [UpProcess(label if n == 1 else f"{label}-{i + 1}", kind.name, argv, {}) for i in range(n)]
             else:
-                plan += [(f"{label}-{i + 1}", kind.name, argv) for i in range(n)]
+                plan += [UpProcess(f"{label}-{i + 1}", kind.name, argv, {}) for i in range(n)]
     return plan
+
+
+def add_up_options(parser: argparse.ArgumentParser) -> None:
+    """Add every kind's ``up`` options to *parser* (counts, repeatable :attr:`UpGroup.each` values,
+    forwarded options)."""
+    for kind in kinds():
+        for group in kind.up:
+            if group.option is not None:
+                flag = "--" + group.option.replace("_", "-")
+                if group.each is not None:
+                    parser.add_argument(flag, action="append", default=[], metavar=group.metavar, help=group.help)
+                else:
+                    parser.add_argument(flag, type=int, default=group.default, metavar=group.metavar, help=group.help)
+            for option in group.forward:
+                option.add_to(parser)
+
+
+def up_arguments(args: argparse.Namespace) -> tuple[dict[str, int], dict[str, list[str]], dict[str, list[str]]]:
+    """``(counts, forwarded, values)`` for :func:`up_plan` from ``up``'s parsed *args*."""
+    counts: dict[str, int] = {}
+    values: dict[str, list[str]] = {}
+    forwarded: dict[str, list[str]] = {}
+    for kind in kinds():
+        for group in kind.up:
+            if group.option is not None and group.each is not None:
+                values[group.option] = list(getattr(args, group.option))
+            elif group.option is not None:
+                counts[group.option] = getattr(args, group.option)
+            forwarded.setdefault(kind.name, [])
+            for option in group.forward:
+                forwarded[kind.name] += forwarded_arguments(option, args)
+    return counts, forwarded, values
+
+
+def forwarded_arguments(option: Option, args: argparse.Namespace) -> list[str]:
+    """The arguments that pass *option*, as given to ``up``, on to a process (a list: repeated)."""
+    value = getattr(args, option.arguments.get("dest") or option.flags[-1].lstrip("-").replace("-", "_"), None)
+    flag = option.flags[-1]
+    if value is None or value is False:
+        return []
+    if value is True:
+        return [flag]
+    values = value if isinstance(value, list) else [value]
+    return [part for item in values for part in (flag, str(item))]

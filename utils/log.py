@@ -199,11 +199,15 @@ _KEPT = ("Received SIG", "shutting down gracefully")
 #: just closed (its socket is None then) and logs that with a traceback; nothing is lost, the
 #: client is going away. It also warns when one step of its own network loop took over 100 ms,
 #: which happens when the machine is busy (seen during start-up on 2 loaded cores); its requests
-#: time out and are retried by its own rules, which log what matters.
+#: time out and are retried by its own rules, which log what matters. A consumer closed while it
+#: was still joining its group (Ctrl-C just after a start) has no membership the broker knows, so
+#: its "leave the group" request fails (an ERROR of kafka-python's); leaving is a courtesy that
+#: lets the group rebalance at once, without it the broker drops the member after its session.
 EXPECTED_ON_CLOSE = (
     ("kafka.cluster", "Metadata refresh: failed Cancelled"),
     ("kafka.net.transport", "(closed)>: Error receiving network data"),
     ("kafka.net.selector", "It is blocking the event loop"),
+    ("kafka.coordinator", "LeaveGroup request"),
 )
 
 

@@ -71,6 +71,12 @@ class ClusterGone(CrawlhiveError):
     are gone with it, so retrying can never succeed (:func:`cluster_gone`)."""
 
 
+def uses_up_state(settings: Settings) -> bool:
+    """Whether this process took REDIS_URL or KAFKA_BOOTSTRAP_SERVERS from the record of a
+    ``crawlhive up`` (source ``state``): only then can :func:`cluster_gone` tell anything."""
+    return any(settings.source(name) == "state" for name in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS"))
+
+
 def cluster_gone(settings: Settings) -> str | None:
     """Why the cluster of this process is gone for good, or None when it may come back.
 
@@ -79,8 +85,7 @@ def cluster_gone(settings: Settings) -> str | None:
     names a process that is no longer alive (``up`` was killed), or names other addresses (another
     ``up`` started since). Addresses the user set are always worth retrying.
     """
-    names = [name for name in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS") if settings.source(name) == "state"]
-    if not names:
+    if not uses_up_state(settings):
         return None
     path = settings.home / UP_STATE_FILE
     try:
@@ -94,15 +99,15 @@ def cluster_gone(settings: Settings) -> str | None:
         why = f"it has exited and removed {path}"
     elif not pid_alive(data["pid"]):
         why = f"its process (pid {data['pid']}) has exited"
-    elif data.get("REDIS_URL") != settings["REDIS_URL"] or data.get("KAFKA_BOOTSTRAP_SERVERS") != ",".join(
-        settings["KAFKA_BOOTSTRAP_SERVERS"]
+    elif data.get("REDIS_URL") != settings.REDIS_URL or data.get("KAFKA_BOOTSTRAP_SERVERS") != ",".join(
+        settings.KAFKA_BOOTSTRAP_SERVERS
     ):
         why = f"it has exited; {path} now records another cluster (pid {data['pid']})"
     if not why:
         return None
     return (
-        f"the crawlhive up whose Redis and broker this process used ({mask_url(settings['REDIS_URL'])}, "
-        f"{','.join(settings['KAFKA_BOOTSTRAP_SERVERS'])}) is gone: {why}; start `crawlhive up` and run "
+        f"the crawlhive up whose Redis and broker this process used ({mask_url(settings.REDIS_URL)}, "
+        f"{','.join(settings.KAFKA_BOOTSTRAP_SERVERS)}) is gone: {why}; start `crawlhive up` and run "
         "this command again"
     )
 
@@ -145,6 +150,15 @@ class Outage:
         since, self._since = self._since, None
         if since is not None:
             self.log.info("backends answer again after %.0fs", time.monotonic() - since)
+
+
+class Shutdown(BaseException):  # noqa: N818 - named for what it is, as KeyboardInterrupt
+    """Raised in the main thread by the first SIGINT/SIGTERM of a ``crawlhive`` command
+    (:func:`crawlhive.app.signals.install_shutdown_handlers`), so ``with`` blocks unwind cleanly.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: an ``except Exception`` that retries (a
+    broker probe while the crawler starts) must not swallow it, or the process goes on as if
+    the signal had never come (seen: a crawler sent SIGTERM 0.8 s after its start ran on)."""
 
 
 class ForcedShutdown(Exception):
@@ -277,13 +291,13 @@ def describe_failure(exc: BaseException, settings: Settings | None = None) -> st
     if isinstance(exc, BackendUnavailable):
         return str(exc)  # already names the setting
     if isinstance(exc, RedisError) and is_out_of_memory(exc):
-        where = f" ({mask_url(settings['REDIS_URL'])})" if settings is not None else ""
+        where = f" ({mask_url(settings.REDIS_URL)})" if settings is not None else ""
         return f"Redis is out of memory (maxmemory reached); raise maxmemory or free memory on REDIS_URL{where}"
     if isinstance(exc, RedisError) or is_cluster_transient(exc):
-        where = f" ({mask_url(settings['REDIS_URL'])})" if settings is not None else ""
+        where = f" ({mask_url(settings.REDIS_URL)})" if settings is not None else ""
         return f"Redis failed ({exc!r}); check REDIS_URL{where}"
     if isinstance(exc, KafkaError | OSError):
-        where = f" ({','.join(settings['KAFKA_BOOTSTRAP_SERVERS'])})" if settings is not None else ""
+        where = f" ({','.join(settings.KAFKA_BOOTSTRAP_SERVERS)})" if settings is not None else ""
         return f"Kafka failed ({exc!r}); check KAFKA_BOOTSTRAP_SERVERS{where}"
     return str(exc) or repr(exc)
 

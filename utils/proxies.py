@@ -151,8 +151,8 @@ class ProxyPools:
     @classmethod
     def from_settings(cls, settings: Settings) -> ProxyPools:
         """Raises ProxyConfigError naming PROXY_POOLS, PROXY_POOLS_FILE or PROXY_POOL_DEFAULT."""
-        pools = parse_pools(settings.getdict("PROXY_POOLS"), "PROXY_POOLS")
-        return cls(pools, str(settings["PROXY_POOL_DEFAULT"] or ""), str(settings["PROXY_POOLS_FILE"] or ""))
+        pools = parse_pools(settings.PROXY_POOLS, "PROXY_POOLS")
+        return cls(pools, str(settings.PROXY_POOL_DEFAULT or ""), str(settings.PROXY_POOLS_FILE or ""))
 
     def _check_default(self) -> None:
         if self.default and self.default not in self.pools():

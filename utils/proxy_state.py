@@ -13,10 +13,9 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from crawlhive.utils.frontier.model import text
+from crawlhive.utils.redis_types import RedisClient
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.utils.keys import Keys
     from crawlhive.utils.proxies import ProxyPools
 
@@ -30,7 +29,7 @@ def _split(member: Any, parts: int) -> list[str] | None:
 
 
 def proxy_overview(
-    redis: Redis, keys: Keys, default_window_s: float, pools: ProxyPools | None = None
+    redis: RedisClient, keys: Keys, default_window_s: float, pools: ProxyPools | None = None
 ) -> dict[str, Any]:
     """``{"pools": {pool: {proxy: {"requests": {outcome: n}, "resting": {domain: until}, "sessions": n}}},
     "waiting": {pool: {domain: until}}, "autothrottle": {domain: {"factor", "since"}}}`` (times: epoch
@@ -92,7 +91,7 @@ def proxy_overview(
     return {"pools": out_pools, "waiting": waiting, "autothrottle": dict(sorted(slowed.items()))}
 
 
-def _redis_now(redis: Redis) -> float:
+def _redis_now(redis: RedisClient) -> float:
     """The throttle script's clock, Redis's TIME, to the microsecond (whole seconds erred by up to a
     window in the factor in force)."""
     seconds, micros = redis.time()
@@ -120,7 +119,9 @@ def _factor(value: str, now: float, window_s: float) -> float | None:
     return round(min(1.0, factor + regained), 6)
 
 
-def domain_notes(redis: Redis, keys: Keys, domains: list[str], default_window_s: float) -> dict[str, dict[str, Any]]:
+def domain_notes(
+    redis: RedisClient, keys: Keys, domains: list[str], default_window_s: float
+) -> dict[str, dict[str, Any]]:
     """For ``info`` (§21.3, §21.4): per domain of *domains* that has one, ``proxy_wait_until``
     (epoch s: every proxy of its pool rests, its requests wait) and ``rate_factor`` (the fraction of
     its configured rate the adaptive throttle holds it to). One pipeline, per shard involved.

@@ -10,7 +10,7 @@ setting to fix and its value (passwords masked). Only a ``main()`` turns that in
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import redis
@@ -18,20 +18,25 @@ import redis.asyncio
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import ClusterNode, RedisCluster
+from redis.commands.core import DataAccessCommands
 from redis.exceptions import RedisClusterException
 
 from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.log import mask_url
+from crawlhive.utils.redis_types import AsyncRedisClient, RedisClient, RedisPipeline
 from crawlhive.utils.settings import Settings
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 logger = logging.getLogger(__name__)
 
 # --- Redis -----------------------------------------------------------------------------------------
 
 
-def redis_from_settings(settings: Settings, *, decode_responses: bool = False) -> redis.Redis:
-    """A Redis client for ``settings["REDIS_URL"]``: a ``redis.Redis``, or redis-py's
+def redis_from_settings(settings: Settings, *, decode_responses: bool = False) -> RedisClient:
+    """A Redis client for ``settings.REDIS_URL``: a ``redis.Redis``, or redis-py's
     ``RedisCluster`` when REDIS_URL names a node of a Redis Cluster or lists several seed nodes
     separated by commas (docs/contract.md §18.1). Both have the same command API, so callers do not
     care which they got (the few paths that differ ask :func:`is_cluster`). Does not otherwise
@@ -52,12 +57,12 @@ def redis_from_settings(settings: Settings, *, decode_responses: bool = False) -
     """
     urls = redis_urls(settings)
     if _names_cluster(urls):
-        return cast(redis.Redis, _cluster_from_urls(RedisCluster, urls, decode_responses=decode_responses))
-    return _redis_from_url(redis.Redis, urls[0], decode_responses=decode_responses)
+        return cast(RedisCluster, _cluster_from_urls(RedisCluster, urls, decode_responses=decode_responses))
+    return cast(redis.Redis, _redis_from_url(redis.Redis, urls[0], decode_responses=decode_responses))
 
 
-def async_redis_from_settings(settings: Settings) -> redis.asyncio.Redis:
-    """An asyncio Redis client (bytes replies) for ``settings["REDIS_URL"]``, for code on an asyncio
+def async_redis_from_settings(settings: Settings) -> AsyncRedisClient:
+    """An asyncio Redis client (bytes replies) for ``settings.REDIS_URL``, for code on an asyncio
     event loop (the crawler's reactor): ``redis.asyncio.RedisCluster`` on a Redis Cluster, as
     :func:`redis_from_settings`. It connects in the running loop on first use.
 
@@ -66,8 +71,8 @@ def async_redis_from_settings(settings: Settings) -> redis.asyncio.Redis:
     """
     urls = redis_urls(settings)
     if _names_cluster(urls):
-        return cast(redis.asyncio.Redis, _cluster_from_urls(AsyncRedisCluster, urls))
-    return _redis_from_url(redis.asyncio.Redis, urls[0])
+        return cast(AsyncRedisCluster, _cluster_from_urls(AsyncRedisCluster, urls))
+    return cast(redis.asyncio.Redis, _redis_from_url(redis.asyncio.Redis, urls[0]))
 
 
 def redis_urls(settings: Settings) -> list[str]:
@@ -76,18 +81,18 @@ def redis_urls(settings: Settings) -> list[str]:
     Raises:
         SettingsError: REDIS_URL is empty.
     """
-    urls = [u.strip() for u in str(settings["REDIS_URL"] or "").split(",") if u.strip()]
+    urls = [u.strip() for u in str(settings.REDIS_URL or "").split(",") if u.strip()]
     if not urls:
         raise SettingsError("REDIS_URL: expected a Redis URL such as redis://127.0.0.1:6379/0, got nothing")
     return urls
 
 
-def is_cluster(client: object) -> bool:
-    """True when *client* is a Redis Cluster client (sync or asyncio)."""
+def is_cluster(client: object) -> TypeIs[RedisCluster | AsyncRedisCluster]:
+    """True when *client* is a Redis Cluster client (sync or asyncio); narrows its type for mypy."""
     return isinstance(client, (RedisCluster, AsyncRedisCluster))
 
 
-def write_pipeline(client: Any) -> Any:
+def write_pipeline(client: RedisClient) -> RedisPipeline:
     """A pipeline for a batch of writes: a ``MULTI`` on a single Redis (all or nothing), a plain
     pipeline on a Redis Cluster, which has no ``MULTI`` across slots (each script there is still
     atomic in its slot; the writers order their steps instead, e.g. :meth:`Frontier.push`)."""
@@ -127,7 +132,7 @@ def frontier_shards(settings: Settings) -> int:
     """FRONTIER_SHARDS resolved: the configured count, or when it is 0 (automatic) 64 on a Redis
     Cluster (so the frontier spreads over up to 64 primaries) and 1 on a single Redis (no hash
     tags: the layout of earlier releases)."""
-    configured = settings.getint("FRONTIER_SHARDS")
+    configured = settings.FRONTIER_SHARDS
     if configured:
         return configured
     return CLUSTER_SHARDS if _names_cluster(redis_urls(settings)) else 1
@@ -194,7 +199,7 @@ def _cluster_from_urls(client_class: Any, urls: list[str], **options: Any) -> An
 MIN_REDIS_VERSION = (6, 2)
 
 
-def redis_version(client: redis.Redis) -> tuple[int, ...] | None:
+def redis_version(client: RedisClient) -> tuple[int, ...] | None:
     """The server's ``redis_version`` as a tuple of ints, or None when ``INFO`` is refused (a proxy
     or a managed service that renamed it): the caller then cannot check and goes on."""
     try:
@@ -210,7 +215,7 @@ def redis_version(client: redis.Redis) -> tuple[int, ...] | None:
     return tuple(parts) or None
 
 
-def check_redis(client: redis.Redis, settings: Settings) -> None:
+def check_redis(client: RedisClient, settings: Settings) -> None:
     """Ping *client* and check its version; call once at start-up, before handing the client to
     plugins.
 
@@ -220,7 +225,7 @@ def check_redis(client: redis.Redis, settings: Settings) -> None:
         UnsupportedBackend: the server is older than MIN_REDIS_VERSION, or a Redis Cluster node
             that this process took for a single Redis (retrying cannot help; restarting can).
     """
-    url = mask_url(settings["REDIS_URL"])
+    url = mask_url(settings.REDIS_URL)
     try:
         client.ping()
         version = redis_version(client)
@@ -244,7 +249,7 @@ def check_redis(client: redis.Redis, settings: Settings) -> None:
         )
     if is_cluster(client):
         try:
-            state = client.cluster_info().get("cluster_state")  # type: ignore[attr-defined]
+            state = client.cluster_info().get("cluster_state")
         except (redis.RedisError, OSError) as exc:
             raise BackendUnavailable(
                 f"Redis Cluster at {url} does not answer CLUSTER INFO ({exc}); check REDIS_URL"
@@ -263,7 +268,7 @@ def check_redis(client: redis.Redis, settings: Settings) -> None:
     check_frontier_shards(client, settings)
 
 
-def is_cluster_node(client: redis.Redis) -> bool:
+def is_cluster_node(client: RedisClient) -> bool:
     """True when *client* talks to a node of a Redis Cluster (``INFO cluster``; False when refused)."""
     try:
         return bool(int(client.info("cluster").get("cluster_enabled", 0)))
@@ -271,7 +276,7 @@ def is_cluster_node(client: redis.Redis) -> bool:
         return False
 
 
-def check_frontier_shards(client: redis.Redis, settings: Settings) -> int:
+def check_frontier_shards(client: RedisClient, settings: Settings) -> int:
     """The frontier's shard count (:func:`keys_from_settings`: FRONTIER_SHARDS, 0 meaning automatic), stored
     in Redis by the first component to start (``Keys.frontier_shards``) and checked by every later
     one, since the shard count is fixed for the life of the data (docs/contract.md §18.2).
@@ -280,7 +285,7 @@ def check_frontier_shards(client: redis.Redis, settings: Settings) -> int:
         SettingsError: FRONTIER_SHARDS is out of range, or differs from the stored count (the
             message names both and the fix).
     """
-    configured = settings.getint("FRONTIER_SHARDS")
+    configured = settings.FRONTIER_SHARDS
     if not 0 <= configured <= 16384:
         raise SettingsError(f"FRONTIER_SHARDS: must be 0 (automatic) or 1-16384, got {configured}")
     keys = keys_from_settings(settings)
@@ -290,7 +295,32 @@ def check_frontier_shards(client: redis.Redis, settings: Settings) -> int:
     if stored != wanted:
         raise SettingsError(
             f"FRONTIER_SHARDS: this component would use {wanted} shards, but the frontier at "
-            f"{mask_url(settings['REDIS_URL'])} (prefix {settings['REDIS_KEY_PREFIX']!r}) was created "
+            f"{mask_url(settings.REDIS_URL)} (prefix {settings.REDIS_KEY_PREFIX!r}) was created "
             f"with {stored}; the count is fixed for the life of the data: set FRONTIER_SHARDS={stored}"
         )
     return wanted
+
+
+class CommandList(DataAccessCommands):
+    """Redis commands written down, not sent: redis-py's command methods (``zadd``, ``hset``, …)
+    and ``execute_command`` append the command's arguments to :attr:`commands`, so code written
+    against a pipeline (``Frontier.push``'s writes, a crawler's finish hooks) can be sent by whoever
+    holds the list, e.g. the crawler's asyncio batcher (``crawler/batching.py``)."""
+
+    _event_dispatcher: Any = None  # what redis-py's command protocol declares (no events here)
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[Any, ...]] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> CommandList:
+        self.commands.append(args)
+        return self
+
+    @staticmethod
+    def routing_key(command: tuple[Any, ...]) -> Any:
+        """The key that routes *command* on a Redis Cluster: a script's first key, a channel,
+        else the command's first argument (None when it has none)."""
+        name = str(command[0]).upper()
+        if name in ("EVALSHA", "EVAL"):
+            return command[3] if int(command[2]) > 0 else None
+        return command[1] if len(command) > 1 else None

@@ -20,12 +20,13 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Self
 
+from redis.cluster import RedisCluster
+
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.redis_clients import is_cluster, keys_from_settings
+from crawlhive.utils.redis_types import RedisClient
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class ReplicaWait:
         timeout_ms: REDIS_WAIT_TIMEOUT, per ``WAIT``.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, replicas: int, timeout_ms: int) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, replicas: int, timeout_ms: int) -> None:
         self.redis = redis
         self.keys = keys
         self.replicas = max(0, replicas)
@@ -56,12 +57,12 @@ class ReplicaWait:
         self.waits = 0
 
     @classmethod
-    def from_settings(cls, redis: Redis, settings: Settings) -> Self:
+    def from_settings(cls, redis: RedisClient, settings: Settings) -> Self:
         return cls(
             redis,
             keys_from_settings(settings),
-            settings.getint("REDIS_WAIT_REPLICAS"),
-            settings.getint("REDIS_WAIT_TIMEOUT"),
+            settings.REDIS_WAIT_REPLICAS,
+            settings.REDIS_WAIT_TIMEOUT,
         )
 
     def wait(self, shards: Iterable[int] | None = None, *, cluster_wide: bool = True) -> None:
@@ -84,8 +85,8 @@ class ReplicaWait:
         for shard in wanted:
             mark = self.keys.replication_mark(shard)
             options: dict[str, Any] = {}
-            if self.cluster:
-                node = self.redis.get_node_from_key(mark)  # type: ignore[attr-defined]
+            if isinstance(self.redis, RedisCluster):
+                node = self.redis.get_node_from_key(mark)
                 if node.name in nodes:
                     continue
                 options["target_nodes"] = node

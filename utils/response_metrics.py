@@ -19,9 +19,9 @@ import collections
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
-if TYPE_CHECKING:
-    from redis import Redis
+from crawlhive.utils.redis_types import RedisClient
 
+if TYPE_CHECKING:
     from crawlhive.utils.keys import Keys
 
 #: Upper bounds (seconds) of the response-time histogram's buckets; ``+Inf`` is implied.
@@ -63,7 +63,7 @@ class ResponseMetrics:
             if failed(status):
                 self._failures[domain] += 1
 
-    def flush(self, redis: Redis) -> None:
+    def flush(self, redis: RedisClient) -> None:
         """Writes and clears the buffer (raises ``redis.RedisError``; the buffer is then lost,
         as the other crawler stats are)."""
         buckets, total, domains, failures = self._buckets, self._sum, self._domains, self._failures
@@ -93,7 +93,7 @@ class ResponseMetrics:
         if domains and int(results[-1]) > kept + TRIM_SLACK:
             self._trim(redis, kept)
 
-    def _trim(self, redis: Redis, kept: int) -> None:
+    def _trim(self, redis: RedisClient, kept: int) -> None:
         ranking, failing = self.keys.metrics_domains(), self.keys.metrics_domain_failures()
         dropped = [d.decode() if isinstance(d, bytes) else str(d) for d in redis.zrange(ranking, 0, -kept - 1)]
         if dropped:
@@ -103,7 +103,9 @@ class ResponseMetrics:
             pipe.execute()
 
 
-def read_histograms(redis: Redis, keys: Keys, spiders: list[str]) -> dict[str, tuple[list[tuple[str, float]], float]]:
+def read_histograms(
+    redis: RedisClient, keys: Keys, spiders: list[str]
+) -> dict[str, tuple[list[tuple[str, float]], float]]:
     """Per spider type: cumulative ``(le, count)`` buckets (``+Inf`` last) and the sum of seconds,
     for spiders with at least one observation."""
     pipe = redis.pipeline(transaction=False)
@@ -123,7 +125,7 @@ def read_histograms(redis: Redis, keys: Keys, spiders: list[str]) -> dict[str, t
     return out
 
 
-def read_top_domains(redis: Redis, keys: Keys, top: int) -> list[tuple[str, int, int]]:
+def read_top_domains(redis: RedisClient, keys: Keys, top: int) -> list[tuple[str, int, int]]:
     """The *top* busiest domains: ``(domain, successes, failures)``, the busiest first."""
     ranked = cast(
         "list[tuple[bytes | str, float]]",

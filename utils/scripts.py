@@ -22,11 +22,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from redis.cluster import ClusterPipeline
 from redis.exceptions import NoScriptError
 
 if TYPE_CHECKING:
-    from redis.client import Pipeline
     from redis.commands.core import Script
+
+    from crawlhive.utils.redis_types import RedisPipeline
 
 #: Folder of the scripts (package data: shipped with the code).
 LUA_DIR = Path(__file__).with_name("lua")
@@ -70,6 +72,7 @@ class ScriptSet:
     def __init__(self, redis: Any) -> None:
         self._redis = weakref.ref(redis)
         self._registered: dict[str, Any] = {}
+        self._by_sha: dict[str, str] | None = None
 
     def __getitem__(self, name: str) -> Script:
         script: Script | None = self._registered.get(name)
@@ -84,14 +87,29 @@ class ScriptSet:
         """The SHA1 of script *name*, for ``EVALSHA``."""
         return str(self[name].sha)
 
-    def queue(self, pipe: Pipeline, name: str, keys: Sequence[Any], args: Sequence[Any]) -> None:
+    def name_of(self, sha: str) -> str | None:
+        """The name of the script whose SHA1 is *sha* (None: none of ours), e.g. to send again as a
+        script call an ``EVALSHA`` that code queued on a pipeline."""
+        if self._by_sha is None:
+            self._by_sha = {self.sha(name): name for name in names()}
+        return self._by_sha.get(sha)
+
+    def queue(self, pipe: RedisPipeline, name: str, keys: Sequence[Any], args: Sequence[Any]) -> None:
         """Queue ``EVALSHA`` of *name* on *pipe* without an existence check; run the pipe with
         :meth:`execute` so that a ``NOSCRIPT`` reply is handled.
 
         Queued as a raw command, not with ``pipe.evalsha``: redis-py refuses that method on a
         Redis Cluster pipeline, whereas the command is routed by its first key like any other
-        (a test runs it on a local cluster)."""
-        pipe.execute_command("EVALSHA", self.sha(name), len(keys), *keys, *args)
+        (a test runs it on a local cluster).
+
+        On a cluster pipeline the call names its node (the primary of its first key's slot): redis-py
+        8's blocking cluster pipeline otherwise asks a node ``COMMAND GETKEYS`` for every ``EVALSHA``
+        it routes, one round trip per script call (its asyncio pipeline and a lone call read the keys
+        from the arguments). A ``MOVED`` reply still re-routes the call as redis-py does for any."""
+        options: dict[str, Any] = {}
+        if keys and isinstance(pipe, ClusterPipeline):
+            options["target_nodes"] = pipe.nodes_manager.get_node_from_slot(pipe.keyslot(keys[0]))
+        pipe.execute_command("EVALSHA", self.sha(name), len(keys), *keys, *args, **options)  # type: ignore[no-untyped-call]  # redis-py leaves ClusterPipeline.execute_command unannotated
 
     def load(self) -> None:
         """Load every script into Redis (idempotent; one round trip each)."""
@@ -108,7 +126,7 @@ class ScriptSet:
             raise RuntimeError("the Redis client of this ScriptSet is gone")
         await redis.script_load(source(name))
 
-    def execute(self, build: Callable[[], Pipeline]) -> list[Any]:
+    def execute(self, build: Callable[[], RedisPipeline]) -> list[Any]:
         """Run the pipeline *build* returns; when Redis lost the scripts (``NOSCRIPT``), load them
         all and run a freshly built pipeline once more. The pipeline's other commands ran the first
         time (``NOSCRIPT`` is an error of its own command only, even in a ``MULTI``), so they must

@@ -27,6 +27,7 @@ from urllib.parse import quote
 from crawlhive.utils import __version__, defaults
 from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.log import url_secrets
+from crawlhive.utils.setting_types import SettingTypes
 
 logger = logging.getLogger(__name__)
 
@@ -119,8 +120,13 @@ def _parse(tp: Any, origin: Any, raw: Any) -> Any:
     raise TypeError(f"unsupported setting type {tp}")
 
 
-class Settings(Mapping[str, Any]):
+class Settings(SettingTypes, Mapping[str, Any]):
     """A frozen mapping of setting name -> typed value, with where each value came from.
+
+    Read a setting as an attribute, ``settings.LEASE_TIMEOUT``: its type is the one declared in
+    :mod:`crawlhive.utils.defaults` (:class:`~crawlhive.utils.setting_types.SettingTypes`, generated
+    from it), so mypy checks every read, and a misspelt name is a type error rather than a
+    ``KeyError`` at run time. ``settings["NAME"]`` reads one by a name held in a variable.
 
     Build it with :func:`load_settings`; tests may call ``Settings.from_overrides(...)``.
     """
@@ -139,6 +145,13 @@ class Settings(Mapping[str, Any]):
             return self._values[name]
         except KeyError:
             raise KeyError(f"unknown setting {name!r}; see crawlhive.utils.defaults") from None
+
+    if not typing.TYPE_CHECKING:  # hidden from mypy, which sees SettingTypes' declarations instead
+
+        def __getattr__(self, name: str) -> Any:
+            if name.isupper() and name in DECLARED:
+                return self._values[name]
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
@@ -181,20 +194,20 @@ class Settings(Mapping[str, Any]):
     # Derived values: one place computes each, so no call site repeats a default.
     @property
     def kafka_group(self) -> str:
-        return self["KAFKA_GROUP"] or f"{self['KAFKA_TOPIC_PREFIX']}-group"
+        return self.KAFKA_GROUP or f"{self.KAFKA_TOPIC_PREFIX}-group"
 
     @property
     def cleaner_group(self) -> str:
         """The cleaners' consumer group (docs/contract.md §13)."""
-        return self["CLEANER_GROUP"] or f"{self['KAFKA_TOPIC_PREFIX']}-cleaner"
+        return self.CLEANER_GROUP or f"{self.KAFKA_TOPIC_PREFIX}-cleaner"
 
     def secrets(self) -> list[str]:
         """Values no log line or printed message may show (docs/contract.md §10.6): the passwords of
         REDIS_URL, of every seed, and its secret query values (as written and decoded:
         :func:`~crawlhive.utils.log.url_secrets`), of every PROXY_POOLS proxy, those of SINK_URL and
         BLOB_STORE_URL, KAFKA_SASL_PASSWORD and REST_API_KEY."""
-        found = url_secrets(str(self["REDIS_URL"] or ""))
-        for urls in (self["PROXY_POOLS"] or {}).values():  # proxy credentials (§21.5)
+        found = url_secrets(str(self.REDIS_URL or ""))
+        for urls in (self.PROXY_POOLS or {}).values():  # proxy credentials (§21.5)
             for url in [urls] if isinstance(urls, str) else urls:
                 found += url_secrets(str(url))
         for name in ("SINK_URL", "BLOB_STORE_URL"):
@@ -206,19 +219,19 @@ class Settings(Mapping[str, Any]):
 
     @property
     def user_agent(self) -> str:
-        return self["USER_AGENT"] or f"crawlhive/{__version__}"
+        return self.USER_AGENT or f"crawlhive/{__version__}"
 
     @property
     def node_name(self) -> str:
-        return self["CRAWLER_NODE_NAME"] or socket.gethostname()
+        return self.CRAWLER_NODE_NAME or socket.gethostname()
 
     @property
     def home(self) -> Path:
-        return Path(os.path.expanduser(self["CRAWLHIVE_HOME"]))
+        return Path(os.path.expanduser(self.CRAWLHIVE_HOME))
 
     def topic(self, short: str) -> str:
         """Full topic name of *short* (``incoming`` -> ``demo.incoming``)."""
-        return f"{self['KAFKA_TOPIC_PREFIX']}.{short}"
+        return f"{self.KAFKA_TOPIC_PREFIX}.{short}"
 
 
 def read_settings_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -289,7 +302,8 @@ def load_settings(
     layers.append(("env", _layer({k: v for k, v in env.items() if k in wanted}, "env", False)))
     layers.append(("cli", _layer(dict(cli or {}), "cli", True)))
 
-    values = {name: _copy_default(default) for name, (_, default) in DECLARED.items()}
+    # defaults parsed too, so a value always has its declared type (120 for a float is 120.0)
+    values = {name: parse_value(name, tp, _copy_default(default)) for name, (tp, default) in DECLARED.items()}
     sources: dict[str, str] = {}
     redis_parts: dict[str, Any] = {}
     for origin, layer in layers:
@@ -330,3 +344,38 @@ def settings_env(settings: Settings) -> dict[str, str]:
         for name in settings
         if settings.source(name) in ("file", "cli", "state") and settings[name] is not None
     }
+
+
+def render_setting_types() -> str:
+    """The source of :mod:`crawlhive.utils.setting_types`: each setting's annotation, as written in
+    :mod:`crawlhive.utils.defaults` (``python -m crawlhive.utils.settings`` rewrites that module)."""
+    import ast
+    import inspect
+
+    source = inspect.getsource(defaults)
+    lines = [
+        '"""The declared type of every setting, so that ``settings.NAME`` reads are typed (mypy checks them).',
+        "",
+        "Generated from :mod:`crawlhive.utils.defaults`; do not edit. After adding or changing a setting there:",
+        "``python -m crawlhive.utils.settings`` (tests/unit/test_settings.py checks this file is current).",
+        'At run time :class:`~crawlhive.utils.settings.Settings` reads the values."""',
+        "",
+        "# ruff: noqa: E501",
+        "",
+        "from typing import Any",
+        "",
+        "",
+        "class SettingTypes:",
+        '    """Each setting, declared as an attribute of :class:`~crawlhive.utils.settings.Settings`."""',
+        "",
+    ]
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id.isupper():
+            lines.append(f"    {node.target.id}: {ast.get_source_segment(source, node.annotation)}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m crawlhive.utils.settings: rewrite utils/setting_types.py
+    import crawlhive.utils.setting_types as generated
+
+    Path(generated.__file__).write_text(render_setting_types())

@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from prometheus_client.metrics_core import Metric
-    from redis import Redis
 
     from crawlhive.utils.keys import Keys
+    from crawlhive.utils.redis_types import RedisClient
     from crawlhive.utils.stats import Stats
 
 #: The heartbeat/stats component of sinks.
@@ -49,7 +49,7 @@ METRIC_LAG = "crawlhive_sink_lag"
 DASHBOARD_CARDS = (("written", "written"), ("lag", "lag"))
 
 
-def publish(redis: Redis, keys: Keys, node_id: str, state: dict[str, Any], ttl_s: float) -> None:
+def publish(redis: RedisClient, keys: Keys, node_id: str, state: dict[str, Any], ttl_s: float) -> None:
     """This sink process's entry (see the module docstring); the hash expires when no sink
     refreshes it for *ttl_s*."""
     pipe = redis.pipeline(transaction=False)
@@ -58,12 +58,12 @@ def publish(redis: Redis, keys: Keys, node_id: str, state: dict[str, Any], ttl_s
     pipe.execute()
 
 
-def withdraw(redis: Redis, keys: Keys, node_id: str) -> None:
+def withdraw(redis: RedisClient, keys: Keys, node_id: str) -> None:
     """Remove this process's entry (a graceful stop)."""
     redis.hdel(keys.sink_state(), node_id)
 
 
-def live_sinks(redis: Redis, keys: Keys, timeout_s: float, now: float | None = None) -> dict[str, dict[str, Any]]:
+def live_sinks(redis: RedisClient, keys: Keys, timeout_s: float, now: float | None = None) -> dict[str, dict[str, Any]]:
     """Per sink name: ``kind``, ``topic``, ``group``, ``processes`` and summed ``lag`` of its live
     processes; stale entries are removed."""
     now = time.time() if now is None else now
@@ -90,7 +90,7 @@ def live_sinks(redis: Redis, keys: Keys, timeout_s: float, now: float | None = N
     return found
 
 
-def stats_body(redis: Redis, keys: Keys, stats: Stats, timeout_s: float) -> dict[str, Any]:
+def stats_body(redis: RedisClient, keys: Keys, stats: Stats, timeout_s: float) -> dict[str, Any]:
     """The ``sink`` stats answer: per sink, its counters (window maps) and its live state."""
     names = {parsed[0] for c in stats.counters(COMPONENT) if (parsed := parse_sink_counter_name(c[1]))}
     live = live_sinks(redis, keys, timeout_s)
@@ -104,7 +104,7 @@ def stats_body(redis: Redis, keys: Keys, stats: Stats, timeout_s: float) -> dict
     return {"sinks": body}
 
 
-def rows(redis: Redis, keys: Keys, stats: Stats, timeout_s: float) -> list[dict[str, Any]]:
+def rows(redis: RedisClient, keys: Keys, stats: Stats, timeout_s: float) -> list[dict[str, Any]]:
     """One row per sink for ``/metrics`` and the dashboard: name, kind, lifetime counters, lag."""
     sinks = stats_body(redis, keys, stats, timeout_s)["sinks"]
     return [

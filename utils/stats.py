@@ -39,13 +39,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from redis import Redis
-    from redis.client import Pipeline
-
     from crawlhive.utils.keys import Keys
+    from crawlhive.utils.redis_types import RedisPipeline
 
 BUCKETS_PER_WINDOW = 60
 """Buckets per window; every process of a cluster must use the same value (members carry it
@@ -77,7 +76,7 @@ class Stats:
     """
 
     def __init__(
-        self, redis: Redis, keys: Keys, windows: Sequence[int], clock: Callable[[], float] = time.time
+        self, redis: RedisClient, keys: Keys, windows: Sequence[int], clock: Callable[[], float] = time.time
     ) -> None:
         if not windows or any(isinstance(w, bool) or not isinstance(w, int) or w <= 0 for w in windows):
             raise ValueError(f"STATS_TIMES: expected positive whole seconds, got {list(windows)!r}")
@@ -96,7 +95,7 @@ class Stats:
     # --- writes ---------------------------------------------------------------------------------
 
     def incr(
-        self, component: str, name: str, n: int = 1, *, pipe: Pipeline | None = None, now: float | None = None
+        self, component: str, name: str, n: int = 1, *, pipe: RedisPipeline | None = None, now: float | None = None
     ) -> None:
         """Count *n* events of counter ``(component, name)`` at time *now* (default: the clock).
 
@@ -115,7 +114,7 @@ class Stats:
         self.incr_many([(component, name, n)], pipe=pipe, now=now)
 
     def incr_many(
-        self, counts: Iterable[tuple[str, str, int]], *, pipe: Pipeline | None = None, now: float | None = None
+        self, counts: Iterable[tuple[str, str, int]], *, pipe: RedisPipeline | None = None, now: float | None = None
     ) -> None:
         """:meth:`incr` for several ``(component, name, n)`` at once, in one pipeline.
 
@@ -154,7 +153,7 @@ class Stats:
         first = max(last - BUCKETS_PER_WINDOW + 1, index - 2 * BUCKETS_PER_WINDOW + 1)
         return [f"{window}:{i}" for i in range(first, index - BUCKETS_PER_WINDOW + 1)]
 
-    def unique(self, component: str, name: str, value: str | bytes, *, pipe: Pipeline | None = None) -> None:
+    def unique(self, component: str, name: str, value: str | bytes, *, pipe: RedisPipeline | None = None) -> None:
         """Record *value* in the distinct count of ``(component, name)``.
 
         Touches ``keys.stats_unique(component, name)`` (``PFADD``, ``PEXPIRE``) and the index.
@@ -165,7 +164,7 @@ class Stats:
         self.unique_many(component, name, [value], pipe=pipe)
 
     def unique_many(
-        self, component: str, name: str, values: Iterable[str | bytes], *, pipe: Pipeline | None = None
+        self, component: str, name: str, values: Iterable[str | bytes], *, pipe: RedisPipeline | None = None
     ) -> None:
         """:meth:`unique` for several values at once."""
         batch = list(values)
@@ -201,7 +200,7 @@ class Stats:
             return {}
         args = self._read_args(now)
 
-        def build() -> Pipeline:
+        def build() -> RedisPipeline:
             pipe = self.redis.pipeline(transaction=False)
             for component, name in wanted:
                 self.scripts.queue(pipe, "stats_read", self._read_keys(component, name), args)
@@ -326,7 +325,7 @@ def parse_status_counter_name(name: str) -> tuple[str, str, int] | None:
 
 
 def record_response(
-    stats: Stats, spider: str, host: str, code: int, codes: Iterable[int], *, pipe: Pipeline | None = None
+    stats: Stats, spider: str, host: str, code: int, codes: Iterable[int], *, pipe: RedisPipeline | None = None
 ) -> None:
     """Count one response (or a network failure, as :data:`NETWORK_FAILURE_CODE`) in the crawler's
     per-spider and per-machine counters, if *code* is one of *codes* (``STATS_RESPONSE_CODES``)."""

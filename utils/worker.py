@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from kafka.errors import KafkaError
 
+from crawlhive.utils.blobs import BlobStore
+from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer, probe_kafka
 from crawlhive.utils.keys import Keys
@@ -43,11 +45,11 @@ from crawlhive.utils.loop import (
     is_transient,
 )
 from crawlhive.utils.redis_clients import keys_from_settings
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.stats import Stats
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, KafkaProducer
-    from redis import Redis
 
     from crawlhive.utils.settings import Settings
 
@@ -64,7 +66,7 @@ class ProcessContext:
     """The wiring of one process (see the module docstring)."""
 
     settings: Settings
-    redis: Redis
+    redis: RedisClient
     component: str
     keys: Keys
     node_id: str
@@ -77,13 +79,13 @@ class ProcessContext:
     backends_gone: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        self.heartbeat_interval_s = self.settings.getfloat("HEARTBEAT_INTERVAL")
+        self.heartbeat_interval_s = self.settings.HEARTBEAT_INTERVAL
 
     @classmethod
     def create(
         cls,
         settings: Settings,
-        redis: Redis,
+        redis: RedisClient,
         component: str,
         *,
         owns_redis: bool = False,
@@ -102,14 +104,14 @@ class ProcessContext:
             component=component,
             keys=keys,
             node_id=node_id,
-            stats=Stats(redis, keys, settings.getlist("STATS_TIMES")),
+            stats=Stats(redis, keys, settings.STATS_TIMES),
             heartbeat=Heartbeat(
                 redis,
                 keys,
                 component,
                 node_id,
                 settings.node_name,
-                settings.getfloat("HEARTBEAT_TIMEOUT"),
+                settings.HEARTBEAT_TIMEOUT,
                 extra=heartbeat_extra,
             ),
             owns_redis=owns_redis,
@@ -146,7 +148,7 @@ class Worker:
     #: What one iteration is called in the stop message ("finish this batch, then stop").
     iteration: ClassVar[str] = "this iteration"
 
-    def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
+    def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
         self.context = ProcessContext.create(settings, redis, self.component, owns_redis=owns_redis)
         self.settings = settings
         self.redis = redis
@@ -157,6 +159,12 @@ class Worker:
         self.stopping = False
         self.backoff = Backoff()
         self._last_beat = 0.0
+        #: Large pages' blobs (docs/contract.md §20.5), swept by age from every worker loop.
+        self.blob_sweep: BlobStore | None = None
+        try:
+            self.blob_sweep = BlobStore.from_settings(settings)
+        except SettingsError as exc:  # the components that read blobs refuse to start on it
+            logger.warning("%s does not remove expired blobs: %s", self.component, exc)
 
     # --- what a component provides ------------------------------------------------------------
 
@@ -232,6 +240,8 @@ class Worker:
                     self.backoff.wait(describe_failure(exc, self.settings), lambda: self.stopping)
                 done += 1
                 self.after_iteration()
+                if self.blob_sweep is not None:
+                    self.blob_sweep.expire_in_background()  # at start, then at most once an hour
         finally:
             self.teardown()
 
@@ -256,6 +266,31 @@ class Worker:
         self.context.close()
 
 
+#: Seconds between two progress lines of a busy consumer worker (none while idle, §17.4).
+PROGRESS_EVERY_S = 10.0
+
+
+@dataclass
+class BatchCounts:
+    """What one batch of a :class:`ConsumerWorker` did, or its whole life: the records polled, then
+    one counter per outcome, declared by a subclass (the cleaner's ``cleaned``, ``skipped``, …)
+    and named in its progress line in declaration order (``dead_letters``: "dead letters")."""
+
+    records: int = 0
+
+    def add(self, other: Self) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def minus(self, mark: Self) -> Self:
+        """The counts since *mark* (an earlier copy)."""
+        return replace(self, **{f.name: getattr(self, f.name) - getattr(mark, f.name) for f in fields(self)})
+
+    def outcomes(self) -> str:
+        """``3 cleaned, 0 skipped, 1 dead letters``: every counter but ``records``."""
+        return ", ".join(f"{getattr(self, f.name)} {f.name.replace('_', ' ')}" for f in fields(self)[1:])
+
+
 class ConsumerWorker(Worker):
     """A :class:`Worker` whose iteration is one batch of a Kafka consumer group (the kafka-monitor
     and the cleaner): the Kafka clients, poll → :meth:`process` → commit, the rewind of a batch
@@ -266,17 +301,22 @@ class ConsumerWorker(Worker):
     """
 
     iteration = "this batch"
+    #: Consume on librdkafka (:mod:`crawlhive.utils.rdkafka_consumer`) rather than kafka-python.
+    rdkafka: ClassVar[bool] = False
 
-    def __init__(self, settings: Settings, redis: Redis, *, owns_redis: bool = False) -> None:
+    def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
         super().__init__(settings, redis, owns_redis=owns_redis)
-        self.poll_timeout_ms = settings.getint("KAFKA_CONSUMER_POLL_TIMEOUT_MS")
-        self.max_poll_records = settings.getint("KAFKA_CONSUMER_MAX_POLL_RECORDS")
-        self.ack_timeout_s = settings.getfloat("KAFKA_FEED_TIMEOUT")
+        self.poll_timeout_ms = settings.KAFKA_CONSUMER_POLL_TIMEOUT_MS
+        self.max_poll_records = settings.KAFKA_CONSUMER_MAX_POLL_RECORDS
+        self.ack_timeout_s = settings.KAFKA_FEED_TIMEOUT
         self.consumer: KafkaConsumer | None = None
         self.producer: KafkaProducer | None = None
         self._busy = False
         #: Processed records whose offsets are not committed yet (a commit failed).
         self._commit_pending = False
+        #: When the last progress line was due, and the totals then (None: nothing counted yet).
+        self._progress_at = time.monotonic()
+        self._progress_mark: BatchCounts | None = None
 
     def process(self, records: list[Any]) -> Any:
         """Handle one polled batch; every output durable when it returns (raises if not)."""
@@ -294,7 +334,12 @@ class ConsumerWorker(Worker):
         if self.producer is None:
             self.producer = make_producer(self.settings)
         if self.consumer is None:
-            self.consumer = make_consumer(self.settings, topic, group_id=group, **consumer_options)
+            if self.rdkafka:
+                from crawlhive.utils.rdkafka_consumer import make_rdkafka_consumer
+
+                self.consumer = make_rdkafka_consumer(self.settings, topic, group_id=group, **consumer_options)
+            else:
+                self.consumer = make_consumer(self.settings, topic, group_id=group, **consumer_options)
         self.beat(force=True)
         logger_of(self).info(
             "%s %s consuming %s as group %s (Redis %s)",
@@ -302,11 +347,39 @@ class ConsumerWorker(Worker):
             self.node_id,
             topic,
             group,
-            mask_url(self.settings["REDIS_URL"]),
+            mask_url(self.settings.REDIS_URL),
         )
 
+    #: The counts since the worker started (a :class:`BatchCounts` of the subclass's kind), which
+    #: :meth:`log_progress` reports; None: no progress lines.
+    totals: BatchCounts | None = None
+
+    @property
+    def progress_name(self) -> str:
+        """How progress lines name this process (``cleaner``, ``sink pages``)."""
+        return self.component
+
     def log_progress(self, force: bool = False) -> None:
-        """A progress line every so often while records flow (none while idle, §17.4)."""
+        """A progress line every PROGRESS_EVERY_S while records flow (none while idle, §17.4):
+        records in the period, their rate, each outcome, and the records since start."""
+        if self.totals is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._progress_at < PROGRESS_EVERY_S:
+            return
+        period = self.totals if self._progress_mark is None else self.totals.minus(self._progress_mark)
+        if period.records:
+            elapsed = now - self._progress_at
+            logger_of(self).info(
+                "%s: %d records in %.0fs (%.0f/s): %s; since start %d records",
+                self.progress_name,
+                period.records,
+                elapsed,
+                period.records / elapsed if elapsed > 0 else 0.0,
+                period.outcomes(),
+                self.totals.records,
+            )
+        self._progress_at, self._progress_mark = now, replace(self.totals)
 
     def after_iteration(self) -> None:
         self.log_progress()

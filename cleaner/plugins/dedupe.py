@@ -15,24 +15,23 @@ from crawlhive.cleaner.plugins import CleanerPlugin
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.cleaner.cleaner import Cleaner
     from crawlhive.cleaner.page import Page
     from crawlhive.utils.keys import Keys
+    from crawlhive.utils.redis_types import RedisClient
 
 
 class DedupePlugin(CleanerPlugin):
     name = "dedupe"
 
-    def __init__(self, redis: Redis, keys: Keys, ttl_s: float) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, ttl_s: float) -> None:
         self.redis = redis
         self.keys = keys
         self.ttl_s = max(1, int(ttl_s))
 
     @classmethod
     def from_cleaner(cls, cleaner: Cleaner) -> Self:
-        return cls(cleaner.redis, cleaner.keys, cleaner.settings.getfloat("CLEANER_DEDUPE_TTL"))
+        return cls(cleaner.redis, cleaner.keys, cleaner.settings.CLEANER_DEDUPE_TTL)
 
     def process_batch(self, pages: list[Page]) -> list[Page]:
         for page in pages:

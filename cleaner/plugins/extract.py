@@ -61,9 +61,9 @@ class ExtractPlugin(CleanerPlugin):
     def from_cleaner(cls, cleaner: Cleaner) -> Self:
         settings = cleaner.settings
         return cls(
-            settings.getfloat("CLEANER_MAX_SECONDS"),
-            settings.getint("CLEANER_MAX_TEXT_BYTES"),
-            settings.getbool("CLEANER_MARKDOWN"),
+            settings.CLEANER_MAX_SECONDS,
+            settings.CLEANER_MAX_TEXT_BYTES,
+            settings.CLEANER_MARKDOWN,
         )
 
     def process(self, page: Page) -> None:

@@ -96,7 +96,7 @@ class PiiPlugin(CleanerPlugin):
 
     @classmethod
     def from_cleaner(cls, cleaner: Cleaner) -> PiiPlugin:
-        if not cleaner.settings.getbool("CLEANER_MASK_PII"):
+        if not cleaner.settings.CLEANER_MASK_PII:
             raise NotConfigured("CLEANER_MASK_PII is false")
         for region in {"US", *REGIONS.values()}:  # metadata loaded here, not in a page's CLEANER_MAX_SECONDS
             mask("+1 202-555-0143", region)

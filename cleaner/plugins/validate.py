@@ -21,7 +21,7 @@ class ValidatePlugin(CleanerPlugin):
 
     @classmethod
     def from_cleaner(cls, cleaner: Cleaner) -> Self:
-        return cls([str(f) for f in cleaner.settings.getlist("CLEANER_REQUIRED_FIELDS")])
+        return cls([str(f) for f in cleaner.settings.CLEANER_REQUIRED_FIELDS])
 
     def process(self, page: Page) -> None:
         for name in self.required:

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any, Self
 from crawlhive.utils.contract.messages import BUILTIN_PLUGINS, Cause, MessageKind
 
 if TYPE_CHECKING:
-    from redis.client import Pipeline
-
     from crawlhive.kafka_monitor.monitor import KafkaMonitor
+    from crawlhive.utils.redis_types import RedisPipeline
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class IncomingPlugin(MessageKind, ABC):
         """Build the plugin with what it needs from *monitor* (settings, keys, Redis)."""
 
     @abstractmethod
-    def handle(self, requests: list[Incoming], pipe: Pipeline) -> None:
+    def handle(self, requests: list[Incoming], pipe: RedisPipeline) -> None:
         """Queue the Redis writes of *requests* on *pipe*; the monitor executes it once per batch.
 
         Writes must be idempotent per ``Incoming.origin``: after a crash the same records are

@@ -9,9 +9,8 @@ from crawlhive.utils.contract.messages import ActionRequest
 from crawlhive.utils.control import ControlQueue
 
 if TYPE_CHECKING:
-    from redis.client import Pipeline
-
     from crawlhive.kafka_monitor.monitor import KafkaMonitor
+    from crawlhive.utils.redis_types import RedisPipeline
 
 
 class ControlHandler(IncomingPlugin):
@@ -25,7 +24,7 @@ class ControlHandler(IncomingPlugin):
     def from_monitor(cls, monitor: KafkaMonitor) -> Self:
         return cls(ControlQueue.from_settings(monitor.redis, monitor.settings))
 
-    def handle(self, requests: list[Incoming], pipe: Pipeline) -> None:
+    def handle(self, requests: list[Incoming], pipe: RedisPipeline) -> None:
         for request in requests:
             self.control.submit(pipe, self.kind, request.message, request.origin)
 

@@ -10,9 +10,8 @@ from crawlhive.utils.control import ORIGIN_MARKER_TTL_S
 from crawlhive.utils.frontier import Frontier, seed_from_request
 
 if TYPE_CHECKING:
-    from redis.client import Pipeline
-
     from crawlhive.kafka_monitor.monitor import KafkaMonitor
+    from crawlhive.utils.redis_types import RedisPipeline
 
 
 class ScraperHandler(CrawlRequest, IncomingPlugin):
@@ -25,7 +24,7 @@ class ScraperHandler(CrawlRequest, IncomingPlugin):
     def from_monitor(cls, monitor: KafkaMonitor) -> Self:
         return cls(Frontier.from_settings(monitor.redis, monitor.settings))
 
-    def handle(self, requests: list[Incoming], pipe: Pipeline) -> None:
+    def handle(self, requests: list[Incoming], pipe: RedisPipeline) -> None:
         """Queue the seeds of *requests* whose Kafka record was never queued before.
 
         A record's seed is queued together with a marker of its origin (same ``MULTI``), so a

@@ -34,7 +34,7 @@ class CompleteMonitor(MonitorPlugin):
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
-        if not monitor.settings.getbool("REDIS_MONITOR_COMPLETE_ENABLED"):
+        if not monitor.settings.REDIS_MONITOR_COMPLETE_ENABLED:
             raise NotConfigured("REDIS_MONITOR_COMPLETE_ENABLED is false")
         return cls(monitor.frontier)
 

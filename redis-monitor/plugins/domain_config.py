@@ -18,10 +18,9 @@ from redis.exceptions import ResponseError
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
 from crawlhive.utils.domains import domain_of_host
 from crawlhive.utils.frontier import FrontierReader, recheck_domain
+from crawlhive.utils.redis_types import RedisClient
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.redis_monitor.monitor import RedisMonitor
     from crawlhive.utils.keys import Keys
 
@@ -35,7 +34,7 @@ class DomainConfigMonitor(MonitorPlugin):
 
     name = "DomainConfigMonitor"
 
-    def __init__(self, redis: Redis, keys: Keys, frontier: FrontierReader) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, frontier: FrontierReader) -> None:
         self.redis = redis
         self.keys = keys
         self.frontier = frontier

@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Any, Self
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
 from crawlhive.utils.errors import NotConfigured
 from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.redis_types import RedisClient
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.redis_monitor.monitor import RedisMonitor
     from crawlhive.utils.keys import Keys
 
@@ -28,14 +27,14 @@ class ExpireMonitor(MonitorPlugin):
     name = "ExpireMonitor"
     tick_every = 1
 
-    def __init__(self, redis: Redis, keys: Keys, frontier: FrontierReader) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, frontier: FrontierReader) -> None:
         self.redis = redis
         self.keys = keys
         self.frontier = frontier
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
-        if not monitor.settings.getbool("REDIS_MONITOR_EXPIRE_ENABLED"):
+        if not monitor.settings.REDIS_MONITOR_EXPIRE_ENABLED:
             raise NotConfigured("REDIS_MONITOR_EXPIRE_ENABLED is false")
         return cls(monitor.redis, monitor.keys, monitor.frontier)
 

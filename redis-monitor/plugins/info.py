@@ -38,7 +38,7 @@ class InfoMonitor(MonitorPlugin):
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
         settings = monitor.settings
-        return cls(monitor.frontier, settings["CRAWL_MAX_PAGES_DEFAULT"], settings.getfloat("QUEUE_WINDOW"))
+        return cls(monitor.frontier, settings.CRAWL_MAX_PAGES_DEFAULT, settings.QUEUE_WINDOW)
 
     def with_notes(self, domains: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """*domains* (per-domain entries) with ``proxy_wait_until`` and ``rate_factor`` where they

@@ -39,10 +39,10 @@ class LeaseReaper(MonitorPlugin):
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
-        if not monitor.settings.getbool("REDIS_MONITOR_REAPER_ENABLED"):
+        if not monitor.settings.REDIS_MONITOR_REAPER_ENABLED:
             raise NotConfigured("REDIS_MONITOR_REAPER_ENABLED is false")
         worker = FrontierWorker.from_settings(monitor.redis, monitor.settings)
-        return cls(monitor.frontier, worker, monitor.stats, monitor.settings.getint("RETRY_TIMES"))
+        return cls(monitor.frontier, worker, monitor.stats, monitor.settings.RETRY_TIMES)
 
     def tick(self) -> None:
         for spider in sorted(self.frontier.active_spiders()):

@@ -1,9 +1,12 @@
 """recrawl (docs/contract.md §19): release due pages into the frontier, end crawls past ``until``.
 
-Every tick, one script per frontier shard (:meth:`Schedule.release`) moves up to
-RECRAWL_RELEASE_BATCH due pages from the shard's schedule into the crawl queues, and idle crawlers
-of their spider type are woken. Each release is atomic (the page's state says a visit is on in the
-same script), so several redis-monitors may run this plugin: a page is released once.
+Every tick, a script per frontier shard (:meth:`Schedule.release_due`) moves up to
+RECRAWL_RELEASE_BATCH due pages from the shard's schedule into the crawl queues, called again while
+a shard has more due (for at most RELEASE_SHARE of a tick, so control requests are not held up),
+and idle crawlers of their spider type are woken. A batch is one script: a smaller one holds Redis
+for less time at once, a larger one costs fewer calls (bench/README.md: recrawl_release). Each
+release is atomic (the page's state says a visit is on in the same script), so several
+redis-monitors may run this plugin: a page is released once.
 
 Every few seconds it also walks the recurring crawls (``recurring`` in the crawl record): it renews
 their records (a crawl whose pages are visited weekly keeps its record and option sets), and a
@@ -28,15 +31,18 @@ from crawlhive.utils.frontier.recrawl import RECORD_FIELD, RECURRING_FIELD, Recr
 from crawlhive.utils.frontier.writer import wake_message
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.redis_monitor.monitor import RedisMonitor
     from crawlhive.utils.keys import Keys
+    from crawlhive.utils.redis_types import RedisClient
 
 logger = logging.getLogger(__name__)
 
 #: Seconds between two walks of the recurring crawls (records renewed, ``until`` checked).
 CRAWLS_EVERY_S = 5.0
+#: Share of REDIS_MONITOR_TICK_S (0.25 s) one tick may spend releasing (batch after batch while a
+#: shard has more due pages): a tick releases thousands of pages (a 500-page batch takes Redis
+#: 4-8 ms), a larger backlog drains over the next ticks, and control requests wait at most that.
+RELEASE_SHARE = 0.8
 
 
 class RecrawlReleaser(MonitorPlugin):
@@ -45,11 +51,15 @@ class RecrawlReleaser(MonitorPlugin):
     name = "RecrawlReleaser"
     tick_every = 1
 
-    def __init__(self, redis: Redis, keys: Keys, schedule: Schedule, batch: int, record_ttl_s: float) -> None:
+    def __init__(
+        self, redis: RedisClient, keys: Keys, schedule: Schedule, batch: int, record_ttl_s: float, budget_s: float = 0.2
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.schedule = schedule
         self.batch = batch
+        self.budget_s = budget_s
+        """Seconds a tick may spend releasing (RELEASE_SHARE of REDIS_MONITOR_TICK_S)."""
         self.record_ttl_s = int(record_ttl_s)
         self._crawls_at = 0.0
         self.released = 0
@@ -58,25 +68,32 @@ class RecrawlReleaser(MonitorPlugin):
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
         settings = monitor.settings
-        if not settings.getbool("RECRAWL_ENABLED"):
+        if not settings.RECRAWL_ENABLED:
             raise NotConfigured("RECRAWL_ENABLED is false")
-        schedule = Schedule(
-            monitor.redis, monitor.keys, settings.getint("RECRAWL_STATE_BUCKETS"), settings.getfloat("CRAWL_RECORD_TTL")
-        )
+        schedule = Schedule(monitor.redis, monitor.keys, settings.RECRAWL_STATE_BUCKETS, settings.CRAWL_RECORD_TTL)
         return cls(
             monitor.redis,
             monitor.keys,
             schedule,
-            settings.getint("RECRAWL_RELEASE_BATCH"),
-            settings.getfloat("CRAWL_RECORD_TTL"),
+            settings.RECRAWL_RELEASE_BATCH,
+            settings.CRAWL_RECORD_TTL,
+            RELEASE_SHARE * settings.REDIS_MONITOR_TICK_S,
         )
 
     def tick(self) -> None:
         lanes: dict[tuple[str, bool], set[int]] = {}
-        for shard in range(self.keys.shards):
-            for spider, render, count in self.schedule.release(shard, self.batch):
-                lanes.setdefault((spider, render), set()).add(shard)
-                self.released += count
+        pending = list(range(self.keys.shards))
+        deadline = time.monotonic() + self.budget_s
+        while pending:
+            more = []
+            for shard in pending:
+                released, again = self.schedule.release_due(shard, self.batch)
+                for spider, render, count in released:
+                    lanes.setdefault((spider, render), set()).add(shard)
+                    self.released += count
+                if again:
+                    more.append(shard)
+            pending = more if time.monotonic() < deadline else []
         for (spider, render), shards in lanes.items():
             try:
                 self.redis.publish(self.keys.wake_channel(spider, render), wake_message(shards))

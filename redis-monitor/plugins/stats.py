@@ -33,10 +33,9 @@ from crawlhive.utils.stats import (
 )
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.redis_monitor.monitor import RedisMonitor
     from crawlhive.utils.keys import Keys
+    from crawlhive.utils.redis_types import RedisClient
 
 #: Suffix of the ``queues`` entry of a spider type's rendering lane (``+`` is not allowed in spider ids).
 RENDER_QUEUE_SUFFIX = "+render"
@@ -51,7 +50,7 @@ class StatsMonitor(MonitorPlugin):
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         keys: Keys,
         stats: Stats,
         frontier: FrontierReader,
@@ -77,15 +76,15 @@ class StatsMonitor(MonitorPlugin):
             monitor.keys,
             monitor.stats,
             monitor.frontier,
-            settings.getlist("STATS_RESPONSE_CODES"),
-            settings.getint("STATS_QUEUE_MAX_DOMAINS"),
+            settings.STATS_RESPONSE_CODES,
+            settings.STATS_QUEUE_MAX_DOMAINS,
         )
-        plugin.default_window_s = settings.getfloat("QUEUE_WINDOW")
+        plugin.default_window_s = settings.QUEUE_WINDOW
         try:
             plugin.pools = pools_from_settings(settings)
         except ProxyConfigError as exc:  # the crawlers refuse to start on it; stats still answer
             logger.warning("%s; stats proxies lists the proxies that served requests only", exc)
-        plugin.heartbeat_timeout_s = settings.getfloat("HEARTBEAT_TIMEOUT")
+        plugin.heartbeat_timeout_s = settings.HEARTBEAT_TIMEOUT
         return plugin
 
     def accepts(self, kind: str, request: dict[str, Any]) -> bool:

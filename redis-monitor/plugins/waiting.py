@@ -20,11 +20,10 @@ from crawlhive.redis_monitor.plugins import MonitorPlugin
 from crawlhive.utils.heartbeat import crawler_lanes, unserved_reason
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.redis_monitor.monitor import RedisMonitor
     from crawlhive.utils.frontier import FrontierReader
     from crawlhive.utils.keys import Keys
+    from crawlhive.utils.redis_types import RedisClient
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +52,7 @@ class WaitingCrawls(MonitorPlugin):
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         keys: Keys,
         frontier: FrontierReader,
         grace_s: float,
@@ -73,7 +72,7 @@ class WaitingCrawls(MonitorPlugin):
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
-        interval = monitor.settings.getfloat("HEARTBEAT_INTERVAL")
+        interval = monitor.settings.HEARTBEAT_INTERVAL
         return cls(monitor.redis, monitor.keys, monitor.frontier, 2 * interval, min(CHECK_EVERY_S, interval))
 
     def tick(self) -> None:

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 import redis
-from chaoskit import Proc, TopicReader, component_env, wait_until
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from support.chaos import Proc, TopicReader, component_env, wait_until
 
 from crawlhive.utils.contract.validation import Accepted, RequestValidator
 from crawlhive.utils.kafka_clients import ensure_topics, make_producer

@@ -7,15 +7,10 @@ Docker's bridge network; when none can be had the tier FAILS, it never skips (do
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))  # crawlerkit, clustercrawlkit
-
-from dockerkit import Engine, built_images  # noqa: E402
+from support.docker import Engine, built_images
 
 
 @pytest.fixture(scope="session")

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from clustercrawlkit import MultiHostSite
-from crawlerkit import Collector
-from dockerkit import Deployment, Engine, readme_docker_steps, run
+from support.cluster_crawl import MultiHostSite
+from support.crawler import Collector
+from support.docker import Deployment, Engine, readme_docker_steps, run
 
 from crawlhive.utils.kafka_clients import ensure_topics, make_producer
 from crawlhive.utils.settings import Settings
@@ -61,7 +61,7 @@ class ChainSite(MultiHostSite):
 
 @pytest.fixture
 def site() -> Iterator[ChainSite]:
-    import clustercrawlkit
+    from support import cluster_crawl as clustercrawlkit
 
     served = ChainSite(delay_s=PAGE_DELAY_S)
     original, clustercrawlkit.HOSTS = clustercrawlkit.HOSTS, HOSTS

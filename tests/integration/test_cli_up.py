@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crawlerkit import descendants
+from support.crawler import descendants
 
 CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 
@@ -177,17 +177,20 @@ def test_no_password_is_printed_or_logged_and_up_json_is_private(tmp_path: Path,
 
             env["REDIS_URL"] = f"redis://:wrong-{password}@127.0.0.1:{server.port}/0"
             env["LOG_LEVEL"] = "INFO"
-            monitor = subprocess.Popen(
-                [*CLI, "redis-monitor"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-            try:
-                time.sleep(4)  # it retries with back-off, logging what to check
+            monitor_log = tmp_path / "refused.log"
+            with monitor_log.open("w") as out:
+                monitor = subprocess.Popen([*CLI, "redis-monitor"], env=env, stdout=out, stderr=subprocess.STDOUT)
+            try:  # it retries with back-off, logging what to check (its start may take seconds on a loaded machine)
+                deadline = time.monotonic() + 30
+                while "REDIS_URL" not in monitor_log.read_text() and time.monotonic() < deadline:
+                    time.sleep(0.2)
                 monitor.terminate()
-                refused, _ = monitor.communicate(timeout=30)
+                monitor.wait(timeout=30)
             finally:
                 if monitor.poll() is None:
                     monitor.kill()
-                    monitor.communicate()
+                    monitor.wait()
+            refused = monitor_log.read_text()
             assert "REDIS_URL" in refused and "***" in refused, refused[-2000:]
             assert password not in refused
         finally:
@@ -215,7 +218,7 @@ def _start_up(tmp_path: Path, *args: str, **extra: str) -> tuple[subprocess.Pope
 
 
 def _slow_site() -> Any:
-    from crawlerkit import TestSite, html
+    from support.crawler import TestSite, html
 
     site = TestSite()
     site.start()
@@ -510,6 +513,44 @@ def test_commands_that_used_an_up_that_exited_say_so_once_and_exit_1(tmp_path: P
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
         _kill_group(proc)
+
+
+def test_a_crawler_whose_up_is_gone_exits_even_while_its_redis_and_broker_answer(
+    tmp_path: Path, redis_url: str, kafka_bootstrap: str
+) -> None:
+    """A crawler on the addresses of up.json notices that `up` is gone without waiting for a failed
+    call: in the README tour a crawler whose calls never failed ran on 45 s after `up` exited
+    (1 run in 5). Here its Redis and broker keep answering (they are the test's), so only the
+    record says `up` is gone: removing it must end the crawler with the one line, exit 1."""
+    from crawlhive.app.state import write_state
+
+    write_state(tmp_path, redis_url, [kafka_bootstrap])  # an `up` that is this test process
+    env = _env(tmp_path)
+    out = tmp_path / "crawler.log"
+    with out.open("wb") as sink:
+        child = subprocess.Popen(
+            [*CLI, "crawler", "--spider", "link"],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while "crawling spider type" not in out.read_text():
+            assert child.poll() is None and time.monotonic() < deadline, out.read_text()
+            time.sleep(0.2)
+        mark = len(out.read_text().splitlines())
+        (tmp_path / "up.json").unlink()  # `up` exited
+        assert child.wait(timeout=30) == 1, out.read_text()[-3000:]
+        after = out.read_text().splitlines()[mark:]
+        assert len(after) == 1, "\n".join(after[:40])
+        assert after[0].startswith("crawlhive crawler: the crawlhive up whose Redis and broker"), after[0]
+        assert "is gone: it has exited and removed" in after[0]
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
 
 
 def test_a_passing_redis_outage_is_one_warning_per_component_and_no_traceback(

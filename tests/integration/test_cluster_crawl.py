@@ -1,4 +1,4 @@
-"""End to end on a local Redis Cluster of 3 primaries and 3 replicas (tests/clusterkit.py): the real
+"""End to end on a local Redis Cluster of 3 primaries and 3 replicas (tests/support/redis_cluster.py): the real
 kafka-monitor, crawler and redis-monitor commands crawl 24 domains, answer ``info`` and ``stop``
 over every shard, and ride through the SIGKILL of a primary (docs/contract.md §18).
 
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clustercrawlkit import HOSTS, MultiHostSite, Stack, keys_on_primaries
-from clusterkit import LocalCluster
-from crawlerkit import CLI, crawler_env, isolated_settings, redis_for
+from support.cluster_crawl import HOSTS, MultiHostSite, Stack, keys_on_primaries
+from support.crawler import CLI, crawler_env, isolated_settings, redis_for
+from support.redis_cluster import LocalCluster
 
 from crawlhive.utils.redis_clients import check_redis, keys_from_settings
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 import redis
-from clustercrawlkit import HOSTS, MultiHostSite, Stack, frontier_report, keys_on_primaries
-from clusterkit import LocalCluster
-from crawlerkit import isolated_settings
+from support.cluster_crawl import HOSTS, MultiHostSite, Stack, frontier_report, keys_on_primaries
+from support.crawler import isolated_settings
+from support.redis_cluster import LocalCluster
 
 from crawlhive.crawler.batching import ScriptBatcher
 from crawlhive.utils import scripts as registry

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import secrets
+import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from crawlerkit import TestSite, crawler_module, html, keys_for, seed
+from support.crawler import Crawler, TestSite, crawler_env, crawler_module, html, keys_for, seed
 
 from crawlhive.utils.blobs import BlobStore
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.redis_clients import keys_from_settings
+from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -429,3 +432,17 @@ def test_stats_and_heartbeat_name_the_spider(env: dict[str, Any], site: TestSite
     assert stats.read(CRAWLER, crawler_counter_name("link", 504)).get("lifetime", 0) >= 1
     beats = live_heartbeats(env["redis"], keys, CRAWLER)
     assert [b["spider"] for b in beats] == ["link"]
+
+
+@pytest.mark.parametrize("after_s", [0.8, 1.4, 2.0, 2.8])
+def test_a_crawler_stopped_while_it_starts_stops_quietly(after_s: float, settings: Settings, tmp_path: Path) -> None:
+    """SIGTERM at any moment of a crawler's start-up is a graceful stop: exit 0, no ERROR, no
+    traceback (seen in the chaos test: one arriving while Scrapy built its middlewares was logged
+    as ``crawler failed`` and the crawler exited 1). One arriving before the command installed
+    its handlers (the first few hundred ms of imports) ends it as SIGTERM's default does."""
+    crawler = Crawler(crawler_env(settings), tmp_path)
+    time.sleep(after_s)
+    code = crawler.terminate()
+    output = crawler.output()
+    assert code in (0, -signal.SIGTERM), output
+    assert "Traceback" not in output and " ERROR " not in output, output

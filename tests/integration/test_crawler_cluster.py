@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import redis
-from crawlerkit import Collector, Crawler, LeaseReaper, TestSite, crawler_env, html, seed
 from redis.cluster import RedisCluster
+from support.crawler import Collector, Crawler, LeaseReaper, TestSite, crawler_env, html, seed
 
 from crawlhive.utils.kafka_clients import ensure_topics, make_consumer
 from crawlhive.utils.redis_clients import is_cluster, keys_from_settings
@@ -71,10 +71,13 @@ def test_two_crawlers_never_exceed_a_domains_hits_per_window(
     assert len({i["url"] for i in items}) == 15
     starts = sorted(s.at for s in site.hits("/t/"))
     assert len(starts) >= 15
-    # The throttle orders fetch starts on the Redis clock; the site sees them after a connection
-    # set-up or reuse, which jitters by tens of milliseconds.
+    # The throttle orders fetch starts on the Redis clock; the site sees them after the crawler's
+    # reactor sends them and a connection set-up or reuse: tens of milliseconds on a quiet machine,
+    # up to 0.2 s seen under a full test run's load (CI's). Without the throttle the 15 fetches
+    # start within about 0.1 s, so a tolerance of 0.3 s still fails any leak.
     for i in range(len(starts) - 4):
-        assert starts[i + 4] - starts[i] >= 1.0 - 0.15, starts  # never 5 fetch starts within 1 s
+        assert starts[i + 4] - starts[i] >= 1.0 - 0.3, starts  # never 5 fetch starts within 1 s
+    assert starts[-1] - starts[0] >= (len(starts) - 1) // 4 - 0.3, starts  # the pace held throughout
 
 
 def test_sigkilled_crawler_loses_nothing_of_a_500_page_crawl(

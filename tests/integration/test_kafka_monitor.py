@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
-from crawlerkit import keys_for
 from kafka.structs import TopicPartition
+from support.crawler import keys_for
 
 from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from crawlhive.kafka_monitor.monitor import COMPONENT, BatchResult, KafkaMonitor

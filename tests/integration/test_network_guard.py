@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from crawlerkit import TestSite, crawler_env, crawler_module, html, seed
+from support.crawler import TestSite, crawler_env, crawler_module, html, seed
 
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.settings import Settings

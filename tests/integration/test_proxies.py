@@ -1,5 +1,5 @@
 """Proxies end to end (docs/contract.md §21): real ``crawlhive crawler`` processes, loopback forward
-proxies of our own (proxykit.py) and a loopback site that records which proxy each request came
+proxies of our own (tests/support/proxies.py) and a loopback site that records which proxy each request came
 through (``X-Via-Proxy``).
 
 Covered: rotation across two proxies; a banning proxy resting for that domain while its requests
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crawlerkit import (
+from support.crawler import (
     Crawler,
     Seen,
     TestSite,
@@ -32,7 +32,7 @@ from crawlerkit import (
     redis_for,
     seed,
 )
-from proxykit import CAPTCHA, LoopProxy, TlsSite
+from support.proxies import CAPTCHA, LoopProxy, TlsSite
 
 from crawlhive.redis_monitor.plugins.stats import StatsMonitor
 from crawlhive.rest.cluster import ClusterView

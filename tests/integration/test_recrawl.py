@@ -15,13 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clustercrawlkit import Stack
-from crawlerkit import Seen, TestSite, html, isolated_settings
+from support.cluster_crawl import Stack
+from support.crawler import Seen, TestSite, html, isolated_settings
 
+from crawlhive.crawler.requests import url_fingerprint
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import ClusterCollector
+from crawlhive.utils.domains import domain_of_url
+from crawlhive.utils.frontier.recrawl import PageState, Schedule, schedule_fingerprint
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.redis_clients import keys_from_settings
+from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -38,6 +42,8 @@ class ChangingSite:
         self.lock = threading.Lock()
         self.not_modified: Counter[str] = Counter()
         self.conditional: Counter[str] = Counter()
+        self.served: list[int] = []
+        """The version /r/change answered each of its fetches with, in order (one fetch, one visit)."""
         site.page("/r/seed", html("/r/etag", "/r/lm", "/r/plain", "/r/change", "/r/gone"))
         site.handler("/r/etag", self.etag)
         site.handler("/r/lm", self.last_modified)
@@ -65,7 +71,10 @@ class ChangingSite:
         return answer or (200, {"Content-Type": "text/html", "Last-Modified": LAST_MODIFIED}, html(title="lm"))
 
     def change(self, seen: Seen) -> tuple[int, dict[str, str], bytes]:
-        return 200, {"Content-Type": "text/html"}, html(title=f"version {self.version}")
+        with self.lock:
+            version = self.version
+            self.served.append(version)
+        return 200, {"Content-Type": "text/html"}, html(title=f"version {version}")
 
     def gone_page(self, seen: Seen) -> tuple[int, dict[str, str], bytes]:
         if self.gone:
@@ -128,7 +137,8 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
 
         wait_until("the changed page emitted again", lambda: len(emitted("/r/change")) >= 2, stack)
         again = emitted("/r/change")[1]
-        assert again["changed"] is True and again["visit"] >= 2, again
+        # its visit number: the fetch that first got version 2 (each fetch of the page is a visit)
+        assert again["changed"] is True and again["visit"] == changing.served.index(2) + 1 >= 2, again
         assert "version 2" in again["body"]
         assert isinstance(again["previous_fetch"], int) and again["previous_fetch"] <= time.time()
         wait_until("the removed page emitted once", lambda: len(emitted("/r/gone")) >= 2, stack)
@@ -149,6 +159,16 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
             "conditional revisits", lambda: min(changing.not_modified[p] for p in ("/r/etag", "/r/lm")) >= 2, stack
         )
         assert changing.conditional["/r/etag"] >= 2 and changing.conditional["/r/lm"] >= 2
+        # intervals adapt (every 2, min 1, max 3): unchanged pages' grow to max, the changed page's
+        # halved to min
+        wait_until(
+            "intervals adapted",
+            lambda: (
+                [interval(stack, settings, crawlid, url(p)) for p in ("/r/etag", "/r/lm", "/r/plain", "/r/change")]
+                == [3, 3, 3, 1]
+            ),
+            stack,
+        )
         assert len(site.hits("/r/plain")) >= 2 and len(site.hits("/r/seed")) >= 2
         time.sleep(2.5)
         assert len(site.hits("/r/gone")) == hits_then  # no longer visited
@@ -214,6 +234,16 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
         assert " WARNING " not in line and " ERROR " not in line and "Traceback" not in line, line
 
 
+def interval(stack: Stack, settings: Settings, crawlid: str, url: str) -> int | None:
+    """The interval of the scheduled page *url* of crawl *crawlid* (appid rapp), None if not scheduled."""
+    keys = keys_from_settings(settings)
+    schedule = Schedule(stack.redis, keys, settings.getint("RECRAWL_STATE_BUCKETS"), 3600)
+    fingerprint = schedule_fingerprint(url_fingerprint(url))
+    key = schedule.state_key("link", "rapp", crawlid, fingerprint, keys.shard_of(domain_of_url(url)))
+    raw = stack.redis.hget(key, fingerprint)
+    return PageState.unpack(raw).interval if raw else None
+
+
 def total(stack: Stack, keys: Keys, crawlid: str, field: str) -> int:
     """A schedule counter of the crawl, summed over the shards."""
     parts = (keys.crawl_shard("link", "rapp", crawlid, shard) for shard in range(keys.shards))
@@ -275,3 +305,151 @@ def test_a_sitemap_lastmod_brings_its_page_forward(
         logs = stack.logs()
         codes = stack.close()
     assert codes == [0, 0, 0], logs
+
+
+def test_a_recrawling_crawl_sent_again_after_stop_starts_a_fresh_schedule(
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """§19.1: ``stop`` ends a recurring crawl (§3.9: its stopped mark would have a seed sent again
+    fetched without its links); the same crawl sent again with ``recrawl`` starts afresh: every
+    page is fetched again (links followed, the old dupefilter gone), emitted as a first fetch,
+    scheduled again and revisited, and ``info`` and ``GET /crawls`` show the new schedule."""
+    site.page("/f/seed", html("/f/a", "/f/b"))
+    site.page("/f/a", html(title="a"))
+    site.page("/f/b", html(title="b"))
+    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rr")
+    stack = Stack(settings, tmp_path, RECRAWL_MIN_EVERY=1)
+    keys = keys_from_settings(settings)
+    crawlid = "again"
+    request = {
+        "url": site.url("/f/seed"),
+        "appid": "rapp",
+        "crawlid": crawlid,
+        "maxdepth": 1,
+        "recrawl": {"every": 1, "adaptive": False},
+    }
+    pages = sorted(site.url(p) for p in ("/f/seed", "/f/a", "/f/b"))
+    codes: list[int] = []
+    try:
+        stack.crawler().wait_ready(stack.redis, settings["REDIS_KEY_PREFIX"])
+        stack.send(request)
+        wait_until("the first visits", lambda: sorted(i["url"] for i in items(stack, crawlid)) == pages, stack)
+        wait_until("revisits", lambda: all(len(site.hits(p)) >= 2 for p in ("/f/a", "/f/b")), stack)
+        stack.send({"action": "stop", "appid": "rapp", "crawlid": crawlid, "spiderid": "link", "uuid": "s1"})
+        assert stack.answer(crawlid, "s1")["total_purged"] >= 3
+        stack.answer(crawlid, "complete")
+        time.sleep(2)  # visits in flight at the stop are over
+        assert total(stack, keys, crawlid, "rc-scheduled") == 0
+        assert schedule_keys(stack, settings["REDIS_KEY_PREFIX"]) == []
+        hits = {p: len(site.hits(p)) for p in ("/f/seed", "/f/a", "/f/b")}
+        time.sleep(2)
+        assert {p: len(site.hits(p)) for p in hits} == hits  # stopped: nothing visited
+
+        restarted = time.time()
+        before = len(items(stack, crawlid))
+        assert before == 3  # unchanged revisits emitted nothing
+        stack.send(request)  # the same crawl again, with recrawl: a fresh schedule
+        wait_until(
+            "every page fetched again and emitted as a first fetch",
+            lambda: sorted(i["url"] for i in items(stack, crawlid)[before:]) == pages,
+            stack,
+        )
+        again = items(stack, crawlid)[before:]
+        assert all("visit" not in i for i in again), again  # the purged state is not carried over
+        wait_until("all three pages scheduled", lambda: total(stack, keys, crawlid, "rc-scheduled") == 3, stack)
+        wait_until(
+            "revisits on the new schedule",
+            lambda: all(len([h for h in site.hits(p) if h.at > restarted]) >= 3 for p in ("/f/seed", "/f/a", "/f/b")),
+            stack,
+        )
+        stack.send({"action": "info", "appid": "rapp", "crawlid": crawlid, "spiderid": "link", "uuid": "i1"})
+        recrawl = stack.answer(crawlid, "i1")["recrawl"]
+        assert recrawl["scheduled"] == 3 and recrawl["next_due"] > 0 and 0 <= recrawl["due"] <= 3, recrawl
+        view = ClusterView(stack.redis, settings, {})
+        (row,) = [r for r in view.crawl_list("active") if r["crawlid"] == crawlid]
+        assert row["state"] == "recurring" and row["recrawl"]["scheduled"] == 3, row
+        # unchanged pages: no item on the new schedule's revisits either
+        assert len(items(stack, crawlid)) == before + 3
+
+        stack.send({"action": "stop", "appid": "rapp", "crawlid": crawlid, "spiderid": "link", "uuid": "s2"})
+        assert stack.answer(crawlid, "s2")["total_purged"] >= 3
+        time.sleep(2)
+        assert schedule_keys(stack, settings["REDIS_KEY_PREFIX"]) == []
+    finally:
+        logs = stack.logs()
+        codes = stack.close()
+    assert codes == [0, 0, 0], logs
+    for line in logs.splitlines():
+        assert " WARNING " not in line and " ERROR " not in line and "Traceback" not in line, line
+
+
+def test_with_emit_unchanged_every_revisit_is_emitted(
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """RECRAWL_EMIT_UNCHANGED (§19.4): every revisit emits an item. An unchanged one (a 304 for
+    the pages with validators, the same body for the others) has ``"changed": false`` and an empty
+    body; the changed page's revisit has ``"changed": true`` and its new body, then ``false`` again
+    while it stays the same; each page's visit numbers run without a gap, and ``info`` counts them."""
+    changing = ChangingSite(site)
+    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "ru")
+    stack = Stack(settings, tmp_path, RECRAWL_MIN_EVERY=1, RECRAWL_EMIT_UNCHANGED=True)
+    crawlid = "all"
+    url = site.url
+    codes: list[int] = []
+
+    def emitted(path: str) -> list[dict[str, Any]]:
+        return [i for i in items(stack, crawlid) if i["url"] == url(path)]
+
+    steady = ("/r/seed", "/r/etag", "/r/lm", "/r/plain")
+    try:
+        stack.crawler().wait_ready(stack.redis, settings["REDIS_KEY_PREFIX"])
+        stack.send(
+            {
+                "url": url("/r/seed"),
+                "appid": "rapp",
+                "crawlid": crawlid,
+                "maxdepth": 1,
+                "recrawl": {"every": 1, "adaptive": False},
+            }
+        )
+        wait_until("the first visit of every page", lambda: len(items(stack, crawlid)) >= 6, stack)
+        changing.version = 2
+        wait_until(
+            "unchanged revisits emitted",
+            lambda: (
+                all(len(emitted(p)) >= 4 for p in steady)
+                and any(i.get("changed") is True for i in emitted("/r/change"))
+                and len(emitted("/r/change")) >= 4
+            ),
+            stack,
+        )
+        stack.send({"action": "info", "appid": "rapp", "crawlid": crawlid, "spiderid": "link", "uuid": "i1"})
+        recrawl = stack.answer(crawlid, "i1")["recrawl"]
+        assert recrawl["unchanged"] >= 4 * 3 and recrawl["changed"] >= 1, recrawl
+        stack.send({"action": "stop", "appid": "rapp", "crawlid": crawlid, "spiderid": "link", "uuid": "s1"})
+        stack.answer(crawlid, "complete")
+        stack.collector.settle(crawlid)
+        now = time.time()
+        for path in (*steady, "/r/change"):
+            first, *revisits = sorted(emitted(path), key=lambda i: i.get("visit", 1))
+            assert "visit" not in first and first["body"], first  # the first fetch: a normal item
+            assert [i["visit"] for i in revisits] == list(range(2, 2 + len(revisits))), revisits
+            for item in revisits:
+                assert 0 < item["previous_fetch"] <= now, item
+            unchanged = [i for i in revisits if not i["changed"]]
+            assert all(i["body"] == "" for i in unchanged), unchanged
+            if path != "/r/change":
+                assert len(unchanged) == len(revisits) >= 3, revisits
+            # the visit's own status: 304 where the server answered the conditional request so
+            answered = 304 if path in ("/r/etag", "/r/lm") else 200
+            assert all(i["status_code"] == answered for i in revisits), revisits
+        # the server answered the pages with validators 304 (and those visits were emitted too)
+        assert changing.not_modified["/r/etag"] >= 3 and changing.not_modified["/r/lm"] >= 3
+        changed = [i for i in emitted("/r/change") if i.get("changed")]
+        assert len(changed) == 1 and "version 2" in changed[0]["body"], changed  # changed once
+    finally:
+        logs = stack.logs()
+        codes = stack.close()
+    assert codes == [0, 0, 0], logs
+    for line in logs.splitlines():
+        assert " WARNING " not in line and " ERROR " not in line and "Traceback" not in line, line

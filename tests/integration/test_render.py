@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import redis
-from crawlerkit import (
+from support.crawler import (
     CLI,
     Collector,
     Crawler,

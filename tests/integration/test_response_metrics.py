@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import redis
-from crawlerkit import TestSite, crawler_module, html, seed
 from prometheus_client.parser import text_string_to_metric_families
+from support.crawler import TestSite, crawler_module, html, seed
 
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import RestMetrics

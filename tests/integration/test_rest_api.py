@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from crawlerkit import redis_for
 from prometheus_client.parser import text_string_to_metric_families
-from rest_support import FakeRedisMonitor, RunningRest, delete_prefix, running_rest, stats_answer
+from support.crawler import redis_for
+from support.rest import FakeRedisMonitor, RunningRest, delete_prefix, running_rest, stats_answer
 
 from crawlhive.utils.contract.validation import RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import redis
-from rest_support import FakeRedisMonitor, running_rest, stats_answer
+from support.rest import FakeRedisMonitor, running_rest, stats_answer
 
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker
 from crawlhive.utils.heartbeat import Heartbeat, new_node_id

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rest_support import RunningRest, running_rest
+from support.rest import RunningRest, running_rest
 
 from crawlhive.utils.settings import Settings
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import redis
-from crawlerkit import Collector, Crawler, Seen, TestSite, crawler_env, html, seed
+from support.crawler import Collector, Crawler, Seen, TestSite, crawler_env, html, seed
 
 from crawlhive.utils.frontier import RETRY_AFTER_MAX_S, defer_domain, parse_retry_after
 from crawlhive.utils.kafka_clients import ensure_topics

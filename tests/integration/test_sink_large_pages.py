@@ -8,20 +8,22 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import psycopg
 import pytest
-from crawlerkit import CLI, Collector, Crawler, TestSite, crawler_env, redis_for, seed
-from sinkkit import POSTGRES_URL, count, pg_table, rows, sink_url, start_sink, wait_until
+from support.crawler import CLI, Collector, Crawler, TestSite, crawler_env, redis_for, seed
+from support.sinks import POSTGRES_URL, count, pg_table, rows, sink_url, start_sink, wait_until
 from warcio.archiveiterator import ArchiveIterator
 
 from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.settings import Settings
 
-__all__ = ["pg_table"]  # the fixture, imported from sinkkit
+__all__ = ["pg_table"]  # the fixture, imported from support.sinks
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -129,3 +131,47 @@ def test_a_3mb_page_is_emitted_by_reference_cleaned_and_stored(
     assert "Paragraph 7 of the long report" not in output  # the payload is never logged
     assert "Traceback" not in output and "ERROR" not in output, output[-3000:]
     assert "Traceback" not in cleaner_log.read_text(), cleaner_log.read_text()[-3000:]
+
+
+@pytest.mark.parametrize("kind", ["redis-monitor", "kafka-monitor", "cleaner", "sink"])
+def test_blobs_expire_whichever_processes_run(settings: Settings, tmp_path: Path, kind: str) -> None:
+    """A deployment without crawlers still removes blobs older than BLOB_TTL: each worker process
+    sweeps the store at start (then at most once an hour), on a thread of its own; a fresh blob and
+    a file that is not a blob stay."""
+    home = tmp_path / "home"
+    blobs = home / "blobs"
+    blobs.mkdir(parents=True)
+    old, fresh = (hashlib.sha256(body).hexdigest() for body in (b"old body", b"fresh body"))
+    (blobs / old).write_bytes(b"old body")
+    (blobs / fresh).write_bytes(b"fresh body")
+    (blobs / "notes.txt").write_text("not a blob")
+    past = time.time() - 7200
+    for name in (old, "notes.txt"):
+        os.utime(blobs / name, (past, past))
+    ensure_topics(settings, [settings.topic(t) for t in ("incoming", "crawled_firehose", "cleaned", "dead_letter")])
+    env = crawler_env(settings.copy_with(CRAWLHIVE_HOME=str(home)), BLOB_TTL=3600)
+    extra = ["--to", f"file://{tmp_path}/files/"] if kind == "sink" else []
+    log = tmp_path / f"{kind}.log"
+    process = subprocess.Popen([*CLI, kind, *extra, "--log-file", str(log)], env=env)
+    said = "removed 1 blobs older than BLOB_TTL (3600 s)"
+    try:
+        deadline = time.monotonic() + 90
+        while (blobs / old).exists() or not (log.exists() and said in log.read_text()):
+            text = log.read_text() if log.exists() else ""
+            assert time.monotonic() < deadline, f"{kind} left an expired blob:\n{text[-3000:]}"
+            assert process.poll() is None, text[-3000:]
+            time.sleep(0.2)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    assert (blobs / fresh).read_bytes() == b"fresh body" and (blobs / "notes.txt").exists()
+    # crawlhive's own lines only: a consumer stopped while it joins its group may log kafka-python's
+    # "LeaveGroup request failed" (Tansu answers the join late on a busy machine)
+    lines = [line.split(maxsplit=4) for line in log.read_text().splitlines()]
+    ours = [line for line in lines if len(line) > 3 and line[3].startswith("crawlhive.")]
+    assert ours and not [line for line in ours if line[2] in ("WARNING", "ERROR")], ours
+    assert "Traceback" not in log.read_text()

@@ -4,6 +4,7 @@ mid-stream, and PostgreSQL taken away and given back under load."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import signal
 import time
@@ -11,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crawlerkit import Collector
 from prometheus_client import CollectorRegistry, generate_latest
-from sinkkit import (
+from support.crawler import Collector
+from support.sinks import (
     POSTGRES_URL,
     Relay,
     cleaned,
@@ -30,12 +31,12 @@ from sinkkit import (
 
 from crawlhive.sink.store import sink_group, sink_name
 from crawlhive.sink.worker import Sink
-from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics
+from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics, make_consumer, make_producer
 from crawlhive.utils.settings import Settings
 from crawlhive.utils.sink_state import COMPONENT, live_sinks, metrics, sink_counter_name, stats_body
 from crawlhive.utils.sink_state import rows as sink_rows
 
-__all__ = ["pg_table"]  # the fixture, imported from sinkkit
+__all__ = ["pg_table"]  # the fixture, imported from support.sinks
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -73,8 +74,8 @@ def test_rows_newest_version_wins_and_bad_records_are_dead_letters(
     settings: Settings, pg_table: str, tmp_path: Path
 ) -> None:
     """Versions of one page out of order leave one row with the newest; a redelivered batch
-    changes nothing; not JSON, not an object, no url, a URL too long for the key's index are
-    dead letters; a NUL character is stored as U+FFFD; offsets are committed to the end."""
+    changes nothing; not JSON, not an object, no url, a URL too long for the key's index, a
+    lone surrogate are dead letters; a NUL character is stored as U+FFFD; offsets are committed to the end."""
     url = sink_url(pg_table)
     cfg = settings.copy_with(SINK_URL=url, SINK_MAX_POLL_RECORDS=100)
     source = settings.topic("cleaned")
@@ -89,15 +90,17 @@ def test_rows_newest_version_wins_and_bad_records_are_dead_letters(
         b"not json",
         [1, 2],
         {"appid": "sapp", "crawlid": "c1"},
+        cleaned("http://c.example/1", title="\ud800 a lone surrogate"),  # JSON, but not Unicode text
     ]
     produce(settings, source, records)
     sink = Sink.from_settings(cfg)
     try:
         assert sink.start()
         _drain(sink, len(records))
-        # Five page records, one refused; the versions of a.example/1 are spread over partitions,
-        # so how many replaced a row and how many came after a newer one depends on the order.
-        assert sink.totals.dead_letters == 4
+        # Six page records, two refused (a key too long, a lone surrogate); the versions of
+        # a.example/1 are spread over partitions, so how many replaced a row and how many came
+        # after a newer one depends on the order.
+        assert sink.totals.dead_letters == 5
         assert sink.totals.written + sink.totals.duplicates == 4 and sink.totals.written >= 2
         duplicates, written = sink.totals.duplicates, sink.totals.written
         table = rows(pg_table)
@@ -108,13 +111,14 @@ def test_rows_newest_version_wins_and_bad_records_are_dead_letters(
         assert first["published"].isoformat() == "2024-03-05" and first["status_code"] == 200
         assert second["text"] == "zero \ufffd byte" and second["published"] is None and second["status_code"] is None
         assert committed(settings, source, sink.group) == len(records)
-        letters = _letters(collector, 4)
+        letters = _letters(collector, 5)
         assert {letter["stage"] for letter in letters} == {"sink"}
         assert {letter["sink"] for letter in letters} == {sink_name(url)}
         errors = sorted(letter["error"] for letter in letters)
         assert errors[0].startswith("PostgreSQL refused the record") and "index row" in errors[0]
         assert errors[1:] == [
             "not JSON (Expecting value: line 1 column 1 (char 0))",
+            "not Unicode text: a string holds a lone surrogate",
             "not a JSON object but list",
             "not a page record: 'url' is not a string",
         ]
@@ -144,7 +148,7 @@ def test_rows_newest_version_wins_and_bad_records_are_dead_letters(
         # stats: sink, /metrics and the dashboard's rows (§20.7)
         sink.beat(force=True)
         body = stats_body(sink.redis, sink.keys, sink.stats, 30)["sinks"][sink.name]
-        assert body["written"]["lifetime"] == written + 1 and body["dead_letters"]["lifetime"] == 4
+        assert body["written"]["lifetime"] == written + 1 and body["dead_letters"]["lifetime"] == 5
         assert (body["kind"], body["topic"], body["group"], body["processes"], body["lag"]) == (
             "postgresql",
             source,
@@ -156,7 +160,7 @@ def test_rows_newest_version_wins_and_bad_records_are_dead_letters(
         registry.register(_Rows(sink))
         text = generate_latest(registry).decode()
         assert f'crawlhive_sink_records_total{{kind="written",sink="{sink.name}"}} {written + 1}.0' in text
-        assert f'crawlhive_sink_records_total{{kind="dead_letters",sink="{sink.name}"}} 4.0' in text
+        assert f'crawlhive_sink_records_total{{kind="dead_letters",sink="{sink.name}"}} 5.0' in text
         assert f'crawlhive_sink_lag{{sink="{sink.name}"}} 0.0' in text
     finally:
         sink.teardown()
@@ -281,3 +285,41 @@ def test_the_documented_queries_run_on_a_sinks_table(settings: Settings, pg_tabl
     assert len(results[0]) == 3 and results[1] == [("h-same", 2, "http://127.0.0.1:8000/about.html")]
     assert results[2] == [(200, "en", 3)] and results[3] == [("# River", None)]
     assert results[4] == [("http://127.0.0.1:8000/", "title of http://127.0.0.1:8000/")]
+
+
+def test_lag_counts_every_record_of_the_last_batch(settings: Settings, pg_table: str) -> None:
+    """Tansu answers ListOffsets with the base offset of a partition's last record batch plus one
+    (20 records sent as one batch count as 1); the sink's lag and ``consumer_lag`` (the cleaners'
+    lag in /metrics) take the high watermark of a fetch answer, which counts all 20."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    topic = f"{settings['KAFKA_TOPIC_PREFIX']}.lag-{secrets.token_hex(3)}"
+    ensure_topics(settings.copy_with(KAFKA_TOPIC_PARTITIONS=1), [topic, settings.topic("dead_letter")])
+    producer = make_producer(settings, linger_ms=2000)
+    try:
+        for i in range(20):
+            producer.send(topic, json.dumps(cleaned(f"http://lag.example/{i}")).encode(), partition=0)
+        producer.flush(timeout=20)  # one batch of 20 records
+    finally:
+        producer.close(timeout=5)
+    part = TopicPartition(topic, 0)
+    probe: KafkaConsumer = make_consumer(settings, group_id=None)
+    try:
+        listed = probe.end_offsets([part])[part]
+    finally:
+        probe.close(autocommit=False)
+    assert listed < 20, f"the broker answers ListOffsets {listed}: the case this test is about is gone"
+    assert consumer_lag(settings, topic, f"never-{secrets.token_hex(3)}") == 20
+    sink = Sink.from_settings(settings.copy_with(SINK_URL=sink_url(pg_table), SINK_FROM=topic, SINK_MAX_POLL_RECORDS=5))
+    try:
+        assert sink.start()
+        _drain(sink, 5)
+        done = committed(settings, topic, sink.group)
+        assert 5 <= done < 20
+        assert sink.lag() == 20 - done == consumer_lag(settings, topic, sink.group)
+        _drain(sink, 20)
+        sink.run_once()  # the last batch committed
+        assert sink.lag() == 0 == consumer_lag(settings, topic, sink.group)
+    finally:
+        sink.teardown()
+    assert count(pg_table) == 20

@@ -10,13 +10,20 @@ import gzip
 import hashlib
 import io
 import json
+import os
+import re
+import shutil
 import signal
+import socket
 import subprocess
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
-from crawlerkit import Crawler, TestSite, crawler_env, redis_for, seed
-from sinkkit import log_of, start_sink, wait_until
+from support.crawler import Crawler, TestSite, crawler_env, redis_for, seed
+from support.sinks import log_of, start_sink, wait_until
 from warcio.archiveiterator import ArchiveIterator
 
 from crawlhive.sink.store import sink_group
@@ -24,6 +31,10 @@ from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(180)
+
+#: pywb's commands (``make pywb`` installs pywb into .venv-pywb: it cannot share crawlhive's
+#: virtualenv, requirements-pywb.txt says why); CRAWLHIVE_TEST_PYWB names another bin folder.
+PYWB = Path(os.environ.get("CRAWLHIVE_TEST_PYWB") or Path(__file__).resolve().parents[2] / ".venv-pywb" / "bin")
 
 ARTICLE = "<html><head><title>Zipped</title></head><body><p>" + "Réponse compressée. " * 200 + "</p></body></html>"
 IMAGE = bytes(range(256)) * 8
@@ -72,7 +83,12 @@ def test_crawled_pages_become_warc_records_with_digests_and_an_index(settings: S
 
     responses, requests = {}, {}
     warcs = sorted(out.rglob("*.warc.gz"))
-    assert warcs and all(w.name.split(".")[0].count("-") == 1 for w in warcs)
+    # <topic>/<partition>/<topic>-<partition>-<first>-<last>.warc.gz: a name unique in the set
+    assert warcs and all(
+        re.fullmatch(rf"{re.escape(source)}-{w.parent.name}-\d+-\d+\.warc\.gz", w.name)
+        and w.parent.parent.name == source
+        for w in warcs
+    )
     for warc in warcs:
         stream = io.BytesIO(warc.read_bytes())
         for record in ArchiveIterator(stream, check_digests=True):
@@ -146,7 +162,7 @@ def _item(i: int) -> dict[str, object]:
 def test_a_warc_sink_killed_mid_stream_leaves_a_readable_set(settings: Settings, tmp_path: Path) -> None:
     """SIGKILL a WARC sink while it writes, start another: every page is in exactly one response
     record of a complete, readable file whose index points at it."""
-    from sinkkit import produce
+    from support.sinks import produce
 
     source = settings.topic("crawled_firehose")
     ensure_topics(settings, [source, settings.topic("dead_letter")])
@@ -169,7 +185,6 @@ def test_a_warc_sink_killed_mid_stream_leaves_a_readable_set(settings: Settings,
     assert _responses(out) < pages, "the sink finished before it was killed: nothing was tested"
     second = start_sink(settings, tmp_path, url, SINK_ROLL_SECONDS=1, **roll)
     try:
-        # (the embedded broker's end offsets count record batches: the files say when all is there)
         wait_until("every page archived", lambda: _responses(out) >= pages, process=second)
         wait_until("the group's lag to reach 0", lambda: consumer_lag(settings, source, group) == 0, process=second)
     finally:
@@ -187,3 +202,72 @@ def test_a_warc_sink_killed_mid_stream_leaves_a_readable_set(settings: Settings,
         assert sorted(json.loads(line.split(" ", 2)[2])["url"] for line in index) == sorted(targets)
         seen += targets
     assert sorted(seen) == sorted(str(_item(i)["url"]) for i in range(pages))  # each page once
+
+
+def test_pywb_replays_the_pages_the_sink_archived(settings: Settings, tmp_path: Path) -> None:
+    """docs/operations.md ("WARC"): a pywb collection of the sink's WARC files and CDXJ indexes,
+    served by a real ``wayback`` on loopback, replays each page as archived: payload, status line,
+    content type (``id_``: the original, not rewritten). The files of every partition go into
+    one ``archive/`` folder, which needs their names to be unique in the set."""
+    from support.sinks import produce
+
+    wayback, manager = PYWB / "wayback", PYWB / "wb-manager"
+    if not wayback.exists():
+        pytest.fail(f"pywb is not installed in {PYWB}: run `make pywb` (or set CRAWLHIVE_TEST_PYWB)")
+    source = settings.topic("crawled_firehose")
+    ensure_topics(settings, [source, settings.topic("dead_letter")])
+    gone = {**_item(3), "url": "http://w0.example/gone", "response_url": "http://w0.example/gone"}
+    gone |= {"status_code": 404, "status_msg": "Not Found", "body": "<html>no such page</html>"}
+    items = [_item(0), _item(1), gone]
+    produce(settings, source, items)
+    out = tmp_path / "warc"
+    sink = start_sink(settings, tmp_path, f"warc://{out}/", SINK_ROLL_SECONDS=1)
+    try:
+        wait_until("three pages archived", lambda: _responses(out) >= 3, process=sink)
+    finally:
+        sink.send_signal(signal.SIGTERM)
+        assert sink.wait(30) == 0
+    root = tmp_path / "pywb"
+    root.mkdir()
+    subprocess.run([str(manager), "init", "crawl"], cwd=root, check=True, capture_output=True, timeout=60)
+    stamps = {}
+    for warc in out.rglob("*.warc.gz"):
+        shutil.copy(warc, root / "collections" / "crawl" / "archive" / warc.name)
+        index = warc.with_name(warc.name.replace(".warc.gz", ".cdxj"))
+        shutil.copy(index, root / "collections" / "crawl" / "indexes" / index.name)
+        for line in index.read_text().splitlines():
+            _key, stamp, fields = line.split(" ", 2)
+            stamps[json.loads(fields)["url"]] = stamp
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "wayback.log").open("w")
+    server = subprocess.Popen(
+        [str(wayback), "-p", str(port), "-b", "127.0.0.1"], cwd=root, stdout=log, stderr=subprocess.STDOUT
+    )
+
+    def replay(url: str) -> tuple[int, str, bytes]:
+        address = f"http://127.0.0.1:{port}/crawl/{stamps[url]}id_/{url}"
+        try:
+            with urllib.request.urlopen(address, timeout=30) as answer:  # noqa: S310 - loopback
+                return answer.status, answer.headers.get("Content-Type", ""), answer.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers.get("Content-Type", ""), error.read()
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "wayback.log").read_text()
+                time.sleep(0.2)
+        for item in items:
+            status, content_type, body = replay(str(item["url"]))
+            assert status == item["status_code"], (item["url"], status, body[:300])
+            assert content_type == "text/html; charset=utf-8" and body == str(item["body"]).encode()
+    finally:
+        server.terminate()
+        server.wait(30)
+        log.close()

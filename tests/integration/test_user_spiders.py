@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crawlerkit import (
+from support.crawler import (
     Collector,
     Crawler,
     LeaseReaper,
@@ -28,11 +28,15 @@ from crawlerkit import (
     redis_for,
     seed,
 )
+from support.sinks import count, log_of, pg_table, rows, sink_url, start_sink, wait_until
 
+from crawlhive.utils.blobs import BlobStore
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.settings import Settings
+
+__all__ = ["pg_table"]  # the fixture, imported from support.sinks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -469,9 +473,12 @@ def test_a_user_spider_crawl_survives_a_sigkilled_crawler(
         client.close()
 
 
-def test_items_go_to_the_appid_topic_too_and_an_oversized_item_is_a_dead_letter(
-    quotes_module: Path, redis_url: str, kafka_bootstrap: str
+def test_items_go_to_the_appid_topic_too_and_an_oversized_item_goes_by_reference(
+    quotes_module: Path, redis_url: str, kafka_bootstrap: str, pg_table: str
 ) -> None:
+    """KAFKA_APPID_TOPICS copies items to items_<appid>; an item over KAFKA_PRODUCER_MAX_REQUEST_SIZE
+    is no dead letter but goes by reference (§20.5): ``"item": null`` and ``item_ref``, the item's
+    JSON a blob, which a PostgreSQL sink reading ``items`` and ``crawlhive dump`` read whole."""
     site = TestSite()
     site.start()
     site.page("/b/ok", _quote_page("small"))
@@ -495,11 +502,29 @@ def test_items_go_to_the_appid_topic_too_and_an_oversized_item_is_a_dead_letter(
                 for crawlid, path in (("b1", "/b/ok"), ("b2", "/b/big")):
                     seed(settings, env["redis"], appid="bapp", crawlid=crawlid, spiderid="quotes", url=site.url(path))
                 (copy,) = per_app.wait_for("b1", 1, timeout=30)
-                (letter,) = env["collector"].wait_for("b2", 1, topic=settings.topic("dead_letter"), timeout=30)
+                (big,) = env["collector"].wait_for("b2", 1, topic=settings.topic("items"), timeout=30)
                 (item,) = env["collector"].wait_for("b1", 1, topic=settings.topic("items"), timeout=30)
             finally:
                 per_app.close()
+            sink = start_sink(settings, quotes_module, sink_url(pg_table), "--from", "items")
+            try:
+                wait_until("both items stored", lambda: count(pg_table) == 2, timeout=90, process=sink)
+            finally:
+                sink.send_signal(signal.SIGTERM)
+                assert sink.wait(30) == 0
+            dumped = subprocess.run(
+                [*CLI, "dump", "items", "-b", "-n", "2"], env=crawler_env(settings), capture_output=True, timeout=60
+            )
+            letters = env["collector"].of("b2", settings.topic("dead_letter"))
+            blobs = BlobStore.from_settings(settings)
     finally:
         site.stop()
     assert copy["item"] == item["item"] == {"text": "SMALL", "page": site.url("/b/ok")}
-    assert letter["error"].startswith("item too large: ") and "KAFKA_PRODUCER_MAX_REQUEST_SIZE 50000" in letter["error"]
+    whole = {"text": "X" * 60_000, "page": site.url("/b/big")}
+    assert big["item"] is None and big["item_ref"]["size"] > 60_000 and letters == []
+    assert blobs.resolve(big)["item"] == whole
+    stored = {row["url"]: row["record"] for row in rows(pg_table)}
+    assert stored[site.url("/b/big")]["item"] == whole and stored[site.url("/b/ok")]["item"] == item["item"]
+    assert dumped.returncode == 0, dumped.stderr
+    assert whole in [json.loads(line)["item"] for line in dumped.stdout.splitlines()]
+    assert "Traceback" not in log_of(sink) and "WARNING" not in log_of(sink), log_of(sink)

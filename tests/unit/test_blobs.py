@@ -57,3 +57,27 @@ def test_blobs_older_than_blob_ttl_are_removed(tmp_path: Path) -> None:
 def test_the_default_store_is_a_folder_of_crawlhive_home(tmp_path: Path) -> None:
     assert blob_store_url(Settings.from_overrides(CRAWLHIVE_HOME=str(tmp_path))) == f"file://{tmp_path}/blobs"
     assert blob_store_url(Settings.from_overrides(BLOB_STORE_URL="s3://b/p/")) == "s3://b/p"
+
+
+def test_the_background_sweep_runs_when_due_and_blob_ttl_0_keeps_everything(tmp_path: Path) -> None:
+    store = BlobStore(f"file://{tmp_path}", ttl_s=100)
+    old = store.put(b"old")
+    past = time.time() - 1000
+    os.utime(tmp_path / old["sha256"], (past, past))
+    sweep = store.expire_in_background()
+    assert sweep is not None
+    sweep.join(30)
+    assert not (tmp_path / old["sha256"]).exists()
+    assert store.expire_in_background() is None  # the next one in an hour
+    keep = BlobStore(f"file://{tmp_path}", ttl_s=0)
+    again = keep.put(b"old")
+    os.utime(tmp_path / again["sha256"], (past, past))
+    assert keep.expire_in_background() is None and keep.expire(force=True) == 0
+    assert (tmp_path / again["sha256"]).exists()
+
+
+def test_a_store_fsspec_cannot_open_names_blob_store_url() -> None:
+    from crawlhive.utils.errors import SettingsError
+
+    with pytest.raises(SettingsError, match=r"BLOB_STORE_URL nosuchproto://u:\*\*\*@h/b"):
+        BlobStore.from_settings(Settings.from_overrides(BLOB_STORE_URL="nosuchproto://u:secret@h/b"))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from crawlhive.app.embedded import free_port
-from crawlhive.utils import kafka_clients, redis_clients
+from crawlhive.utils import kafka_clients, rdkafka_consumer, redis_clients
 from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
 from crawlhive.utils.settings import Settings
 
@@ -23,16 +23,22 @@ def test_common_config_defaults_to_plaintext() -> None:
     assert config == {"bootstrap_servers": ["a:9092", "b:9093"], "security_protocol": "PLAINTEXT"}
 
 
-def test_common_config_maps_sasl_ssl(tmp_path: Path) -> None:
+def _sasl_ssl(tmp_path: Path, **overrides: Any) -> tuple[Settings, Path]:
+    """Settings of a SASL_SSL broker with a CA file under *tmp_path* (password ``s3cret``), and the file."""
     cafile = tmp_path / "ca.pem"
     cafile.write_text("not checked here")
-    settings = Settings.from_overrides(
+    base = {"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_PASSWORD": "s3cret", "KAFKA_SSL_CAFILE": str(cafile)}
+    settings = Settings.from_overrides(**{**base, **overrides})
+    return settings, cafile
+
+
+def test_common_config_maps_sasl_ssl(tmp_path: Path) -> None:
+    settings, cafile = _sasl_ssl(
+        tmp_path,
         KAFKA_BOOTSTRAP_SERVERS="k1:9093",
         KAFKA_SECURITY_PROTOCOL="sasl_ssl",
         KAFKA_SASL_MECHANISM="SCRAM-SHA-512",
         KAFKA_SASL_USERNAME="crawler",
-        KAFKA_SASL_PASSWORD="s3cret",
-        KAFKA_SSL_CAFILE=str(cafile),
     )
     assert kafka_clients.kafka_common_config(settings) == {
         "bootstrap_servers": ["k1:9093"],
@@ -104,6 +110,64 @@ def test_consumer_and_producer_options_come_from_settings(monkeypatch: pytest.Mo
     assert producer["max_request_size"] == 100000
     assert producer["batch_size"] == 100000  # capped at the request size
     assert producer["linger_ms"] == 0  # overrides win
+
+
+def test_the_librdkafka_consumer_gets_the_same_connection_and_group_options(tmp_path: Path) -> None:
+    settings, cafile = _sasl_ssl(
+        tmp_path,
+        KAFKA_BOOTSTRAP_SERVERS="k1:9093,k2:9093",
+        KAFKA_SASL_MECHANISM="PLAIN",
+        KAFKA_SASL_USERNAME="sink",
+        KAFKA_SESSION_TIMEOUT_MS=9000,
+        KAFKA_MAX_POLL_INTERVAL_MS=5000,
+    )
+    config = rdkafka_consumer.rdkafka_config(
+        kafka_clients.consumer_config(settings, "crawlhive-sink-x", max_poll_records=500)
+    )
+    assert {k: v for k, v in config.items() if k != "logger"} == {
+        "bootstrap.servers": "k1:9093,k2:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "sink",
+        "sasl.password": "s3cret",
+        "ssl.ca.location": str(cafile),
+        "group.id": "crawlhive-sink-x",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 9000,
+        "heartbeat.interval.ms": 3000,
+        "max.poll.interval.ms": 9000,  # librdkafka refuses one shorter than the session
+        "fetch.wait.max.ms": settings.KAFKA_CONSUMER_FETCH_MAX_WAIT_MS,
+        "queued.max.messages.kbytes": rdkafka_consumer.QUEUED_MAX_KBYTES,
+        "fetch.queue.backoff.ms": rdkafka_consumer.FETCH_QUEUE_BACKOFF_MS,
+    }
+    with pytest.raises(ValueError, match="receive_buffer_bytes"):  # an option nobody mapped is refused
+        rdkafka_consumer.rdkafka_config({**kafka_clients.consumer_config(settings, "g"), "receive_buffer_bytes": 1})
+
+
+def test_librdkafka_reconnection_chatter_is_debug_and_its_real_errors_stay_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While a broker is down librdkafka logs "Connect to … failed" for every attempt of every
+    connection; an authentication failure must still be seen."""
+    log = rdkafka_consumer.rdkafka_logger
+    with caplog.at_level(logging.INFO, logger=log.name):
+        log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", "Connect to ipv4#127.0.0.1:9 failed")
+        log.log(logging.WARNING, "%s [%s] %s", "MAXPOLL", "rdkafka#consumer-1", "leaving group")
+        log.log(logging.ERROR, "%s [%s] %s", "SASL", "rdkafka#consumer-1", "SASL authentication error")
+    assert [(r.levelname, r.args[0]) for r in caplog.records] == [("INFO", "MAXPOLL"), ("ERROR", "SASL")]  # type: ignore[index]
+    with caplog.at_level(logging.DEBUG, logger=log.name):
+        log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", "Connect to ipv4#127.0.0.1:9 failed")
+    assert caplog.records[-1].levelname == "DEBUG"
+
+
+def test_the_librdkafka_consumer_fails_fast_naming_the_setting() -> None:
+    server = f"127.0.0.1:{free_port()}"
+    with pytest.raises(BackendUnavailable, match="KAFKA_BOOTSTRAP_SERVERS"):
+        rdkafka_consumer.make_rdkafka_consumer(
+            Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS=server), "x.cleaned", group_id="g"
+        )
 
 
 @pytest.mark.parametrize("factory", ["producer", "consumer", "admin", "ensure_topics"])

@@ -1,7 +1,7 @@
 """The cleaner's main text against the marked main text of real pages (tests/data/extraction/).
 
 The corpus is 120 real pages with the main text their site marks (tests/data/extraction/README.md);
-the score is the article-body token F1 extraction benchmarks use (tests/corpuskit.py). Measured
+the score is the article-body token F1 extraction benchmarks use (tests/support/corpus.py). Measured
 when the extraction moved to one parse and trafilatura's fast path: the cleaner's ``text`` 0.920
 (a bare default ``trafilatura.extract`` 0.921 on the same pages; on 181 news and blog pages of a
 public article-extraction benchmark, not committed, 0.961 against 0.948). The floor is that figure
@@ -10,8 +10,8 @@ less 0.01.
 
 from __future__ import annotations
 
-import corpuskit
 import pytest
+from support import corpus
 
 from crawlhive.cleaner.page import Page
 from crawlhive.cleaner.plugins.dates import DatePlugin
@@ -24,10 +24,10 @@ F1_FLOOR = 0.910
 
 
 @pytest.fixture(scope="module")
-def cleaned() -> tuple[list[corpuskit.Sample], list[dict[str, object]]]:
+def cleaned() -> tuple[list[corpus.Sample], list[dict[str, object]]]:
     """Every corpus page through the cleaner's extraction (its child process), language, dates
     and PII steps."""
-    samples = corpuskit.load()
+    samples = corpus.load()
     extract = ExtractPlugin(max_seconds=30.0, max_text_bytes=262144)
     steps = [extract, LanguagePlugin(), DatePlugin(), PiiPlugin()]
     records = []
@@ -48,31 +48,31 @@ def cleaned() -> tuple[list[corpuskit.Sample], list[dict[str, object]]]:
 
 
 def test_the_cleaners_main_text_scores_at_least_the_measured_f1(
-    cleaned: tuple[list[corpuskit.Sample], list[dict[str, object]]],
+    cleaned: tuple[list[corpus.Sample], list[dict[str, object]]],
 ) -> None:
     samples, records = cleaned
     assert len(samples) >= 100
-    f1 = corpuskit.mean_f1([str(r["text"] or "") for r in records], samples)
+    f1 = corpus.mean_f1([str(r["text"] or "") for r in records], samples)
     print(f"article-body token F1 of the cleaner's text over {len(samples)} pages: {f1:.4f}")
     assert f1 >= F1_FLOOR, f"F1 {f1:.4f} fell under {F1_FLOOR}"
 
 
 def test_the_cleaners_metadata_of_the_corpus_pages(
-    cleaned: tuple[list[corpuskit.Sample], list[dict[str, object]]],
+    cleaned: tuple[list[corpus.Sample], list[dict[str, object]]],
 ) -> None:
     samples, records = cleaned
     # Every page has a title, and the title is the page's own heading (its text starts with it).
     for record, sample in zip(records, samples, strict=True):
         title = str(record["title"] or "")
         assert title, sample.url
-        assert corpuskit.tokens(title) & corpuskit.tokens(sample.text), (sample.url, title)
+        assert corpus.tokens(title) & corpus.tokens(sample.text), (sample.url, title)
     # The documentation is English, and says so (<html lang="en">).
     assert sum(r["language"] == "en" for r in records) >= 0.95 * len(records)
     assert all(r["pii_masked"] is not None for r in records)
 
 
 def test_the_f1_score_is_the_bag_of_tokens_overlap() -> None:
-    assert corpuskit.prf("the cat sat", "the cat sat") == (1.0, 1.0, 1.0)
-    assert corpuskit.prf("", "the cat") == (0.0, 0.0, 0.0)
-    precision, recall, f1 = corpuskit.prf("The cat, the dog", "the cat sat")
+    assert corpus.prf("the cat sat", "the cat sat") == (1.0, 1.0, 1.0)
+    assert corpus.prf("", "the cat") == (0.0, 0.0, 0.0)
+    precision, recall, f1 = corpus.prf("The cat, the dog", "the cat sat")
     assert (precision, recall) == (2 / 4, 2 / 3) and f1 == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3))

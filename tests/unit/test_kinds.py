@@ -55,7 +55,7 @@ def test_the_built_in_kinds_are_registered_in_order() -> None:
     assert registry.heartbeat_components() == tuple(BUILTIN)
     assert registry.stats_types() == ("all", *BUILTIN, "spider", "machine", "queue", "proxies")
     plan = registry.up_plan()
-    assert [(name, argv) for name, _, argv in plan] == [
+    assert [(p.name, p.argv) for p in plan] == [
         ("kafka-monitor", ["kafka-monitor"]),
         ("redis-monitor", ["redis-monitor"]),
         ("crawler-1", ["crawler", "--spider", "link"]),
@@ -63,7 +63,7 @@ def test_the_built_in_kinds_are_registered_in_order() -> None:
         ("rest", ["rest"]),
     ]
     plan = registry.up_plan({"crawlers": 2, "render_crawlers": 1, "cleaners": 0})
-    assert [name for name, _, _ in plan] == [
+    assert [p.name for p in plan] == [
         "kafka-monitor",
         "redis-monitor",
         "crawler-1",
@@ -71,13 +71,29 @@ def test_the_built_in_kinds_are_registered_in_order() -> None:
         "crawler-render-1",
         "rest",
     ]
-    assert plan[4][2] == ["crawler", "--spider", "link", "--render"]
+    assert plan[4].argv == ["crawler", "--spider", "link", "--render"]
+
+
+def test_up_starts_one_process_per_value_of_an_each_option_with_the_value_in_its_environment() -> None:
+    """``up --sink URL`` (an :attr:`UpGroup.each` option): one sink per URL, SINK_URL in its
+    environment, nothing on its command line (other users can read command lines)."""
+    from crawlhive.app.cli import build_parser
+
+    args = build_parser().parse_args(["up", "--sink", "postgresql://u:pw@db/x", "--sink", "file:///tmp/p/"])
+    counts, forwarded, values = registry.up_arguments(args)
+    assert values == {"sink": ["postgresql://u:pw@db/x", "file:///tmp/p/"]}
+    sinks = [p for p in registry.up_plan(counts, forwarded, values) if p.kind == "sink"]
+    assert [(p.name, p.argv, p.env) for p in sinks] == [
+        ("sink-1", ["sink"], {"SINK_URL": "postgresql://u:pw@db/x"}),
+        ("sink-2", ["sink"], {"SINK_URL": "file:///tmp/p/"}),
+    ]
+    assert not [p for p in registry.up_plan() if p.kind == "sink"]  # none unless asked for
 
 
 def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashboard(
     hello_kind: Path, redis_client: redis.Redis, redis_settings: Settings
 ) -> None:
-    kind = registry.kind_named("hello-sink")
+    assert registry.kind_named("hello-sink").up
     assert [k.name for k in registry.kinds()] == [*BUILTIN[:4], "hello-sink", "sink", "rest"]  # order 50
 
     # crawlhive --help, and the subcommand itself, in a process of its own
@@ -102,12 +118,10 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     parser = build_parser()
     args = parser.parse_args(["up", "--hello-sinks", "2", "--to", "http://a/", "--to", "http://b/"])
     assert args.hello_sinks == 2
-    assert "hello-sink" not in [kind for _, kind, _ in registry.up_plan()]
-    from crawlhive.app.cli import _forwarded
-
-    forwarded = [arg for group in kind.up for option in group.forward for arg in _forwarded(option, args)]
-    plan = registry.up_plan({"hello_sinks": args.hello_sinks}, {"hello-sink": forwarded})
-    sinks = [(name, argv) for name, k, argv in plan if k == "hello-sink"]
+    assert "hello-sink" not in [p.kind for p in registry.up_plan()]
+    counts, forwarded, _ = registry.up_arguments(args)
+    plan = registry.up_plan(counts, forwarded)
+    sinks = [(p.name, p.argv) for p in plan if p.kind == "hello-sink"]
     argv = ["hello-sink", "--to", "http://a/", "--to", "http://b/"]
     assert sinks == [("hello-sink-1", argv), ("hello-sink-2", argv)]
     assert isinstance(parser.parse_args(argv), argparse.Namespace)

@@ -177,14 +177,23 @@ def test_the_corpus_exercises_what_it_claims() -> None:
 @pytest.mark.parametrize(
     "url",
     ["http://x/a.pdf", "http://x/a.PDF", "http://x/a.tar.gz", "http://x/a.pdf/", "http://x/pdf", "http://x/a.b.c",
-     "http://x/.hidden", "http://x/a.", "http://x/dir.pdf/file", "http://x/a.pdf?x=.html", "http://x/"],
+     "http://x/.hidden", "http://x/a.", "http://x/dir.pdf/file", "http://x/a.pdf?x=.html", "http://x/",
+     "http://x/a.pdf#f", "http://x/a#b.pdf", "http://x.pdf", "http://x.pdf?a.pdf", "https://u:p@x:81/a.b/c.gz",
+     "http://x/a;b.pdf", "http://x/%2Ea.pdf?"],
 )  # fmt: skip
 def test_the_extension_check_is_scrapy_s(url: str) -> None:
-    from crawlhive.crawler.links import _denied_extensions, _has_extension
+    """Both checks are Scrapy's: any URL (a spider's request), and the canonical URLs of extracted
+    links by slicing (each URL here made canonical first, as extract_links has it)."""
+    from crawlhive.crawler.links import _canonical_has_extension, _denied_extensions, _has_extension
 
+    canonical = canonicalize_url(url)
     for extensions in (None, ("gz", "c", "hidden", ""), ("tar.gz",)):
         denied = _denied_extensions(extensions)
         assert _has_extension(url, denied) == url_has_any_extension(url, denied), (url, extensions)
+        assert _canonical_has_extension(canonical, denied) == url_has_any_extension(canonical, denied), (
+            canonical,
+            extensions,
+        )
 
 
 _PIECES = ["/", "a", "B", "0", ".", "..", "-", "_", "~", "%41", "%zz", "?", "#", "&", "=", ";", ":", "@", "!", "é", " "]

@@ -22,6 +22,7 @@ PAIRS = [
     ("requirements.txt", "requirements.lock"),
     ("requirements-render.txt", "requirements-render.lock"),
     ("requirements-dev.txt", "requirements-dev.lock"),
+    ("requirements-pywb.txt", "requirements-pywb.lock"),  # a virtualenv of its own (`make pywb`)
 ]
 FIX = "run `make lock` and commit the locks"
 

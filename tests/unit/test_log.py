@@ -110,7 +110,13 @@ def test_errors_kafka_python_logs_while_a_client_closes_are_debug(tmp_path: Path
         raise ValueError("something else")
     except ValueError:
         selector.exception("Unhandled exception in task %s:", "<another task>")  # not on close: kept
+    # a consumer closed while it was joining its group: its leave request fails (kafka-python's ERROR)
+    coordinator = logging.getLogger("kafka.coordinator.base")
+    coordinator.error("LeaveGroup request failed: %s", "[Error 25] UnknownMemberIdError")
+    coordinator.error("LeaveGroup request for group %s failed with error: %s", "demo-group", "UnknownMemberIdError")
+    coordinator.error("Error sending JoinGroupRequest: %s", "kept")  # not a leave: kept
     lines = log_file.read_text()
+    assert "LeaveGroup" not in lines and "Error sending JoinGroupRequest: kept" in lines
     assert "blocking the event loop" not in lines
     assert "Invalid file descriptor" not in lines and "<another task>" in lines
     assert "Error receiving network data" not in lines and "Invalid file descriptor" not in lines

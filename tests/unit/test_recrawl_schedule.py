@@ -284,11 +284,20 @@ def test_ten_thousand_pages_release_in_batches(redis_client: redis.Redis, keys: 
         )
     pipe.execute()
     assert schedule.counts("link", "app", "c1")["scheduled"] == 10_000
+    from crawlhive.redis_monitor.plugins.recrawl import RecrawlReleaser
+
+    # one batch per shard says whether the limit was reached (more is due) ...
     released = 0
-    for _ in range(20):
-        for shard in range(keys.shards):
-            released += sum(n for _s, _r, n in schedule.release(shard, 2000))
-    assert released == 10_000
+    for shard in range(keys.shards):
+        lanes, more = schedule.release_due(shard, 1000)
+        count = sum(n for _s, _r, n in lanes)
+        released += count
+        assert more == (count == 1000), (shard, count)
+    # ... and one tick of the redis-monitor's releaser drains the rest, batch after batch
+    releaser = RecrawlReleaser(redis_client, keys, schedule, batch=1000, record_ttl_s=3600, budget_s=60)
+    releaser.tick()
+    assert released + releaser.released == 10_000
+    assert all(schedule.release_due(shard, 1000) == ([], False) for shard in range(keys.shards))
     queued = sum(redis_client.zcard(keys.crawl_queue("link", "app", "c1", f"site{i}.example")) for i in range(50))
     assert queued == 10_000
 
@@ -429,3 +438,32 @@ def test_a_revisit_queues_only_links_new_to_the_crawl(redis_client: redis.Redis,
     assert call(revisit, known, fresh) == [1, 0, 1]  # a revisit: only the new link
     assert redis_client.hget(script_keys[2], fresh) == b"\x01\x02\x03\x04"
     assert call(revisit, fresh) == [1, 1]  # that revisit fetched again: its own new link again
+
+
+def test_a_redirect_hop_carries_no_validators_of_the_page_it_comes_from() -> None:
+    """§19.3: a revisit's If-None-Match / If-Modified-Since name the stored version of its own URL.
+    Scrapy copies every header to a redirect hop, so another host was told the page's ETag, and a
+    304 it answered made the page "unchanged"; both redirect middlewares now drop them (other
+    headers stay)."""
+    from scrapy import Request
+    from scrapy.http import HtmlResponse, Response
+    from scrapy.utils.test import get_crawler
+
+    from crawlhive.crawler.middlewares import FrontierMetaRefreshMiddleware, FrontierRedirectMiddleware
+
+    crawler = get_crawler()
+    page, target = "http://a.example/page", "http://b.example/elsewhere"
+    refresh = f'<html><head><meta http-equiv="refresh" content="0;url={target}"></head></html>'.encode()
+    cases = [
+        (FrontierRedirectMiddleware, Response(page, status=302, headers={"Location": target})),
+        (FrontierMetaRefreshMiddleware, HtmlResponse(page, body=refresh, encoding="utf-8")),
+    ]
+    for cls, response in cases:
+        middleware = cls.from_crawler(crawler)
+        headers = {"If-None-Match": '"v1"', "If-Modified-Since": "Wed, 21 Oct 2015 07:28:00 GMT", "X-Kept": "yes"}
+        request = Request(page, headers=headers)
+        hop = middleware.process_response(request, response)
+        assert isinstance(hop, Request) and hop.url == target, (cls, hop)
+        assert b"If-None-Match" not in hop.headers and b"If-Modified-Since" not in hop.headers, (cls, hop.headers)
+        assert hop.headers.get("X-Kept") == b"yes"
+        assert request.headers.get("If-None-Match") == b'"v1"'  # the page's own request is untouched

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import typing
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,9 @@ import pytest
 from crawlhive.app.state import clear_state, read_state, with_state, write_state
 from crawlhive.utils import defaults
 from crawlhive.utils.errors import SettingsError
-from crawlhive.utils.settings import DECLARED, load_settings
+from crawlhive.utils.settings import DECLARED, Settings, load_settings, render_setting_types
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_match_the_contract() -> None:
@@ -225,3 +228,20 @@ def test_a_command_started_with_up_waits_for_its_addresses(tmp_path: Path, capsy
         clear_state(tmp_path, nonce)
     assert s["REDIS_URL"] == "redis://127.0.0.1:7777/0" and s.source("REDIS_URL") == "state"
     assert "waiting for the crawlhive up" in capsys.readouterr().err
+
+
+def test_setting_types_are_generated_from_the_defaults() -> None:
+    """utils/setting_types.py (what mypy checks ``settings.NAME`` reads against) is current."""
+    committed = (ROOT / "utils" / "setting_types.py").read_text()
+    assert committed == render_setting_types(), "run: python -m crawlhive.utils.settings"
+
+
+def test_settings_read_as_attributes_have_their_declared_type() -> None:
+    settings = Settings.from_overrides(LEASE_TIMEOUT=3, QUEUE_HITS="7")
+    assert settings.LEASE_TIMEOUT == 3.0 and isinstance(settings.LEASE_TIMEOUT, float)
+    assert settings.QUEUE_HITS == 7
+    for name, (tp, _) in DECLARED.items():  # every default too: 120 for a float setting is 120.0
+        value = getattr(settings, name)
+        assert value is None or isinstance(value, typing.get_origin(tp) or tp), (name, value)
+    with pytest.raises(AttributeError, match="NOT_A_SETTING"):
+        assert settings.NOT_A_SETTING is None  # raises first

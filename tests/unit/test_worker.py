@@ -76,3 +76,23 @@ def test_a_process_context_is_built_once_with_a_fresh_node_id(
     assert live(redis_client, second, "rest") == [second.node_id]
     second.close()
     assert live(redis_client, second, "rest") == []
+
+
+def test_batch_counts_add_subtract_and_name_their_outcomes() -> None:
+    """The counts every consumer worker (kafka-monitor, cleaner, sink) keeps and reports."""
+    from dataclasses import dataclass
+
+    from crawlhive.utils.worker import BatchCounts
+
+    @dataclass
+    class Counts(BatchCounts):
+        cleaned: int = 0
+        dead_letters: int = 0
+
+    totals = Counts()
+    totals.add(Counts(records=3, cleaned=2, dead_letters=1))
+    mark = Counts(records=3, cleaned=2, dead_letters=1)
+    totals.add(Counts(records=5, cleaned=5))
+    assert totals == Counts(records=8, cleaned=7, dead_letters=1)
+    assert totals.minus(mark) == Counts(records=5, cleaned=5, dead_letters=0)
+    assert totals.outcomes() == "7 cleaned, 1 dead letters"

@@ -159,7 +159,7 @@ class CrawlRequest(MessageKind):
             # imported here: the frontier package imports the contract (its dead-letter builders)
             from crawlhive.utils.frontier.recrawl import RecrawlConfig, check_recrawl
 
-            min_every = settings.getint("RECRAWL_MIN_EVERY")
+            min_every = settings.RECRAWL_MIN_EVERY
             problem = check_recrawl(recrawl, min_every)
             if problem is not None:
                 return problem

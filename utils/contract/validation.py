@@ -269,7 +269,7 @@ class RequestValidator:
         self.schemas = {cls: apply_limits(cls.load_schema(), settings) for cls in self.plugins}
         self._validators = {cls: SchemaValidator(schema) for cls, schema in self.schemas.items()}
         #: The spider types requests may name; empty = any (docs/contract.md §11).
-        self.spider_ids = frozenset(str(s) for s in settings.getlist("SPIDER_IDS"))
+        self.spider_ids = frozenset(str(s) for s in settings.SPIDER_IDS)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestValidator:
@@ -337,7 +337,7 @@ class RequestValidator:
 
 def plugin_paths(settings: Settings) -> list[str]:
     """The enabled kafka-monitor plugins (PLUGINS / KAFKA_MONITOR_PLUGINS over the built-in ones), in rank order."""
-    return list(merge_plugin_dicts(BUILTIN_PLUGINS, settings["PLUGINS"], settings["KAFKA_MONITOR_PLUGINS"]))
+    return list(merge_plugin_dicts(BUILTIN_PLUGINS, settings.PLUGINS, settings.KAFKA_MONITOR_PLUGINS))
 
 
 def plugin_classes(settings: Settings, base: type[MessageKind] = MessageKind) -> list[type[MessageKind]]:

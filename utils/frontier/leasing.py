@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING, Any, Self, cast
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, decode_priority, parse_lease_member
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.redis_clients import keys_from_settings
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from redis import Redis
-    from redis.client import Pipeline
-
+    from crawlhive.utils.redis_types import RedisPipeline
     from crawlhive.utils.settings import Settings
 
 #: Domains one pop considers at most before it reports "nothing ready" (bounds the script's work).
@@ -81,14 +80,14 @@ class ThrottleConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ThrottleConfig:
-        egress = settings["CRAWLER_EGRESS_ID"] if settings.getbool("SCHEDULER_IP_ENABLED") else None
+        egress = settings.CRAWLER_EGRESS_ID if settings.SCHEDULER_IP_ENABLED else None
         return cls(
-            hits=settings.getint("QUEUE_HITS"),
-            window_s=settings.getfloat("QUEUE_WINDOW"),
-            moderated=settings.getbool("QUEUE_MODERATED"),
-            type_enabled=settings.getbool("SCHEDULER_TYPE_ENABLED"),
+            hits=settings.QUEUE_HITS,
+            window_s=settings.QUEUE_WINDOW,
+            moderated=settings.QUEUE_MODERATED,
+            type_enabled=settings.SCHEDULER_TYPE_ENABLED,
             egress_id=egress,
-            margin_s=max(0.0, settings.getfloat("QUEUE_WINDOW_MARGIN")),
+            margin_s=max(0.0, settings.QUEUE_WINDOW_MARGIN),
         )
 
 
@@ -126,7 +125,9 @@ class FrontierWorker:
     Every method is one Lua script (one round trip) on the Redis clock.
     """
 
-    def __init__(self, redis: Redis, keys: Keys, lease_s: float, record_ttl_s: float, throttle: ThrottleConfig) -> None:
+    def __init__(
+        self, redis: RedisClient, keys: Keys, lease_s: float, record_ttl_s: float, throttle: ThrottleConfig
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.lease_us = int(lease_s * 1_000_000)
@@ -136,12 +137,12 @@ class FrontierWorker:
         self._next_shard = 0
 
     @classmethod
-    def from_settings(cls, redis: Redis, settings: Settings) -> Self:
+    def from_settings(cls, redis: RedisClient, settings: Settings) -> Self:
         return cls(
             redis,
             keys_from_settings(settings),
-            settings.getfloat("LEASE_TIMEOUT"),
-            settings.getfloat("CRAWL_RECORD_TTL"),
+            settings.LEASE_TIMEOUT,
+            settings.CRAWL_RECORD_TTL,
             ThrottleConfig.from_settings(settings),
         )
 
@@ -418,7 +419,7 @@ class FrontierWorker:
         if not leases:
             return []
 
-        def build() -> Pipeline:
+        def build() -> RedisPipeline:
             pipe = self.redis.pipeline(transaction=False)
             for lease in leases:
                 self.scripts.queue(pipe, "lease_touch", self._touch_keys(lease.request), [lease.member, self.lease_us])
@@ -426,7 +427,7 @@ class FrontierWorker:
 
         return [TouchStatus(int(x) if int(x) in (0, 2) else 1) for x in self.scripts.execute(build)]
 
-    def queue_ack(self, lease: Lease, counter: str, pipe: Pipeline) -> None:
+    def queue_ack(self, lease: Lease, counter: str, pipe: RedisPipeline) -> None:
         """Queue :meth:`ack` of *lease* on *pipe* (the caller executes it; with ``MULTI`` it is
         atomic with the pipe's other writes, e.g. the :meth:`Frontier.push` of the page's links).
 

@@ -41,7 +41,7 @@ from crawlhive.utils.keys import Keys, unescape
 
 SEQ_BITS = 32
 """Bits of the score that hold the arrival sequence."""
-SEQ_SPAN = 2**SEQ_BITS
+SEQ_SPAN: int = 2**SEQ_BITS
 PRIORITY_MAX = 2**20
 """Largest priority stored as such; higher ones are clamped to it."""
 PRIORITY_MIN = -(2**20)

@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING
 
 from crawlhive.utils.frontier.model import text
 from crawlhive.utils.frontier.writer import wake_message
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from redis import Redis
-
     from crawlhive.utils.keys import Keys
 
 #: Longest back-off one ``Retry-After`` may impose on a domain, in seconds (a bogus or hostile
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 RETRY_AFTER_MAX_S = 3600.0
 
 
-def defer_domain(redis: Redis, keys: Keys, spider: str, domain: str, delay_s: float) -> float:
+def defer_domain(redis: RedisClient, keys: Keys, spider: str, domain: str, delay_s: float) -> float:
     """Let no crawler of *spider* fetch from *domain* for *delay_s* seconds, cluster-wide.
 
     Pushes the domain's ready time in ``keys.domains(spider)`` of both lanes, plain and rendering
@@ -46,7 +45,7 @@ def defer_domain(redis: Redis, keys: Keys, spider: str, domain: str, delay_s: fl
     return float(score)
 
 
-def defer_site(redis: Redis, keys: Keys, domain: str, site: str, delay_s: float) -> float:
+def defer_site(redis: RedisClient, keys: Keys, domain: str, site: str, delay_s: float) -> float:
     """Let no crawler fetch from *site*, a tenant of the shared suffix that is bucket *domain*, for
     *delay_s* seconds (capped at RETRY_AFTER_MAX_S), unless a longer wait already runs: the
     ``Retry-After`` of ``mallory.github.io`` pauses that site, not every ``*.github.io``
@@ -59,7 +58,7 @@ def defer_site(redis: Redis, keys: Keys, domain: str, site: str, delay_s: float)
     return int(scripts(redis)["site_defer"](keys=[keys.site_wait(domain, site)], args=[wait_ms])) / 1000
 
 
-def site_gate(redis: Redis, keys: Keys, domain: str, site: str) -> float:
+def site_gate(redis: RedisClient, keys: Keys, domain: str, site: str) -> float:
     """Seconds to wait before fetching from *site* (a tenant of the shared suffix that is bucket
     *domain*), or 0 when it may be fetched now; in that case the site's own ``Crawl-delay`` (if
     any) starts running, cluster-wide, so the next fetch from it waits that long.
@@ -71,7 +70,7 @@ def site_gate(redis: Redis, keys: Keys, domain: str, site: str) -> float:
     return int(scripts(redis)["site_gate"](keys=keys_)) / 1000
 
 
-def recheck_domain(redis: Redis, keys: Keys, spiders: set[str], domain: str) -> None:
+def recheck_domain(redis: RedisClient, keys: Keys, spiders: set[str], domain: str) -> None:
     """Make every crawler look at *domain* again now, after its limits changed (domain-config).
 
     A pop parks a domain in ``keys.domains(spider)`` until the limit *in force at that pop* allows

@@ -17,18 +17,20 @@ from crawlhive.utils.frontier.model import decode_priority, text
 from crawlhive.utils.frontier.recrawl import RECORD_FIELD, RECURRING_FIELD, Schedule
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.redis_clients import is_cluster, keys_from_settings, write_pipeline
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from redis import Redis
-    from redis.client import Pipeline
-
+    from crawlhive.utils.redis_types import RedisPipeline
     from crawlhive.utils.settings import Settings
 
 
 #: Seconds between two reads of an active crawl's shards by the completion check on a Redis
 #: Cluster (where a crawl's 64 shards cost 256 reads; on one Redis a script reads them).
 CLUSTER_RECHECK_S = 1.0
+
+#: Crawls one ``crawls_backlog.lua`` call reads (bounds how long one call holds Redis).
+CRAWLS_PER_READ = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +70,7 @@ class FrontierReader:
     #: RECRAWL_STATE_BUCKETS (what :meth:`purge` deletes of a crawl's schedule; set by from_settings)
     recrawl_buckets = 32768
 
-    def __init__(self, redis: Redis, keys: Keys, record_ttl_s: float) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, record_ttl_s: float) -> None:
         self.redis = redis
         self.keys = keys
         self.record_ttl_s = int(record_ttl_s)
@@ -79,9 +81,9 @@ class FrontierReader:
         self._checked: dict[str, float] = {}
 
     @classmethod
-    def from_settings(cls, redis: Redis, settings: Settings) -> Self:
-        reader = cls(redis, keys_from_settings(settings), settings.getfloat("CRAWL_RECORD_TTL"))
-        reader.recrawl_buckets = settings.getint("RECRAWL_STATE_BUCKETS")
+    def from_settings(cls, redis: RedisClient, settings: Settings) -> Self:
+        reader = cls(redis, keys_from_settings(settings), settings.CRAWL_RECORD_TTL)
+        reader.recrawl_buckets = settings.RECRAWL_STATE_BUCKETS
         return reader
 
     def crawl_state(self, spider: str, appid: str, crawlid: str) -> CrawlState:
@@ -91,60 +93,67 @@ class FrontierReader:
     def crawl_states(self, spider: str, appid: str, crawlids: list[str]) -> list[CrawlState]:
         """:meth:`crawl_state` of several crawls of one appid, in one pipeline (one round trip).
 
-        Per crawl one script reads, per domain with queued requests, the ``ZCARD`` and the first and
-        last score of its queue inside Redis (O(domains), never O(backlog)), so a crawl over 1,000
-        domains costs one reply of 4,000 values rather than 3,000 pipelined commands.
+        Per shard one script call (``crawls_backlog.lua``) reads, for up to CRAWLS_PER_READ crawls,
+        per domain with queued requests the ``ZCARD`` and the first and last score of its queue
+        inside Redis (O(domains), never O(backlog)), and with shards each crawl's counters in that
+        shard; then one ``HGETALL`` per crawl record. On a Redis Cluster (64 shards) 500 crawls cost
+        640 script calls and 500 reads, not a script call per crawl, lane and shard (96,500
+        commands, which took /crawls past 30 s).
         """
         keys = self.keys
-        lanes_order = (False, True)  # plain and rendering (§15): one crawl record, queues in each lane
-        shards = range(keys.shards)
-        prefixes = {
-            (render, shard): keys.script_prefixes(spider, render, shard)["crawl_queue"]
-            for render in lanes_order
-            for shard in shards
-        }
         sharded = keys.shards > 1
-        # per crawl: a backlog reply per (shard, lane), the record, and with shards each shard's part
-        per_crawl = 2 * keys.shards + 1 + (keys.shards if sharded else 0)
+        members = [keys.crawl_member(appid, crawlid) for crawlid in crawlids]
+        chunks = [range(i, min(i + CRAWLS_PER_READ, len(crawlids))) for i in range(0, len(crawlids), CRAWLS_PER_READ)]
 
-        def build() -> Pipeline:
+        def build() -> RedisPipeline:
             pipe = self.redis.pipeline(transaction=False)
+            for shard in range(keys.shards):
+                plain = keys.script_prefixes(spider, False, shard)["crawl_queue"]
+                render = keys.script_prefixes(spider, True, shard)["crawl_queue"]
+                for chunk in chunks:
+                    script_keys = []
+                    for i in chunk:
+                        script_keys += [
+                            keys.crawl_domains(spider, appid, crawlids[i], False, shard),
+                            keys.crawl_domains(spider, appid, crawlids[i], True, shard),
+                        ]
+                        if sharded:
+                            script_keys.append(keys.crawl_shard(spider, appid, crawlids[i], shard))
+                    args = [plain, render, "1" if sharded else "0", *(members[i] for i in chunk)]
+                    self.scripts.queue(pipe, "crawls_backlog", script_keys, args)
             for crawlid in crawlids:
-                for shard in shards:
-                    for render in lanes_order:
-                        self.scripts.queue(
-                            pipe,
-                            "crawl_backlog",
-                            [keys.crawl_domains(spider, appid, crawlid, render, shard)],
-                            [prefixes[(render, shard)] + keys.crawl_member(appid, crawlid) + ":"],
-                        )
                 pipe.hgetall(keys.crawl(spider, appid, crawlid))
-                if sharded:
-                    for shard in shards:
-                        pipe.hmget(keys.crawl_shard(spider, appid, crawlid, shard), "inflight", "crawled", "failed")
             return pipe
 
-        replies = self.scripts.execute(build)
+        replies = self.scripts.execute(build) if crawlids else []
+        per_shard = [
+            [part for reply in replies[s * len(chunks) : (s + 1) * len(chunks)] for part in reply]
+            for s in range(keys.shards)
+        ]
+        records = replies[keys.shards * len(chunks) :]
         states = []
         for i, crawlid in enumerate(crawlids):
-            base = per_crawl * i
-            flats = replies[base : base + 2 * keys.shards]  # (shard 0 plain, shard 0 render, shard 1 ...)
             backlog: dict[str, DomainBacklog] = {}
-            lanes = frozenset(lanes_order[j % 2] for j, flat in enumerate(flats) if flat)
-            for flat in flats:
-                for j in range(0, len(flat), 4):
-                    domain, queued = text(flat[j]), int(flat[j + 1])
-                    high, low = decode_priority(float(flat[j + 2])), decode_priority(float(flat[j + 3]))
-                    seen = backlog.get(domain)
-                    if seen is not None:
-                        queued = queued + seen.total
-                        high, low = max(high, seen.high_priority), min(low, seen.low_priority)
-                    backlog[domain] = DomainBacklog(queued, high, low)
-            record = {text(k): text(v) for k, v in replies[base + 2 * keys.shards].items()}
+            lanes: set[bool] = set()
+            counters = [0, 0, 0]
+            for shard_parts in per_shard:
+                plain_flat, render_flat, shard_counters = shard_parts[i]
+                for render, flat in ((False, plain_flat), (True, render_flat)):
+                    if flat:
+                        lanes.add(render)
+                    for j in range(0, len(flat), 4):
+                        domain, queued = text(flat[j]), int(flat[j + 1])
+                        high, low = decode_priority(float(flat[j + 2])), decode_priority(float(flat[j + 3]))
+                        seen = backlog.get(domain)
+                        if seen is not None:
+                            queued = queued + seen.total
+                            high, low = max(high, seen.high_priority), min(low, seen.low_priority)
+                        backlog[domain] = DomainBacklog(queued, high, low)
+                for j, value in enumerate(shard_counters):
+                    counters[j] += int(value or 0)
+            record = {text(k): text(v) for k, v in records[i].items()}
             if sharded:  # the counters live in the shards' parts
-                parts = replies[base + 2 * keys.shards + 1 : base + per_crawl]
-                for j, field in enumerate(("inflight", "crawled", "failed")):
-                    record[field] = str(sum(int(part[j] or 0) for part in parts))
+                record.update(inflight=str(counters[0]), crawled=str(counters[1]), failed=str(counters[2]))
             states.append(
                 CrawlState(
                     spiderid=spider,
@@ -156,7 +165,7 @@ class FrontierReader:
                     failed=int(record.get("failed", 0)),
                     expires=int(record.get("expires", 0)),
                     max_pages=int(record.get("max_pages", 0)),
-                    lanes=lanes,
+                    lanes=frozenset(lanes),
                 )
             )
         return states
@@ -180,7 +189,7 @@ class FrontierReader:
 
         sharded = keys.shards > 1
 
-        def build() -> Pipeline:  # one MULTI (on a cluster, a pipeline): each shard's queues, leases, marker
+        def build() -> RedisPipeline:  # one MULTI (on a cluster, a pipeline): each shard's queues, leases, marker
             pipe = write_pipeline(self.redis)
             for shard in range(keys.shards):
                 part = keys.crawl_shard(spider, appid, crawlid, shard)
@@ -354,7 +363,7 @@ class FrontierReader:
         domains with none left out), in one script that sums the ``ZCARD`` of each domain's crawl
         queues: O(domains x crawls), not O(backlog)."""
 
-        def build() -> Pipeline:  # one round trip for every shard
+        def build() -> RedisPipeline:  # one round trip for every shard
             pipe = self.redis.pipeline(transaction=False)
             for shard in range(self.keys.shards):
                 prefixes = self.keys.script_prefixes(spider, render, shard)

@@ -52,8 +52,7 @@ from crawlhive.utils.redis_clients import write_pipeline
 from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from redis import Redis
-    from redis.client import Pipeline
+    from crawlhive.utils.redis_types import RedisClient, RedisPipeline
 
 #: Largest ``every``, ``min`` and ``max`` (seconds): a year (§19.1).
 RECRAWL_MAX_S = 31_536_000
@@ -66,6 +65,10 @@ MAX_VISITS = 2**32 - 1
 #: The crawl record fields: the crawl's ``recrawl`` settings (JSON) and its recurring flag.
 RECORD_FIELD = "recrawl"
 RECURRING_FIELD = "recurring"
+#: The request headers that carry a page's validators (what a redirect hop must not carry on).
+IF_NONE_MATCH = "If-None-Match"
+IF_MODIFIED_SINCE = "If-Modified-Since"
+CONDITIONAL_HEADERS = (IF_NONE_MATCH, IF_MODIFIED_SINCE)
 #: Counter fields of a crawl's shard part (``Keys.crawl_shard``), summed by ``info``.
 COUNTERS = ("scheduled", "visits", "changed", "unchanged", "gone")
 
@@ -184,9 +187,9 @@ class PageState:
         """``If-None-Match`` / ``If-Modified-Since`` from the validators the server last gave (§19.3)."""
         headers = {}
         if self.etag:
-            headers["If-None-Match"] = self.etag.decode("latin-1")
+            headers[IF_NONE_MATCH] = self.etag.decode("latin-1")
         if self.last_modified:
-            headers["If-Modified-Since"] = formatdate(self.last_modified, usegmt=True)
+            headers[IF_MODIFIED_SINCE] = formatdate(self.last_modified, usegmt=True)
         return headers
 
 
@@ -341,7 +344,7 @@ class Schedule:
         record_ttl_s: CRAWL_RECORD_TTL (a crawl's shard part lives at least until its next visit).
     """
 
-    def __init__(self, redis: Redis, keys: Keys, buckets: int, record_ttl_s: float) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, buckets: int, record_ttl_s: float) -> None:
         self.redis = redis
         self.keys = keys
         self.buckets = max(1, buckets // keys.shards)
@@ -353,7 +356,7 @@ class Schedule:
 
     def queue_visit(
         self,
-        pipe: Pipeline,
+        pipe: RedisPipeline,
         *,
         spider: str,
         appid: str,
@@ -394,7 +397,7 @@ class Schedule:
 
     def queue_touch(
         self,
-        pipe: Pipeline,
+        pipe: RedisPipeline,
         *,
         spider: str,
         appid: str,
@@ -425,16 +428,21 @@ class Schedule:
         Returns:
             ``(spider, render, count)`` per lane that got pages (to wake its crawlers).
         """
+        return self.release_due(shard, limit)[0]
+
+    def release_due(self, shard: int, limit: int) -> tuple[list[tuple[str, bool, int]], bool]:
+        """:meth:`release`, and whether the *limit* was reached (more pages of the shard may be
+        due: a backlog larger than *limit* drains over several calls)."""
         p = self.keys.recrawl_prefixes(shard)
         reply = self.scripts["recrawl_release"](
             keys=[self.keys.recrawl_due(shard), self.keys.queue_sequence(shard)],
             args=[limit, self.buckets, p["state"], p["slots"], p["slot"], self.keys.head(shard), RENDER_LANE],
         )
         out = []
-        for i in range(0, len(reply), 3):
+        for i in range(1, len(reply), 3):
             spider, lane = (v.decode() if isinstance(v, bytes) else str(v) for v in reply[i : i + 2])
             out.append((spider, lane == "1", int(reply[i + 2])))
-        return out
+        return out, bool(reply and int(reply[0]))
 
     def purge(self, spider: str, appid: str, crawlid: str) -> int:
         """Remove one crawl's whole schedule (``stop``, expiry); returns the pages it held."""
@@ -452,7 +460,8 @@ class Schedule:
                 pipe.unlink(keys.recrawl_slot(spider, appid, crawlid, int(start), shard))
             pipe.unlink(keys.recrawl_slots(spider, appid, crawlid, shard))
             pipe.zrem(keys.recrawl_due(shard), ref)
-            pipe.hset(part, "rc-scheduled", 0)
+            # released pages went with the queue: none is due any more
+            pipe.hset(part, mapping={"rc-scheduled": 0, "rc-released": 0, "rc-ended": 0})
             pipe.execute()
             for first in range(0, self.buckets, 1000):
                 names = [

@@ -26,19 +26,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import ujson
 
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, encode_score
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.redis_clients import is_cluster, keys_from_settings
+from crawlhive.utils.redis_types import RedisClient
 from crawlhive.utils.replication import ReplicaWait
 
 if TYPE_CHECKING:
-    from redis import Redis
-    from redis.client import Pipeline
-
+    from crawlhive.utils.redis_types import RedisPipeline
     from crawlhive.utils.settings import Settings
 
 
@@ -84,6 +83,9 @@ class PushPlan:
         budgets: crawl -> ``max_pages`` (§10.7), shown by info.
         option_sets: (spider, appid, crawlid, shard) -> the option sets its requests there name.
         recrawls: crawl -> its recrawl settings (§19), JSON, from a seed sent with ``recrawl``.
+        restarts: (spider, appid, crawlid, shard) of those crawls that were stopped or expired
+            there (:meth:`Frontier.push` finds them): sent with ``recrawl``, such a crawl starts
+            afresh (§19.1): its stopped marker and dupefilter there are deleted.
     """
 
     queues: dict[str, dict[bytes, int]] = field(default_factory=dict)
@@ -94,6 +96,7 @@ class PushPlan:
     budgets: dict[tuple[str, str, str], int] = field(default_factory=dict)
     option_sets: dict[tuple[str, str, str, int], dict[str, OptionSet]] = field(default_factory=dict)
     recrawls: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    restarts: list[tuple[str, str, str, int]] = field(default_factory=list)
 
 
 def plan_push(keys: Keys, requests: list[FrontierRequest], next_seq: dict[int, int]) -> PushPlan:
@@ -134,7 +137,9 @@ def plan_push(keys: Keys, requests: list[FrontierRequest], next_seq: dict[int, i
 class Frontier:
     """Writes and reads of the frontier layout described in the module docstring."""
 
-    def __init__(self, redis: Redis, keys: Keys, record_ttl_s: float, replicas: ReplicaWait | None = None) -> None:
+    def __init__(
+        self, redis: RedisClient, keys: Keys, record_ttl_s: float, replicas: ReplicaWait | None = None
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.record_ttl_s = int(record_ttl_s)
@@ -142,11 +147,11 @@ class Frontier:
         self.replicas = replicas
 
     @classmethod
-    def from_settings(cls, redis: Redis, settings: Settings) -> Self:
+    def from_settings(cls, redis: RedisClient, settings: Settings) -> Self:
         return cls(
             redis,
             keys_from_settings(settings),
-            settings.getfloat("CRAWL_RECORD_TTL"),
+            settings.CRAWL_RECORD_TTL,
             ReplicaWait.from_settings(redis, settings),
         )
 
@@ -166,7 +171,7 @@ class Frontier:
         lasts = pipe.execute()
         return {shard: int(last) - count + 1 for (shard, count), last in zip(counts.items(), lasts, strict=True)}
 
-    def renew_records(self, requests: list[FrontierRequest], pipe: Pipeline) -> None:
+    def renew_records(self, requests: list[FrontierRequest], pipe: RedisPipeline) -> None:
         """Queue on *pipe* the renewal of the crawl records of *requests* (fetched pages) for
         CRAWL_RECORD_TTL. With one shard the ack does it (the record is the shard's part); with
         several the ack renews its shard's part only, and a crawl that fetches without queueing
@@ -176,16 +181,18 @@ class Frontier:
         for spider, appid, crawlid in {(r.spiderid, r.appid, r.crawlid) for r in requests}:
             pipe.expire(self.keys.crawl(spider, appid, crawlid), self.record_ttl_s)
 
-    def push(self, requests: list[FrontierRequest], pipe: Pipeline) -> None:
+    def push(self, requests: list[FrontierRequest], pipe: RedisPipeline) -> None:
         """Queue the writes that add *requests* on *pipe* (the caller executes it).
 
         Costs one round trip now (the arrival sequence). The writes are grouped: one multi-member
         ``ZADD NX`` per crawl queue, one ``ZADD LT`` per (crawl, domain) with the best score of the
         batch there, one ``ZADD NX`` of the new domains per spider, and per crawl one ``SADD`` of its
         domains plus its record (``HSET``, ``EXPIRE``, the expiry timer) and index entries, so a batch
-        costs a few commands per queue touched rather than ~9 per request. The result is the same as
-        pushing the requests one by one in list order (for ``expires``, the last non-zero value of a
-        crawl wins), and as idempotent: a request already queued (same encoding) is left as it is.
+        costs a few commands per queue touched rather than ~9 per request. A batch with a seed
+        sent with ``recrawl`` costs one more round trip: whether its crawl was stopped (§19.1).
+        The result is the same as pushing the requests one by one in list order (for ``expires``,
+        the last non-zero value of a crawl wins), and as idempotent: a request already queued
+        (same encoding) is left as it is.
 
         **On a Redis Cluster** there is no ``MULTI`` across slots, so the writes come in two
         steps: the shards' writes (queues, indexes, the shards' parts of the crawl records) and a
@@ -204,16 +211,42 @@ class Frontier:
             shard = keys.shard_of(request.domain)
             counts[shard] = counts.get(shard, 0) + 1
         plan = plan_push(keys, requests, self.reserve_sequences(counts))
+        if plan.recrawls:
+            plan.restarts = self.stopped_shards(list(plan.recrawls))
         self._write(plan, counts, pipe)
 
-    def _write(self, plan: PushPlan, counts: dict[int, int], pipe: Pipeline) -> None:
-        """Queue (and on a cluster, run the shards' part of) the writes of *plan*: see :meth:`push`."""
+    def stopped_shards(self, crawls: list[tuple[str, str, str]]) -> list[tuple[str, str, str, int]]:
+        """The (spider, appid, crawlid, shard) of *crawls* whose stopped marker (``stop``, expiry:
+        §3.9) is set in that shard (one round trip)."""
         keys = self.keys
-        now = int(time.time())
-        queues, best, spider_domains = plan.queues, plan.best, plan.spider_domains
-        crawls, lane_domains, budgets, option_sets = plan.crawls, plan.lane_domains, plan.budgets, plan.option_sets
-        recrawls = plan.recrawls
+        where = [(*crawl, shard) for crawl in crawls for shard in range(keys.shards)]
+        pipe = self.redis.pipeline(transaction=False)
+        for spider, appid, crawlid, shard in where:
+            pipe.exists(keys.crawl_stopped(spider, appid, crawlid, shard))
+        return [place for place, found in zip(where, pipe.execute(), strict=True) if found]
+
+    def _write(self, plan: PushPlan, counts: dict[int, int], pipe: RedisPipeline) -> None:
+        """Queue (and on a cluster, run the shards' part of) the writes of *plan*: see :meth:`push`."""
         first = self.redis.pipeline(transaction=False) if self.cluster else pipe
+        self.queue_shard_writes(plan, first)
+        if self.cluster:
+            first.execute()
+            if self.replicas is not None:  # REDIS_WAIT_REPLICAS: replicated before the caller acks
+                self.replicas.wait(counts)
+        self.queue_cluster_writes(plan, pipe)
+
+    def queue_shard_writes(self, plan: PushPlan, first: Any) -> None:
+        """Queue on *first* the writes of *plan* in the shards (queues, indexes, the shards' parts of
+        the crawl records) and, on a Redis Cluster, the bump of each crawl's push generation: what
+        must have run before the pushing page is acked (see :meth:`push`). *first* is a pipeline or
+        a :class:`~crawlhive.utils.redis_clients.CommandList` (``Any``: redis-py types its command
+        methods for its own clients only)."""
+        keys = self.keys
+        queues, best, spider_domains = plan.queues, plan.best, plan.spider_domains
+        lane_domains, option_sets = plan.lane_domains, plan.option_sets
+        for spider, appid, crawlid, shard in plan.restarts:  # a stopped crawl sent with recrawl starts afresh
+            first.delete(keys.crawl_stopped(spider, appid, crawlid, shard))
+            first.delete(keys.dupefilter(spider, appid, crawlid, shard))
         for queue, members in queues.items():
             first.zadd(queue, members, nx=True)
         for (spider, render, domain), crawl_best in best.items():
@@ -229,11 +262,16 @@ class Frontier:
                 first.hset(part, mapping={o.field: o.json for o in sets.values()})
                 first.expire(part, self.record_ttl_s)
         if self.cluster:
-            for spider, appid, crawlid in crawls:
+            for spider, appid, crawlid in plan.crawls:
                 first.hincrby(keys.crawl(spider, appid, crawlid), "gen", 1)
-            first.execute()
-            if self.replicas is not None:  # REDIS_WAIT_REPLICAS: replicated before the caller acks
-                self.replicas.wait(counts)
+
+    def queue_cluster_writes(self, plan: PushPlan, pipe: Any) -> None:
+        """Queue on *pipe* the cluster-wide writes of *plan* (crawl records, crawl sets, expiry
+        timers, wake-ups); on a Redis Cluster they follow :meth:`queue_shard_writes`' run."""
+        keys = self.keys
+        now = int(time.time())
+        crawls, budgets, option_sets, recrawls = plan.crawls, plan.budgets, plan.option_sets, plan.recrawls
+        sharded = keys.shards > 1
         apps: dict[tuple[str, str], set[str]] = {}
         refs = []
         for (spider, appid, crawlid), expires in crawls.items():
@@ -250,7 +288,7 @@ class Frontier:
             if not sharded:  # one shard: its part of the record is the record
                 for options in option_sets[(spider, appid, crawlid, 0)].values():
                     fields[options.field] = options.json
-            pipe.hset(record, mapping=fields)  # type: ignore[arg-type]
+            pipe.hset(record, mapping=fields)
             pipe.hsetnx(record, "started", now)
             pipe.hdel(record, "ended", "ended_as")  # work again: active, not finished
             if expires:
@@ -266,7 +304,7 @@ class Frontier:
         pipe.sadd(keys.active_crawls(), *refs)
         pipe.zrem(keys.finished_crawls(), *refs)
         lanes: dict[tuple[str, bool], set[int]] = {}
-        for spider, render, shard in spider_domains:
+        for spider, render, shard in plan.spider_domains:
             lanes.setdefault((spider, render), set()).add(shard)
         for (spider, render), shards_there in lanes.items():  # a cluster pipeline has no .publish
             pipe.execute_command("PUBLISH", keys.wake_channel(spider, render), wake_message(shards_there))

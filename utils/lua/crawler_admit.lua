@@ -44,16 +44,55 @@ local out = {1}
 if budget > 0 and not reserved then
   for k = 3, 2 + tonumber(ARGV[7]) do used = used + redis.call('HLEN', KEYS[k]) end
 end
+-- Links with no cap in a crawl with no budget: the dupefilter alone (a link this page queued
+-- before is queued again), read with one HMGET per dupefilter and the new ones written with one HSET
+-- (two commands per dupefilter instead of one or two per link), in chunks that unpack takes.
+local flags = {}
+if budget == 0 and not reserved then
+  local order, groups = {}, {}
+  for i = 8, #ARGV, 4 do
+    if ARGV[i] ~= page and tonumber(ARGV[i + 2]) == 0 then
+      local filter = ARGV[i + 1]
+      local group = groups[filter]
+      if not group then
+        group = {}
+        groups[filter] = group
+        order[#order + 1] = filter
+      end
+      group[#group + 1] = i
+    end
+  end
+  for _, filter in ipairs(order) do
+    local group, key = groups[filter], KEYS[tonumber(filter)]
+    for first = 1, #group, 500 do
+      local last = math.min(first + 499, #group)
+      local fields = {}
+      for j = first, last do fields[#fields + 1] = ARGV[group[j]] end
+      local seen = redis.call('HMGET', key, unpack(fields))
+      local new = {}
+      for j = first, last do
+        local i = group[j]
+        local value = seen[j - first + 1]
+        if value then
+          flags[i] = value == owner
+        else
+          flags[i] = true
+          new[#new + 1] = ARGV[i]
+          new[#new + 1] = owner
+        end
+      end
+      if #new > 0 then redis.call('HSET', key, unpack(new)) end
+    end
+  end
+end
 for i = 8, #ARGV, 4 do
   local fp = ARGV[i]
   local filter = KEYS[tonumber(ARGV[i + 1])]
   local idx = tonumber(ARGV[i + 2])
-  local ok = false
-  if fp ~= page then
-    if idx == 0 and budget == 0 and not reserved then
-      -- no cap, no budget: the dupefilter alone (a link this page queued before is queued again)
-      ok = redis.call('HSETNX', filter, fp, owner) == 1 or redis.call('HGET', filter, fp) == owner
-    else
+  local ok = flags[i]
+  if ok == nil then
+    ok = false
+    if fp ~= page then
       local seen = redis.call('HGET', filter, fp)
       if seen then
         ok = seen == owner

@@ -11,7 +11,9 @@
 -- stale (the page left, or was moved) and skipped; one not due yet (from a wide slot) goes to a
 -- finer slot; a due one is queued as any request and its state marked visiting, so visits never
 -- overlap.
--- Returns {spider, render ('1' or '0'), pages released, ...} per lane that got pages.
+-- Returns {more, spider, render ('1' or '0'), pages released, ...}: more is 1 when the limit was
+-- reached (more pages may be due: the caller calls again), 0 otherwise; then a triple per lane
+-- that got pages.
 --! include lib/score.lua
 
 local function u32(s, i)
@@ -43,10 +45,12 @@ for _, ref in ipairs(crawls) do
   else
     local part = head .. 'crawl:' .. ref
     local due_pages = {}
+    local bucket_keys, moves = {}, {}
+    local state_prefix, slot_prefix = ARGV[3] .. ref .. ':', ARGV[5] .. ref .. ':'
     local starts = redis.call('ZRANGEBYSCORE', slots_key, '-inf', now, 'LIMIT', 0, 64)
     for _, start in ipairs(starts) do
       if budget <= 0 then break end
-      local slot = ARGV[5] .. ref .. ':' .. start
+      local slot = slot_prefix .. start
       local entries = redis.call('LPOP', slot, budget)
       if not entries then entries = {} end
       budget = budget - #entries
@@ -54,55 +58,78 @@ for _, ref in ipairs(crawls) do
         redis.call('ZREM', slots_key, start)
       end
       for _, entry in ipairs(entries) do
-        local tag = string.byte(entry, 1) * 256 + string.byte(entry, 2)
+        local t1, t2, a, b, c, d = string.byte(entry, 1, 6)
         local fp = string.sub(entry, 3, 10)
-        local bucket = ARGV[3] .. ref .. ':' .. (u32(fp, 1) % buckets)
+        local number = (((a * 256 + b) * 256 + c) * 256 + d) % buckets
+        local bucket = bucket_keys[number]
+        if not bucket then
+          bucket = state_prefix .. number
+          bucket_keys[number] = bucket
+        end
         local state = redis.call('HGET', bucket, fp)
-        local due = state and u32(state, 1) or 0
-        if state and due % 65536 == tag and string.byte(state, 27) < 128 then
-          if due > now then
-            local finer = slot_of(due, now)
-            redis.call('RPUSH', ARGV[5] .. ref .. ':' .. finer, entry)
-            redis.call('ZADD', slots_key, finer, finer)
-          else
-            local flags = string.char(string.byte(state, 27) + 128)
-            redis.call('HSET', bucket, fp, string.sub(state, 1, 26) .. flags .. string.sub(state, 28))
-            due_pages[#due_pages + 1] = entry
+        if state then
+          local due = u32(state, 1)
+          local flags = string.byte(state, 27)
+          if due % 65536 == t1 * 256 + t2 and flags < 128 then
+            if due > now then  -- from a wide slot, not due yet: to its finer slot (grouped below)
+              local finer = slot_of(due, now)
+              local moved = moves[finer]
+              if not moved then
+                moved = {}
+                moves[finer] = moved
+              end
+              moved[#moved + 1] = entry
+            else
+              redis.call('HSET', bucket, fp, string.sub(state, 1, 26) .. string.char(flags + 128) .. string.sub(state, 28))
+              due_pages[#due_pages + 1] = entry
+            end
           end
         end
       end
     end
-    -- queue the due pages as a push would: grouped per queue, domain and lane
+    for finer, moved in pairs(moves) do
+      for first = 1, #moved, 1000 do
+        redis.call('RPUSH', slot_prefix .. finer, unpack(moved, first, math.min(#moved, first + 999)))
+      end
+      redis.call('ZADD', slots_key, finer, finer)
+    end
+    -- queue the due pages as a push would: grouped per queue, domain and lane (one ZADD per
+    -- queue, one per domain queue, one SADD and one ZADD NX of all the domains per lane)
     local n = #due_pages
     if n > 0 then
       local seq = redis.call('INCRBY', KEYS[2], n) - n
       local crawl = appid .. ':' .. crawlid
       local queues, best, lanes = {}, {}, {}
+      local rendered = 0
+      local lane_of = {[0] = {}, [1] = {}}  -- lane flag -> domain -> {cq, dq}
       for i, entry in ipairs(due_pages) do
-        local hi, lo = string.byte(entry, 11, 12)
+        local hi, lo, flag, size = string.byte(entry, 11, 14)
         local priority = hi * 256 + lo
         if priority >= 32768 then priority = priority - 65536 end
-        local lane = ''
-        if string.byte(entry, 13) == 1 then lane = render_lane end
-        local size = string.byte(entry, 14)
         local domain = string.sub(entry, 15, 14 + size)
-        local score = queue_score(priority, seq + i)
-        local cq = head .. 'cq' .. lane .. ':' .. spider .. ':' .. crawl .. ':' .. domain
-        local members = queues[cq]
-        if not members then
-          members = {}
-          queues[cq] = members
+        local of_lane = lane_of[flag] or lane_of[0]
+        local names = of_lane[domain]
+        if not names then
+          local lane = ''
+          if flag == 1 then lane = render_lane end
+          names = {head .. 'cq' .. lane .. ':' .. spider .. ':' .. crawl .. ':' .. domain,
+                   head .. 'dq' .. lane .. ':' .. spider .. ':' .. domain}
+          of_lane[domain] = names
+          queues[names[1]] = {}
+          local seen = lanes[lane]
+          if not seen then
+            seen = {}
+            lanes[lane] = seen
+          end
+          seen[#seen + 1] = domain
         end
-        members[#members + 1] = score
+        local score = -priority * SEQ_SPAN + (seq + i) % SEQ_SPAN
+        local members = queues[names[1]]
+        members[#members + 1] = string.format('%d', score)
         members[#members + 1] = string.sub(entry, 15 + size)
-        local dq = head .. 'dq' .. lane .. ':' .. spider .. ':' .. domain
-        if not best[dq] or tonumber(score) < tonumber(best[dq]) then best[dq] = score end
-        local seen = lanes[lane]
-        if not seen then
-          seen = {}
-          lanes[lane] = seen
-        end
-        seen[domain] = true
+        local dq = names[2]
+        if not best[dq] or score < best[dq] then best[dq] = score end
+        if flag == 1 then rendered = rendered + 1 end
       end
       for cq, members in pairs(queues) do
         for first = 1, #members, 1000 do
@@ -110,18 +137,28 @@ for _, ref in ipairs(crawls) do
         end
       end
       for dq, score in pairs(best) do
-        redis.call('ZADD', dq, 'LT', score, crawl)
+        redis.call('ZADD', dq, 'LT', string.format('%d', score), crawl)
       end
       for lane, domains in pairs(lanes) do
-        for domain in pairs(domains) do
-          redis.call('ZADD', head .. 'domains' .. lane .. ':' .. spider, 'NX', 0, domain)
-          redis.call('SADD', head .. 'crawl-domains' .. lane .. ':' .. ref, domain)
+        local scored = {}
+        for i, domain in ipairs(domains) do
+          scored[2 * i - 1] = 0
+          scored[2 * i] = domain
+        end
+        for first = 1, #domains, 1000 do
+          local last = math.min(#domains, first + 999)
+          redis.call('ZADD', head .. 'domains' .. lane .. ':' .. spider, 'NX', unpack(scored, 2 * first - 1, 2 * last))
+          redis.call('SADD', head .. 'crawl-domains' .. lane .. ':' .. ref, unpack(domains, first, last))
         end
       end
       redis.call('HINCRBY', part, 'rc-released', n)
-      for _, entry in ipairs(due_pages) do
-        local name = spider .. '\n' .. (string.byte(entry, 13) == 1 and '1' or '0')
-        released[name] = (released[name] or 0) + 1
+      if n > rendered then
+        local name = spider .. '\n0'
+        released[name] = (released[name] or 0) + n - rendered
+      end
+      if rendered > 0 then
+        local name = spider .. '\n1'
+        released[name] = (released[name] or 0) + rendered
       end
     end
     local first = redis.call('ZRANGE', slots_key, 0, 0, 'WITHSCORES')
@@ -132,7 +169,7 @@ for _, ref in ipairs(crawls) do
     end
   end
 end
-local out = {}
+local out = {budget <= 0 and 1 or 0}
 for name, count in pairs(released) do
   local spider, lane = string.match(name, '^(.*)\n(.)$')
   out[#out + 1] = spider

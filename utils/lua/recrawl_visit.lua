@@ -8,6 +8,14 @@
 --       or '' for a visit that ended without a fetch), 7 TTL the shard part keeps at least (s).
 -- Returns 1 if the page is scheduled, 0 if it left.
 local part = KEYS[4]
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  -- the crawl was stopped or expired while this visit was on: it counts nothing, schedules nothing
+  -- (the stop's purge emptied the schedule and its counters; a restart starts them afresh)
+  if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
+    redis.call('HINCRBY', part, 'rc-scheduled', -1)
+  end
+  return 0
+end
 if ARGV[6] ~= '' then
   redis.call('HINCRBY', part, 'rc-visits', 1)
 end
@@ -21,7 +29,7 @@ local ttl = tonumber(ARGV[7])
 if redis.call('TTL', part) < ttl then
   redis.call('EXPIRE', part, ttl)  -- its option sets live until the page's next visit
 end
-if ARGV[2] == '' or redis.call('EXISTS', KEYS[6]) == 1 then
+if ARGV[2] == '' then
   if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
     redis.call('HINCRBY', part, 'rc-scheduled', -1)
   end

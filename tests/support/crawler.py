@@ -187,15 +187,26 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def crawler_env(settings: Settings, **overrides: Any) -> dict[str, str]:
-    """Environment for a crawler subprocess with *settings* (Redis, Kafka, prefixes) and *overrides*."""
+def process_env(settings: Settings, **values: Any) -> dict[str, str]:
+    """Environment of a crawlhive subprocess: this one's, with *settings*' addresses and prefixes
+    (Redis, Kafka, CRAWLHIVE_HOME) and *values* (settings) in place of the ones inherited."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_HOSTS")}
+    values = {
+        "REDIS_URL": settings.REDIS_URL,
+        "KAFKA_BOOTSTRAP_SERVERS": ",".join(settings.KAFKA_BOOTSTRAP_SERVERS),
+        "REDIS_KEY_PREFIX": settings.REDIS_KEY_PREFIX,
+        "KAFKA_TOPIC_PREFIX": settings.KAFKA_TOPIC_PREFIX,
+        "CRAWLHIVE_HOME": settings.CRAWLHIVE_HOME,
+        **values,
+    }
+    env.update({name: env_value(value) for name, value in values.items()})
+    return env
+
+
+def crawler_env(settings: Settings, **overrides: Any) -> dict[str, str]:
+    """Environment for a crawler subprocess with *settings* (Redis, Kafka, prefixes) and *overrides*,
+    over quick test values (no throttle, short time-outs and back-offs, loopback allowed)."""
     values: dict[str, Any] = {
-        "REDIS_URL": settings["REDIS_URL"],
-        "KAFKA_BOOTSTRAP_SERVERS": ",".join(settings["KAFKA_BOOTSTRAP_SERVERS"]),
-        "REDIS_KEY_PREFIX": settings["REDIS_KEY_PREFIX"],
-        "KAFKA_TOPIC_PREFIX": settings["KAFKA_TOPIC_PREFIX"],
-        "CRAWLHIVE_HOME": settings["CRAWLHIVE_HOME"],
         "QUEUE_HITS": 100000,
         "QUEUE_WINDOW": 1,
         "QUEUE_MODERATED": False,
@@ -207,9 +218,7 @@ def crawler_env(settings: Settings, **overrides: Any) -> dict[str, str]:
         "CRAWLER_ALLOWED_NETWORKS": ["127.0.0.0/8"],  # the test sites are on loopback (§10.2)
         "LOG_LEVEL": "INFO",
     }
-    values.update(overrides)
-    env.update({name: env_value(value) for name, value in values.items()})
-    return env
+    return process_env(settings, **{**values, **overrides})
 
 
 class Crawler:

@@ -17,10 +17,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from crawlerkit import CLI, crawler_env
 
 from crawlhive.utils.kafka_clients import make_consumer, make_producer
 from crawlhive.utils.settings import Settings
+from support.crawler import CLI, crawler_env
 
 #: The PostgreSQL of the tests (trust auth, database ``test``); CRAWLHIVE_TEST_POSTGRES_URL overrides.
 POSTGRES_URL = os.environ.get("CRAWLHIVE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

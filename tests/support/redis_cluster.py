@@ -38,11 +38,17 @@ def _free(port: int) -> bool:
     return True
 
 
+#: Ports handed out in this process: a node's port is free until its server binds it, so a
+#: second draw before that could return it again (two nodes sharing one working directory).
+_handed_out: set[int] = set()
+
+
 def free_cluster_port() -> int:
-    """A loopback port whose cluster bus port (+10,000) is free too."""
+    """A loopback port whose cluster bus port (+10,000) is free too, never one handed out before."""
     for _ in range(1000):
         port = random.randrange(*PORT_RANGE)
-        if _free(port) and _free(port + 10000):
+        if port not in _handed_out and _free(port) and _free(port + 10000):
+            _handed_out.add(port)
             return port
     raise RuntimeError("no free port pair for a Redis Cluster node")
 

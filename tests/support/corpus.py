@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parent / "data" / "extraction" / "pages.jsonl.xz"
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "extraction" / "pages.jsonl.xz"
 _TOKEN = re.compile(r"\w+")
 
 

@@ -32,7 +32,8 @@ from crawlhive.app.demo_site import SiteServer
 from crawlhive.app.embedded import EmbeddedRedis, die_with_parent_hook, free_port
 from crawlhive.utils.kafka_clients import make_consumer
 from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings, env_value
+from crawlhive.utils.settings import Settings
+from support.crawler import process_env
 
 CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 
@@ -163,19 +164,9 @@ class TreeSite:
 
 
 def component_env(settings: Settings, **overrides: Any) -> dict[str, str]:
-    """Environment of a component subprocess: *settings*' addresses and prefixes, plus *overrides*."""
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_HOSTS")}
-    values: dict[str, Any] = {
-        "REDIS_URL": settings["REDIS_URL"],
-        "KAFKA_BOOTSTRAP_SERVERS": ",".join(settings["KAFKA_BOOTSTRAP_SERVERS"]),
-        "REDIS_KEY_PREFIX": settings["REDIS_KEY_PREFIX"],
-        "KAFKA_TOPIC_PREFIX": settings["KAFKA_TOPIC_PREFIX"],
-        "CRAWLHIVE_HOME": settings["CRAWLHIVE_HOME"],
-        "LOG_LEVEL": "INFO",
-        **overrides,
-    }
-    env.update({name: env_value(value) for name, value in values.items()})
-    return env
+    """Environment of a component subprocess: *settings*' addresses and prefixes, plus *overrides*
+    (``CRAWLHIVE_CHAOS_LOG_LEVEL=DEBUG`` in the test's environment traces every page)."""
+    return process_env(settings, LOG_LEVEL=os.environ.get("CRAWLHIVE_CHAOS_LOG_LEVEL", "INFO"), **overrides)
 
 
 class Proc:

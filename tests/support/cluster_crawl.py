@@ -13,12 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clusterkit import LocalCluster
-from crawlerkit import CLI, Collector, Crawler, crawler_env, keys_for, redis_for
-
 from crawlhive.app.demo_site import SiteServer
 from crawlhive.utils.kafka_clients import ensure_topics, make_producer
 from crawlhive.utils.settings import Settings
+from support.crawler import CLI, Collector, Crawler, crawler_env, keys_for, redis_for
+from support.redis_cluster import LocalCluster
 
 HOSTS = [f"127.0.0.{i}" for i in range(1, 25)]
 

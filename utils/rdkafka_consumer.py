@@ -1,0 +1,271 @@
+"""A consumer on librdkafka (``confluent-kafka``) with the kafka-python methods a worker uses.
+
+Why: kafka-python reads and decodes in Python (``recv`` of 4 KiB at a time, each record's varints
+and headers): 19.6 µs of CPU a 2.6 KB record on Tansu, as much as a whole bare PostgreSQL ``COPY``
+loop spends on the record. confluent-kafka, the client Confluent maintains over librdkafka (C),
+consumed the same records at 3.2 µs each (measured side by side, ``bench/sink.py``'s records); the
+PostgreSQL sink went from 0.72 to 0.86 of the bare loop (median of 3 pairs) and the files sink from
+30,000 to 50,000 records/s. The sink, whose every record is read and written once with little else,
+uses it; the other workers keep kafka-python, whose producer, admin client and consumer they share.
+
+:class:`RdKafkaConsumer` answers the calls of :class:`~crawlhive.utils.worker.ConsumerWorker` and
+the sink (``poll``, ``commit``, ``seek``, ``assignment``, ``end_offsets``, ``highwater``,
+``committed``, ``close``) with kafka-python's types (``TopicPartition``, records with ``topic``,
+``partition``, ``offset`` and ``value``), and raises kafka-python's ``KafkaError`` for librdkafka's
+errors, so the loop's rules (what is transient, what rewinds a batch) hold unchanged. Its log lines
+go to this module's logger (librdkafka's own ``WARNING``/``ERROR`` when a broker goes away), never to
+stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import confluent_kafka
+from kafka import errors as kafka_errors
+from kafka.structs import OffsetAndMetadata, TopicPartition
+
+from crawlhive.utils.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+#: librdkafka's log facilities whose lines are chatter about a broker that went away, at the level
+#: they are given here: "Connect to … failed" (``FAIL``) comes for every reconnection attempt of
+#: every connection, dozens a second while a broker is down, where the worker's own probe says once
+#: which setting to check; the group's session or poll interval running out (while the sink backs
+#: off) is followed by a rejoin that loses nothing (nothing was committed).
+QUIETER = {"FAIL": logging.DEBUG, "MAXPOLL": logging.INFO, "SESSTMOUT": logging.INFO, "REQTMOUT": logging.INFO}
+
+
+class _Quieter(logging.Filter):
+    """Gives librdkafka's lines of :data:`QUIETER` their level there (it logs ``"%s [%s] %s"`` with
+    the facility first)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and args and isinstance(args[0], str) and args[0] in QUIETER:
+            level = QUIETER[args[0]]
+            if level < record.levelno:
+                record.levelno, record.levelname = level, logging.getLevelName(level)
+                return logging.getLogger(record.name).isEnabledFor(level)
+        return True
+
+
+#: librdkafka logs through this logger (its lines go where the process's logging sends them).
+rdkafka_logger = logging.getLogger(f"{__name__}.librdkafka")
+rdkafka_logger.addFilter(_Quieter())
+
+#: kafka-python's option names (as :func:`~crawlhive.utils.kafka_clients.kafka_common_config` and
+#: :func:`~crawlhive.utils.kafka_clients.make_consumer` build them) and librdkafka's.
+_OPTIONS = {
+    "security_protocol": "security.protocol",
+    "sasl_mechanism": "sasl.mechanism",
+    "sasl_plain_username": "sasl.username",
+    "sasl_plain_password": "sasl.password",
+    "ssl_cafile": "ssl.ca.location",
+    "group_id": "group.id",
+    "auto_offset_reset": "auto.offset.reset",
+    "max_poll_interval_ms": "max.poll.interval.ms",
+    "session_timeout_ms": "session.timeout.ms",
+    "heartbeat_interval_ms": "heartbeat.interval.ms",
+    "fetch_max_wait_ms": "fetch.wait.max.ms",
+    "max_partition_fetch_bytes": "max.partition.fetch.bytes",
+    "fetch_max_bytes": "fetch.max.bytes",
+}
+#: kafka-python options with no librdkafka counterpart to map (the poll's own arguments carry
+#: ``max_poll_records``; the rest are kafka-python's internals).
+_UNMAPPED = frozenset({"bootstrap_timeout_ms", "max_poll_records", "kafka_client", "enable_auto_commit"})
+#: Kilobytes librdkafka prefetches per partition at most (its default, 64 MiB, is a lot of memory
+#: for a sink of 8 MiB crawled items).
+QUEUED_MAX_KBYTES = 16384
+#: Milliseconds librdkafka waits before fetching again for a partition whose prefetch queue was
+#: full. Its default, 1,000, starved the sink: each second it fetched one queue's worth and the sink
+#: waited for the rest (8,400 records/s; 1,000 with a 2 MiB queue); at 10 the sink reads as fast as
+#: it writes (14,000 records/s, bench/sink.py).
+FETCH_QUEUE_BACKOFF_MS = 10
+#: Seconds a metadata call (watermarks, committed offsets) may take.
+METADATA_TIMEOUT_S = 5.0
+
+
+@dataclass(slots=True)
+class Record:
+    """One consumed record, with the fields of kafka-python's ``ConsumerRecord`` a worker reads."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+    key: bytes | None = None
+
+
+def rdkafka_config(config: dict[str, Any]) -> dict[str, Any]:
+    """librdkafka's configuration for *config*, a kafka-python consumer's keyword arguments.
+
+    Raises:
+        ValueError: an option this module does not map (a new one must be added to _OPTIONS).
+    """
+    out: dict[str, Any] = {
+        "bootstrap.servers": ",".join(config["bootstrap_servers"]),
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "queued.max.messages.kbytes": QUEUED_MAX_KBYTES,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+        "logger": rdkafka_logger,
+    }
+    for name, value in config.items():
+        if name in _OPTIONS:
+            if value is not None:
+                out[_OPTIONS[name]] = value
+        elif name not in _UNMAPPED and name != "bootstrap_servers":
+            raise ValueError(f"no librdkafka option for the consumer option {name!r}")
+    if "session.timeout.ms" in out:  # librdkafka refuses a poll interval shorter than the session
+        out["max.poll.interval.ms"] = max(out.get("max.poll.interval.ms", 0), out["session.timeout.ms"])
+    return out
+
+
+def _error(exc: BaseException) -> kafka_errors.KafkaError:
+    """kafka-python's error for a librdkafka one (a connection failure is a KafkaConnectionError,
+    which the worker loop retries like any KafkaError)."""
+    said = exc.args[0] if exc.args and isinstance(exc.args[0], confluent_kafka.KafkaError) else None
+    text = f"{said.name()}: {said.str()}" if said is not None else str(exc)
+    if said is not None and said.code() in (
+        confluent_kafka.KafkaError._TRANSPORT,
+        confluent_kafka.KafkaError._ALL_BROKERS_DOWN,
+        confluent_kafka.KafkaError._TIMED_OUT,
+    ):
+        return kafka_errors.KafkaConnectionError(text)
+    return kafka_errors.KafkaError(text)
+
+
+def _theirs(partition: TopicPartition, offset: int = confluent_kafka.OFFSET_INVALID) -> confluent_kafka.TopicPartition:
+    return confluent_kafka.TopicPartition(partition.topic, partition.partition, offset)
+
+
+class RdKafkaConsumer:
+    """A group consumer of *topics* on librdkafka (see the module docstring)."""
+
+    def __init__(self, config: dict[str, Any], topics: list[str]) -> None:
+        self._consumer = confluent_kafka.Consumer(rdkafka_config(config))
+        if topics:
+            self._consumer.subscribe(topics)
+
+    def poll(self, timeout_ms: int = 0, max_records: int = 500) -> dict[TopicPartition, list[Record]]:
+        """Up to *max_records* records, waiting up to *timeout_ms* for the first, by partition in
+        offset order.
+
+        Raises:
+            KafkaError: librdkafka reported an error for the consumer (not for one partition's end).
+        """
+        try:
+            # kafka-python's poll returns as soon as records are there; consume() would wait for
+            # max_records until the timeout: take what is queued, and wait only for the first.
+            messages = self._consumer.consume(max_records, 0)
+            if not messages and timeout_ms > 0:
+                messages = self._consumer.consume(1, timeout_ms / 1000)
+                if messages and max_records > 1:
+                    messages += self._consumer.consume(max_records - 1, 0)
+        except (confluent_kafka.KafkaException, RuntimeError) as exc:
+            raise _error(exc) from exc
+        out: dict[TopicPartition, list[Record]] = {}
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    continue
+                raise _error(confluent_kafka.KafkaException(error))
+            topic, partition = message.topic(), message.partition()
+            assert topic is not None and partition is not None  # a message without error has both
+            record = Record(topic, partition, int(message.offset() or 0), message.value(), message.key())
+            where = TopicPartition(topic, partition)
+            batch = out.get(where)
+            if batch is None:
+                out[where] = [record]
+            else:
+                batch.append(record)
+        return out
+
+    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None, timeout_ms: int = 0) -> None:
+        """Commit *offsets* (the next offset to read, per partition), or the position of every
+        partition after the records polled so far; returns once the broker acknowledged them.
+
+        Raises:
+            KafkaError: the commit failed (not a member any more, the broker gone).
+        """
+        try:
+            if offsets is None:
+                self._consumer.commit(asynchronous=False)
+            else:
+                theirs = [_theirs(p, meta.offset) for p, meta in offsets.items()]
+                self._consumer.commit(offsets=theirs, asynchronous=False)
+        except confluent_kafka.KafkaException as exc:
+            if exc.args and isinstance(exc.args[0], confluent_kafka.KafkaError):
+                if exc.args[0].code() == confluent_kafka.KafkaError._NO_OFFSET:
+                    return  # nothing polled since the last commit: nothing to commit
+            raise _error(exc) from exc
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read *partition* again from *offset* (records fetched beyond it are dropped).
+
+        Raises:
+            KafkaError: the partition is not assigned to this consumer.
+        """
+        try:
+            self._consumer.seek(_theirs(partition, offset))
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions assigned to this consumer now."""
+        return {TopicPartition(p.topic, p.partition) for p in self._consumer.assignment()}
+
+    def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset after each partition's last record, as the broker says now.
+
+        Raises:
+            KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
+        """
+        try:
+            return {
+                p: int(self._consumer.get_watermark_offsets(_theirs(p), timeout=METADATA_TIMEOUT_S)[1])
+                for p in partitions
+            }
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The partition's end as the last fetch answer said (None before any)."""
+        low, high = self._consumer.get_watermark_offsets(_theirs(partition), cached=True)
+        return int(high) if high >= 0 else None
+
+    def committed(self, partition: TopicPartition) -> int | None:
+        """The group's committed offset of *partition* (None if it has none).
+
+        Raises:
+            KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
+        """
+        try:
+            found = self._consumer.committed([_theirs(partition)], timeout=METADATA_TIMEOUT_S)
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+        offset = found[0].offset if found else -1
+        return int(offset) if offset >= 0 else None
+
+    def close(self, autocommit: bool = False, timeout_ms: int = 0) -> None:
+        """Leave the group (committing nothing: offsets are committed only after durable writes)."""
+        del autocommit, timeout_ms  # librdkafka's close commits nothing without enable.auto.commit
+        self._consumer.close()
+
+
+def make_rdkafka_consumer(settings: Settings, *topics: str, group_id: str, **overrides: Any) -> RdKafkaConsumer:
+    """:func:`~crawlhive.utils.kafka_clients.make_consumer`'s consumer, on librdkafka.
+
+    Raises:
+        BackendUnavailable: no bootstrap server accepts a connection (names KAFKA_BOOTSTRAP_SERVERS).
+        SettingsError: see :func:`~crawlhive.utils.kafka_clients.kafka_common_config`.
+    """
+    from crawlhive.utils.kafka_clients import consumer_config, probe_kafka
+
+    probe_kafka(settings)
+    return RdKafkaConsumer(consumer_config(settings, group_id, **overrides), list(topics))
