@@ -512,24 +512,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; returns its exit code (0 after a graceful shutdown on SIGINT/SIGTERM)."""
-    # First: a Ctrl-C while the settings load or a command imports its libraries is a graceful
-    # stop too (no KeyboardInterrupt traceback).
-    install_shutdown_handlers()
+    args = build_parser().parse_args(argv)
     secrets: list[str] = []
-    args = None
     try:
-        args = build_parser().parse_args(argv)
         # `up` and `demo` record a cluster; they never use another's (a second one refuses to start).
         settings = _settings_from_args(args, use_state_file=args.command not in ("up", "demo"))
         secrets = settings.secrets()
         configure_logging(settings.LOG_LEVEL, settings.LOG_JSON, settings.LOG_FILE, secrets=secrets)
+        install_shutdown_handlers()
         code = int(args.func(args))
         return EXIT_FORCED if FORCED.is_set() else code
     except Shutdown:
         return EXIT_FORCED if FORCED.is_set() else 0
     except (SettingsError, BackendUnavailable, CrawlhiveError) as exc:
-        command = f"crawlhive {args.command}" if args is not None else "crawlhive"
-        print(f"{command}: {redact(str(exc), secrets)}", file=sys.stderr)
+        print(f"crawlhive {args.command}: {redact(str(exc), secrets)}", file=sys.stderr)
         return int(getattr(exc, "exit_code", 1))
 
 

@@ -183,13 +183,16 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
         assert recrawl["scheduled"] == 5, info  # six pages, one gone
         # at least: /r/etag and /r/lm answered 304 twice each, /r/plain and /r/seed revisited once
         assert recrawl["gone"] >= 2 and recrawl["changed"] >= 1 and recrawl["unchanged"] >= 6, recrawl
-        assert recrawl["visits"] >= 6 + 2 + 1 + 6 and recrawl["next_due"] > 0, recrawl
+        # each scheduled page waits for its time (next_due) or is released into the frontier (due):
+        # on a loaded machine all five can be released at once, and next_due is then 0
+        assert recrawl["visits"] >= 6 + 2 + 1 + 6 and (recrawl["next_due"] > 0 or recrawl["due"] > 0), recrawl
         assert not [m for m in stack.collector.of(crawlid) if m.get("action") == "complete"]  # recurring
         # GET /crawls and the dashboard read the cluster through ClusterView; /metrics through its collector
         view = ClusterView(stack.redis, settings, {})
         (row,) = [r for r in view.crawl_list("active") if r["crawlid"] == crawlid]
         assert row["state"] == "recurring" and row["recrawl"]["scheduled"] == 5, row
-        assert row["recrawl"]["next_due"] > 0 and 0 < row["recrawl"]["changed_ratio"] < 1, row
+        assert row["recrawl"]["next_due"] > 0 or row["recrawl"]["due"] > 0, row
+        assert 0 < row["recrawl"]["changed_ratio"] < 1, row
         metrics = {
             (s.name, tuple(sorted(s.labels.items()))): s.value
             for m in ClusterCollector(view).collect()
@@ -364,7 +367,8 @@ def test_a_recrawling_crawl_sent_again_after_stop_starts_a_fresh_schedule(
         )
         stack.send({"action": "info", "appid": "rapp", "crawlid": crawlid, "spiderid": "link", "uuid": "i1"})
         recrawl = stack.answer(crawlid, "i1")["recrawl"]
-        assert recrawl["scheduled"] == 3 and recrawl["next_due"] > 0 and 0 <= recrawl["due"] <= 3, recrawl
+        assert recrawl["scheduled"] == 3 and 0 <= recrawl["due"] <= 3, recrawl
+        assert recrawl["next_due"] > 0 or recrawl["due"] > 0, recrawl  # waiting for its time, or released
         view = ClusterView(stack.redis, settings, {})
         (row,) = [r for r in view.crawl_list("active") if r["crawlid"] == crawlid]
         assert row["state"] == "recurring" and row["recrawl"]["scheduled"] == 3, row
