@@ -57,6 +57,8 @@ class ExtractionFailed(Exception):  # noqa: N818 - the name says what happened
 
 
 _LOOKUP_SET: list[bool] = []
+#: What :func:`crawlhive.cleaner.discard.install` did in this process (once it has run).
+_DISCARD_SET: list[dict[str, bool]] = []
 
 
 def _c_level_lookup() -> None:
@@ -85,6 +87,10 @@ def parse(html: str) -> Any:
     from trafilatura.utils import load_html
 
     _c_level_lookup()
+    if not _DISCARD_SET:  # trafilatura's pruning expressions as Python selectors
+        from crawlhive.cleaner import discard
+
+        _DISCARD_SET.append(discard.install())
     try:
         return load_html(html)
     except (ValueError, TypeError):
