@@ -25,7 +25,8 @@ wall time is noise), as interleaved pairs in the same run:
   included), per record.
 
 Printed: records per CPU-second of each and the ratios to bare trafilatura (target >= 1.2: the
-cleaner costs less than the extraction it wraps), with the token F1 of both on the corpus (the cleaner's at most 0.01 below).
+cleaner costs less than the extraction it wraps), with the token F1 of both on the corpus (the
+cleaner's at most 0.01 below).
 
 Run: ``python3 bench/site.py`` once, then ``.venv/bin/python bench/clean.py [--pages N] [--pairs 3]
 [--corpus DIR]`` (``--real-only`` skips the bench-site part).

@@ -195,7 +195,11 @@ class RdKafkaConsumer:
         """
         try:
             if offsets is None:
-                self._consumer.commit(asynchronous=False)
+                # librdkafka's commit() commits the offsets stored for it, and this consumer stores
+                # none (enable.auto.offset.store is off): kafka-python's meaning is the positions
+                positions = [p for p in self._consumer.position(self._consumer.assignment()) if p.offset >= 0]
+                if positions:
+                    self._consumer.commit(offsets=positions, asynchronous=False)
             else:
                 theirs = [_theirs(p, meta.offset) for p, meta in offsets.items()]
                 self._consumer.commit(offsets=theirs, asynchronous=False)
