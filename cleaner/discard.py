@@ -49,8 +49,8 @@ def patterns_of(path: str, template: str) -> list[Search] | None:
 
 def _search(pattern: str, flags: int = 0) -> Search:
     """EXSLT ``re:test`` of *pattern* as lxml runs it (``re.search``), for a present attribute: a
-    missing one (an empty string to XPath) is never tested, so :func:`selectors` takes only
-    patterns that cannot match an empty string."""
+    missing one (an empty string to XPath) is never tested, so :func:`patterns_of` refuses
+    patterns that match an empty string."""
     return re.compile(pattern, flags).search
 
 
@@ -68,8 +68,11 @@ def _navigation(consent: Search, by_id: Search, by_class: Search) -> Selector:
             get = element.get
             ident, cls = get("id"), get("class")
             if ident is not None:
-                first = ident if cls is None else _first(element, "id", ident, "class", cls)
-                if by_id(ident) or consent(first) or (cls is not None and by_class(cls)):
+                if (
+                    by_id(ident)
+                    or consent(ident if cls is None else _first(element, "id", ident, "class", cls))
+                    or (cls is not None and by_class(cls))
+                ):
                     chosen.append(element)
                     continue
             elif cls is not None and (by_class(cls) or consent(cls)):
@@ -219,13 +222,6 @@ def _article_body(by_id: Search, by_class: Search) -> Selector:
     return _first_child_matches(test)
 
 
-def _first_article() -> Selector:
-    def select(tree: Any) -> list[Any]:
-        return next(([element] for element in tree.iterdescendants("article")), [])
-
-    return select
-
-
 def _story(by_id: Search, fulltext: Search, by_class: Search) -> Selector:
     def test(element: Any) -> bool:
         get = element.get
@@ -304,7 +300,7 @@ TEMPLATES: dict[str, list[tuple[str, Callable[..., Selector]]]] = {
             "@itemprop='articleBody' or @id='articleContent' or re:test(@id, '{}') or re:test(@class, '{}') ][1]",
             _article_body,
         ),
-        ("(.//article)[1]", _first_article),
+        ("(.//article)[1]", lambda: _first_match(lambda element: True, ("article",))),
         (
             "(.//*[self::article or self::div or self::main or self::section][ @role='article' or @id='article' or "
             "@id='story' or @class='postarea' or @class='art-postcontent' or @class='text' or @class='cell' or "
