@@ -3,9 +3,9 @@ r"""Items and crawl dead letters out of a crawler, as Deferreds that fire on the
 :class:`Emitter` decides what a record is and where it goes (page items to the firehose, a spider's
 own items to ``items`` in the §11 envelope, dead letters; the size limit); a sink delivers it:
 
-* :class:`KafkaSink`: kafka-python's producer sends from its own thread and reports through
-  futures; one record becomes a Twisted Deferred that fires in the reactor thread on the broker's
-  acknowledgement (per-appid topics are created on first use);
+* :class:`KafkaSink`: a producer on librdkafka sends from its C threads; one record becomes a
+  Twisted Deferred that fires in the reactor thread on the broker's acknowledgement (per-appid
+  topics are created on first use);
 * :class:`RedisSink`: Redis-only mode (docs/contract.md §12): records are ``RPUSH``\ ed to the
   scrapy-redis style lists ``REDIS_ITEMS_KEY`` and ``<spider>:dead_letter``.
 
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from itemadapter import ItemAdapter
-from kafka.errors import MessageSizeTooLargeError
+from kafka.errors import KafkaError, MessageSizeTooLargeError
 from scrapy.exceptions import DropItem
 from scrapy.utils.serialize import ScrapyJSONEncoder
 from twisted.internet import defer, reactor, threads
@@ -33,11 +33,10 @@ from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.records import crawl_dead_letter, timestamp
 from crawlhive.utils.contract.topics import appid_topic
 from crawlhive.utils.kafka_clients import ensure_topics
+from crawlhive.utils.rdkafka import Report, make_rdkafka_producer
 from crawlhive.utils.redis_types import RedisClient
 
 if TYPE_CHECKING:
-    from kafka import KafkaProducer
-
     from crawlhive.crawler.leases import LeaseContext, LeaseTable
     from crawlhive.utils.settings import Settings
 
@@ -239,27 +238,32 @@ class Emitter:
 
 
 class KafkaSink:
-    """Records to Kafka topics through one producer.
+    """Records to Kafka topics through one producer on librdkafka (:mod:`crawlhive.utils.rdkafka`).
+
+    A record's Deferred fires in the reactor thread on the broker's acknowledgement; the producer's
+    delivery thread hands the acknowledgements over in batches, one reactor wake-up for all the
+    reports of a ``poll`` (kafka-python's producer, which built the batches in Python on a thread
+    competing with the reactor for the GIL, was an eighth of a crawler's CPU).
 
     Args:
         settings: connection settings (per-appid topics are created with them on first use).
-        producer: a Kafka producer (``make_producer``).
+
+    Raises:
+        BackendUnavailable: no broker answers (names KAFKA_BOOTSTRAP_SERVERS).
     """
 
     name = "Kafka"
 
-    def __init__(self, settings: Settings, producer: KafkaProducer) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.producer = producer
+        self.producer = make_rdkafka_producer(settings, self._delivered)
         self._known = {settings.topic(t) for t in ("crawled_firehose", "items", "dead_letter")}
         self._appid_topic_state: dict[str, Any] = {}  # topic -> True (exists) or waiters while being created
 
     def close(self) -> None:
-        try:
-            self.producer.flush(timeout=5)
-        except Exception:  # kafka-python raises several types; the leases stay and are reclaimed
-            logger.warning("Kafka producer flush failed on close", exc_info=True)
-        self.producer.close(timeout=5)
+        left = self.producer.close(timeout=5)
+        if left:  # their leases stay and are reclaimed
+            logger.warning("%d records not acknowledged by Kafka at close; their pages will be crawled again", left)
 
     def send(self, topic: str, data: bytes) -> defer.Deferred[None]:
         """Produce *data* to *topic*; the Deferred fires in the reactor thread on the broker's ack."""
@@ -268,15 +272,24 @@ class KafkaSink:
 
         def send(_: Any) -> None:
             try:
-                future = self.producer.send(topic, data)
-            except Exception as exc:  # kafka-python raises e.g. KafkaTimeoutError, MessageSizeTooLargeError
+                self.producer.produce(topic, data, result)
+            except KafkaError as exc:  # e.g. MessageSizeTooLargeError, a full queue
                 result.errback(exc)
-                return
-            future.add_callback(lambda _meta: reactor.callFromThread(result.callback, None))
-            future.add_errback(lambda exc: reactor.callFromThread(result.errback, exc))
 
         ready.addCallbacks(send, result.errback)
         return result
+
+    def _delivered(self, reports: list[Report]) -> None:
+        """In the producer's delivery thread: settle *reports* in the reactor thread."""
+        reactor.callFromThread(self._settle, reports)
+
+    @staticmethod
+    def _settle(reports: list[Report]) -> None:
+        for result, error in reports:
+            if error is None:
+                result.callback(None)
+            else:
+                result.errback(error)
 
     def _topic_ready(self, topic: str) -> defer.Deferred[Any]:
         """Fires once *topic* exists (per-appid topics are created on first use, in a thread)."""

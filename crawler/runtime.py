@@ -63,7 +63,6 @@ from crawlhive.crawler.settings import spider_lists
 from crawlhive.utils import stats as stat_names
 from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases, retry_backoff
-from crawlhive.utils.kafka_clients import make_producer
 from crawlhive.utils.loop import ClusterGone, Outage, cluster_gone, is_cluster_transient, uses_up_state
 from crawlhive.utils.redis_clients import async_redis_from_settings, redis_from_settings
 from crawlhive.utils.redis_types import AsyncRedisClient, RedisClient
@@ -205,7 +204,7 @@ class CrawlRuntime:
             redis = redis_from_settings(settings)
             sink: Sink
             if settings.KAFKA_ENABLED:
-                sink = KafkaSink(settings, make_producer(settings))
+                sink = KafkaSink(settings)
             else:
                 lists = spider_lists(settings)
                 sink = RedisSink(redis, lists.items(spider), lists.dead_letter(spider), settings.topic("dead_letter"))

@@ -86,7 +86,7 @@ class Sink(ConsumerWorker):
 
     component = COMPONENT
     #: Kafka's reading is most of a sink's own CPU: librdkafka reads a record for a sixth of
-    #: kafka-python's (:mod:`crawlhive.utils.rdkafka_consumer`).
+    #: kafka-python's (:mod:`crawlhive.utils.rdkafka`).
     rdkafka = True
 
     def __init__(

@@ -126,7 +126,8 @@ def _split_host_port(server: str) -> tuple[str, int]:
         raise SettingsError(f"KAFKA_BOOTSTRAP_SERVERS: expected host:port, got {server!r}") from None
 
 
-def _unavailable(servers: Iterable[str], reason: str) -> BackendUnavailable:
+def kafka_unavailable(servers: Iterable[str], reason: str) -> BackendUnavailable:
+    """The error of a client that could not reach *servers*, naming the settings to check."""
     return BackendUnavailable(
         f"cannot reach Kafka at {','.join(servers)} ({reason}); check KAFKA_BOOTSTRAP_SERVERS"
         " (and KAFKA_SECURITY_PROTOCOL / KAFKA_SASL_* if the broker needs them)"
@@ -143,7 +144,7 @@ def _probe(servers: list[str], timeout: float = KAFKA_PROBE_TIMEOUT_S) -> None:
                 return
         except OSError as exc:
             errors.append(f"{server}: {exc.strerror or exc}")
-    raise _unavailable(servers, "; ".join(errors))
+    raise kafka_unavailable(servers, "; ".join(errors))
 
 
 def probe_kafka(settings: Settings, timeout: float = KAFKA_PROBE_TIMEOUT_S) -> None:
@@ -189,8 +190,8 @@ def _build(factory: Callable[..., _Client], config: dict[str, Any]) -> _Client:
     except (kafka_errors.KafkaError, OSError) as exc:
         close_created()
         if isinstance(exc, kafka_errors.SaslAuthenticationFailedError | kafka_errors.UnsupportedSaslMechanismError):
-            raise _unavailable(servers, f"authentication failed: {exc}") from exc
-        raise _unavailable(servers, f"{type(exc).__name__}: {exc}") from exc
+            raise kafka_unavailable(servers, f"authentication failed: {exc}") from exc
+        raise kafka_unavailable(servers, f"{type(exc).__name__}: {exc}") from exc
 
 
 def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
@@ -214,7 +215,17 @@ def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
         BackendUnavailable: no broker answered within a few seconds; names KAFKA_BOOTSTRAP_SERVERS.
         SettingsError: see :func:`kafka_common_config`.
     """
-    config = {
+    return _build(KafkaProducer, producer_config(settings, **overrides))
+
+
+def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
+    """The keyword arguments of :func:`make_producer`'s ``KafkaProducer`` (see there); the
+    crawler's producer on librdkafka (:mod:`crawlhive.utils.rdkafka`) maps the same.
+
+    Raises:
+        SettingsError: see :func:`kafka_common_config`.
+    """
+    return {
         **kafka_common_config(settings),
         "acks": "all",
         "enable_idempotence": False,
@@ -224,7 +235,6 @@ def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
         "bootstrap_timeout_ms": KAFKA_BOOTSTRAP_TIMEOUT_MS,
         **overrides,
     }
-    return _build(KafkaProducer, config)
 
 
 def make_consumer(settings: Settings, *topics: str, group_id: str | None, **overrides: Any) -> KafkaConsumer:
@@ -257,7 +267,7 @@ def make_consumer(settings: Settings, *topics: str, group_id: str | None, **over
 
 def consumer_config(settings: Settings, group_id: str | None, **overrides: Any) -> dict[str, Any]:
     """The keyword arguments of :func:`make_consumer`'s ``KafkaConsumer`` (see there); the
-    librdkafka consumer (:mod:`crawlhive.utils.rdkafka_consumer`) maps the same.
+    librdkafka consumer (:mod:`crawlhive.utils.rdkafka`) maps the same.
 
     Raises:
         SettingsError: see :func:`kafka_common_config`.
@@ -342,7 +352,7 @@ def ensure_topics(settings: Settings, names: Iterable[str], *, timeout: float = 
                     f"KAFKA_TOPIC_PARTITIONS: the broker rejected {topic.num_partitions}: {exc}"
                 ) from exc
             except kafka_errors.KafkaError as exc:
-                raise _unavailable(servers, f"creating topic {name!r} failed: {exc}") from exc
+                raise kafka_unavailable(servers, f"creating topic {name!r} failed: {exc}") from exc
             created.append(name)
             logger.info(
                 "created topic %s (%d partitions, replication %d)", name, topic.num_partitions, topic.replication_factor
@@ -350,10 +360,10 @@ def ensure_topics(settings: Settings, names: Iterable[str], *, timeout: float = 
         deadline = time.monotonic() + timeout
         while missing := set(wanted) - set(admin.list_topics()):
             if time.monotonic() > deadline:
-                raise _unavailable(servers, f"topics {sorted(missing)} not listed after {timeout:g} s")
+                raise kafka_unavailable(servers, f"topics {sorted(missing)} not listed after {timeout:g} s")
             time.sleep(0.1)
     except kafka_errors.KafkaError as exc:
-        raise _unavailable(servers, f"{type(exc).__name__}: {exc}") from exc
+        raise kafka_unavailable(servers, f"{type(exc).__name__}: {exc}") from exc
     finally:
         admin.close()
     return created

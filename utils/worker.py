@@ -301,7 +301,7 @@ class ConsumerWorker(Worker):
     """
 
     iteration = "this batch"
-    #: Consume on librdkafka (:mod:`crawlhive.utils.rdkafka_consumer`) rather than kafka-python.
+    #: Consume on librdkafka (:mod:`crawlhive.utils.rdkafka`) rather than kafka-python.
     rdkafka: ClassVar[bool] = False
 
     def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
@@ -335,7 +335,7 @@ class ConsumerWorker(Worker):
             self.producer = make_producer(self.settings)
         if self.consumer is None:
             if self.rdkafka:
-                from crawlhive.utils.rdkafka_consumer import make_rdkafka_consumer
+                from crawlhive.utils.rdkafka import make_rdkafka_consumer
 
                 self.consumer = make_rdkafka_consumer(self.settings, topic, group_id=group, **consumer_options)
             else:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from crawlhive.app.embedded import free_port
-from crawlhive.utils import kafka_clients, rdkafka_consumer, redis_clients
+from crawlhive.utils import kafka_clients, rdkafka, redis_clients
 from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
 from crawlhive.utils.settings import Settings
 
@@ -121,9 +121,7 @@ def test_the_librdkafka_consumer_gets_the_same_connection_and_group_options(tmp_
         KAFKA_SESSION_TIMEOUT_MS=9000,
         KAFKA_MAX_POLL_INTERVAL_MS=5000,
     )
-    config = rdkafka_consumer.rdkafka_config(
-        kafka_clients.consumer_config(settings, "crawlhive-sink-x", max_poll_records=500)
-    )
+    config = rdkafka.rdkafka_config(kafka_clients.consumer_config(settings, "crawlhive-sink-x", max_poll_records=500))
     assert {k: v for k, v in config.items() if k != "logger"} == {
         "bootstrap.servers": "k1:9093,k2:9093",
         "security.protocol": "SASL_SSL",
@@ -139,11 +137,46 @@ def test_the_librdkafka_consumer_gets_the_same_connection_and_group_options(tmp_
         "heartbeat.interval.ms": 3000,
         "max.poll.interval.ms": 9000,  # librdkafka refuses one shorter than the session
         "fetch.wait.max.ms": settings.KAFKA_CONSUMER_FETCH_MAX_WAIT_MS,
-        "queued.max.messages.kbytes": rdkafka_consumer.QUEUED_MAX_KBYTES,
-        "fetch.queue.backoff.ms": rdkafka_consumer.FETCH_QUEUE_BACKOFF_MS,
+        "queued.max.messages.kbytes": rdkafka.QUEUED_MAX_KBYTES,
+        "fetch.queue.backoff.ms": rdkafka.FETCH_QUEUE_BACKOFF_MS,
     }
     with pytest.raises(ValueError, match="receive_buffer_bytes"):  # an option nobody mapped is refused
-        rdkafka_consumer.rdkafka_config({**kafka_clients.consumer_config(settings, "g"), "receive_buffer_bytes": 1})
+        rdkafka.rdkafka_config({**kafka_clients.consumer_config(settings, "g"), "receive_buffer_bytes": 1})
+
+
+def test_the_librdkafka_producer_gets_the_producer_options_and_a_queue_for_two_records(tmp_path: Path) -> None:
+    settings, cafile = _sasl_ssl(
+        tmp_path,
+        KAFKA_BOOTSTRAP_SERVERS="k1:9093",
+        KAFKA_SASL_MECHANISM="PLAIN",
+        KAFKA_SASL_USERNAME="crawler",
+        KAFKA_PRODUCER_MAX_REQUEST_SIZE=100 * 1024 * 1024,
+    )
+    config = rdkafka.rdkafka_producer_config(kafka_clients.producer_config(settings))
+    assert {k: v for k, v in config.items() if k != "logger"} == {
+        "bootstrap.servers": "k1:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "crawler",
+        "sasl.password": "s3cret",
+        "ssl.ca.location": str(cafile),
+        "acks": "all",
+        "enable.idempotence": False,
+        "linger.ms": kafka_clients.KAFKA_PRODUCER_LINGER_MS,
+        "batch.size": kafka_clients.KAFKA_PRODUCER_BATCH_SIZE,
+        "message.max.bytes": 100 * 1024 * 1024,
+        "message.timeout.ms": rdkafka.MESSAGE_TIMEOUT_MS,
+        "queue.buffering.max.kbytes": 2 * 100 * 1024,  # two records of the largest size
+        "socket.nagle.disable": True,
+    }
+    small = rdkafka.rdkafka_producer_config(kafka_clients.producer_config(Settings.from_overrides()))
+    assert small["queue.buffering.max.kbytes"] == rdkafka.QUEUE_MAX_KBYTES
+
+
+def test_the_librdkafka_producer_fails_fast_naming_the_setting() -> None:
+    server = f"127.0.0.1:{free_port()}"
+    with pytest.raises(BackendUnavailable, match="KAFKA_BOOTSTRAP_SERVERS"):
+        rdkafka.make_rdkafka_producer(Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS=server), lambda reports: None)
 
 
 def test_librdkafka_reconnection_chatter_is_debug_and_its_real_errors_stay_errors(
@@ -151,7 +184,7 @@ def test_librdkafka_reconnection_chatter_is_debug_and_its_real_errors_stay_error
 ) -> None:
     """While a broker is down librdkafka logs "Connect to … failed" for every attempt of every
     connection; an authentication failure must still be seen."""
-    log = rdkafka_consumer.rdkafka_logger
+    log = rdkafka.rdkafka_logger
     with caplog.at_level(logging.INFO, logger=log.name):
         log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", "Connect to ipv4#127.0.0.1:9 failed")
         log.log(logging.WARNING, "%s [%s] %s", "MAXPOLL", "rdkafka#consumer-1", "leaving group")
@@ -165,7 +198,7 @@ def test_librdkafka_reconnection_chatter_is_debug_and_its_real_errors_stay_error
 def test_the_librdkafka_consumer_fails_fast_naming_the_setting() -> None:
     server = f"127.0.0.1:{free_port()}"
     with pytest.raises(BackendUnavailable, match="KAFKA_BOOTSTRAP_SERVERS"):
-        rdkafka_consumer.make_rdkafka_consumer(
+        rdkafka.make_rdkafka_consumer(
             Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS=server), "x.cleaned", group_id="g"
         )
 

@@ -1,6 +1,7 @@
-"""A consumer on librdkafka (``confluent-kafka``) with the kafka-python methods a worker uses.
+"""Kafka clients on librdkafka (``confluent-kafka``) where kafka-python's cost shows: the sink's
+consumer and the crawler's producer.
 
-Why: kafka-python reads and decodes in Python (``recv`` of 4 KiB at a time, each record's varints
+**The consumer.** kafka-python reads and decodes in Python (``recv`` of 4 KiB at a time, each record's varints
 and headers): 19.6 µs of CPU a 2.6 KB record on Tansu, as much as a whole bare PostgreSQL ``COPY``
 loop spends on the record. confluent-kafka, the client Confluent maintains over librdkafka (C),
 consumed the same records at 3.2 µs each (measured side by side, ``bench/sink.py``'s records); the
@@ -15,11 +16,19 @@ the sink (``poll``, ``commit``, ``seek``, ``assignment``, ``end_offsets``, ``hig
 errors, so the loop's rules (what is transient, what rewinds a batch) hold unchanged. Its log lines
 go to this module's logger (librdkafka's own ``WARNING``/``ERROR`` when a broker goes away), never to
 stderr.
+
+**The producer.** kafka-python builds each record batch, its CRC and its request in Python on a
+sender thread of its own that competes with the reactor for the GIL: py-spy put 12 % of a crawler's
+samples there on the cluster bench (one full page item a page). :class:`RdKafkaProducer` sends
+from librdkafka's C threads, with the options of :func:`~crawlhive.utils.kafka_clients.make_producer`
+(``acks=all``, no idempotence, 5 ms linger), and hands the delivery reports back in batches.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,9 +82,14 @@ _OPTIONS = {
     "fetch_max_wait_ms": "fetch.wait.max.ms",
     "max_partition_fetch_bytes": "max.partition.fetch.bytes",
     "fetch_max_bytes": "fetch.max.bytes",
+    "acks": "acks",
+    "enable_idempotence": "enable.idempotence",
+    "linger_ms": "linger.ms",
+    "batch_size": "batch.size",
+    "max_request_size": "message.max.bytes",
 }
 #: kafka-python options with no librdkafka counterpart to map (the poll's own arguments carry
-#: ``max_poll_records``; the rest are kafka-python's internals).
+#: ``max_poll_records``; the rest are kafka-python's internals or set here for both clients).
 _UNMAPPED = frozenset({"bootstrap_timeout_ms", "max_poll_records", "kafka_client", "enable_auto_commit"})
 #: Kilobytes librdkafka prefetches per partition at most (its default, 64 MiB, is a lot of memory
 #: for a sink of 8 MiB crawled items).
@@ -100,6 +114,22 @@ class Record:
     key: bytes | None = None
 
 
+def _mapped(config: dict[str, Any], kind: str) -> dict[str, Any]:
+    """librdkafka's names and values for *config*, a kafka-python *kind*'s keyword arguments.
+
+    Raises:
+        ValueError: an option this module does not map (a new one must be added to _OPTIONS).
+    """
+    out: dict[str, Any] = {"bootstrap.servers": ",".join(config["bootstrap_servers"]), "logger": rdkafka_logger}
+    for name, value in config.items():
+        if name in _OPTIONS:
+            if value is not None:
+                out[_OPTIONS[name]] = value
+        elif name not in _UNMAPPED and name != "bootstrap_servers":
+            raise ValueError(f"no librdkafka option for the {kind} option {name!r}")
+    return out
+
+
 def rdkafka_config(config: dict[str, Any]) -> dict[str, Any]:
     """librdkafka's configuration for *config*, a kafka-python consumer's keyword arguments.
 
@@ -107,29 +137,30 @@ def rdkafka_config(config: dict[str, Any]) -> dict[str, Any]:
         ValueError: an option this module does not map (a new one must be added to _OPTIONS).
     """
     out: dict[str, Any] = {
-        "bootstrap.servers": ",".join(config["bootstrap_servers"]),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "queued.max.messages.kbytes": QUEUED_MAX_KBYTES,
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
-        "logger": rdkafka_logger,
+        **_mapped(config, "consumer"),
     }
-    for name, value in config.items():
-        if name in _OPTIONS:
-            if value is not None:
-                out[_OPTIONS[name]] = value
-        elif name not in _UNMAPPED and name != "bootstrap_servers":
-            raise ValueError(f"no librdkafka option for the consumer option {name!r}")
     if "session.timeout.ms" in out:  # librdkafka refuses a poll interval shorter than the session
         out["max.poll.interval.ms"] = max(out.get("max.poll.interval.ms", 0), out["session.timeout.ms"])
     return out
 
 
-def _error(exc: BaseException) -> kafka_errors.KafkaError:
+def _error(exc: BaseException | confluent_kafka.KafkaError) -> kafka_errors.KafkaError:
     """kafka-python's error for a librdkafka one (a connection failure is a KafkaConnectionError,
-    which the worker loop retries like any KafkaError)."""
-    said = exc.args[0] if exc.args and isinstance(exc.args[0], confluent_kafka.KafkaError) else None
+    which the worker loop retries like any KafkaError; a record too large a
+    MessageSizeTooLargeError, a record not delivered in time a KafkaTimeoutError)."""
+    if isinstance(exc, confluent_kafka.KafkaError):
+        said: confluent_kafka.KafkaError | None = exc
+    else:
+        said = exc.args[0] if exc.args and isinstance(exc.args[0], confluent_kafka.KafkaError) else None
     text = f"{said.name()}: {said.str()}" if said is not None else str(exc)
+    if said is not None and said.code() in (confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE,):
+        return kafka_errors.MessageSizeTooLargeError(text)
+    if said is not None and said.code() == confluent_kafka.KafkaError._MSG_TIMED_OUT:
+        return kafka_errors.KafkaTimeoutError(text)
     if said is not None and said.code() in (
         confluent_kafka.KafkaError._TRANSPORT,
         confluent_kafka.KafkaError._ALL_BROKERS_DOWN,
@@ -273,3 +304,143 @@ def make_rdkafka_consumer(settings: Settings, *topics: str, group_id: str, **ove
 
     probe_kafka(settings)
     return RdKafkaConsumer(consumer_config(settings, group_id, **overrides), list(topics))
+
+
+#: Milliseconds librdkafka tries to deliver a record before it reports it failed (kafka-python's
+#: ``delivery_timeout_ms``, 2 minutes; librdkafka's own default is 5).
+MESSAGE_TIMEOUT_MS = 120_000
+#: Kilobytes of records librdkafka holds unsent at most (kafka-python's ``buffer_memory`` is
+#: 32 MiB); at least two records of KAFKA_PRODUCER_MAX_REQUEST_SIZE.
+QUEUE_MAX_KBYTES = 65_536
+#: Seconds the delivery thread waits in one ``poll`` (how soon it sees that it should stop).
+POLL_S = 0.2
+
+#: A delivery report: the token given to :meth:`RdKafkaProducer.produce` and the error (None when
+#: the broker acknowledged the record).
+Report = tuple[Any, kafka_errors.KafkaError | None]
+
+
+def rdkafka_producer_config(config: dict[str, Any]) -> dict[str, Any]:
+    """librdkafka's configuration for *config*, a kafka-python producer's keyword arguments
+    (:func:`~crawlhive.utils.kafka_clients.producer_config`).
+
+    Raises:
+        ValueError: an option this module does not map.
+    """
+    out = _mapped(config, "producer")
+    request_kb = -(-int(out.get("message.max.bytes", 1_000_000)) // 1024)
+    return {
+        "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+        "queue.buffering.max.kbytes": max(QUEUE_MAX_KBYTES, 2 * request_kb),
+        "socket.nagle.disable": True,  # as kafka-python's TCP_NODELAY: a lone record is not held back
+        **out,
+    }
+
+
+class RdKafkaProducer:
+    """A producer on librdkafka whose delivery reports come in batches (see the module docstring).
+
+    A thread of its own serves librdkafka's delivery reports (and its log lines) and hands each
+    batch to *on_reports* in that thread, once per ``poll``, rather than one call per record.
+
+    Args:
+        config: kafka-python producer options (:func:`~crawlhive.utils.kafka_clients.producer_config`).
+        on_reports: called in the delivery thread with the reports of a ``poll``, in order.
+    """
+
+    def __init__(self, config: dict[str, Any], on_reports: Callable[[list[Report]], None]) -> None:
+        self._producer = confluent_kafka.Producer(rdkafka_producer_config(config))
+        self._on_reports = on_reports
+        self._reports: list[Report] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="crawlhive-rdkafka-producer", daemon=True)
+        self._thread.start()
+
+    def produce(self, topic: str, value: bytes, token: Any) -> None:
+        """Queue *value* as a record of *topic*; its report, with *token*, comes later.
+
+        Raises:
+            KafkaError: librdkafka refused it at once (MessageSizeTooLargeError for a record over
+                KAFKA_PRODUCER_MAX_REQUEST_SIZE, KafkaTimeoutError while its queue is full).
+        """
+
+        def delivered(error: confluent_kafka.KafkaError | None, _message: Any) -> None:
+            report: Report = (token, None if error is None else _error(error))
+            with self._lock:
+                self._reports.append(report)
+
+        try:
+            self._producer.produce(topic, value, on_delivery=delivered)
+        except BufferError as exc:
+            raise kafka_errors.KafkaTimeoutError(f"the producer's queue is full: {exc}") from exc
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+
+    def _hand_over(self) -> None:
+        with self._lock:
+            reports, self._reports = self._reports, []
+        if reports:
+            self._on_reports(reports)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._producer.poll(POLL_S)
+            except Exception:  # an exception out of a callback; the loop must go on serving reports
+                logger.exception("serving the Kafka producer's delivery reports failed")
+            self._hand_over()
+
+    def connect(self, timeout_s: float) -> None:
+        """Ask a broker for the cluster's metadata, so that a broker that cannot be reached or
+        refuses the credentials shows now.
+
+        Raises:
+            KafkaError: no broker answered within *timeout_s*.
+        """
+        try:
+            self._producer.list_topics(timeout=timeout_s)
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+
+    def flush(self, timeout: float) -> int:
+        """Wait up to *timeout* seconds for every queued record's report (handed over before
+        returning); returns how many are still queued."""
+        left = int(self._producer.flush(timeout))
+        self._hand_over()
+        return left
+
+    def close(self, timeout: float = 5.0) -> int:
+        """:meth:`flush`, then stop the delivery thread; returns how many records were never
+        reported (their tokens get no report)."""
+        left = self.flush(timeout)
+        self._stop.set()
+        self._thread.join(POLL_S * 5)
+        self._hand_over()
+        return left
+
+
+def make_rdkafka_producer(settings: Settings, on_reports: Callable[[list[Report]], None]) -> RdKafkaProducer:
+    """:func:`~crawlhive.utils.kafka_clients.make_producer`'s producer, on librdkafka, connected.
+
+    Raises:
+        BackendUnavailable: no broker answers, or it refuses the credentials (names
+            KAFKA_BOOTSTRAP_SERVERS).
+        SettingsError: see :func:`~crawlhive.utils.kafka_clients.kafka_common_config`.
+    """
+    from crawlhive.utils.kafka_clients import (
+        KAFKA_BOOTSTRAP_TIMEOUT_MS,
+        kafka_unavailable,
+        probe_kafka,
+        producer_config,
+    )
+
+    probe_kafka(settings)
+    config = producer_config(settings)
+    producer = RdKafkaProducer(config, on_reports)
+    try:
+        producer.connect(KAFKA_BOOTSTRAP_TIMEOUT_MS / 1000)
+    except kafka_errors.KafkaError as exc:
+        producer.close(0)
+        raise kafka_unavailable(config["bootstrap_servers"], str(exc)) from exc
+    return producer
