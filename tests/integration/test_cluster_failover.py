@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio.cluster
 from support.cluster_crawl import HOSTS, MultiHostSite, Stack, frontier_report, keys_on_primaries
 from support.crawler import isolated_settings
 from support.redis_cluster import LocalCluster
@@ -192,6 +193,83 @@ def test_the_batcher_fails_only_the_calls_of_a_dead_node_and_follows_the_failove
                 assert int(sync.get(order[column]) or 0) == 1 + len(ran), replies
                 # ... or was refused by the whole cluster while the dead primary's slots had no owner
                 assert all(isinstance(r, redis.exceptions.ClusterDownError) for r in replies if r not in ran), replies
+        finally:
+            sync.close()
+            registry.source.cache_clear()
+
+
+def test_the_batcher_on_a_cluster_fails_a_bad_call_a_slow_node_or_a_redirect_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """crawler/batching.py's exchange with each node (one write, then a reply per call): an
+    argument Redis cannot take, an error reply and a redirect (``MOVED``, the slot map read again
+    after it) fail their own call; a node that does not answer within the socket time-out fails
+    its calls of that batch and answers the next; the calls to the other nodes get their replies."""
+    (tmp_path / "add.lua").write_text("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+    monkeypatch.setattr(registry, "LUA_DIR", tmp_path)
+    registry.source.cache_clear()
+    with LocalCluster(primaries=3, replicas=0) as cluster:
+        sync = redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode("127.0.0.1", n.port) for n in cluster.nodes])
+        keys: dict[int, str] = {}
+        for i in range(1000):
+            keys.setdefault(sync.get_node_from_key(f"{{x{i}}}:n").port, f"{{x{i}}}:n")
+        slow, calm, other = (keys[n.port] for n in cluster.primaries)
+        sync.hset(f"{calm}:h", "f", "v")
+
+        async def scenario() -> dict[str, Any]:
+            client = redis.asyncio.RedisCluster(
+                startup_nodes=[redis.asyncio.cluster.ClusterNode("127.0.0.1", n.port) for n in cluster.nodes],
+                socket_timeout=0.5,
+            )
+            batcher = ScriptBatcher(client)
+            refreshed: list[bool] = []
+            real_refresh = batcher._refresh
+
+            async def refresh() -> None:
+                refreshed.append(True)
+                await real_refresh()
+
+            monkeypatch.setattr(batcher, "_refresh", refresh)
+            out: dict[str, Any] = {}
+
+            async def settled() -> None:  # the batch's replies are delivered before its refresh
+                while batcher._flushing is not None:
+                    await asyncio.sleep(0.01)
+
+            first = await asyncio.gather(
+                batcher.call("add", [slow], [1]),
+                batcher.command(slow, "BLPOP", f"{slow}:empty", 2),  # blocks past the 0.5 s time-out
+                batcher.call("add", [calm], [1]),
+                batcher.command(calm, "INCRBY", f"{calm}:h", 1),  # WRONGTYPE
+                batcher.command(calm, "INCRBY", calm, None),  # refused before it is sent
+                batcher.call("add", [other], [1]),
+                return_exceptions=True,
+            )
+            await settled()
+            out["first"], out["refreshed_first"] = first, bool(refreshed)
+            out["again"] = await asyncio.gather(*(batcher.call("add", [k], [1]) for k in (slow, calm, other)))
+            refreshed.clear()
+            wrong = client.get_node_from_key(other)  # a call routed to the wrong node: MOVED
+            client.get_node_from_key = lambda key, replica=False: wrong  # type: ignore[method-assign]
+            moved = await asyncio.gather(batcher.command(slow, "INCRBY", slow, 1), return_exceptions=True)
+            await settled()
+            out["moved"], out["refreshed_moved"] = moved, bool(refreshed)
+            del client.get_node_from_key
+            await batcher.close()
+            return out
+
+        try:
+            out = asyncio.run(scenario())
+            ran_slow, blocked, ran_calm, wrongtype, refused, ran_other = out["first"]
+            assert isinstance(blocked, redis.exceptions.TimeoutError), out
+            assert int(ran_slow) == 1, out  # its reply came before the one that timed out
+            assert int(ran_calm) == 1 and int(ran_other) == 1, out
+            assert isinstance(wrongtype, redis.ResponseError) and "WRONGTYPE" in str(wrongtype), out
+            assert isinstance(refused, redis.exceptions.DataError), out
+            assert out["refreshed_first"], out  # a node timed out: the slot map is read again
+            assert [int(r) for r in out["again"]] == [2, 2, 2], out  # the slow node's add ran in the first batch
+            assert isinstance(out["moved"][0], redis.exceptions.MovedError) and out["refreshed_moved"], out
+            assert sync.get(slow) == b"2"  # the redirected INCRBY did not run
         finally:
             sync.close()
             registry.source.cache_clear()
