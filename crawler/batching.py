@@ -80,14 +80,6 @@ class _Call:
         except TypeError as exc:  # None, a bool, a list: as redis-py's encoder refuses them
             return DataError(f"{exc} (in a {args[0]} call)")
 
-    def queue(self, pipe: Any, sha: str) -> None:
-        """Queue this call on *pipe* (*sha*: its script's, unused for a plain command); a raw
-        command: a Redis Cluster pipeline routes it by its first key."""
-        if self.script:
-            pipe.execute_command("EVALSHA", sha, len(self.keys), *self.keys, *self.args)
-        else:
-            pipe.execute_command(*self.args)
-
 
 class ScriptBatcher:
     """Runs Lua scripts (``EVALSHA``) on *client*, one pipeline in flight at a time.
@@ -189,20 +181,8 @@ class ScriptBatcher:
         self.calls += len(batch)
         if self.cluster:
             return await self._execute_cluster(batch)
-        if len(batch) == 1:
-            call = batch[0]
-            try:
-                if not call.script:
-                    return [await self.client.execute_command(*call.args)]
-                return [
-                    await self.client.evalsha(self.scripts.sha(call.script), len(call.keys), *call.keys, *call.args)
-                ]
-            except NoScriptError as exc:
-                return [exc]
-        async with self.client.pipeline(transaction=False) as pipe:
-            for call in batch:
-                call.queue(pipe, self._sha(call))
-            return list(await pipe.execute(raise_on_error=False))
+        client: Any = self.client
+        return await _pool_exchange(client.connection_pool, [call.wire(self._sha(call)) for call in batch])
 
     def _sha(self, call: _Call) -> str:
         return self.scripts.sha(call.script) if call.script else ""
@@ -280,26 +260,35 @@ class ScriptBatcher:
         await self.client.aclose()
 
 
-async def _node_exchange(node: Any, wires: list[bytes | RedisError]) -> list[Any]:
-    """Send *wires* (packed commands) to a Redis Cluster *node* on one of its connections in one
-    write, then read a reply for each: the replies, a command's error in its place (a ``MOVED``
-    or ``ASK`` too: the caller retries, and the slot map is read again), or, when the connection
-    failed, that error for every command. One time-out (the connection's ``socket_timeout``) bounds
-    the whole exchange.
+#: A call's place in an exchange's replies before its reply came (a reply can be None).
+_UNANSWERED: Any = object()
 
-    Why not redis-py's cluster pipeline: it routes every command again (computing its slot from
-    its arguments, which the batcher has just done), packs the commands in Python and arms a timer
-    per reply; that was 5 % of a cluster crawler's CPU (py-spy, ``bench/crawl.py --cluster``). This
-    uses the node's own connections as redis-py's pipeline does (``acquire_connection``,
-    ``release``), hiredis to pack, and redis-py's connection to read and parse (hiredis's parser).
+
+def _all_failed(wires: list[bytes | RedisError], exc: BaseException) -> list[Any]:
+    """The replies of an exchange that could not start: *exc* (as a RedisError) for every call."""
+    failed = exc if isinstance(exc, RedisError) else RedisError(f"{type(exc).__name__}: {exc}")
+    return [w if isinstance(w, RedisError) else failed for w in wires]
+
+
+async def _exchange(connection: Any, wires: list[bytes | RedisError], where: str) -> tuple[list[Any], bool]:
+    """Send *wires* (packed commands; an error is a call refused before sending) on *connection*
+    in one write, then read a reply for each: the replies, a command's error in its place (a
+    ``MOVED`` or ``ASK`` too), or, once the connection failed, that error for every call not
+    answered yet; and whether any reply came. One time-out (the connection's ``socket_timeout``)
+    bounds the whole exchange.
+
+    Why not redis-py's pipeline: it packs the commands in Python, arms a timer per reply and, on a
+    cluster, routes every command again (computing the slot the batcher has just computed): 5 % of
+    a cluster crawler's CPU (py-spy, ``bench/crawl.py --cluster``), more than a tenth on one Redis
+    (``bench/README.md``). This packs with hiredis, and reads and parses with redis-py's
+    connection (hiredis's parser).
     """
-    replies: list[Any] = [w if isinstance(w, RedisError) else None for w in wires]
+    replies: list[Any] = [w if isinstance(w, RedisError) else _UNANSWERED for w in wires]
     sent = [i for i, w in enumerate(wires) if not isinstance(w, RedisError)]
+    answered = False
     if not sent:
-        return replies
-    connection = node.acquire_connection()
+        return replies, answered
     try:
-        await node.disconnect_if_needed(connection)
         try:
             async with asyncio.timeout(connection.socket_timeout):
                 await connection.send_packed_command(b"".join(cast(bytes, wires[i]) for i in sent), check_health=False)
@@ -308,18 +297,50 @@ async def _node_exchange(node: Any, wires: list[bytes | RedisError]) -> list[Any
                         replies[i] = await connection.read_response(timeout=math.inf)
                     except ResponseError as exc:  # this command's error; the connection is fine
                         replies[i] = exc
-        except TimeoutError as exc:  # the connection was closed by the read or write it interrupted
+                    answered = True
+        except TimeoutError as exc:  # the read or write it interrupted closed the connection
             await connection.disconnect(nowait=True)
-            error: RedisError = RedisTimeoutError(f"Redis Cluster node {node.name} did not answer in time")
-            error.__cause__ = exc
-            for i in sent:
-                if replies[i] is None:
-                    replies[i] = error
+            raise RedisTimeoutError(f"{where} did not answer within its socket time-out") from exc
     except Exception as exc:  # the connection failed (it disconnected itself): the rest fail with it
         failed = exc if isinstance(exc, RedisError) else RedisError(f"{type(exc).__name__}: {exc}")
-        for i in sent:
-            if replies[i] is None:
-                replies[i] = failed
+        replies = [failed if r is _UNANSWERED else r for r in replies]
+    return replies, answered
+
+
+async def _node_exchange(node: Any, wires: list[bytes | RedisError]) -> list[Any]:
+    """:func:`_exchange` with a Redis Cluster *node*, on one of its connections (as redis-py's
+    cluster pipeline takes them: ``acquire_connection``, ``release``); no retry (a caller
+    retries, and the batcher reads the slot map again after a failure or a redirect)."""
+    try:
+        connection = node.acquire_connection()
+    except Exception as exc:  # its connection limit
+        return _all_failed(wires, exc)
+    try:
+        await node.disconnect_if_needed(connection)
+        replies, _ = await _exchange(connection, wires, f"Redis Cluster node {node.name}")
+        return replies
+    except Exception as exc:  # closing a connection marked for reconnection failed
+        return _all_failed(wires, exc)
     finally:
         node.release(connection)
+
+
+async def _pool_exchange(pool: Any, wires: list[bytes | RedisError]) -> list[Any]:
+    """:func:`_exchange` with one Redis, on a connection of its client's pool. Tried once more on a
+    new connection when the first failed before any reply came (a connection the server closed
+    while idle, a restarted Redis), as redis-py's pipeline retries; not after a reply came, so
+    that no call that ran is sent again."""
+    replies: list[Any] = []
+    for attempt in (1, 2):
+        try:
+            connection = await pool.get_connection()
+        except Exception as exc:  # Redis cannot be reached
+            return _all_failed(wires, exc)
+        try:
+            replies, answered = await _exchange(connection, wires, "Redis")
+        finally:
+            await pool.release(connection)
+        failed = next((r for r in replies if isinstance(r, (RedisConnectionError, RedisTimeoutError))), None)
+        if attempt == 2 or answered or failed is None:
+            break
     return replies

@@ -159,16 +159,17 @@ def test_an_unexpected_error_fails_the_batch_and_the_batcher_goes_on(
     async def scenario() -> tuple[list[Any], int]:
         client = redis.asyncio.Redis.from_url(redis_url)
         batcher = ScriptBatcher(client)
-        real = client.evalsha
+        pool = client.connection_pool
+        real = pool.get_connection
         broken = [True]
 
-        async def evalsha(*args: Any) -> Any:
+        async def get_connection(*args: Any) -> Any:
             if broken[0]:
                 broken[0] = False
                 raise RuntimeError("simulated client bug")
             return await real(*args)
 
-        client.evalsha = evalsha  # type: ignore[method-assign]
+        pool.get_connection = get_connection  # type: ignore[method-assign]
         failed = await asyncio.gather(batcher.call(script, [key], [1]), return_exceptions=True)
         after = await batcher.call(script, [key], [1])
         await batcher.close()
@@ -177,3 +178,24 @@ def test_an_unexpected_error_fails_the_batch_and_the_batcher_goes_on(
     failed, after = _run(scenario())
     assert isinstance(failed[0], redis.RedisError) and "simulated client bug" in str(failed[0])
     assert after == 1  # the failed call never ran; the next one did
+
+
+def test_a_connection_redis_closed_while_idle_is_replaced_and_the_call_runs_once(
+    redis_url: str, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    """One Redis: the batcher's connection, closed by the server between two batches (a restart, an
+    idle time-out), fails before any reply; the batch goes again on a new connection, once."""
+    redis_client.script_load(_ADD)
+    key = f"{names.key_prefix}:counter"
+
+    async def scenario() -> tuple[int, int]:
+        batcher = ScriptBatcher(redis.asyncio.Redis.from_url(redis_url))
+        await batcher.call("add", [key], [1])
+        killed = int(redis_client.client_kill_filter(_type="normal", skipme=True))
+        after = await batcher.call("add", [key], [1])
+        await batcher.close()
+        return killed, int(after)
+
+    killed, after = _run(scenario())
+    assert killed >= 1
+    assert after == 2 and int(redis_client.get(key) or 0) == 2  # ran once, on the new connection
