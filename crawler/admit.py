@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
-from crawlhive.crawler.requests import child_request, link_child, url_fingerprint
+from crawlhive.crawler.requests import child_request, link_children, url_fingerprint
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.redis_clients import is_cluster
 from crawlhive.utils.redis_types import RedisClient
@@ -148,10 +148,12 @@ class Admission:
         canonical URLs, fingerprinted as Scrapy's default fingerprinter would (another
         REQUEST_FINGERPRINTER_CLASS is asked through a ``Request``)."""
         parent = context.request
+        children = link_children(parent, urls)
         if self.default_fingerprints:
-            return [(link_child(parent, url), url_fingerprint(url)) for url in urls]
+            return list(zip(children, map(url_fingerprint, urls), strict=True))
         fingerprinter = self.crawler.request_fingerprinter
-        return [(link_child(parent, url), fingerprinter.fingerprint(Request(url)).hex()) for url in urls]
+        fingerprints = [fingerprinter.fingerprint(Request(url)).hex() for url in urls]
+        return list(zip(children, fingerprints, strict=True))
 
     def admit(self, context: LeaseContext, children: list[tuple[FrontierRequest, str]]) -> Verdict:
         """Check *context*'s lease and filter its page's links (dedupe, page caps), atomically.

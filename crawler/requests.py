@@ -245,28 +245,39 @@ class FrontierLinks:
 
 
 def link_child(parent: FrontierRequest, url: str) -> FrontierRequest:
-    """:func:`child_request` of a plain ``GET`` of *url* (a link of *parent*'s page).
+    """:func:`child_request` of a plain ``GET`` of *url* (a link of *parent*'s page)."""
+    return link_children(parent, [url])[0]
 
-    Built from a copy of the parent's fields rather than with ``dataclasses.replace`` (which runs
-    the whole constructor), and the queue bucket looked up by the URL's host: 2 µs a link instead
-    of 8, and a page has dozens."""
+
+def link_children(parent: FrontierRequest, urls: list[str]) -> list[FrontierRequest]:
+    """:func:`link_child` of each of *urls*, the links of *parent*'s page.
+
+    Each is a copy of one set of fields made once for the page (the parent's, with what every
+    link changes), given its URL and queue bucket (looked up by the URL's host), without running
+    the constructor (``dataclasses.replace`` runs it whole, 8 µs a link): 0.6 µs a link, against
+    1.5 when each link copied and updated the parent's fields itself; a page has dozens."""
     fields = dict(parent.__dict__)
     fields.update(
-        url=url,
         priority=parent.priority - 10,
         request_id="",
         method="GET",
         body=None,
         depth=parent.depth + 1,
         retry_times=0,
-        domain=_domain_of_netloc(url.split("/", 3)[2])
-        if url.startswith(("http://", "https://"))
-        else domain_of_url(url),
         scrapy_request=None,
     )
-    child = FrontierRequest.__new__(FrontierRequest)
-    child.__dict__.update(fields)
-    return child
+    new = FrontierRequest.__new__
+    children = []
+    for url in urls:
+        own = fields.copy()
+        own["url"] = url
+        own["domain"] = (
+            _domain_of_netloc(url.split("/", 3)[2]) if url.startswith(("http://", "https://")) else domain_of_url(url)
+        )
+        child = new(FrontierRequest)
+        child.__dict__ = own
+        children.append(child)
+    return children
 
 
 @functools.lru_cache(maxsize=4096)
