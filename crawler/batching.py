@@ -135,7 +135,7 @@ class ScriptBatcher:
                     # its reply would stop its crawler's scheduler (or a page) for good.
                     if not isinstance(exc, (RedisError, OSError, RedisClusterException)):
                         logger.error("Redis batch of %d calls failed unexpectedly", len(batch), exc_info=True)
-                    error = exc if isinstance(exc, RedisError) else RedisError(f"{type(exc).__name__}: {exc}")
+                    error = _redis_error(exc)
                     if self.cluster and isinstance(exc, _TOPOLOGY_ERRORS):
                         await self._refresh()
                     for call in batch:
@@ -264,9 +264,14 @@ class ScriptBatcher:
 _UNANSWERED: Any = object()
 
 
+def _redis_error(exc: BaseException) -> RedisError:
+    """*exc* as the RedisError a caller of the batcher gets (it is one, or it is named in one)."""
+    return exc if isinstance(exc, RedisError) else RedisError(f"{type(exc).__name__}: {exc}")
+
+
 def _all_failed(wires: list[bytes | RedisError], exc: BaseException) -> list[Any]:
     """The replies of an exchange that could not start: *exc* (as a RedisError) for every call."""
-    failed = exc if isinstance(exc, RedisError) else RedisError(f"{type(exc).__name__}: {exc}")
+    failed = _redis_error(exc)
     return [w if isinstance(w, RedisError) else failed for w in wires]
 
 
@@ -279,9 +284,8 @@ async def _exchange(connection: Any, wires: list[bytes | RedisError], where: str
 
     Why not redis-py's pipeline: it packs the commands in Python, arms a timer per reply and, on a
     cluster, routes every command again (computing the slot the batcher has just computed): 5 % of
-    a cluster crawler's CPU (py-spy, ``bench/crawl.py --cluster``), more than a tenth on one Redis
-    (``bench/README.md``). This packs with hiredis, and reads and parses with redis-py's
-    connection (hiredis's parser).
+    a cluster crawler's CPU (py-spy, ``bench/crawl.py --cluster``). This packs with hiredis, and
+    reads and parses with redis-py's connection (hiredis's parser).
     """
     replies: list[Any] = [w if isinstance(w, RedisError) else _UNANSWERED for w in wires]
     sent = [i for i, w in enumerate(wires) if not isinstance(w, RedisError)]
@@ -302,7 +306,7 @@ async def _exchange(connection: Any, wires: list[bytes | RedisError], where: str
             await connection.disconnect(nowait=True)
             raise RedisTimeoutError(f"{where} did not answer within its socket time-out") from exc
     except Exception as exc:  # the connection failed (it disconnected itself): the rest fail with it
-        failed = exc if isinstance(exc, RedisError) else RedisError(f"{type(exc).__name__}: {exc}")
+        failed = _redis_error(exc)
         replies = [failed if r is _UNANSWERED else r for r in replies]
     return replies, answered
 

@@ -157,7 +157,7 @@ def _error(exc: BaseException | confluent_kafka.KafkaError) -> kafka_errors.Kafk
     else:
         said = exc.args[0] if exc.args and isinstance(exc.args[0], confluent_kafka.KafkaError) else None
     text = f"{said.name()}: {said.str()}" if said is not None else str(exc)
-    if said is not None and said.code() in (confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE,):
+    if said is not None and said.code() == confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE:
         return kafka_errors.MessageSizeTooLargeError(text)
     if said is not None and said.code() == confluent_kafka.KafkaError._MSG_TIMED_OUT:
         return kafka_errors.KafkaTimeoutError(text)

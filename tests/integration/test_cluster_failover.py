@@ -147,6 +147,14 @@ def stalled(stack: Stack, prefix: str, every: set[str]) -> str:
     return f"no complete; {len(missing)} pages never emitted: {missing}\ninfo: {info}\n{report}\n{stack.logs()}"
 
 
+def _key_per_primary(sync: redis.RedisCluster, tag: str) -> dict[int, str]:
+    """A key (``{<tag><i>}:n``) on each primary of the cluster *sync* reaches, by its port."""
+    keys: dict[int, str] = {}
+    for i in range(1000):
+        keys.setdefault(sync.get_node_from_key(f"{{{tag}{i}}}:n").port, f"{{{tag}{i}}}:n")
+    return keys
+
+
 def test_the_batcher_fails_only_the_calls_of_a_dead_node_and_follows_the_failover(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -160,10 +168,7 @@ def test_the_batcher_fails_only_the_calls_of_a_dead_node_and_follows_the_failove
     registry.source.cache_clear()
     with LocalCluster(primaries=3, replicas=1) as cluster:
         sync = redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode("127.0.0.1", n.port) for n in cluster.nodes])
-        # one key on each primary, the first on the one to be killed
-        keys: dict[int, str] = {}
-        for i in range(1000):
-            keys.setdefault(sync.get_node_from_key(f"{{b{i}}}:n").port, f"{{b{i}}}:n")
+        keys = _key_per_primary(sync, "b")  # the first on the one to be killed
         victim = cluster.primaries[0]
         order = [keys[victim.port]] + [keys[n.port] for n in cluster.primaries[1:]]
 
@@ -210,9 +215,7 @@ def test_the_batcher_on_a_cluster_fails_a_bad_call_a_slow_node_or_a_redirect_alo
     registry.source.cache_clear()
     with LocalCluster(primaries=3, replicas=0) as cluster:
         sync = redis.RedisCluster(startup_nodes=[redis.cluster.ClusterNode("127.0.0.1", n.port) for n in cluster.nodes])
-        keys: dict[int, str] = {}
-        for i in range(1000):
-            keys.setdefault(sync.get_node_from_key(f"{{x{i}}}:n").port, f"{{x{i}}}:n")
+        keys = _key_per_primary(sync, "x")
         slow, calm, other = (keys[n.port] for n in cluster.primaries)
         sync.hset(f"{calm}:h", "f", "v")
 
