@@ -25,6 +25,8 @@ retries of a request that keeps failing.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, cast
 
@@ -39,6 +41,8 @@ from crawlhive.utils.scripts import scripts
 if TYPE_CHECKING:
     from crawlhive.utils.redis_types import RedisPipeline
     from crawlhive.utils.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 #: How long an origin marker blocks a second append of the same Kafka record.
 ORIGIN_MARKER_TTL_S = 86400
@@ -120,7 +124,10 @@ class ControlConsumer:
             monitor never inherits entries it cannot remember: others claim them.
         group: the consumer group.
 
-    Every method is one or two round trips and raises ``redis.RedisError`` when Redis fails.
+    Every method is one or two round trips and raises ``redis.RedisError`` when Redis fails. A
+    group that vanished (the stream was deleted, or Redis restarted without persistence) is created
+    again by whichever method meets its absence (``NOGROUP``); that method then acts as if the
+    group held nothing: no entries to read or claim, none owned, nothing left to acknowledge.
     """
 
     def __init__(self, redis: RedisClient, keys: Keys, consumer: str, group: str = CONTROL_GROUP) -> None:
@@ -144,17 +151,14 @@ class ControlConsumer:
     def read(self, count: int, block_ms: int) -> list[ControlEntry]:
         """New entries for this consumer, waiting up to *block_ms* (0 = do not wait) for the first.
 
-        If the group vanished (the stream was deleted), it is created again and ``[]`` returned.
+        If the group vanished, it is created again and ``[]`` returned.
         """
-        try:
-            reply = self.redis.xreadgroup(
+        reply = self._in_group(
+            lambda: self.redis.xreadgroup(
                 self.group, self.consumer, {self.stream: ">"}, count=count, block=block_ms or None
-            )
-        except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            self.ensure_group()
-            return []
+            ),
+            None,
+        )
         entries = []
         for _stream, messages in cast("list[tuple[Any, _Entries]]", reply or []):
             for entry_id, fields in messages:
@@ -165,8 +169,9 @@ class ControlConsumer:
     def claim_stale(self, min_idle_ms: int, count: int) -> list[ControlEntry]:
         """Take over up to *count* entries that another consumer has held for *min_idle_ms* without
         acknowledging them (it died, or keeps failing on them). Each claim counts as a delivery."""
-        reply: list[Any] = self.redis.xautoclaim(
-            self.stream, self.group, self.consumer, min_idle_ms, "0-0", count=count
+        reply: list[Any] = self._in_group(
+            lambda: self.redis.xautoclaim(self.stream, self.group, self.consumer, min_idle_ms, "0-0", count=count),
+            ["0-0", []],
         )
         # Redis >= 7 answers [cursor, entries, deleted ids] and drops deleted entries from the pending
         # list itself; Redis 6.2 answers [cursor, entries] with a nil for each deleted entry, which
@@ -193,14 +198,19 @@ class ControlConsumer:
         as one more delivery. Entries deleted in the meantime are left out."""
         if not ids:
             return []
-        messages = cast("_Entries", self.redis.xclaim(self.stream, self.group, self.consumer, 0, list[Any](ids)))
+        messages = cast(
+            "_Entries",
+            self._in_group(lambda: self.redis.xclaim(self.stream, self.group, self.consumer, 0, list[Any](ids)), []),
+        )
         return self._with_deliveries([(entry_id, fields) for entry_id, fields in messages if fields])
 
     def renew(self, ids: list[str]) -> None:
         """Reset the idle time of entries this consumer still works on, so no other consumer claims
         them; their delivery count is unchanged."""
         if ids:
-            self.redis.xclaim(self.stream, self.group, self.consumer, 0, list[Any](ids), justid=True)
+            self._in_group(
+                lambda: self.redis.xclaim(self.stream, self.group, self.consumer, 0, list[Any](ids), justid=True), []
+            )
 
     def owned(self, ids: list[str]) -> set[str]:
         """Those of *ids* still pending with this consumer (not acknowledged, not claimed by
@@ -210,7 +220,8 @@ class ControlConsumer:
         pipe = self.redis.pipeline(transaction=False)
         for entry_id in ids:
             pipe.xpending_range(self.stream, self.group, entry_id, entry_id, 1, consumername=self.consumer)
-        return {_text(p["message_id"]) for reply in pipe.execute() for p in reply}
+        replies: list[Any] = self._in_group(pipe.execute, [])
+        return {_text(p["message_id"]) for reply in replies for p in reply}
 
     def ack(self, ids: list[str]) -> None:
         """Finish entries: ``XACK`` and ``XDEL`` in one ``MULTI`` (call after their answers are
@@ -220,7 +231,7 @@ class ControlConsumer:
         pipe = self.redis.pipeline(transaction=True)
         pipe.xack(self.stream, self.group, *ids)
         pipe.xdel(self.stream, *ids)
-        pipe.execute()
+        self._in_group(pipe.execute, None)
 
     def _with_deliveries(self, messages: list[tuple[Any, dict[Any, Any]]]) -> list[ControlEntry]:
         if not messages:
@@ -228,8 +239,26 @@ class ControlConsumer:
         pipe = self.redis.pipeline(transaction=False)
         for entry_id, _ in messages:
             pipe.xpending_range(self.stream, self.group, entry_id, entry_id, 1, consumername=self.consumer)
-        counts = {_text(p["message_id"]): int(p["times_delivered"]) for reply in pipe.execute() for p in reply}
+        replies: list[Any] = self._in_group(pipe.execute, [])
+        counts = {_text(p["message_id"]): int(p["times_delivered"]) for reply in replies for p in reply}
         return [self._entry(entry_id, fields, counts.get(_text(entry_id), 1)) for entry_id, fields in messages]
+
+    def _in_group(self, call: Callable[[], Any], absent: Any) -> Any:
+        """*call*'s reply, or *absent* when the group does not exist (``NOGROUP``): the group is
+        then created again, with a warning, since what it held was lost with it."""
+        try:
+            return call()
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+        logger.warning(
+            "the control stream %s had no consumer group %r (deleted, or Redis restarted without "
+            "persistence): created again; requests it held are gone",
+            self.stream,
+            self.group,
+        )
+        self.ensure_group()
+        return absent
 
     @staticmethod
     def _entry(entry_id: Any, fields: dict[Any, Any], deliveries: int) -> ControlEntry:

@@ -961,10 +961,14 @@ def test_appid_topics_get_a_copy_of_each_answer(
 # --- backends going away; the real command ---------------------------------------------------------
 
 
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "not-persistent"])
 def test_redis_going_away_backs_off_naming_the_setting_and_resumes(
-    rm_settings: Settings, tmp_path: Path, outbound: Topic, caplog: pytest.LogCaptureFixture
+    persistent: bool, rm_settings: Settings, tmp_path: Path, outbound: Topic, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with EmbeddedRedis(appendonly=True, workdir=tmp_path / "redis") as server:
+    """Redis stops and comes back; the monitor backs off meanwhile, then answers again. Without
+    persistence Redis comes back empty: the control stream's consumer group is gone, and the
+    monitor creates it again (it once claimed from the missing group forever, answering nothing)."""
+    with EmbeddedRedis(appendonly=persistent, workdir=tmp_path / "redis") as server:
         settings = rm_settings.copy_with(REDIS_URL=server.url)
         client = redis.Redis.from_url(server.url)
         runner = Running()
@@ -980,6 +984,8 @@ def test_redis_going_away_backs_off_naming_the_setting_and_resumes(
                 submit(client, settings, "action", {**info, "uuid": "after"})
                 assert sorted(m["uuid"] for m in outbound.wait_for(2, timeout_s=40)) == ["after", "before"]
             assert any("check REDIS_URL" in r.getMessage() for r in caplog.records)
+            recreated = [r for r in caplog.records if "had no consumer group" in r.getMessage()]
+            assert len(recreated) == (0 if persistent else 1), [r.getMessage() for r in recreated]
         finally:
             runner.stop()
             client.close()
