@@ -66,6 +66,8 @@ class LinkLimits:
         if self.max_url_length and len(url) > self.max_url_length:
             return True
         if self.max_segment_repeats:
+            if url.count("/") - 2 <= self.max_segment_repeats and url.startswith(("http://", "https://")):
+                return False  # no more path segments than the limit (most links): no split needed
             try:
                 path = urlsplit(url).path
             except ValueError:

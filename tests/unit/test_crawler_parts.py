@@ -8,12 +8,16 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scrapy import Request, Spider
 from scrapy.http import HtmlResponse, Response
 from scrapy.utils.test import get_crawler
@@ -109,6 +113,20 @@ def test_links_filters_canonical_unique_in_order() -> None:
     assert extract_links(Response("http://a.com/x.bin", body=b"\x00"), request) == []
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    scheme=st.sampled_from(["http://", "https://", "ftp://", "http:", ""]),
+    rest=st.lists(st.sampled_from(["a", "b", "", "a?b", "#a", "?"]), max_size=9).map("/".join),
+    repeats=st.integers(1, 4),
+)
+def test_the_trap_rules_shortcut_answers_as_the_path_split_does(scheme: str, rest: str, repeats: int) -> None:
+    """:meth:`LinkLimits.is_trap` skips splitting a URL with few slashes: same answer as splitting."""
+    url = f"{scheme}h.com/{rest}"
+    segments = [s for s in urlsplit(url).path.split("/") if s]
+    expected = max(Counter(segments).values(), default=0) > repeats
+    assert LinkLimits(max_url_length=0, max_segment_repeats=repeats).is_trap(url) is expected
+
+
 def test_crawl_traps_are_dropped_by_the_link_filters() -> None:
     """docs/contract.md §10.7: too long, or one path segment repeated more than allowed."""
     limits = LinkLimits(max_url_length=60, max_segment_repeats=3)
@@ -116,6 +134,10 @@ def test_crawl_traps_are_dropped_by_the_link_filters() -> None:
     assert limits.is_trap("http://a.com/a/b/a/b/a/b/a/b/")  # four
     assert limits.is_trap("http://a.com/" + "x" * 60)
     assert not LinkLimits(0, 0).is_trap("http://a.com/a/a/a/a/a/" + "x" * 9000)  # 0 = rule off
+    # a path of at most 3 segments is never split (the shortcut counts slashes): the same answers
+    assert not limits.is_trap("http://a.com/a/a/a") and not limits.is_trap("https://a.com/a/a/a?q=/")
+    assert limits.is_trap("http://a.com/a/a/a/a") and limits.is_trap("https://a.com//a//a//a//a")
+    assert not limits.is_trap("http://a.com/a/b/c/d?x=/a/a/a/a")  # the query is not the path
     body = (
         '<a href="/cal/2026/11/2026/11/2026/11/2026/11/">trap</a><a href="/ok">ok</a><a href="/'
         + "y" * 80
