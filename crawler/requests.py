@@ -234,7 +234,7 @@ class FrontierLinks:
     """What a built-in spider yields for its page's links instead of one ``scrapy.Request`` each:
     their canonical URLs, already through the crawl's filters (``crawler/links.py``). The frontier
     spider middleware (nearest the spider) turns them into frontier requests with
-    :func:`link_child` and :func:`url_fingerprint`; no other middleware sees them. A ``Request``
+    :func:`link_children` and :func:`url_fingerprint`; no other middleware sees them. A ``Request``
     per link cost its URL made safe again, and its fingerprint canonicalised it once more: about a
     fifth of a crawler's CPU on the bench site."""
 
@@ -244,13 +244,8 @@ class FrontierLinks:
         self.urls = urls
 
 
-def link_child(parent: FrontierRequest, url: str) -> FrontierRequest:
-    """:func:`child_request` of a plain ``GET`` of *url* (a link of *parent*'s page)."""
-    return link_children(parent, [url])[0]
-
-
 def link_children(parent: FrontierRequest, urls: list[str]) -> list[FrontierRequest]:
-    """:func:`link_child` of each of *urls*, the links of *parent*'s page.
+    """:func:`child_request` of a plain ``GET`` of each of *urls*, the links of *parent*'s page.
 
     Each is a copy of one set of fields made once for the page (the parent's, with what every
     link changes), given its URL and queue bucket (looked up by the URL's host), without running

@@ -19,7 +19,7 @@ from crawlhive.app.embedded import free_port
 from crawlhive.crawler.admit import Admission, Verdict
 from crawlhive.crawler.batching import ScriptBatcher
 from crawlhive.crawler.leases import LeaseContext, LeaseTable
-from crawlhive.crawler.requests import link_child, url_fingerprint
+from crawlhive.crawler.requests import link_children, url_fingerprint
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, ThrottleConfig
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.redis_clients import (
@@ -76,7 +76,7 @@ def _leased(client: redis.Redis, settings: Settings, worker: FrontierWorker, pag
         assert lease is not None
         context = LeaseContext(lease)
         domain = lease.request.domain
-        context.children = [link_child(lease.request, f"http://other{j}.example/{domain}") for j in (1, 2)]
+        context.children = link_children(lease.request, [f"http://other{j}.example/{domain}" for j in (1, 2)])
         context.parsed = True
         contexts.append(context)
     return contexts
@@ -197,11 +197,11 @@ def test_the_admit_reads_a_dupefilter_with_one_command_whatever_the_links(
         context.fingerprint = url_fingerprint(context.request.url)
     # 60 links on one site (one shard): a new one, or one another page queued, costs no command of its own
     urls = [f"http://links.example/{i}" for i in range(60)]
-    children = [(link_child(first.request, url), url_fingerprint(url)) for url in urls]
+    children = list(zip(link_children(first.request, urls), map(url_fingerprint, urls), strict=True))
     before = _dupefilter_commands(redis_client)
     assert admission.admit(first, children) is Verdict.EMIT
     assert len(first.children) == 60
-    second_children = [(link_child(second.request, url), fp) for (_, fp), url in zip(children, urls, strict=True)]
+    second_children = list(zip(link_children(second.request, urls), [fp for _, fp in children], strict=True))
     assert admission.admit(second, second_children) is Verdict.EMIT
     assert second.children == []  # the first page queued them: not again
     assert admission.admit(first, children) is Verdict.EMIT  # the page that queued them may again

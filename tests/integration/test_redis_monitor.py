@@ -967,7 +967,8 @@ def test_redis_going_away_backs_off_naming_the_setting_and_resumes(
 ) -> None:
     """Redis stops and comes back; the monitor backs off meanwhile, then answers again. Without
     persistence Redis comes back empty: the control stream's consumer group is gone, and the
-    monitor creates it again (it once claimed from the missing group forever, answering nothing)."""
+    monitor creates it again (its claim from the missing group raised ``NOGROUP`` and the monitor
+    stopped)."""
     with EmbeddedRedis(appendonly=persistent, workdir=tmp_path / "redis") as server:
         settings = rm_settings.copy_with(REDIS_URL=server.url)
         client = redis.Redis.from_url(server.url)

@@ -9,7 +9,7 @@ import redis
 import ujson
 from scrapy import Request
 
-from crawlhive.crawler.requests import child_request, link_child
+from crawlhive.crawler.requests import child_request, link_children
 from crawlhive.utils.frontier import (
     OPTIONS_LOST,
     WAKE_ANY,
@@ -81,7 +81,7 @@ def pop_all(worker: FrontierWorker) -> list[FrontierRequest]:
 def test_a_link_member_is_its_url_depth_and_option_set_id() -> None:
     parent = seed()
     parent.option_set = OptionSet.of(parent)
-    child = link_child(parent, "http://www.example.com/news/1")
+    (child,) = link_children(parent, ["http://www.example.com/news/1"])
     member = child.member()
     # the URL without its scheme and its queue's domain (example.com), which the queue key names
     assert member == b"1 %s !/news/1" % parent.option_set.id.encode()
@@ -152,8 +152,8 @@ def test_push_pop_keeps_every_option_of_two_seeds_of_one_crawl(
     assert popped[first.url] == first and popped[second.url] == second
     # their links, pushed by a crawler, inherit each parent's options through the set's id
     links = [
-        link_child(popped[first.url], "http://www.example.com/news/2"),
-        link_child(popped[second.url], "http://example.org/l"),
+        *link_children(popped[first.url], ["http://www.example.com/news/2"]),
+        *link_children(popped[second.url], ["http://example.org/l"]),
     ]
     push(frontier, *links)
     again = {r.url: r for r in pop_all(worker)}
@@ -270,7 +270,7 @@ def test_a_link_member_keeps_any_url_exactly_and_reads_members_written_in_full()
         "http://wwww.example.com/": b"^wwww|/",
     }
     for url, compact in urls.items():
-        child = link_child(parent, url)
+        (child,) = link_children(parent, [url])
         member = child.member()
         assert member.split(b" ", 2)[2] == (compact or url.encode()), url
         for written in (member, b"1 %s %s" % (options.id.encode(), url.encode())):  # new and in full

@@ -228,14 +228,14 @@ def test_a_link_s_fingerprint_is_scrapy_s_fingerprint_of_its_request(name: str, 
     sees no difference, and the same frontier request as a yielded ``Request(url)`` gave."""
     from scrapy.utils.request import fingerprint
 
-    from crawlhive.crawler.requests import link_child, url_fingerprint
+    from crawlhive.crawler.requests import link_children, url_fingerprint
 
     parent = FrontierRequest(url=response.url, appid="a", crawlid="c", maxdepth=3, attrs={"k": 1})
     for link in extract_links(response, FrontierRequest(url=response.url, appid="a", crawlid="c", deny_extensions=[])):
         request = Request(link["url"])
         assert request.url == link["url"]  # already safe: a Request would not change it
         assert url_fingerprint(link["url"]) == fingerprint(request).hex()
-        child = link_child(parent, link["url"])
+        (child,) = link_children(parent, [link["url"]])
         assert (child.url, child.depth, child.priority, child.attrs, child.scrapy_request) == (
             link["url"], 1, parent.priority - 10, {"k": 1}, None,
         )  # fmt: skip
