@@ -72,6 +72,7 @@ class Cleaner(ConsumerWorker):
     """Consumes the crawled firehose and publishes cleaned records (see the module docstring)."""
 
     component = COMPONENT
+    poll_interval_setting = "CLEANER_MAX_POLL_INTERVAL_MS"
 
     def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
         super().__init__(settings, redis, owns_redis=owns_redis)

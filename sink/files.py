@@ -3,13 +3,25 @@
 ``file:///dir/`` or any fsspec URL (``s3://bucket/prefix/`` with ``s3fs`` installed, ``gs://`` with
 ``gcsfs``, …), with ``?format=jsonl`` (the default: one JSON record a line, gzip) or
 ``?format=parquet`` (the fixed schema :data:`PARQUET_SCHEMA`, zstd). Records gather per partition
-and a file is written when their bytes (as received) reach SINK_ROLL_BYTES (64 MiB) or its first
-record is SINK_ROLL_SECONDS old, named ``<topic>/<partition>/<first offset>-<last offset>.<ext>``.
-It appears complete or not at all: a local file is written under a temporary name, flushed to disk
-(fsync) and renamed; elsewhere it is written under a temporary name and moved (an object store's
-put is atomic). Only then does the sink commit the offsets it holds: a sink killed before that
-leaves the records to the next one, which gathers the same records from the same first offset and,
-rolled by size, writes the same file name again. Memory: up to SINK_ROLL_BYTES per partition held.
+and a file is rolled when their bytes reach SINK_ROLL_BYTES (64 MiB) or its first record is
+SINK_ROLL_SECONDS old, named ``<topic>/<partition>/<first offset>-<last offset>.<ext>``. A record
+sent by reference (``body_ref``) counts the body it holds, not its small message.
+
+**Rolls never block the poll loop.** A file is encoded and written on the store's roller thread,
+one file at a time in the order rolled, while the sink goes on polling (a roll of a large WARC
+file takes seconds; done on the polling thread it outlasted the group's poll interval, the sink was
+evicted and wrote the same files again forever). The records of a file being rolled stay held
+(:meth:`FileStore.held_back`) until the file is complete; :meth:`FileStore.tick` collects finished
+rolls. What the store holds (gathering and rolling) is bounded by SINK_MAX_HELD_BYTES: past it
+:meth:`FileStore.full` asks the sink to pause its partitions, and the largest partition is rolled
+early if nothing is rolling.
+
+A file appears complete or not at all: a local file is written under a temporary name, flushed to
+disk (fsync) and renamed; elsewhere it is written under a temporary name and moved (an object
+store's put is atomic). Only then does the sink commit the offsets it holds: a sink killed before
+that leaves the records to the next one, which gathers the same records from the same first offset
+and, rolled by size, writes the same file name again. A graceful stop rolls what is gathered
+(:meth:`FileStore.flush`) and commits it.
 """
 
 from __future__ import annotations
@@ -21,6 +33,9 @@ import logging
 import os
 import secrets
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -77,6 +92,15 @@ class Pending:
     started: float = field(default_factory=time.monotonic)
 
 
+@dataclass
+class Rolling:
+    """A file being written on the roller thread: its partition, records and the write's future."""
+
+    key: tuple[str, int]
+    pending: Pending
+    future: Future[str]
+
+
 def split_url(url: str) -> tuple[str, str]:
     """``(fsspec URL without format=, format)``.
 
@@ -121,24 +145,30 @@ class FileStore(Store):
 
     kind = "file"
 
-    def __init__(self, url: str, base: str, fmt: str, roll_bytes: int, roll_seconds: float) -> None:
+    def __init__(
+        self, url: str, base: str, fmt: str, roll_bytes: int, roll_seconds: float, max_held_bytes: int = 0
+    ) -> None:
         self.url = url
         self.format = fmt
         self.ext = FORMATS[fmt]
         self.roll_bytes = roll_bytes or DEFAULT_ROLL_BYTES
         self.roll_seconds = roll_seconds
+        #: Bytes gathered and rolling at most before :meth:`full` (0: four rolls' worth).
+        self.max_held_bytes = max_held_bytes or 4 * self.roll_bytes
         self.fs, self.root = fsspec.core.url_to_fs(base)
         self.local = "file" in _protocols(self.fs)
         self.pending: dict[tuple[str, int], Pending] = {}
+        #: Files handed to the roller thread, in the order rolled (it writes them in that order).
+        self.rolling: deque[Rolling] = deque()
         #: Per partition, the offset after the last record of its last file.
         self.done: dict[tuple[str, int], int] = {}
+        self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, url: str) -> Self:
         base, fmt = split_url(url)
-        if settings.SINK_ROLL_BYTES < 0 or not settings.SINK_ROLL_SECONDS > 0:
-            raise SettingsError("SINK_ROLL_BYTES must be 0 or more and SINK_ROLL_SECONDS more than 0")
-        return cls(url, base, fmt, settings.SINK_ROLL_BYTES, settings.SINK_ROLL_SECONDS)
+        check_roll_settings(settings)
+        return cls(url, base, fmt, settings.SINK_ROLL_BYTES, settings.SINK_ROLL_SECONDS, settings.SINK_MAX_HELD_BYTES)
 
     def _unavailable(self, exc: BaseException) -> BackendUnavailable:
         return BackendUnavailable(
@@ -152,8 +182,25 @@ class FileStore(Store):
         except OSError as exc:
             raise self._unavailable(exc) from exc
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the records gathered and rolling."""
+        return sum(p.size for p in self.pending.values()) + sum(r.pending.size for r in self.rolling)
+
+    def full(self) -> bool:
+        """True while the store holds SINK_MAX_HELD_BYTES or more (the sink pauses its partitions)."""
+        return self.held_bytes >= self.max_held_bytes
+
+    def empty(self) -> bool:
+        return not self.pending and not self.rolling
+
+    def room(self) -> int:
+        """Bytes the store may still take before it holds SINK_MAX_HELD_BYTES."""
+        return max(0, self.max_held_bytes - self.held_bytes)
+
     def write(self, records: list[SinkRecord]) -> WriteResult:
-        """Gather *records*; write each partition's file that reaches SINK_ROLL_BYTES."""
+        """Gather *records*; roll each partition's file that reaches SINK_ROLL_BYTES (on the roller
+        thread: this returns at once)."""
         for record in records:
             key = (record.topic, record.partition)
             pending = self.pending.get(key)
@@ -163,51 +210,125 @@ class FileStore(Store):
             pending.last = record.offset
             pending.size += record.size
             if pending.size >= self.roll_bytes:
-                self._complete(key)
+                self._roll(key)
         return WriteResult(written=len(records))
 
     def held_back(self, topic: str, partition: int) -> int | None:
-        pending = self.pending.get((topic, partition))
+        key = (topic, partition)
+        for rolling in self.rolling:  # in the order rolled: the partition's first is its oldest
+            if rolling.key == key:
+                return rolling.pending.first
+        pending = self.pending.get(key)
         return pending.first if pending is not None else None
 
     def tick(self, assigned: set[tuple[str, int]]) -> None:
+        """Collect finished rolls; forget partitions no longer *assigned*; roll files that are
+        SINK_ROLL_SECONDS old; past SINK_MAX_HELD_BYTES with nothing rolling, roll the largest.
+
+        Raises:
+            BackendUnavailable: a roll failed (its records stay held; the sink rewinds).
+        """
+        self._collect(assigned)
         now = time.monotonic()
         for key in list(self.pending):
             if key not in assigned:
                 del self.pending[key]  # the partition's next owner gathers these again
                 self.done.pop(key, None)
             elif now - self.pending[key].started >= self.roll_seconds:
-                self._complete(key)
+                self._roll(key)
+        if self.pending and not self.rolling and self.full():
+            self._roll(max(self.pending, key=lambda k: self.pending[k].size))
+
+    def _collect(self, assigned: set[tuple[str, int]] | None = None) -> None:
+        """Take the finished rolls off the front of :attr:`rolling`, in order.
+
+        Raises:
+            BackendUnavailable: a roll failed.
+        """
+        while self.rolling and self.rolling[0].future.done():
+            rolling = self.rolling[0]
+            exc = rolling.future.exception()
+            if exc is not None:
+                if isinstance(exc, BackendUnavailable):
+                    raise exc
+                raise self._unavailable(exc) from exc
+            self.rolling.popleft()
+            if assigned is None or rolling.key in assigned:
+                self.done[rolling.key] = rolling.pending.last + 1
+            logger.debug("wrote %s", rolling.future.result())
+
+    def flush(self) -> None:
+        """Roll every partition's gathered records and wait for every roll (a graceful stop).
+
+        Raises:
+            BackendUnavailable: a roll failed.
+        """
+        for key in list(self.pending):
+            self._roll(key)
+        wait_futures([r.future for r in self.rolling])
+        self._collect()
 
     def abandon(self) -> dict[tuple[str, int], int]:
-        """Per partition, the first offset not in a file yet (what was gathered is forgotten)."""
-        firsts = {**self.done, **{key: pending.first for key, pending in self.pending.items()}}
+        """Per partition, the first offset not in a file yet (what was gathered or is rolling is
+        forgotten; rolls in progress are waited for, and those that completed count as done)."""
+        wait_futures([r.future for r in self.rolling])
+        firsts: dict[tuple[str, int], int] = dict(self.done)
+        failed: set[tuple[str, int]] = set()
+        for rolling in self.rolling:
+            key = rolling.key
+            if key in failed:
+                continue
+            if rolling.future.exception() is None:
+                firsts[key] = rolling.pending.last + 1
+            else:
+                firsts[key] = rolling.pending.first
+                failed.add(key)
+        for key, pending in self.pending.items():
+            if key not in failed:
+                firsts[key] = pending.first
+        self.rolling.clear()
         self.pending.clear()
+        self.done = {key: offset for key, offset in firsts.items()}
         return firsts
 
     def close(self) -> None:
-        self.pending.clear()  # not committed: the group delivers these records again
+        """Forget what is gathered (not committed: the group delivers these records again); wait
+        for a roll in progress to end."""
+        self.pending.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self.rolling.clear()
 
     def name_of(self, key: tuple[str, int], pending: Pending) -> str:
         topic, partition = key
         return f"{self.root}/{topic}/{partition}/{pending.first}-{pending.last}.{self.ext}"
 
-    def _complete(self, key: tuple[str, int]) -> None:
-        """Write the file of *key*'s pending records, atomically; then they are no longer held.
+    def _roll(self, key: tuple[str, int]) -> None:
+        """Hand *key*'s gathered records to the roller thread (they stay held until written)."""
+        pending = self.pending.pop(key)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlhive-sink-roll")
+        future = self._executor.submit(self._write_file, key, pending)
+        self.rolling.append(Rolling(key, pending, future))
+
+    def _write_file(self, key: tuple[str, int], pending: Pending) -> str:
+        """Encode and write the file of *pending* (on the roller thread); its name.
 
         Raises:
-            BackendUnavailable: the write failed (the records stay held; the sink rewinds).
+            BackendUnavailable: the write failed.
         """
-        pending = self.pending[key]
-        data = self._encode(pending.records)
         final = self.name_of(key, pending)
         try:
-            self._put(final, data)
+            for name, data in self._files(final, pending.records):
+                self._put(name, data)
         except OSError as exc:
             raise self._unavailable(exc) from exc
-        del self.pending[key]
-        self.done[key] = pending.last + 1
-        logger.debug("wrote %s (%d records, %d bytes)", final, len(pending.records), len(data))
+        return final
+
+    def _files(self, final: str, records: list[SinkRecord]) -> list[tuple[str, bytes]]:
+        """The files one roll writes, in order (the last one is *final*)."""
+        return [(final, self._encode(records))]
 
     def _encode(self, records: list[SinkRecord]) -> bytes:
         if self.format == "jsonl":
@@ -237,6 +358,14 @@ class FileStore(Store):
         self.fs.makedirs(folder, exist_ok=True)
         self.fs.pipe_file(temporary, data)
         self.fs.mv(temporary, final)
+
+
+def check_roll_settings(settings: Settings) -> None:
+    """Raises SettingsError for SINK_ROLL_BYTES, SINK_ROLL_SECONDS or SINK_MAX_HELD_BYTES out of range."""
+    if settings.SINK_ROLL_BYTES < 0 or not settings.SINK_ROLL_SECONDS > 0:
+        raise SettingsError("SINK_ROLL_BYTES must be 0 or more and SINK_ROLL_SECONDS more than 0")
+    if settings.SINK_MAX_HELD_BYTES < 0:
+        raise SettingsError("SINK_MAX_HELD_BYTES must be 0 or more")
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:

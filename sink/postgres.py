@@ -12,10 +12,12 @@ once (a ``COPY`` into a staging table, then the upsert, wrote them twice and cos
 A batch of more than :data:`CHUNK_BYTES` is split into several upserts of the same transaction.
 When the transaction commits, the batch is durable and the sink may commit its offsets.
 
-A batch PostgreSQL refuses for a reason of its own (not a lost connection) is written again one
-record at a time, and the records it still refuses become dead letters (a URL too long for the
-primary key's index, for one). NUL characters, which PostgreSQL's ``text`` and ``jsonb`` cannot
-hold, are stored as U+FFFD.
+Records the table cannot hold are refused alone before the batch is sent, each a dead letter: a
+key (appid, crawlid, url) longer than the primary key's btree index holds (:data:`KEY_MAX_BYTES`),
+a string with a lone surrogate (not Unicode text). A batch PostgreSQL still refuses for a reason of
+its own (not a lost connection) is written again one record at a time, and the records it still
+refuses become dead letters. NUL characters, which PostgreSQL's ``text`` and ``jsonb`` cannot hold,
+are stored as U+FFFD.
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ VALUE_COLUMNS = (
     "record",
 )
 KEY_COLUMNS = ("appid", "crawlid", "url")
+#: Bytes (UTF-8) of a row's key at most. A btree index entry holds at most 2,704 bytes (a third of
+#: an 8 KiB page, less the tuple's headers); a longer key made PostgreSQL refuse the whole batch,
+#: which was then written one record at a time. A key over this is refused alone, before sending.
+KEY_MAX_BYTES = 2600
 COLUMNS = (*KEY_COLUMNS, *VALUE_COLUMNS)
 
 CREATE_TABLE = """CREATE TABLE IF NOT EXISTS {table} (
@@ -122,6 +128,11 @@ def page_row(value: dict[str, Any], raw: bytes | None = None) -> tuple[Any, ...]
         if not isinstance(field, str):
             raise ValueError(f"not a page record: {name!r} is not a string")
         key.append(scrub(field))
+    size = sum(len(part.encode("utf-8", "surrogatepass")) for part in key)
+    if size > KEY_MAX_BYTES:
+        raise ValueError(
+            f"the key (appid, crawlid, url) is {size} bytes, more than the {KEY_MAX_BYTES} a PostgreSQL index holds"
+        )
     status = value.get("status_code")
     if not isinstance(status, int) or isinstance(status, bool) or not -INT32 < status < INT32:
         status = None
@@ -357,8 +368,21 @@ class PostgresStore(Store):
         if rows:
             try:
                 prepared.statements = encode_statements(rows)
-            except UnicodeEncodeError as exc:
-                prepared.encode_error = exc  # the writer finds which records: one by one
+            except UnicodeEncodeError:
+                # The records that are not Unicode text are refused alone; the rest go as a batch.
+                good = []
+                for one in rows:
+                    try:
+                        encode_statements([one])
+                    except UnicodeEncodeError:
+                        rejected.append((one[0], "not Unicode text: a string holds a lone surrogate"))
+                    else:
+                        good.append(one)
+                prepared.rows = good
+                try:
+                    prepared.statements = encode_statements(good) if good else []
+                except UnicodeEncodeError as exc:  # not expected: each encodes alone
+                    prepared.encode_error = exc  # the writer finds which records: one by one
         return prepared
 
     def write_prepared(self, prepared: Prepared) -> WriteResult:

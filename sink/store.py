@@ -101,6 +101,25 @@ class Store(ABC):
             BackendUnavailable: the store is unreachable.
         """
 
+    def full(self) -> bool:
+        """True while the store holds as much as it may (the sink pauses its partitions meanwhile)."""
+        return False
+
+    def empty(self) -> bool:
+        """True while the store holds back nothing."""
+        return True
+
+    def room(self) -> int | None:
+        """Bytes of records the store may still take before it is :meth:`full` (None: no bound)."""
+        return None
+
+    def flush(self) -> None:  # noqa: B027 - optional
+        """Make everything held back durable now (a graceful stop), waiting for it.
+
+        Raises:
+            BackendUnavailable: the store is unreachable (what it held comes again).
+        """
+
     def abandon(self) -> dict[tuple[str, int], int]:
         """Forget everything held back (a write or roll failed, so the sink rewinds) and return,
         per partition, the first offset not durable yet: the sink reads again from exactly there

@@ -5,7 +5,10 @@ teardown) that consumes ``<prefix>.cleaned`` (or the topic of SINK_FROM) in the 
 group and hands each batch's JSON objects to its :class:`~crawlhive.sink.store.Store`. The at-least-
 once rule is the cleaner's: a partition's offset is committed only once everything before it is
 durable in the store (:meth:`Store.held_back` keeps back what a file sink has not completed yet) and
-the batch's dead letters are acknowledged by the broker. While the store is unreachable the batch is
+the batch's dead letters are acknowledged by the broker. A file store rolls its files on a thread of
+its own and the sink polls on meanwhile, within its own SINK_MAX_POLL_INTERVAL_MS; while the store
+holds SINK_MAX_HELD_BYTES the sink pauses its partitions (it still polls: it stays in the group).
+A graceful stop writes and commits what the store holds. While the store is unreachable the batch is
 rewound and the loop backs off (up to 10 s), logging the URL to check (password masked): nothing is
 lost, nothing committed. A record the store cannot hold (not JSON, not an object, refused by
 PostgreSQL) becomes a dead letter ``{"stage": "sink", ...}`` and the sink goes on.
@@ -24,6 +27,7 @@ from crawlhive.utils.blobs import BlobError, BlobStore
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.produce import send_and_wait
 from crawlhive.utils.contract.records import sink_dead_letter
+from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.log import mask_url
 from crawlhive.utils.redis_clients import check_redis, redis_from_settings
 from crawlhive.utils.redis_types import RedisClient
@@ -85,6 +89,7 @@ class Sink(ConsumerWorker):
     """Consumes a topic into a store (see the module docstring)."""
 
     component = COMPONENT
+    poll_interval_setting = "SINK_MAX_POLL_INTERVAL_MS"
     #: Kafka's reading is most of a sink's own CPU: librdkafka reads a record for a sixth of
     #: kafka-python's (:mod:`crawlhive.utils.rdkafka`).
     rdkafka = True
@@ -102,6 +107,11 @@ class Sink(ConsumerWorker):
         self.source_topic = source_topic(settings, default or str(settings.SINK_FROM))
         self.dead_letter_topic = settings.topic("dead_letter")
         self.max_poll_records = settings.SINK_MAX_POLL_RECORDS
+        self.max_poll_interval_ms = settings.SINK_MAX_POLL_INTERVAL_MS
+        if self.max_poll_interval_ms < 1000:
+            raise SettingsError(f"SINK_MAX_POLL_INTERVAL_MS ({self.max_poll_interval_ms}) must be at least 1000")
+        #: The partitions paused while the store is full.
+        self._paused: set[TopicPartition] = set()
         self.blobs = BlobStore.from_settings(settings)
         self.totals: SinkResult = SinkResult()
         #: Per partition: the offset after the last record processed, and the offset committed.
@@ -131,20 +141,29 @@ class Sink(ConsumerWorker):
         """
         check_redis(self.redis, self.settings)
         self.store.open()
-        self.open_kafka(self.source_topic, self.group, [self.dead_letter_topic], max_poll_records=self.max_poll_records)
+        self.open_kafka(
+            self.source_topic,
+            self.group,
+            [self.dead_letter_topic],
+            max_poll_records=self.max_poll_records,
+            max_poll_interval_ms=self.max_poll_interval_ms,
+        )
         logger.info("sink %s writes %s to %s", self.name, self.source_topic, mask_url(self.url))
 
     def close(self) -> None:
-        """Leave the group and close the Kafka clients, then the store (what it held back was
-        not committed: the group delivers it again); withdraw this process's state. A batch in
-        flight is completed and committed first, unless its write or commit fails (then it comes
-        again)."""
+        """Write and commit what the store holds (a batch in flight, the records a file store
+        gathered), unless a write or the commit fails (then it comes again: it was not committed);
+        leave the group and close the Kafka clients, then the store; withdraw this process's state."""
         try:
-            if self._inflight is not None and self.consumer is not None and not self.context.backends_gone:
+            if self.consumer is not None and not self.context.backends_gone:
                 try:
                     self.finish_inflight()
+                    self.store.flush()
+                    self.commit_durable()
                 except Exception as exc:  # noqa: BLE001 - not committed: the group delivers it again
-                    logger.info("sink %s: the last batch was not committed (%s); it is delivered again", self.name, exc)
+                    logger.info("sink %s: the last records were not committed (%s); they come again", self.name, exc)
+                    if self._inflight is not None:
+                        self._inflight.wait_quietly()
             elif self._inflight is not None:
                 self._inflight.wait_quietly()
             self._inflight = None
@@ -220,11 +239,13 @@ class Sink(ConsumerWorker):
             BackendUnavailable, RedisError, KafkaError: a backend failed.
         """
         assert self.consumer is not None, "setup() first"
+        self._pause_while_full()
         inflight, self._inflight = self._inflight, None
         timeout = 0 if inflight is not None else self.poll_timeout_ms
         polled = self.consumer.poll(timeout_ms=timeout, max_records=self.max_poll_records)
         result = SinkResult()
         try:
+            polled = self._within_room(polled)
             records = [record for records in polled.values() for record in records]
             batch = self._prepare(polled, records) if records else None
             if batch is not None and batch.good and self.store.overlaps:
@@ -255,6 +276,50 @@ class Sink(ConsumerWorker):
         self.beat_or_probe(busy=bool(polled))
         return result
 
+    def _pause_while_full(self) -> None:
+        """Pause every assigned partition while the store holds SINK_MAX_HELD_BYTES, resume them
+        once it holds less (a paused consumer still polls, so it keeps its place in the group)."""
+        assert self.consumer is not None
+        if self.store.full():
+            assigned = self.consumer.assignment()
+            more = assigned - self._paused
+            if more:
+                self.consumer.pause(*more)
+                if not self._paused:
+                    logger.debug("sink %s holds SINK_MAX_HELD_BYTES: partitions paused", self.name)
+                self._paused |= more
+        elif self._paused:
+            still = self._paused & self.consumer.assignment()
+            if still:
+                self.consumer.resume(*still)
+            self._paused.clear()
+
+    def _within_room(
+        self, polled: dict[TopicPartition, list[ConsumerRecord]]
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """The records of *polled* the store has room for (:meth:`Store.room`, a record by
+        reference counting its body); each partition's first record left out is read again later
+        (seeked back to). A store that holds nothing takes the first record whatever its size, so
+        that the sink makes progress."""
+        room = self.store.room()
+        if room is None:
+            return polled
+        assert self.consumer is not None
+        kept: dict[TopicPartition, list[ConsumerRecord]] = {}
+        taken = 0 if self.store.empty() else 1
+        for partition, records in polled.items():
+            for index, record in enumerate(records):
+                size = len(record.value or b"") + _ref_size_of_message(record.value)
+                if taken and size > room:
+                    kept[partition] = records[:index]
+                    self.consumer.seek(partition, record.offset)
+                    break
+                room -= size
+                taken += 1
+            else:
+                kept[partition] = records
+        return kept
+
     def _writer(self) -> ThreadPoolExecutor:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlhive-sink-write")
@@ -284,6 +349,8 @@ class Sink(ConsumerWorker):
         assert self.consumer is not None
         for (topic, partition), offset in self.store.abandon().items():
             where = TopicPartition(topic, partition)
+            if where in self._positions:  # nothing past *offset* is durable: never commit past it
+                self._positions[where] = min(self._positions[where], offset)
             try:
                 self.consumer.seek(where, offset)
             except (KafkaError, ValueError, AssertionError):
@@ -338,8 +405,11 @@ class Sink(ConsumerWorker):
             except BlobError as exc:
                 letters.append(self.dead_letter(value, record, str(exc)))
                 continue
-            raw = data if resolved is value else None
-            good.append(SinkRecord(record.topic, record.partition, record.offset, resolved, len(data), raw))
+            if resolved is value:
+                good.append(SinkRecord(record.topic, record.partition, record.offset, value, len(data), data))
+            else:  # what the record holds is the body its reference named, not its small message
+                size = len(data) + _ref_size(value)
+                good.append(SinkRecord(record.topic, record.partition, record.offset, resolved, size, None))
         return batch
 
     def _complete(self, batch: Batch, written: WriteResult) -> SinkResult:
@@ -379,3 +449,28 @@ class Sink(ConsumerWorker):
         ]
         if counts:
             self.stats.incr_many(counts)
+
+
+def _ref_size_of_message(data: bytes | None) -> int:
+    """:func:`_ref_size` of a record's value before it is decoded (the value is parsed only when it
+    names a reference: such a message is small)."""
+    if not data or (b'"body_ref"' not in data and b'"item_ref"' not in data):
+        return 0
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return 0
+    return _ref_size(value) if isinstance(value, dict) else 0
+
+
+def _ref_size(value: dict[str, Any]) -> int:
+    """Bytes of the blob a record's ``body_ref`` or ``item_ref`` names (its ``size``, checked by
+    :meth:`~crawlhive.utils.blobs.BlobStore.resolve`)."""
+    if value.get("body") is None and "body_ref" in value:
+        ref = value["body_ref"]
+    elif value.get("item") is None and "item_ref" in value:
+        ref = value["item_ref"]
+    else:
+        return 0
+    size = ref.get("size") if isinstance(ref, dict) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0

@@ -17,12 +17,16 @@ from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
 from kafka.errors import (
+    CommitFailedError,
     CorruptRecordError,
+    IllegalGenerationError,
     InvalidRecordError,
     InvalidTopicError,
     KafkaError,
     MessageSizeTooLargeError,
+    RebalanceInProgressError,
     RecordListTooLargeError,
+    UnknownMemberIdError,
 )
 from redis.exceptions import (
     BusyLoadingError,
@@ -286,10 +290,31 @@ def is_transient(exc: BaseException) -> bool:
     return is_cluster_transient(exc)
 
 
-def describe_failure(exc: BaseException, settings: Settings | None = None) -> str:
-    """A one-line description of a backend failure that names the setting (and value) to check."""
+#: librdkafka's and the broker's names of a commit refused because the consumer is no longer a
+#: member of its group (kafka-python raises the classes of :func:`lost_membership` for them).
+_LOST_MEMBERSHIP = ("UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS", "_MAX_POLL_EXCEEDED")
+
+
+def lost_membership(exc: BaseException) -> bool:
+    """True if *exc* says the consumer had left (or been evicted from) its group: the broker is
+    fine; a batch took longer than the poll interval, or the group rebalanced meanwhile."""
+    if isinstance(exc, CommitFailedError | UnknownMemberIdError | IllegalGenerationError | RebalanceInProgressError):
+        return True
+    return isinstance(exc, KafkaError) and any(str(arg).startswith(_LOST_MEMBERSHIP) for arg in exc.args[:1])
+
+
+def describe_failure(exc: BaseException, settings: Settings | None = None, poll_setting: str | None = None) -> str:
+    """A one-line description of a backend failure that names the setting (and value) to check;
+    *poll_setting*: the setting of the caller's poll interval, named when it lost its group."""
     if isinstance(exc, BackendUnavailable):
         return str(exc)  # already names the setting
+    if lost_membership(exc):
+        name = poll_setting or "KAFKA_MAX_POLL_INTERVAL_MS"
+        limit = f" ({settings.get(name)} ms)" if settings is not None and settings.get(name) is not None else ""
+        return (
+            f"this consumer had left its Kafka group when it committed ({exc!r:.200}): one batch took longer "
+            f"than {name}{limit}, or the group rebalanced meanwhile; nothing uncommitted is lost (it is read again)"
+        )
     if isinstance(exc, RedisError) and is_out_of_memory(exc):
         where = f" ({mask_url(settings.REDIS_URL)})" if settings is not None else ""
         return f"Redis is out of memory (maxmemory reached); raise maxmemory or free memory on REDIS_URL{where}"
@@ -335,4 +360,5 @@ __all__ = [
     "is_cluster_transient",
     "is_out_of_memory",
     "is_transient",
+    "lost_membership",
 ]

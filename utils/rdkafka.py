@@ -10,7 +10,7 @@ PostgreSQL sink went from 0.72 to 0.86 of the bare loop (median of 3 pairs) and 
 uses it; the other workers keep kafka-python, whose producer, admin client and consumer they share.
 
 :class:`RdKafkaConsumer` answers the calls of :class:`~crawlhive.utils.worker.ConsumerWorker` and
-the sink (``poll``, ``commit``, ``seek``, ``assignment``, ``end_offsets``, ``highwater``,
+the sink (``poll``, ``commit``, ``seek``, ``pause``, ``resume``, ``assignment``, ``end_offsets``, ``highwater``,
 ``committed``, ``close``) with kafka-python's types (``TopicPartition``, records with ``topic``,
 ``partition``, ``offset`` and ``value``), and raises kafka-python's ``KafkaError`` for librdkafka's
 errors, so the loop's rules (what is transient, what rewinds a batch) hold unchanged. Its log lines
@@ -248,6 +248,21 @@ class RdKafkaConsumer:
         """
         try:
             self._consumer.seek(_theirs(partition, offset))
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching *partitions* (polls go on, returning none of their records; the consumer
+        stays in its group) until :meth:`resume`."""
+        try:
+            self._consumer.pause([_theirs(p) for p in partitions])
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Fetch *partitions* again after :meth:`pause`."""
+        try:
+            self._consumer.resume([_theirs(p) for p in partitions])
         except confluent_kafka.KafkaException as exc:
             raise _error(exc) from exc
 

@@ -34,7 +34,9 @@ class SettingTypes:
     SINK_FROM: str
     SINK_GROUP: str
     SINK_MAX_POLL_RECORDS: int
+    SINK_MAX_POLL_INTERVAL_MS: int
     SINK_ROLL_BYTES: int
+    SINK_MAX_HELD_BYTES: int
     SINK_ROLL_SECONDS: float
     BLOB_STORE_URL: str
     BLOB_TTL: float

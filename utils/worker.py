@@ -147,6 +147,8 @@ class Worker:
     component: ClassVar[str] = "worker"
     #: What one iteration is called in the stop message ("finish this batch, then stop").
     iteration: ClassVar[str] = "this iteration"
+    #: The setting of this worker's poll interval (a consumer's), named when a batch outlasted it.
+    poll_interval_setting: ClassVar[str | None] = None
 
     def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
         self.context = ProcessContext.create(settings, redis, self.component, owns_redis=owns_redis)
@@ -237,7 +239,9 @@ class Worker:
                     if not is_transient(exc) and not is_out_of_memory(exc):
                         raise
                     self.give_up_if_gone()
-                    self.backoff.wait(describe_failure(exc, self.settings), lambda: self.stopping)
+                    self.backoff.wait(
+                        describe_failure(exc, self.settings, self.poll_interval_setting), lambda: self.stopping
+                    )
                 done += 1
                 self.after_iteration()
                 if self.blob_sweep is not None:
@@ -301,6 +305,7 @@ class ConsumerWorker(Worker):
     """
 
     iteration = "this batch"
+    poll_interval_setting = "KAFKA_MAX_POLL_INTERVAL_MS"
     #: Consume on librdkafka (:mod:`crawlhive.utils.rdkafka`) rather than kafka-python.
     rdkafka: ClassVar[bool] = False
 

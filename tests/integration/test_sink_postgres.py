@@ -5,6 +5,7 @@ mid-stream, and PostgreSQL taken away and given back under load."""
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import signal
 import time
@@ -71,11 +72,13 @@ def _drain(sink: Sink, total: int, timeout: float = 60) -> None:
 
 
 def test_rows_newest_version_wins_and_bad_records_are_dead_letters(
-    settings: Settings, pg_table: str, tmp_path: Path
+    settings: Settings, pg_table: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Versions of one page out of order leave one row with the newest; a redelivered batch
     changes nothing; not JSON, not an object, no url, a URL too long for the key's index, a
-    lone surrogate are dead letters; a NUL character is stored as U+FFFD; offsets are committed to the end."""
+    lone surrogate are dead letters, refused alone (the rest of their batch is written as one
+    transaction, not row by row); a NUL character is stored as U+FFFD; offsets are committed to the end."""
+    caplog.set_level(logging.INFO, logger="crawlhive")
     url = sink_url(pg_table)
     cfg = settings.copy_with(SINK_URL=url, SINK_MAX_POLL_RECORDS=100)
     source = settings.topic("cleaned")
@@ -115,14 +118,15 @@ def test_rows_newest_version_wins_and_bad_records_are_dead_letters(
         assert {letter["stage"] for letter in letters} == {"sink"}
         assert {letter["sink"] for letter in letters} == {sink_name(url)}
         errors = sorted(letter["error"] for letter in letters)
-        assert errors[0].startswith("PostgreSQL refused the record") and "index row" in errors[0]
-        assert errors[1:] == [
+        assert errors[:4] == [
             "not JSON (Expecting value: line 1 column 1 (char 0))",
             "not Unicode text: a string holds a lone surrogate",
             "not a JSON object but list",
             "not a page record: 'url' is not a string",
         ]
-        too_long = next(letter for letter in letters if letter["error"].startswith("PostgreSQL"))
+        assert errors[4].startswith("the key (appid, crawlid, url) is 10023 bytes, more than the 2600"), errors[4]
+        assert not [r for r in caplog.records if "one by one" in r.getMessage()], "a batch was written row by row"
+        too_long = next(letter for letter in letters if letter["error"].startswith("the key"))
         assert too_long["url"].startswith("http://b.example/") and too_long["topic"] == source
         assert isinstance(too_long["partition"], int) and isinstance(too_long["offset"], int)
 
