@@ -25,7 +25,7 @@ from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_paren
 from crawlhive.app.signals import on_forced_stop
 from crawlhive.app.state import claim_state, clear_state, write_state
 from crawlhive.utils.contract.topics import TOPICS
-from crawlhive.utils.errors import BackendUnavailable
+from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
 from crawlhive.utils.heartbeat import live_nodes
 from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.kinds import heartbeat_components, up_plan
@@ -49,6 +49,33 @@ STOP_GRACE_S = 15.0
 READY_TIMEOUT_S = 60.0
 #: Seconds between two status lines.
 STATUS_EVERY_S = 10.0
+
+
+class SinkUnusable(CrawlhiveError):
+    """A ``--sink`` store cannot be written (checked before anything starts); ``main()`` exits
+    with 2. The message names the URL (password masked) and the store's error."""
+
+    exit_code = 2
+
+
+def check_sinks(settings: Settings, urls: Sequence[str]) -> None:
+    """Open and close the store of each sink URL in *urls* (create its table or folder), so that
+    ``up --sink`` refuses to start with a store it cannot write rather than restart the sink forever.
+
+    Raises:
+        SinkUnusable: a URL names no store, or its store refused or did not answer.
+    """
+    from crawlhive.sink.store import store_for
+
+    for url in urls:
+        try:
+            store = store_for(settings, url)
+            try:
+                store.open()
+            finally:
+                store.close()
+        except (SettingsError, BackendUnavailable) as exc:
+            raise SinkUnusable(f"--sink {mask_url(url)} cannot be written: {exc}") from exc
 
 
 @dataclass
@@ -196,6 +223,8 @@ class LocalCluster:
         #: ``{"crawlers": 2}``, the rest at their defaults; *values* of the options that start one
         #: process per value, ``{"sink": [url]}``).
         self.plan = up_plan(counts, forwarded, values)
+        #: The ``--sink`` URLs (each store is checked before anything starts).
+        self.sink_urls = list((values or {}).get("sink", ()))
         self.extra_env = extra_env or {}
         self.children: list[Child] = []
         self._stack = contextlib.ExitStack()
@@ -205,6 +234,7 @@ class LocalCluster:
         from crawlhive.rest.server import check_exposure
 
         check_exposure(self.requested)  # before anything starts: exit 2 names REST_API_KEY
+        check_sinks(self.requested, self.sink_urls)  # and exit 2 names a --sink it cannot write
         if any("--render" in p.argv for p in self.plan if p.kind == "crawler"):
             from crawlhive.crawler.render import check_render_installed, find_browser
 
@@ -355,14 +385,14 @@ def _supervise(cluster: LocalCluster, duration_s: float | None) -> None:
     healthy cluster stays quiet: docs/contract.md §17.4)."""
     deadline = None if duration_s is None else time.monotonic() + duration_s
     next_status = time.monotonic() + STATUS_EVERY_S
-    last = _status(cluster.children, None, cluster.settings)  # what the summary just said
+    last = _status(cluster.children, None, cluster.settings, bool(cluster.sink_urls))  # what the summary said
     redis = redis_from_settings(cluster.settings)
     try:
         while deadline is None or time.monotonic() < deadline:
             cluster.supervise_once()
             now = time.monotonic()
             if now >= next_status:
-                status = _status(cluster.children, redis, cluster.settings)
+                status = _status(cluster.children, redis, cluster.settings, bool(cluster.sink_urls))
                 if status != last:
                     print(f"crawlhive up: {status}", flush=True)
                     last = status
@@ -372,13 +402,23 @@ def _supervise(cluster: LocalCluster, duration_s: float | None) -> None:
         redis.close()
 
 
-def _status(children: list[Child], redis: RedisClient | None, settings: Settings) -> str:
-    """One line of cluster health; *redis* None takes Redis as reachable (just checked)."""
+def _status(children: list[Child], redis: RedisClient | None, settings: Settings, sinks: bool = False) -> str:
+    """One line of cluster health; *redis* None takes Redis as reachable (just checked); with
+    *sinks*, a sink that reports it fails makes the cluster unhealthy, and the line says why."""
     redis_state = "ok"
+    failing: dict[str, str] = {}
     try:
         if redis is not None:
             check_redis(redis, settings)
+            if sinks:
+                from crawlhive.utils.sink_state import failing_sinks
+
+                failing = failing_sinks(redis, keys_from_settings(settings), settings.HEARTBEAT_TIMEOUT)
     except BackendUnavailable:
         redis_state = "UNREACHABLE"
     running = sum(c.alive() for c in children)
-    return f"healthy={redis_state == 'ok'} redis={redis_state} components running={running}/{len(children)}"
+    healthy = redis_state == "ok" and not failing
+    line = f"healthy={healthy} redis={redis_state} components running={running}/{len(children)}"
+    for name, reason in sorted(failing.items()):
+        line += f"; sink {name} failing: {reason}"
+    return line

@@ -25,6 +25,7 @@ from crawlhive.utils.kafka_clients import consumer_lag
 from crawlhive.utils.loop import cluster_gone
 from crawlhive.utils.redis_clients import redis_from_settings
 from crawlhive.utils.redis_types import RedisClient
+from crawlhive.utils.sink_state import failing_sinks
 from crawlhive.utils.worker import ProcessContext
 
 if TYPE_CHECKING:
@@ -148,15 +149,25 @@ class RestService:
             return False
 
     def health(self) -> dict[str, Any]:
-        """The ``GET /`` body (blocking: pings Redis)."""
+        """The ``GET /`` body (blocking: pings Redis). ``node_health`` is YELLOW, not GREEN, while
+        a sink reports that it fails (its store or Kafka unreachable; §20.7)."""
         kafka, redis = self.kafka.connected(), self.redis_connected()
+        health = {2: "GREEN", 1: "YELLOW", 0: "RED"}[int(kafka) + int(redis)]
+        if health == "GREEN" and self._sinks_failing():
+            health = "YELLOW"
         return {
             "kafka_connected": kafka,
             "redis_connected": redis,
             "uptime_sec": int(time.monotonic() - self.started),
             "my_id": self.node_id,
-            "node_health": {2: "GREEN", 1: "YELLOW", 0: "RED"}[int(kafka) + int(redis)],
+            "node_health": health,
         }
+
+    def _sinks_failing(self) -> bool:
+        try:
+            return bool(failing_sinks(self.redis, self.keys, self.settings.HEARTBEAT_TIMEOUT))
+        except (RedisError, OSError):
+            return False
 
     # --- feeding -----------------------------------------------------------------------------
 

@@ -184,14 +184,19 @@ class Sink(ConsumerWorker):
         before = self._last_beat
         super().beat(force)
         if self._last_beat != before and self.consumer is not None:
-            state = {
-                "sink": self.name,
-                "kind": self.store.kind,
-                "topic": self.source_topic,
-                "group": self.group,
-                "lag": self.lag(),
-            }
-            publish(self.redis, self.keys, self.node_id, state, 2 * self.settings.HEARTBEAT_TIMEOUT)
+            self._publish(self.lag())
+
+    def _publish(self, lag: int | None) -> None:
+        state = {"sink": self.name, "kind": self.store.kind, "topic": self.source_topic, "group": self.group}
+        state["lag"] = lag
+        if self.failing is not None:
+            state["error"] = self.failing
+        publish(self.redis, self.keys, self.node_id, state, 2 * self.settings.HEARTBEAT_TIMEOUT)
+
+    def failure_changed(self, reason: str | None) -> None:
+        """Publish at once that this sink fails, and why (its store or Kafka; ``stats: sink``,
+        REST's health, ``up``'s status line), or that it works again."""
+        self._publish(None)
 
     def lag(self) -> int | None:
         """Records of this process's partitions not committed yet (None when the broker cannot say).

@@ -3,9 +3,10 @@
 
 Each sink process publishes, every HEARTBEAT_INTERVAL, one field of the hash ``Keys.sink_state``:
 its node id -> ``{"sink", "kind", "topic", "group", "lag", "at"}``, where ``lag`` is the records of
-its assigned partitions not committed yet. Readers add up the live entries (``at`` within
-HEARTBEAT_TIMEOUT; older ones are removed) per sink, and the counters of
-the sink processes (written, duplicates, dead letters) from the stats.
+its assigned partitions not committed yet, and ``error`` while it fails (its store or Kafka
+unreachable: the reason, naming the setting), published at once when it starts failing. Readers
+add up the live entries (``at`` within HEARTBEAT_TIMEOUT; older ones are removed) per sink, and
+the counters of the sink processes (written, duplicates, dead letters) from the stats.
 """
 
 from __future__ import annotations
@@ -83,11 +84,18 @@ def live_sinks(redis: RedisClient, keys: Keys, timeout_s: float, now: float | No
             {"kind": entry.get("kind"), "topic": entry.get("topic"), "group": entry.get("group"), "processes": 0},
         )
         sink["processes"] += 1
+        if entry.get("error"):
+            sink["error"] = str(entry["error"])[:500]
         if isinstance(entry.get("lag"), int):
             sink["lag"] = sink.get("lag", 0) + entry["lag"]
     if stale:
         redis.hdel(keys.sink_state(), *stale)
     return found
+
+
+def failing_sinks(redis: RedisClient, keys: Keys, timeout_s: float) -> dict[str, str]:
+    """Per sink name whose live processes report a failure, the reason (REST's health, ``up``)."""
+    return {name: str(info["error"]) for name, info in live_sinks(redis, keys, timeout_s).items() if "error" in info}
 
 
 def stats_body(redis: RedisClient, keys: Keys, stats: Stats, timeout_s: float) -> dict[str, Any]:
@@ -113,6 +121,7 @@ def rows(redis: RedisClient, keys: Keys, stats: Stats, timeout_s: float) -> list
             "kind": info.get("kind") or name.split("-", 1)[0],
             "processes": info.get("processes", 0),
             "lag": info.get("lag"),
+            "error": info.get("error"),
             **{counter: int((info.get(counter) or {}).get("lifetime", 0)) for counter in COUNTERS},
         }
         for name, info in sinks.items()

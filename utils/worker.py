@@ -215,9 +215,9 @@ class Worker:
                 if not is_transient(exc):
                     raise
                 self.give_up_if_gone()
-                self.backoff.wait(
-                    f"{self.component} cannot start: {describe_failure(exc, self.settings)}", lambda: self.stopping
-                )
+                reason = f"{self.component} cannot start: {describe_failure(exc, self.settings)}"
+                self._report_failure(reason)
+                self.backoff.wait(reason, lambda: self.stopping)
         return False
 
     def run(self, max_iterations: int | None = None) -> None:
@@ -234,20 +234,36 @@ class Worker:
                 try:
                     self.run_once()
                     self.backoff.reset()
+                    if self.failing is not None:
+                        self._report_failure(None)
                 except Exception as exc:
                     # out of memory escaping an iteration: no work to refuse, so wait, naming maxmemory
                     if not is_transient(exc) and not is_out_of_memory(exc):
                         raise
                     self.give_up_if_gone()
-                    self.backoff.wait(
-                        describe_failure(exc, self.settings, self.poll_interval_setting), lambda: self.stopping
-                    )
+                    reason = describe_failure(exc, self.settings, self.poll_interval_setting)
+                    self._report_failure(reason)
+                    self.backoff.wait(reason, lambda: self.stopping)
                 done += 1
                 self.after_iteration()
                 if self.blob_sweep is not None:
                     self.blob_sweep.expire_in_background()  # at start, then at most once an hour
         finally:
             self.teardown()
+
+    #: Why the last set-up or iteration failed (a backend), until one succeeds; None while healthy.
+    failing: str | None = None
+
+    def _report_failure(self, reason: str | None) -> None:
+        self.failing = reason
+        try:
+            self.failure_changed(reason)
+        except Exception:  # noqa: BLE001 - reporting is best effort (the backend may be the one gone)
+            logger.debug("could not report the failure of %s", self.component, exc_info=True)
+
+    def failure_changed(self, reason: str | None) -> None:  # noqa: B027 - optional
+        """Called with the reason of each failed set-up or iteration, and with None once one
+        succeeds again (a kind that shows its failures elsewhere publishes them here)."""
 
     def give_up_if_gone(self) -> None:
         """After a transient failure: raise :class:`ClusterGone` if the ``crawlhive up`` whose

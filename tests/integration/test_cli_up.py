@@ -118,6 +118,24 @@ def test_up_refuses_a_public_rest_address_without_a_key_before_starting_anything
     assert "started embedded" not in out.stderr and not (tmp_path / "up.json").exists()
 
 
+def test_up_refuses_a_sink_it_cannot_write_before_starting_anything(tmp_path: Path) -> None:
+    """A --sink whose database does not exist: exit 2 at once, naming the URL (password masked)
+    and PostgreSQL's error, with nothing started (it used to restart the sink forever)."""
+    env = _env(tmp_path)
+    url = "postgresql://postgres:s3cret-pw@127.0.0.1:5432/no_such_db_crawlhive?table=pages"
+    out = subprocess.run([*CLI, "up", "--sink", url], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "--sink postgresql://postgres:***@127.0.0.1:5432/no_such_db_crawlhive" in out.stderr, out.stderr
+    assert "does not exist" in out.stderr and "s3cret-pw" not in out.stdout + out.stderr
+    assert "started" not in out.stdout + out.stderr and not (tmp_path / "up.json").exists()
+    folder = tmp_path / "not-a-folder"
+    folder.write_text("a file where the sink's folder should be")
+    out = subprocess.run(
+        [*CLI, "up", "--sink", f"file://{folder}/?format=jsonl"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2 and f"--sink file://{folder}/?format=jsonl cannot be written" in out.stderr, out.stderr
+
+
 def test_bad_setting_is_named_and_exits_1(tmp_path: Path) -> None:
     env = _env(tmp_path)
     env["QUEUE_HITS"] = "ten"

@@ -30,11 +30,13 @@ from support.sinks import (
     wait_until,
 )
 
+from crawlhive.app.up import _status
 from crawlhive.sink.store import sink_group, sink_name
 from crawlhive.sink.worker import Sink
 from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics, make_consumer, make_producer
+from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
 from crawlhive.utils.settings import Settings
-from crawlhive.utils.sink_state import COMPONENT, live_sinks, metrics, sink_counter_name, stats_body
+from crawlhive.utils.sink_state import COMPONENT, failing_sinks, live_sinks, metrics, sink_counter_name, stats_body
 from crawlhive.utils.sink_state import rows as sink_rows
 
 __all__ = ["pg_table"]  # the fixture, imported from support.sinks
@@ -220,6 +222,8 @@ def test_postgresql_unreachable_under_load_loses_nothing_and_commits_nothing(
     """PostgreSQL goes away (every connection cut, nothing listening) while records keep coming:
     the sink backs off naming SINK_URL (password masked), commits nothing past what is stored,
     dead-letters nothing; PostgreSQL back, every record is stored."""
+    redis = redis_from_settings(settings)
+    keys = keys_from_settings(settings)
     relay = Relay(("127.0.0.1", 5432))
     relay.up()
     base = POSTGRES_URL.replace("postgres@127.0.0.1:5432", f"postgres:s3cret-pw@127.0.0.1:{relay.port}")
@@ -235,12 +239,21 @@ def test_postgresql_unreachable_under_load_loses_nothing_and_commits_nothing(
         relay.down()
         produce(settings, source, [cleaned(f"http://d.example/{i}") for i in range(300, 600)])
         wait_until("the sink to notice", lambda: "PostgreSQL unreachable" in log_of(sink), process=sink)
+        # It says so where the cluster's health is read: REST's node_health, `up`'s status line.
+        name = sink_name(url)
+        failing = failing_sinks(redis, keys, 30)
+        assert list(failing) == [name] and "PostgreSQL unreachable" in failing[name], failing
+        assert "s3cret-pw" not in failing[name] and "SINK_URL" in failing[name]
+        line = _status([], redis, settings, sinks=True)
+        assert line.startswith("healthy=False redis=ok") and f"; sink {name} failing: " in line, line
         stored = count(pg_table)
         time.sleep(2)  # records keep arriving while the store is down
         assert count(pg_table) == stored < 600
         assert committed(settings, source, group) <= stored
         relay.up()
         wait_until("every record stored", lambda: count(pg_table) == 600, process=sink)
+        wait_until("the failure withdrawn", lambda: not failing_sinks(redis, keys, 30), process=sink)
+        assert _status([], redis, settings, sinks=True).startswith("healthy=True")
         wait_until("the group's lag to reach 0", lambda: consumer_lag(settings, source, group) == 0, process=sink)
         sink.send_signal(signal.SIGTERM)
         assert sink.wait(30) == 0
