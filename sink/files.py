@@ -10,6 +10,8 @@ It appears complete or not at all: a local file is written under a temporary nam
 put is atomic). Only then does the sink commit the offsets it holds: a sink killed before that
 leaves the records to the next one, which gathers the same records from the same first offset and,
 rolled by size, writes the same file name again. Memory: up to SINK_ROLL_BYTES per partition held.
+A local file is created readable by its owner and group only (FILE_MODE), its folders likewise
+(DIR_MODE): pages crawled behind a login are no business of the machine's other users.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+#: Permissions of a local file a sink writes (the page archive) and of the folders it makes.
+FILE_MODE = 0o640
+DIR_MODE = 0o750
 
 #: SINK_ROLL_BYTES when it is 0, for JSON Lines and Parquet.
 DEFAULT_ROLL_BYTES = 64 * 1024 * 1024
@@ -148,7 +154,10 @@ class FileStore(Store):
 
     def open(self) -> None:
         try:
-            self.fs.makedirs(self.root, exist_ok=True)
+            if self.local:
+                _makedirs(self.root)
+            else:
+                self.fs.makedirs(self.root, exist_ok=True)
         except OSError as exc:
             raise self._unavailable(exc) from exc
 
@@ -222,8 +231,8 @@ class FileStore(Store):
         folder = final.rsplit("/", 1)[0]
         temporary = f"{folder}/.{final.rsplit('/', 1)[1]}.tmp-{secrets.token_hex(4)}"
         if self.local:  # durable before the rename, and the rename durable before the commit
-            os.makedirs(folder, exist_ok=True)
-            with open(temporary, "wb") as out:
+            _makedirs(folder)
+            with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "wb") as out:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
@@ -237,6 +246,20 @@ class FileStore(Store):
         self.fs.makedirs(folder, exist_ok=True)
         self.fs.pipe_file(temporary, data)
         self.fs.mv(temporary, final)
+
+
+def _makedirs(folder: str) -> None:
+    """*folder* and each missing parent, made with DIR_MODE (``os.makedirs`` gives its mode to the
+    last one only)."""
+    missing = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder.rstrip("/"))
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, DIR_MODE)
+        except FileExistsError:
+            continue  # another sink made it first
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:
