@@ -25,6 +25,8 @@ reference to it reports what happened ("evicted … to keep the store under BLOB
 rather than a bare "no blob". A writer lists the store when its own count of what it wrote since
 its last listing could take the store past the cap, or a minute after its last listing (other
 processes write too); every expiry sweep enforces the cap as well. Markers expire with BLOB_TTL.
+The eviction is written here: fsspec's caching file systems bound only their own local copies, and
+an object store's lifecycle rules expire by age, never by the size of a prefix.
 
 Blobs older than BLOB_TTL are removed by :meth:`BlobStore.expire`, which every long-running process
 runs on a thread of its own at start and then at most once an hour
@@ -172,7 +174,10 @@ class BlobStore:
             self._estimated_bytes += size
             due = self._estimated_bytes > self.max_bytes or time.monotonic() >= self._next_cap_check
         if due:
-            self.enforce_cap(keep=digest)
+            try:
+                self.enforce_cap(keep=digest)
+            except OSError:  # the blob is stored: the next write or sweep tries the cap again
+                logger.warning("could not enforce BLOB_STORE_MAX_BYTES on %s", self.public_url, exc_info=True)
 
     def enforce_cap(self, keep: str | None = None) -> int:
         """Remove the oldest blobs until the store holds at most BLOB_STORE_MAX_BYTES (never
