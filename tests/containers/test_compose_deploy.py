@@ -262,6 +262,7 @@ def check_rest_host_of_prometheus(deployment: Deployment) -> None:
         assert answer.status == 200 and b"crawlhive_" in answer.read()
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(urllib.request.Request(metrics, headers={"Host": "rebind.example"}), timeout=10)
+    refused.value.close()  # the error holds the answer's open connection
     assert refused.value.code == 400
 
 
@@ -269,9 +270,12 @@ def check_hardening(deployment: Deployment, engine: Engine) -> None:
     """Redis refuses a client without REDIS_PASSWORD; every crawlhive container runs with a
     read-only root file system, no capabilities and no-new-privileges."""
     anonymous = redis.Redis(host="127.0.0.1", port=deployment.ports["CH_REDIS_PORT"], socket_timeout=5)
-    with pytest.raises(redis.exceptions.AuthenticationError):
-        anonymous.ping()
-    anonymous.close()
+    try:
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            anonymous.ping()
+    finally:
+        anonymous.connection_pool.disconnect()
+        anonymous.close()
     for service in ("kafka-monitor", "redis-monitor", "crawler", "cleaner", "rest"):
         for container in deployment.containers(service):
             inspected = json.loads(run(engine.docker, "inspect", container))[0]["HostConfig"]
