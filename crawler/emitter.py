@@ -150,7 +150,7 @@ class Emitter:
                 name,
                 url,
                 len(data),
-                self.blobs.url,
+                self.blobs.public_url,
                 failure.value,
             )
             if context is not None:

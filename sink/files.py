@@ -22,6 +22,8 @@ store's put is atomic). Only then does the sink commit the offsets it holds: a s
 that leaves the records to the next one, which gathers the same records from the same first offset
 and, rolled by size, writes the same file name again. A graceful stop rolls what is gathered
 (:meth:`FileStore.flush`) and commits it.
+A local file is created readable by its owner and group only (FILE_MODE), its folders likewise
+(DIR_MODE): pages crawled behind a login are no business of the machine's other users.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+#: Permissions of a local file a sink writes (the page archive) and of the folders it makes.
+FILE_MODE = 0o640
+DIR_MODE = 0o750
 
 #: SINK_ROLL_BYTES when it is 0, for JSON Lines and Parquet.
 DEFAULT_ROLL_BYTES = 64 * 1024 * 1024
@@ -178,7 +184,10 @@ class FileStore(Store):
 
     def open(self) -> None:
         try:
-            self.fs.makedirs(self.root, exist_ok=True)
+            if self.local:
+                _makedirs(self.root)
+            else:
+                self.fs.makedirs(self.root, exist_ok=True)
         except OSError as exc:
             raise self._unavailable(exc) from exc
 
@@ -343,8 +352,8 @@ class FileStore(Store):
         folder = final.rsplit("/", 1)[0]
         temporary = f"{folder}/.{final.rsplit('/', 1)[1]}.tmp-{secrets.token_hex(4)}"
         if self.local:  # durable before the rename, and the rename durable before the commit
-            os.makedirs(folder, exist_ok=True)
-            with open(temporary, "wb") as out:
+            _makedirs(folder)
+            with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "wb") as out:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
@@ -366,6 +375,20 @@ def check_roll_settings(settings: Settings) -> None:
         raise SettingsError("SINK_ROLL_BYTES must be 0 or more and SINK_ROLL_SECONDS more than 0")
     if settings.SINK_MAX_HELD_BYTES < 0:
         raise SettingsError("SINK_MAX_HELD_BYTES must be 0 or more")
+
+
+def _makedirs(folder: str) -> None:
+    """*folder* and each missing parent, made with DIR_MODE (``os.makedirs`` gives its mode to the
+    last one only)."""
+    missing = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder.rstrip("/"))
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, DIR_MODE)
+        except FileExistsError:
+            continue  # another sink made it first
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:

@@ -133,6 +133,13 @@ removes older blobs of the store at start and at most once an hour after, on a t
 0 keeps blobs for ever (no sweep): on an object store, a lifecycle rule of the same age is cheaper
 than listing it (docs/operations.md)."""
 
+BLOB_STORE_MAX_BYTES: int = 10737418240
+"""Most bytes the blob store may hold (10 GiB): past it, the oldest blobs are removed first (each
+leaves a marker, so a record that still refers to one becomes a dead letter saying it was evicted by
+this cap, not a bare "no blob"). Writers enforce it after each write that could pass it and at least
+once a minute, and so does every BLOB_TTL sweep. 0 = no cap (an object store with a lifecycle
+rule)."""
+
 KAFKA_SECURITY_PROTOCOL: str = "PLAINTEXT"
 """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; applied to every Kafka client."""
 

@@ -40,6 +40,7 @@ class SettingTypes:
     SINK_ROLL_SECONDS: float
     BLOB_STORE_URL: str
     BLOB_TTL: float
+    BLOB_STORE_MAX_BYTES: int
     KAFKA_SECURITY_PROTOCOL: str
     KAFKA_SASL_MECHANISM: str | None
     KAFKA_SASL_USERNAME: str | None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import secrets
 import shlex
 import shutil
 import socket
@@ -195,20 +196,29 @@ class Deployment:
             nodes.add(free_cluster_port())
         self.ports.update({f"CH_NODE_PORT_{i}": port for i, port in enumerate(sorted(nodes), 1)})
         self.compose = str(Path(sys.executable).parent / "docker-compose")
+        #: Compose's Redis requires one (docker-compose.yml); every component gets it in REDIS_URL.
+        self.redis_password = secrets.token_hex(16)
 
     @property
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "KAFKA_", "CRAWLHIVE_"))}
         env.update({name: str(port) for name, port in self.ports.items()})
-        env.update({"CRAWLHIVE_REDIS_URL": self.redis_url, "KAFKA_TOPIC_PREFIX": self.project})
+        env.update(
+            {
+                "CRAWLHIVE_REDIS_URL": self.redis_url,
+                "KAFKA_TOPIC_PREFIX": self.project,
+                "REDIS_PASSWORD": self.redis_password,
+            }
+        )
         env.update(self.extra_env)
         return env
 
     @property
     def redis_url(self) -> str:
+        auth = f":{self.redis_password}@"
         if "redis-cluster" in self.profiles:
-            return ",".join(f"redis://127.0.0.1:{self.ports[f'CH_NODE_PORT_{i}']}" for i in (1, 2, 3))
-        return f"redis://127.0.0.1:{self.ports['CH_REDIS_PORT']}/0"
+            return ",".join(f"redis://{auth}127.0.0.1:{self.ports[f'CH_NODE_PORT_{i}']}" for i in (1, 2, 3))
+        return f"redis://{auth}127.0.0.1:{self.ports['CH_REDIS_PORT']}/0"
 
     @property
     def bootstrap(self) -> str:
@@ -236,7 +246,8 @@ class Deployment:
     def down(self) -> None:
         """The README's last command (`down`), with every profile this tier may have started; then
         anything of the project still there is removed."""
-        self("--profile", "monitoring", "down", "-v", "--timeout", "10", "--remove-orphans", timeout=180)
+        profiles = ("--profile", "monitoring", "--profile", "sink")
+        self(*profiles, "down", "-v", "--timeout", "10", "--remove-orphans", timeout=180)
         label = f"label=com.docker.compose.project={self.project}"
         left = run("docker", "ps", "-aq", "--filter", label, check=False).split()
         if left:

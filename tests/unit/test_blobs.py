@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
 
 import pytest
 
-from crawlhive.utils.blobs import BlobError, BlobStore, blob_store_url
+from crawlhive.utils.blobs import BlobError, BlobStore, blob_store_url, public_store_url
 from crawlhive.utils.settings import Settings
 
 
@@ -81,3 +82,97 @@ def test_a_store_fsspec_cannot_open_names_blob_store_url() -> None:
 
     with pytest.raises(SettingsError, match=r"BLOB_STORE_URL nosuchproto://u:\*\*\*@h/b"):
         BlobStore.from_settings(Settings.from_overrides(BLOB_STORE_URL="nosuchproto://u:secret@h/b"))
+
+
+@pytest.mark.parametrize(
+    ("url", "public"),
+    [
+        ("s3://AKIAKEY:topsecret@bucket/blobs", "s3://bucket/blobs"),
+        ("https://user:topsecret@store.example/blobs?sig=topsecret&se=2030#frag", "https://store.example/blobs"),
+        ("az://container/blobs?sas_token=topsecret", "az://container/blobs"),
+        ("simplecache::sftp://user:topsecret@host:22/blobs", "simplecache::sftp://host:22/blobs"),
+        ("file:///var/lib/crawlhive/blobs", "file:///var/lib/crawlhive/blobs"),
+    ],
+)
+def test_the_public_url_of_a_store_has_no_credentials(url: str, public: str) -> None:
+    assert public_store_url(url) == public
+
+
+def test_a_body_ref_never_carries_the_stores_credentials(tmp_path: Path) -> None:
+    """BLOB_STORE_URL's user info and query (an object store's key, a signed URL's signature) stay
+    out of every body_ref and every message; a reference written before, with them, is still read."""
+    store = BlobStore("memory://writer:topsecret@/crawlhive-test-blobs", ttl_s=60)  # (a query: above)
+    body = b"<html>" + b"x" * 5000 + b"</html>"
+    ref = store.put(body)
+    digest = hashlib.sha256(body).hexdigest()
+    assert ref == {"url": f"memory:///crawlhive-test-blobs/{digest}", "sha256": digest, "size": len(body)}
+    assert "topsecret" not in json.dumps(ref)
+    assert store.get(ref) == body
+    old_style = {**ref, "url": f"{store.url}/{digest}"}  # what earlier releases wrote
+    assert store.resolve({"body": None, "body_ref": old_style})["body"] == body.decode()
+    with pytest.raises(BlobError) as missing:
+        store.get({"sha256": "1" * 64})
+    assert "topsecret" not in str(missing.value) and "memory:///crawlhive-test-blobs" in str(missing.value)
+
+
+def test_blobs_and_their_folder_are_their_owners_only(tmp_path: Path) -> None:
+    store = BlobStore(f"file://{tmp_path}/blobs", ttl_s=60)
+    ref = store.put(b"a private page")
+    assert (tmp_path / "blobs").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "blobs" / ref["sha256"]).stat().st_mode & 0o777 == 0o600
+
+
+def _aged(store: BlobStore, root: Path, data: bytes, age_s: float) -> dict[str, object]:
+    ref = store.put(data)
+    when = time.time() - age_s
+    os.utime(root / str(ref["sha256"]), (when, when))
+    return ref
+
+
+def test_past_blob_store_max_bytes_the_oldest_blobs_are_evicted_and_named_so(tmp_path: Path) -> None:
+    store = BlobStore(f"file://{tmp_path}", ttl_s=3600, max_bytes=250)
+    oldest = _aged(store, tmp_path, b"1" * 100, 300)
+    middle = _aged(store, tmp_path, b"2" * 100, 200)
+    assert store.get(oldest) == b"1" * 100  # 200 bytes: under the cap
+    newest = store.put(b"3" * 100)  # 300 bytes: the oldest goes
+    assert not (tmp_path / str(oldest["sha256"])).exists()
+    assert store.get(middle) == b"2" * 100 and store.get(newest) == b"3" * 100
+    with pytest.raises(BlobError, match=r"was evicted from BLOB_STORE_URL .* under BLOB_STORE_MAX_BYTES") as evicted:
+        store.resolve({"url": "http://x/", "body": None, "body_ref": oldest})
+    assert f"blob {oldest['sha256']}" in str(evicted.value)
+    with pytest.raises(BlobError, match="no blob"):  # never stored: not called evicted
+        store.get({"sha256": "2" * 64})
+    # Stored again: readable, no longer reported as evicted; the blob just written is never evicted.
+    again = store.put(b"1" * 100)
+    assert store.get(again) == b"1" * 100
+    assert not (tmp_path / f".evicted-{oldest['sha256']}").exists()
+    huge = store.put(b"4" * 400)
+    assert store.get(huge) == b"4" * 400
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [huge["sha256"]]
+
+
+def test_the_sweep_enforces_the_cap_on_what_other_processes_wrote(tmp_path: Path) -> None:
+    writer = BlobStore(f"file://{tmp_path}", ttl_s=3600, max_bytes=0)  # another process, no cap of its own
+    refs = [_aged(writer, tmp_path, bytes([65 + i]) * 100, 100 - i) for i in range(4)]
+    sweeper = BlobStore(f"file://{tmp_path}", ttl_s=3600, max_bytes=250)
+    assert sweeper.expire(force=True) == 0  # nothing older than BLOB_TTL ...
+    gone = [ref for ref in refs if not (tmp_path / str(ref["sha256"])).exists()]
+    assert gone == refs[:2]  # ... but the two oldest past the cap
+    assert (tmp_path / f".evicted-{refs[0]['sha256']}").exists()
+    with pytest.raises(BlobError, match="evicted"):
+        sweeper.get(refs[1])
+    # The markers expire with BLOB_TTL.
+    past = time.time() - 7200
+    for ref in refs[:2]:
+        os.utime(tmp_path / f".evicted-{ref['sha256']}", (past, past))
+    sweeper.expire(force=True)
+    assert not list(tmp_path.glob(".evicted-*"))
+
+
+def test_blob_store_max_bytes_is_read_from_the_settings(tmp_path: Path) -> None:
+    from crawlhive.utils.errors import SettingsError
+
+    settings = Settings.from_overrides(CRAWLHIVE_HOME=str(tmp_path), BLOB_STORE_MAX_BYTES=1234)
+    assert BlobStore.from_settings(settings).max_bytes == 1234
+    with pytest.raises(SettingsError, match="BLOB_STORE_MAX_BYTES -1"):
+        BlobStore.from_settings(settings.copy_with(BLOB_STORE_MAX_BYTES=-1))

@@ -66,24 +66,34 @@ def crawlhive_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[st
     }
 
 
-_VAR = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?-)(?P<default>[^}]*))?\}")
+_VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<default>[^}$]*))?\}")
+#: The variables every compose command needs (docker/README.md): Redis's password.
+PASSWORD = "pw-of-the-compose-test"
+COMPOSE_ENV = {"REDIS_PASSWORD": PASSWORD}
 
 
 def interpolate(value: str, environ: dict[str, str] | None = None) -> str:
-    """*value* as Compose interpolates it from *environ* (default: an empty environment)."""
-    env = environ or {}
+    """*value* as Compose interpolates it from *environ* (default: COMPOSE_ENV), nested defaults
+    (``${A:-x${B}y}``) and required variables (``${A:?message}``, a missing one an AssertionError)."""
+    env = COMPOSE_ENV if environ is None else environ
 
     def replace(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
         name, op, default = match.group("name"), match.group("op"), match.group("default") or ""
         if op == ":-":
             return env.get(name) or default
         if op == "-":
             return env.get(name, default)
+        if op in (":?", "?"):
+            if not (env.get(name) if op == ":?" else name in env):
+                raise AssertionError(f"required variable {name} is missing a value: {default}")
+            return env[name]
         return env.get(name, "")
 
-    return _VAR.sub(replace, value)
+    escaped = "\0"  # `$$` is a literal `$`, never the start of a variable
+    text, previous = value.replace("$$", escaped), None
+    while text != previous:  # the innermost variables first
+        previous, text = text, _VAR.sub(replace, text)
+    return text.replace(escaped, "$")
 
 
 def environment(service: dict[str, Any]) -> dict[str, str]:
@@ -173,7 +183,7 @@ def test_components_reach_the_backends_by_service_name(services: dict[str, dict[
     advertised = {entry.split("://", 1)[1] for entry in kafka_listener.split(",")}
     for name, service in crawlhive_services(services).items():
         settings = load_settings(environ=environment(service))
-        assert re.fullmatch(r"redis://redis:6379/\d+", settings["REDIS_URL"]), name
+        assert re.fullmatch(rf"redis://:{PASSWORD}@redis:6379/\d+", settings["REDIS_URL"]), name
         assert set(settings["KAFKA_BOOTSTRAP_SERVERS"]) <= advertised, name
         depends = service.get("depends_on") or {}
         for backend in ("redis", "kafka"):
@@ -460,7 +470,107 @@ def test_the_redis_cluster_profile_runs_three_primaries_with_a_replica_each(
     seeds = "redis://redis-node-1:6379,redis://redis-node-2:6379,redis://redis-node-3:6379"
     for name, service in crawlhive_services(services).items():
         raw = service["environment"]["REDIS_URL"]
-        assert interpolate(raw) == "redis://redis:6379/0", name
+        assert interpolate(raw) == f"redis://:{PASSWORD}@redis:6379/0", name
         url = interpolate(raw, {"CRAWLHIVE_REDIS_URL": seeds})
         assert redis_urls(Settings.from_overrides(REDIS_URL=url)) == seeds.split(","), name
         assert interpolate(service["environment"]["REDIS_WAIT_REPLICAS"], {"REDIS_WAIT_REPLICAS": "1"}) == "1"
+
+
+# --- issue 43: the deployment as shipped ------------------------------------------------------------
+
+
+def volume_targets(service: dict[str, Any]) -> dict[str, str]:
+    """Mount target -> source of a service's ``volumes`` (short syntax)."""
+    out = {}
+    for entry in service.get("volumes") or []:
+        source, target = str(entry).split(":")[:2]
+        out[target] = source
+    return out
+
+
+def test_every_crawlhive_container_shares_one_blob_store(compose: dict[str, Any], services: dict[str, Any]) -> None:
+    """A large page's body (docs/contract.md §20.5) is written by a crawler container and read by the
+    cleaner, the sinks and `dump` in others: BLOB_STORE_URL is one named volume mounted in every
+    crawlhive container (each container's own file system was a dead letter "no blob"), capped."""
+    sources = set()
+    for name, service in crawlhive_services(services).items():
+        settings = load_settings(environ=environment(service))
+        url = settings["BLOB_STORE_URL"]
+        assert url.startswith("file:///"), f"{name}: BLOB_STORE_URL {url!r} is not the shared volume"
+        mounts = volume_targets(service)
+        path = url.removeprefix("file://").rstrip("/")
+        assert path in mounts, f"{name}: nothing mounted at {path}, so its blobs are its own"
+        sources.add(mounts[path])
+        assert 0 < settings["BLOB_STORE_MAX_BYTES"], f"{name}: the shared store has no size cap"
+    assert len(sources) == 1, sources
+    [volume] = sources
+    assert volume in compose["volumes"], f"{volume} is not a named volume"
+    # The image owns the folder (a new volume copies its owner and mode): the crawlhive user's only.
+    runs = " ".join(args for word, args in dockerfile_instructions() if word == "RUN")
+    assert re.search(rf"install -d -o crawlhive -g crawlhive -m 0700 {re.escape(path)}", runs)
+
+
+def test_rest_answers_the_host_header_prometheus_sends(services: dict[str, Any]) -> None:
+    """Prometheus (profile monitoring) scrapes REST at its target in docker/monitoring/prometheus.yml,
+    so that is the Host header REST gets: the Host check (DNS rebinding) must let it through."""
+    import asyncio
+
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from crawlhive.rest.app import AllowedHosts, allowed_hosts
+
+    config = yaml.safe_load((DOCKER / "monitoring" / "prometheus.yml").read_text())
+    targets = [t for job in config["scrape_configs"] for c in job["static_configs"] for t in c["targets"]]
+    assert targets and all(t.split(":")[0] in services for t in targets), targets  # service names
+
+    def metrics(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("crawlhive_nodes 1\n")
+
+    settings = load_settings(environ=environment(services["rest"]))
+    app = AllowedHosts(Starlette(routes=[Route("/metrics", metrics)]), hosts=allowed_hosts(settings))
+
+    async def get(host: str) -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rest") as client:
+            return await client.get("/metrics", headers={"Host": host})
+
+    for target in targets:
+        answer = asyncio.run(get(target))
+        assert answer.status_code == 200 and answer.text == "crawlhive_nodes 1\n", (target, answer.text)
+    refused = asyncio.run(get("rebind.attacker.example"))
+    assert refused.status_code == 400 and "REST_ALLOWED_HOSTS" in refused.text
+
+
+def test_crawlhive_containers_are_hardened(services: dict[str, Any]) -> None:
+    """Read-only root file system (writes only to memory and the blob volume), every capability
+    dropped, no privilege gained through exec; the home of the image's user in memory, its own."""
+    for name, service in crawlhive_services(services).items():
+        assert service.get("read_only") is True, name
+        assert service.get("cap_drop") == ["ALL"] and not service.get("cap_add"), name
+        assert "no-new-privileges:true" in service.get("security_opt", []), name
+        tmpfs = {str(entry).split(":")[0]: str(entry) for entry in service.get("tmpfs", [])}
+        assert "/tmp" in tmpfs and "uid=10001" in tmpfs["/home/crawlhive"] and "mode=0700" in tmpfs["/home/crawlhive"]
+    runs = " ".join(args for word, args in dockerfile_instructions() if word == "RUN")
+    assert "--home-dir /home/crawlhive --uid 10001" in runs
+
+
+def test_redis_requires_a_password_that_every_component_uses(compose: dict[str, Any], services: dict[str, Any]) -> None:
+    from urllib.parse import urlsplit
+
+    argv = [interpolate(word) for word in command(services["redis"])]
+    assert argv[argv.index("--requirepass") + 1] == PASSWORD
+    with pytest.raises(AssertionError, match="REDIS_PASSWORD"):  # compose refuses to start without one
+        [interpolate(word, {}) for word in command(services["redis"])]
+    assert environment(services["redis"])["REDISCLI_AUTH"] == PASSWORD  # its health check's redis-cli
+    for name, service in crawlhive_services(services).items():
+        url = load_settings(environ=environment(service))["REDIS_URL"]
+        assert urlsplit(url).password == PASSWORD, name
+    # the redis-cluster profile: every node asks for it and replicas give it to their primary
+    config = interpolate(compose["configs"]["redis-cluster-node"]["content"])
+    assert f"requirepass {PASSWORD}" in config and f"masterauth {PASSWORD}" in config
+    for name, service in services.items():
+        if name.startswith("redis-node-") or name == "redis-cluster-init":
+            assert environment(service)["REDISCLI_AUTH"] == PASSWORD, name

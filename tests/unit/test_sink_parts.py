@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +61,23 @@ def test_a_row_keeps_what_postgresql_can_hold() -> None:
     assert json.loads(row[10])["k\ufffd"] == "v\ufffd"
     with pytest.raises(ValueError, match="'crawlid' is not a string"):
         page_row({"appid": "a", "url": "u"})
+
+
+def test_a_local_archive_is_not_world_readable(tmp_path: Path) -> None:
+    """Files a sink writes to a local folder (and the folders it makes) are its owner's and group's
+    only, whatever the umask: the archive holds whatever the crawl fetched."""
+    from crawlhive.sink.files import FileStore
+    from crawlhive.sink.store import SinkRecord
+
+    old = os.umask(0o002)  # a permissive umask: the modes must not depend on it
+    try:
+        store = FileStore.from_settings(Settings.from_overrides(SINK_ROLL_BYTES=1), f"file://{tmp_path}/archive/")
+        store.open()
+        value = {"url": "http://a.example/", "text": "a private page"}
+        store.write([SinkRecord("demo.cleaned", 0, 7, value, size=len(json.dumps(value)))])
+    finally:
+        os.umask(old)
+    [written] = list((tmp_path / "archive").rglob("*.jsonl.gz"))
+    assert written.stat().st_mode & 0o777 == 0o640
+    folders = [tmp_path / "archive", *[p for p in (tmp_path / "archive").rglob("*") if p.is_dir()]]
+    assert len(folders) >= 3 and {p.stat().st_mode & 0o777 for p in folders} == {0o750}, folders
