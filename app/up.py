@@ -49,6 +49,9 @@ STOP_GRACE_S = 15.0
 READY_TIMEOUT_S = 60.0
 #: Seconds between two status lines.
 STATUS_EVERY_S = 10.0
+#: SINK_ROLL_SECONDS of the file sinks ``up --sink`` starts, unless set: a file a few seconds after
+#: its first record (the default, 300 s, suits a production sink, not a first look at the output).
+UP_SINK_ROLL_SECONDS = 5.0
 
 
 class SinkUnusable(CrawlhiveError):
@@ -258,8 +261,16 @@ class LocalCluster:
             )
             self._stack.callback(clear_state, self.settings.home, nonce)
             env = {**os.environ, **settings_env(self.settings), **self.extra_env}
+            if not self.requested.is_set("SINK_ROLL_SECONDS"):
+                sink_env = {"SINK_ROLL_SECONDS": str(UP_SINK_ROLL_SECONDS)}
+            else:
+                sink_env = {}
             self.children = [
-                Child(p.name, [sys.executable, "-m", "crawlhive.app.cli", *p.argv], env={**env, **p.env})
+                Child(
+                    p.name,
+                    [sys.executable, "-m", "crawlhive.app.cli", *p.argv],
+                    env={**env, **(sink_env if p.kind == "sink" else {}), **p.env},
+                )
                 for p in self.plan
             ]
             # The force hook is unregistered after the children's stop (a LIFO stack), so that a

@@ -169,6 +169,8 @@ class FileStore(Store):
         #: Per partition, the offset after the last record of its last file.
         self.done: dict[tuple[str, int], int] = {}
         self._executor: ThreadPoolExecutor | None = None
+        #: Records of the files completed since :meth:`take_written`.
+        self._written = 0
 
     @classmethod
     def from_settings(cls, settings: Settings, url: str) -> Self:
@@ -203,6 +205,13 @@ class FileStore(Store):
     def empty(self) -> bool:
         return not self.pending and not self.rolling
 
+    def held_records(self) -> int:
+        return sum(len(p.records) for p in self.pending.values()) + sum(len(r.pending.records) for r in self.rolling)
+
+    def take_written(self) -> int:
+        done, self._written = self._written, 0
+        return done
+
     def room(self) -> int:
         """Bytes the store may still take before it holds SINK_MAX_HELD_BYTES."""
         return max(0, self.max_held_bytes - self.held_bytes)
@@ -220,7 +229,7 @@ class FileStore(Store):
             pending.size += record.size
             if pending.size >= self.roll_bytes:
                 self._roll(key)
-        return WriteResult(written=len(records))
+        return WriteResult(buffered=len(records))
 
     def held_back(self, topic: str, partition: int) -> int | None:
         key = (topic, partition)
@@ -262,6 +271,7 @@ class FileStore(Store):
                     raise exc
                 raise self._unavailable(exc) from exc
             self.rolling.popleft()
+            self._written += len(rolling.pending.records)
             if assigned is None or rolling.key in assigned:
                 self.done[rolling.key] = rolling.pending.last + 1
             logger.debug("wrote %s", rolling.future.result())

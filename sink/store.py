@@ -42,8 +42,10 @@ class SinkRecord:
 class WriteResult:
     """What one :meth:`Store.write` did."""
 
-    #: Records the store holds now (inserted or replaced a row, or appended to a file).
+    #: Records the store holds now (inserted or replaced a row).
     written: int = 0
+    #: Records gathered for a file not written yet (:meth:`Store.take_written` counts them once it is).
+    buffered: int = 0
     #: Records the store already held in the same or a newer version (nothing changed).
     duplicates: int = 0
     #: Records the store cannot hold, each with the reason (they become dead letters).
@@ -104,6 +106,14 @@ class Store(ABC):
     def full(self) -> bool:
         """True while the store holds as much as it may (the sink pauses its partitions meanwhile)."""
         return False
+
+    def held_records(self) -> int:
+        """Records gathered or being written, not durable yet (``buffered`` in ``stats: sink``)."""
+        return 0
+
+    def take_written(self) -> int:
+        """Records made durable since the last call outside :meth:`write` (files completed)."""
+        return 0
 
     def empty(self) -> bool:
         """True while the store holds back nothing."""

@@ -47,7 +47,10 @@ logger = logging.getLogger(__name__)
 class SinkResult(BatchCounts):
     """What one batch (or a sink's life) did (the counters are COUNTERS, in their order)."""
 
+    #: Records in a complete file or a committed row.
     written: int = 0
+    #: Records a file store gathered for a file not written yet (counted again as written then).
+    buffered: int = 0
     duplicates: int = 0
     dead_letters: int = 0
 
@@ -159,6 +162,7 @@ class Sink(ConsumerWorker):
                 try:
                     self.finish_inflight()
                     self.store.flush()
+                    self._files_written()
                     self.commit_durable()
                 except Exception as exc:  # noqa: BLE001 - not committed: the group delivers it again
                     logger.info("sink %s: the last records were not committed (%s); they come again", self.name, exc)
@@ -189,6 +193,7 @@ class Sink(ConsumerWorker):
     def _publish(self, lag: int | None) -> None:
         state = {"sink": self.name, "kind": self.store.kind, "topic": self.source_topic, "group": self.group}
         state["lag"] = lag
+        state["buffered"] = self.store.held_records()
         if self.failing is not None:
             state["error"] = self.failing
         publish(self.redis, self.keys, self.node_id, state, 2 * self.settings.HEARTBEAT_TIMEOUT)
@@ -268,6 +273,7 @@ class Sink(ConsumerWorker):
                 del self._positions[partition]  # its next owner starts from the committed offset
                 self._committed.pop(partition, None)
             self.store.tick({(p.topic, p.partition) for p in assigned})
+            result.add(self._files_written())
         except BaseException:
             if self._inflight is not None:
                 self._inflight.wait_quietly()
@@ -279,6 +285,15 @@ class Sink(ConsumerWorker):
             raise
         self.commit_durable()
         self.beat_or_probe(busy=bool(polled))
+        return result
+
+    def _files_written(self) -> SinkResult:
+        """The records of the files a file store completed since the last call, counted written."""
+        done = self.store.take_written()
+        result = SinkResult(written=done)
+        if done:
+            self._count(result)
+            self.totals.add(result)
         return result
 
     def _pause_while_full(self) -> None:
@@ -427,7 +442,13 @@ class Sink(ConsumerWorker):
         letters = batch.letters
         for sink_record, reason in written.rejected:
             letters.append(self.dead_letter(sink_record.value, sink_record, reason))
-        result = SinkResult(batch.records, written.written, written.duplicates, len(letters))
+        result = SinkResult(
+            records=batch.records,
+            written=written.written,
+            buffered=written.buffered,
+            duplicates=written.duplicates,
+            dead_letters=len(letters),
+        )
         self._send(letters)
         self._count(result)
         for partition, records in batch.polled.items():

@@ -3,7 +3,8 @@
 
 Each sink process publishes, every HEARTBEAT_INTERVAL, one field of the hash ``Keys.sink_state``:
 its node id -> ``{"sink", "kind", "topic", "group", "lag", "at"}``, where ``lag`` is the records of
-its assigned partitions not committed yet, and ``error`` while it fails (its store or Kafka
+its assigned partitions not committed yet, ``buffered`` the records a file sink gathered or is
+writing (not in a complete file yet), and ``error`` while it fails (its store or Kafka
 unreachable: the reason, naming the setting), published at once when it starts failing. Readers
 add up the live entries (``at`` within HEARTBEAT_TIMEOUT; older ones are removed) per sink, and
 the counters of the sink processes (written, duplicates, dead letters) from the stats.
@@ -88,6 +89,8 @@ def live_sinks(redis: RedisClient, keys: Keys, timeout_s: float, now: float | No
             sink["error"] = str(entry["error"])[:500]
         if isinstance(entry.get("lag"), int):
             sink["lag"] = sink.get("lag", 0) + entry["lag"]
+        if isinstance(entry.get("buffered"), int):
+            sink["buffered"] = sink.get("buffered", 0) + entry["buffered"]
     if stale:
         redis.hdel(keys.sink_state(), *stale)
     return found

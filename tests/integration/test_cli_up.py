@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -685,3 +686,82 @@ def test_ctrl_c_with_a_dump_attached_is_prompt_and_quiet_and_a_second_one_stops_
     finally:
         _kill_group(proc)
         _kill_group(dump)
+
+
+def _tiny_site() -> Any:
+    from support.crawler import TestSite, html
+
+    site = TestSite()
+    site.start()
+    for path, links in (("/", ("/a", "/b")), ("/a", ()), ("/b", ())):
+        text = "".join(
+            f"<p>Paragraph {i} of the page {path} tells how river number {i} reached the sea after {i * 7} days.</p>"
+            for i in range(12)
+        )
+        site.page(path, html(*links, title=f"The page {path}", extra=f"<article>{text}</article>"))
+    return site
+
+
+def _lines_in(folder: Path) -> list[dict[str, Any]]:
+    files = [p for p in folder.rglob("*.jsonl.gz") if not p.name.startswith(".")]
+    return [json.loads(line) for p in files for line in gzip.decompress(p.read_bytes()).splitlines()]
+
+
+def _feed(env: dict[str, str], request: dict[str, Any], *wait: str) -> str:
+    fed = subprocess.run(
+        [*CLI, "feed", json.dumps(request), *wait], env=env, capture_output=True, text=True, timeout=90
+    )
+    assert fed.returncode == 0, fed.stdout + fed.stderr
+    return fed.stdout
+
+
+def test_the_tours_file_sink_writes_files_within_seconds(tmp_path: Path) -> None:
+    """`up --sink file:///…/` (the README tour): the cleaned pages are in a file seconds after
+    they are crawled (the sink's roll time under `up` is short), not after 5 minutes."""
+    site = _tiny_site()
+    proc = None
+    pages = tmp_path / "pages"
+    try:
+        proc, log, env = _start_up(tmp_path, "--sink", f"file://{pages}/")
+        _feed(env, {"url": site.url("/"), "appid": "tour", "crawlid": "f1", "maxdepth": 1})
+        deadline = time.monotonic() + 90
+        while len(_lines_in(pages)) < 3:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        assert sorted(line["url"] for line in _lines_in(pages)) == sorted(site.url(p) for p in ("/", "/a", "/b"))
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        _kill_group(proc)
+        site.stop()
+    assert not [line for line in log.read_text().splitlines() if any(word in line for word in NOISE)]
+
+
+def test_ctrl_c_of_up_writes_what_its_file_sink_holds(tmp_path: Path) -> None:
+    """A file sink holding records when `up` is stopped (a roll an hour away) writes them and
+    commits them before the cluster goes; until then `stats sink` counts them as buffered, not written."""
+    site = _tiny_site()
+    proc = None
+    pages = tmp_path / "pages"
+    try:
+        proc, log, env = _start_up(tmp_path, "--sink", f"file://{pages}/", SINK_ROLL_SECONDS="3600")
+        _feed(env, {"url": site.url("/"), "appid": "held", "crawlid": "h1", "maxdepth": 1})
+        deadline = time.monotonic() + 90
+        while True:
+            answer = json.loads(
+                _feed(env, {"stats": "sink", "appid": "held", "uuid": f"s{time.monotonic_ns()}"}, "--wait", "30")
+            )
+            sinks = answer.get("data", answer).get("sinks", {})
+            if sinks and sum(int(s.get("buffered") or 0) for s in sinks.values()) >= 3:
+                break
+            assert time.monotonic() < deadline, (answer, log.read_text()[-3000:])
+            time.sleep(1)
+        assert all(int((s.get("written") or {}).get("lifetime", 0)) == 0 for s in sinks.values()), sinks
+        assert _lines_in(pages) == []
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        _kill_group(proc)
+        site.stop()
+    assert sorted(line["url"] for line in _lines_in(pages)) == sorted(site.url(p) for p in ("/", "/a", "/b"))
+    assert not [line for line in log.read_text().splitlines() if any(word in line for word in NOISE)]
