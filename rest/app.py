@@ -305,12 +305,23 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def wrong_content_type(media_type: str) -> str:
+    """The ``cause`` of a JSON body sent without ``Content-Type: application/json``."""
+    got = f"'{media_type[:60]}'" if media_type else "none"
+    return (
+        f"send it with the header Content-Type: application/json (got {got}; other types are refused so that "
+        "a web page cannot post to this API, docs/security.md)"
+    )
+
+
 async def json_body(request: Request, limit: int) -> Any:
     """The parsed JSON body; ApiError 413, or 400 for a non-JSON Content-Type or unparseable body."""
     body = await read_body(request, limit)
     media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media_type != "application/json":
-        raise ApiError(400, INVALID_JSON)
+        # Not parsed whatever it holds: a web page may post text/plain (or a form) to a loopback
+        # address without asking the browser's leave; application/json needs a CORS preflight.
+        raise ApiError(400, INVALID_JSON, wrong_content_type(media_type))
     # A large body is parsed off the event loop, so that it never holds up other requests.
     value, error = parse_json(body) if len(body) < INLINE_PARSE_BYTES else await asyncio.to_thread(parse_json, body)
     if error is not None:

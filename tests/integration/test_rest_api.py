@@ -114,6 +114,25 @@ def test_health_is_green_with_both_backends_and_not_enveloped(http: httpx.Client
         assert isinstance(body["uptime_sec"], int)
 
 
+def test_health_is_yellow_while_a_sink_says_it_fails(http: httpx.Client, rest_settings: Settings) -> None:
+    """A sink that cannot write (its store or Kafka gone) publishes why; GET / is then YELLOW, and
+    GREEN again once it works (its state published without the error)."""
+    from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
+    from crawlhive.utils.sink_state import publish, withdraw
+
+    client = redis_from_settings(rest_settings)
+    keys = keys_from_settings(rest_settings)
+    state = {"sink": "postgresql-0badc0de", "kind": "postgresql", "topic": "t", "group": "g", "lag": None}
+    try:
+        publish(client, keys, "node1", {**state, "error": "PostgreSQL unreachable; check SINK_URL"}, 60)
+        assert http.get("/").json()["node_health"] == "YELLOW"
+        publish(client, keys, "node1", state, 60)
+        assert http.get("/").json()["node_health"] == "GREEN"
+    finally:
+        withdraw(client, keys, "node1")
+        client.close()
+
+
 # --- POST /feed -------------------------------------------------------------------------------------
 
 
@@ -159,7 +178,11 @@ def test_feed_needs_json(http: httpx.Client) -> None:
     bad_json = http.post("/feed", content=b'{"url": "x" "appid"}', headers={"Content-Type": "application/json"})
     assert (bad_json.status_code, bad_json.json()) == (400, expected)
     text = http.post("/feed", content=b'{"appid": "testapp", "uuid": "x"}', headers={"Content-Type": "text/plain"})
-    assert (text.status_code, text.json()) == (400, expected)
+    cause = "send it with the header Content-Type: application/json (got 'text/plain'; other types are refused so"
+    assert text.status_code == 400 and text.json()["error"]["cause"].startswith(cause), text.json()
+    assert text.json()["error"]["message"] == expected["error"]["message"]  # type: ignore[index]
+    bare = http.post("/feed", content=b'{"appid": "testapp", "uuid": "x"}', headers={"Content-Type": ""})
+    assert "(got none;" in bare.json()["error"]["cause"]
     nan = http.post("/feed", content=b'{"priority": NaN}', headers={"Content-Type": "application/json"})
     assert (nan.status_code, nan.json()) == (400, expected)
     charset = http.post(
