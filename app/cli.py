@@ -108,7 +108,7 @@ def cmd_feed(args: argparse.Namespace) -> int:
     if not args.no_validate:
         cause = _validate(settings, request)
         if cause is not None:
-            print(cause, file=sys.stderr)  # already "Invalid request: <cause>"
+            print(cause + _validated_with(settings), file=sys.stderr)  # already "Invalid request: <cause>"
             return EXIT_INVALID
     uuid = request.get("uuid") if isinstance(request, dict) else None
     waiting = args.wait is not None and isinstance(uuid, str)
@@ -175,6 +175,17 @@ def _not_json(text: str, exc: ValueError) -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _validated_with(settings: Settings) -> str:
+    """`` (validated with the settings of the running crawlhive up: A=1, B=2)`` when some came from it."""
+    from crawlhive.app.state import from_state
+
+    names = from_state(settings)
+    if not names:
+        return ""
+    listed = ", ".join(f"{n}={str(settings[n])[:40]}" for n in names if "PROXY_POOLS" not in n) or ", ".join(names)
+    return f" (validated with the settings of the running crawlhive up: {listed})"
 
 
 def cmd_feed_file(args: argparse.Namespace, settings: Settings) -> int:

@@ -3,9 +3,11 @@
 ``crawlhive up`` (and ``demo``) claims ``<CRAWLHIVE_HOME>/up.json`` before it starts anything, with
 its pid and a random nonce, and refuses to start while the file names another live process
 (:class:`AlreadyRunning`): a second cluster would take the file over, and the other commands would
-talk to it instead. Once its services run it records their addresses there; any other
-``crawlhive`` command reads them (when the user set no address) as long as that pid is alive, so
-``crawlhive feed`` in a second terminal reaches the same broker. On exit it removes the file only if
+talk to it instead. Once its services run it records their addresses there, and the settings that
+every process of one cluster must share (:func:`shared_settings`: names, what requests may ask,
+prefixes); any other ``crawlhive`` command reads them (what the user did not set) as long as that
+pid is alive, so ``crawlhive feed`` in a second terminal reaches the same broker and validates a
+request as that cluster does. On exit it removes the file only if
 it still holds its own pid and nonce.
 """
 
@@ -22,9 +24,27 @@ from typing import Any
 from crawlhive.utils.errors import CrawlhiveError
 from crawlhive.utils.log import mask_url
 from crawlhive.utils.loop import UP_STATE_FILE, pid_alive
-from crawlhive.utils.settings import DECLARED, Settings, parse_value
+from crawlhive.utils.settings import DECLARED, Settings, env_value, parse_value
 
 STATE_FILE = UP_STATE_FILE
+
+#: The settings a ``crawlhive up`` records for the other commands, besides its addresses: what its
+#: components validate a request with (its limits, recrawl bounds, budgets, proxy pools and their
+#: sessions, plugins, spiders) and the names every process of one cluster must share.
+SHARED_PREFIXES = ("SCHEMA_", "RECRAWL_", "CRAWL_", "PROXY_", "SESSION_")
+SHARED_NAMES = frozenset(
+    {"PLUGINS", "KAFKA_MONITOR_PLUGINS", "SPIDER_IDS", "KAFKA_TOPIC_PREFIX", "REDIS_KEY_PREFIX", "FRONTIER_SHARDS"}
+)
+
+
+def shared_settings(settings: Settings) -> dict[str, str]:
+    """The settings of *settings* that :data:`SHARED_PREFIXES` and :data:`SHARED_NAMES` name and that
+    are not at their defaults, as environment values."""
+    return {
+        name: env_value(settings[name])
+        for name in settings
+        if (name in SHARED_NAMES or name.startswith(SHARED_PREFIXES)) and settings.source(name) != "default"
+    }
 
 
 class AlreadyRunning(CrawlhiveError):
@@ -119,15 +139,22 @@ def _young(path: Path) -> bool:
 
 
 def write_state(
-    home: Path, redis_url: str, bootstrap: list[str], nonce: str | None = None, command: str = "up"
+    home: Path,
+    redis_url: str,
+    bootstrap: list[str],
+    nonce: str | None = None,
+    command: str = "up",
+    shared: dict[str, str] | None = None,
 ) -> Path:
-    """Record this process's cluster addresses atomically; returns the file written."""
+    """Record this process's cluster addresses and *shared* settings (:func:`shared_settings`)
+    atomically; returns the file written."""
     path = state_path(home)
     payload: dict[str, Any] = {
         "pid": os.getpid(),
         "REDIS_URL": redis_url,
         "KAFKA_BOOTSTRAP_SERVERS": ",".join(bootstrap),
         "command": command,
+        "settings": shared or {},
     }
     if nonce is not None:
         payload["nonce"] = nonce
@@ -171,8 +198,9 @@ def _wait_while_starting(home: Path, state: dict[str, Any], wait_s: float) -> di
 
 
 def with_state(settings: Settings, wait_s: float = STARTING_WAIT_S) -> Settings:
-    """Fill REDIS_URL / KAFKA_BOOTSTRAP_SERVERS from a live ``crawlhive up`` when the user set neither;
-    while that ``up`` is starting, wait up to *wait_s* for its addresses."""
+    """Fill REDIS_URL / KAFKA_BOOTSTRAP_SERVERS from a live ``crawlhive up`` when the user set neither,
+    and the settings it shares (:func:`shared_settings`) the user did not set (their source is then
+    ``state``); while that ``up`` is starting, wait up to *wait_s* for its addresses."""
     state = read_state(settings.home)
     if state is not None and not (settings.is_set("REDIS_URL") and settings.is_set("KAFKA_BOOTSTRAP_SERVERS")):
         state = _wait_while_starting(settings.home, state, wait_s)
@@ -183,4 +211,16 @@ def with_state(settings: Settings, wait_s: float = STARTING_WAIT_S) -> Settings:
         if not settings.is_set(name) and name in state:
             values[name] = parse_value(name, DECLARED[name][0], state[name])
             sources[name] = "state"
+    shared = state.get("settings")
+    for name, raw in (shared if isinstance(shared, dict) else {}).items():
+        shareable = name in SHARED_NAMES or name.startswith(SHARED_PREFIXES)
+        if name in DECLARED and shareable and not settings.is_set(name):
+            values[name] = parse_value(name, DECLARED[name][0], raw)
+            sources[name] = "state"
     return Settings(values, sources)
+
+
+def from_state(settings: Settings) -> list[str]:
+    """The names of *settings* taken from a ``crawlhive up``'s shared settings (not its addresses)."""
+    addresses = ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")
+    return sorted(n for n in settings if settings.source(n) == "state" and n not in addresses)

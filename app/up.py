@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook, free_port
 from crawlhive.app.signals import on_forced_stop
-from crawlhive.app.state import claim_state, clear_state, write_state
+from crawlhive.app.state import claim_state, clear_state, shared_settings, write_state
 from crawlhive.utils.contract.topics import TOPICS
 from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
 from crawlhive.utils.heartbeat import live_nodes
@@ -258,6 +258,7 @@ class LocalCluster:
                 self.settings.KAFKA_BOOTSTRAP_SERVERS,
                 nonce,
                 self.command,
+                shared_settings(self.settings),
             )
             self._stack.callback(clear_state, self.settings.home, nonce)
             env = {**os.environ, **settings_env(self.settings), **self.extra_env}

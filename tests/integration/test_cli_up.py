@@ -765,3 +765,25 @@ def test_ctrl_c_of_up_writes_what_its_file_sink_holds(tmp_path: Path) -> None:
         site.stop()
     assert sorted(line["url"] for line in _lines_in(pages)) == sorted(site.url(p) for p in ("/", "/a", "/b"))
     assert not [line for line in log.read_text().splitlines() if any(word in line for word in NOISE)]
+
+
+def test_feed_in_another_terminal_validates_with_the_settings_up_was_started_with(tmp_path: Path) -> None:
+    """`up` started with a lower RECRAWL_MIN_EVERY (and its own topic prefix): `feed` in a terminal
+    without them accepts what the cluster accepts, sends to the cluster's topics, and names the
+    settings it used when it refuses."""
+    proc = None
+    try:
+        proc, log, env = _start_up(tmp_path, RECRAWL_MIN_EVERY="5", KAFKA_TOPIC_PREFIX="sharedtour")
+        other = {k: v for k, v in env.items() if k not in ("RECRAWL_MIN_EVERY", "KAFKA_TOPIC_PREFIX")}
+        request = {"url": "http://127.0.0.1:9/", "appid": "shared", "crawlid": "r1", "recrawl": {"every": 10}}
+        fed = subprocess.run([*CLI, "feed", json.dumps(request)], env=other, capture_output=True, text=True, timeout=60)
+        assert fed.returncode == 0 and "sent to sharedtour.incoming" in fed.stderr, fed.stderr
+        request["recrawl"] = {"every": 2}
+        fed = subprocess.run([*CLI, "feed", json.dumps(request)], env=other, capture_output=True, text=True, timeout=60)
+        assert fed.returncode == 1, fed.stderr
+        assert "validated with the settings of the running crawlhive up: " in fed.stderr, fed.stderr
+        assert "RECRAWL_MIN_EVERY=5" in fed.stderr and "KAFKA_TOPIC_PREFIX=sharedtour" in fed.stderr
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        _kill_group(proc)
