@@ -52,14 +52,14 @@ def test_a_roll_is_written_off_the_calling_thread_and_held_back_until_it_is_comp
     store = _store(tmp_path)
     assigned = {(TOPIC, 0)}
     result = store.write([_record(0, offset) for offset in range(5)])  # rolls at 0-2, gathers 3-4
-    assert result.written == 5
+    assert (result.written, result.buffered) == (0, 5)  # in no file yet
     assert store.held_back(TOPIC, 0) == 0  # the file of 0-2 is not written: nothing committable
     store.tick(assigned)
     assert store.held_back(TOPIC, 0) == 0 and not list(tmp_path.rglob("*.jsonl.gz"))
     store.gate.set()
     store.rolling[0].future.result(10)
     store.tick(assigned)
-    assert store.held_back(TOPIC, 0) == 3
+    assert store.held_back(TOPIC, 0) == 3 and store.take_written() == 3 and store.take_written() == 0
     (path,) = tmp_path.rglob("*.jsonl.gz")
     assert path.name == "0-2.jsonl.gz"
     store.flush()  # a graceful stop writes what is gathered

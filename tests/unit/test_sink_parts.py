@@ -75,6 +75,7 @@ def test_a_local_archive_is_not_world_readable(tmp_path: Path) -> None:
         store.open()
         value = {"url": "http://a.example/", "text": "a private page"}
         store.write([SinkRecord("demo.cleaned", 0, 7, value, size=len(json.dumps(value)))])
+        store.flush()  # the roll is written on the store's roller thread: wait for it
     finally:
         os.umask(old)
     [written] = list((tmp_path / "archive").rglob("*.jsonl.gz"))
