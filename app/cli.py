@@ -118,13 +118,13 @@ def cmd_feed(args: argparse.Namespace) -> int:
         # Positioned at the end of the outbound topic before sending, so the answer cannot be missed.
         answers = _AnswerWatch.open(settings) if waiting else None
     except BackendUnavailable as exc:
-        print(str(exc), file=sys.stderr)
+        print(_kafka_problem(settings, exc), file=sys.stderr)
         return EXIT_KAFKA
     try:
         try:
             producer = make_producer(settings)
         except BackendUnavailable as exc:
-            print(str(exc), file=sys.stderr)
+            print(_kafka_problem(settings, exc), file=sys.stderr)
             return EXIT_KAFKA
         try:
             future = producer.send(settings.topic("incoming"), encode(request))
@@ -177,6 +177,14 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
+def _kafka_problem(settings: Settings, exc: BackendUnavailable) -> str:
+    """What a client command says when Kafka cannot be reached: that no ``crawlhive up`` runs, when
+    the user set no address and none is recorded; else the failure, naming the setting."""
+    from crawlhive.app.state import no_cluster_message
+
+    return no_cluster_message(settings) or str(exc)
+
+
 def _validated_with(settings: Settings) -> str:
     """`` (validated with the settings of the running crawlhive up: A=1, B=2)`` when some came from it."""
     from crawlhive.app.state import from_state
@@ -203,7 +211,7 @@ def cmd_feed_file(args: argparse.Namespace, settings: Settings) -> int:
     try:
         result = feed_file(settings, args.file, defaults, validate=not args.no_validate)
     except BackendUnavailable as exc:
-        print(str(exc), file=sys.stderr)
+        print(_kafka_problem(settings, exc), file=sys.stderr)
         return EXIT_KAFKA
     topic = settings.topic("incoming")
     summary = f"feed: {_count(result.sent, 'crawl request')} sent to {topic}"
@@ -334,9 +342,13 @@ def cmd_dump(args: argparse.Namespace) -> int:
     settings = _settings_from_args(args)
     blobs = BlobStore.from_settings(settings)  # bodies of large pages (§20.5)
     topic = resolve_topic(settings, args.topic)
-    consumer = make_consumer(
-        settings, group_id=args.group, auto_offset_reset="earliest" if args.from_beginning else "latest"
-    )
+    try:
+        consumer = make_consumer(
+            settings, group_id=args.group, auto_offset_reset="earliest" if args.from_beginning else "latest"
+        )
+    except BackendUnavailable as exc:
+        print(_kafka_problem(settings, exc), file=sys.stderr)
+        return EXIT_KAFKA
     try:
         missing = _missing_topic(settings, consumer, topic)  # before subscribing: no auto-creation
         if missing is None:

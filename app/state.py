@@ -224,3 +224,17 @@ def from_state(settings: Settings) -> list[str]:
     """The names of *settings* taken from a ``crawlhive up``'s shared settings (not its addresses)."""
     addresses = ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")
     return sorted(n for n in settings if settings.source(n) == "state" and n not in addresses)
+
+
+def no_cluster_message(settings: Settings) -> str | None:
+    """What to say when a client command cannot reach Kafka at the default address because no
+    ``crawlhive up`` is running and the user set no address (None when an address was set or
+    came from a running ``up``: then the failure names the setting as usual)."""
+    if any(settings.source(n) != "default" for n in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL")):
+        return None
+    program = sys.argv[0] if os.path.basename(sys.argv[0]) == "crawlhive" else "crawlhive"
+    return (
+        f"no crawlhive up is running (none recorded in {state_path(settings.home)}) and KAFKA_BOOTSTRAP_SERVERS "
+        f"is not set: start a cluster with `{program} up` in another terminal, or set KAFKA_BOOTSTRAP_SERVERS "
+        "and REDIS_URL to a running one"
+    )

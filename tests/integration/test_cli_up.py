@@ -110,6 +110,16 @@ def test_feed_reports_bad_json_and_unreachable_kafka(tmp_path: Path) -> None:
     assert down.returncode == 2 and "KAFKA_BOOTSTRAP_SERVERS" in down.stderr
 
 
+def test_feed_and_dump_without_a_cluster_say_to_start_one_and_exit_2(tmp_path: Path) -> None:
+    """No `crawlhive up` runs and no address is set: both say so, how to start one, and exit 2."""
+    env = _env(tmp_path)
+    for args in (["feed", '{"a": 1}', "--no-validate"], ["dump", "incoming", "-n", "1"]):
+        out = subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, (args, out.stderr)
+        assert "no crawlhive up is running" in out.stderr and "`crawlhive up` in another terminal" in out.stderr
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
 def test_up_refuses_a_public_rest_address_without_a_key_before_starting_anything(tmp_path: Path) -> None:
     env = _env(tmp_path)
     env.update(REST_HOST="0.0.0.0", REST_API_KEY="", REST_INSECURE="false")
