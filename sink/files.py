@@ -398,6 +398,8 @@ def _makedirs(folder: str) -> None:
         try:
             os.mkdir(path, DIR_MODE)
         except FileExistsError:
+            if not os.path.isdir(path):  # a file where the folder should be
+                raise NotADirectoryError(f"{path} exists and is not a folder") from None
             continue  # another sink made it first
 
 

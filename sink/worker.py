@@ -191,8 +191,8 @@ class Sink(ConsumerWorker):
             self._publish(self.lag())
 
     def _publish(self, lag: int | None) -> None:
-        state = {"sink": self.name, "kind": self.store.kind, "topic": self.source_topic, "group": self.group}
-        state["lag"] = lag
+        state: dict[str, Any] = {"sink": self.name, "kind": self.store.kind, "topic": self.source_topic}
+        state.update(group=self.group, lag=lag)
         state["buffered"] = self.store.held_records()
         if self.failing is not None:
             state["error"] = self.failing

@@ -68,6 +68,8 @@ EXPIRE_EVERY_S = 3600.0
 #: Seconds after which a writer lists the store again to enforce BLOB_STORE_MAX_BYTES, even when its
 #: own writes alone could not have taken the store past the cap (other processes write too).
 CAP_CHECK_EVERY_S = 60.0
+#: Share of BLOB_STORE_MAX_BYTES an eviction brings the store down to.
+CAP_LOW_WATER = 0.9
 #: Name prefix of the marker an evicted blob leaves behind (``.evicted-<sha256>``).
 EVICTED = ".evicted-"
 #: Permissions of a blob and of the store's folder on a local file system: its owner's only.
@@ -199,8 +201,11 @@ class BlobStore:
                     blobs.append((_modified(entry) or 0.0, name, int(entry.get("size") or 0), entry["name"]))
             total = sum(size for _, _, size, _ in blobs)
             evicted = 0
+            # Down to a low-water mark, not to the cap: a store kept just under it would be
+            # listed again at every write (a listing is linear in the store's size).
+            target = self.max_bytes if total <= self.max_bytes else int(self.max_bytes * CAP_LOW_WATER)
             for _, name, size, path in sorted(blobs):
-                if total <= self.max_bytes:
+                if total <= target:
                     break
                 if name == keep:
                     continue
