@@ -492,7 +492,25 @@ SCRAPY_SETTINGS: dict[str, Any] = {}
 PROXY_POOLS: dict[str, list[str]] = {}
 """Named pools of forward proxies: ``{"name": ["http://user:pass@host:port", …]}`` (http:// or
 https:// proxies; credentials allowed, and never shown: a proxy is named ``host:port`` in every
-output). A crawl names its pool with ``proxy_pool``; ``domain-update`` may set a domain's, which wins."""
+output). A crawl may name its pool with ``proxy_pool`` (PROXY_CLIENT_POOLS says which); the
+operator's PROXY_DOMAIN_POOLS wins over it."""
+
+PROXY_DOMAIN_POOLS: dict[str, str] = {}
+"""The operator's pool of a domain, for every crawl of it: ``{"example.com": "datacenter"}``. A key is
+a domain, reduced as requests are bucketed (``www.example.com`` is ``example.com``), or a tenant
+site of a shared suffix (``alice.github.io``, which wins over ``github.io``). Wins over a crawl's
+``proxy_pool``, a ``domain-update``'s and PROXY_POOL_DEFAULT; no request can change it."""
+
+PROXY_CLIENT_POOLS: list[str] = ["*"]
+"""The pools a crawl request's ``proxy_pool`` (and, with PROXY_POOL_DOMAIN_UPDATES, a
+``domain-update``'s) may name: ``["*"]`` every configured pool, ``[]`` none (a request naming one
+is a validation dead letter; PROXY_DOMAIN_POOLS and PROXY_POOL_DEFAULT still apply)."""
+
+PROXY_POOL_DOMAIN_UPDATES: bool = False
+"""Let a ``domain-update`` set a domain's proxy pool (``proxy_pool``) for every crawl of the domain,
+and ``domain-remove`` drop it. Off: the operator's PROXY_DOMAIN_POOLS alone choose a domain's pool;
+a ``domain-update`` naming one is a validation dead letter, and a pool stored by one before is
+ignored."""
 
 PROXY_POOLS_FILE: str = ""
 """A file of pools, one ``name url`` a line (``#`` comments), read again when it changes; its pools

@@ -134,6 +134,9 @@ class SettingTypes:
     CRAWLER_STATS_FLUSH_S: float
     SCRAPY_SETTINGS: dict[str, Any]
     PROXY_POOLS: dict[str, list[str]]
+    PROXY_DOMAIN_POOLS: dict[str, str]
+    PROXY_CLIENT_POOLS: list[str]
+    PROXY_POOL_DOMAIN_UPDATES: bool
     PROXY_POOLS_FILE: str
     PROXY_POOL_DEFAULT: str
     PROXY_BAN_STATUSES: list[int]

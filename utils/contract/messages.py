@@ -151,9 +151,10 @@ class CrawlRequest(MessageKind):
         match with, §10.4) within SCHEMA_REGEX_MAX_REPEAT, SCHEMA_REGEX_MAX_PROGRAM and, all
         together, SCHEMA_REGEX_MAX_TOTAL_PROGRAM (:func:`~crawlhive.utils.patterns.check_patterns`)."""
         if message.get("proxy_pool"):
-            unknown = pools_from_settings(settings).unknown(message["proxy_pool"])
-            if unknown is not None:
-                return unknown, "/proxy_pool"
+            pools = pools_from_settings(settings)
+            problem = pools.refused(message["proxy_pool"]) or pools.unknown(message["proxy_pool"])
+            if problem is not None:
+                return problem, "/proxy_pool"
         recrawl = message.get("recrawl")
         if recrawl is not None:  # §19.1: bounds from RECRAWL_MIN_EVERY, then the defaults filled in
             # imported here: the frontier package imports the contract (its dead-letter builders)
@@ -224,13 +225,19 @@ class DomainConfigRequest(MessageKind):
 
     @classmethod
     def limits_check(cls, message: dict[str, Any], settings: Settings) -> Cause | None:
-        """A ``domain-update``'s ``proxy_pool`` is a pool in force (§21.1)."""
+        """A ``domain-update``'s ``proxy_pool`` is accepted only with PROXY_POOL_DOMAIN_UPDATES (a
+        domain's pool is the operator's otherwise: PROXY_DOMAIN_POOLS), names a pool a request may
+        name (PROXY_CLIENT_POOLS) and a pool in force (§21.1)."""
         if not message.get("proxy_pool"):
             return None
         if message.get("action") != "domain-update":
             return "proxy_pool belongs to domain-update only", "/proxy_pool"
-        unknown = pools_from_settings(settings).unknown(message["proxy_pool"])
-        return None if unknown is None else (unknown, "/proxy_pool")
+        if not settings.PROXY_POOL_DOMAIN_UPDATES:
+            reason = "a domain's proxy pool is set by the operator (PROXY_DOMAIN_POOLS), not by domain-update"
+            return f"{reason} (PROXY_POOL_DOMAIN_UPDATES is off)", "/proxy_pool"
+        pools = pools_from_settings(settings)
+        problem = pools.refused(message["proxy_pool"]) or pools.unknown(message["proxy_pool"])
+        return None if problem is None else (problem, "/proxy_pool")
 
 
 #: The built-in plugins of the kafka-monitor and their ranks (docs/contract.md §2.1); PLUGINS /
