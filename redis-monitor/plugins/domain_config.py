@@ -1,8 +1,9 @@
 """domain-config (docs/contract.md §2.5, §3.11, §4.8): throttle overrides and the domain blacklist.
 
 Writes ``keys.domain_config(shard)`` (field = domain, value = JSON ``{"hits", "window", "scale"}``
-and, when set and PROXY_POOL_DOMAIN_UPDATES allows it, ``"proxy_pool"``) and ``keys.domain_blacklist(shard)`` of the domain's frontier
-shard; the crawlers' pop script reads both on every pop. A domain a pop parked under the old limit is made ready again
+and, when set and PROXY_POOL_DOMAIN_UPDATES allows it, ``"proxy_pool"``) and
+``keys.domain_blacklist(shard)`` of the domain's frontier shard; the crawlers' pop script reads
+both on every pop. A domain a pop parked under the old limit is made ready again
 (:func:`~crawlhive.utils.frontier.recheck_domain`) and idle crawlers woken, so a loosened or
 removed limit applies at once, not after the old delay.
 Every action is idempotent. SC's ZookeeperMonitor in Redis.

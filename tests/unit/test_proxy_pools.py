@@ -111,7 +111,8 @@ def test_a_domain_update_naming_a_pool_is_a_dead_letter_unless_the_operator_allo
     assert isinstance(refused, Rejected)
     assert "PROXY_POOL_DOMAIN_UPDATES is off" in refused.reason and "/proxy_pool" in refused.reason
     assert isinstance(pooled_validator.validate(base), Accepted)  # the throttle part stays the client's
-    allowing = RequestValidator.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_POOL_DOMAIN_UPDATES=True))
+    allowed = Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_POOL_DOMAIN_UPDATES=True)
+    allowing = RequestValidator.from_settings(allowed)
     refused = allowing.validate({**base, "proxy_pool": "nope"})
     assert isinstance(refused, Rejected) and "unknown proxy pool 'nope'" in refused.reason
     assert isinstance(allowing.validate({**base, "proxy_pool": "dc"}), Accepted)
@@ -135,11 +136,8 @@ def test_the_pools_a_request_may_name_are_the_operator_s_choice() -> None:
 
 
 def test_the_operator_pins_domains_to_pools() -> None:
-    pools = ProxyPools.from_settings(
-        Settings.from_overrides(
-            PROXY_POOLS=POOLS, PROXY_DOMAIN_POOLS={"WWW.Example.com.": "dc", "alice.github.io": "res", "github.io": "dc"}
-        )
-    )
+    pins = {"WWW.Example.com.": "dc", "alice.github.io": "res", "github.io": "dc"}
+    pools = ProxyPools.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_DOMAIN_POOLS=pins))
     assert pools.pin("example.com") == "dc"
     assert pools.pin("github.io", "alice.github.io") == "res"  # the tenant site's own wins
     assert pools.pin("github.io", "bob.github.io") == "dc"
