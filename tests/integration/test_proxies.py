@@ -264,7 +264,9 @@ def test_a_sticky_session_keeps_its_proxy_and_cookies(
     assert later and all("sid=abc123" in s.headers.get("Cookie", "") for s in later)
     keys = keys_for(cluster["settings"]["REDIS_KEY_PREFIX"], cluster["redis"])
     session = cluster["redis"].hgetall(keys.proxy_session("link", "app", "st", "127.0.0.1"))
-    assert json.loads(session[b"cookies"]) == {"sid": "abc123"}
+    jar = json.loads(session[b"cookies"])  # cookie-jar records (crawler/cookies.py)
+    assert list(jar) == ["127.0.0.1 / sid"] and jar["127.0.0.1 / sid"][0] == "abc123"
+    assert jar["127.0.0.1 / sid"][6] == str(site.port)  # kept to the port that set it
     assert session[b"proxy"].decode() == {"A": proxies[0].id, "B": proxies[1].id}[_via(hits)[0]]
     asked_robots = [t for p in proxies for t in p.targets() if t.endswith("/robots.txt")]
     assert asked_robots and set(_via(site.hits("/robots.txt"))) <= {"A", "B"}

@@ -152,9 +152,9 @@ class CrawlRequest(MessageKind):
         together, SCHEMA_REGEX_MAX_TOTAL_PROGRAM (:func:`~crawlhive.utils.patterns.check_patterns`)."""
         if message.get("proxy_pool"):
             pools = pools_from_settings(settings)
-            problem = pools.refused(message["proxy_pool"]) or pools.unknown(message["proxy_pool"])
-            if problem is not None:
-                return problem, "/proxy_pool"
+            refused = pools.refused(message["proxy_pool"]) or pools.unknown(message["proxy_pool"])
+            if refused is not None:
+                return refused, "/proxy_pool"
         recrawl = message.get("recrawl")
         if recrawl is not None:  # §19.1: bounds from RECRAWL_MIN_EVERY, then the defaults filled in
             # imported here: the frontier package imports the contract (its dead-letter builders)
