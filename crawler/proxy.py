@@ -52,8 +52,9 @@ from twisted.internet.error import DNSLookupError
 
 from crawlhive.crawler import cookies as session_cookies
 from crawlhive.crawler.netguard import installed_resolver
-from crawlhive.crawler.requests import IDEMPOTENT_METHODS, context_of
+from crawlhive.crawler.requests import IDEMPOTENT_METHODS, context_of, end_for_good
 from crawlhive.crawler.runtime import CrawlRuntime
+from crawlhive.crawler.sitemaps import SITEMAP
 from crawlhive.utils.domains import domain_of_url, tenant_site
 from crawlhive.utils.patterns import PatternLimits, search_any
 from crawlhive.utils.proxies import Proxy, ProxyPools, pools_from_settings
@@ -280,6 +281,10 @@ class ProxyState:
         return again
 
 
+class RenderedThroughProxy(Exception):  # noqa: N818 - a failure of the page, named as its dead letter says
+    """A rendered page whose pool choice names a pool (:meth:`ProxyMiddleware._refuse_rendered`)."""
+
+
 class ProxyRouteNoteMiddleware:
     """Order 90, before Scrapy's ``RobotsTxtMiddleware`` (100): remembers the pool of each page's
     crawl for its domain, so that the robots.txt request Scrapy makes for the page (a request of no
@@ -322,7 +327,8 @@ class ProxyMiddleware:
     async def process_request(self, request: Request) -> None:
         state = self.state
         if state.runtime.render:
-            return  # a browser's page: not proxied (§15)
+            await self._refuse_rendered(request)
+            return
         state.refresh()
         if state.exempt and (urlsplit(request.url).hostname or "").lower() in state.exempt:
             await self._guard(request)  # a proxy's own host as a target: the guard's rule holds
@@ -366,6 +372,27 @@ class ProxyMiddleware:
             request.headers[b"Cookie"] = value
         else:
             request.headers.pop(b"Cookie", None)
+
+    async def _refuse_rendered(self, request: Request) -> None:
+        """A page a rendering crawler would load in the browser, whose pool choice names a pool: a
+        crawl dead letter, never a direct load (§15, §21.1). The browser's connections go through
+        the crawler's guard proxy, which does not forward to another proxy; a page its crawl, the
+        operator's domain pools or PROXY_POOL_DEFAULT send through a proxy is refused rather than
+        fetched from the crawler's own address. robots.txt and sitemaps (no browser) are fetched
+        as before."""
+        context = context_of(request)
+        if context is None or context.done or request.meta.get(SITEMAP):
+            return
+        domain, site = scope_of(request.url)
+        chosen = await self._choose(context, domain, site, context.request.proxy_pool or self.state.pools.default)
+        if chosen is None:
+            return
+        reason = (
+            f"render: true cannot go through a proxy: {site or domain} is fetched through pool {chosen[0]} "
+            "(proxy_pool, PROXY_DOMAIN_POOLS or PROXY_POOL_DEFAULT), and a rendered page is never fetched directly"
+        )
+        end_for_good(request, reason)
+        raise RenderedThroughProxy(reason)
 
     async def _choose(
         self, context: LeaseContext | None, domain: str, site: str | None, crawl_pool: str

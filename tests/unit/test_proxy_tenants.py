@@ -20,8 +20,14 @@ from scrapy.http import HtmlResponse, Response
 from crawlhive.crawler import cookies
 from crawlhive.crawler.batching import ScriptBatcher
 from crawlhive.crawler.leases import LeaseContext
-from crawlhive.crawler.proxy import PROXY_USED, ProxyMiddleware, ProxyResponseMiddleware, ProxyState
-from crawlhive.crawler.requests import CONTEXT
+from crawlhive.crawler.proxy import (
+    PROXY_USED,
+    ProxyMiddleware,
+    ProxyResponseMiddleware,
+    ProxyState,
+    RenderedThroughProxy,
+)
+from crawlhive.crawler.requests import CONTEXT, FAILURE
 from crawlhive.utils.frontier import FrontierRequest, Lease, site_gate
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.proxies import ProxyPools
@@ -43,15 +49,21 @@ class Leases:
         self.postponed.append(wait)
 
 
-def run(redis_settings: Settings, keys: Keys, test: Callable[[ProxyState], Awaitable[T]], **overrides: Any) -> T:
+def run(
+    redis_settings: Settings,
+    keys: Keys,
+    test: Callable[[ProxyState], Awaitable[T]],
+    render: bool = False,
+    **overrides: Any,
+) -> T:
     """*test* on a :class:`ProxyState` over the real Redis of *redis_settings* (the crawler's own
-    batcher), with PROXY_POOLS = POOLS and *overrides*."""
+    batcher), with PROXY_POOLS = POOLS and *overrides*; of a rendering crawler with *render*."""
     settings = redis_settings.copy_with(PROXY_POOLS=POOLS, FRONTIER_SHARDS=keys.shards, **overrides)
 
     async def main() -> T:
         client = async_redis_from_settings(settings)
         runtime = SimpleNamespace(
-            keys=keys, batcher=ScriptBatcher(client), leases=Leases(), settings=settings, render=False
+            keys=keys, batcher=ScriptBatcher(client), leases=Leases(), settings=settings, render=render
         )
         state = ProxyState(runtime, settings, ProxyPools.from_settings(settings))  # type: ignore[arg-type]
         try:
@@ -282,3 +294,43 @@ def test_scope_names_the_tenant_site_or_the_domain(url: str) -> None:
         "http://mallory.github.io/": ("github.io", "mallory.github.io"),
     }
     assert _scope(url) == expected[url]
+
+
+def test_a_rendered_page_with_a_pool_is_a_dead_letter_never_a_direct_load(redis_settings: Settings, keys: Keys) -> None:
+    """Rendering crawlers' browsers do not go through proxy pools: a page whose pool choice (its
+    crawl's, the operator's, PROXY_POOL_DEFAULT) names one ends as a dead letter saying so, instead
+    of being loaded from the crawler's own address (before: it was, silently)."""
+
+    async def test(state: ProxyState) -> tuple[str, str | None]:
+        middleware = ProxyMiddleware(state)
+        pooled = page("http://example.com/", proxy_pool="p")
+        try:
+            await middleware.process_request(pooled)
+            raised = ""
+        except RenderedThroughProxy as exc:
+            raised = str(exc)
+        direct = page("http://other.com/")
+        await middleware.process_request(direct)  # no pool: loaded as ever
+        return raised, pooled.meta.get(FAILURE)
+
+    raised, failure = run(redis_settings, keys, test, render=True)
+    assert "render: true cannot go through a proxy: example.com is fetched through pool p" in raised
+    assert failure == raised
+    raised, _ = run(redis_settings, keys, test, render=True, PROXY_DOMAIN_POOLS={"example.com": "q"})
+    assert "through pool q" in raised
+
+
+def test_render_with_a_pool_is_refused_at_intake_naming_why() -> None:
+    from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
+
+    base = {"url": "http://example.com/", "appid": "app", "crawlid": "c", "render": True}
+    pooled = RequestValidator.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS))
+    refused = pooled.validate({**base, "proxy_pool": "p"})
+    assert isinstance(refused, Rejected) and "render: true cannot be sent with proxy_pool" in refused.reason
+    assert isinstance(pooled.validate(base), Accepted)  # no pool for it: rendered directly, as ever
+    default = RequestValidator.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_POOL_DEFAULT="q"))
+    refused = default.validate(base)
+    assert isinstance(refused, Rejected) and "proxy pool q" in refused.reason and "/render" in refused.reason
+    pins = Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_DOMAIN_POOLS={"example.com": "q"})
+    assert isinstance(RequestValidator.from_settings(pins).validate(base), Rejected)
+    assert isinstance(RequestValidator.from_settings(pins).validate({**base, "url": "http://other.com/"}), Accepted)
