@@ -574,6 +574,15 @@ METRICS_TOP_DOMAINS: int = 50
 docs/contract.md §22.3): bounds the series a scrape returns. Redis keeps the counts of 20 times as
 many (``metrics-domains``), the rest dropped, so a domain's counter can restart from a lower value."""
 
+METRICS_NAMES: bool | None = None
+"""Whether ``GET /metrics`` names the busiest domains (``crawlhive_domain_responses_total{domain}``)
+and proxies (``proxy="host:port"``). ``/metrics`` is the one REST path REST_API_KEY does not guard
+(Prometheus scrapes it without one), and domains are what tenants crawl. Unset (the default):
+named only while REST_API_KEY is empty (a REST open to whoever reaches it: loopback by default);
+with a key, the domain series are left out and a proxy is labelled by its place in its pool
+(``1``, ``2``, … of its ``host:port``s in order). ``true``: always named (protect ``/metrics``
+otherwise); ``false``: never."""
+
 HEARTBEAT_TIMEOUT: float = 120.0
 """Seconds a process counts as live after its last heartbeat."""
 

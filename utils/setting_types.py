@@ -154,6 +154,7 @@ class SettingTypes:
     STATS_RESPONSE_CODES: list[int]
     STATS_QUEUE_MAX_DOMAINS: int
     METRICS_TOP_DOMAINS: int
+    METRICS_NAMES: bool | None
     HEARTBEAT_TIMEOUT: float
     HEARTBEAT_INTERVAL: float
     REST_HOST: str

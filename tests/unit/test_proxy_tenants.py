@@ -334,3 +334,29 @@ def test_render_with_a_pool_is_refused_at_intake_naming_why() -> None:
     pins = Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_DOMAIN_POOLS={"example.com": "q"})
     assert isinstance(RequestValidator.from_settings(pins).validate(base), Rejected)
     assert isinstance(RequestValidator.from_settings(pins).validate({**base, "url": "http://other.com/"}), Accepted)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({}, True),
+        ({"REST_API_KEY": "k3y-for-rest"}, False),
+        ({"REST_API_KEY": "k3y-for-rest", "METRICS_NAMES": True}, True),
+    ],
+)
+def test_metrics_name_tenants_domains_and_proxies_only_where_no_key_guards_the_rest(
+    redis_settings: Settings, redis_client: redis.Redis, keys: Keys, overrides: dict[str, Any], named: bool
+) -> None:
+    """``/metrics`` is the one path REST_API_KEY leaves open (for Prometheus): with a key set it
+    names no tenant's domain and no proxy host unless METRICS_NAMES says so (METRICS_NAMES)."""
+    from crawlhive.rest.cluster import ClusterView
+    from crawlhive.rest.metrics import RestMetrics
+
+    redis_client.zadd(keys.metrics_domains(), {"tenant-secret.example": 5})
+    redis_client.hset(keys.proxy_stats(), f"p|{IDS[1]}|ok", 3)
+    settings = redis_settings.copy_with(PROXY_POOLS=POOLS, FRONTIER_SHARDS=keys.shards, **overrides)
+    text = RestMetrics(ClusterView(redis_client, settings, {}), lambda: 0, lambda: 0).render().decode()
+    assert ("tenant-secret.example" in text) is named
+    assert (IDS[1] in text) is named
+    shown = IDS[1] if named else "2"  # its place in its pool otherwise
+    assert f'crawlhive_proxy_requests_total{{outcome="ok",pool="p",proxy="{shown}"}} 3.0' in text
