@@ -52,6 +52,10 @@ def _port(url: str) -> str:
 
 def _within(domain: str, scope: str) -> bool:
     domain = domain.lstrip(".").lower()
+    if domain.endswith(".local") and "." not in domain[:-6].strip("[]").replace(":", ""):
+        # http.cookiejar's name of a host without a dot: localhost.local, [::1].local
+        domain = domain[:-6]
+    domain = domain.strip("[]")
     return domain == scope or domain.endswith("." + scope)
 
 

@@ -360,3 +360,21 @@ def test_metrics_name_tenants_domains_and_proxies_only_where_no_key_guards_the_r
     assert (IDS[1] in text) is named
     shown = IDS[1] if named else "2"  # its place in its pool otherwise
     assert f'crawlhive_proxy_requests_total{{outcome="ok",pool="p",proxy="{shown}"}} 3.0' in text
+
+
+@pytest.mark.parametrize(
+    ("url", "scope"),
+    [
+        ("http://localhost:8000/a", "localhost"),
+        ("http://[::1]:8000/a", "::1"),
+        ("http://127.0.0.1:8000/a", "127.0.0.1"),
+    ],
+)
+def test_a_host_without_a_dot_keeps_its_session_cookies(url: str, scope: str) -> None:
+    """http.cookiejar names a dotless host ``<host>.local`` (and keeps IPv6 brackets): its cookies
+    are still within the session's scope, and go back to the same origin only."""
+    changed = cookies.changes("", url, [b"sid=1; Path=/"], scope)
+    assert changed is not None
+    jar = json.dumps(changed[0])
+    assert cookies.header(jar, url.replace(":8000/a", ":8000/b"), scope) == "sid=1"
+    assert cookies.header(jar, url.replace(":8000/a", ":8001/b"), scope) == ""
