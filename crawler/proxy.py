@@ -127,6 +127,7 @@ class ProxyState:
         self.pools = pools
         self.ban_statuses = {int(s) for s in settings.PROXY_BAN_STATUSES}
         self.threshold = settings.PROXY_BAN_THRESHOLD
+        self.shared_bans = settings.PROXY_SHARED_BANS
         self.cooldown_us = int(settings.PROXY_COOLDOWN * 1_000_000)
         self.cooldown_max_us = int(settings.PROXY_COOLDOWN_MAX * 1_000_000)
         self.max_switches = settings.PROXY_MAX_SWITCHES
@@ -497,7 +498,7 @@ class ProxyMiddleware:
         context = context_of(request)
         if context is None or context.done:
             return None
-        self.state.report(context, used, request.url, banned=True)
+        self.state.report(context, used, request.url, banned=True, own=not self.state.shared_bans)
         return self.state.switched(request, f"proxy {used[1]} failed ({type(exception).__name__})")
 
 
@@ -526,7 +527,7 @@ class ProxyResponseMiddleware:
             by_status = response.status in state.ban_statuses
             by_body = not by_status and self._ban_body(context, response)
             # a ban_regex match is the crawl's own judgement: it counts for that crawl alone
-            state.report(context, used, request.url, by_status or by_body, own=by_body)
+            state.report(context, used, request.url, by_status or by_body, own=by_body or not state.shared_bans)
             if by_status or by_body:
                 again = state.switched(request, f"proxy {used[1]} banned (status {response.status})")
                 if again is not None:

@@ -526,6 +526,13 @@ PROXY_BAN_THRESHOLD: int = 3
 """Bans (statuses, a crawl's ``ban_regex``, failures to reach the proxy) in a row after which a proxy
 rests for a domain."""
 
+PROXY_SHARED_BANS: bool = True
+"""Whether a ban status (PROXY_BAN_STATUSES) or a failure to reach a proxy counts for every crawl of
+the domain (or tenant site): the site banned the proxy's address, for everyone. ``false``: every ban
+counts for its own crawl only, as a ``ban_regex`` match always does, so that no client can rest
+proxies for another's crawl even with pages that answer 403; each crawl then finds banned proxies
+out for itself."""
+
 PROXY_COOLDOWN: float = 60.0
 """Seconds a proxy rests for a domain after PROXY_BAN_THRESHOLD bans in a row; doubled at each new
 rest of that proxy for that domain, up to PROXY_COOLDOWN_MAX."""

@@ -141,6 +141,7 @@ class SettingTypes:
     PROXY_POOL_DEFAULT: str
     PROXY_BAN_STATUSES: list[int]
     PROXY_BAN_THRESHOLD: int
+    PROXY_SHARED_BANS: bool
     PROXY_COOLDOWN: float
     PROXY_COOLDOWN_MAX: float
     PROXY_MAX_SWITCHES: int

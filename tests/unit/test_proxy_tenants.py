@@ -378,3 +378,20 @@ def test_a_host_without_a_dot_keeps_its_session_cookies(url: str, scope: str) ->
     jar = json.dumps(changed[0])
     assert cookies.header(jar, url.replace(":8000/a", ":8000/b"), scope) == "sid=1"
     assert cookies.header(jar, url.replace(":8000/a", ":8001/b"), scope) == ""
+
+
+def test_without_shared_bans_a_crawl_s_403s_rest_proxies_for_that_crawl_only(
+    redis_settings: Settings, redis_client: redis.Redis, keys: Keys
+) -> None:
+    """PROXY_SHARED_BANS=false: pages that answer 403 to one client's crawl (which it may choose on
+    purpose) rest proxies for that crawl alone."""
+
+    async def test(state: ProxyState) -> tuple[set[str], set[str]]:
+        for _ in range(3):
+            answer(state, page("http://example.com/forbidden", crawlid="hostile"), status=403)
+        await drained(state)
+        return await chosen(state, "http://example.com/", crawlid="hostile"), await chosen(state, "http://example.com/")
+
+    hostile, other = run(redis_settings, keys, test, PROXY_SHARED_BANS=False)
+    assert hostile == set(IDS[1:]) and other == set(IDS)
+    assert redis_client.zcard(keys.proxy_rests(keys.shard_of("example.com"))) == 0
