@@ -4,13 +4,18 @@ Two downloader middlewares:
 
 * :class:`ProxyMiddleware` (order 700: after the request is shaped and its site gate passed,
   before Scrapy's ``HttpProxyMiddleware`` at 750 turns the proxy URL's credentials into a
-  ``Proxy-Authorization`` header). For a request whose domain has a pool (a ``domain-update``'s,
-  else the crawl's ``proxy_pool``, else PROXY_POOL_DEFAULT) it asks Redis for the pool's least
-  recently used proxy that does not rest for the domain (``utils/lua/proxy_choose.lua``: one call,
+  ``Proxy-Authorization`` header). For a request whose domain has a pool (the operator's
+  PROXY_DOMAIN_POOLS, else a ``domain-update``'s where PROXY_POOL_DOMAIN_UPDATES allows it, else
+  the crawl's ``proxy_pool``, else PROXY_POOL_DEFAULT) it asks Redis for the pool's least
+  recently used proxy that does not rest for the domain (or for the tenant site of a shared
+  suffix, :func:`scope_of`: one site's bans, sessions and slow-downs are not its siblings'), nor
+  for the crawl after its own ``ban_regex`` bans (``utils/lua/proxy_choose.lua``: one call,
   through the crawler's asyncio batcher, so the reactor never blocks and calls share round trips);
-  a sticky crawl keeps its session's proxy and cookies. Then the **network guard**: the target host
-  is resolved by the guarded resolver (the one every direct connection uses) *before* the request
-  goes to a proxy, and a blocked target fails exactly as it does without one (its
+  a sticky crawl keeps its session's proxy and cookies (a cookie jar with cookie-jar rules:
+  :mod:`crawlhive.crawler.cookies`). A rendering crawler's page whose choice names a pool is a
+  dead letter, never a direct load (the browser does not go through proxies). Then the
+  **network guard**: the target host is resolved by the guarded resolver (the one every direct
+  connection uses) *before* the request goes to a proxy, and a blocked target fails exactly as it does without one (its
   ``DNSLookupError`` reaches :class:`~crawlhive.crawler.netguard.NetworkGuardMiddleware`), so the
   proxy never hears of it. Proxy hosts themselves are operator configuration: Scrapy connects to
   them through the same resolver, which lets the configured proxy hosts through
@@ -21,8 +26,9 @@ Two downloader middlewares:
   ``RetryMiddleware`` at 550 and the meta-refresh at 580 see the response): a status in
   PROXY_BAN_STATUSES or a body matching the crawl's ``ban_regex`` (RE2, within the pattern bounds)
   is a ban of the proxy for the domain (``utils/lua/proxy_report.lua``: PROXY_BAN_THRESHOLD in a
-  row rests it, PROXY_COOLDOWN doubling up to PROXY_COOLDOWN_MAX) and the page is sent again
-  through another proxy without using one of its retries (up to PROXY_MAX_SWITCHES). The adaptive
+  row rests it, PROXY_COOLDOWN doubling up to PROXY_COOLDOWN_MAX; a ``ban_regex`` match, or any
+  ban without PROXY_SHARED_BANS, for that crawl alone) and the page is sent again through another
+  proxy without using one of its retries (up to PROXY_MAX_SWITCHES; never a ``POST``). The adaptive
   throttle: a 429 or 503 that was not switched, or a response slower than AUTOTHROTTLE_LATENCY,
   halves the domain's rate cluster-wide (``utils/lua/autothrottle_slow.lua``; the pop script's
   throttle rule applies the factor and regains it step by step, ``utils/lua/lib/throttle.lua``), so
