@@ -377,3 +377,44 @@ def test_https_through_a_proxy_tunnels_and_a_blocked_https_target_is_never_conne
     assert site.seen == [("127.0.0.2", "/a")]
     assert [m["_topic"].rsplit(".", 1)[-1] for m in refused] == ["dead_letter"]
     assert refused[0]["error"].startswith("blocked network: 127.0.0.1")
+
+
+def test_one_crawl_s_ban_regex_never_makes_another_crawl_wait(
+    cluster: dict[str, Any], site: TestSite, proxies: list[LoopProxy]
+) -> None:
+    """The review's live probe: a crawl with ``ban_regex: ["(?s)."]`` (every page a ban) rests both
+    proxies, for itself; another client's crawl of the same domain, sent after, is fetched at once
+    through them (before: it waited out PROXY_COOLDOWN, 600 s here)."""
+    hostile = [f"/h/{i}" for i in range(1, 4)]
+    victim = [f"/v/{i}" for i in range(1, 6)]
+    site.page("/h/0", html(*hostile))
+    site.page("/v/0", html(*victim))
+    for page in hostile + victim:
+        site.page(page, html())
+    cluster["start"](PROXY_COOLDOWN=600, ROBOTSTXT_OBEY=False, RETRY_TIMES=0)
+    settings: Settings = cluster["settings"]
+    client = cluster["redis"]
+    seed(
+        settings,
+        client,
+        appid="app",
+        crawlid="hostile",
+        url=site.url("/h/0"),
+        maxdepth=1,
+        proxy_pool="res",
+        ban_regex=["(?s)."],
+    )
+    assert cluster["collector"].wait_for("hostile", 1, timeout=30)  # its seed, banned through every switch
+    assert len(site.hits("/h/0")) == 6  # 1 + PROXY_MAX_SWITCHES: 3 bans through each proxy
+    time.sleep(1.0)  # the bans are counted in Redis and the seed's links tried: they wait
+    started = time.monotonic()
+    seed(settings, client, appid="app", crawlid="victim", url=site.url("/v/0"), maxdepth=1, proxy_pool="res")
+    items = cluster["collector"].wait_for("victim", 6, timeout=30)
+    assert sorted(i["url"] for i in items) == sorted(site.url(p) for p in ["/v/0", *victim])
+    assert time.monotonic() - started < 30
+    assert "direct" not in _via(site.hits("/v/"))  # through the pool, not around it
+    assert len(site.hits("/h/")) == 6  # the hostile crawl's own links wait (its seed: 6 attempts)
+    keys = keys_for(settings["REDIS_KEY_PREFIX"], client)
+    assert client.zcard(keys.proxy_waiting(keys.shard_of("127.0.0.1"))) == 0
+    mine = keys.proxy_crawl_health("link", "app", "hostile", "res", "127.0.0.1")
+    assert all(client.hget(mine, f"r:{p.id}") for p in proxies), client.hgetall(mine)  # both rest for it
