@@ -418,3 +418,42 @@ def test_one_crawl_s_ban_regex_never_makes_another_crawl_wait(
     assert client.zcard(keys.proxy_waiting(keys.shard_of("127.0.0.1"))) == 0
     mine = keys.proxy_crawl_health("link", "app", "hostile", "res", "127.0.0.1")
     assert all(client.hget(mine, f"r:{p.id}") for p in proxies), client.hgetall(mine)  # both rest for it
+
+
+def test_a_sticky_session_s_cookie_goes_back_to_its_own_port_only(
+    cluster: dict[str, Any], site: TestSite, proxies: list[LoopProxy]
+) -> None:
+    """The review's probe: a cookie a site on ``127.0.0.2:P`` set in a sticky session was sent to
+    ``127.0.0.2:Q`` (the same bucket, so the same session). Now the jar's rules hold: P's later
+    pages get it, Q's never."""
+    other = TestSite()
+    other.start()
+    try:
+
+        def first(_seen: Seen) -> tuple[int, dict[str, str], bytes]:
+            links = html(site.url("/c/2", host="127.0.0.2"), other.url("/c/1", host="127.0.0.2"))
+            return 200, {"Content-Type": "text/html", "Set-Cookie": "sid=abc123; Path=/"}, links
+
+        site.handler("/c/0", first)
+        site.page("/c/2", html())
+        other.page("/c/1", html())
+        cluster["start"](ROBOTSTXT_OBEY=False)
+        url = site.url("/c/0", host="127.0.0.2")
+        seed(
+            cluster["settings"],
+            cluster["redis"],
+            appid="app",
+            crawlid="ports",
+            url=url,
+            maxdepth=1,
+            proxy_pool="res",
+            sticky="domain",
+        )
+        items = cluster["collector"].wait_for("ports", 3, timeout=30)
+        assert len(items) == 3
+        (same_port,) = site.hits("/c/2")
+        (other_port,) = other.hits("/c/1")
+    finally:
+        other.stop()
+    assert "sid=abc123" in same_port.headers.get("Cookie", "")
+    assert "sid" not in other_port.headers.get("Cookie", "")
