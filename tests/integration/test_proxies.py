@@ -6,8 +6,9 @@ Covered: rotation across two proxies; a banning proxy resting for that domain wh
 are sent through the other without a dead letter and without using their retries; every page
 emitted; no credential in items, dead letters, the crawler's log or Redis's proxy counters; a
 blocked target through a proxy refused before the proxy hears of it; every proxy resting → the
-domain waits and resumes; sticky sessions keeping their proxy and cookies; a 429 halving the
-domain's rate (adaptive throttle).
+domain waits and resumes; sticky sessions keeping their proxy and cookies (sent to the port that
+set them only); a 429 halving the domain's rate (adaptive throttle); one crawl's ban_regex never
+making another crawl wait.
 """
 
 from __future__ import annotations
