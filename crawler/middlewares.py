@@ -546,8 +546,9 @@ class SiteGateMiddleware:
 
     Buckets ignore the private section of the public suffix list (§3.2), so ``mallory.github.io``
     and ``alice.github.io`` share one queue and one throttle. What one tenant asks for itself, a
-    ``Retry-After`` or a ``Crawl-delay``, is kept for that site alone (``keys.site_wait``,
-    ``keys.site_delay``) and applied here: a request to a paused site goes back to the frontier
+    ``Retry-After``, a ``Crawl-delay`` or the adaptive throttle's slow-down after its own 429s, 503s
+    or slow answers (§21.4), is kept for that site alone (``keys.site_wait``, ``keys.site_delay``,
+    the site's field in ``keys.autothrottle``) and applied here: a request to a paused site goes back to the frontier
     unchanged for the time left (:meth:`LeaseTable.postpone`: no attempt counted), its siblings are
     fetched meanwhile. Requests to other hosts cost nothing (:func:`tenant_site` is cached per host).
     Order 450: after the request is shaped, before anything is sent.
@@ -568,7 +569,11 @@ class SiteGateMiddleware:
         if site is None:
             return
         try:
-            wait = site_gate(self.runtime.redis, self.runtime.keys, domain_of_url(request.url), site)
+            settings = self.runtime.settings
+            domain = domain_of_url(request.url)
+            wait = site_gate(
+                self.runtime.redis, self.runtime.keys, domain, site, settings.QUEUE_HITS, settings.QUEUE_WINDOW
+            )
         except RedisError as exc:
             logger.warning("could not read the pause of %s (%r); fetching it anyway", site, exc)
             return

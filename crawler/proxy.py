@@ -4,13 +4,18 @@ Two downloader middlewares:
 
 * :class:`ProxyMiddleware` (order 700: after the request is shaped and its site gate passed,
   before Scrapy's ``HttpProxyMiddleware`` at 750 turns the proxy URL's credentials into a
-  ``Proxy-Authorization`` header). For a request whose domain has a pool (a ``domain-update``'s,
-  else the crawl's ``proxy_pool``, else PROXY_POOL_DEFAULT) it asks Redis for the pool's least
-  recently used proxy that does not rest for the domain (``utils/lua/proxy_choose.lua``: one call,
+  ``Proxy-Authorization`` header). For a request whose domain has a pool (the operator's
+  PROXY_DOMAIN_POOLS, else a ``domain-update``'s where PROXY_POOL_DOMAIN_UPDATES allows it, else
+  the crawl's ``proxy_pool``, else PROXY_POOL_DEFAULT) it asks Redis for the pool's least
+  recently used proxy that does not rest for the domain (or for the tenant site of a shared
+  suffix, :func:`scope_of`: one site's bans, sessions and slow-downs are not its siblings'), nor
+  for the crawl after its own ``ban_regex`` bans (``utils/lua/proxy_choose.lua``: one call,
   through the crawler's asyncio batcher, so the reactor never blocks and calls share round trips);
-  a sticky crawl keeps its session's proxy and cookies. Then the **network guard**: the target host
-  is resolved by the guarded resolver (the one every direct connection uses) *before* the request
-  goes to a proxy, and a blocked target fails exactly as it does without one (its
+  a sticky crawl keeps its session's proxy and cookies (a cookie jar with cookie-jar rules:
+  :mod:`crawlhive.crawler.cookies`). A rendering crawler's page whose choice names a pool is a
+  dead letter, never a direct load (the browser does not go through proxies). Then the
+  **network guard**: the target host is resolved by the guarded resolver (the one every direct
+  connection uses) *before* the request goes to a proxy, and a blocked target fails exactly as it does without one (its
   ``DNSLookupError`` reaches :class:`~crawlhive.crawler.netguard.NetworkGuardMiddleware`), so the
   proxy never hears of it. Proxy hosts themselves are operator configuration: Scrapy connects to
   them through the same resolver, which lets the configured proxy hosts through
@@ -21,8 +26,9 @@ Two downloader middlewares:
   ``RetryMiddleware`` at 550 and the meta-refresh at 580 see the response): a status in
   PROXY_BAN_STATUSES or a body matching the crawl's ``ban_regex`` (RE2, within the pattern bounds)
   is a ban of the proxy for the domain (``utils/lua/proxy_report.lua``: PROXY_BAN_THRESHOLD in a
-  row rests it, PROXY_COOLDOWN doubling up to PROXY_COOLDOWN_MAX) and the page is sent again
-  through another proxy without using one of its retries (up to PROXY_MAX_SWITCHES). The adaptive
+  row rests it, PROXY_COOLDOWN doubling up to PROXY_COOLDOWN_MAX; a ``ban_regex`` match, or any
+  ban without PROXY_SHARED_BANS, for that crawl alone) and the page is sent again through another
+  proxy without using one of its retries (up to PROXY_MAX_SWITCHES; never a ``POST``). The adaptive
   throttle: a 429 or 503 that was not switched, or a response slower than AUTOTHROTTLE_LATENCY,
   halves the domain's rate cluster-wide (``utils/lua/autothrottle_slow.lua``; the pop script's
   throttle rule applies the factor and regains it step by step, ``utils/lua/lib/throttle.lua``), so
@@ -50,10 +56,12 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task
 from twisted.internet.error import DNSLookupError
 
+from crawlhive.crawler import cookies as session_cookies
 from crawlhive.crawler.netguard import installed_resolver
-from crawlhive.crawler.requests import context_of
+from crawlhive.crawler.requests import IDEMPOTENT_METHODS, context_of, end_for_good
 from crawlhive.crawler.runtime import CrawlRuntime
-from crawlhive.utils.domains import domain_of_url
+from crawlhive.crawler.sitemaps import SITEMAP
+from crawlhive.utils.domains import domain_of_url, tenant_site
 from crawlhive.utils.patterns import PatternLimits, search_any
 from crawlhive.utils.proxies import Proxy, ProxyPools, pools_from_settings
 from crawlhive.utils.scripts import scripts
@@ -72,6 +80,13 @@ logger = logging.getLogger(__name__)
 PROXY_USED = "crawlhive_proxy"
 #: Request meta key counting the proxy switches of one page (kept across switches).
 PROXY_SWITCHES = "crawlhive_proxy_switches"
+#: Request meta key of the sticky session's cookie jar as the request was sent with it (stored JSON).
+SESSION_JAR = "crawlhive_session_jar"
+#: Request meta key of the request's own ``Cookie`` header (the crawl's, §3.7) before a session's
+#: cookies were added to it (None: it had none), restored when the request goes through another proxy.
+OWN_COOKIE = "crawlhive_own_cookie"
+#: Request meta key of the ``Cookie`` header written with a session's cookies.
+SESSION_COOKIE = "crawlhive_session_cookie"
 #: Milliseconds the proxy state of a (pool, domain) lives after its last use.
 PROXY_STATE_TTL_S = 86_400
 #: Characters of a body searched by ``ban_regex`` (a CAPTCHA page says so near its top).
@@ -82,6 +97,19 @@ COUNT_FLUSH_S = 1.0
 DOMAIN_POOLS_MAX = 10_000
 #: Statuses that slow a domain down (AUTOTHROTTLE) when they were not switched to another proxy.
 SLOW_DOWN_STATUSES = frozenset({429, 503})
+
+
+def scope_of(url: str) -> tuple[str, str | None]:
+    """``(domain, site)`` of *url*: its bucket (§3.2) and, for a tenant of a shared suffix, its site
+    (:func:`~crawlhive.utils.domains.tenant_site`), else None. Proxy rests, rotation, sessions and
+    the adaptive throttle are kept per site when there is one (``mallory.github.io``'s bans and
+    429s are its own, not every ``*.github.io``'s), else per domain."""
+    domain = domain_of_url(url)
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        host = ""
+    return domain, tenant_site(host) if host else None
 
 
 def allow_proxy_hosts(pools: ProxyPools) -> set[str]:
@@ -105,6 +133,7 @@ class ProxyState:
         self.pools = pools
         self.ban_statuses = {int(s) for s in settings.PROXY_BAN_STATUSES}
         self.threshold = settings.PROXY_BAN_THRESHOLD
+        self.shared_bans = settings.PROXY_SHARED_BANS
         self.cooldown_us = int(settings.PROXY_COOLDOWN * 1_000_000)
         self.cooldown_max_us = int(settings.PROXY_COOLDOWN_MAX * 1_000_000)
         self.max_switches = settings.PROXY_MAX_SWITCHES
@@ -192,52 +221,75 @@ class ProxyState:
 
         self.runtime.batcher.call(script, keys, args).add_done_callback(done)
 
-    def slow_down(self, domain: str) -> None:
-        """Halve *domain*'s rate, cluster-wide (AUTOTHROTTLE, §21.4)."""
+    def slow_down(self, domain: str, site: str | None = None) -> None:
+        """Halve *domain*'s rate, cluster-wide (AUTOTHROTTLE, §21.4); for a tenant site of a shared
+        suffix (*site*), that site's alone (the site gate spaces its fetches, §21.4)."""
         keys = self.runtime.keys
         shard = keys.shard_of(domain)
-        args = [domain, self.default_hits, self.default_window_us, self.step, self.min_factor]
+        args = [domain, self.default_hits, self.default_window_us, self.step, self.min_factor, site or domain]
         self.fire("autothrottle_slow", [keys.domain_config(shard), keys.crawl_delay(domain)], args, "slow down")
-        logger.info("%s is slowed down by the adaptive throttle", domain)
+        logger.info("%s is slowed down by the adaptive throttle", site or domain)
 
-    def report(self, context: LeaseContext, used: tuple[str, str, int], domain: str, banned: bool) -> None:
-        """Count the outcome of *used* (pool, proxy id, bans in a row before) for *domain* in Redis:
-        a ban always, a success only when it ends a run of bans (nothing sent otherwise)."""
+    def report(
+        self,
+        context: LeaseContext,
+        used: tuple[str, str, int],
+        url: str,
+        banned: bool,
+        own: bool = False,
+    ) -> None:
+        """Count the outcome of *used* (pool, proxy id, bans in a row before) for the scope of *url*
+        (its domain, or tenant site) in Redis: a ban always, a success only when it ends a run of
+        bans (nothing sent otherwise). An *own* ban (the crawl's ``ban_regex``) counts for this
+        crawl alone: a request can only ever change its own crawl's proxy choice (§21.3)."""
         pool, proxy, fails = used
         self.count(pool, proxy, "ban" if banned else "ok")
         if not banned and fails == 0:
             return
         keys = self.runtime.keys
         crawl = context.request
-        session = keys.proxy_session(crawl.spiderid, crawl.appid, crawl.crawlid, domain)
+        domain, site = scope_of(url)
+        session = keys.proxy_session(crawl.spiderid, crawl.appid, crawl.crawlid, domain, site)
+        shared = keys.proxy_health(pool, domain, site)
+        mine = keys.proxy_crawl_health(crawl.spiderid, crawl.appid, crawl.crawlid, pool, domain, site)
         args = [
             proxy,
             "ban" if banned else "ok",
             self.threshold,
             self.cooldown_us,
             self.cooldown_max_us,
-            f"{pool}|{proxy}|{domain}",
+            "" if own else f"{pool}|{proxy}|{site or domain}",
             PROXY_STATE_TTL_S * 1000,
             "1" if crawl.sticky == "domain" else "",
             pool,
         ]
         shard = keys.shard_of(domain)
-        call_keys = [keys.proxy_health(pool, domain), keys.proxy_rests(shard), session, keys.proxy_sessions(shard)]
+        counted, other = (mine, shared) if own else (shared, mine)
+        call_keys = [counted, keys.proxy_rests(shard), session, keys.proxy_sessions(shard), other]
         self.fire("proxy_report", call_keys, args, "count a ban")
 
     def switched(self, request: Request, reason: str) -> Request | None:
         """*request* again, to go through another proxy without using a retry; None after
-        PROXY_MAX_SWITCHES switches."""
+        PROXY_MAX_SWITCHES switches, and for a request whose method is not idempotent (a ``POST``
+        is never sent twice: its first answer, or failure, is the page's, as §3.10 has it), unless
+        its spider asked for retries (``dont_retry: False``)."""
         switches = int(request.meta.get(PROXY_SWITCHES, 0))
         if switches >= self.max_switches:
             return None
+        if request.method.upper() not in IDEMPOTENT_METHODS and request.meta.get("dont_retry", True) is not False:
+            logger.info("%s: %s; not sent again (a %s is never replayed)", request.url[:200], reason, request.method)
+            return None
         again = request.replace(dont_filter=True)
         again.meta[PROXY_SWITCHES] = switches + 1
-        for name in (PROXY_USED, "proxy", "download_latency", "_auth_proxy"):
+        for name in (PROXY_USED, SESSION_JAR, "proxy", "download_latency", "_auth_proxy"):
             again.meta.pop(name, None)
         again.headers.pop(b"Proxy-Authorization", None)
         logger.info("%s: %s; sending it through another proxy (switch %d)", request.url[:200], reason, switches + 1)
         return again
+
+
+class RenderedThroughProxy(Exception):  # noqa: N818 - a failure of the page, named as its dead letter says
+    """A rendered page whose pool choice names a pool (:meth:`ProxyMiddleware._refuse_rendered`)."""
 
 
 class ProxyRouteNoteMiddleware:
@@ -282,20 +334,21 @@ class ProxyMiddleware:
     async def process_request(self, request: Request) -> None:
         state = self.state
         if state.runtime.render:
-            return  # a browser's page: not proxied (§15)
+            await self._refuse_rendered(request)
+            return
         state.refresh()
         if state.exempt and (urlsplit(request.url).hostname or "").lower() in state.exempt:
             await self._guard(request)  # a proxy's own host as a target: the guard's rule holds
         context = context_of(request)
         if context is not None and context.done:
             return
-        domain = domain_of_url(request.url)
+        domain, site = scope_of(request.url)
         if context is None:
             # a request of no lease (robots.txt): the pool of the page that asked for it
             crawl_pool = state.recent_pools.get(domain, state.pools.default)
         else:
             crawl_pool = context.request.proxy_pool or state.pools.default
-        chosen = await self._choose(context, domain, crawl_pool)
+        chosen = await self._choose(context, domain, site, crawl_pool)
         if chosen is None:
             if request.meta.pop(PROXY_USED, None) is not None:
                 request.meta["proxy"] = None  # a redirect from a proxied domain to a direct one
@@ -304,38 +357,84 @@ class ProxyMiddleware:
         await self._guard(request)  # raises for a blocked target: the proxy never hears of it
         request.meta["proxy"] = proxy.url
         request.meta[PROXY_USED] = (pool, proxy.id, fails)
-        if cookies:
-            jar = json.loads(cookies)
-            if isinstance(jar, dict) and jar:
-                own = request.headers.get(b"Cookie")
-                pairs = "; ".join(f"{k}={v}" for k, v in jar.items())
-                request.headers[b"Cookie"] = f"{own.decode('latin-1')}; {pairs}" if own else pairs
+        if context is not None and context.request.sticky == "domain":
+            self._session_cookies(request, cookies, site or domain)
+
+    @staticmethod
+    def _session_cookies(request: Request, stored: str, scope: str) -> None:
+        """Add the cookies the session's jar (*stored*) sends to this URL to the request's own
+        ``Cookie`` header (the crawl's, §3.7); remembers both, so that a switch to another proxy, or
+        a redirect, starts again from the request's own header."""
+        request.meta[SESSION_JAR] = stored
+        current = request.headers.get(b"Cookie")
+        written = request.meta.get(SESSION_COOKIE)
+        # the header we wrote, unchanged since (a switch, a same-origin redirect): its own part is
+        # what we noted; anything else was set (or removed) since by the request's shaping
+        own = request.meta.get(OWN_COOKIE) if written is not None and current == written else current
+        pairs = session_cookies.header(stored, request.url, scope).encode("latin-1")
+        value = b"; ".join(v for v in (own, pairs) if v)
+        request.meta[OWN_COOKIE] = own
+        request.meta[SESSION_COOKIE] = value
+        if value:
+            request.headers[b"Cookie"] = value
+        else:
+            request.headers.pop(b"Cookie", None)
+
+    async def _refuse_rendered(self, request: Request) -> None:
+        """A page a rendering crawler would load in the browser, whose pool choice names a pool: a
+        crawl dead letter, never a direct load (§15, §21.1). The browser's connections go through
+        the crawler's guard proxy, which does not forward to another proxy; a page its crawl, the
+        operator's domain pools or PROXY_POOL_DEFAULT send through a proxy is refused rather than
+        fetched from the crawler's own address. robots.txt and sitemaps (no browser) are fetched
+        as before."""
+        context = context_of(request)
+        if context is None or context.done or request.meta.get(SITEMAP):
+            return
+        domain, site = scope_of(request.url)
+        chosen = await self._choose(context, domain, site, context.request.proxy_pool or self.state.pools.default)
+        if chosen is None:
+            return
+        reason = (
+            f"render: true cannot go through a proxy: {site or domain} is fetched through pool {chosen[0]} "
+            "(proxy_pool, PROXY_DOMAIN_POOLS or PROXY_POOL_DEFAULT), and a rendered page is never fetched directly"
+        )
+        end_for_good(request, reason)
+        raise RenderedThroughProxy(reason)
 
     async def _choose(
-        self, context: LeaseContext | None, domain: str, crawl_pool: str
+        self, context: LeaseContext | None, domain: str, site: str | None, crawl_pool: str
     ) -> tuple[str, Proxy, int, str] | None:
         """(pool, proxy, bans in a row, session cookies) for a request of *context* (None: a
-        request of no lease, such as robots.txt) to *domain*, or None to fetch directly. Raises
-        IgnoreRequest, after postponing the request, when every proxy rests for the domain."""
+        request of no lease, such as robots.txt) to *domain* (and *site*, its tenant site of a
+        shared suffix, whose proxy state is its own), or None to fetch directly. Raises
+        IgnoreRequest, after postponing the request, when every proxy rests for it.
+
+        The pool: the operator's for the domain (PROXY_DOMAIN_POOLS) wins; else a
+        ``domain-update``'s, when PROXY_POOL_DOMAIN_UPDATES lets it; else the crawl's, else
+        PROXY_POOL_DEFAULT (*crawl_pool*)."""
         state = self.state
         keys = state.runtime.keys
         crawl = context.request if context is not None else None
         sticky = crawl is not None and crawl.sticky == "domain"
-        pool = state.domain_pools.get(domain, crawl_pool)
+        scope = site or domain
+        pinned = state.pools.pin(domain, site)
+        if pinned:
+            crawl_pool, updates = pinned, False
+        else:
+            updates = state.pools.domain_updates
+        pool = state.domain_pools.get(domain, crawl_pool) if updates else crawl_pool
+        spider, appid, crawlid = (crawl.spiderid, crawl.appid, crawl.crawlid) if crawl else ("-", "-", "-")
+        shard = keys.shard_of(domain)
         for _ in range(3):  # the domain's pool may differ from what was assumed (a domain-update)
             proxies = state.pools.get(pool) or ()
-            if crawl is not None:
-                session = keys.proxy_session(crawl.spiderid, crawl.appid, crawl.crawlid, domain)
-            else:
-                session = keys.proxy_session("-", "-", "-", domain)  # not read: no session
-            shard = keys.shard_of(domain)
             call_keys = [
                 keys.domain_config(shard),
-                keys.proxy_lru(pool or "-", domain),
-                keys.proxy_health(pool or "-", domain),
-                session,
+                keys.proxy_lru(pool or "-", domain, site),
+                keys.proxy_health(pool or "-", domain, site),
+                keys.proxy_session(spider, appid, crawlid, domain, site),  # not read without a crawl
                 keys.proxy_waiting(shard),
                 keys.proxy_sessions(shard),
+                keys.proxy_crawl_health(spider, appid, crawlid, pool or "-", domain, site),
             ]
             args = [
                 domain,
@@ -345,6 +444,8 @@ class ProxyMiddleware:
                 state.session_max,
                 state.session_ttl_ms,
                 PROXY_STATE_TTL_S * 1000,
+                scope,
+                "1" if updates else "",
                 *(p.id for p in proxies),
             ]
             try:
@@ -352,7 +453,7 @@ class ProxyMiddleware:
             except RedisError as exc:
                 # Not knowing the proxy, the request is given back (its lease is requeued) rather
                 # than sent directly, which its crawl or domain did not ask for.
-                logger.warning("could not choose a proxy for %s: %s (check REDIS_URL)", domain, exc)
+                logger.warning("could not choose a proxy for %s: %s (check REDIS_URL)", scope, exc)
                 if context is not None:
                     state.runtime.leases.postpone(context, 1.0)
                 raise IgnoreRequest("no proxy could be chosen") from None
@@ -378,7 +479,7 @@ class ProxyMiddleware:
                 wait = max(int(reply[1]) / 1_000_000, 0.5)
                 if context is not None:
                     state.runtime.leases.postpone(context, wait)
-                raise IgnoreRequest(f"every proxy of pool {pool} rests for {domain}: {wait:.1f}s left")
+                raise IgnoreRequest(f"every proxy of pool {pool} rests for {scope}: {wait:.1f}s left")
             proxy_id = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
             by_id = {p.id: p for p in proxies}
             cookies = reply[3].decode() if isinstance(reply[3], bytes) else str(reply[3] or "")
@@ -403,7 +504,7 @@ class ProxyMiddleware:
         context = context_of(request)
         if context is None or context.done:
             return None
-        self.state.report(context, used, domain_of_url(request.url), banned=True)
+        self.state.report(context, used, request.url, banned=True, own=not self.state.shared_bans)
         return self.state.switched(request, f"proxy {used[1]} failed ({type(exception).__name__})")
 
 
@@ -429,20 +530,21 @@ class ProxyResponseMiddleware:
         if context is None or context.done:
             return response
         if used is not None:
-            domain = domain_of_url(request.url)
-            banned = response.status in state.ban_statuses or self._ban_body(context, response)
-            state.report(context, used, domain, banned)
-            if banned:
+            by_status = response.status in state.ban_statuses
+            by_body = not by_status and self._ban_body(context, response)
+            # a ban_regex match is the crawl's own judgement: it counts for that crawl alone
+            state.report(context, used, request.url, by_status or by_body, own=by_body or not state.shared_bans)
+            if by_status or by_body:
                 again = state.switched(request, f"proxy {used[1]} banned (status {response.status})")
                 if again is not None:
                     return again
             elif context.request.sticky == "domain":
-                self._keep_cookies(context, used, domain, response)
+                self._keep_cookies(context, used, request, response)
         if state.autothrottle:
             latency = request.meta.get("download_latency")
             slow = isinstance(latency, int | float) and latency > state.latency_s
             if response.status in SLOW_DOWN_STATUSES or slow:
-                state.slow_down(domain_of_url(request.url))
+                state.slow_down(*scope_of(request.url))
         return response
 
     def _ban_body(self, context: LeaseContext, response: Response) -> bool:
@@ -451,17 +553,20 @@ class ProxyResponseMiddleware:
             return False
         return search_any(tuple(patterns), response.text[:BAN_SEARCH_CHARS], self.state.pattern_limits)
 
-    def _keep_cookies(self, context: LeaseContext, used: tuple[str, str, int], domain: str, response: Response) -> None:
-        """Add a response's ``Set-Cookie`` values to its sticky session's jar (cluster-wide)."""
-        found = {}
-        for header in response.headers.getlist(b"Set-Cookie")[:64]:
-            pair = header.decode("latin-1").split(";", 1)[0]
-            name, sep, value = pair.partition("=")
-            if sep and name.strip() and len(pair) <= 4096:
-                found[name.strip()] = value.strip()
-        if not found:
+    def _keep_cookies(
+        self, context: LeaseContext, used: tuple[str, str, int], request: Request, response: Response
+    ) -> None:
+        """Merge what a response's ``Set-Cookie`` headers change in its sticky session's jar
+        (cookie-jar rules: :mod:`crawlhive.crawler.cookies`) into the session, cluster-wide."""
+        set_cookies = response.headers.getlist(b"Set-Cookie")
+        if not set_cookies:
+            return
+        domain, site = scope_of(request.url)
+        changed = session_cookies.changes(request.meta.get(SESSION_JAR) or "", request.url, set_cookies, site or domain)
+        if changed is None:
             return
         crawl = context.request
         keys = self.state.runtime.keys
-        session = keys.proxy_session(crawl.spiderid, crawl.appid, crawl.crawlid, domain)
-        self.state.fire("proxy_session_cookies", [session], [used[1], json.dumps(found)], "keep a session's cookies")
+        session = keys.proxy_session(crawl.spiderid, crawl.appid, crawl.crawlid, domain, site)
+        args = [used[1], json.dumps(changed[0]), json.dumps(changed[1])]
+        self.state.fire("proxy_session_cookies", [session], args, "keep a session's cookies")

@@ -124,6 +124,8 @@ class ClusterView:
         self.throttle_by_spider = settings.SCHEDULER_TYPE_ENABLED
         #: Domains with their own counters on /metrics (docs/contract.md §22.3).
         self.metrics_top_domains = settings.METRICS_TOP_DOMAINS
+        #: Whether /metrics names domains and proxies (METRICS_NAMES; unset: only without REST_API_KEY).
+        self.metrics_names = settings.METRICS_NAMES if settings.METRICS_NAMES is not None else not settings.REST_API_KEY
         self.egress_id = settings.CRAWLER_EGRESS_ID if settings.SCHEDULER_IP_ENABLED else None
         self.heartbeat_timeout_s = settings.HEARTBEAT_TIMEOUT
         try:

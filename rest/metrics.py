@@ -5,7 +5,8 @@ Cluster-wide values are read from Redis at scrape time by :class:`ClusterCollect
 and stored, and prometheus-client's process and platform collectors). Labels are only ``component``,
 ``spiderid``, ``code``, ``kind``, ``stage``, ``method``, ``le``, ``outcome``, ``node`` (a Redis
 node's address), for proxies (§21.6) ``pool`` and ``proxy`` (``host:port``), and ``domain`` for the
-METRICS_TOP_DOMAINS busiest domains only (§22.3): never an appid, crawlid, URL or credential.
+METRICS_TOP_DOMAINS busiest domains only (§22.3), and those two only as METRICS_NAMES says: never an
+appid, crawlid, URL or credential.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class ClusterCollector(Collector):
             "failure (status >= 400 or a network failure); §22.3.",
             labels=["domain", "outcome"],
         )
-        for domain, ok, bad in read_top_domains(self.view.redis, self.view.keys, self.view.metrics_top_domains):
+        top = self.view.metrics_top_domains if self.view.metrics_names else 0  # METRICS_NAMES
+        for domain, ok, bad in read_top_domains(self.view.redis, self.view.keys, top):
             by_domain.add_metric([domain, "success"], ok)
             by_domain.add_metric([domain, "failure"], bad)
         yield from (seconds, by_domain)
@@ -123,7 +125,7 @@ class ClusterCollector(Collector):
         for kind, count in counters.cleaner.items():
             cleaned.add_metric([kind], count)
         yield from (incoming, dead, cleaned)
-        yield from proxy_metrics(self.view.proxies())
+        yield from proxy_metrics(self.view.proxies(), names=self.view.metrics_names)
         crawls = [(c.spiderid, c.appid, c.crawlid) for c in snap.crawls]
         yield from recrawl_metrics(self.view.redis, self.view.keys, crawls)  # §19.6
         from crawlhive.utils.sink_state import metrics as sink_metrics  # the sinks' families (§20.7)
@@ -131,9 +133,11 @@ class ClusterCollector(Collector):
         yield from sink_metrics(self.view.sinks())
 
 
-def proxy_metrics(overview: dict[str, Any]) -> Iterator[Metric]:
+def proxy_metrics(overview: dict[str, Any], names: bool = True) -> Iterator[Metric]:
     """The proxy and adaptive-throttle metrics of docs/contract.md §21.6 from :func:`proxy_overview`:
-    proxies are labelled ``host:port`` (never their URL), and no label names a domain."""
+    proxies are labelled ``host:port`` (never their URL), or without *names* (METRICS_NAMES) by
+    their place in their pool (``1``, ``2``, … in the order of their ``host:port``), and no label
+    names a domain."""
     requests = CounterMetricFamily(
         "crawlhive_proxy_requests",
         "Responses and failures through each proxy, by pool and outcome (ok, ban) (docs/contract.md §21).",
@@ -149,7 +153,8 @@ def proxy_metrics(overview: dict[str, Any]) -> Iterator[Metric]:
         "crawlhive_proxy_waiting_domains", "Domains whose every proxy of the pool rests.", labels=["pool"]
     )
     for pool, proxies in sorted(overview["pools"].items()):
-        for proxy, info in sorted(proxies.items()):
+        for place, (host, info) in enumerate(sorted(proxies.items()), start=1):
+            proxy = host if names else str(place)
             for outcome, count in sorted(info["requests"].items()):
                 requests.add_metric([pool, proxy, outcome], count)
             resting.add_metric([pool, proxy], len(info["resting"]))

@@ -510,7 +510,25 @@ SCRAPY_SETTINGS: dict[str, Any] = {}
 PROXY_POOLS: dict[str, list[str]] = {}
 """Named pools of forward proxies: ``{"name": ["http://user:pass@host:port", …]}`` (http:// or
 https:// proxies; credentials allowed, and never shown: a proxy is named ``host:port`` in every
-output). A crawl names its pool with ``proxy_pool``; ``domain-update`` may set a domain's, which wins."""
+output). A crawl may name its pool with ``proxy_pool`` (PROXY_CLIENT_POOLS says which); the
+operator's PROXY_DOMAIN_POOLS wins over it."""
+
+PROXY_DOMAIN_POOLS: dict[str, str] = {}
+"""The operator's pool of a domain, for every crawl of it: ``{"example.com": "datacenter"}``. A key is
+a domain, reduced as requests are bucketed (``www.example.com`` is ``example.com``), or a tenant
+site of a shared suffix (``alice.github.io``, which wins over ``github.io``). Wins over a crawl's
+``proxy_pool``, a ``domain-update``'s and PROXY_POOL_DEFAULT; no request can change it."""
+
+PROXY_CLIENT_POOLS: list[str] = ["*"]
+"""The pools a crawl request's ``proxy_pool`` (and, with PROXY_POOL_DOMAIN_UPDATES, a
+``domain-update``'s) may name: ``["*"]`` every configured pool, ``[]`` none (a request naming one
+is a validation dead letter; PROXY_DOMAIN_POOLS and PROXY_POOL_DEFAULT still apply)."""
+
+PROXY_POOL_DOMAIN_UPDATES: bool = False
+"""Let a ``domain-update`` set a domain's proxy pool (``proxy_pool``) for every crawl of the domain,
+and ``domain-remove`` drop it. Off: the operator's PROXY_DOMAIN_POOLS alone choose a domain's pool;
+a ``domain-update`` naming one is a validation dead letter, and a pool stored by one before is
+ignored."""
 
 PROXY_POOLS_FILE: str = ""
 """A file of pools, one ``name url`` a line (``#`` comments), read again when it changes; its pools
@@ -525,6 +543,13 @@ PROXY_BAN_STATUSES: list[int] = [403, 407, 429, 503]
 PROXY_BAN_THRESHOLD: int = 3
 """Bans (statuses, a crawl's ``ban_regex``, failures to reach the proxy) in a row after which a proxy
 rests for a domain."""
+
+PROXY_SHARED_BANS: bool = True
+"""Whether a ban status (PROXY_BAN_STATUSES) or a failure to reach a proxy counts for every crawl of
+the domain (or tenant site): the site banned the proxy's address, for everyone. ``false``: every ban
+counts for its own crawl only, as a ``ban_regex`` match always does, so that no client can rest
+proxies for another's crawl even with pages that answer 403; each crawl then finds banned proxies
+out for itself."""
 
 PROXY_COOLDOWN: float = 60.0
 """Seconds a proxy rests for a domain after PROXY_BAN_THRESHOLD bans in a row; doubled at each new
@@ -573,6 +598,15 @@ METRICS_TOP_DOMAINS: int = 50
 """Domains with their own success and failure counters on ``/metrics`` (the busiest by responses;
 docs/contract.md §22.3): bounds the series a scrape returns. Redis keeps the counts of 20 times as
 many (``metrics-domains``), the rest dropped, so a domain's counter can restart from a lower value."""
+
+METRICS_NAMES: bool | None = None
+"""Whether ``GET /metrics`` names the busiest domains (``crawlhive_domain_responses_total{domain}``)
+and proxies (``proxy="host:port"``). ``/metrics`` is the one REST path REST_API_KEY does not guard
+(Prometheus scrapes it without one), and domains are what tenants crawl. Unset (the default):
+named only while REST_API_KEY is empty (a REST open to whoever reaches it: loopback by default);
+with a key, the domain series are left out and a proxy is labelled by its place in its pool
+(``1``, ``2``, … of its ``host:port``s in order). ``true``: always named (protect ``/metrics``
+otherwise); ``false``: never."""
 
 HEARTBEAT_TIMEOUT: float = 120.0
 """Seconds a process counts as live after its last heartbeat."""

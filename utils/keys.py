@@ -247,37 +247,55 @@ class Keys:
     # --- proxies and the adaptive throttle (docs/contract.md §21) ------------------------------
 
     @key("zset", ttl="PROXY_STATE_TTL_S (a day) after the last use")
-    def proxy_lru(self, pool: str, domain: str) -> str:
-        """When each proxy of a pool last served a domain: member = proxy ``host:port``, score =
-        Redis time (s); the choice takes the least recently used proxy that is not resting. In
-        the domain's shard."""
-        return f"{self._heads[self.shard_of(domain)]}proxy-lru:{pool}:{domain}"
+    def proxy_lru(self, pool: str, domain: str, site: str | None = None) -> str:
+        """When each proxy of a pool last served a domain (or *site*, a tenant of the shared suffix
+        that is bucket *domain*: ``<scope>`` is the site then, else the domain): member = proxy
+        ``host:port``, score = Redis time (s); the choice takes the least recently used proxy that
+        is not resting. In the domain's shard."""
+        return f"{self._heads[self.shard_of(domain)]}proxy-lru:{pool}:{site or domain}"
 
     @key("hash", ttl="PROXY_STATE_TTL_S (a day) after the last use")
-    def proxy_health(self, pool: str, domain: str) -> str:
-        """The health of a pool's proxies for a domain: ``f:<host:port>`` bans in a row,
-        ``n:<host:port>`` rests so far (each doubles PROXY_COOLDOWN), ``r:<host:port>`` Redis time
-        (us) until which the proxy rests. In the domain's shard."""
-        return f"{self._heads[self.shard_of(domain)]}proxy-health:{pool}:{domain}"
+    def proxy_health(self, pool: str, domain: str, site: str | None = None) -> str:
+        """The health of a pool's proxies for a domain (or *site*, a tenant of the shared suffix that
+        is bucket *domain*, alone: ``<scope>``), from bans every crawl shares (statuses, failures to
+        reach the proxy): ``f:<host:port>`` bans in a row, ``n:<host:port>`` rests so far (each
+        doubles PROXY_COOLDOWN), ``r:<host:port>`` Redis time (us) until which the proxy rests. In
+        the domain's shard."""
+        return f"{self._heads[self.shard_of(domain)]}proxy-health:{pool}:{site or domain}"
+
+    @key("hash", ttl="PROXY_STATE_TTL_S (a day) after the last use")
+    def proxy_crawl_health(
+        self, spider: str, appid: str, crawlid: str, pool: str, domain: str, site: str | None = None
+    ) -> str:
+        """The health of a pool's proxies for one crawl in a domain (or *site*: ``<scope>``), from
+        the bans only that crawl's ``ban_regex`` saw: fields as :meth:`proxy_health`; they rest a
+        proxy for that crawl alone. In the domain's shard."""
+        head = self._heads[self.shard_of(domain)]
+        return f"{head}proxy-crawl-health:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{pool}:{site or domain}"
 
     @key("hash", ttl="SESSION_TTL from its start")
-    def proxy_session(self, spider: str, appid: str, crawlid: str, domain: str) -> str:
-        """A sticky session of one crawl in one domain (``"sticky": "domain"``): ``proxy``
-        (``host:port``), ``pool``, ``count`` (requests served), ``cookies`` (JSON ``{name: value}``,
-        the session's cookie jar). In the domain's shard."""
+    def proxy_session(self, spider: str, appid: str, crawlid: str, domain: str, site: str | None = None) -> str:
+        """A sticky session of one crawl in one domain (or *site*, a tenant of the shared suffix
+        that is bucket *domain*: ``<scope>``; ``"sticky": "domain"``): ``proxy`` (``host:port``),
+        ``pool``, ``count`` (requests served), ``cookies`` (JSON ``{"<domain> <path> <name>":
+        [value, domain, host only, path, secure, expires, port]}``, the session's cookie jar, sent
+        with cookie-jar rules: ``crawler/cookies.py``). In the domain's shard."""
         head = self._heads[self.shard_of(domain)]
-        return f"{head}proxy-session:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
+        return f"{head}proxy-session:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{site or domain}"
 
     @key("zset")
     def proxy_rests(self, shard: int = 0) -> str:
-        """Rests in force in one shard: member = ``<pool>|<host:port>|<domain>``, score = Redis time
-        (s) when the rest ends; older members are trimmed by the writes and ignored by readers."""
+        """Rests in force in one shard, from bans every crawl shares: member =
+        ``<pool>|<host:port>|<scope>`` (the domain, or the tenant site of a shared suffix), score =
+        Redis time (s) when the rest ends; older members are trimmed by the writes and ignored by
+        readers."""
         return f"{self._heads[shard]}proxy-rests"
 
     @key("zset")
     def proxy_waiting(self, shard: int = 0) -> str:
-        """Domains of one shard whose every proxy rests (their requests wait): member =
-        ``<pool>|<domain>``, score = Redis time (s) when the first proxy is back."""
+        """Domains (or tenant sites of a shared suffix) of one shard whose every proxy rests for
+        every crawl (their requests wait): member = ``<pool>|<scope>``, score = Redis time (s) when
+        the first proxy is back."""
         return f"{self._heads[shard]}proxy-waiting"
 
     @key("zset")
@@ -294,7 +312,8 @@ class Keys:
 
     @key("hash")
     def autothrottle(self, shard: int = 0) -> str:
-        """Domains of one shard the adaptive throttle slowed down: field = domain, value =
+        """Domains of one shard the adaptive throttle slowed down: field = domain (or the tenant site
+        of a shared suffix, slowed alone: the site gate spaces its fetches), value =
         ``"<factor> <since us> <step>"``: the fraction of the configured rate in force at Redis time
         *since*, regained by *step* per throttle window after it (``utils/lua/lib/throttle.lua``).
         Must be ``domain_config`` with ``autothrottle`` for ``domain-config`` (the Lua derives it)."""

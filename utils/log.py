@@ -169,6 +169,32 @@ class RedactingFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         return redact(self.inner.format(record), self.secrets)
 
+    def add(self, secrets: list[str]) -> None:
+        """Mask *secrets* too from now on (one list replaced at once: safe with other threads logging)."""
+        found = {s for s in secrets if len(s) >= MIN_SECRET_LENGTH}
+        self.secrets = sorted(found.union(self.secrets), key=len, reverse=True)
+
+
+#: Secrets learnt after start-up (:func:`add_secrets`), masked by every handler configured later too.
+_LATE_SECRETS: set[str] = set()
+
+
+def add_secrets(secrets: list[str]) -> None:
+    """Mask *secrets* in every line our log handler writes from now on: credentials the process
+    learns after :func:`configure_logging` ran (a PROXY_POOLS_FILE read again, with new proxies)."""
+    new = {s for s in secrets if len(s) >= MIN_SECRET_LENGTH} - _LATE_SECRETS
+    if not new:
+        return
+    _LATE_SECRETS.update(new)
+    for handler in logging.getLogger().handlers:
+        if not getattr(handler, "_crawlhive", False):
+            continue
+        formatter = handler.formatter
+        if isinstance(formatter, RedactingFormatter):
+            formatter.add(sorted(new))
+        else:
+            handler.setFormatter(RedactingFormatter(formatter or logging.Formatter(PLAIN_FORMAT), sorted(new)))
+
 
 #: Loggers whose INFO lines are start-up and shutdown details nobody needs to act on (Scrapy's
 #: version, settings and component lists, server banners, our own start-up bookkeeping): they are
@@ -298,7 +324,8 @@ def configure_logging(
         raise SettingsError(f"LOG_LEVEL: expected DEBUG, INFO, WARNING, ERROR or CRITICAL, got {level!r}")
     handler: logging.Handler = logging.FileHandler(file) if file else logging.StreamHandler(sys.stderr)
     formatter = JsonFormatter() if json_lines else logging.Formatter(PLAIN_FORMAT)
-    handler.setFormatter(RedactingFormatter(formatter, secrets or []) if secrets else formatter)
+    secrets = [*(secrets or []), *_LATE_SECRETS]
+    handler.setFormatter(RedactingFormatter(formatter, secrets) if secrets else formatter)
     handler.setLevel(numeric)  # also for libraries that set their own loggers to DEBUG (Scrapy)
     handler.addFilter(DetailsAtDebug(debug=numeric <= logging.DEBUG))
     handler.addFilter(EscapeArguments())

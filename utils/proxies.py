@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from crawlhive.utils.domains import domain_of_host, host_problem, tenant_site
 from crawlhive.utils.errors import SettingsError
-from crawlhive.utils.log import excerpt, mask_url, url_secrets
+from crawlhive.utils.log import add_secrets, excerpt, mask_url, url_secrets
 
 if TYPE_CHECKING:
     from crawlhive.utils.settings import Settings
@@ -130,14 +131,50 @@ def parse_pools_file(text: str, path: str) -> dict[str, tuple[Proxy, ...]]:
     return pools
 
 
+def parse_domain_pools(raw: Any) -> dict[str, str]:
+    """PROXY_DOMAIN_POOLS checked: ``{domain or tenant site: pool name}``, each key reduced as a
+    request's host is (a bucket, §3.2, or the tenant site of a shared suffix).
+
+    Raises:
+        ProxyConfigError: naming PROXY_DOMAIN_POOLS and the key.
+    """
+    if not isinstance(raw, dict):
+        raise ProxyConfigError("PROXY_DOMAIN_POOLS: expected a mapping of domains to pool names")
+    pins: dict[str, str] = {}
+    for key, pool in raw.items():
+        scope = (tenant_site(key) or domain_of_host(key)) if isinstance(key, str) and not host_problem(key) else ""
+        if not scope:
+            raise ProxyConfigError(f"PROXY_DOMAIN_POOLS: {excerpt(str(key))} is not a domain")
+        if not isinstance(pool, str) or not POOL_NAME.match(pool):
+            raise ProxyConfigError(f"PROXY_DOMAIN_POOLS: the pool of {scope} must be a pool name")
+        pins[scope] = pool
+    return pins
+
+
 class ProxyPools:
     """The pools in force: PROXY_POOLS, and over them (by pool name) those of PROXY_POOLS_FILE,
-    read again when the file changes. Thread-safe (the kafka-monitor validates in threads)."""
+    read again when the file changes; which domains the operator pinned to a pool
+    (PROXY_DOMAIN_POOLS) and which pools a request may name (PROXY_CLIENT_POOLS). Thread-safe (the
+    kafka-monitor validates in threads)."""
 
-    def __init__(self, pools: dict[str, tuple[Proxy, ...]], default: str = "", path: str = "") -> None:
+    def __init__(
+        self,
+        pools: dict[str, tuple[Proxy, ...]],
+        default: str = "",
+        path: str = "",
+        domain_pools: dict[str, str] | None = None,
+        client_pools: list[str] | None = None,
+        domain_updates: bool = False,
+    ) -> None:
         self._base = dict(pools)
         self.default = default
         self.path = path
+        self.domain_pools = dict(domain_pools or {})
+        """The operator's pins: domain or tenant site -> pool (PROXY_DOMAIN_POOLS)."""
+        self.client_pools = ["*"] if client_pools is None else list(client_pools)
+        """The pools a request may name (PROXY_CLIENT_POOLS; ``*``: any)."""
+        self.domain_updates = domain_updates
+        """Whether a ``domain-update``'s pool applies (PROXY_POOL_DOMAIN_UPDATES)."""
         self._file: dict[str, tuple[Proxy, ...]] = {}
         self._stamp: tuple[float, int] | None = None
         self._checked = 0.0
@@ -146,18 +183,45 @@ class ProxyPools:
         """Goes up each time the pools in force change (callers cache what they derive from them)."""
         if path:
             self._file = self._read(strict=True)
+            add_secrets(_secrets_of(self._file))
         self._check_default()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ProxyPools:
-        """Raises ProxyConfigError naming PROXY_POOLS, PROXY_POOLS_FILE or PROXY_POOL_DEFAULT."""
+        """Raises ProxyConfigError naming PROXY_POOLS, PROXY_POOLS_FILE, PROXY_POOL_DEFAULT or
+        PROXY_DOMAIN_POOLS."""
         pools = parse_pools(settings.PROXY_POOLS, "PROXY_POOLS")
-        return cls(pools, str(settings.PROXY_POOL_DEFAULT or ""), str(settings.PROXY_POOLS_FILE or ""))
+        return cls(
+            pools,
+            str(settings.PROXY_POOL_DEFAULT or ""),
+            str(settings.PROXY_POOLS_FILE or ""),
+            domain_pools=parse_domain_pools(settings.PROXY_DOMAIN_POOLS),
+            client_pools=list(settings.PROXY_CLIENT_POOLS),
+            domain_updates=settings.PROXY_POOL_DOMAIN_UPDATES,
+        )
 
     def _check_default(self) -> None:
+        where = "PROXY_POOLS or PROXY_POOLS_FILE"
         if self.default and self.default not in self.pools():
-            where = "PROXY_POOLS or PROXY_POOLS_FILE"
             raise ProxyConfigError(f"PROXY_POOL_DEFAULT: no pool named {self.default!r} in {where}")
+        for scope, pool in sorted(self.domain_pools.items()):
+            if pool not in self.pools():
+                raise ProxyConfigError(f"PROXY_DOMAIN_POOLS: no pool named {pool!r} (for {scope}) in {where}")
+
+    def pin(self, domain: str, site: str | None = None) -> str | None:
+        """The operator's pool of *domain* (or of *site*, its tenant site, first), else None."""
+        if not self.domain_pools:
+            return None
+        return (self.domain_pools.get(site) if site else None) or self.domain_pools.get(domain)
+
+    def refused(self, name: str, field: str = "proxy_pool") -> str | None:
+        """A validation reason when a request may not name pool *name* (PROXY_CLIENT_POOLS), else None."""
+        if "*" in self.client_pools or name in self.client_pools:
+            return None
+        if not self.client_pools:
+            return f"{field} is not accepted: the operator chooses proxy pools here (PROXY_CLIENT_POOLS)"
+        allowed = ", ".join(sorted(self.client_pools))
+        return f"proxy pool {excerpt(name)} may not be named by a request (PROXY_CLIENT_POOLS: {allowed})"
 
     def _read(self, strict: bool) -> dict[str, tuple[Proxy, ...]]:
         try:
@@ -192,6 +256,7 @@ class ProxyPools:
                 return
             if pools != self._file:
                 self._file = pools
+                add_secrets(_secrets_of(pools))  # before anything logs them: the new credentials are masked
                 self.generation += 1
                 logger.info("proxy pools read again from %s: %s", self.path, ", ".join(sorted(pools)) or "none")
 
@@ -216,7 +281,11 @@ class ProxyPools:
 
     def secrets(self) -> list[str]:
         """The credentials in the pools' URLs (for the log formatter's redaction)."""
-        return [s for proxies in self.pools().values() for p in proxies for s in url_secrets(p.url)]
+        return _secrets_of(self.pools())
+
+
+def _secrets_of(pools: dict[str, tuple[Proxy, ...]]) -> list[str]:
+    return [s for proxies in pools.values() for p in proxies for s in url_secrets(p.url)]
 
 
 def pools_from_settings(settings: Settings) -> ProxyPools:

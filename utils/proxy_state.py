@@ -12,6 +12,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from crawlhive.utils.domains import domain_of_host
 from crawlhive.utils.frontier.model import text
 from crawlhive.utils.redis_types import RedisClient
 
@@ -33,7 +34,8 @@ def proxy_overview(
 ) -> dict[str, Any]:
     """``{"pools": {pool: {proxy: {"requests": {outcome: n}, "resting": {domain: until}, "sessions": n}}},
     "waiting": {pool: {domain: until}}, "autothrottle": {domain: {"factor", "since"}}}`` (times: epoch
-    s). *pools* (the configured ones, when known) lists proxies that served nothing yet too.
+    s; a "domain" is a tenant site of a shared suffix where one was slowed, rested or waited alone).
+    *pools* (the configured ones, when known) lists proxies that served nothing yet too.
 
     The factor of a slowed domain is the one in force now: regained step by step per window of its
     configured limit (its ``domain-update``, else *default_window_s*), as the throttle applies it.
@@ -84,8 +86,11 @@ def proxy_overview(
             parsed = _split(member, 3)
             if parsed:
                 entry(parsed[0], parsed[1])["sessions"] += 1
+        by_domain = {text(d): c for d, c in config.items()}
         for domain, value in auto.items():
-            factor = _factor(text(value), now, _window_s(config.get(domain), default_window_s))
+            # a tenant site of a shared suffix (§21.4) is slowed within its bucket's limit
+            cfg = by_domain.get(text(domain)) or by_domain.get(domain_of_host(text(domain)))
+            factor = _factor(text(value), now, _window_s(cfg, default_window_s))
             if factor is not None and factor < 1:
                 slowed[text(domain)] = {"factor": factor, "since": float(text(value).split()[1]) / 1e6}
     return {"pools": out_pools, "waiting": waiting, "autothrottle": dict(sorted(slowed.items()))}

@@ -126,7 +126,10 @@ def read_histograms(
 
 
 def read_top_domains(redis: RedisClient, keys: Keys, top: int) -> list[tuple[str, int, int]]:
-    """The *top* busiest domains: ``(domain, successes, failures)``, the busiest first."""
+    """The *top* busiest domains: ``(domain, successes, failures)``, the busiest first (none for
+    *top* 0)."""
+    if top <= 0:
+        return []  # ZREVRANGE 0 -1 would be every domain
     ranked = cast(
         "list[tuple[bytes | str, float]]",
         redis.zrevrange(keys.metrics_domains(), 0, max(0, top) - 1, withscores=True),

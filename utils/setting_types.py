@@ -137,10 +137,14 @@ class SettingTypes:
     CRAWLER_STATS_FLUSH_S: float
     SCRAPY_SETTINGS: dict[str, Any]
     PROXY_POOLS: dict[str, list[str]]
+    PROXY_DOMAIN_POOLS: dict[str, str]
+    PROXY_CLIENT_POOLS: list[str]
+    PROXY_POOL_DOMAIN_UPDATES: bool
     PROXY_POOLS_FILE: str
     PROXY_POOL_DEFAULT: str
     PROXY_BAN_STATUSES: list[int]
     PROXY_BAN_THRESHOLD: int
+    PROXY_SHARED_BANS: bool
     PROXY_COOLDOWN: float
     PROXY_COOLDOWN_MAX: float
     PROXY_MAX_SWITCHES: int
@@ -154,6 +158,7 @@ class SettingTypes:
     STATS_RESPONSE_CODES: list[int]
     STATS_QUEUE_MAX_DOMAINS: int
     METRICS_TOP_DOMAINS: int
+    METRICS_NAMES: bool | None
     HEARTBEAT_TIMEOUT: float
     HEARTBEAT_INTERVAL: float
     REST_HOST: str

@@ -120,6 +120,22 @@ def _parse(tp: Any, origin: Any, raw: Any) -> Any:
     raise TypeError(f"unsupported setting type {tp}")
 
 
+def _pools_file_secrets(path: str) -> list[str]:
+    """The credentials of PROXY_POOLS_FILE's proxy URLs, line by line (a line that is not a proxy
+    URL is skipped: the crawler names it when it reads the file; an unreadable file has none)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found: list[str] = []
+    for line in lines:
+        fields = line.split("#", 1)[0].split()
+        if len(fields) == 2:
+            found += url_secrets(fields[1])
+    return found
+
+
 class Settings(SettingTypes, Mapping[str, Any]):
     """A frozen mapping of setting name -> typed value, with where each value came from.
 
@@ -204,12 +220,15 @@ class Settings(SettingTypes, Mapping[str, Any]):
     def secrets(self) -> list[str]:
         """Values no log line or printed message may show (docs/contract.md §10.6): the passwords of
         REDIS_URL, of every seed, and its secret query values (as written and decoded:
-        :func:`~crawlhive.utils.log.url_secrets`), of every PROXY_POOLS proxy, those of SINK_URL and
-        BLOB_STORE_URL, KAFKA_SASL_PASSWORD and REST_API_KEY."""
+        :func:`~crawlhive.utils.log.url_secrets`), of every PROXY_POOLS proxy and every proxy of
+        PROXY_POOLS_FILE as it reads now (a file read again later adds its own: ``add_secrets``),
+        those of SINK_URL and BLOB_STORE_URL, KAFKA_SASL_PASSWORD and REST_API_KEY."""
         found = url_secrets(str(self.REDIS_URL or ""))
         for urls in (self.PROXY_POOLS or {}).values():  # proxy credentials (§21.5)
             for url in [urls] if isinstance(urls, str) else urls:
                 found += url_secrets(str(url))
+        if self.PROXY_POOLS_FILE:
+            found += _pools_file_secrets(str(self.PROXY_POOLS_FILE))
         for name in ("SINK_URL", "BLOB_STORE_URL"):
             found += url_secrets(str(self.get(name) or ""))
         for name in ("KAFKA_SASL_PASSWORD", "REST_API_KEY"):

@@ -1,8 +1,9 @@
 """domain-config (docs/contract.md §2.5, §3.11, §4.8): throttle overrides and the domain blacklist.
 
 Writes ``keys.domain_config(shard)`` (field = domain, value = JSON ``{"hits", "window", "scale"}``
-and, when set, ``"proxy_pool"``) and ``keys.domain_blacklist(shard)`` of the domain's frontier
-shard; the crawlers' pop script reads both on every pop. A domain a pop parked under the old limit is made ready again
+and, when set and PROXY_POOL_DOMAIN_UPDATES allows it, ``"proxy_pool"``) and
+``keys.domain_blacklist(shard)`` of the domain's frontier shard; the crawlers' pop script reads
+both on every pop. A domain a pop parked under the old limit is made ready again
 (:func:`~crawlhive.utils.frontier.recheck_domain`) and idle crawlers woken, so a loosened or
 removed limit applies at once, not after the old delay.
 Every action is idempotent. SC's ZookeeperMonitor in Redis.
@@ -34,14 +35,17 @@ class DomainConfigMonitor(MonitorPlugin):
 
     name = "DomainConfigMonitor"
 
-    def __init__(self, redis: RedisClient, keys: Keys, frontier: FrontierReader) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, frontier: FrontierReader, pool_updates: bool = False) -> None:
         self.redis = redis
         self.keys = keys
         self.frontier = frontier
+        self.pool_updates = pool_updates
+        """Whether a domain-update's ``proxy_pool`` is stored (PROXY_POOL_DOMAIN_UPDATES; the
+        kafka-monitor refuses one otherwise, and crawlers ignore one stored before)."""
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
-        return cls(monitor.redis, monitor.keys, monitor.frontier)
+        return cls(monitor.redis, monitor.keys, monitor.frontier, monitor.settings.PROXY_POOL_DOMAIN_UPDATES)
 
     def accepts(self, kind: str, request: dict[str, Any]) -> bool:
         return kind == "domain-config" and request.get("action") in ACTIONS
@@ -57,7 +61,7 @@ class DomainConfigMonitor(MonitorPlugin):
                     "window": int(request["window"]),
                     "scale": float(request.get("scale", 1.0)),
                 }
-                if request.get("proxy_pool"):  # the domain's proxy pool, which wins over a crawl's (§21.1)
+                if request.get("proxy_pool") and self.pool_updates:  # wins over a crawl's pool (§21.1)
                     config["proxy_pool"] = str(request["proxy_pool"])
                 self.redis.hset(self.keys.domain_config(self.keys.shard_of(domain)), domain, json.dumps(config))
             elif action == "domain-remove":

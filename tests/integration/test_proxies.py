@@ -6,8 +6,9 @@ Covered: rotation across two proxies; a banning proxy resting for that domain wh
 are sent through the other without a dead letter and without using their retries; every page
 emitted; no credential in items, dead letters, the crawler's log or Redis's proxy counters; a
 blocked target through a proxy refused before the proxy hears of it; every proxy resting → the
-domain waits and resumes; sticky sessions keeping their proxy and cookies; a 429 halving the
-domain's rate (adaptive throttle).
+domain waits and resumes; sticky sessions keeping their proxy and cookies (sent to the port that
+set them only); a 429 halving the domain's rate (adaptive throttle); one crawl's ban_regex never
+making another crawl wait.
 """
 
 from __future__ import annotations
@@ -264,7 +265,9 @@ def test_a_sticky_session_keeps_its_proxy_and_cookies(
     assert later and all("sid=abc123" in s.headers.get("Cookie", "") for s in later)
     keys = keys_for(cluster["settings"]["REDIS_KEY_PREFIX"], cluster["redis"])
     session = cluster["redis"].hgetall(keys.proxy_session("link", "app", "st", "127.0.0.1"))
-    assert json.loads(session[b"cookies"]) == {"sid": "abc123"}
+    jar = json.loads(session[b"cookies"])  # cookie-jar records (crawler/cookies.py)
+    assert list(jar) == ["127.0.0.1 / sid"] and jar["127.0.0.1 / sid"][0] == "abc123"
+    assert jar["127.0.0.1 / sid"][6] == str(site.port)  # kept to the port that set it
     assert session[b"proxy"].decode() == {"A": proxies[0].id, "B": proxies[1].id}[_via(hits)[0]]
     asked_robots = [t for p in proxies for t in p.targets() if t.endswith("/robots.txt")]
     assert asked_robots and set(_via(site.hits("/robots.txt"))) <= {"A", "B"}
@@ -375,3 +378,83 @@ def test_https_through_a_proxy_tunnels_and_a_blocked_https_target_is_never_conne
     assert site.seen == [("127.0.0.2", "/a")]
     assert [m["_topic"].rsplit(".", 1)[-1] for m in refused] == ["dead_letter"]
     assert refused[0]["error"].startswith("blocked network: 127.0.0.1")
+
+
+def test_one_crawl_s_ban_regex_never_makes_another_crawl_wait(
+    cluster: dict[str, Any], site: TestSite, proxies: list[LoopProxy]
+) -> None:
+    """The review's live probe: a crawl with ``ban_regex: ["(?s)."]`` (every page a ban) rests both
+    proxies, for itself; another client's crawl of the same domain, sent after, is fetched at once
+    through them (before: it waited out PROXY_COOLDOWN, 600 s here)."""
+    hostile = [f"/h/{i}" for i in range(1, 4)]
+    victim = [f"/v/{i}" for i in range(1, 6)]
+    site.page("/h/0", html(*hostile))
+    site.page("/v/0", html(*victim))
+    for page in hostile + victim:
+        site.page(page, html())
+    cluster["start"](PROXY_COOLDOWN=600, ROBOTSTXT_OBEY=False, RETRY_TIMES=0)
+    settings: Settings = cluster["settings"]
+    client = cluster["redis"]
+    seed(
+        settings,
+        client,
+        appid="app",
+        crawlid="hostile",
+        url=site.url("/h/0"),
+        maxdepth=1,
+        proxy_pool="res",
+        ban_regex=["(?s)."],
+    )
+    assert cluster["collector"].wait_for("hostile", 1, timeout=30)  # its seed, banned through every switch
+    assert len(site.hits("/h/0")) == 6  # 1 + PROXY_MAX_SWITCHES: 3 bans through each proxy
+    time.sleep(1.0)  # the bans are counted in Redis and the seed's links tried: they wait
+    started = time.monotonic()
+    seed(settings, client, appid="app", crawlid="victim", url=site.url("/v/0"), maxdepth=1, proxy_pool="res")
+    items = cluster["collector"].wait_for("victim", 6, timeout=30)
+    assert sorted(i["url"] for i in items) == sorted(site.url(p) for p in ["/v/0", *victim])
+    assert time.monotonic() - started < 30
+    assert "direct" not in _via(site.hits("/v/"))  # through the pool, not around it
+    assert len(site.hits("/h/")) == 6  # the hostile crawl's own links wait (its seed: 6 attempts)
+    keys = keys_for(settings["REDIS_KEY_PREFIX"], client)
+    assert client.zcard(keys.proxy_waiting(keys.shard_of("127.0.0.1"))) == 0
+    mine = keys.proxy_crawl_health("link", "app", "hostile", "res", "127.0.0.1")
+    assert all(client.hget(mine, f"r:{p.id}") for p in proxies), client.hgetall(mine)  # both rest for it
+
+
+def test_a_sticky_session_s_cookie_goes_back_to_its_own_port_only(
+    cluster: dict[str, Any], site: TestSite, proxies: list[LoopProxy]
+) -> None:
+    """The review's probe: a cookie a site on ``127.0.0.2:P`` set in a sticky session was sent to
+    ``127.0.0.2:Q`` (the same bucket, so the same session). Now the jar's rules hold: P's later
+    pages get it, Q's never."""
+    other = TestSite()
+    other.start()
+    try:
+
+        def first(_seen: Seen) -> tuple[int, dict[str, str], bytes]:
+            links = html(site.url("/c/2", host="127.0.0.2"), other.url("/c/1", host="127.0.0.2"))
+            return 200, {"Content-Type": "text/html", "Set-Cookie": "sid=abc123; Path=/"}, links
+
+        site.handler("/c/0", first)
+        site.page("/c/2", html())
+        other.page("/c/1", html())
+        cluster["start"](ROBOTSTXT_OBEY=False)
+        url = site.url("/c/0", host="127.0.0.2")
+        seed(
+            cluster["settings"],
+            cluster["redis"],
+            appid="app",
+            crawlid="ports",
+            url=url,
+            maxdepth=1,
+            proxy_pool="res",
+            sticky="domain",
+        )
+        items = cluster["collector"].wait_for("ports", 3, timeout=30)
+        assert len(items) == 3
+        (same_port,) = site.hits("/c/2")
+        (other_port,) = other.hits("/c/1")
+    finally:
+        other.stop()
+    assert "sid=abc123" in same_port.headers.get("Cookie", "")
+    assert "sid" not in other_port.headers.get("Cookie", "")

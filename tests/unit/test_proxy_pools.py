@@ -101,11 +101,51 @@ def test_a_crawl_naming_an_unknown_pool_is_a_validation_dead_letter(pooled_valid
     assert isinstance(pooled_validator.validate({**base, "sticky": "forever"}), Rejected)
 
 
-def test_a_domain_update_naming_an_unknown_pool_is_a_validation_dead_letter(pooled_validator: RequestValidator) -> None:
+def test_a_domain_update_naming_a_pool_is_a_dead_letter_unless_the_operator_allows_it(
+    pooled_validator: RequestValidator,
+) -> None:
+    """A domain's pool applies to every client's crawl of it: by default only the operator sets it
+    (PROXY_DOMAIN_POOLS); a domain-update naming one is a validation dead letter saying so."""
     base = {"uuid": "u1", "appid": "app", "domain": "x.com", "action": "domain-update", "hits": 5, "window": 60}
-    refused = pooled_validator.validate({**base, "proxy_pool": "nope"})
+    refused = pooled_validator.validate({**base, "proxy_pool": "dc"})
+    assert isinstance(refused, Rejected)
+    assert "PROXY_POOL_DOMAIN_UPDATES is off" in refused.reason and "/proxy_pool" in refused.reason
+    assert isinstance(pooled_validator.validate(base), Accepted)  # the throttle part stays the client's
+    allowed = Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_POOL_DOMAIN_UPDATES=True)
+    allowing = RequestValidator.from_settings(allowed)
+    refused = allowing.validate({**base, "proxy_pool": "nope"})
     assert isinstance(refused, Rejected) and "unknown proxy pool 'nope'" in refused.reason
-    assert isinstance(pooled_validator.validate({**base, "proxy_pool": "dc"}), Accepted)
+    assert isinstance(allowing.validate({**base, "proxy_pool": "dc"}), Accepted)
+
+
+def test_the_pools_a_request_may_name_are_the_operator_s_choice() -> None:
+    base = {"url": "http://x.com/", "appid": "app", "crawlid": "c"}
+    none = RequestValidator.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_CLIENT_POOLS=[]))
+    refused = none.validate({**base, "proxy_pool": "res"})
+    assert isinstance(refused, Rejected)
+    assert "PROXY_CLIENT_POOLS" in refused.reason and "/proxy_pool" in refused.reason
+    assert isinstance(none.validate(base), Accepted)
+    some = RequestValidator.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_CLIENT_POOLS="dc"))
+    refused = some.validate({**base, "proxy_pool": "res"})
+    assert isinstance(refused, Rejected) and "'res' may not be named" in refused.reason and "dc" in refused.reason
+    assert isinstance(some.validate({**base, "proxy_pool": "dc"}), Accepted)
+    update = {"uuid": "u1", "appid": "app", "domain": "x.com", "action": "domain-update", "hits": 5, "window": 60}
+    both = Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_CLIENT_POOLS="dc", PROXY_POOL_DOMAIN_UPDATES=True)
+    refused = RequestValidator.from_settings(both).validate({**update, "proxy_pool": "res"})
+    assert isinstance(refused, Rejected) and "PROXY_CLIENT_POOLS" in refused.reason
+
+
+def test_the_operator_pins_domains_to_pools() -> None:
+    pins = {"WWW.Example.com.": "dc", "alice.github.io": "res", "github.io": "dc"}
+    pools = ProxyPools.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_DOMAIN_POOLS=pins))
+    assert pools.pin("example.com") == "dc"
+    assert pools.pin("github.io", "alice.github.io") == "res"  # the tenant site's own wins
+    assert pools.pin("github.io", "bob.github.io") == "dc"
+    assert pools.pin("other.com") is None
+    with pytest.raises(ProxyConfigError, match=r"PROXY_DOMAIN_POOLS: no pool named 'nope' \(for x.com\)"):
+        ProxyPools.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_DOMAIN_POOLS={"x.com": "nope"}))
+    with pytest.raises(ProxyConfigError, match="PROXY_DOMAIN_POOLS: .* is not a domain"):
+        ProxyPools.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_DOMAIN_POOLS={"a" * 300: "dc"}))
 
 
 def test_without_pools_a_named_pool_is_unknown(validator: RequestValidator) -> None:
@@ -118,3 +158,33 @@ def test_without_pools_a_named_pool_is_unknown(validator: RequestValidator) -> N
 def test_proxy_passwords_are_among_the_secrets_no_log_line_shows() -> None:
     secrets = Settings.from_overrides(PROXY_POOLS=POOLS).secrets()
     assert "s3cret-pw" in secrets
+
+
+def test_pools_file_passwords_are_masked_at_start_and_after_the_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PROXY_POOLS_FILE's credentials are secrets like PROXY_POOLS' (§21.5): in Settings.secrets()
+    (what the log handler is configured with), and a proxy the file gains later is masked from the
+    moment the file is read again."""
+    import logging
+
+    from crawlhive.utils.log import configure_logging
+
+    monkeypatch.setattr(proxies, "FILE_CHECK_S", 0.0)
+    path = tmp_path / "pools.txt"
+    path.write_text("res http://carol:file-s3cret-one@127.0.0.1:1\n")
+    settings = Settings.from_overrides(PROXY_POOLS_FILE=str(path))
+    assert "file-s3cret-one" in settings.secrets()
+    log = tmp_path / "log.txt"
+    configure_logging("INFO", file=str(log), secrets=settings.secrets())
+    try:
+        pools = ProxyPools.from_settings(settings)
+        path.write_text("res http://dave:file-s3cret-two@127.0.0.1:2\n")
+        os.utime(path, (time.time() + 5, time.time() + 5))
+        assert [p.id for p in pools.get("res") or ()] == ["127.0.0.1:2"]
+        logging.getLogger("test").warning("proxies: %s and %s", "file-s3cret-one", "http://dave:file-s3cret-two@x")
+    finally:
+        configure_logging("INFO")
+    text = log.read_text()
+    assert "proxies: *** and http://dave:***@x" in text
+    assert "s3cret" not in text

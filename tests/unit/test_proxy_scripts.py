@@ -25,7 +25,14 @@ STATE_TTL_MS = 86_400_000
 
 
 def choose(
-    client: redis.Redis, keys: Keys, domain: str, pool: str = "p", crawl_pool: str = "p", sticky: bool = False
+    client: redis.Redis,
+    keys: Keys,
+    domain: str,
+    pool: str = "p",
+    crawl_pool: str = "p",
+    sticky: bool = False,
+    updates: bool = True,
+    crawlid: str = "c",
 ) -> list[Any]:
     shard = keys.shard_of(domain)
     reply = scripts(client)["proxy_choose"](
@@ -33,23 +40,37 @@ def choose(
             keys.domain_config(shard),
             keys.proxy_lru(pool, domain),
             keys.proxy_health(pool, domain),
-            keys.proxy_session("link", "app", "c", domain),
+            keys.proxy_session("link", "app", crawlid, domain),
             keys.proxy_waiting(shard),
             keys.proxy_sessions(shard),
+            keys.proxy_crawl_health("link", "app", crawlid, pool, domain),
         ],
-        args=[domain, crawl_pool, pool, "1" if sticky else "", 3, 60_000, STATE_TTL_MS, *IDS],
+        args=[domain, crawl_pool, pool, "1" if sticky else "", 3, 60_000, STATE_TTL_MS, domain, "1" if updates else ""]
+        + IDS,
     )
     return [r.decode() if isinstance(r, bytes) else r for r in reply]
 
 
-def report(client: redis.Redis, keys: Keys, domain: str, proxy: str, outcome: str, cooldown_s: float = 60) -> int:
+def report(
+    client: redis.Redis,
+    keys: Keys,
+    domain: str,
+    proxy: str,
+    outcome: str,
+    cooldown_s: float = 60,
+    own: bool = False,
+    crawlid: str = "c",
+) -> int:
+    shared = keys.proxy_health("p", domain)
+    mine = keys.proxy_crawl_health("link", "app", crawlid, "p", domain)
     return int(
         scripts(client)["proxy_report"](
             keys=[
-                keys.proxy_health("p", domain),
+                mine if own else shared,
                 keys.proxy_rests(keys.shard_of(domain)),
-                keys.proxy_session("link", "app", "c", domain),
+                keys.proxy_session("link", "app", crawlid, domain),
                 keys.proxy_sessions(keys.shard_of(domain)),
+                shared if own else mine,
             ],
             args=[
                 proxy,
@@ -57,7 +78,7 @@ def report(client: redis.Redis, keys: Keys, domain: str, proxy: str, outcome: st
                 3,
                 int(cooldown_s * 1e6),
                 3600 * 10**6,
-                f"p|{proxy}|{domain}",
+                "" if own else f"p|{proxy}|{domain}",
                 STATE_TTL_MS,
                 "1",
                 "p",
@@ -112,15 +133,16 @@ def test_a_sticky_session_keeps_its_proxy_until_its_count_or_a_ban(redis_client:
     session = keys.proxy_session("link", "app", "c", "a.com")
     first = [choose(redis_client, keys, "a.com", sticky=True)[1] for _ in range(3)]
     assert first == [IDS[0]] * 3  # SESSION_MAX_REQUESTS = 3 here
-    cookies = json.dumps({"sid": "42"})
-    assert scripts(redis_client)["proxy_session_cookies"](keys=[session], args=[IDS[0], cookies]) == 1
-    assert scripts(redis_client)["proxy_session_cookies"](keys=[session], args=[IDS[1], cookies]) == 0
+    jar = {"a.com / sid": ["42", "a.com", False, "/", False, None, "80"]}
+    cookies = json.dumps(jar)
+    assert scripts(redis_client)["proxy_session_cookies"](keys=[session], args=[IDS[0], cookies, "[]"]) == 1
+    assert scripts(redis_client)["proxy_session_cookies"](keys=[session], args=[IDS[1], cookies, "[]"]) == 0
     assert redis_client.pttl(session) > 0
     reply = choose(redis_client, keys, "a.com", sticky=True)  # a fourth request: a new session
     assert reply[1] == IDS[1] and reply[3] == ""
-    scripts(redis_client)["proxy_session_cookies"](keys=[session], args=[IDS[1], cookies])
+    scripts(redis_client)["proxy_session_cookies"](keys=[session], args=[IDS[1], cookies, "[]"])
     again = choose(redis_client, keys, "a.com", sticky=True)
-    assert again[1] == IDS[1] and json.loads(again[3]) == {"sid": "42"}
+    assert again[1] == IDS[1] and json.loads(again[3]) == jar
     sessions = keys.proxy_sessions(keys.shard_of("a.com"))
     assert f"p|{IDS[1]}|{session}".encode() in redis_client.zrange(sessions, 0, -1)
     report(redis_client, keys, "a.com", IDS[1], "ban")  # a banned session is dropped with its cookies
@@ -133,7 +155,7 @@ def slow(client: redis.Redis, keys: Keys, domain: str, hits: int = 8, window_s: 
     shard = keys.shard_of(domain)
     reply = scripts(client)["autothrottle_slow"](
         keys=[keys.domain_config(shard), keys.crawl_delay(domain)],
-        args=[domain, hits, int(window_s * 1e6), 0.125, 1 / 64],
+        args=[domain, hits, int(window_s * 1e6), 0.125, 1 / 64, domain],
     )
     return float(reply)
 
@@ -229,10 +251,44 @@ def test_info_says_when_a_domain_waits_for_a_proxy_and_how_slowed_it_is(
 
 
 def test_a_domain_update_with_a_pool_is_stored_for_the_choice(redis_client: redis.Redis, keys: Keys) -> None:
-    monitor = DomainConfigMonitor(redis_client, keys, FrontierReader(redis_client, keys, 3600))
+    reader = FrontierReader(redis_client, keys, 3600)
+    monitor = DomainConfigMonitor(redis_client, keys, reader, pool_updates=True)  # PROXY_POOL_DOMAIN_UPDATES
     request = {"action": "domain-update", "uuid": "u", "appid": "app", "domain": "a.com", "hits": 5, "window": 60}
     answer = monitor.handle("domain-config", {**request, "proxy_pool": "other"})[0]
     assert "error" not in answer.message
     assert choose(redis_client, keys, "a.com", pool="p", crawl_pool="p") == [3, "other"]
     monitor.handle("domain-config", request)  # a domain-update without one: the crawl's pool again
     assert choose(redis_client, keys, "a.com", pool="p", crawl_pool="p")[:2] == [1, IDS[0]]
+
+
+def test_without_pool_updates_a_domain_update_s_pool_is_neither_stored_nor_obeyed(
+    redis_client: redis.Redis, keys: Keys
+) -> None:
+    """PROXY_POOL_DOMAIN_UPDATES off (the default): a client's domain-update cannot move every
+    crawl of a domain to another pool; one stored before the upgrade is ignored by the choice."""
+    monitor = DomainConfigMonitor(redis_client, keys, FrontierReader(redis_client, keys, 3600))
+    request = {"action": "domain-update", "uuid": "u", "appid": "app", "domain": "a.com", "hits": 5, "window": 60}
+    monitor.handle("domain-config", {**request, "proxy_pool": "other"})
+    stored = json.loads(redis_client.hget(keys.domain_config(keys.shard_of("a.com")), "a.com"))
+    assert stored == {"hits": 5, "window": 60, "scale": 1.0}
+    stored["proxy_pool"] = "other"  # as a release that obeyed them stored it
+    redis_client.hset(keys.domain_config(keys.shard_of("a.com")), "a.com", json.dumps(stored))
+    assert choose(redis_client, keys, "a.com", pool="p", crawl_pool="p", updates=False)[:2] == [1, IDS[0]]
+    assert choose(redis_client, keys, "a.com", pool="", crawl_pool="", updates=False) == [0]
+
+
+def test_a_crawl_s_own_bans_rest_a_proxy_for_that_crawl_only(redis_client: redis.Redis, keys: Keys) -> None:
+    """A ban_regex match counts in the crawl's own health (§21.3): after PROXY_BAN_THRESHOLD of them
+    the proxy rests for that crawl, while another crawl of the domain still gets it, and no other
+    crawl's info or stats say the domain waits."""
+    for _ in range(3):
+        report(redis_client, keys, "a.com", IDS[0], "ban", own=True, crawlid="mine")
+    assert IDS[0] not in {choose(redis_client, keys, "a.com", crawlid="mine")[1] for _ in range(6)}
+    assert IDS[0] in {choose(redis_client, keys, "a.com", crawlid="other")[1] for _ in range(3)}
+    assert redis_client.zcard(keys.proxy_rests(keys.shard_of("a.com"))) == 0
+    for proxy in IDS[1:]:
+        for _ in range(3):
+            report(redis_client, keys, "a.com", proxy, "ban", own=True, crawlid="mine")
+    assert choose(redis_client, keys, "a.com", crawlid="mine")[0] == 2  # every proxy rests for it
+    assert redis_client.zcard(keys.proxy_waiting(keys.shard_of("a.com"))) == 0
+    assert choose(redis_client, keys, "a.com", crawlid="other")[0] == 1

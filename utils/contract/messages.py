@@ -16,7 +16,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
-from crawlhive.utils.domains import domain_of_host, host_problem
+from crawlhive.utils.domains import domain_of_host, host_problem, tenant_site
 from crawlhive.utils.kinds import stats_types
 from crawlhive.utils.log import excerpt
 from crawlhive.utils.patterns import PatternLimits, check_patterns
@@ -151,9 +151,14 @@ class CrawlRequest(MessageKind):
         match with, §10.4) within SCHEMA_REGEX_MAX_REPEAT, SCHEMA_REGEX_MAX_PROGRAM and, all
         together, SCHEMA_REGEX_MAX_TOTAL_PROGRAM (:func:`~crawlhive.utils.patterns.check_patterns`)."""
         if message.get("proxy_pool"):
-            unknown = pools_from_settings(settings).unknown(message["proxy_pool"])
-            if unknown is not None:
-                return unknown, "/proxy_pool"
+            pools = pools_from_settings(settings)
+            refused = pools.refused(message["proxy_pool"]) or pools.unknown(message["proxy_pool"])
+            if refused is not None:
+                return refused, "/proxy_pool"
+        if message.get("render"):
+            through = _rendered_through_proxy(message, settings)
+            if through is not None:
+                return through, "/render"
         recrawl = message.get("recrawl")
         if recrawl is not None:  # §19.1: bounds from RECRAWL_MIN_EVERY, then the defaults filled in
             # imported here: the frontier package imports the contract (its dead-letter builders)
@@ -175,6 +180,25 @@ class CrawlRequest(MessageKind):
         if not any(fields.values()):
             return None
         return check_patterns(fields, PatternLimits.from_settings(settings))
+
+
+def _rendered_through_proxy(message: dict[str, Any], settings: Settings) -> str | None:
+    """Why a ``render: true`` seed cannot be crawled: its pages would go through a proxy pool (its
+    ``proxy_pool``, the operator's pool of its domain, PROXY_POOL_DEFAULT), which the browser does
+    not (§15, §21.1); a rendered page is refused rather than fetched directly. None: it may."""
+    if message.get("proxy_pool"):
+        return "render: true cannot be sent with proxy_pool (rendered pages do not go through proxies)"
+    if not (settings.PROXY_POOLS or settings.PROXY_POOLS_FILE):
+        return None
+    pools = pools_from_settings(settings)
+    host = urlsplit(message["url"]).hostname or ""
+    pool = pools.pin(domain_of_host(host), tenant_site(host)) or pools.default
+    if not pool:
+        return None
+    return (
+        f"render: true cannot be crawled here: its pages go through proxy pool {pool} "
+        "(PROXY_DOMAIN_POOLS or PROXY_POOL_DEFAULT), and rendered pages do not go through proxies"
+    )
 
 
 class ActionRequest(MessageKind):
@@ -224,13 +248,19 @@ class DomainConfigRequest(MessageKind):
 
     @classmethod
     def limits_check(cls, message: dict[str, Any], settings: Settings) -> Cause | None:
-        """A ``domain-update``'s ``proxy_pool`` is a pool in force (§21.1)."""
+        """A ``domain-update``'s ``proxy_pool`` is accepted only with PROXY_POOL_DOMAIN_UPDATES (a
+        domain's pool is the operator's otherwise: PROXY_DOMAIN_POOLS), names a pool a request may
+        name (PROXY_CLIENT_POOLS) and a pool in force (§21.1)."""
         if not message.get("proxy_pool"):
             return None
         if message.get("action") != "domain-update":
             return "proxy_pool belongs to domain-update only", "/proxy_pool"
-        unknown = pools_from_settings(settings).unknown(message["proxy_pool"])
-        return None if unknown is None else (unknown, "/proxy_pool")
+        if not settings.PROXY_POOL_DOMAIN_UPDATES:
+            reason = "a domain's proxy pool is set by the operator (PROXY_DOMAIN_POOLS), not by domain-update"
+            return f"{reason} (PROXY_POOL_DOMAIN_UPDATES is off)", "/proxy_pool"
+        pools = pools_from_settings(settings)
+        problem = pools.refused(message["proxy_pool"]) or pools.unknown(message["proxy_pool"])
+        return None if problem is None else (problem, "/proxy_pool")
 
 
 #: The built-in plugins of the kafka-monitor and their ranks (docs/contract.md §2.1); PLUGINS /

@@ -58,16 +58,21 @@ def defer_site(redis: RedisClient, keys: Keys, domain: str, site: str, delay_s: 
     return int(scripts(redis)["site_defer"](keys=[keys.site_wait(domain, site)], args=[wait_ms])) / 1000
 
 
-def site_gate(redis: RedisClient, keys: Keys, domain: str, site: str) -> float:
+def site_gate(
+    redis: RedisClient, keys: Keys, domain: str, site: str, default_hits: int = 0, default_window_s: float = 0.0
+) -> float:
     """Seconds to wait before fetching from *site* (a tenant of the shared suffix that is bucket
-    *domain*), or 0 when it may be fetched now; in that case the site's own ``Crawl-delay`` (if
-    any) starts running, cluster-wide, so the next fetch from it waits that long.
+    *domain*), or 0 when it may be fetched now; in that case the site's own spacing starts running,
+    cluster-wide, so the next fetch from it waits that long: its ``Crawl-delay`` (if any) or, while
+    the adaptive throttle holds the site below the bucket's rate (its limit: the bucket's
+    domain-config, else *default_hits* per *default_window_s*), one fetch interval at that rate.
 
     Raises:
         redis.RedisError: the caller fetches (the bucket's throttle still applies).
     """
-    keys_ = [keys.site_wait(domain, site), keys.site_delay(domain, site)]
-    return int(scripts(redis)["site_gate"](keys=keys_)) / 1000
+    keys_ = [keys.site_wait(domain, site), keys.site_delay(domain, site), keys.domain_config(keys.shard_of(domain))]
+    args: list[str | int] = [domain, site, default_hits, int(default_window_s * 1_000_000)]
+    return int(scripts(redis)["site_gate"](keys=keys_, args=args)) / 1000
 
 
 def recheck_domain(redis: RedisClient, keys: Keys, spiders: set[str], domain: str) -> None:
