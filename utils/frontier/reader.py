@@ -176,7 +176,9 @@ class FrontierReader:
 
     def purge(self, spider: str, appid: str, crawlid: str, ended_as: str = "stopped") -> int:
         """Stop one crawl atomically (docs/contract.md §3.9): delete its queued requests in every domain,
-        cancel its leases, disarm its expiry timer and blacklist it for CRAWL_RECORD_TTL.
+        cancel its leases, disarm its expiry timer and blacklist it for CRAWL_RECORD_TTL. The
+        blacklist marker holds when the stop took effect (epoch ms): the kafka-monitor queues no
+        seed whose Kafka record is older, one sent before the stop but read after it (§3.9).
 
         Returns:
             The number of queued requests removed (``total_purged`` / ``total_expired``).
@@ -188,6 +190,7 @@ class FrontierReader:
         scheduled = Schedule(self.redis, keys, self.recrawl_buckets, self.record_ttl_s).purge(spider, appid, crawlid)
 
         sharded = keys.shards > 1
+        stopped_at_ms = int(time.time() * 1000)  # the markers' value: seeds sent before it stay out
 
         def build() -> RedisPipeline:  # one MULTI (on a cluster, a pipeline): each shard's queues, leases, marker
             pipe = write_pipeline(self.redis)
@@ -216,6 +219,7 @@ class FrontierReader:
                         ended_as,
                         render_prefixes["crawl_queue"] + member + ":",
                         render_prefixes["domain_crawls"],
+                        stopped_at_ms,
                     ],
                 )
             return pipe
