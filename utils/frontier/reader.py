@@ -170,6 +170,25 @@ class FrontierReader:
             )
         return states
 
+    def admitted(self, crawls: list[tuple[str, str, str]]) -> list[int]:
+        """Requests each of *crawls* admitted so far, what its page budget counts (§10.7): the
+        entries of its dupefilters (every shard's), or on a Redis Cluster the counter its admits
+        keep in its record (while it has a budget); one round trip."""
+        keys = self.keys
+        cluster = is_cluster(self.redis)
+        pipe = self.redis.pipeline(transaction=False)
+        for spider, appid, crawlid in crawls:
+            if cluster:
+                pipe.hget(keys.crawl(spider, appid, crawlid), "admitted")
+            else:
+                for shard in range(keys.shards):
+                    pipe.hlen(keys.dupefilter(spider, appid, crawlid, shard))
+        replies = pipe.execute() if crawls else []
+        if cluster:
+            return [max(0, int(reply or 0)) for reply in replies]
+        per = keys.shards
+        return [sum(int(n) for n in replies[i * per : (i + 1) * per]) for i in range(len(crawls))]
+
     def app_crawlids(self, spider: str, appid: str) -> list[str]:
         """Crawl ids of *appid* that have (or recently had) queued or in-flight work."""
         return sorted(text(c) for c in self.redis.smembers(self.keys.app_crawls(spider, appid)))
