@@ -106,7 +106,9 @@ class RecrawlReleaser(MonitorPlugin):
 
     def walk_crawls(self) -> None:
         """Renew the records of recurring crawls; stop the recurrence of those past ``until``
-        with an empty schedule (they then complete)."""
+        with an empty schedule (they then complete); write each appid's true count of scheduled
+        pages (what crawlers check APPID_MAX_SCHEDULED_PAGES and a crawl's cap against, §19.1:
+        they count the pages that join, this takes off those that left)."""
         keys = self.keys
         refs = [text(r) for r in self.redis.smembers(keys.active_crawls())]
         if not refs:
@@ -123,6 +125,7 @@ class RecrawlReleaser(MonitorPlugin):
             spider, appid, crawlid = keys.parse_crawl_ref(ref)
             record = keys.crawl(spider, appid, crawlid)
             self.redis.expire(record, self.record_ttl_s)
+            self.schedule.take_left(spider, appid, crawlid)
             try:
                 config = RecrawlConfig.from_json(raw)
             except (ValueError, KeyError, TypeError):

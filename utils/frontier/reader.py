@@ -206,7 +206,9 @@ class FrontierReader:
         member = keys.crawl_member(appid, crawlid)
         ref = keys.crawl_ref(spider, appid, crawlid)
         # the schedule first (§19.6): a release can then put nothing more in the queues purged below
-        scheduled = Schedule(self.redis, keys, self.recrawl_buckets, self.record_ttl_s).purge(spider, appid, crawlid)
+        schedule = Schedule(self.redis, keys, self.recrawl_buckets, self.record_ttl_s)
+        scheduled = schedule.purge(spider, appid, crawlid)
+        schedule.forget(spider, appid, crawlid)  # its pages leave its appid's count (§19.1)
 
         sharded = keys.shards > 1
         stopped_at_ms = int(time.time() * 1000)  # the markers' value: seeds sent before it stay out
@@ -244,7 +246,7 @@ class FrontierReader:
             return pipe
 
         purged = sum(int(n) for n in self.scripts.execute(build)) + scheduled
-        self.redis.hdel(keys.crawl(spider, appid, crawlid), RECORD_FIELD, RECURRING_FIELD)
+        self.redis.hdel(keys.crawl(spider, appid, crawlid), RECORD_FIELD, RECURRING_FIELD, "schedule_stopped")
         if sharded:  # the record itself and the expiry timer (the shards' scripts ended their parts)
             record = keys.crawl(spider, appid, crawlid)
             pipe = self.redis.pipeline(transaction=True)  # one slot: the cluster-wide keys
