@@ -442,6 +442,41 @@ def test_a_revisit_queues_only_links_new_to_the_crawl(redis_client: redis.Redis,
     assert call(revisit, fresh) == [1, 1]  # that revisit fetched again: its own new link again
 
 
+def test_the_admit_with_a_budget_takes_the_first_links_of_a_page_and_counts_each_once(
+    redis_client: redis.Redis, keys: Keys
+) -> None:
+    """crawler_admit.lua under a page budget (§10.7; every crawl has one by default) and a page
+    cap: links are read in one HMGET, admitted in the page's order until the budget is used (the
+    page's own entry counts), a link the page queued before is queued again, one queued by
+    another page is not, and a cap set admits its first links only."""
+    from crawlhive.utils.scripts import scripts
+
+    admit = scripts(redis_client)["crawler_admit"]
+    lease = b"lease-b"
+    leases = keys.leases("link", 0)
+    redis_client.zadd(leases, {lease: time.time() + 60})
+    filters = [keys.dupefilter("link", "app", "b1", shard) for shard in range(keys.shards)]
+    caps = keys.page_caps("link", "app", "b1", "example.com")
+    script_keys = [leases, keys.crawl_stopped("link", "app", "b1", 0), *filters, caps]
+    cap_index = len(script_keys)
+
+    def call(page: bytes, budget: int, *links: bytes, capped: int = 0) -> list[int]:
+        args: list[Any] = [lease, 60_000_000, 600_000, page, 0, budget, len(filters)]
+        for link in links:  # a link's dupefilter is its domain's shard's: here its first byte's
+            args += [link, 3 + link[0] % len(filters), cap_index if capped else 0, capped]
+        return [int(x) for x in admit(keys=script_keys, args=args)]
+
+    a, b, c, d, e, f = (bytes([65 + n]) * 12 for n in range(6))
+    assert call(b"P" * 12, 4, a, b, c, d, e) == [1, 1, 1, 1, 0, 0]  # the page and its first 3 links
+    assert sum(redis_client.hlen(k) for k in filters) == 4
+    assert call(b"P" * 12, 4, a, b, c, d) == [1, 1, 1, 1, 0]  # refetched: its own links again, no more
+    assert call(b"Q" * 12, 9, a, f, f) == [1, 0, 1, 1]  # A is P's; F new, once (twice on the page)
+    assert sum(redis_client.hlen(k) for k in filters) == 6
+    g, h = b"G" * 12, b"H" * 12
+    assert call(b"R" * 12, 0, g, h, capped=1) == [1, 1, 0]  # the cap's first link only
+    assert redis_client.scard(caps) == 1
+
+
 def test_a_redirect_hop_carries_no_validators_of_the_page_it_comes_from() -> None:
     """§19.3: a revisit's If-None-Match / If-Modified-Since name the stored version of its own URL.
     Scrapy copies every header to a redirect hop, so another host was told the page's ETag, and a
