@@ -300,7 +300,8 @@ class ClusterView:
                 ended=int(score),
             )
             rows.append(row)
-        self._mark_budgets(rows, [int(record.get(b"max_pages") or 0) for record in records])
+        budgets = [{_text(k): _text(v) for k, v in record.items()}.get("max_pages") or "0" for record in records]
+        self._mark_budgets(rows, [int(b) if b.isdigit() else 0 for b in budgets])
         return rows
 
     def budget_fields(self, state: CrawlState) -> dict[str, Any]:
