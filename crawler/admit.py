@@ -25,6 +25,7 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from crawlhive.crawler.requests import child_request, link_children, url_fingerprint
+from crawlhive.utils.budgets import page_budget
 from crawlhive.utils.keys import Keys
 from crawlhive.utils.redis_clients import is_cluster
 from crawlhive.utils.redis_types import RedisClient
@@ -120,8 +121,8 @@ class Admission:
     def budget(self, request: FrontierRequest) -> int:
         """The page budget of *request*'s crawl across all domains (§10.7): the smaller of its
         ``max_pages`` and CRAWL_MAX_PAGES_DEFAULT; 0 = none."""
-        budgets = [b for b in (request.max_pages, self.default_budget) if b]
-        return min(budgets) if budgets else 0
+        budget = page_budget(request.max_pages, self.default_budget)
+        return budget.value if budget is not None else 0
 
     def page_cap(self, request: FrontierRequest) -> int:
         """The page cap of *request*'s crawl in any domain (§3.6); 0 = none."""

@@ -35,6 +35,7 @@ from crawlhive.crawler.items import CrawledItem
 from crawlhive.crawler.requests import context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.crawler.sitemaps import Discovered
+from crawlhive.utils.budgets import app_ceiling, schedule_cap
 from crawlhive.utils.frontier.recrawl import (
     FAILED_STATUS,
     RECORD_FIELD,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
     from crawlhive.crawler.leases import LeaseContext
+    from crawlhive.utils.frontier import FrontierRequest
     from crawlhive.utils.redis_types import RedisPipeline
 
 logger = logging.getLogger(__name__)
@@ -71,6 +73,10 @@ class Visit:
     before: PageState | None
     config: RecrawlConfig
     result: VisitResult | None = None
+    joins: bool | None = None
+    """A first visit's place in its appid's count of scheduled pages (§19.1): True counted, False
+    kept off the schedule by a limit (the crawl's cap, the appid's ceiling), None not counted (a
+    revisit, or no limit)."""
 
 
 #: The visit of each page in flight (a page's lease context is the key; gone with it).
@@ -89,12 +95,19 @@ class RecrawlMiddleware:
         gone_after: int,
         emit_unchanged: bool,
         cache_s: float,
+        cap_default: int | None = None,
+        ceiling: int | None = None,
     ) -> None:
         self.runtime = runtime
         self.schedule = schedule
         self.gone_after = gone_after
         self.emit_unchanged = emit_unchanged
         self.cache_s = cache_s
+        self.cap_default = cap_default
+        """RECRAWL_MAX_PAGES_DEFAULT: the schedule cap of a crawl sent without ``max_pages``."""
+        self.ceiling = app_ceiling(ceiling)
+        """APPID_MAX_SCHEDULED_PAGES: the pages all recurring crawls of an appid keep together."""
+        self._reported_full: set[tuple[str, str, str]] = set()
         self._configs: dict[tuple[str, str, str], tuple[float, RecrawlConfig | None]] = {}
         runtime.leases.finish_hooks.append(self.queue_visits)
 
@@ -109,6 +122,8 @@ class RecrawlMiddleware:
             settings.RECRAWL_GONE_AFTER,
             settings.RECRAWL_EMIT_UNCHANGED,
             settings.RECRAWL_CONFIG_CACHE_S,
+            settings.RECRAWL_MAX_PAGES_DEFAULT,
+            settings.APPID_MAX_SCHEDULED_PAGES,
         )
 
     async def _config(self, spider: str, appid: str, crawlid: str) -> RecrawlConfig | None:
@@ -143,15 +158,45 @@ class RecrawlMiddleware:
             shard = self.runtime.keys.shard_of(frontier.domain)
             key = self.schedule.state_key(frontier.spiderid, frontier.appid, frontier.crawlid, fingerprint, shard)
             raw = await self.runtime.batcher.call("recrawl_read", [key], [fingerprint])
+            before = PageState.unpack(raw) if raw else None
+            joins = None if before is not None else await self._may_join(frontier)
         except RedisError as exc:
             # fetched unconditionally and judged as a first visit would be: the schedule is kept
             logger.warning("reading the schedule of %s failed (%s); fetching it without validators", frontier.url, exc)
             return
-        before = PageState.unpack(raw) if raw else None
-        VISITS[context] = Visit(fingerprint, shard, before, config)
+        VISITS[context] = Visit(fingerprint, shard, before, config, joins=joins)
         if before is not None:
             for name, value in before.conditional_headers().items():
                 request.headers.setdefault(name, value)
+
+    async def _may_join(self, frontier: FrontierRequest) -> bool | None:
+        """Whether a page of *frontier*'s crawl not yet scheduled may join the schedule after this
+        visit (§19.1): counted in its appid's scheduled pages unless the crawl's cap (its
+        ``max_pages``, else RECRAWL_MAX_PAGES_DEFAULT) or the appid's ceiling is reached. The
+        page is fetched either way (the frontier admitted it); past a limit it is not fetched again.
+        True: counted; False: refused; None: no limit (not counted)."""
+        cap = schedule_cap(frontier.max_pages, self.cap_default)
+        if cap is None and self.ceiling is None:
+            return None
+        crawl = (frontier.spiderid, frontier.appid, frontier.crawlid)
+        keys, args = self.schedule.join_call(*crawl, cap, self.ceiling)
+        verdict = int(await self.runtime.batcher.call("recrawl_join", keys, args))
+        if verdict == 1:
+            return True
+        if crawl not in self._reported_full:  # once per crawl and process
+            if len(self._reported_full) > 10_000:
+                self._reported_full.clear()
+            self._reported_full.add(crawl)
+            limit = cap if verdict == 0 else self.ceiling
+            logger.info(
+                "crawl %s/%s: its schedule is full (%s=%s): pages fetched from now on are not scheduled",
+                frontier.appid,
+                frontier.crawlid,
+                limit.name if limit is not None else "?",
+                limit.value if limit is not None else "?",
+                extra={"appid": frontier.appid, "crawlid": frontier.crawlid, "spiderid": frontier.spiderid},
+            )
+        return False
 
     def process_response(self, request: Request, response: Response) -> Response:
         context = context_of(request)
@@ -198,7 +243,7 @@ class RecrawlMiddleware:
                     failed = Observation(FAILED_STATUS, b"\0" * 6, b"", 0, now)
                     result = visit.result = next_visit(visit.before, failed, visit.config, self.gone_after)
                 options = request.option_set
-                if result.state is not None and options is not None and not options.lost:
+                if result.state is not None and options is not None and not options.lost and visit.joins is not False:
                     priority = visit.config.priority - 10 * request.depth
                     again = dataclasses.replace(request, retry_times=0, priority=priority)
                     entry = SlotEntry(
@@ -206,6 +251,8 @@ class RecrawlMiddleware:
                     )
                 if entry is None:
                     result = dataclasses.replace(result, state=None)
+                    if visit.joins:  # counted by _may_join, and not joining
+                        self.schedule.queue_give(pipe, request.spiderid, request.appid, request.crawlid)
             # no visit (dropped before its fetch, its crawl no longer recurring): it leaves the schedule
             self.schedule.queue_visit(
                 pipe,

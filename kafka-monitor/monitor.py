@@ -146,7 +146,8 @@ class KafkaMonitor(ConsumerWorker):
                 continue
             if isinstance(outcome, Accepted):
                 origin = record_origin(record)
-                groups[outcome.plugin].append((record, Incoming(outcome.message, origin)))
+                sent_ms = record.timestamp if isinstance(record.timestamp, int) and record.timestamp > 0 else 0
+                groups[outcome.plugin].append((record, Incoming(outcome.message, origin, sent_ms)))
             else:
                 dead.append((record, outcome.reason))
 

@@ -444,6 +444,7 @@ def create_app(settings: Settings, service: RestService | None = None, bound_hos
         if state is None:
             raise ApiError(404, NO_CRAWL)
         message = info_message(state, new_uuid())
+        message.update(await in_thread(rest.view.budget_fields, state))  # §10.7: the budget, if one stopped it
         notes = await in_thread(rest.view.domain_notes, list(message["domains"]))  # §21.3, §21.4
         for domain, extra in notes.items():
             message["domains"][domain].update(extra)

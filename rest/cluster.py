@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crawlhive.rest.recrawl_view import mark_recurring
+from crawlhive.utils.budgets import budget_fields, page_budget
 from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.heartbeat import crawler_lanes, live_heartbeats, live_nodes, unserved_reason
@@ -128,6 +129,7 @@ class ClusterView:
         self.metrics_names = settings.METRICS_NAMES if settings.METRICS_NAMES is not None else not settings.REST_API_KEY
         self.egress_id = settings.CRAWLER_EGRESS_ID if settings.SCHEDULER_IP_ENABLED else None
         self.heartbeat_timeout_s = settings.HEARTBEAT_TIMEOUT
+        self.default_budget = settings.CRAWL_MAX_PAGES_DEFAULT
         try:
             self.proxy_pools: ProxyPools | None = pools_from_settings(settings)
         except ProxyConfigError:  # the crawlers refuse it, saying why; here: the proxies that served
@@ -267,6 +269,7 @@ class ClusterView:
             reason = waiting_reason(c, serving) or (PARKED if c.inflight == 0 and parked else None)
             row = self._row(c.spiderid, c.appid, c.crawlid, "waiting" if reason else "running", c, started)
             rows.append({**row, "reason": reason})
+        self._mark_budgets(rows, [c.max_pages for c, _ in active])
         mark_recurring(self.redis, self.keys, rows)  # §19.6: recurring crawls and their schedules
         return rows  # newest first already
 
@@ -286,7 +289,8 @@ class ClusterView:
             parsed.append((spider, appid, crawlid, score))
             pipe.hgetall(self.keys.crawl(spider, appid, crawlid))
         rows = []
-        for (spider, appid, crawlid, score), record in zip(parsed, pipe.execute() if parsed else [], strict=True):
+        records = pipe.execute() if parsed else []
+        for (spider, appid, crawlid, score), record in zip(parsed, records, strict=True):
             fields = {_text(k): _text(v) for k, v in record.items()}
             ended_as = fields.get("ended_as", "complete")
             row = self._row(spider, appid, crawlid, ended_as if ended_as in ENDINGS else "complete", None, None)
@@ -298,7 +302,26 @@ class ClusterView:
                 ended=int(score),
             )
             rows.append(row)
+        budgets = [{_text(k): _text(v) for k, v in record.items()}.get("max_pages") or "0" for record in records]
+        self._mark_budgets(rows, [int(b) if b.isdigit() else 0 for b in budgets])
         return rows
+
+    def budget_fields(self, state: CrawlState) -> dict[str, Any]:
+        """What the info answer about *state*'s crawl says of its page budget (§10.7)."""
+        budget = page_budget(state.max_pages or None, self.default_budget)
+        if budget is None:
+            return {}
+        (admitted,) = self.reader.admitted([(state.spiderid, state.appid, state.crawlid)])
+        return budget_fields(budget, admitted)
+
+    def _mark_budgets(self, rows: list[dict[str, Any]], max_pages: list[int]) -> None:
+        """Give each row ``admission_stopped``: the name of the page budget (``max_pages`` or
+        CRAWL_MAX_PAGES_DEFAULT, §10.7) that stopped its crawl's admission, else None."""
+        budgets = [page_budget(m or None, self.default_budget) for m in max_pages]
+        asked = [(r["spiderid"], r["appid"], r["crawlid"]) for r, b in zip(rows, budgets, strict=True) if b]
+        admitted = iter(self.reader.admitted(asked))
+        for row, budget in zip(rows, budgets, strict=True):
+            row["admission_stopped"] = budget.name if budget is not None and next(admitted) >= budget.value else None
 
     @staticmethod
     def _row(

@@ -324,9 +324,11 @@ DUPEFILTER_TIMEOUT: float = 600.0
 GLOBAL_PAGE_PER_DOMAIN_LIMIT: int | None = None
 """Cap on requests per (crawl, domain) applied to every crawl; unset = no cap."""
 
-CRAWL_MAX_PAGES_DEFAULT: int | None = None
-"""Page budget of a crawl across all domains when its request sets no ``max_pages``; when both
-apply the smaller wins; unset = no budget (docs/contract.md §10.7)."""
+CRAWL_MAX_PAGES_DEFAULT: int | None = 100000
+"""Page budget of a crawl across all domains (requests admitted into the frontier, the seed
+included) when its request sets no ``max_pages``; when both apply the smaller wins; 0 or unset =
+no budget (docs/contract.md §10.7). 100,000 pages cost about 25 MB of Redis while queued; ``info``
+and ``GET /crawls`` name the budget once it stopped a crawl's admission."""
 
 LINK_MAX_URL_LENGTH: int = 2083
 """Links longer than this (characters) are dropped by the link filters: a crawl trap (§10.7)."""
@@ -370,6 +372,16 @@ each tick, script after script while the shard has more due, for up to 80 % of
 REDIS_MONITOR_TICK_S). A script holds Redis while it runs (500 pages: 4-8 ms; 2,000: 15-30 ms,
 which slowed the crawl bench beside 10,000 due pages a second: bench/README.md, recrawl_crawl);
 a larger batch costs a little less Redis CPU per page."""
+
+RECRAWL_MAX_PAGES_DEFAULT: int | None = 10000
+"""Pages a recurring crawl keeps on its schedule when its request sets no ``max_pages`` (then
+``max_pages`` is the cap); a page fetched past it is not scheduled (§19.1); 0 or unset = no cap.
+A scheduled page is fetched again for as long as the crawl recurs: this bounds that work."""
+
+APPID_MAX_SCHEDULED_PAGES: int | None = 1000000
+"""Pages all recurring crawls of one appid keep on their schedules together, counted cluster-wide
+in Redis; a page fetched past it is not scheduled (§19.1); 0 or unset = no ceiling. About 200 MB of
+Redis at a million pages (docs/operations.md)."""
 
 RECRAWL_ENABLED: bool = True
 """Release due pages of recrawling crawls into the frontier in this redis-monitor (§19)."""

@@ -175,11 +175,22 @@ class Keys:
         """Crawl ids of one appid with pending or in-flight requests (``info`` by appid)."""
         return f"{self._global}app-crawls:{escape(spider)}:{escape(appid)}"
 
+    @key("hash", ttl="CRAWL_RECORD_TTL after the last change")
+    def app_scheduled(self, appid: str) -> str:
+        """Pages on the recrawl schedules of one appid's crawls, counted cluster-wide (§19.1,
+        APPID_MAX_SCHEDULED_PAGES): field :meth:`crawl_ref` -> that crawl's pages, ``*`` -> their
+        sum. A crawler adds a page as it joins a schedule (``recrawl_join.lua``, refused past a
+        limit); the redis-monitor writes the true counts every few seconds and drops a stopped
+        crawl's field."""
+        return f"{self._global}app-scheduled:{escape(appid)}"
+
     @key("hash", ttl="CRAWL_RECORD_TTL after the last activity")
     def crawl(self, spider: str, appid: str, crawlid: str) -> str:
         """The crawl record: ``appid``, ``crawlid``, ``spiderid``, ``expires`` (epoch s, armed timer),
         counters ``inflight``, ``crawled``, ``failed``, ``last_activity``, ``started`` and, once it
-        ended, ``ended`` (epoch s) and ``ended_as`` (``complete``, ``stopped`` or ``expired``); and
+        ended, ``ended`` (epoch s) and ``ended_as`` (``complete``, ``stopped`` or ``expired``);
+        ``schedule_stopped``: the limit that last kept a fetched page off its recrawl schedule
+        (``max_pages``, RECRAWL_MAX_PAGES_DEFAULT or APPID_MAX_SCHEDULED_PAGES); and
         ``o:<id>``: the crawl's option sets (JSON, ``utils/frontier/model.py OptionSet``) that its
         queued members name by id."""
         return f"{self._global}crawl:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"

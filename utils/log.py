@@ -229,8 +229,16 @@ _KEPT = ("Received SIG", "shutting down gracefully")
 #: was still joining its group (Ctrl-C just after a start) has no membership the broker knows, so
 #: its "leave the group" request fails (an ERROR of kafka-python's); leaving is a courtesy that
 #: lets the group rebalance at once, without it the broker drops the member after its session.
+#: A client closed while its metadata refresh is in flight (a consumer's poll asks for one when
+#: its assignment or a leader changes) closes its connections before it stops the refresh, which
+#: then fails on the closed connection ("Cancelled", or "Transport closed for writes" when the
+#: request was about to be written; seen at Ctrl-C of `up`, reproduced by closing consumers
+#: right after ``request_update``): the client is going away, nothing is lost. "Transport
+#: closed for writes" is otherwise only a connection kafka-python aborted itself, which the
+#: connection noise below covers.
 EXPECTED_ON_CLOSE = (
     ("kafka.cluster", "Metadata refresh: failed Cancelled"),
+    ("kafka", "Transport closed for writes"),
     ("kafka.net.transport", "(closed)>: Error receiving network data"),
     ("kafka.net.selector", "It is blocking the event loop"),
     ("kafka.coordinator", "LeaveGroup request"),

@@ -28,10 +28,13 @@ class Incoming:
         message: the request with its schema defaults filled in.
         origin: ``"<topic>/<partition>/<offset>"``, unique per Kafka record; plugins derive
             idempotency ids from it so a redelivered record writes nothing twice.
+        sent_ms: the Kafka record's timestamp (epoch ms, the producer's clock); 0 when unknown.
+            A seed sent before its crawl's stop but read after it is not queued (§3.9).
     """
 
     message: dict[str, Any]
     origin: str
+    sent_ms: int = 0
 
 
 class IncomingPlugin(MessageKind, ABC):

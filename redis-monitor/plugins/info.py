@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
+from crawlhive.utils.budgets import Limit, budget_fields, page_budget
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.frontier.recrawl import RECORD_FIELD, Schedule
 from crawlhive.utils.proxy_state import domain_notes
@@ -48,11 +49,10 @@ class InfoMonitor(MonitorPlugin):
             domains[domain].update(extra)
         return domains
 
-    def budget(self, state: CrawlState) -> int:
+    def budget(self, state: CrawlState) -> Limit | None:
         """The page budget that holds for *state*'s crawl (§10.7): the smaller of its
-        ``max_pages`` and CRAWL_MAX_PAGES_DEFAULT; 0 = none."""
-        budgets = [b for b in (state.max_pages, self.default_budget) if b]
-        return min(budgets) if budgets else 0
+        ``max_pages`` and CRAWL_MAX_PAGES_DEFAULT; None = none."""
+        return page_budget(state.max_pages or None, self.default_budget)
 
     def accepts(self, kind: str, request: dict[str, Any]) -> bool:
         return kind == "action" and request.get("action") == "info"
@@ -79,8 +79,11 @@ class InfoMonitor(MonitorPlugin):
         if state.expires:
             message["expires"] = str(state.expires)  # a string, as in Scrapy Cluster
         message.update(total_inflight=state.inflight, total_crawled=state.crawled, total_failed=state.failed)
-        if budget := self.budget(state):
-            message["max_pages"] = budget  # ours (§10.7): the crawl stops being fed past it
+        budget = self.budget(state)
+        if budget is not None and self.frontier.redis.exists(self.frontier.keys.crawl(spider, appid, crawlid)):
+            # ours (§10.7): the crawl stops being fed past it (an unknown crawl has none yet)
+            (admitted,) = self.frontier.admitted([(spider, appid, crawlid)])
+            message.update(budget_fields(budget, admitted))
         if self.frontier.redis.hexists(self.frontier.keys.crawl(spider, appid, crawlid), RECORD_FIELD):
             message["recrawl"] = Schedule(self.frontier.redis, self.frontier.keys, 1, 0).counts(spider, appid, crawlid)
         return message

@@ -9,9 +9,10 @@ release is atomic (the page's state says a visit is on in the same script), so s
 redis-monitors may run this plugin: a page is released once.
 
 Every few seconds it also walks the recurring crawls (``recurring`` in the crawl record): it renews
-their records (a crawl whose pages are visited weekly keeps its record and option sets), and a
-crawl past its ``until`` whose schedule is empty stops recurring, so the completion check ends it
-with a ``complete`` event (§19.6).
+their records (a crawl whose pages are visited weekly keeps its record and option sets), takes the
+pages that left their schedules off their appid's count (§19.1's limits), and a crawl past its
+``until`` whose schedule is empty stops recurring, so the completion check ends it with a
+``complete`` event (§19.6).
 
 Why the redis-monitor and not the crawlers: see ``utils/frontier/recrawl.py``.
 """
@@ -106,7 +107,10 @@ class RecrawlReleaser(MonitorPlugin):
 
     def walk_crawls(self) -> None:
         """Renew the records of recurring crawls; stop the recurrence of those past ``until``
-        with an empty schedule (they then complete)."""
+        with an empty schedule (they then complete); take the pages that left each crawl's
+        schedule off its appid's count of scheduled pages (what crawlers check a crawl's cap and
+        APPID_MAX_SCHEDULED_PAGES against, §19.1: they count the pages that join, only the shards
+        see a page leave)."""
         keys = self.keys
         refs = [text(r) for r in self.redis.smembers(keys.active_crawls())]
         if not refs:
@@ -123,6 +127,7 @@ class RecrawlReleaser(MonitorPlugin):
             spider, appid, crawlid = keys.parse_crawl_ref(ref)
             record = keys.crawl(spider, appid, crawlid)
             self.redis.expire(record, self.record_ttl_s)
+            self.schedule.take_left(spider, appid, crawlid)
             try:
                 config = RecrawlConfig.from_json(raw)
             except (ValueError, KeyError, TypeError):

@@ -23,6 +23,8 @@ from support.crawler import (
     seed,
 )
 
+from crawlhive.redis_monitor.plugins.info import InfoMonitor
+from crawlhive.rest.cluster import ClusterView
 from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.redis_clients import keys_from_settings
 
@@ -65,6 +67,7 @@ def test_max_pages_bounds_a_crawl_across_two_crawlers(
     _mesh(site, "/m/", 30)
     _mesh(site, "/d/", 30)
     _mesh(site, "/s/", 30)
+    site.page("/u/0", html())
     settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "m")
     client = redis_for(redis_url)
     collector = output_collector(settings)
@@ -80,6 +83,28 @@ def test_max_pages_bounds_a_crawl_across_two_crawlers(
             collector.wait_for(crawlid, expected, timeout=30)
         for crawlid in ("m1", "d1", "s1"):
             collector.settle(crawlid, quiet_s=1.5)
+        # the answers say which budget stopped each crawl's admission (§10.7); one under its budget says none
+        seed(settings, client, appid="mapp", crawlid="u1", url=site.url("/u/0"), max_pages=5)
+        collector.wait_for("u1", 1, timeout=30)
+        budgets = settings.copy_with(CRAWL_MAX_PAGES_DEFAULT=9)
+        info = InfoMonitor(FrontierReader.from_settings(client, budgets), budgets.CRAWL_MAX_PAGES_DEFAULT)
+        answers = {
+            c: info.by_crawlid({"appid": "mapp", "crawlid": c, "spiderid": "link", "uuid": c})
+            for c in ("m1", "d1", "s1", "u1")
+        }
+        assert {c: (a["max_pages"], a["total_admitted"], a.get("admission_stopped")) for c, a in answers.items()} == {
+            "m1": (7, 7, "max_pages"),
+            "d1": (9, 9, "CRAWL_MAX_PAGES_DEFAULT"),
+            "s1": (9, 9, "CRAWL_MAX_PAGES_DEFAULT"),
+            "u1": (5, 1, None),
+        }
+        rows = {r["crawlid"]: r for r in ClusterView(client, budgets, {}).crawl_list()}
+        assert {c: rows[c]["admission_stopped"] for c in answers} == {
+            "m1": "max_pages",
+            "d1": "CRAWL_MAX_PAGES_DEFAULT",
+            "s1": "CRAWL_MAX_PAGES_DEFAULT",
+            "u1": None,
+        }
     finally:
         codes = [crawler.terminate() for crawler in crawlers]
         collector.close()

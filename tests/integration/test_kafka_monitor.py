@@ -22,9 +22,16 @@ from support.crawler import keys_for
 
 from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from crawlhive.kafka_monitor.monitor import COMPONENT, BatchResult, KafkaMonitor
+from crawlhive.rest.cluster import ClusterView
 from crawlhive.utils.contract.validation import Accepted, RequestValidator
 from crawlhive.utils.control import ControlQueue
-from crawlhive.utils.frontier import FrontierWorker, OptionSet, decode_priority, seed_from_request
+from crawlhive.utils.frontier import (
+    FrontierReader,
+    FrontierWorker,
+    OptionSet,
+    decode_priority,
+    seed_from_request,
+)
 from crawlhive.utils.heartbeat import live_nodes
 from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer, record_origin
 from crawlhive.utils.keys import Keys
@@ -566,6 +573,41 @@ def test_a_record_redelivered_after_its_seed_was_crawled_queues_nothing(
     produce(km_settings, encode(messages[0]))  # the same request as a new record: a resubmission
     drain(monitor, 1)
     assert queued(redis_client, keys, ["c1"], domains) == 1
+
+
+def test_a_seed_read_after_its_crawls_stop_but_sent_before_it_stays_out(
+    monitor: KafkaMonitor, km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames
+) -> None:
+    """Records of several partitions are read in no particular order, so a stop sent 3 s after a
+    seed can reach the redis-monitor first: the seed queued after the purge started the stopped
+    crawl again (listed ``waiting`` for ever when no crawler serves it). Here the stop is handled
+    before the seed, as it was then, deterministically: the seed stays out; one sent after the
+    stop is queued (§3.9: fetched, its links not followed)."""
+    seed = crawl("http://race.example/", crawlid="race", spiderid="nobody")
+    stop = {"action": "stop", "appid": "testapp", "crawlid": "race", "spiderid": "nobody", "uuid": "st"}
+    produce(km_settings, encode(seed, stop))
+    seed_record, stop_record = read_incoming(km_settings, names, 2)
+    assert seed_record.timestamp <= stop_record.timestamp
+    keys = keys_for(names.key_prefix)
+    reader = FrontierReader.from_settings(redis_client, km_settings)
+    monitor.process([stop_record])
+    assert ControlQueue(redis_client, keys).pending() == [("action", stop)]
+    assert reader.purge("nobody", "testapp", "race") == 0  # what the redis-monitor's stop runs
+    result = monitor.process([seed_record])  # the seed, read after the stop took effect
+    assert (result.accepted, result.rejected) == (1, 0)
+    queue = keys.crawl_queue("nobody", "testapp", "race", "race.example")
+    assert redis_client.zcard(queue) == 0
+    assert ("nobody", "testapp", "race") not in reader.active_refs()
+    view = ClusterView(redis_client, km_settings, {})
+    assert [r for r in view.crawl_list() if r["crawlid"] == "race"] == []  # not listed as waiting
+
+    time.sleep(0.01)  # a resubmission, sent after the stop took effect: queued
+    produce(km_settings, encode(seed))
+    again = read_incoming(km_settings, names, 3)[2]
+    monitor.process([again])
+    assert redis_client.zcard(queue) == 1
+    rows = [r for r in view.crawl_list() if r["crawlid"] == "race"]
+    assert [r["state"] for r in rows] == ["waiting"]
 
 
 class FailsOnce(KafkaMonitor):

@@ -457,3 +457,63 @@ def test_with_emit_unchanged_every_revisit_is_emitted(
     assert codes == [0, 0, 0], logs
     for line in logs.splitlines():
         assert " WARNING " not in line and " ERROR " not in line and "Traceback" not in line, line
+
+
+def test_a_recurring_crawl_and_an_appid_keep_at_most_their_limits_on_schedule(
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """§19.1: a recurring crawl keeps at most RECRAWL_MAX_PAGES_DEFAULT pages on its schedule (its
+    ``max_pages`` when it sends one), an appid at most APPID_MAX_SCHEDULED_PAGES over all its
+    recurring crawls, counted cluster-wide; pages fetched past a limit are emitted but not fetched
+    again, and ``info`` names the limit. Without the limits every fetched page would be revisited
+    for as long as the crawl recurs."""
+    for prefix in ("/ca/", "/cb/"):
+        pages = [f"{prefix}{i}" for i in range(6)]
+        site.page(f"{prefix}seed", html(*pages))
+        for page in pages:
+            site.page(page, html())
+    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rq")
+    stack = Stack(settings, tmp_path, RECRAWL_MIN_EVERY=1, RECRAWL_MAX_PAGES_DEFAULT=3, APPID_MAX_SCHEDULED_PAGES=5)
+    keys = keys_from_settings(settings)
+    codes: list[int] = []
+    try:
+        stack.crawler().wait_ready(stack.redis, settings["REDIS_KEY_PREFIX"])
+        recrawl = {"every": 1, "adaptive": False}
+        stack.send({"url": site.url("/ca/seed"), "appid": "qapp", "crawlid": "ca", "maxdepth": 1, "recrawl": recrawl})
+        wait_until("the first visit of every page of ca", lambda: len(items(stack, "ca")) >= 7, stack)
+        # its own max_pages (7) is its cap; the appid's ceiling (5) leaves it 5 - 3 = 2
+        stack.send(
+            {
+                "url": site.url("/cb/seed"),
+                "appid": "qapp",
+                "crawlid": "cb",
+                "maxdepth": 1,
+                "max_pages": 7,
+                "recrawl": recrawl,
+            }
+        )
+        wait_until("the first visit of every page of cb", lambda: len(items(stack, "cb")) >= 7, stack)
+        time.sleep(3)  # revisits: only scheduled pages are fetched again
+        fetched = Counter(s.path for s in site.hits("/c"))
+        for crawlid in ("ca", "cb"):
+            stack.send({"action": "info", "appid": "qapp", "crawlid": crawlid, "spiderid": "link", "uuid": crawlid})
+        ca, cb = (stack.answer(c, c)["recrawl"] for c in ("ca", "cb"))
+        assert (ca["scheduled"], ca.get("schedule_stopped")) == (3, "RECRAWL_MAX_PAGES_DEFAULT"), ca
+        assert (cb["scheduled"], cb.get("schedule_stopped")) == (2, "APPID_MAX_SCHEDULED_PAGES"), cb
+        for prefix, scheduled in (("/ca/", 3), ("/cb/", 2)):
+            again = [p for p, n in fetched.items() if p.startswith(prefix) and n > 1]
+            assert len(again) == scheduled, fetched  # the others were fetched once
+        wait_until(  # the redis-monitor's true count, cluster-wide
+            "the appid's count",
+            lambda: stack.redis.hget(keys.app_scheduled("qapp"), "*") == b"5",
+            stack,
+        )
+        stack.send({"action": "stop", "appid": "qapp", "crawlid": "ca", "spiderid": "link", "uuid": "s"})
+        stack.answer("ca", "stop")
+        assert stack.redis.hget(keys.app_scheduled("qapp"), "*") == b"2"  # its pages left the count
+    finally:
+        logs = stack.logs()
+        codes = stack.close()
+    assert codes == [0, 0, 0], logs
+    for line in logs.splitlines():
+        assert " WARNING " not in line and " ERROR " not in line and "Traceback" not in line, line

@@ -235,6 +235,8 @@ def test_info_by_crawlid_and_by_appid_have_the_exact_shapes(
         "total_inflight": c1.inflight,
         "total_crawled": c1.crawled,
         "total_failed": 0,
+        "max_pages": rm_settings.CRAWL_MAX_PAGES_DEFAULT,  # every crawl has a budget (§10.7)
+        "total_admitted": 0,  # pushed here, never admitted by a crawler
     }
     # The frontier state behind it, as seeded: 4 queued in c1 minus what was popped from it.
     assert c1.pending + c2.pending == 4 and c1.inflight + c2.inflight == 1 and c1.crawled + c2.crawled == 1

@@ -385,6 +385,8 @@ def test_get_crawl_reads_the_frontier(http: httpx.Client, rest_settings: Setting
         "total_inflight": 0,
         "total_crawled": 0,
         "total_failed": 0,
+        "max_pages": rest_settings.CRAWL_MAX_PAGES_DEFAULT,  # every crawl has a budget (§10.7)
+        "total_admitted": 0,
     }
     other_spider = http.get(f"/crawls/testapp/{crawlid}", params={"spiderid": "wandering"})
     assert other_spider.status_code == 404
@@ -453,6 +455,7 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
             "started",
             "ended",
             "reason",
+            "admission_stopped",
         }
         assert by_id["running"]["reason"] is None and by_id["done"]["reason"] is None
         assert by_id["waiting"]["reason"] == (

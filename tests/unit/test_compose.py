@@ -223,6 +223,24 @@ def test_redis_persists_with_aof(services: dict[str, dict[str, Any]]) -> None:
     assert any(str(v).split(":")[1] == "/data" for v in redis_service["volumes"]), "AOF needs a volume on /data"
 
 
+def redis_bytes(size: str) -> int:
+    """Bytes of a Redis memory size (``2gb``, ``512mb``, ``1g``, ``1000000``), as redis.conf reads it."""
+    units = {"": 1, "k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3, "gb": 1024**3}
+    match = re.fullmatch(r"(\d+)([a-z]*)", size.strip().lower())
+    assert match and match.group(2) in units, f"not a Redis memory size: {size!r}"
+    return int(match.group(1)) * units[match.group(2)]
+
+
+def test_redis_has_a_maxmemory_and_never_evicts(services: dict[str, dict[str, Any]]) -> None:
+    """Without maxmemory the out-of-memory guard (writes refused, work dead-lettered with a message
+    naming maxmemory) never fires: Redis grows until the host swaps or the kernel kills it."""
+    argv = command(services["redis"])
+    assert argv[argv.index("--maxmemory-policy") + 1] == "noeviction"
+    raw = argv[argv.index("--maxmemory") + 1]
+    assert redis_bytes(interpolate(raw)) == 2 * 1024**3  # the default, documented in docs/operations.md
+    assert interpolate(raw, {"CRAWLHIVE_REDIS_MAXMEMORY": "8gb"}) == "8gb"  # an operator sizes it
+
+
 def test_kafka_runs_kraft_without_zookeeper(services: dict[str, dict[str, Any]]) -> None:
     assert not any(
         "zookeeper" in name.lower() or "zookeeper" in str(s.get("image", "")) for name, s in services.items()

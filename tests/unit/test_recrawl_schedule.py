@@ -3,6 +3,7 @@ the visit decision, the packed state, release into the frontier, no overlapping 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 
+from crawlhive.utils.budgets import Limit
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker
 from crawlhive.utils.frontier.recrawl import (
@@ -440,6 +442,41 @@ def test_a_revisit_queues_only_links_new_to_the_crawl(redis_client: redis.Redis,
     assert call(revisit, fresh) == [1, 1]  # that revisit fetched again: its own new link again
 
 
+def test_the_admit_with_a_budget_takes_the_first_links_of_a_page_and_counts_each_once(
+    redis_client: redis.Redis, keys: Keys
+) -> None:
+    """crawler_admit.lua under a page budget (§10.7; every crawl has one by default) and a page
+    cap: links are read in one HMGET, admitted in the page's order until the budget is used (the
+    page's own entry counts), a link the page queued before is queued again, one queued by
+    another page is not, and a cap set admits its first links only."""
+    from crawlhive.utils.scripts import scripts
+
+    admit = scripts(redis_client)["crawler_admit"]
+    lease = b"lease-b"
+    leases = keys.leases("link", 0)
+    redis_client.zadd(leases, {lease: time.time() + 60})
+    filters = [keys.dupefilter("link", "app", "b1", shard) for shard in range(keys.shards)]
+    caps = keys.page_caps("link", "app", "b1", "example.com")
+    script_keys = [leases, keys.crawl_stopped("link", "app", "b1", 0), *filters, caps]
+    cap_index = len(script_keys)
+
+    def call(page: bytes, budget: int, *links: bytes, capped: int = 0) -> list[int]:
+        args: list[Any] = [lease, 60_000_000, 600_000, page, 0, budget, len(filters)]
+        for link in links:  # a link's dupefilter is its domain's shard's: here its first byte's
+            args += [link, 3 + link[0] % len(filters), cap_index if capped else 0, capped]
+        return [int(x) for x in admit(keys=script_keys, args=args)]
+
+    a, b, c, d, e, f = (bytes([65 + n]) * 12 for n in range(6))
+    assert call(b"P" * 12, 4, a, b, c, d, e) == [1, 1, 1, 1, 0, 0]  # the page and its first 3 links
+    assert sum(redis_client.hlen(k) for k in filters) == 4
+    assert call(b"P" * 12, 4, a, b, c, d) == [1, 1, 1, 1, 0]  # refetched: its own links again, no more
+    assert call(b"Q" * 12, 9, a, f, f) == [1, 0, 1, 1]  # A is P's; F new, once (twice on the page)
+    assert sum(redis_client.hlen(k) for k in filters) == 6
+    g, h = b"G" * 12, b"H" * 12
+    assert call(b"R" * 12, 0, g, h, capped=1) == [1, 1, 0]  # the cap's first link only
+    assert redis_client.scard(caps) == 1
+
+
 def test_a_redirect_hop_carries_no_validators_of_the_page_it_comes_from() -> None:
     """§19.3: a revisit's If-None-Match / If-Modified-Since name the stored version of its own URL.
     Scrapy copies every header to a redirect hop, so another host was told the page's ETag, and a
@@ -467,3 +504,62 @@ def test_a_redirect_hop_carries_no_validators_of_the_page_it_comes_from() -> Non
         assert b"If-None-Match" not in hop.headers and b"If-Modified-Since" not in hop.headers, (cls, hop.headers)
         assert hop.headers.get("X-Kept") == b"yes"
         assert request.headers.get("If-None-Match") == b'"v1"'  # the page's own request is untouched
+
+
+# --- §19.1 limits on the schedule: a crawl's cap, an appid's ceiling --------------------------------
+
+
+def test_schedule_limits_count_per_appid_cluster_wide(
+    redis_client: redis.Redis, keys: Keys, frontier: Frontier, reader: FrontierReader
+) -> None:
+    """The count a crawl's cap and its appid's ceiling are checked against: a join counts unless a
+    limit refuses it (the crawl record then names the limit), a join that did not land is given
+    back, pages that left (counted by the shards) come off once, a stop forgets the crawl's pages."""
+    schedule = Schedule(redis_client, keys, buckets=64, record_ttl_s=3600)
+    schedule.scripts.load()
+    pipe = redis_client.pipeline(transaction=True)
+    frontier.push([crawl_seed(), dataclasses.replace(crawl_seed(), crawlid="c2")], pipe)
+    pipe.execute()
+    cap, ceiling = Limit(2, "RECRAWL_MAX_PAGES_DEFAULT"), Limit(3, "APPID_MAX_SCHEDULED_PAGES")
+    count = keys.app_scheduled("app")
+
+    def join(crawlid: str) -> int:
+        script_keys, args = schedule.join_call("link", "app", crawlid, cap, ceiling)
+        return int(schedule.scripts["recrawl_join"](keys=script_keys, args=args))
+
+    assert [join("c1"), join("c1"), join("c1")] == [1, 1, 0]  # the crawl's cap
+    assert schedule.counts("link", "app", "c1")["schedule_stopped"] == "RECRAWL_MAX_PAGES_DEFAULT"
+    assert [join("c2"), join("c2")] == [1, -1]  # the appid's ceiling: 2 + 1 pages
+    assert schedule.counts("link", "app", "c2")["schedule_stopped"] == "APPID_MAX_SCHEDULED_PAGES"
+    assert redis_client.hget(count, "*") == b"3"
+
+    pipe = redis_client.pipeline(transaction=True)  # a counted page that did not join after all
+    schedule.queue_give(pipe, "link", "app", "c1")
+    pipe.execute()
+    assert (redis_client.hget(count, keys.crawl_ref("link", "app", "c1")), redis_client.hget(count, "*")) == (
+        b"1",
+        b"2",
+    )
+
+    # a scheduled page of c1 leaves its schedule (its shard counts it): it comes off the count once
+    request = crawl_seed()
+    fp = b"\x02" * 8
+    now = int(time.time())
+    finish_visit(schedule, request, fp, due=now + 60, now=now)
+    assert schedule.counts("link", "app", "c1")["scheduled"] == 1
+    pipe = redis_client.pipeline(transaction=True)
+    shard = keys.shard_of(request.domain)
+    schedule.queue_visit(
+        pipe, spider="link", appid="app", crawlid="c1", shard=shard, fingerprint=fp, result=None, entry=None, now=now
+    )
+    pipe.execute()
+    assert schedule.counts("link", "app", "c1")["scheduled"] == 0
+    assert schedule.take_left("link", "app", "c1") == 0
+    assert schedule.take_left("link", "app", "c1") == 0  # seen already: nothing more
+    assert redis_client.hget(count, "*") == b"1"
+    assert join("c2") == 1  # room under the ceiling again
+
+    reader.purge("link", "app", "c2")  # stop: the crawl's pages leave the count
+    assert redis_client.hget(count, "*") == b"0"
+    assert redis_client.hget(count, keys.crawl_ref("link", "app", "c2")) is None
+    assert "schedule_stopped" not in schedule.counts("link", "app", "c2")

@@ -170,13 +170,34 @@ class FrontierReader:
             )
         return states
 
+    def admitted(self, crawls: list[tuple[str, str, str]]) -> list[int]:
+        """Requests each of *crawls* admitted so far, what its page budget counts (§10.7): the
+        entries of its dupefilters (every shard's), or on a Redis Cluster the counter its admits
+        keep in its record (while it has a budget); one round trip."""
+        keys = self.keys
+        cluster = is_cluster(self.redis)
+        pipe = self.redis.pipeline(transaction=False)
+        for spider, appid, crawlid in crawls:
+            if cluster:
+                pipe.hget(keys.crawl(spider, appid, crawlid), "admitted")
+            else:
+                for shard in range(keys.shards):
+                    pipe.hlen(keys.dupefilter(spider, appid, crawlid, shard))
+        replies = pipe.execute() if crawls else []
+        if cluster:
+            return [max(0, int(reply or 0)) for reply in replies]
+        per = keys.shards
+        return [sum(int(n) for n in replies[i * per : (i + 1) * per]) for i in range(len(crawls))]
+
     def app_crawlids(self, spider: str, appid: str) -> list[str]:
         """Crawl ids of *appid* that have (or recently had) queued or in-flight work."""
         return sorted(text(c) for c in self.redis.smembers(self.keys.app_crawls(spider, appid)))
 
     def purge(self, spider: str, appid: str, crawlid: str, ended_as: str = "stopped") -> int:
         """Stop one crawl atomically (docs/contract.md §3.9): delete its queued requests in every domain,
-        cancel its leases, disarm its expiry timer and blacklist it for CRAWL_RECORD_TTL.
+        cancel its leases, disarm its expiry timer and blacklist it for CRAWL_RECORD_TTL. The
+        blacklist marker holds when the stop took effect (epoch ms): the kafka-monitor queues no
+        seed whose Kafka record is older, one sent before the stop but read after it (§3.9).
 
         Returns:
             The number of queued requests removed (``total_purged`` / ``total_expired``).
@@ -185,9 +206,12 @@ class FrontierReader:
         member = keys.crawl_member(appid, crawlid)
         ref = keys.crawl_ref(spider, appid, crawlid)
         # the schedule first (§19.6): a release can then put nothing more in the queues purged below
-        scheduled = Schedule(self.redis, keys, self.recrawl_buckets, self.record_ttl_s).purge(spider, appid, crawlid)
+        schedule = Schedule(self.redis, keys, self.recrawl_buckets, self.record_ttl_s)
+        scheduled = schedule.purge(spider, appid, crawlid)
+        schedule.forget(spider, appid, crawlid)  # its pages leave its appid's count (§19.1)
 
         sharded = keys.shards > 1
+        stopped_at_ms = int(time.time() * 1000)  # the markers' value: seeds sent before it stay out
 
         def build() -> RedisPipeline:  # one MULTI (on a cluster, a pipeline): each shard's queues, leases, marker
             pipe = write_pipeline(self.redis)
@@ -216,12 +240,13 @@ class FrontierReader:
                         ended_as,
                         render_prefixes["crawl_queue"] + member + ":",
                         render_prefixes["domain_crawls"],
+                        stopped_at_ms,
                     ],
                 )
             return pipe
 
         purged = sum(int(n) for n in self.scripts.execute(build)) + scheduled
-        self.redis.hdel(keys.crawl(spider, appid, crawlid), RECORD_FIELD, RECURRING_FIELD)
+        self.redis.hdel(keys.crawl(spider, appid, crawlid), RECORD_FIELD, RECURRING_FIELD, "schedule_stopped")
         if sharded:  # the record itself and the expiry timer (the shards' scripts ended their parts)
             record = keys.crawl(spider, appid, crawlid)
             pipe = self.redis.pipeline(transaction=True)  # one slot: the cluster-wide keys

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import ujson
 
+from crawlhive.utils.budgets import Limit
 from crawlhive.utils.errors import KeyFormatError
 from crawlhive.utils.keys import RENDER_LANE, Keys
 from crawlhive.utils.redis_clients import write_pipeline
@@ -461,7 +462,7 @@ class Schedule:
             pipe.unlink(keys.recrawl_slots(spider, appid, crawlid, shard))
             pipe.zrem(keys.recrawl_due(shard), ref)
             # released pages went with the queue: none is due any more
-            pipe.hset(part, mapping={"rc-scheduled": 0, "rc-released": 0, "rc-ended": 0})
+            pipe.hset(part, mapping={"rc-scheduled": 0, "rc-released": 0, "rc-ended": 0, "rc-left": 0})
             pipe.execute()
             for first in range(0, self.buckets, 1000):
                 names = [
@@ -475,8 +476,64 @@ class Schedule:
             removed += max(0, int(scheduled))
         return removed
 
-    def counts(self, spider: str, appid: str, crawlid: str) -> dict[str, int]:
-        """The crawl's ``info`` counts (§19.6): scheduled, due, next_due, visits, changed, unchanged, gone."""
+    def _count_call(
+        self, what: str, spider: str, appid: str, crawlid: str, *extra: str | int
+    ) -> tuple[list[str], list[str | int]]:
+        """KEYS and ARGV of ``recrawl_join.lua`` doing *what* (``join``, ``give``, ``left``,
+        ``forget``) for the crawl; *extra*: ARGV 3 onward up to the TTL's place, then ARGV 8."""
+        keys = self.keys
+        limits = list(extra[:4]) if extra else [0, "", 0, ""]
+        tail = list(extra[4:])
+        return [keys.app_scheduled(appid), keys.crawl(spider, appid, crawlid)], [
+            what,
+            keys.crawl_ref(spider, appid, crawlid),
+            *limits,
+            self.record_ttl_s,
+            *tail,
+        ]
+
+    def join_call(
+        self, spider: str, appid: str, crawlid: str, cap: Limit | None, ceiling: Limit | None
+    ) -> tuple[list[str], list[str | int]]:
+        """KEYS and ARGV of ``recrawl_join.lua`` for a page of the crawl about to join its schedule:
+        counted cluster-wide per appid, refused past the crawl's *cap* or the appid's *ceiling*."""
+        return self._count_call(
+            "join",
+            spider,
+            appid,
+            crawlid,
+            cap.value if cap is not None else 0,
+            cap.name if cap is not None else "",
+            ceiling.value if ceiling is not None else 0,
+            ceiling.name if ceiling is not None else "",
+        )
+
+    def queue_give(self, pipe: RedisPipeline, spider: str, appid: str, crawlid: str) -> None:
+        """Queue on *pipe*: a page :meth:`join_call` counted did not join the schedule after all."""
+        keys, args = self._count_call("give", spider, appid, crawlid)
+        self.scripts.queue(pipe, "recrawl_join", keys, args)
+
+    def forget(self, spider: str, appid: str, crawlid: str) -> None:
+        """The crawl's scheduled pages leave its appid's count (its schedule was purged)."""
+        keys, args = self._count_call("forget", spider, appid, crawlid)
+        self.scripts["recrawl_join"](keys=keys, args=args)
+
+    def take_left(self, spider: str, appid: str, crawlid: str) -> int:
+        """Take the crawl's pages that left its schedule since the last call off its appid's count
+        (the shards count them; a crawler cannot see a page leave, its shard's script does).
+        Two round trips; returns the crawl's count."""
+        keys = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(keys.shards):
+            pipe.hget(keys.crawl_shard(spider, appid, crawlid, shard), "rc-left")
+        left = sum(int(n or 0) for n in pipe.execute())
+        script_keys, args = self._count_call("left", spider, appid, crawlid, 0, "", 0, "", left)
+        return int(self.scripts["recrawl_join"](keys=script_keys, args=args))
+
+    def counts(self, spider: str, appid: str, crawlid: str) -> dict[str, Any]:
+        """The crawl's ``info`` counts (§19.6): scheduled, due, next_due, visits, changed, unchanged,
+        gone, and ``schedule_stopped`` (the limit that last kept a fetched page off the schedule,
+        §19.1) when one did."""
         keys = self.keys
         ref = keys.crawl_ref(spider, appid, crawlid)
         pipe = self.redis.pipeline(transaction=False)
@@ -488,7 +545,8 @@ class Schedule:
                 "rc-ended",
             )
             pipe.zscore(keys.recrawl_due(shard), ref)
-        replies = pipe.execute()
+        pipe.hget(keys.crawl(spider, appid, crawlid), "schedule_stopped")
+        *replies, stopped = pipe.execute()
         totals = dict.fromkeys(COUNTERS, 0)
         released = 0
         firsts = []
@@ -501,7 +559,7 @@ class Schedule:
         now = int(time.time())
         first = min(firsts) if firsts else 0
         due = max(0, released)  # released into the frontier, their visit not over yet
-        return {
+        out: dict[str, Any] = {
             "scheduled": totals["scheduled"],
             "due": due,
             "next_due": min(first, now) if first and first <= now else first,
@@ -510,6 +568,9 @@ class Schedule:
             "unchanged": totals["unchanged"],
             "gone": totals["gone"],
         }
+        if stopped:
+            out["schedule_stopped"] = stopped.decode() if isinstance(stopped, bytes) else str(stopped)
+        return out
 
 
 __all__ = [

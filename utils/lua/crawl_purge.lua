@@ -4,7 +4,8 @@
 --       7 crawl domains of the rendering lane.
 -- ARGV: 1 crawl queue prefix + crawl member + ':', 2 domain crawls prefix, 3 crawl member,
 --       4 crawl ref ('' with shards: the caller disarms the timer, whose key is in another slot), 5 stopped-marker TTL (s), 6 how the crawl ends ('stopped' or 'expired'),
---       7 and 8: ARGV 1 and 2 of the rendering lane.
+--       7 and 8: ARGV 1 and 2 of the rendering lane, 9 when the stop took effect (epoch ms): the
+--       marker's value, so a seed sent before it and read after it is not queued (§3.9).
 -- Returns the number of queued requests purged.
 
 local purged = 0
@@ -29,5 +30,5 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('HDEL', KEYS[4], 'expires')
 end
 if ARGV[4] ~= '' then redis.call('ZREM', KEYS[5], ARGV[4]) end
-redis.call('SET', KEYS[6], '1', 'EX', ARGV[5])
+redis.call('SET', KEYS[6], ARGV[9], 'EX', ARGV[5])
 return purged

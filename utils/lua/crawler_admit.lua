@@ -44,72 +44,73 @@ local out = {1}
 if budget > 0 and not reserved then
   for k = 3, 2 + tonumber(ARGV[7]) do used = used + redis.call('HLEN', KEYS[k]) end
 end
--- Links with no cap in a crawl with no budget: the dupefilter alone (a link this page queued
--- before is queued again), read with one HMGET per dupefilter and the new ones written with one HSET
--- (two commands per dupefilter instead of one or two per link), in chunks that unpack takes.
-local flags = {}
-if budget == 0 and not reserved then
-  local order, groups = {}, {}
-  for i = 8, #ARGV, 4 do
-    if ARGV[i] ~= page and tonumber(ARGV[i + 2]) == 0 then
-      local filter = ARGV[i + 1]
-      local group = groups[filter]
-      if not group then
-        group = {}
-        groups[filter] = group
-        order[#order + 1] = filter
-      end
-      group[#group + 1] = i
+-- Every link is read with one HMGET per dupefilter (in chunks that unpack takes), then decided in
+-- the order the page gave them (a budget admits the first ones), and the new entries written with
+-- one HSET per dupefilter: two commands per dupefilter instead of one or two per link. Only a
+-- link new to the crawl under a page cap costs commands of its own (the cap's set).
+local order, groups = {}, {}
+for i = 8, #ARGV, 4 do
+  if ARGV[i] ~= page then
+    local filter = ARGV[i + 1]
+    local group = groups[filter]
+    if not group then
+      group = {}
+      groups[filter] = group
+      order[#order + 1] = filter
     end
-  end
-  for _, filter in ipairs(order) do
-    local group, key = groups[filter], KEYS[tonumber(filter)]
-    for first = 1, #group, 500 do
-      local last = math.min(first + 499, #group)
-      local fields = {}
-      for j = first, last do fields[#fields + 1] = ARGV[group[j]] end
-      local seen = redis.call('HMGET', key, unpack(fields))
-      local new = {}
-      for j = first, last do
-        local i = group[j]
-        local value = seen[j - first + 1]
-        if value then
-          flags[i] = value == owner
-        else
-          flags[i] = true
-          new[#new + 1] = ARGV[i]
-          new[#new + 1] = owner
-        end
-      end
-      if #new > 0 then redis.call('HSET', key, unpack(new)) end
-    end
+    group[#group + 1] = i
   end
 end
+local seen = {}
+for _, filter in ipairs(order) do
+  local group, key = groups[filter], KEYS[tonumber(filter)]
+  for first = 1, #group, 500 do
+    local last = math.min(first + 499, #group)
+    local fields = {}
+    for j = first, last do fields[#fields + 1] = ARGV[group[j]] end
+    local values = redis.call('HMGET', key, unpack(fields))
+    for j = first, last do seen[group[j]] = values[j - first + 1] end
+  end
+end
+local new, written = {}, {}
 for i = 8, #ARGV, 4 do
   local fp = ARGV[i]
-  local filter = KEYS[tonumber(ARGV[i + 1])]
-  local idx = tonumber(ARGV[i + 2])
-  local ok = flags[i]
-  if ok == nil then
-    ok = false
-    if fp ~= page then
-      local seen = redis.call('HGET', filter, fp)
-      if seen then
-        ok = seen == owner
-      else
-        ok = (budget == 0 and not reserved) or used < budget
-        if ok and idx > 0 and redis.call('SISMEMBER', KEYS[idx], fp) == 0 then
-          ok = redis.call('SCARD', KEYS[idx]) < tonumber(ARGV[i + 3])
+  local ok = false
+  if fp ~= page then
+    local filter = ARGV[i + 1]
+    local value = seen[i]
+    if not value and written[filter .. ':' .. fp] then value = owner end  -- twice on one page
+    if value then
+      ok = value == owner
+    else
+      local idx = tonumber(ARGV[i + 2])
+      ok = (budget == 0 and not reserved) or used < budget
+      if ok and idx > 0 and redis.call('SISMEMBER', KEYS[idx], fp) == 0 then
+        ok = redis.call('SCARD', KEYS[idx]) < tonumber(ARGV[i + 3])
+      end
+      if ok then
+        local entries = new[filter]
+        if not entries then
+          entries = {}
+          new[filter] = entries
         end
-        if ok then
-          redis.call('HSET', filter, fp, owner)
-          used = used + 1
-          if idx > 0 then redis.call('SADD', KEYS[idx], fp) end
-        end
+        entries[#entries + 1] = fp
+        entries[#entries + 1] = owner
+        written[filter .. ':' .. fp] = true
+        used = used + 1
+        if idx > 0 then redis.call('SADD', KEYS[idx], fp) end
       end
     end
   end
   out[#out + 1] = ok and 1 or 0
+end
+for _, filter in ipairs(order) do
+  local entries = new[filter]
+  if entries then
+    for first = 1, #entries, 1000 do
+      redis.call('HSET', KEYS[tonumber(filter)], unpack(entries, first, math.min(first + 999, #entries)))
+    end
+  end
 end
 for k = 3, #KEYS do redis.call('PEXPIRE', KEYS[k], ttl) end
 if reserved then out[#out + 1] = used end
