@@ -453,16 +453,16 @@ examples:
   crawlhive feed '{"stats": "queue", "appid": "tour", "uuid": "s1"}' --wait 10
   # one URL (or JSON crawl request) per line; exit 1 if a line was rejected:
   crawlhive feed --file urls.txt --appid tour --crawlid big1 --set-field maxdepth=1""",
-    "dump": """examples:
-  crawlhive dump crawled_firehose -nb         # new crawled pages, without bodies
-  crawlhive dump outbound_firehose -b -p      # every answer so far, indented
-  crawlhive dump dead_letter -b -n 10
-
-order: each partition's records print in the order they were written, but a topic has several
+    "dump": """order: each partition's records print in the order they were written, but a topic has several
 partitions (KAFKA_TOPIC_PARTITIONS, 4 by default) and their records interleave as they arrive, so
 an older record can print after a newer one (on outbound_firehose, a crawl's complete before
 its last info answer, say). Sort by server_time (answers, notifications) or timestamp (pages)
-when the order matters.""",
+when the order matters.
+
+examples:
+  crawlhive dump crawled_firehose -nb         # new crawled pages, without bodies
+  crawlhive dump outbound_firehose -b -p      # every answer so far, indented
+  crawlhive dump dead_letter -b -n 10""",
 }
 
 
