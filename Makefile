@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run render demo up test test-quick lint typecheck format bench clean browser lock images test-containers monitoring-tools pywb
+.PHONY: install install-run render render-browser demo up test test-quick lint typecheck format bench clean browser lock images test-containers monitoring-tools pywb
 
 # What running needs (`make demo`, `make up`): crawlhive and its runtime dependencies only, from the
 # full lock with hashes (requirements.lock, made from requirements.txt by `make lock`; docs/contract.md §22.1).
@@ -35,9 +35,34 @@ install: $(STAMP)
 # Rendering crawlers (`crawlhive up --render-crawlers 1`, `crawlhive crawler --render`): what `make demo`
 # leaves out, scrapy-playwright and Playwright (requirements-render.txt), and Debian's Chromium
 # (the `browser` target below; Playwright's own browsers are never downloaded).
-render: $(RUN_STAMP) browser
+render: $(RUN_STAMP) render-browser
 	@echo "make: installing the rendering packages of requirements-render.lock into $(VENV) (hashes checked)"
 	@$(BIN)/python -m pip install -q --require-hashes -r requirements-render.lock
+
+# The browser of rendering crawlers: Debian's chromium-headless-shell. `make render` says what it
+# installs and why before installing it, and asks first: apt-get runs as root and changes the
+# system, not .venv. YES=1 answers yes (scripts, images); without root or apt it says what to do.
+render-browser:
+	@if command -v chromium-headless-shell >/dev/null 2>&1; then :; \
+	else \
+		echo "make: rendering crawlers (crawlhive crawler --render, crawlhive up --render-crawlers N) load pages in headless Chromium: Debian's package chromium-headless-shell, which is not installed"; \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			answer=n; \
+			if [ "$(YES)" = 1 ]; then answer=y; \
+			elif [ -t 0 ]; then printf "make: install it now, as root: apt-get install chromium-headless-shell? [y/N] "; read answer || answer=n; \
+			fi; \
+			case "$$answer" in \
+			y|Y|yes) echo "make: apt-get install chromium-headless-shell"; \
+				export DEBIAN_FRONTEND=noninteractive; \
+				apt-get install -y -qq chromium-headless-shell >/dev/null 2>&1 || \
+				{ apt-get update -qq && apt-get install -y -qq chromium-headless-shell >/dev/null; } || \
+				{ echo "make: apt-get could not install chromium-headless-shell"; exit 1; } ;; \
+			*) echo "make: not installed; to install it: apt-get install chromium-headless-shell (or make render YES=1), or set RENDER_BROWSER to a Chromium" ;; \
+			esac; \
+		else \
+			echo "make: install it as root (apt-get install chromium-headless-shell), or set RENDER_BROWSER to a Chromium"; \
+		fi; \
+	fi
 
 # The locks (docs/contract.md §22.1): each direct-requirements file (exact pins of what crawlhive
 # imports) compiled by uv into a full lock of every package with the hashes of every file: the

@@ -453,7 +453,13 @@ examples:
   crawlhive feed '{"stats": "queue", "appid": "tour", "uuid": "s1"}' --wait 10
   # one URL (or JSON crawl request) per line; exit 1 if a line was rejected:
   crawlhive feed --file urls.txt --appid tour --crawlid big1 --set-field maxdepth=1""",
-    "dump": """examples:
+    "dump": """order: each partition's records print in the order they were written, but a topic has several
+partitions (KAFKA_TOPIC_PARTITIONS, 4 by default) and their records interleave as they arrive, so
+an older record can print after a newer one (on outbound_firehose, a crawl's complete before
+its last info answer, say). Sort by server_time (answers, notifications) or timestamp (pages)
+when the order matters.
+
+examples:
   crawlhive dump crawled_firehose -nb         # new crawled pages, without bodies
   crawlhive dump outbound_firehose -b -p      # every answer so far, indented
   crawlhive dump dead_letter -b -n 10""",
@@ -541,7 +547,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `up` and `demo` record a cluster; they never use another's (a second one refuses to start).
         settings = _settings_from_args(args, use_state_file=args.command not in ("up", "demo"))
         secrets = settings.secrets()
-        configure_logging(settings.LOG_LEVEL, settings.LOG_JSON, settings.LOG_FILE, secrets=secrets)
+        configure_logging(
+            settings.LOG_LEVEL,
+            settings.LOG_JSON,
+            settings.LOG_FILE,
+            secrets=secrets,
+            stop_signals=settings.LOG_STOP_SIGNALS,
+        )
         install_shutdown_handlers()
         code = int(args.func(args))
         return EXIT_FORCED if FORCED.is_set() else code

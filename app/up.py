@@ -262,6 +262,10 @@ class LocalCluster:
             )
             self._stack.callback(clear_state, self.settings.home, nonce)
             env = {**os.environ, **settings_env(self.settings), **self.extra_env}
+            if not self.requested.is_set("LOG_STOP_SIGNALS"):
+                # `up` prints that it is stopping, once: the components' own first-signal lines
+                # would repeat it once each for a single Ctrl-C (they are DEBUG then).
+                env["LOG_STOP_SIGNALS"] = "false"
             if not self.requested.is_set("SINK_ROLL_SECONDS"):
                 sink_env = {"SINK_ROLL_SECONDS": str(UP_SINK_ROLL_SECONDS)}
             else:

@@ -133,8 +133,9 @@ def check_render_installed() -> None:
     """Raises SettingsError when scrapy-playwright (the ``render`` extra) is not installed."""
     if importlib.util.find_spec("scrapy_playwright") is None or importlib.util.find_spec("playwright") is None:
         raise SettingsError(
-            "--render needs scrapy-playwright, which this installation lacks: "
-            "pip install 'crawlhive[render]' (or pip install -r requirements-render.txt)"
+            "--render needs scrapy-playwright and Playwright, which this installation lacks: run "
+            "`make render` in crawlhive's folder (it adds them to .venv from requirements-render.lock, "
+            "and Debian's chromium-headless-shell); another installation: pip install 'crawlhive[render]'"
         )
 
 

@@ -289,14 +289,38 @@ def _closed_socket(record: logging.LogRecord) -> bool:
     return False
 
 
-class DetailsAtDebug(logging.Filter):
-    """Shows the INFO lines of :data:`DETAIL_LOGGERS` as DEBUG lines, and so only at LOG_LEVEL=DEBUG."""
+#: (logger, part of the message) of the lines a process logs when the first SIGINT/SIGTERM starts its
+#: graceful stop: crawlhive's own (:func:`crawlhive.utils.loop.install_stop_handlers`) and Scrapy's.
+#: Shown at DEBUG only with LOG_STOP_SIGNALS false (the components of ``crawlhive up``, which says
+#: once that it is stopping).
+STOP_SIGNAL_LINES = (
+    ("crawlhive.utils.loop", "received: stopping after"),
+    ("scrapy.crawler", "Received SIG"),
+)
 
-    def __init__(self, debug: bool) -> None:
+
+def _stop_signal_line(record: logging.LogRecord) -> bool:
+    if record.levelno != logging.INFO or not any(record.name == name for name, _ in STOP_SIGNAL_LINES):
+        return False
+    try:
+        text = record.getMessage()
+    except Exception:  # noqa: BLE001 - a library's malformed log call: leave it as it is
+        return False
+    return any(record.name == name and part in text for name, part in STOP_SIGNAL_LINES)
+
+
+class DetailsAtDebug(logging.Filter):
+    """Shows the INFO lines of :data:`DETAIL_LOGGERS` as DEBUG lines, and so only at LOG_LEVEL=DEBUG;
+    with *stop_signals* false, the lines of :data:`STOP_SIGNAL_LINES` too."""
+
+    def __init__(self, debug: bool, stop_signals: bool = True) -> None:
         super().__init__()
         self.debug = debug
+        self.stop_signals = stop_signals
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if not self.stop_signals and _stop_signal_line(record):
+            return self._as_debug(record)
         if record.levelno > logging.INFO and any(
             record.name.startswith(name) and text in record.getMessage() for name, text in EXPECTED_ON_CLOSE
         ):
@@ -319,10 +343,15 @@ class DetailsAtDebug(logging.Filter):
 
 
 def configure_logging(
-    level: str = "INFO", json_lines: bool = False, file: str | None = None, secrets: list[str] | None = None
+    level: str = "INFO",
+    json_lines: bool = False,
+    file: str | None = None,
+    secrets: list[str] | None = None,
+    stop_signals: bool = True,
 ) -> None:
     """Install one handler on the root logger, replacing any earlier one of ours; no line it writes
-    shows any of *secrets* (``Settings.secrets()``).
+    shows any of *secrets* (``Settings.secrets()``); with *stop_signals* false (LOG_STOP_SIGNALS),
+    the first stop signal's lines are DEBUG.
 
     Raises:
         SettingsError: *level* is not a logging level name (names LOG_LEVEL).
@@ -335,7 +364,7 @@ def configure_logging(
     secrets = [*(secrets or []), *_LATE_SECRETS]
     handler.setFormatter(RedactingFormatter(formatter, secrets) if secrets else formatter)
     handler.setLevel(numeric)  # also for libraries that set their own loggers to DEBUG (Scrapy)
-    handler.addFilter(DetailsAtDebug(debug=numeric <= logging.DEBUG))
+    handler.addFilter(DetailsAtDebug(debug=numeric <= logging.DEBUG, stop_signals=stop_signals))
     handler.addFilter(EscapeArguments())
     handler._crawlhive = True  # type: ignore[attr-defined]
     root = logging.getLogger()

