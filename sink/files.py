@@ -3,10 +3,10 @@
 ``file:///dir/`` or any fsspec URL (``s3://bucket/prefix/`` with ``s3fs`` installed, ``gs://`` with
 ``gcsfs``, …), with ``?format=jsonl`` (the default: one JSON record a line, gzip) or
 ``?format=parquet`` (the fixed schema :func:`parquet_schema`, zstd; pyarrow, the optional extra
-``crawlhive[parquet]``, imported only when a sink asks for Parquet: :data:`PARQUET_MISSING`). Records gather per partition
-and a file is rolled when their bytes reach SINK_ROLL_BYTES (64 MiB) or its first record is
-SINK_ROLL_SECONDS old, named ``<topic>/<partition>/<first offset>-<last offset>.<ext>``. A record
-sent by reference (``body_ref``) counts the body it holds, not its small message.
+``crawlhive[parquet]``, imported only when a sink asks for Parquet: :data:`PARQUET_MISSING`).
+Records gather per partition and a file is rolled when their bytes reach SINK_ROLL_BYTES (64 MiB)
+or its first record is SINK_ROLL_SECONDS old, named ``<topic>/<partition>/<first offset>-<last
+offset>.<ext>``. A record sent by reference (``body_ref``) counts the body it holds, not its small message.
 
 **Rolls never block the poll loop.** A file is encoded and written on the store's roller thread,
 one file at a time in the order rolled, while the sink goes on polling (a roll of a large WARC
