@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run render render-browser demo up test test-quick lint typecheck format bench clean browser lock images test-containers monitoring-tools pywb
+.PHONY: install install-run render render-browser parquet demo up test test-quick lint typecheck format bench clean browser lock images test-containers monitoring-tools pywb
 
 # What running needs (`make demo`, `make up`): crawlhive and its runtime dependencies only, from the
 # full lock with hashes (requirements.lock, made from requirements.txt by `make lock`; docs/contract.md §22.1).
@@ -15,6 +15,9 @@ $(RUN_STAMP): requirements.lock pyproject.toml
 	@$(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
 	@echo "make: installing $$(grep -c '^[A-Za-z0-9].*==' requirements.lock) locked packages from requirements.lock (hashes checked)"
+	@# phonenumbers gave way to phonenumberslite (the same package without its 44 MB of geodata): both
+	@# install the folder phonenumbers/, so a .venv made before drops the old one first
+	@if $(BIN)/python -m pip show -q phonenumbers >/dev/null 2>&1; then $(BIN)/python -m pip uninstall -q -y phonenumbers; fi
 	@$(BIN)/python -m pip install -q --require-hashes -r requirements.lock
 	@echo "make: installing crawlhive itself (editable)"
 	@# setuptools prints an information-only notice on every editable install; it asks nothing of anyone
@@ -22,7 +25,7 @@ $(RUN_STAMP): requirements.lock pyproject.toml
 	@touch $(RUN_STAMP)
 
 # What testing adds (`make test`, `make lint`): the test and lint tools of requirements-dev.txt, from
-# their full lock with hashes (requirements-dev.lock: runtime, rendering and test tools, one set).
+# their full lock with hashes (requirements-dev.lock: runtime, rendering, Parquet and test tools, one set).
 $(STAMP): $(RUN_STAMP) requirements-dev.lock
 	@echo "make: installing the test and lint tools of requirements-dev.lock into $(VENV) (hashes checked)"
 	@$(BIN)/python -m pip install -q --require-hashes -r requirements-dev.lock
@@ -64,10 +67,16 @@ render-browser:
 		fi; \
 	fi
 
+# Parquet files of the files sink (`crawlhive sink --to 'file:///dir/?format=parquet'`): pyarrow, the
+# extra crawlhive[parquet] (requirements-parquet.txt), 170 MB that `make demo` leaves out.
+parquet: $(RUN_STAMP)
+	@echo "make: installing pyarrow (Parquet) from requirements-parquet.lock into $(VENV) (hashes checked)"
+	@$(BIN)/python -m pip install -q --require-hashes -r requirements-parquet.lock
+
 # The locks (docs/contract.md §22.1): each direct-requirements file (exact pins of what crawlhive
 # imports) compiled by uv into a full lock of every package with the hashes of every file: the
-# runtime's, then the rendering set constrained to it, then the test tools' constrained to that, so
-# the three agree on every shared package. Re-run after editing a requirements*.txt; versions already
+# runtime's, then the rendering and Parquet sets constrained to it, then the test tools' constrained to
+# those, so the locks agree on every shared package. Re-run after editing a requirements*.txt; versions already
 # in a lock are kept unless a requirement moved (uv prefers the existing output file's pins).
 # tests/unit/test_locks.py fails, naming the package, while a lock and its requirements disagree.
 UV_COMPILE = $(BIN)/uv pip compile --quiet --generate-hashes --universal --python-version 3.11 \
@@ -77,7 +86,8 @@ lock:
 	@test -x $(BIN)/uv || $(BIN)/python -m pip install -q "$$(grep '^uv==' requirements-dev.txt)"
 	$(UV_COMPILE) -o requirements.lock requirements.txt
 	$(UV_COMPILE) -c requirements.lock -o requirements-render.lock requirements-render.txt
-	$(UV_COMPILE) -c requirements-render.lock -o requirements-dev.lock requirements-dev.txt
+	$(UV_COMPILE) -c requirements.lock -o requirements-parquet.lock requirements-parquet.txt
+	$(UV_COMPILE) -c requirements-render.lock -c requirements-parquet.lock -o requirements-dev.lock requirements-dev.txt
 	$(UV_COMPILE) -o requirements-pywb.lock requirements-pywb.txt
 
 # pywb for the WARC sink's replay test (tests/integration/test_sink_warc.py), in a virtualenv of its

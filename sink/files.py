@@ -2,10 +2,11 @@
 
 ``file:///dir/`` or any fsspec URL (``s3://bucket/prefix/`` with ``s3fs`` installed, ``gs://`` with
 ``gcsfs``, …), with ``?format=jsonl`` (the default: one JSON record a line, gzip) or
-``?format=parquet`` (the fixed schema :data:`PARQUET_SCHEMA`, zstd). Records gather per partition
-and a file is rolled when their bytes reach SINK_ROLL_BYTES (64 MiB) or its first record is
-SINK_ROLL_SECONDS old, named ``<topic>/<partition>/<first offset>-<last offset>.<ext>``. A record
-sent by reference (``body_ref``) counts the body it holds, not its small message.
+``?format=parquet`` (the fixed schema :func:`parquet_schema`, zstd; pyarrow, the optional extra
+``crawlhive[parquet]``, imported only when a sink asks for Parquet: :data:`PARQUET_MISSING`).
+Records gather per partition and a file is rolled when their bytes reach SINK_ROLL_BYTES (64 MiB)
+or its first record is SINK_ROLL_SECONDS old, named ``<topic>/<partition>/<first offset>-<last
+offset>.<ext>``. A record sent by reference (``body_ref``) counts the body it holds, not its small message.
 
 **Rolls never block the poll loop.** A file is encoded and written on the store's roller thread,
 one file at a time in the order rolled, while the sink goes on polling (a roll of a large WARC
@@ -39,16 +40,16 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
+from functools import cache
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import fsspec
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from crawlhive.sink.fields import parse_date, parse_time, text_or_none
 from crawlhive.sink.store import SinkRecord, Store, WriteResult
-from crawlhive.utils.errors import BackendUnavailable, SettingsError
+from crawlhive.utils.errors import BackendUnavailable, MissingExtra, SettingsError
 from crawlhive.utils.log import mask_url
 
 if TYPE_CHECKING:
@@ -64,26 +65,57 @@ DIR_MODE = 0o750
 DEFAULT_ROLL_BYTES = 64 * 1024 * 1024
 FORMATS = {"jsonl": "jsonl.gz", "parquet": "parquet"}
 
-#: The Parquet schema (fixed; docs/contract.md §20.3): where the record came from, the columns of
-#: the PostgreSQL sink, and the whole record as JSON text.
-PARQUET_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("appid", pa.string()),
-        pa.field("crawlid", pa.string()),
-        pa.field("url", pa.string()),
-        pa.field("fetched_at", pa.timestamp("us", tz="UTC")),
-        pa.field("status_code", pa.int32()),
-        pa.field("content_hash", pa.string()),
-        pa.field("title", pa.string()),
-        pa.field("text", pa.string()),
-        pa.field("language", pa.string()),
-        pa.field("published", pa.date32()),
-        pa.field("record", pa.string(), nullable=False),
-    ]
+#: What ``?format=parquet`` says where pyarrow is not installed (``make demo`` leaves it out: 170 MB).
+PARQUET_MISSING = (
+    "SINK_URL (--to): format=parquet needs pyarrow, the optional extra crawlhive[parquet], and it does not "
+    "import here ({error}): install it with `make parquet` (in crawlhive's clone) or "
+    "`pip install 'crawlhive[parquet]'`, or use format=jsonl"
 )
+
+
+def pyarrow_modules() -> tuple[ModuleType, ModuleType]:
+    """``(pyarrow, pyarrow.parquet)``, imported on first use: the extra ``crawlhive[parquet]``.
+
+    Raises:
+        MissingExtra: pyarrow is not installed (or does not import); the message names the extra.
+    """
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError as exc:
+        raise MissingExtra(PARQUET_MISSING.format(error=" ".join(str(exc).split())[:200])) from exc
+    return pyarrow, pyarrow.parquet
+
+
+@cache
+def parquet_schema() -> Any:
+    """The Parquet schema (fixed; docs/contract.md §20.3): where the record came from, the columns of
+    the PostgreSQL sink, and the whole record as JSON text (a ``pyarrow.Schema``).
+
+    Raises:
+        MissingExtra: pyarrow is not installed.
+    """
+    pa, _ = pyarrow_modules()
+    return pa.schema(
+        [
+            pa.field("topic", pa.string(), nullable=False),
+            pa.field("partition", pa.int32(), nullable=False),
+            pa.field("offset", pa.int64(), nullable=False),
+            pa.field("appid", pa.string()),
+            pa.field("crawlid", pa.string()),
+            pa.field("url", pa.string()),
+            pa.field("fetched_at", pa.timestamp("us", tz="UTC")),
+            pa.field("status_code", pa.int32()),
+            pa.field("content_hash", pa.string()),
+            pa.field("title", pa.string()),
+            pa.field("text", pa.string()),
+            pa.field("language", pa.string()),
+            pa.field("published", pa.date32()),
+            pa.field("record", pa.string(), nullable=False),
+        ]
+    )
+
+
 INT32 = 2**31
 
 
@@ -112,19 +144,22 @@ def split_url(url: str) -> tuple[str, str]:
 
     Raises:
         SettingsError: an unknown format.
+        MissingExtra: format=parquet without pyarrow installed (checked here, before a sink starts).
     """
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     fmt = next((v for k, v in query if k == "format"), "jsonl")
     if fmt not in FORMATS:
         raise SettingsError(f"SINK_URL (--to): format {fmt[:40]!r}: expected jsonl or parquet")
+    if fmt == "parquet":
+        pyarrow_modules()
     rest = urlencode([(k, v) for k, v in query if k != "format"])
     base = url.partition("?")[0].partition("#")[0].rstrip("/")  # not urlunsplit: it drops '//' of warc:///
     return (f"{base}?{rest}" if rest else base), fmt
 
 
 def parquet_row(record: SinkRecord) -> dict[str, Any]:
-    """One row of :data:`PARQUET_SCHEMA`."""
+    """One row of :func:`parquet_schema`."""
     value = record.value
     status = value.get("status_code")
     if not isinstance(status, int) or isinstance(status, bool) or not -INT32 < status < INT32:
@@ -353,7 +388,8 @@ class FileStore(Store):
         if self.format == "jsonl":
             lines = b"".join(_json(r) + b"\n" for r in records)
             return gzip.compress(lines, compresslevel=6, mtime=0)  # the same records, the same bytes
-        table = pa.Table.from_pylist([parquet_row(r) for r in records], schema=PARQUET_SCHEMA)
+        pa, pq = pyarrow_modules()
+        table = pa.Table.from_pylist([parquet_row(r) for r in records], schema=parquet_schema())
         out = io.BytesIO()
         pq.write_table(table, out, compression="zstd")
         return out.getvalue()

@@ -21,6 +21,14 @@ class UnsafeSettings(SettingsError):
     exit_code = 2
 
 
+class MissingExtra(SettingsError):
+    """A setting asks for a feature whose optional packages are not installed (an extra of
+    pyproject.toml, e.g. ``crawlhive[parquet]``); the message names the setting, the extra and the
+    command that installs it. ``main()`` exits with 2, before anything starts."""
+
+    exit_code = 2
+
+
 class KeyFormatError(CrawlhiveError, ValueError):
     """A string is not a Redis key of the expected format."""
 

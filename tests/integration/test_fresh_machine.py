@@ -420,6 +420,39 @@ def test_the_run_install_is_lean_and_prints_no_warning(fresh_env: dict[str, str]
     for tool in ("pytest", "ruff", "mypy", "playwright", "hypothesis", "schemathesis", "httpx"):
         assert f"\n{tool}==" not in f"\n{installed}", tool
     assert "\nscrapy==" in f"\n{installed}"
+    # The extras are left out (pyarrow: crawlhive[parquet]), and so are phonenumbers' 44 MB of
+    # geocoding data (phonenumberslite); what remains fits in RUN_VENV_MAX_MIB.
+    for extra in ("pyarrow", "phonenumbers"):
+        assert f"\n{extra}==" not in f"\n{installed}", extra
+    size, largest = disk_usage(clone / ".venv")
+    assert size < RUN_VENV_MAX_MIB * 2**20, (
+        f"`make demo`'s .venv takes {size / 2**20:.0f} MiB (at most {RUN_VENV_MAX_MIB}); largest: {largest}"
+    )
+
+
+#: What `make demo`'s .venv may take on disk, in MiB as `du -sm` counts (it was 600 with pyarrow).
+RUN_VENV_MAX_MIB = 400
+
+
+def disk_usage(folder: Path) -> tuple[int, list[tuple[str, int]]]:
+    """Bytes *folder* takes on disk, as ``du`` counts them (allocated blocks, each file once), and
+    the ten largest entries of its site-packages in MiB (for the message)."""
+    seen: set[tuple[int, int]] = set()
+    per_entry: dict[str, int] = {}
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            path = Path(root) / name
+            info = path.lstat()
+            if (info.st_dev, info.st_ino) in seen:
+                continue
+            seen.add((info.st_dev, info.st_ino))
+            total += info.st_blocks * 512
+            parts = path.relative_to(folder).parts
+            if len(parts) > 3 and parts[2] == "site-packages":  # lib/python3.X/site-packages/<entry>/…
+                per_entry[parts[3]] = per_entry.get(parts[3], 0) + info.st_blocks * 512
+    largest = sorted(per_entry.items(), key=lambda item: -item[1])[:10]
+    return total, [(name, size // 2**20) for name, size in largest]
 
 
 # --- docs/spiders.md ----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from support.sinks import cleaned, committed, log_of, start_sink, wait_until
 
-from crawlhive.sink.files import PARQUET_SCHEMA
+from crawlhive.sink.files import parquet_schema
 from crawlhive.sink.store import sink_group
 from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics, make_producer
 from crawlhive.utils.settings import Settings
@@ -147,7 +147,7 @@ def test_parquet_files_have_the_fixed_schema_and_roll_by_time(settings: Settings
     files = _files(out)
     assert all(name.endswith(".parquet") for name in files)
     tables = {name: pq.read_table(path) for name, path in files.items()}
-    assert all(t.schema.equals(PARQUET_SCHEMA) for t in tables.values())
+    assert all(t.schema.equals(parquet_schema()) for t in tables.values())
     rows = sorted((row for t in tables.values() for row in t.to_pylist()), key=lambda r: (r["partition"], r["offset"]))
     assert [(r["partition"], r["offset"]) for r in rows] == [(0, i) for i in range(20)] + [(1, i) for i in range(20)]
     for name, table in tables.items():

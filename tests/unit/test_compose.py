@@ -307,8 +307,9 @@ def test_dockerfile_builds_from_requirements_and_runs_crawlhive() -> None:
     assert "base AS render" in stages
     copies = [args.split() for word, args in steps if word == "COPY"]
     runs = [args for word, args in steps if word == "RUN"]
-    assert ["requirements.lock", "./"] in copies
-    assert any(re.search(r"pip install (.* )?--require-hashes -r requirements\.lock", run) for run in runs)
+    # the runtime's lock with the extra crawlhive[parquet] (requirements-parquet.lock includes requirements.lock)
+    assert ["requirements-parquet.lock", "./"] in copies
+    assert any(re.search(r"pip install (.* )?--require-hashes -r requirements-parquet\.lock", run) for run in runs)
     assert any(re.search(r"pip wheel (-q )?--no-deps -w /opt/wheels \.", run) for run in runs)  # the package
     for stage in ("plain", "render"):  # both images install the package's wheel
         body = steps[[i for i, (w, a) in enumerate(steps) if w == "FROM" and a.endswith(f"AS {stage}")][0] + 1 :]

@@ -1,7 +1,8 @@
 """The locks (docs/contract.md §22.1) agree with the direct requirements they were made from.
 
-``requirements.txt`` (runtime), ``requirements-render.txt`` (rendering crawlers) and
-``requirements-dev.txt`` (test tools) pin what crawlhive imports; ``make lock`` compiles each into a
+``requirements.txt`` (runtime), ``requirements-render.txt`` (rendering crawlers),
+``requirements-parquet.txt`` (the extra crawlhive[parquet]) and ``requirements-dev.txt`` (test tools)
+pin what crawlhive imports; ``make lock`` compiles each into a
 full lock with hashes (``requirements*.lock``), which every install uses (``make``, the images, CI).
 A branch that adds a requirement without re-running ``make lock`` fails here, the message naming
 the package, the file and the fix."""
@@ -21,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 PAIRS = [
     ("requirements.txt", "requirements.lock"),
     ("requirements-render.txt", "requirements-render.lock"),
+    ("requirements-parquet.txt", "requirements-parquet.lock"),
     ("requirements-dev.txt", "requirements-dev.lock"),
     ("requirements-pywb.txt", "requirements-pywb.lock"),  # a virtualenv of its own (`make pywb`)
 ]
@@ -76,10 +78,11 @@ def test_every_locked_package_has_hashes(lock: str) -> None:
 
 
 def test_the_locks_agree_with_each_other() -> None:
-    """The rendering and test locks are compiled constrained by the runtime lock: a package they
-    share is at one version in all three (what `make install` lays over `make demo`'s venv)."""
+    """The rendering, Parquet and test locks are compiled constrained by the runtime lock: a package
+    they share is at one version in all (what `make install` or `make parquet` lays over `make demo`'s
+    venv)."""
     runtime = locked("requirements.lock")
-    for lock in ("requirements-render.lock", "requirements-dev.lock"):
+    for lock in ("requirements-render.lock", "requirements-parquet.lock", "requirements-dev.lock"):
         other = locked(lock)
         missing = sorted(set(runtime) - set(other))
         assert not missing, f"{lock} lacks {missing} of requirements.lock ({FIX})"
@@ -98,6 +101,27 @@ def test_the_locked_runtime_satisfies_pyprojects_bounds() -> None:
         assert requirement.specifier.contains(pins[name][0], prereleases=True), (
             f"pyproject.toml asks for {requirement}, requirements.lock has {pins[name][0]}"
         )
+
+
+def test_the_extras_are_out_of_the_runtime_lock_and_in_their_own_and_the_test_lock() -> None:
+    """`make demo` installs requirements.lock: an extra of pyproject.toml (Parquet's pyarrow, the
+    rendering packages) is not in it; each extra is in its own lock, at a version its bounds accept,
+    and in the test lock (`make test` runs the extras' tests)."""
+    runtime = locked("requirements.lock")
+    dev = locked("requirements-dev.lock")
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(extras) >= {"parquet", "render"}
+    for extra, lines in extras.items():
+        own = locked(f"requirements-{extra}.lock")
+        for line in lines:
+            requirement = Requirement(line)
+            name = canonicalize_name(requirement.name)
+            assert name not in runtime, f"{name} (extra {extra}) is in requirements.lock, which `make demo` installs"
+            for lock, pins in ((f"requirements-{extra}.lock", own), ("requirements-dev.lock", dev)):
+                assert name in pins, f"{name} (extra {extra}) is not in {lock} ({FIX})"
+                assert requirement.specifier.contains(pins[name][0], prereleases=True), (
+                    f"pyproject.toml's extra {extra} asks for {requirement}, {lock} has {pins[name][0]}"
+                )
 
 
 def test_make_installs_from_the_locks_with_hashes() -> None:

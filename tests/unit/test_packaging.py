@@ -141,3 +141,19 @@ def test_make_render_installs_the_rendering_packages_named_in_requirements_rende
     assert done.returncode == 0, done.stderr
     assert ".venv/bin/python -m pip install -q --require-hashes -r requirements-render.lock" in done.stdout
     assert "chromium-headless-shell" in done.stdout  # the browser target's commands
+
+
+def test_make_parquet_installs_the_parquet_extra_named_in_requirements_parquet() -> None:
+    """requirements-parquet.txt (pyarrow, the extra crawlhive[parquet]) says `make parquet` installs it:
+    the target exists and installs that file's lock into .venv, hashes checked; pyproject.toml's extra
+    asks for the same package."""
+    import subprocess
+
+    assert "make parquet" in (REPO / "requirements-parquet.txt").read_text()
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [line.split(">=")[0] for line in extras["parquet"]] == ["pyarrow"]
+    done = subprocess.run(
+        ["make", "-n", "-W", "requirements.lock", "parquet"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert ".venv/bin/python -m pip install -q --require-hashes -r requirements-parquet.lock" in done.stdout
