@@ -183,6 +183,8 @@ class RecrawlMiddleware:
         verdict = int(await self.runtime.batcher.call("recrawl_join", keys, args))
         if verdict == 1:
             return True
+        if verdict == -2:
+            return False  # the crawl was stopped (or is past its until) meanwhile: nothing joins
         if crawl not in self._reported_full:  # once per crawl and process
             if len(self._reported_full) > 10_000:
                 self._reported_full.clear()

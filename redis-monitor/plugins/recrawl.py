@@ -107,10 +107,10 @@ class RecrawlReleaser(MonitorPlugin):
 
     def walk_crawls(self) -> None:
         """Renew the records of recurring crawls; stop the recurrence of those past ``until``
-        with an empty schedule (they then complete); take the pages that left each crawl's
-        schedule off its appid's count of scheduled pages (what crawlers check a crawl's cap and
+        with an empty schedule (they then complete); write each crawl's true count of scheduled
+        pages into its appid's count (what crawlers check a crawl's cap and
         APPID_MAX_SCHEDULED_PAGES against, §19.1: they count the pages that join, only the shards
-        see a page leave)."""
+        see a page leave, and a first visit whose crawler died never ends)."""
         keys = self.keys
         refs = [text(r) for r in self.redis.smembers(keys.active_crawls())]
         if not refs:
@@ -127,7 +127,7 @@ class RecrawlReleaser(MonitorPlugin):
             spider, appid, crawlid = keys.parse_crawl_ref(ref)
             record = keys.crawl(spider, appid, crawlid)
             self.redis.expire(record, self.record_ttl_s)
-            self.schedule.take_left(spider, appid, crawlid)
+            self.schedule.sync_count(spider, appid, crawlid)
             try:
                 config = RecrawlConfig.from_json(raw)
             except (ValueError, KeyError, TypeError):

@@ -462,7 +462,7 @@ class Schedule:
             pipe.unlink(keys.recrawl_slots(spider, appid, crawlid, shard))
             pipe.zrem(keys.recrawl_due(shard), ref)
             # released pages went with the queue: none is due any more
-            pipe.hset(part, mapping={"rc-scheduled": 0, "rc-released": 0, "rc-ended": 0, "rc-left": 0})
+            pipe.hset(part, mapping={"rc-scheduled": 0, "rc-released": 0, "rc-ended": 0})
             pipe.execute()
             for first in range(0, self.buckets, 1000):
                 names = [
@@ -480,7 +480,7 @@ class Schedule:
         self, what: str, spider: str, appid: str, crawlid: str, *extra: str | int
     ) -> tuple[list[str], list[str | int]]:
         """KEYS and ARGV of ``recrawl_join.lua`` doing *what* (``join``, ``give``, ``left``,
-        ``forget``) for the crawl; *extra*: ARGV 3 onward up to the TTL's place, then ARGV 8."""
+        ``sync``, ``forget``) for the crawl; *extra*: ARGV 3 onward up to the TTL's place, then ARGV 8."""
         keys = self.keys
         limits = list(extra[:4]) if extra else [0, "", 0, ""]
         tail = list(extra[4:])
@@ -518,16 +518,17 @@ class Schedule:
         keys, args = self._count_call("forget", spider, appid, crawlid)
         self.scripts["recrawl_join"](keys=keys, args=args)
 
-    def take_left(self, spider: str, appid: str, crawlid: str) -> int:
-        """Take the crawl's pages that left its schedule since the last call off its appid's count
-        (the shards count them; a crawler cannot see a page leave, its shard's script does).
-        Two round trips; returns the crawl's count."""
+    def sync_count(self, spider: str, appid: str, crawlid: str) -> int:
+        """Write the crawl's true count into its appid's count: the pages on its schedule (its
+        shards count them; a crawler cannot see a page leave, and a first visit counted but never
+        ended, its crawler killed, would otherwise stay counted for ever). A crawl that no longer
+        recurs leaves the count. Two round trips; returns the crawl's count."""
         keys = self.keys
         pipe = self.redis.pipeline(transaction=False)
         for shard in range(keys.shards):
-            pipe.hget(keys.crawl_shard(spider, appid, crawlid, shard), "rc-left")
-        left = sum(int(n or 0) for n in pipe.execute())
-        script_keys, args = self._count_call("left", spider, appid, crawlid, 0, "", 0, "", left)
+            pipe.hget(keys.crawl_shard(spider, appid, crawlid, shard), "rc-scheduled")
+        scheduled = sum(max(0, int(n or 0)) for n in pipe.execute())
+        script_keys, args = self._count_call("sync", spider, appid, crawlid, 0, "", 0, "", scheduled)
         return int(self.scripts["recrawl_join"](keys=script_keys, args=args))
 
     def counts(self, spider: str, appid: str, crawlid: str) -> dict[str, Any]:

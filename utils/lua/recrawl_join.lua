@@ -1,19 +1,23 @@
 -- The count of pages on the recrawl schedules of one appid's crawls (docs/contract.md §19.1,
 -- Keys.app_scheduled), cluster-wide: what a crawl's cap and the appid's ceiling are checked against.
--- KEYS: 1 the appid's count (hash: crawl ref -> pages, 'left:' .. ref -> pages seen leaving,
---       '*' -> the sum of the pages), 2 the crawl record.
+-- KEYS: 1 the appid's count (hash: crawl ref -> pages, '*' -> the sum of the pages), 2 the crawl
+--       record.
 -- ARGV: 1 what happens:
---         'join': a page of the crawl is about to join its schedule (counted unless a limit refuses);
+--         'join': a page of the crawl is about to join its schedule (counted unless a limit refuses,
+--                 or the crawl no longer recurs: stopped, or past its until);
 --         'give': a page counted by 'join' did not join after all;
---         'left': ARGV 8 is how many of the crawl's pages have left its schedule so far (the sum of
---                 its shards' 'rc-left', recrawl_visit.lua): those not seen before leave the count;
+--         'sync': ARGV 8 is the crawl's true count, the pages on its schedule (the sum of its
+--                 shards' 'rc-scheduled', recrawl_visit.lua): the count becomes it (a first visit
+--                 counted by 'join' that never ended, a crawler killed mid-visit, is forgotten
+--                 there; one in flight is counted again when it lands). Idempotent: several
+--                 redis-monitors may sync at once. A crawl that no longer recurs leaves the count;
 --         'forget': the crawl's schedule was purged (stop, expiry): all its pages leave the count;
 --       2 crawl ref, 3 the crawl's cap (0 = none), 4 its name, 5 the appid's ceiling (0 = none),
---       6 its name, 7 TTL of the count (s), 8 pages left (for 'left').
+--       6 its name, 7 TTL of the count (s), 8 the true count (for 'sync').
 -- Returns for 'join' 1 when the page may join (counted), 0 when the crawl's cap refused it, -1
--- when the appid's ceiling did (the limit's name is then the crawl record's 'schedule_stopped');
--- for the others, the crawl's count after the change.
-local ref, seen = ARGV[2], 'left:' .. ARGV[2]
+-- when the appid's ceiling did (the limit's name is then the crawl record's 'schedule_stopped'),
+-- -2 when the crawl no longer recurs; for the others, the crawl's count after the change.
+local ref = ARGV[2]
 local mine = tonumber(redis.call('HGET', KEYS[1], ref) or '0')
 
 -- take *n* pages off the crawl's count (never below 0)
@@ -28,19 +32,28 @@ end
 
 if ARGV[1] == 'forget' then
   take(mine)
-  redis.call('HDEL', KEYS[1], ref, seen)
+  redis.call('HDEL', KEYS[1], ref)
   return 0
 end
 if ARGV[1] == 'give' then
   return take(1)
 end
-if ARGV[1] == 'left' then
-  local now, before = tonumber(ARGV[8]), tonumber(redis.call('HGET', KEYS[1], seen) or '0')
-  if now == before then return mine end
-  redis.call('HSET', KEYS[1], seen, now)
-  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[7]))
-  if now < before then return mine end  -- the shards' counters were reset (their parts expired)
-  return take(now - before)
+if ARGV[1] == 'sync' then
+  if redis.call('HEXISTS', KEYS[2], 'recurring') == 0 then
+    take(mine)
+    redis.call('HDEL', KEYS[1], ref)
+    return 0
+  end
+  local true_count = math.max(0, tonumber(ARGV[8]))
+  if true_count ~= mine then
+    redis.call('HSET', KEYS[1], ref, true_count)
+    redis.call('HINCRBY', KEYS[1], '*', true_count - mine)
+    redis.call('EXPIRE', KEYS[1], tonumber(ARGV[7]))
+  end
+  return true_count
+end
+if redis.call('HEXISTS', KEYS[2], 'recurring') == 0 then
+  return -2  -- stopped, or past its until: nothing joins (a join after 'forget' would count forever)
 end
 local refused, code = nil, 0
 local cap, ceiling = tonumber(ARGV[3]), tonumber(ARGV[5])

@@ -32,8 +32,6 @@ end
 if ARGV[2] == '' then
   if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
     redis.call('HINCRBY', part, 'rc-scheduled', -1)
-    -- pages that left, ever: the redis-monitor takes them off the appid's count (recrawl_join.lua)
-    redis.call('HINCRBY', part, 'rc-left', 1)
   end
   return 0
 end
