@@ -7,17 +7,15 @@ from __future__ import annotations
 import gzip
 import json
 import signal
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from support.sinks import cleaned, committed, log_of, start_sink, wait_until
+from support.sinks import cleaned, committed, log_of, produce_to_partitions, start_sink, stop_sink, wait_until
 
 from crawlhive.sink.files import parquet_schema
 from crawlhive.sink.store import sink_group
-from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics, make_producer
+from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(240)
@@ -27,17 +25,6 @@ PER_FILE = 20
 FILES_PER_PARTITION = 12
 
 
-def _produce(settings: Settings, topic: str, by_partition: dict[int, list[dict[str, Any]]]) -> None:
-    producer = make_producer(settings)
-    try:
-        for partition, values in by_partition.items():
-            for value in values:
-                producer.send(topic, json.dumps(value).encode(), partition=partition)
-        producer.flush(timeout=30)
-    finally:
-        producer.close(timeout=5)
-
-
 def _files(root: Path) -> dict[str, Path]:
     """Complete files by their name relative to *root* (hidden temporary files left out)."""
     return {str(p.relative_to(root)): p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")}
@@ -45,16 +32,6 @@ def _files(root: Path) -> dict[str, Path]:
 
 def _rows(root: Path) -> int:
     return sum(pq.read_metadata(path).num_rows for path in _files(root).values())
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        assert process.wait(30) == 0, log_of(process)[-3000:]
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_jsonl_files_survive_a_sigkill_and_a_replay_writes_the_same_names(settings: Settings, tmp_path: Path) -> None:
@@ -70,7 +47,7 @@ def test_jsonl_files_survive_a_sigkill_and_a_replay_writes_the_same_names(settin
     # first half's files and holds the 7 in its buffer (no file until 20, no roll by time), so the
     # kill always lands with records read but not written; the rest follows the kill.
     head = PER_FILE * FILES_PER_PARTITION // 2
-    _produce(settings, source, {p: values[: head + 7] for p, values in pages.items()})
+    produce_to_partitions(settings, source, {p: values[: head + 7] for p, values in pages.items()})
     out = tmp_path / "out"
     url = f"file://{out}/?format=jsonl"
     roll = {"SINK_ROLL_BYTES": PER_FILE * size, "SINK_ROLL_SECONDS": 3600}
@@ -92,14 +69,14 @@ def test_jsonl_files_survive_a_sigkill_and_a_replay_writes_the_same_names(settin
     assert len(_files(out)) == len(wanted) // 2
     group = sink_group(settings.copy_with(SINK_URL=url), url)
     assert committed(settings, source, group) <= len(_files(out)) * PER_FILE  # only what is in files
-    _produce(settings, source, {p: values[head + 7 :] for p, values in pages.items()})
+    produce_to_partitions(settings, source, {p: values[head + 7 :] for p, values in pages.items()})
 
     second = start_sink(settings, tmp_path, url, **roll)
     try:
         wait_until("every file", lambda: set(_files(out)) == wanted, process=second)
         wait_until("the group's lag to reach 0", lambda: consumer_lag(settings, source, group) == 0, process=second)
     finally:
-        _stop(second)
+        stop_sink(second)
     files = _files(out)
     for name, path in files.items():
         topic, partition, span = name.split("/")
@@ -120,7 +97,7 @@ def test_jsonl_files_survive_a_sigkill_and_a_replay_writes_the_same_names(settin
             timeout=90,
         )
     finally:
-        _stop(replay)
+        stop_sink(replay)
     after = _files(out)
     assert set(after) == wanted
     for name, path in after.items():
@@ -133,7 +110,7 @@ def test_parquet_files_have_the_fixed_schema_and_roll_by_time(settings: Settings
     ensure_topics(settings, [source, settings.topic("dead_letter")])
     values = [cleaned(f"http://q.example/{i}", text=f"text {i}") for i in range(40)]
     values[3] = cleaned("http://q.example/3", text="nul \x00 here", published="31/12/2024", status_code="x")
-    _produce(settings, source, {0: values[:20], 1: values[20:]})
+    produce_to_partitions(settings, source, {0: values[:20], 1: values[20:]})
     out = tmp_path / "pq"
     url = f"file://{out}?format=parquet"
     sink = start_sink(settings, tmp_path, url, SINK_ROLL_SECONDS=1)  # 40 small records: rolled by time
@@ -143,7 +120,7 @@ def test_parquet_files_have_the_fixed_schema_and_roll_by_time(settings: Settings
         wait_until("every record in a file", lambda: _rows(out) >= 40, process=sink)
         wait_until("the group's lag to reach 0", lambda: consumer_lag(settings, source, group) == 0, process=sink)
     finally:
-        _stop(sink)
+        stop_sink(sink)
     files = _files(out)
     assert all(name.endswith(".parquet") for name in files)
     tables = {name: pq.read_table(path) for name, path in files.items()}

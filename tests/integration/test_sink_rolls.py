@@ -19,20 +19,18 @@ import gzip
 import io
 import json
 import secrets
-import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from support.sinks import committed, log_of, start_sink, wait_until
+from support.sinks import committed, log_of, produce_to_partitions, start_sink, stop_sink, wait_until
 from warcio.archiveiterator import ArchiveIterator
 
 from crawlhive.sink.store import sink_group
 from crawlhive.utils.blobs import BlobStore
-from crawlhive.utils.kafka_clients import ensure_topics, make_producer
+from crawlhive.utils.kafka_clients import ensure_topics
 from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(420)
@@ -68,17 +66,6 @@ def _page(partition: int, i: int) -> dict[str, Any]:
     }
 
 
-def _produce(settings: Settings, topic: str, by_partition: dict[int, list[dict[str, Any]]]) -> None:
-    producer = make_producer(settings)
-    try:
-        for partition, values in by_partition.items():
-            for value in values:
-                producer.send(topic, json.dumps(value).encode(), partition=partition)
-        producer.flush(timeout=120)
-    finally:
-        producer.close(timeout=5)
-
-
 def _committed_per_partition(settings: Settings, topic: str, group: str) -> list[int]:
     from kafka import TopicPartition
 
@@ -105,23 +92,13 @@ def _urls_in(path: Path, fmt: str) -> list[str]:
     return [json.loads(line)["url"] for line in gzip.decompress(path.read_bytes()).splitlines()]
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        assert process.wait(60) == 0, log_of(process)[-3000:]
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
 def test_sinks_rolling_45mb_a_partition_keep_their_group_and_archive_each_page_once(
     settings: Settings, tmp_path: Path
 ) -> None:
     source = settings.topic("crawled_firehose")
     ensure_topics(settings, [source, settings.topic("dead_letter")])
     pages = {p: [_page(p, i) for i in range(PER_PARTITION)] for p in range(PARTITIONS)}
-    _produce(settings, source, pages)
+    produce_to_partitions(settings, source, pages)
     wanted = sorted(str(page["url"]) for values in pages.values() for page in values)
     del pages  # 180 MB
 
@@ -168,7 +145,7 @@ def _archive_once(
             assert every_offset_committed(), "the committed offsets moved back"
             time.sleep(0.5)
     finally:
-        _stop(process)
+        stop_sink(process)
     log = log_of(process)
     assert not [line for line in log.splitlines() if any(word in line for word in EVICTED)], log[-4000:]
     assert "WARNING" not in log and "Traceback" not in log, log[-4000:]
@@ -192,7 +169,7 @@ def test_a_page_by_reference_counts_its_body_toward_the_roll_and_a_stop_writes_w
         ref = blobs.put(("<p>" + secrets.token_hex(3 * 1024 * 1024) + "</p>").encode())
         url = f"http://ref.example/{i}"
         values.append({"appid": "refs", "crawlid": "r", "url": url, "status_code": 200, "body": None, "body_ref": ref})
-    _produce(settings, source, {0: values})
+    produce_to_partitions(settings, source, {0: values})
     out = tmp_path / "out"
     url = f"file://{out}/?format=jsonl"
     group = sink_group(settings.copy_with(SINK_URL=url), url)
@@ -204,7 +181,7 @@ def test_a_page_by_reference_counts_its_body_toward_the_roll_and_a_stop_writes_w
         wait_until("three files of three pages", lambda: len(_complete_files(out, ".jsonl.gz")) == 3, 120, process)
         assert committed(settings, source, group) == 9
     finally:
-        _stop(process)
+        stop_sink(process)
     files = sorted(_complete_files(out, ".jsonl.gz"), key=lambda p: int(p.name.split("-")[0]))
     assert [p.name for p in files] == ["0-2.jsonl.gz", "3-5.jsonl.gz", "6-8.jsonl.gz", "9-9.jsonl.gz"]
     lines = [json.loads(line) for p in files for line in gzip.decompress(p.read_bytes()).splitlines()]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import threading
@@ -95,6 +96,29 @@ def produce(settings: Settings, topic: str, values: list[bytes | dict[str, Any] 
         producer.flush(timeout=20)
     finally:
         producer.close(timeout=5)
+
+
+def produce_to_partitions(settings: Settings, topic: str, by_partition: dict[int, list[dict[str, Any]]]) -> None:
+    """Produce each partition's JSON values to that partition of *topic*, in order."""
+    producer = make_producer(settings)
+    try:
+        for partition, values in by_partition.items():
+            for value in values:
+                producer.send(topic, json.dumps(value).encode(), partition=partition)
+        producer.flush(timeout=120)
+    finally:
+        producer.close(timeout=5)
+
+
+def stop_sink(process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """SIGTERM a ``crawlhive sink`` and check it exits 0 (killed if it does not exit in time)."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        assert process.wait(timeout) == 0, log_of(process)[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def committed(settings: Settings, topic: str, group: str) -> int:

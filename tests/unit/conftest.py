@@ -3,6 +3,9 @@ single Redis's layout) and of four (every key with its hash tag, docs/contract.m
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
 import pytest
 import redis
 
@@ -40,3 +43,16 @@ def reader(redis_client: redis.Redis, keys: Keys) -> FrontierReader:
 def validator() -> RequestValidator:
     """The request validator with the default settings (the validation tests share it)."""
     return RequestValidator.from_settings(Settings.from_overrides())
+
+
+@pytest.fixture
+def restore_root() -> Iterator[None]:
+    """The root logger's handlers and level as they were before the test (configure_logging's tests)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)

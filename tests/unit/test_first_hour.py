@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -73,18 +72,6 @@ def test_the_pages_that_name_commands_in_their_text_say_how_to_put_them_on_path(
 
 
 # --- one line at Ctrl-C under `up` ---------------------------------------------------------------
-
-
-@pytest.fixture
-def restore_root() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in list(root.handlers):
-        if handler not in handlers:
-            root.removeHandler(handler)
-            handler.close()
-    root.setLevel(level)
 
 
 class _Worker:

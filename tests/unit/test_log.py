@@ -4,25 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from crawlhive.utils.errors import SettingsError
 from crawlhive.utils.log import configure_logging
-
-
-@pytest.fixture
-def restore_root() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for h in list(root.handlers):
-        if h not in handlers:
-            root.removeHandler(h)
-            h.close()
-    root.setLevel(level)
 
 
 def test_json_lines_with_extra_fields(tmp_path: Path, restore_root: None) -> None:
