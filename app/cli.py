@@ -192,7 +192,8 @@ def _validated_with(settings: Settings) -> str:
     names = from_state(settings)
     if not names:
         return ""
-    listed = ", ".join(f"{n}={str(settings[n])[:40]}" for n in names if "PROXY_POOLS" not in n) or ", ".join(names)
+    # a pool's proxies carry their credentials: named, never shown
+    listed = ", ".join(n if "PROXY_POOLS" in n else f"{n}={str(settings[n])[:40]}" for n in names)
     return f" (validated with the settings of the running crawlhive up: {listed})"
 
 

@@ -37,13 +37,15 @@ SHARED_NAMES = frozenset(
 )
 
 
+def is_shared(name: str) -> bool:
+    """True if the setting *name* is one a ``crawlhive up`` shares (:data:`SHARED_PREFIXES`, :data:`SHARED_NAMES`)."""
+    return name in SHARED_NAMES or name.startswith(SHARED_PREFIXES)
+
+
 def shared_settings(settings: Settings) -> dict[str, str]:
-    """The settings of *settings* that :data:`SHARED_PREFIXES` and :data:`SHARED_NAMES` name and that
-    are not at their defaults, as environment values."""
+    """The shared settings (:func:`is_shared`) of *settings* not at their defaults, as environment values."""
     return {
-        name: env_value(settings[name])
-        for name in settings
-        if (name in SHARED_NAMES or name.startswith(SHARED_PREFIXES)) and settings.source(name) != "default"
+        name: env_value(settings[name]) for name in settings if is_shared(name) and settings.source(name) != "default"
     }
 
 
@@ -213,8 +215,7 @@ def with_state(settings: Settings, wait_s: float = STARTING_WAIT_S) -> Settings:
             sources[name] = "state"
     shared = state.get("settings")
     for name, raw in (shared if isinstance(shared, dict) else {}).items():
-        shareable = name in SHARED_NAMES or name.startswith(SHARED_PREFIXES)
-        if name in DECLARED and shareable and not settings.is_set(name):
+        if name in DECLARED and is_shared(name) and not settings.is_set(name):
             values[name] = parse_value(name, DECLARED[name][0], raw)
             sources[name] = "state"
     return Settings(values, sources)

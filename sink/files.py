@@ -14,7 +14,7 @@ file takes seconds; done on the polling thread it outlasted the group's poll int
 evicted and wrote the same files again forever). The records of a file being rolled stay held
 (:meth:`FileStore.held_back`) until the file is complete; :meth:`FileStore.tick` collects finished
 rolls. What the store holds (gathering and rolling) is bounded by SINK_MAX_HELD_BYTES: past it
-:meth:`FileStore.full` asks the sink to pause its partitions, and the largest partition is rolled
+:meth:`FileStore.room` is 0 and the sink pauses its partitions, and the largest partition is rolled
 early if nothing is rolling.
 
 A file appears complete or not at all: a local file is written under a temporary name, flushed to
@@ -194,7 +194,7 @@ class FileStore(Store):
         self.ext = FORMATS[fmt]
         self.roll_bytes = roll_bytes or DEFAULT_ROLL_BYTES
         self.roll_seconds = roll_seconds
-        #: Bytes gathered and rolling at most before :meth:`full` (0: four rolls' worth).
+        #: Bytes gathered and rolling at most (:meth:`room`; 0: four rolls' worth).
         self.max_held_bytes = max_held_bytes or 4 * self.roll_bytes
         self.fs, self.root = fsspec.core.url_to_fs(base)
         self.local = "file" in _protocols(self.fs)
@@ -232,13 +232,6 @@ class FileStore(Store):
     def held_bytes(self) -> int:
         """Bytes of the records gathered and rolling."""
         return sum(p.size for p in self.pending.values()) + sum(r.pending.size for r in self.rolling)
-
-    def full(self) -> bool:
-        """True while the store holds SINK_MAX_HELD_BYTES or more (the sink pauses its partitions)."""
-        return self.held_bytes >= self.max_held_bytes
-
-    def empty(self) -> bool:
-        return not self.pending and not self.rolling
 
     def held_records(self) -> int:
         return sum(len(p.records) for p in self.pending.values()) + sum(len(r.pending.records) for r in self.rolling)
@@ -289,7 +282,7 @@ class FileStore(Store):
                 self.done.pop(key, None)
             elif now - self.pending[key].started >= self.roll_seconds:
                 self._roll(key)
-        if self.pending and not self.rolling and self.full():
+        if self.pending and not self.rolling and not self.room():
             self._roll(max(self.pending, key=lambda k: self.pending[k].size))
 
     def _collect(self, assigned: set[tuple[str, int]] | None = None) -> None:
@@ -342,7 +335,7 @@ class FileStore(Store):
                 firsts[key] = pending.first
         self.rolling.clear()
         self.pending.clear()
-        self.done = {key: offset for key, offset in firsts.items()}
+        self.done = dict(firsts)
         return firsts
 
     def close(self) -> None:

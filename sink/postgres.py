@@ -206,11 +206,8 @@ class Prepared:
     #: Each record with its row (:func:`page_row`).
     rows: list[tuple[SinkRecord, tuple[Any, ...]]] = field(default_factory=list)
     rejected: list[tuple[SinkRecord, str]] = field(default_factory=list)
-    #: The upserts of *rows*, encoded; empty if a value could not be encoded (a lone surrogate):
-    #: the writer then writes the rows one by one and rejects the ones PostgreSQL cannot hold.
+    #: The upserts of *rows*, encoded (a record that cannot be, a lone surrogate, is in *rejected*).
     statements: list[Statement] = field(default_factory=list)
-    #: Why they could not be encoded (then *statements* is empty).
-    encode_error: UnicodeEncodeError | None = None
 
 
 def chunked(rows: list[tuple[SinkRecord, tuple[Any, ...]]]) -> list[list[tuple[Any, ...]]]:
@@ -369,7 +366,8 @@ class PostgresStore(Store):
             try:
                 prepared.statements = encode_statements(rows)
             except UnicodeEncodeError:
-                # The records that are not Unicode text are refused alone; the rest go as a batch.
+                # The records that are not Unicode text are refused alone; the rest go as a batch
+                # (each row is encoded on its own, so the rows that do encode do so together).
                 good = []
                 for one in rows:
                     try:
@@ -379,10 +377,7 @@ class PostgresStore(Store):
                     else:
                         good.append(one)
                 prepared.rows = good
-                try:
-                    prepared.statements = encode_statements(good) if good else []
-                except UnicodeEncodeError as exc:  # not expected: each encodes alone
-                    prepared.encode_error = exc  # the writer finds which records: one by one
+                prepared.statements = encode_statements(good) if good else []
         return prepared
 
     def write_prepared(self, prepared: Prepared) -> WriteResult:
@@ -397,14 +392,12 @@ class PostgresStore(Store):
             return result
         self.open()
         try:
-            if prepared.encode_error is not None:
-                raise prepared.encode_error
             result.written = self._send(prepared.statements)
-        except (psycopg.Error, UnicodeEncodeError) as exc:
-            if isinstance(exc, psycopg.Error) and self._lost(exc):
+        except psycopg.Error as exc:
+            if self._lost(exc):
                 raise BackendUnavailable(self.describe(exc)) from exc
             logger.warning(
-                "PostgreSQL refused a batch of %d records, or one is not Unicode text (%s); writing them one by one",
+                "PostgreSQL refused a batch of %d records (%s); writing them one by one",
                 len(rows),
                 str(exc).strip()[:200],
             )
@@ -412,9 +405,6 @@ class PostgresStore(Store):
             for one in rows:
                 try:
                     result.written += self._upsert_rows([one])
-                except UnicodeEncodeError:
-                    refused += 1
-                    result.rejected.append((one[0], "not Unicode text: a string holds a lone surrogate"))
                 except psycopg.Error as error:
                     if self._lost(error):
                         raise BackendUnavailable(self.describe(error)) from error
@@ -426,11 +416,7 @@ class PostgresStore(Store):
         return result
 
     def _upsert_rows(self, rows: list[tuple[SinkRecord, tuple[Any, ...]]]) -> int:
-        """The upserts of *rows* (one record, when a batch is written one by one): see :meth:`_send`.
-
-        Raises:
-            UnicodeEncodeError: a string holds a lone surrogate.
-        """
+        """The upserts of *rows* (one record, when a batch is written one by one): see :meth:`_send`."""
         return self._send(encode_statements(rows))
 
     def _send(self, statements: list[Statement]) -> int:

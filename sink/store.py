@@ -103,10 +103,6 @@ class Store(ABC):
             BackendUnavailable: the store is unreachable.
         """
 
-    def full(self) -> bool:
-        """True while the store holds as much as it may (the sink pauses its partitions meanwhile)."""
-        return False
-
     def held_records(self) -> int:
         """Records gathered or being written, not durable yet (``buffered`` in ``stats: sink``)."""
         return 0
@@ -115,12 +111,9 @@ class Store(ABC):
         """Records made durable since the last call outside :meth:`write` (files completed)."""
         return 0
 
-    def empty(self) -> bool:
-        """True while the store holds back nothing."""
-        return True
-
     def room(self) -> int | None:
-        """Bytes of records the store may still take before it is :meth:`full` (None: no bound)."""
+        """Bytes of records the store may still take (None: no bound; 0: it is full, and the sink
+        pauses its partitions meanwhile)."""
         return None
 
     def flush(self) -> None:  # noqa: B027 - optional

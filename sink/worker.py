@@ -191,9 +191,14 @@ class Sink(ConsumerWorker):
             self._publish(self.lag())
 
     def _publish(self, lag: int | None) -> None:
-        state: dict[str, Any] = {"sink": self.name, "kind": self.store.kind, "topic": self.source_topic}
-        state.update(group=self.group, lag=lag)
-        state["buffered"] = self.store.held_records()
+        state: dict[str, Any] = {
+            "sink": self.name,
+            "kind": self.store.kind,
+            "topic": self.source_topic,
+            "group": self.group,
+            "lag": lag,
+            "buffered": self.store.held_records(),
+        }
         if self.failing is not None:
             state["error"] = self.failing
         publish(self.redis, self.keys, self.node_id, state, 2 * self.settings.HEARTBEAT_TIMEOUT)
@@ -300,7 +305,7 @@ class Sink(ConsumerWorker):
         """Pause every assigned partition while the store holds SINK_MAX_HELD_BYTES, resume them
         once it holds less (a paused consumer still polls, so it keeps its place in the group)."""
         assert self.consumer is not None
-        if self.store.full():
+        if self.store.room() == 0:
             assigned = self.consumer.assignment()
             more = assigned - self._paused
             if more:
@@ -326,7 +331,7 @@ class Sink(ConsumerWorker):
             return polled
         assert self.consumer is not None
         kept: dict[TopicPartition, list[ConsumerRecord]] = {}
-        taken = 0 if self.store.empty() else 1
+        taken = 0 if self.store.held_records() == 0 else 1
         for partition, records in polled.items():
             for index, record in enumerate(records):
                 size = len(record.value or b"") + _ref_size_of_message(record.value)

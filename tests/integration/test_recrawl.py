@@ -232,9 +232,7 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
     finally:
         logs = stack.logs()
         codes = stack.close()
-    assert codes == [0, 0, 0], logs
-    for line in logs.splitlines():
-        assert " WARNING " not in line and " ERROR " not in line and "Traceback" not in line, line
+    _assert_clean_exit(codes, logs)
 
 
 def interval(stack: Stack, settings: Settings, crawlid: str, url: str) -> int | None:
@@ -382,9 +380,7 @@ def test_a_recrawling_crawl_sent_again_after_stop_starts_a_fresh_schedule(
     finally:
         logs = stack.logs()
         codes = stack.close()
-    assert codes == [0, 0, 0], logs
-    for line in logs.splitlines():
-        assert " WARNING " not in line and " ERROR " not in line and "Traceback" not in line, line
+    _assert_clean_exit(codes, logs)
 
 
 def test_with_emit_unchanged_every_revisit_is_emitted(
@@ -454,9 +450,7 @@ def test_with_emit_unchanged_every_revisit_is_emitted(
     finally:
         logs = stack.logs()
         codes = stack.close()
-    assert codes == [0, 0, 0], logs
-    for line in logs.splitlines():
-        assert " WARNING " not in line and " ERROR " not in line and "Traceback" not in line, line
+    _assert_clean_exit(codes, logs)
 
 
 def test_a_recurring_crawl_and_an_appid_keep_at_most_their_limits_on_schedule(
@@ -514,6 +508,11 @@ def test_a_recurring_crawl_and_an_appid_keep_at_most_their_limits_on_schedule(
     finally:
         logs = stack.logs()
         codes = stack.close()
+    _assert_clean_exit(codes, logs)
+
+
+def _assert_clean_exit(codes: list[int], logs: str) -> None:
+    """Every process of the stack exited 0 and logged no WARNING, ERROR or traceback."""
     assert codes == [0, 0, 0], logs
     for line in logs.splitlines():
         assert " WARNING " not in line and " ERROR " not in line and "Traceback" not in line, line

@@ -63,7 +63,7 @@ def test_a_roll_is_written_off_the_calling_thread_and_held_back_until_it_is_comp
     (path,) = tmp_path.rglob("*.jsonl.gz")
     assert path.name == "0-2.jsonl.gz"
     store.flush()  # a graceful stop writes what is gathered
-    assert store.held_back(TOPIC, 0) is None and store.empty()
+    assert store.held_back(TOPIC, 0) is None and store.held_records() == 0
     assert sorted(p.name for p in tmp_path.rglob("*.jsonl.gz")) == ["0-2.jsonl.gz", "3-4.jsonl.gz"]
     lines = [json.loads(line) for line in gzip.decompress((path.parent / "3-4.jsonl.gz").read_bytes()).splitlines()]
     assert [line["url"] for line in lines] == ["http://x.example/0/3", "http://x.example/0/4"]
@@ -74,12 +74,12 @@ def test_the_store_is_full_at_its_bound_and_rolls_its_largest_partition_early(tm
     store = _store(tmp_path, roll_bytes=1000, max_held=500)
     store.gate.set()
     store.write([_record(0, 0, 200), _record(1, 0, 150), _record(1, 1, 150)])
-    assert store.room() == 0 and store.full()  # 500 held: the sink pauses its partitions
+    assert store.room() == 0  # 500 held: full, the sink pauses its partitions
     store.tick({(TOPIC, 0), (TOPIC, 1)})  # nothing rolling: the largest (partition 1, 300) rolls early
     assert [r.key for r in store.rolling] == [(TOPIC, 1)]
     store.rolling[0].future.result(10)
     store.tick({(TOPIC, 0), (TOPIC, 1)})
-    assert not store.full() and store.room() == 300 and store.held_back(TOPIC, 1) is None
+    assert store.room() == 300 and store.held_back(TOPIC, 1) is None
     assert [p.name for p in tmp_path.rglob("*.jsonl.gz")] == ["0-1.jsonl.gz"]
     store.close()
 
@@ -96,7 +96,7 @@ def test_a_failed_roll_is_reported_and_abandon_rewinds_to_its_first_record(tmp_p
             store.tick({(TOPIC, 0)})
             threading.Event().wait(0.05)
     assert store.abandon() == {(TOPIC, 0): 3}  # the written file counts; the failed one is read again
-    assert store.empty() and store.held_back(TOPIC, 0) is None
+    assert store.held_records() == 0 and store.held_back(TOPIC, 0) is None
     store.close()
 
 
