@@ -179,6 +179,9 @@ def test_a_page_by_reference_counts_its_body_toward_the_roll_and_a_stop_writes_w
     process = start_sink(settings, tmp_path, url, **bounds)
     try:
         wait_until("three files of three pages", lambda: len(_complete_files(out, ".jsonl.gz")) == 3, 120, process)
+        # A file is complete before its offsets are committed (write, then commit): wait for the
+        # commit, then check it stops at the nine written.
+        wait_until("nine committed", lambda: committed(settings, source, group) >= 9, 30, process)
         assert committed(settings, source, group) == 9
     finally:
         stop_sink(process)
