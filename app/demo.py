@@ -21,12 +21,12 @@ from kafka import TopicPartition
 from crawlhive.app.demo_site import DemoSite, expected_pages
 from crawlhive.app.up import LocalCluster, backend_lines, loopback_note, wait_ready
 from crawlhive.rest.server import rest_url
-from crawlhive.utils.errors import CrawlhiveError
+from crawlhive.utils.backends.kafka_clients import make_consumer, make_producer
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_from_settings
+from crawlhive.utils.config.errors import CrawlhiveError
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.kafka_clients import make_consumer, make_producer
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
-from crawlhive.utils.settings import Settings
 
 #: Seconds the demo waits for the components, then for the crawl, before giving up.
 READY_TIMEOUT_S = 60.0

@@ -43,7 +43,7 @@ from typing import Self
 import redis
 
 from crawlhive.app.binaries import find_broker_bin, find_redis_server
-from crawlhive.utils.errors import BackendUnavailable, EmbeddedServiceError
+from crawlhive.utils.config.errors import BackendUnavailable, EmbeddedServiceError
 
 logger = logging.getLogger(__name__)
 
@@ -490,8 +490,8 @@ class EmbeddedBroker(EmbeddedService):
 
     def _answers(self, remaining: float) -> bool:
         # The same factory every component uses: a metadata round trip through kafka-python.
-        from crawlhive.utils.kafka_clients import make_admin
-        from crawlhive.utils.settings import Settings
+        from crawlhive.utils.backends.kafka_clients import make_admin
+        from crawlhive.utils.config.settings import Settings
 
         settings = Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS=[self.bootstrap])
         try:

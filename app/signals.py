@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-from crawlhive.utils.loop import Shutdown
+from crawlhive.utils.process.loop import Shutdown
 
 __all__ = ["EXIT_FORCED", "FORCED", "Shutdown", "install_shutdown_handlers", "on_forced_stop"]
 

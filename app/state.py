@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crawlhive.utils.errors import CrawlhiveError
-from crawlhive.utils.log import mask_url
-from crawlhive.utils.loop import UP_STATE_FILE, pid_alive
-from crawlhive.utils.settings import DECLARED, Settings, env_value, parse_value
+from crawlhive.utils.config.errors import CrawlhiveError
+from crawlhive.utils.config.log import mask_url
+from crawlhive.utils.config.settings import DECLARED, Settings, env_value, parse_value
+from crawlhive.utils.process.loop import UP_STATE_FILE, pid_alive
 
 STATE_FILE = UP_STATE_FILE
 

@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING
 from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook, free_port
 from crawlhive.app.signals import on_forced_stop
 from crawlhive.app.state import claim_state, clear_state, shared_settings, write_state
+from crawlhive.utils.backends.kafka_clients import ensure_topics
+from crawlhive.utils.backends.redis_clients import check_redis, keys_from_settings, redis_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.config.errors import BackendUnavailable, CrawlhiveError, SettingsError
+from crawlhive.utils.config.log import mask_url
+from crawlhive.utils.config.settings import Settings, settings_env
 from crawlhive.utils.contract.topics import TOPICS
-from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError, SettingsError
-from crawlhive.utils.heartbeat import live_nodes
-from crawlhive.utils.kafka_clients import ensure_topics
-from crawlhive.utils.kinds import heartbeat_components, up_plan
-from crawlhive.utils.log import mask_url
-from crawlhive.utils.redis_clients import check_redis, keys_from_settings, redis_from_settings
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.settings import Settings, settings_env
+from crawlhive.utils.process.kinds import heartbeat_components, up_plan
+from crawlhive.utils.state.heartbeat import live_nodes
 
 if TYPE_CHECKING:
     pass
@@ -145,7 +145,7 @@ def embedded_note(embedded: Mapping[str, str], service: str) -> str:
 
 def backend_lines(live: Settings, embedded: Mapping[str, str]) -> list[str]:
     """The lines ``up`` and ``demo`` print about Redis and Kafka (after their own prefix): the
-    addresses in use, with every secret of REDIS_URL masked by :func:`~crawlhive.utils.log.mask_url`."""
+    addresses in use, with every secret of REDIS_URL masked by :func:`~crawlhive.utils.config.log.mask_url`."""
     kafka = ",".join(live.KAFKA_BOOTSTRAP_SERVERS)
     return [
         f"Redis {mask_url(live.REDIS_URL)}{embedded_note(embedded, 'redis')}",
@@ -222,7 +222,7 @@ class LocalCluster:
         self.requested = settings
         #: The binaries of the services started for it (``redis``, ``broker``), if any.
         self.embedded: dict[str, str] = {}
-        #: Each child (:func:`~crawlhive.utils.kinds.up_plan`: *counts* by ``up`` option,
+        #: Each child (:func:`~crawlhive.utils.process.kinds.up_plan`: *counts* by ``up`` option,
         #: ``{"crawlers": 2}``, the rest at their defaults; *values* of the options that start one
         #: process per value, ``{"sink": [url]}``).
         self.plan = up_plan(counts, forwarded, values)
@@ -427,7 +427,7 @@ def _status(children: list[Child], redis: RedisClient | None, settings: Settings
         if redis is not None:
             check_redis(redis, settings)
             if sinks:
-                from crawlhive.utils.sink_state import failing_sinks
+                from crawlhive.utils.state.sinks import failing_sinks
 
                 failing = failing_sinks(redis, keys_from_settings(settings), settings.HEARTBEAT_TIMEOUT)
     except BackendUnavailable:

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crawlhive.app.embedded import EmbeddedCluster, EmbeddedRedis
-from crawlhive.utils.kafka_clients import ensure_topics
-from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
-from crawlhive.utils.settings import Settings, env_value
+from crawlhive.utils.backends.kafka_clients import ensure_topics
+from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_from_settings
+from crawlhive.utils.config.settings import Settings, env_value
 
 if TYPE_CHECKING:
-    from crawlhive.utils.keys import Keys
-    from crawlhive.utils.redis_types import RedisClient
+    from crawlhive.utils.backends.keys import Keys
+    from crawlhive.utils.backends.redis_types import RedisClient
 
 
 def bench_settings(

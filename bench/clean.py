@@ -58,9 +58,9 @@ from crawlhive.cleaner.plugins.extract import ExtractPlugin
 from crawlhive.cleaner.plugins.language import LanguagePlugin
 from crawlhive.cleaner.plugins.pii import PiiPlugin
 from crawlhive.cleaner.plugins.validate import ValidatePlugin
-from crawlhive.utils.kafka_clients import make_consumer, make_producer
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import make_consumer, make_producer
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.config.settings import Settings
 
 SITE = Path("/tmp/perfsite/www")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))

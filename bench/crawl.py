@@ -44,10 +44,10 @@ from redis.cluster import RedisCluster
 
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.crawler.settings import scrapy_settings
+from crawlhive.utils.backends.redis_clients import is_cluster, keys_from_settings, redis_from_settings, write_pipeline
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.redis_clients import is_cluster, keys_from_settings, redis_from_settings, write_pipeline
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "bench" / "baseline"

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from crawlhive.app.embedded import EmbeddedCluster
-from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.config.settings import Settings
 
 TARGET_PER_S = 5000
 

@@ -24,12 +24,12 @@ from typing import cast
 
 from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.redis_monitor.plugins.info import InfoMonitor
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import FrontierReader, decode_priority, encode_score
 from crawlhive.utils.frontier.model import text
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.settings import Settings
 
 PREFIX = "benchinfo"
 SPIDER, APPID, CRAWLID = "link", "benchapp", "big"

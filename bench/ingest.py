@@ -32,9 +32,9 @@ import redis
 
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.kafka_monitor.monitor import COMPONENT
-from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.settings import Settings, env_value
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.config.settings import Settings, env_value
 
 PREFIX = "bench"
 

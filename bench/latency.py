@@ -32,8 +32,8 @@ import redis
 
 from crawlhive.app.demo_site import SiteServer
 from crawlhive.app.embedded import EmbeddedCluster, free_port
-from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.config.settings import Settings
 
 TARGET_MEDIAN_S = 0.5
 

@@ -42,10 +42,10 @@ from scrapy import Request
 
 from crawlhive.crawler.admit import stored_fingerprint
 from crawlhive.crawler.requests import child_request, url_fingerprint
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import is_cluster, write_pipeline
+from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.frontier import Frontier, FrontierRequest, OptionSet, seed_from_request
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import is_cluster, write_pipeline
-from crawlhive.utils.redis_types import RedisClient
 
 PREFIX = "benchmem"
 SPIDER, APPID = "link", "benchapp"

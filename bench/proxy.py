@@ -31,7 +31,7 @@ import crawl
 from benchkit import bench_settings
 
 from crawlhive.app.embedded import EmbeddedCluster
-from crawlhive.utils.redis_clients import redis_from_settings
+from crawlhive.utils.backends.redis_clients import redis_from_settings
 
 PROXY_PORTS = (18181, 18182, 18183, 18184)
 #: The target of the figure: the proxied crawl at least this fraction of the direct one.

@@ -44,8 +44,8 @@ from benchkit import ROOT, bench_settings, crawler_env
 from crawl import CRAWLHIVE_ITEMS, commands, redis_cpu_s
 
 from crawlhive.app.embedded import EmbeddedCluster
+from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_from_settings, write_pipeline
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings, write_pipeline
 
 SITE = Path("/tmp/realweb")
 #: Where the figures are left for ``bench/pipeline.py`` (same ``make bench`` run).

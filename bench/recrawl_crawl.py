@@ -18,7 +18,7 @@ crawler`` process, the 8 seeds as one crawl, ``--pages`` responses):
   (1,000 domains, ~80-character URLs, 32-character ETags, the layout the crawlers' visit ends write,
   written in bulk), their due times spread evenly over ``scheduled / due-per-s`` seconds that start
   when the bench crawl is seeded: the redis-monitor's release (``redis-monitor/plugins/recrawl.py``,
-  ``utils/lua/recrawl_release.lua``) moves ``--due-per-s`` pages a second from the schedule into
+  ``utils/backends/lua/recrawl_release.lua``) moves ``--due-per-s`` pages a second from the schedule into
   the background crawl's frontier queues (of the same spider type, under the background prefix,
   so the bench crawler does not fetch them) while the bench crawl runs.
 
@@ -50,13 +50,13 @@ from scrapy import Request
 
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.crawler.requests import child_request
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import OptionSet, seed_from_request
 from crawlhive.utils.frontier.model import compact_url
 from crawlhive.utils.frontier.recrawl import PageState, SlotEntry, slot_start, state_bucket
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.settings import Settings
 
 #: The background crawl: its key and topic prefix, names, interval.
 BG_PREFIX = "benchrcbg"
@@ -102,7 +102,7 @@ class BackgroundSchedule:
     def fill(self, first_due: int, due_per_s: int) -> None:
         """Schedule every page, due evenly from *first_due* on, *due_per_s* a second: the state,
         slot entries, slot index, due index and counter the visit-end script
-        (``utils/lua/recrawl_visit.lua``) writes page by page, written in bulk (the due index last,
+        (``utils/backends/lua/recrawl_visit.lua``) writes page by page, written in bulk (the due index last,
         so the release sees the crawl once it is whole)."""
         keys = self.keys
         now = int(time.time())

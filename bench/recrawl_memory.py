@@ -30,6 +30,7 @@ from benchkit import bench_redis, prefixed_redis  # noqa: E402  (bench/benchkit.
 from memory import CRAWL_DEFAULTS, link_url, used_memory  # noqa: E402  (bench/memory.py)
 
 from crawlhive.crawler.requests import child_request  # noqa: E402
+from crawlhive.utils.backends.redis_types import RedisClient, RedisPipeline  # noqa: E402
 from crawlhive.utils.frontier import OptionSet, seed_from_request  # noqa: E402
 from crawlhive.utils.frontier.recrawl import (  # noqa: E402
     PageState,
@@ -37,7 +38,6 @@ from crawlhive.utils.frontier.recrawl import (  # noqa: E402
     SlotEntry,
     VisitResult,
 )
-from crawlhive.utils.redis_types import RedisClient, RedisPipeline  # noqa: E402
 
 PREFIX = "benchrc"
 TARGET_PER_PAGE = 200

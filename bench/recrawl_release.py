@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import bench_redis, prefixed_redis  # noqa: E402  (bench/benchkit.py)
 from recrawl_memory import PREFIX, fill  # noqa: E402  (bench/recrawl_memory.py)
 
+from crawlhive.utils.backends.redis_types import RedisClient  # noqa: E402
 from crawlhive.utils.frontier.recrawl import Schedule  # noqa: E402
-from crawlhive.utils.redis_types import RedisClient  # noqa: E402
 
 DUE_PER_S = 10_000
 

@@ -38,8 +38,8 @@ import redis
 from benchkit import bench_settings, crawler_env
 
 from crawlhive.app.embedded import EmbeddedCluster
+from crawlhive.utils.backends.redis_clients import keys_from_settings
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.redis_clients import keys_from_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "bench" / "baseline"

@@ -42,8 +42,8 @@ from benchkit import bench_settings
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.sink.postgres import CREATE_TABLE, page_row
 from crawlhive.sink.worker import Sink
-from crawlhive.utils.kafka_clients import make_producer
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import make_producer
+from crawlhive.utils.config.settings import Settings
 
 POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BATCH = 500

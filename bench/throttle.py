@@ -36,10 +36,10 @@ import redis
 
 from crawlhive.app.demo_site import SiteServer
 from crawlhive.app.embedded import EmbeddedCluster, free_port
+from crawlhive.utils.backends.kafka_clients import ensure_topics
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import Frontier, seed_from_request
-from crawlhive.utils.kafka_clients import ensure_topics
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.settings import Settings
 
 HITS, WINDOW_S = 20, 10.0
 BRANCHING = 30  # 1 + 30 + 900 pages: more than any run can fetch at 2 pages/s

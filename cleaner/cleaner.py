@@ -1,6 +1,6 @@
 """``crawlhive cleaner``: one cleaner process (docs/contract.md §13).
 
-A :class:`~crawlhive.utils.worker.Worker` (set-up with back-off, signals, heartbeat, teardown, as
+A :class:`~crawlhive.utils.process.worker.Worker` (set-up with back-off, signals, heartbeat, teardown, as
 every crawlhive loop) that consumes ``<prefix>.crawled_firehose`` in the consumer group
 CLEANER_GROUP, runs each batch through the steps (:mod:`crawlhive.cleaner.plugins`), produces the
 cleaned records to ``<prefix>.cleaned`` and the dead letters to ``<prefix>.dead_letter``, waits for
@@ -30,22 +30,22 @@ from redis.exceptions import RedisError
 
 from crawlhive.cleaner.page import Duplicate, NotAnItem, Page, Reject, Skip, too_long
 from crawlhive.cleaner.plugins import BUILTIN_PLUGINS, CleanerPlugin
-from crawlhive.utils.blobs import BlobError, BlobStore
+from crawlhive.utils.backends.blobs import BlobError, BlobStore
+from crawlhive.utils.backends.redis_clients import check_redis, redis_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.config.errors import SettingsError
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.produce import send_and_wait
 from crawlhive.utils.contract.records import clean_dead_letter, cleaned_record
-from crawlhive.utils.errors import SettingsError
-from crawlhive.utils.loop import is_transient
-from crawlhive.utils.plugins import load_plugins
-from crawlhive.utils.redis_clients import check_redis, redis_from_settings
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.stats import CLEANER, CLEANER_COUNTERS, cleaner_machine_counter_name
-from crawlhive.utils.worker import BatchCounts, ConsumerWorker
+from crawlhive.utils.process.loop import is_transient
+from crawlhive.utils.process.plugins import load_plugins
+from crawlhive.utils.process.worker import BatchCounts, ConsumerWorker
+from crawlhive.utils.state.stats import CLEANER, CLEANER_COUNTERS, cleaner_machine_counter_name
 
 if TYPE_CHECKING:
     from kafka.consumer.fetcher import ConsumerRecord
 
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
-"""The cleaner as a process kind (:mod:`crawlhive.utils.kinds`): ``crawlhive cleaner``, ``up --cleaners``."""
+"""The cleaner as a process kind (:mod:`crawlhive.utils.process.kinds`): ``crawlhive cleaner``, ``up --cleaners``."""
 
 from __future__ import annotations
 
-from crawlhive.utils.kinds import ProcessKind, UpGroup, worker_entry
+from crawlhive.utils.process.kinds import ProcessKind, UpGroup, worker_entry
 
 KIND = ProcessKind(
     name="cleaner",

@@ -1,6 +1,6 @@
 """The admit: one atomic check of a fetched page's lease, and the filter of its links.
 
-When a page has been parsed, one Lua script (``utils/lua/crawler_admit.lua``) checks that the lease
+When a page has been parsed, one Lua script (``utils/backends/lua/crawler_admit.lua``) checks that the lease
 is still this process's and its crawl not stopped, renews the lease, and runs the page's links
 through the per-crawl dupefilter, page caps and page budget (docs/contract.md §3.6, §3.9, §10.7).
 
@@ -25,11 +25,11 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from crawlhive.crawler.requests import child_request, link_children, url_fingerprint
-from crawlhive.utils.budgets import page_budget
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import is_cluster
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.scripts import scripts
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import is_cluster
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.scripts import scripts
+from crawlhive.utils.rules.budgets import page_budget
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -47,9 +47,9 @@ from redis.exceptions import (
     TimeoutError as RedisTimeoutError,
 )
 
-from crawlhive.utils.redis_clients import is_cluster
-from crawlhive.utils.redis_types import AsyncRedisClient
-from crawlhive.utils.scripts import scripts
+from crawlhive.utils.backends.redis_clients import is_cluster
+from crawlhive.utils.backends.redis_types import AsyncRedisClient
+from crawlhive.utils.backends.scripts import scripts
 
 if TYPE_CHECKING:
     pass
@@ -87,7 +87,7 @@ class ScriptBatcher:
     Args:
         client: an asyncio Redis client, used only from the running event loop's thread.
 
-    Scripts are named as in :mod:`crawlhive.utils.scripts`. A ``NoScriptError`` (Redis restarted or
+    Scripts are named as in :mod:`crawlhive.utils.backends.scripts`. A ``NoScriptError`` (Redis restarted or
     flushed its scripts) loads the script and resends just the calls that failed with it, so no call
     runs twice.
     """

@@ -15,7 +15,7 @@ implementation of the cookie rules Scrapy's own jar wraps:
   on other ports are other services; the port of the origin, as §10.6 scopes a crawl's own cookies).
 
 Only what a response changed is sent to Redis (:func:`changes`: cookies set, cookies deleted), and
-``utils/lua/proxy_session_cookies.lua`` merges it into the session's jar, so two responses of one
+``utils/backends/lua/proxy_session_cookies.lua`` merges it into the session's jar, so two responses of one
 session answered at once both count. Bounded: the first MAX_SET_COOKIES ``Set-Cookie`` headers of a
 response, each at most MAX_COOKIE_CHARS; a jar holds at most 64 cookies (the script's cap).
 
@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import Request as UrlRequest
 
-from crawlhive.utils.domains import DEFAULT_PORTS
+from crawlhive.utils.rules.domains import DEFAULT_PORTS
 
 #: ``Set-Cookie`` headers of one response read into a session's jar.
 MAX_SET_COOKIES = 64

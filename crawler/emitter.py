@@ -28,17 +28,17 @@ from twisted.internet import defer, reactor, threads
 from twisted.python.failure import Failure
 
 from crawlhive.crawler.items import CrawledItem
-from crawlhive.utils.blobs import BlobStore
+from crawlhive.utils.backends.blobs import BlobStore
+from crawlhive.utils.backends.kafka_clients import ensure_topics
+from crawlhive.utils.backends.rdkafka import Report, make_rdkafka_producer
+from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.records import crawl_dead_letter, timestamp
 from crawlhive.utils.contract.topics import appid_topic
-from crawlhive.utils.kafka_clients import ensure_topics
-from crawlhive.utils.rdkafka import Report, make_rdkafka_producer
-from crawlhive.utils.redis_types import RedisClient
 
 if TYPE_CHECKING:
     from crawlhive.crawler.leases import LeaseContext, LeaseTable
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ class Emitter:
 
 
 class KafkaSink:
-    """Records to Kafka topics through one producer on librdkafka (:mod:`crawlhive.utils.rdkafka`).
+    """Records to Kafka topics through one producer on librdkafka (:mod:`crawlhive.utils.backends.rdkafka`).
 
     A record's Deferred fires in the reactor thread on the broker's acknowledgement; the producer's
     delivery thread hands the acknowledgements over in batches, one reactor wake-up for all the

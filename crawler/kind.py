@@ -1,4 +1,4 @@
-"""The crawler as a process kind (:mod:`crawlhive.utils.kinds`): ``crawlhive crawler``,
+"""The crawler as a process kind (:mod:`crawlhive.utils.process.kinds`): ``crawlhive crawler``,
 ``up --crawlers``, ``up --render-crawlers``. Imports no Scrapy: ``crawlhive --help`` stays quick."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from crawlhive.utils.kinds import Option, ProcessKind, UpGroup
+from crawlhive.utils.process.kinds import Option, ProcessKind, UpGroup
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 #: The crawler's built-in spider types, listed by ``crawler --help`` without importing Scrapy
 #: (a test checks it against ``crawlhive.crawler.spiders.SPIDERS``).

@@ -34,6 +34,11 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from twisted.internet import reactor
 
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import CommandList, is_cluster, write_pipeline
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.scripts import names as script_names
+from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.frontier import (
     WAKE_ANY,
     Frontier,
@@ -45,11 +50,6 @@ from crawlhive.utils.frontier import (
     wake_message,
 )
 from crawlhive.utils.frontier.writer import plan_push
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import CommandList, is_cluster, write_pipeline
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.scripts import names as script_names
-from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
     from crawlhive.crawler.batching import ScriptBatcher

@@ -4,7 +4,7 @@ The links of a page are what Scrapy's ``LinkExtractor`` would find (``<a>``/``<a
 ``<base href>``, absolute URLs, ``deny_extensions`` on the path), computed here on the page's lxml
 tree for a quarter of the CPU (:func:`extract_links` says how; a test pins the equality). The
 crawl's options are applied on top: ``allow_regex``/``deny_regex`` matched on the absolute URL as
-Scrapy's ``allow``/``deny`` would (search, deny wins) but with RE2 (:mod:`crawlhive.utils.patterns`:
+Scrapy's ``allow``/``deny`` would (search, deny wins) but with RE2 (:mod:`crawlhive.utils.rules.patterns`:
 Scrapy compiles them with Python's backtracking ``re``, which a stranger's pattern can stall); only
 ``http``/``https`` links; ``allowed_domains`` on the host (Scrapy's ``allow_domains`` compares the
 netloc, port included, so ``127.0.0.1`` would never match ``127.0.0.1:8080``); crawl traps dropped
@@ -28,8 +28,8 @@ from scrapy.utils.response import get_base_url
 from w3lib.html import HTML5_WHITESPACE
 from w3lib.url import canonicalize_url, safe_url_string
 
-from crawlhive.utils.domains import host_problem
-from crawlhive.utils.patterns import DEFAULT_PATTERN_LIMITS, PatternLimits, search_any
+from crawlhive.utils.rules.domains import host_problem
+from crawlhive.utils.rules.patterns import DEFAULT_PATTERN_LIMITS, PatternLimits, search_any
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -157,7 +157,7 @@ def extract_links(
     *on_capped* is called with their number).
 
     A hostile page costs time linear in its size: an ``href`` longer than LINK_MAX_URL_LENGTH, or
-    whose host cannot be a host name (:func:`~crawlhive.utils.domains.host_problem`: over 253
+    whose host cannot be a host name (:func:`~crawlhive.utils.rules.domains.host_problem`: over 253
     characters or a label over 63), is dropped before any IDNA or w3lib step (IDNA-encoding an
     8,000-character Unicode label took 22 s); a page whose ``<base>`` names such a host has no
     links; links to more than MAX_IDN_HOSTS_PER_PAGE distinct non-ASCII hosts are dropped and
@@ -184,7 +184,7 @@ def extract_links(
     encoding = response.encoding
     allow = tuple(request.allow_regex or ())
     deny = tuple(request.deny_regex or ())
-    rules = limits.patterns  # compiled on the reactor thread: cheap within these bounds (utils/patterns.py)
+    rules = limits.patterns  # compiled on the reactor thread: cheap within these bounds (utils/rules/patterns.py)
     allowed = allowed_domains(request)
     denied = _denied_extensions(_tuple(request.deny_extensions))
     origin = _simple_origin(base) if base == response.url else None  # a <base>: no shortcut

@@ -77,10 +77,10 @@ from crawlhive.crawler.sitemaps import (
     robots_request,
     sitemap_request,
 )
-from crawlhive.utils.domains import domain_of_url, origin_of, tenant_site
 from crawlhive.utils.frontier import defer_domain, defer_site, parse_retry_after, site_gate
 from crawlhive.utils.frontier.recrawl import CONDITIONAL_HEADERS
-from crawlhive.utils.stats import NETWORK_FAILURE_CODE
+from crawlhive.utils.rules.domains import domain_of_url, origin_of, tenant_site
+from crawlhive.utils.state.stats import NETWORK_FAILURE_CODE
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -199,7 +199,7 @@ class FrontierMetaRefreshMiddleware(_ForgetsValidators, _DropsLeaseOnIgnore, Met
 
 class LocationHostGuardMiddleware:
     """A redirect whose ``Location`` names a host that cannot be a host name
-    (:func:`~crawlhive.utils.domains.host_problem`) is refused before Scrapy's ``RedirectMiddleware``
+    (:func:`~crawlhive.utils.rules.domains.host_problem`) is refused before Scrapy's ``RedirectMiddleware``
     (600) IDNA-encodes it, which is quadratic in the length of a label: the page is dropped like a
     redirect out of ``allowed_domains`` (§10.7). Order 610: its ``process_response`` runs first."""
 

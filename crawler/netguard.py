@@ -33,7 +33,7 @@ from scrapy.utils.datatypes import LocalCache
 from twisted.internet.error import DNSLookupError
 
 from crawlhive.crawler.requests import end_for_good
-from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.config.errors import SettingsError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from twisted.internet.base import ReactorBase
     from twisted.internet.defer import Deferred
 
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

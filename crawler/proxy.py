@@ -9,7 +9,7 @@ Two downloader middlewares:
   the crawl's ``proxy_pool``, else PROXY_POOL_DEFAULT) it asks Redis for the pool's least
   recently used proxy that does not rest for the domain (or for the tenant site of a shared
   suffix, :func:`scope_of`: one site's bans, sessions and slow-downs are not its siblings'), nor
-  for the crawl after its own ``ban_regex`` bans (``utils/lua/proxy_choose.lua``: one call,
+  for the crawl after its own ``ban_regex`` bans (``utils/backends/lua/proxy_choose.lua``: one call,
   through the crawler's asyncio batcher, so the reactor never blocks and calls share round trips);
   a sticky crawl keeps its session's proxy and cookies (a cookie jar with cookie-jar rules:
   :mod:`crawlhive.crawler.cookies`). A rendering crawler's page whose choice names a pool is a
@@ -25,19 +25,19 @@ Two downloader middlewares:
 * :class:`ProxyResponseMiddleware` (order 589: after decompression at 590, before Scrapy's
   ``RetryMiddleware`` at 550 and the meta-refresh at 580 see the response): a status in
   PROXY_BAN_STATUSES or a body matching the crawl's ``ban_regex`` (RE2, within the pattern bounds)
-  is a ban of the proxy for the domain (``utils/lua/proxy_report.lua``: PROXY_BAN_THRESHOLD in a
+  is a ban of the proxy for the domain (``utils/backends/lua/proxy_report.lua``: PROXY_BAN_THRESHOLD in a
   row rests it, PROXY_COOLDOWN doubling up to PROXY_COOLDOWN_MAX; a ``ban_regex`` match, or any
   ban without PROXY_SHARED_BANS, for that crawl alone) and the page is sent again through another
   proxy without using one of its retries (up to PROXY_MAX_SWITCHES; never a ``POST``). The adaptive
   throttle: a 429 or 503 that was not switched, or a response slower than AUTOTHROTTLE_LATENCY,
-  halves the domain's rate cluster-wide (``utils/lua/autothrottle_slow.lua``; the pop script's
-  throttle rule applies the factor and regains it step by step, ``utils/lua/lib/throttle.lua``), so
+  halves the domain's rate cluster-wide (``utils/backends/lua/autothrottle_slow.lua``; the pop script's
+  throttle rule applies the factor and regains it step by step, ``utils/backends/lua/lib/throttle.lua``), so
   nothing is sent to Redis for a page that is neither banned nor slow.
 
 Proxies are named by ``host:port`` (never their URL) in every count, log line and stat. Outcomes
 are counted per pool, proxy and outcome in ``keys.proxy_stats()`` (flushed at most once a second),
 what ``stats proxies`` and ``/metrics`` read. The pool choice, ban rules and rest keys are in
-:mod:`crawlhive.utils.proxies` and ``utils/keys.py``.
+:mod:`crawlhive.utils.rules.proxy_pools` and ``utils/backends/keys.py``.
 """
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ from crawlhive.crawler.netguard import installed_resolver
 from crawlhive.crawler.requests import IDEMPOTENT_METHODS, context_of, end_for_good
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.crawler.sitemaps import SITEMAP
-from crawlhive.utils.domains import domain_of_url, tenant_site
-from crawlhive.utils.patterns import PatternLimits, search_any
-from crawlhive.utils.proxies import Proxy, ProxyPools, pools_from_settings
-from crawlhive.utils.scripts import scripts
+from crawlhive.utils.backends.scripts import scripts
+from crawlhive.utils.rules.domains import domain_of_url, tenant_site
+from crawlhive.utils.rules.patterns import PatternLimits, search_any
+from crawlhive.utils.rules.proxy_pools import Proxy, ProxyPools, pools_from_settings
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
     from crawlhive.crawler.leases import LeaseContext
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ SLOW_DOWN_STATUSES = frozenset({429, 503})
 
 def scope_of(url: str) -> tuple[str, str | None]:
     """``(domain, site)`` of *url*: its bucket (§3.2) and, for a tenant of a shared suffix, its site
-    (:func:`~crawlhive.utils.domains.tenant_site`), else None. Proxy rests, rotation, sessions and
+    (:func:`~crawlhive.utils.rules.domains.tenant_site`), else None. Proxy rests, rotation, sessions and
     the adaptive throttle are kept per site when there is one (``mallory.github.io``'s bans and
     429s are its own, not every ``*.github.io``'s), else per domain."""
     domain = domain_of_url(url)

@@ -35,7 +35,6 @@ from crawlhive.crawler.items import CrawledItem
 from crawlhive.crawler.requests import context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.crawler.sitemaps import Discovered
-from crawlhive.utils.budgets import app_ceiling, schedule_cap
 from crawlhive.utils.frontier.recrawl import (
     FAILED_STATUS,
     RECORD_FIELD,
@@ -50,6 +49,7 @@ from crawlhive.utils.frontier.recrawl import (
     next_visit,
     schedule_fingerprint,
 )
+from crawlhive.utils.rules.budgets import app_ceiling, schedule_cap
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator
@@ -58,8 +58,8 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
     from crawlhive.crawler.leases import LeaseContext
+    from crawlhive.utils.backends.redis_types import RedisPipeline
     from crawlhive.utils.frontier import FrontierRequest
-    from crawlhive.utils.redis_types import RedisPipeline
 
 logger = logging.getLogger(__name__)
 

@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import WatchError
 
+from crawlhive.utils.backends.keys import SpiderLists
+from crawlhive.utils.backends.redis_clients import is_cluster
+from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.contract.records import validation_dead_letter
 from crawlhive.utils.contract.validation import Accepted, RequestValidator, parse_json
 from crawlhive.utils.frontier import Frontier, FrontierRequest, seed_from_request
-from crawlhive.utils.keys import SpiderLists
-from crawlhive.utils.redis_clients import is_cluster
-from crawlhive.utils.redis_types import RedisClient
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

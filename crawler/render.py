@@ -1,7 +1,7 @@
 """Rendering crawlers: pages loaded in headless Chromium (docs/contract.md §15).
 
 ``crawlhive crawler --spider NAME --render`` (``RENDER=true``) pops only the rendering lane of the
-frontier (crawls sent with ``render: true``; ``utils/keys.py`` names the lane's keys) and loads each
+frontier (crawls sent with ``render: true``; ``utils/backends/keys.py`` names the lane's keys) and loads each
 page in the system's Chromium through scrapy-playwright. Everything else is the plain crawler's:
 leases, throttle, robots.txt (fetched without the browser), admits, items, retries.
 
@@ -65,8 +65,8 @@ from crawlhive.crawler.netguard import BlockedNetwork, installed_resolver
 from crawlhive.crawler.requests import context_of, cookie_pairs, end_for_good
 from crawlhive.crawler.sandbox import browser_launch
 from crawlhive.crawler.sitemaps import SITEMAP
-from crawlhive.utils.domains import origin_of
-from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.rules.domains import origin_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

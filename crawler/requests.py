@@ -23,8 +23,8 @@ from scrapy import Request
 from scrapy.utils.request import request_from_dict
 
 from crawlhive.crawler.settings import FETCHED_SCHEMES
-from crawlhive.utils.domains import domain_of_url
 from crawlhive.utils.frontier import FrontierRequest
+from crawlhive.utils.rules.domains import domain_of_url
 
 if TYPE_CHECKING:
     from scrapy import Spider

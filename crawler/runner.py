@@ -11,14 +11,14 @@ from crawlhive.crawler.netguard import NetworkPolicy
 from crawlhive.crawler.render import render_settings
 from crawlhive.crawler.settings import apply_custom_settings, scrapy_settings, spider_lists, spider_modules
 from crawlhive.crawler.spiders import spider_class
-from crawlhive.utils.errors import CrawlhiveError
-from crawlhive.utils.kafka_clients import ensure_topics
-from crawlhive.utils.loop import ClusterGone, Shutdown
-from crawlhive.utils.proxies import pools_from_settings
-from crawlhive.utils.redis_clients import check_redis, redis_from_settings
+from crawlhive.utils.backends.kafka_clients import ensure_topics
+from crawlhive.utils.backends.redis_clients import check_redis, redis_from_settings
+from crawlhive.utils.config.errors import CrawlhiveError
+from crawlhive.utils.process.loop import ClusterGone, Shutdown
+from crawlhive.utils.rules.proxy_pools import pools_from_settings
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -60,21 +60,21 @@ from crawlhive.crawler.links import LinkLimits
 from crawlhive.crawler.redis_only import SeedReader
 from crawlhive.crawler.requests import scrapy_request, unfetchable
 from crawlhive.crawler.settings import spider_lists
-from crawlhive.utils import stats as stat_names
-from crawlhive.utils.domains import domain_of_url
+from crawlhive.utils.backends.redis_clients import async_redis_from_settings, redis_from_settings
+from crawlhive.utils.backends.redis_types import AsyncRedisClient, RedisClient
+from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases, retry_backoff
-from crawlhive.utils.loop import ClusterGone, Outage, cluster_gone, is_cluster_transient, uses_up_state
-from crawlhive.utils.redis_clients import async_redis_from_settings, redis_from_settings
-from crawlhive.utils.redis_types import AsyncRedisClient, RedisClient
-from crawlhive.utils.response_metrics import ResponseMetrics
-from crawlhive.utils.scripts import scripts
-from crawlhive.utils.worker import ProcessContext
+from crawlhive.utils.process.loop import ClusterGone, Outage, cluster_gone, is_cluster_transient, uses_up_state
+from crawlhive.utils.process.worker import ProcessContext
+from crawlhive.utils.rules.domains import domain_of_url
+from crawlhive.utils.state import stats as stat_names
+from crawlhive.utils.state.response_metrics import ResponseMetrics
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ class CrawlRuntime:
 
     def _watch_up(self) -> None:
         """While the crawler runs on the addresses of a ``crawlhive up`` (up.json), check every
-        UP_WATCH_S that this ``up`` still runs (:func:`~crawlhive.utils.loop.cluster_gone`); once it
+        UP_WATCH_S that this ``up`` still runs (:func:`~crawlhive.utils.process.loop.cluster_gone`); once it
         is gone, stop the crawler as a failed call would (:meth:`backend_failed`).
 
         Failed calls alone did not always tell: a crawler whose calls hung, or had nothing to call
@@ -293,7 +293,7 @@ class CrawlRuntime:
 
     def backend_failed(self, what: str) -> None:
         """A Redis call failed (any thread): the outage's one WARNING, or, when the cluster is gone
-        for good (:func:`~crawlhive.utils.loop.cluster_gone`), the crawler stops and
+        for good (:func:`~crawlhive.utils.process.loop.cluster_gone`), the crawler stops and
         ``crawlhive crawler`` exits 1 saying so (:func:`crawlhive.crawler.runner.run_crawler`)."""
         try:
             self.outage.failed(what)

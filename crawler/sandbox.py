@@ -34,10 +34,10 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.config.errors import SettingsError
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

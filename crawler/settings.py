@@ -1,6 +1,6 @@
 """crawlhive settings -> Scrapy settings, in this one place.
 
-The crawlhive :class:`~crawlhive.utils.settings.Settings` object itself travels in the Scrapy setting
+The crawlhive :class:`~crawlhive.utils.config.settings.Settings` object itself travels in the Scrapy setting
 ``CRAWLHIVE_SETTINGS`` (components read typed values from it through :class:`CrawlRuntime`), the
 spider type in ``CRAWLHIVE_SPIDER``. ``SCRAPY_SETTINGS`` is applied last, and can only add to
 crawlhive's own components (:func:`merge_user_settings`).
@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from crawlhive.crawler.extensions import EXTENSIONS as MAINTENANCE_EXTENSIONS
-from crawlhive.utils.errors import SettingsError
-from crawlhive.utils.keys import SpiderLists
-from crawlhive.utils.patterns import PATTERN_SETTINGS
+from crawlhive.utils.backends.keys import SpiderLists
+from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.rules.patterns import PATTERN_SETTINGS
 
 if TYPE_CHECKING:
     from scrapy import Spider
 
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 _PKG = "crawlhive.crawler"
 
@@ -95,7 +95,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "LINK_MAX_URL_LENGTH": settings.LINK_MAX_URL_LENGTH,
         "LINK_MAX_SEGMENT_REPEATS": settings.LINK_MAX_SEGMENT_REPEATS,
         "LINK_MAX_PER_PAGE": settings.LINK_MAX_PER_PAGE,
-        # the bounds allow_regex / deny_regex are compiled within (utils/patterns.py)
+        # the bounds allow_regex / deny_regex are compiled within (utils/rules/patterns.py)
         **{name: settings.getint(name) for name in PATTERN_SETTINGS},
         # A pipeline's DropItem is a decision, not a problem: INFO, not Scrapy's WARNING (§17.3).
         "DEFAULT_DROPITEM_LOG_LEVEL": "INFO",

@@ -5,7 +5,7 @@ Usage (the compose file's ``healthcheck``)::
     python /opt/crawlhive/healthcheck.py kafka-monitor | redis-monitor | crawler | cleaner | rest [--max-age S]
 
 * ``kafka-monitor``, ``redis-monitor``, ``crawler``, ``cleaner``: healthy when **this container's** process has a
-  heartbeat in Redis (``utils/heartbeat.py``, the same keys the ``nodes`` maps of docs/contract.md §4.1 come
+  heartbeat in Redis (``utils/state/heartbeat.py``, the same keys the ``nodes`` maps of docs/contract.md §4.1 come
   from) that was renewed at most ``--max-age`` seconds ago (default 3 x HEARTBEAT_INTERVAL). This
   container's process is the one whose heartbeat names this container's node name (CRAWLER_NODE_NAME,
   else the hostname, which Docker sets to the container id: the value the component itself reports)
@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from crawlhive.utils.errors import CrawlhiveError
-from crawlhive.utils.heartbeat import live_heartbeats
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
-from crawlhive.utils.settings import Settings, load_settings
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_from_settings
+from crawlhive.utils.config.errors import CrawlhiveError
+from crawlhive.utils.config.settings import Settings, load_settings
+from crawlhive.utils.state.heartbeat import live_heartbeats
 
 if TYPE_CHECKING:
     from redis import Redis

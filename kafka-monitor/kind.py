@@ -1,8 +1,8 @@
-"""The kafka-monitor as a process kind (:mod:`crawlhive.utils.kinds`): ``crawlhive kafka-monitor``."""
+"""The kafka-monitor as a process kind (:mod:`crawlhive.utils.process.kinds`): ``crawlhive kafka-monitor``."""
 
 from __future__ import annotations
 
-from crawlhive.utils.kinds import ProcessKind, UpGroup, worker_entry
+from crawlhive.utils.process.kinds import ProcessKind, UpGroup, worker_entry
 
 KIND = ProcessKind(
     name="kafka-monitor",

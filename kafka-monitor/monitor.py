@@ -28,25 +28,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
 from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, Incoming, IncomingPlugin
+from crawlhive.utils.backends.kafka_clients import record_origin
+from crawlhive.utils.backends.redis_clients import check_redis, redis_from_settings, write_pipeline
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.replication import ReplicaWait
+from crawlhive.utils.backends.scripts import scripts
+from crawlhive.utils.config.log import mask_url
 from crawlhive.utils.contract.messages import MessageKind
 from crawlhive.utils.contract.produce import send_and_wait
 from crawlhive.utils.contract.records import validation_dead_letter
 from crawlhive.utils.contract.validation import Accepted, RequestValidator
-from crawlhive.utils.kafka_clients import record_origin
-from crawlhive.utils.log import mask_url
-from crawlhive.utils.loop import is_out_of_memory, is_transient
-from crawlhive.utils.plugins import load_plugins
-from crawlhive.utils.redis_clients import check_redis, redis_from_settings, write_pipeline
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.replication import ReplicaWait
-from crawlhive.utils.scripts import scripts
-from crawlhive.utils.worker import BatchCounts, ConsumerWorker
+from crawlhive.utils.process.loop import is_out_of_memory, is_transient
+from crawlhive.utils.process.plugins import load_plugins
+from crawlhive.utils.process.worker import BatchCounts, ConsumerWorker
 
 if TYPE_CHECKING:
     from kafka.consumer.fetcher import ConsumerRecord
 
-    from crawlhive.utils.redis_types import RedisPipeline
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.backends.redis_types import RedisPipeline
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class BatchResult(BatchCounts):
 
 class KafkaMonitor(ConsumerWorker):
     """Consumes ``<prefix>.incoming`` in the consumer group KAFKA_GROUP and feeds Redis (the loop,
-    back-off, signals and teardown are :class:`~crawlhive.utils.worker.Worker`'s).
+    back-off, signals and teardown are :class:`~crawlhive.utils.process.worker.Worker`'s).
 
     Args:
         settings: the process settings (connections, topics, plugins, stats, heartbeats).

@@ -1,8 +1,8 @@
-"""The redis-monitor as a process kind (:mod:`crawlhive.utils.kinds`): ``crawlhive redis-monitor``."""
+"""The redis-monitor as a process kind (:mod:`crawlhive.utils.process.kinds`): ``crawlhive redis-monitor``."""
 
 from __future__ import annotations
 
-from crawlhive.utils.kinds import ProcessKind, UpGroup, worker_entry
+from crawlhive.utils.process.kinds import ProcessKind, UpGroup, worker_entry
 
 KIND = ProcessKind(
     name="redis-monitor",

@@ -1,7 +1,7 @@
 """The redis-monitor process: control stream -> plugins -> ``<prefix>.outbound_firehose``.
 
 Requests (info, stop, stats, domain-config) arrive as entries of the control stream
-(:mod:`crawlhive.utils.control`), and so do the notifications that timer-driven plugins cause
+(:mod:`crawlhive.utils.state.control`), and so do the notifications that timer-driven plugins cause
 (``expire``, ``complete``, ``dead-letter``): every redis-monitor reads the stream through one
 consumer group, so each entry is handled by one monitor, found without ``KEYS`` and without
 polling an idle Redis (``XREADGROUP BLOCK``). One loop iteration:
@@ -31,26 +31,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import BUILTIN_PLUGINS, MonitorPlugin, Outbound
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_producer
+from crawlhive.utils.backends.redis_clients import check_redis, redis_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.replication import ReplicaWait
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.fit import fit_message, value_limit
 from crawlhive.utils.contract.produce import send_and_wait
 from crawlhive.utils.contract.records import control_dead_letter
 from crawlhive.utils.contract.topics import appid_topic
-from crawlhive.utils.control import ControlConsumer, ControlEntry
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.kafka_clients import ensure_topics, make_producer
-from crawlhive.utils.loop import is_transient
-from crawlhive.utils.plugins import load_plugins
-from crawlhive.utils.redis_clients import check_redis, redis_from_settings
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.replication import ReplicaWait
-from crawlhive.utils.stats import FAIL, REDIS_MONITOR, TOTAL, plugin_counter_name
-from crawlhive.utils.worker import Worker
+from crawlhive.utils.process.loop import is_transient
+from crawlhive.utils.process.plugins import load_plugins
+from crawlhive.utils.process.worker import Worker
+from crawlhive.utils.state.control import ControlConsumer, ControlEntry
+from crawlhive.utils.state.stats import FAIL, REDIS_MONITOR, TOTAL, plugin_counter_name
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
 
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Held:
 
 class RedisMonitor(Worker):
     """Answers control requests, fires timers and emits notifications; see the module docstring
-    (the loop, back-off, signals and teardown are :class:`~crawlhive.utils.worker.Worker`'s).
+    (the loop, back-off, signals and teardown are :class:`~crawlhive.utils.process.worker.Worker`'s).
 
     Args:
         settings: the process settings.

@@ -34,19 +34,19 @@ from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
 from redis.exceptions import RedisError
 
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer, record_origin
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.scripts import scripts
+from crawlhive.utils.config.errors import BackendUnavailable, CrawlhiveError
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.fit import RECORD_OVERHEAD_BYTES, value_limit
-from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError
-from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer, record_origin
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, KafkaProducer
 
-    from crawlhive.utils.keys import Keys
-    from crawlhive.utils.redis_types import RedisPipeline
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.backends.keys import Keys
+    from crawlhive.utils.backends.redis_types import RedisPipeline
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,8 @@ class Answer:
     """An outbound message with a string ``uuid``, as consumed from Kafka.
 
     Attributes:
-        origin: :func:`~crawlhive.utils.kafka_clients.record_origin` of its record, the same in every REST instance.
+        origin: :func:`~crawlhive.utils.backends.kafka_clients.record_origin` of its record, the same in every
+            REST instance.
     """
 
     uuid: str
@@ -207,8 +208,8 @@ class AnswerBook:
         """Hand each answer to its waiters, or store it for ``/poll``.
 
         Called by the listener thread. Stores in one pipeline per call, each answer atomically with
-        :file:`utils/lua/answer_store.lua`: skipped while another instance waits for its uuid, and stored once per
-        Kafka record across instances. A Redis failure is logged and loses those answers for
+        :file:`utils/backends/lua/answer_store.lua`: skipped while another instance waits for its uuid, and stored
+        once per Kafka record across instances. A Redis failure is logged and loses those answers for
         ``/poll`` only.
         """
         to_store: list[Answer] = []

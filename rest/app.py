@@ -40,9 +40,9 @@ from crawlhive.rest.answers import KafkaUnavailable, RecordTooLarge, encodable
 from crawlhive.rest.metrics import CONTENT_TYPE
 from crawlhive.rest.recrawl_view import recrawl_summaries
 from crawlhive.rest.service import RestService, new_uuid
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import Accepted, Rejected, json_pointer, parse_json
 from crawlhive.utils.frontier import CrawlState
-from crawlhive.utils.settings import Settings
 
 logger = logging.getLogger(__name__)
 

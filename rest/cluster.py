@@ -2,7 +2,7 @@
 
 Everything comes from the shared library's structures: heartbeats (:func:`live_nodes`), the active
 crawls set and crawl state (:class:`FrontierReader`), the lease sets, the throttle windows and the
-stats counters (:class:`Stats`), named by the helpers of :mod:`crawlhive.utils.stats` (lifetime totals):
+stats counters (:class:`Stats`), named by the helpers of :mod:`crawlhive.utils.state.stats` (lifetime totals):
 
 * kafka-monitor: ``fail`` (rejected requests, i.e. validation dead letters) and
   ``plugin_counter_name(<plugin>)`` (requests a plugin handled; the kind comes from the plugin class).
@@ -20,17 +20,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crawlhive.rest.recrawl_view import mark_recurring
-from crawlhive.utils.budgets import budget_fields, page_budget
-from crawlhive.utils.errors import KeyFormatError
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.config.errors import KeyFormatError
 from crawlhive.utils.frontier import CrawlState, FrontierReader
-from crawlhive.utils.heartbeat import crawler_lanes, live_heartbeats, live_nodes, unserved_reason
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.kinds import heartbeat_components
-from crawlhive.utils.proxies import ProxyConfigError, ProxyPools, pools_from_settings
-from crawlhive.utils.proxy_state import domain_notes, proxy_overview
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.stats import (
+from crawlhive.utils.process.kinds import heartbeat_components
+from crawlhive.utils.rules.budgets import budget_fields, page_budget
+from crawlhive.utils.rules.proxy_pools import ProxyConfigError, ProxyPools, pools_from_settings
+from crawlhive.utils.state.heartbeat import crawler_lanes, live_heartbeats, live_nodes, unserved_reason
+from crawlhive.utils.state.proxies import domain_notes, proxy_overview
+from crawlhive.utils.state.stats import (
     CLEANER,
     CLEANER_COUNTERS,
     CRAWLER,
@@ -44,7 +44,7 @@ from crawlhive.utils.stats import (
 )
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 #: Components whose live processes are counted (docs/contract.md §7.2 ``crawlhive_nodes``).
 #: Spider type always reported, even with nothing queued (the default spiderid).
@@ -73,7 +73,7 @@ PARKED = "nothing in flight and every domain with queued work waits for the thro
 
 
 def waiting_reason(state: CrawlState, serving: set[tuple[str, bool]]) -> str | None:
-    """Why *state* waits for a crawler, or None: see :func:`~crawlhive.utils.heartbeat.unserved_reason`
+    """Why *state* waits for a crawler, or None: see :func:`~crawlhive.utils.state.heartbeat.unserved_reason`
     (*serving*: ``(spiderid, render)`` of the live crawlers, §11, §15)."""
     return unserved_reason(state.spiderid, state.lanes, serving)
 
@@ -145,7 +145,7 @@ class ClusterView:
 
     def sinks(self) -> list[dict[str, Any]]:
         """One row per sink: name, kind, lifetime counters, live processes and lag (§20.7)."""
-        from crawlhive.utils.sink_state import rows
+        from crawlhive.utils.state.sinks import rows
 
         return rows(self.redis, self.keys, self.stats, self.heartbeat_timeout_s)
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawlhive.rest.cluster import waiting_reason
 from crawlhive.rest.recrawl_view import mark_recurring
-from crawlhive.utils.kinds import kind_named
+from crawlhive.utils.process.kinds import kind_named
 
 if TYPE_CHECKING:
     from crawlhive.rest.service import RestService
@@ -54,7 +54,7 @@ def crawl_row(state: CrawlState, stopped: bool = False, unserved: str | None = N
 
 
 def card_label(component: str) -> str:
-    """The label of *component*'s node card (its kind's ``card``: :mod:`crawlhive.utils.kinds`)."""
+    """The label of *component*'s node card (its kind's ``card``: :mod:`crawlhive.utils.process.kinds`)."""
     try:
         return kind_named(component).card_label
     except KeyError:

@@ -1,14 +1,14 @@
-"""REST as a process kind (:mod:`crawlhive.utils.kinds`): ``crawlhive rest``."""
+"""REST as a process kind (:mod:`crawlhive.utils.process.kinds`): ``crawlhive rest``."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
 
-from crawlhive.utils.kinds import Option, ProcessKind, UpGroup
+from crawlhive.utils.process.kinds import Option, ProcessKind, UpGroup
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:

@@ -20,8 +20,8 @@ from prometheus_client.registry import Collector
 from redis.cluster import RedisCluster
 
 from crawlhive.rest.recrawl_view import recrawl_metrics
-from crawlhive.utils.kinds import heartbeat_components
-from crawlhive.utils.response_metrics import read_histograms, read_top_domains
+from crawlhive.utils.process.kinds import heartbeat_components
+from crawlhive.utils.state.response_metrics import read_histograms, read_top_domains
 
 if TYPE_CHECKING:
     from crawlhive.rest.cluster import ClusterView
@@ -128,7 +128,7 @@ class ClusterCollector(Collector):
         yield from proxy_metrics(self.view.proxies(), names=self.view.metrics_names)
         crawls = [(c.spiderid, c.appid, c.crawlid) for c in snap.crawls]
         yield from recrawl_metrics(self.view.redis, self.view.keys, crawls)  # §19.6
-        from crawlhive.utils.sink_state import metrics as sink_metrics  # the sinks' families (§20.7)
+        from crawlhive.utils.state.sinks import metrics as sink_metrics  # the sinks' families (§20.7)
 
         yield from sink_metrics(self.view.sinks())
 

@@ -14,8 +14,8 @@ from crawlhive.utils.frontier.recrawl import RECURRING_FIELD, Schedule
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from crawlhive.utils.keys import Keys
-    from crawlhive.utils.redis_types import RedisClient
+    from crawlhive.utils.backends.keys import Keys
+    from crawlhive.utils.backends.redis_types import RedisClient
 
 Crawl = tuple[str, str, str]
 

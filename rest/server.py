@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, cast
 import uvicorn
 
 from crawlhive.rest.app import create_app
-from crawlhive.utils.errors import UnsafeSettings
-from crawlhive.utils.loop import ClusterGone
+from crawlhive.utils.config.errors import UnsafeSettings
+from crawlhive.utils.process.loop import ClusterGone
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -20,16 +20,16 @@ from redis.exceptions import RedisError
 from crawlhive.rest.answers import WAITER_MARGIN_S, AnswerBook, KafkaLink, incoming_record
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import RestMetrics
+from crawlhive.utils.backends.kafka_clients import consumer_lag
+from crawlhive.utils.backends.redis_clients import redis_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.contract.validation import RequestValidator
-from crawlhive.utils.kafka_clients import consumer_lag
-from crawlhive.utils.loop import cluster_gone
-from crawlhive.utils.redis_clients import redis_from_settings
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.sink_state import failing_sinks
-from crawlhive.utils.worker import ProcessContext
+from crawlhive.utils.process.loop import cluster_gone
+from crawlhive.utils.process.worker import ProcessContext
+from crawlhive.utils.state.sinks import failing_sinks
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

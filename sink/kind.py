@@ -1,4 +1,4 @@
-"""The sink as a process kind (:mod:`crawlhive.utils.kinds`): ``crawlhive sink --to URL``, and
+"""The sink as a process kind (:mod:`crawlhive.utils.process.kinds`): ``crawlhive sink --to URL``, and
 ``crawlhive up --sink URL`` (one sink per URL, the URL in its SINK_URL: :attr:`UpGroup.each`)."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from crawlhive.utils.kinds import Option, ProcessKind, UpGroup
+from crawlhive.utils.process.kinds import Option, ProcessKind, UpGroup
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 
 def run(settings: Settings, args: argparse.Namespace | None = None) -> int:
@@ -21,7 +21,7 @@ def run(settings: Settings, args: argparse.Namespace | None = None) -> int:
         SettingsError: no SINK_URL, or one no store handles.
     """
     from crawlhive.sink.worker import Sink
-    from crawlhive.utils.loop import ForcedShutdown
+    from crawlhive.utils.process.loop import ForcedShutdown
 
     worker = Sink.from_settings(settings)
     worker.install_signal_handlers()

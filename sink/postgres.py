@@ -36,11 +36,11 @@ from psycopg.postgres import types as pg_types
 
 from crawlhive.sink.fields import parse_date, parse_time, scrub, text_or_none
 from crawlhive.sink.store import SinkRecord, Store, WriteResult
-from crawlhive.utils.errors import BackendUnavailable, SettingsError
-from crawlhive.utils.log import mask_url
+from crawlhive.utils.config.errors import BackendUnavailable, SettingsError
+from crawlhive.utils.config.log import mask_url
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

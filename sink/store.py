@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
-from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.config.errors import SettingsError
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 #: Short names ``--from`` accepts, each the topic ``<prefix>.<name>``.
 SOURCES = ("crawled_firehose", "items", "cleaned")

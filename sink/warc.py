@@ -42,7 +42,7 @@ from crawlhive.sink.files import FileStore, Pending, check_roll_settings, split_
 from crawlhive.sink.store import SinkRecord, WriteResult
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 #: SINK_ROLL_BYTES when it is 0, for WARC: as for the other files. It was 1 GiB, the customary
 #: size of a WARC file, but a roll holds its records in memory and a 2-core machine encodes about

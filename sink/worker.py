@@ -1,6 +1,6 @@
 """``crawlhive sink``: one sink process (docs/contract.md §20.1).
 
-A :class:`~crawlhive.utils.worker.ConsumerWorker` (set-up with back-off, signals, heartbeat,
+A :class:`~crawlhive.utils.process.worker.ConsumerWorker` (set-up with back-off, signals, heartbeat,
 teardown) that consumes ``<prefix>.cleaned`` (or the topic of SINK_FROM) in the sink's own consumer
 group and hands each batch's JSON objects to its :class:`~crawlhive.sink.store.Store`. The at-least-
 once rule is the cleaner's: a partition's offset is committed only once everything before it is
@@ -23,22 +23,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.sink.store import SinkRecord, Store, WriteResult, sink_group, sink_name, source_topic, store_for
-from crawlhive.utils.blobs import BlobError, BlobStore
+from crawlhive.utils.backends.blobs import BlobError, BlobStore
+from crawlhive.utils.backends.redis_clients import check_redis, redis_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.config.log import mask_url
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.produce import send_and_wait
 from crawlhive.utils.contract.records import sink_dead_letter
-from crawlhive.utils.errors import SettingsError
-from crawlhive.utils.log import mask_url
-from crawlhive.utils.redis_clients import check_redis, redis_from_settings
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.sink_state import COMPONENT, COUNTERS, publish, sink_counter_name, withdraw
-from crawlhive.utils.worker import BatchCounts, ConsumerWorker
+from crawlhive.utils.process.worker import BatchCounts, ConsumerWorker
+from crawlhive.utils.state.sinks import COMPONENT, COUNTERS, publish, sink_counter_name, withdraw
 
 if TYPE_CHECKING:
     from kafka import TopicPartition
     from kafka.consumer.fetcher import ConsumerRecord
 
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Sink(ConsumerWorker):
     component = COMPONENT
     poll_interval_setting = "SINK_MAX_POLL_INTERVAL_MS"
     #: Kafka's reading is most of a sink's own CPU: librdkafka reads a record for a sixth of
-    #: kafka-python's (:mod:`crawlhive.utils.rdkafka`).
+    #: kafka-python's (:mod:`crawlhive.utils.backends.rdkafka`).
     rdkafka = True
 
     def __init__(
@@ -213,7 +213,7 @@ class Sink(ConsumerWorker):
 
         A partition's end is the higher of ListOffsets' answer and the high watermark of the last
         fetch answer: Tansu's ListOffsets counts a partition's last record batch as one record
-        (:func:`~crawlhive.utils.kafka_clients.end_offsets`), its fetch answers do not."""
+        (:func:`~crawlhive.utils.backends.kafka_clients.end_offsets`), its fetch answers do not."""
         from kafka.errors import KafkaError
 
         assert self.consumer is not None
@@ -496,7 +496,7 @@ def _ref_size_of_message(data: bytes | None) -> int:
 
 def _ref_size(value: dict[str, Any]) -> int:
     """Bytes of the blob a record's ``body_ref`` or ``item_ref`` names (its ``size``, checked by
-    :meth:`~crawlhive.utils.blobs.BlobStore.resolve`)."""
+    :meth:`~crawlhive.utils.backends.blobs.BlobStore.resolve`)."""
     if value.get("body") is None and "body_ref" in value:
         ref = value["body_ref"]
     elif value.get("item") is None and "item_ref" in value:

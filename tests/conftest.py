@@ -32,8 +32,8 @@ from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis
 
 # Imported first so that kafka-python's import-time DeprecationWarning is silenced before any test
 # module imports kafka under pytest's `filterwarnings = error`.
-from crawlhive.utils import kafka_clients, redis_clients  # noqa: F401
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends import kafka_clients, redis_clients  # noqa: F401
+from crawlhive.utils.config.settings import Settings
 
 #: KAFKA_BOOTSTRAP_SERVERS of ``redis_settings``: a port nothing listens on, so a test that
 #: reaches for Kafka without asking for it fails fast with BackendUnavailable.

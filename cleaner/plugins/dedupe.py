@@ -1,7 +1,7 @@
 """``content_hash`` and the per-crawl content dedupe (docs/contract.md §13): SHA-256 hex of
 ``text``; within one crawl a content already emitted (for CLEANER_DEDUPE_TTL) is not emitted again.
 
-One Lua call per batch (``utils/lua/cleaner_dedupe.lua``); each content key remembers the record
+One Lua call per batch (``utils/backends/lua/cleaner_dedupe.lua``); each content key remembers the record
 that first emitted it, so that record, delivered again after a crash, is not its own duplicate.
 """
 
@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Self
 
 from crawlhive.cleaner.page import Duplicate
 from crawlhive.cleaner.plugins import CleanerPlugin
-from crawlhive.utils.scripts import scripts
+from crawlhive.utils.backends.scripts import scripts
 
 if TYPE_CHECKING:
     from crawlhive.cleaner.cleaner import Cleaner
     from crawlhive.cleaner.page import Page
-    from crawlhive.utils.keys import Keys
-    from crawlhive.utils.redis_types import RedisClient
+    from crawlhive.utils.backends.keys import Keys
+    from crawlhive.utils.backends.redis_types import RedisClient
 
 
 class DedupePlugin(CleanerPlugin):

@@ -20,7 +20,7 @@ import phonenumbers
 import re2
 
 from crawlhive.cleaner.plugins import CleanerPlugin
-from crawlhive.utils.errors import NotConfigured
+from crawlhive.utils.config.errors import NotConfigured
 
 if TYPE_CHECKING:
     from crawlhive.cleaner.cleaner import Cleaner

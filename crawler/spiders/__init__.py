@@ -9,7 +9,7 @@ from scrapy.utils.misc import load_object
 
 from crawlhive.crawler.spiders.link import LinkSpider
 from crawlhive.crawler.spiders.wandering import WanderingSpider
-from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.config.errors import SettingsError
 
 SPIDERS: dict[str, type[Spider]] = {"link": LinkSpider, "wandering": WanderingSpider}
 """Spider type name -> class."""

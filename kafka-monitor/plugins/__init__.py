@@ -17,7 +17,7 @@ from crawlhive.utils.contract.messages import BUILTIN_PLUGINS, Cause, MessageKin
 
 if TYPE_CHECKING:
     from crawlhive.kafka_monitor.monitor import KafkaMonitor
-    from crawlhive.utils.redis_types import RedisPipeline
+    from crawlhive.utils.backends.redis_types import RedisPipeline
 
 
 @dataclass(frozen=True)

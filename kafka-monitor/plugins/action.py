@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Self
 
 from crawlhive.kafka_monitor.plugins import Incoming, IncomingPlugin
 from crawlhive.utils.contract.messages import ActionRequest
-from crawlhive.utils.control import ControlQueue
+from crawlhive.utils.state.control import ControlQueue
 
 if TYPE_CHECKING:
     from crawlhive.kafka_monitor.monitor import KafkaMonitor
-    from crawlhive.utils.redis_types import RedisPipeline
+    from crawlhive.utils.backends.redis_types import RedisPipeline
 
 
 class ControlHandler(IncomingPlugin):

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Self
 
 from crawlhive.kafka_monitor.plugins import Incoming, IncomingPlugin
 from crawlhive.utils.contract.messages import CrawlRequest
-from crawlhive.utils.control import ORIGIN_MARKER_TTL_S
 from crawlhive.utils.frontier import Frontier, seed_from_request
+from crawlhive.utils.state.control import ORIGIN_MARKER_TTL_S
 
 if TYPE_CHECKING:
     from crawlhive.kafka_monitor.monitor import KafkaMonitor
-    from crawlhive.utils.redis_types import RedisPipeline
+    from crawlhive.utils.backends.redis_types import RedisPipeline
 
 logger = logging.getLogger(__name__)
 

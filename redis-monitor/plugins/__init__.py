@@ -1,8 +1,8 @@
 """redis-monitor plugins: each answers one kind of control-stream entry and/or runs on a timer.
 
-A plugin is built through ``from_monitor`` (raising :class:`~crawlhive.utils.errors.NotConfigured`
+A plugin is built through ``from_monitor`` (raising :class:`~crawlhive.utils.config.errors.NotConfigured`
 behind its ``*_ENABLED`` flag to opt out) and loaded by the shared loader
-(:func:`crawlhive.utils.plugins.load_plugins`) from :data:`BUILTIN_PLUGINS` merged with the
+(:func:`crawlhive.utils.process.plugins.load_plugins`) from :data:`BUILTIN_PLUGINS` merged with the
 settings ``PLUGINS`` and ``REDIS_MONITOR_PLUGINS``. The monitor hands each control entry to the
 first plugin (in rank order) whose :meth:`MonitorPlugin.accepts` is true, produces what its
 :meth:`MonitorPlugin.handle` returns, and acknowledges the entry only after Kafka acknowledged that.

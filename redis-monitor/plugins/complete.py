@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
-from crawlhive.utils.errors import NotConfigured
+from crawlhive.utils.config.errors import NotConfigured
 from crawlhive.utils.frontier import FrontierReader
 
 if TYPE_CHECKING:

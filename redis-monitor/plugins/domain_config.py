@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any, Self
 from redis.exceptions import ResponseError
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
-from crawlhive.utils.domains import domain_of_host
+from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.frontier import FrontierReader, recheck_domain
-from crawlhive.utils.redis_types import RedisClient
+from crawlhive.utils.rules.domains import domain_of_host
 
 if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor
-    from crawlhive.utils.keys import Keys
+    from crawlhive.utils.backends.keys import Keys
 
 ACTIONS = ("domain-update", "domain-remove", "blacklist-update", "blacklist-remove")
 STORE_ERROR = "Unable to store domain config"

@@ -12,13 +12,13 @@ import time
 from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
-from crawlhive.utils.errors import NotConfigured
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.config.errors import NotConfigured
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.redis_types import RedisClient
 
 if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor
-    from crawlhive.utils.keys import Keys
+    from crawlhive.utils.backends.keys import Keys
 
 
 class ExpireMonitor(MonitorPlugin):

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
-from crawlhive.utils.budgets import Limit, budget_fields, page_budget
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.frontier.recrawl import RECORD_FIELD, Schedule
-from crawlhive.utils.proxy_state import domain_notes
+from crawlhive.utils.rules.budgets import Limit, budget_fields, page_budget
+from crawlhive.utils.state.proxies import domain_notes
 
 if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor

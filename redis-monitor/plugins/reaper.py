@@ -15,9 +15,9 @@ import logging
 from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound
-from crawlhive.utils.errors import NotConfigured
+from crawlhive.utils.config.errors import NotConfigured
 from crawlhive.utils.frontier import FrontierReader, FrontierWorker, reclaim_expired_leases
-from crawlhive.utils.stats import CRAWLER, Stats, failed_counter_name
+from crawlhive.utils.state.stats import CRAWLER, Stats, failed_counter_name
 
 if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor

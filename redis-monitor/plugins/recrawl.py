@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Self
 from redis.exceptions import RedisError
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin
-from crawlhive.utils.errors import NotConfigured
+from crawlhive.utils.config.errors import NotConfigured
 from crawlhive.utils.frontier.model import text
 from crawlhive.utils.frontier.recrawl import RECORD_FIELD, RECURRING_FIELD, RecrawlConfig, Schedule
 from crawlhive.utils.frontier.writer import wake_message
 
 if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor
-    from crawlhive.utils.keys import Keys
-    from crawlhive.utils.redis_types import RedisClient
+    from crawlhive.utils.backends.keys import Keys
+    from crawlhive.utils.backends.redis_types import RedisClient
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """stats (docs/contract.md §4.7): cluster statistics from the rolling counters, heartbeats and frontier.
 
-Counter names are the contract in :mod:`crawlhive.utils.stats` (``total``, ``fail``,
+Counter names are the contract in :mod:`crawlhive.utils.state.stats` (``total``, ``fail``,
 ``plugin:<name>`` per monitor; ``spider:<spider>:<code>`` and ``machine:<host>:<code>`` for the
 crawlers). Live processes come from heartbeats (:func:`live_heartbeats`); crawler heartbeats carry
 their spider type as ``spider``. Queue backlogs are summed per domain by one script per spider type
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.heartbeat import live_heartbeats, live_nodes
-from crawlhive.utils.kinds import stats_kinds, stats_types
-from crawlhive.utils.proxies import ProxyConfigError, ProxyPools, pools_from_settings
-from crawlhive.utils.proxy_state import proxy_overview
-from crawlhive.utils.sink_state import stats_body as sink_stats_body
-from crawlhive.utils.stats import (
+from crawlhive.utils.process.kinds import stats_kinds, stats_types
+from crawlhive.utils.rules.proxy_pools import ProxyConfigError, ProxyPools, pools_from_settings
+from crawlhive.utils.state.heartbeat import live_heartbeats, live_nodes
+from crawlhive.utils.state.proxies import proxy_overview
+from crawlhive.utils.state.sinks import stats_body as sink_stats_body
+from crawlhive.utils.state.stats import (
     CLEANER,
     CLEANER_COUNTERS,
     CRAWLER,
@@ -34,8 +34,8 @@ from crawlhive.utils.stats import (
 
 if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor
-    from crawlhive.utils.keys import Keys
-    from crawlhive.utils.redis_types import RedisClient
+    from crawlhive.utils.backends.keys import Keys
+    from crawlhive.utils.backends.redis_types import RedisClient
 
 #: Suffix of the ``queues`` entry of a spider type's rendering lane (``+`` is not allowed in spider ids).
 RENDER_QUEUE_SUFFIX = "+render"
@@ -119,9 +119,9 @@ class StatsMonitor(MonitorPlugin):
             return self.cleaner_body()
         if kind == "proxies":
             return {"proxies": proxy_overview(self.redis, self.keys, self.default_window_s, self.pools)}
-        if kind == "sink":  # the sinks' own view (utils/sink_state.py; §20.7)
+        if kind == "sink":  # the sinks' own view (utils/state/sinks.py; §20.7)
             return sink_stats_body(self.redis, self.keys, self.stats, self.heartbeat_timeout_s)
-        if kind == "all":  # every kind that is a stats type (crawlhive.utils.kinds)
+        if kind == "all":  # every kind that is a stats type (crawlhive.utils.process.kinds)
             return {name: self.body(name) for name in stats_kinds()}
         return self.monitor_body(kind)  # a kind of the registry: its counters and live nodes
 

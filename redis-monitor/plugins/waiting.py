@@ -3,7 +3,7 @@
 A crawl request is accepted for any valid spider type, and ``render: true`` work is queued in the
 rendering lane; if no live crawler serves that spider type (or no rendering crawler serves it), the
 crawl waits without a word. Every few seconds this plugin reads the lanes live crawlers serve
-(:func:`~crawlhive.utils.heartbeat.crawler_lanes`) and the active crawls, and logs one WARNING, with
+(:func:`~crawlhive.utils.state.heartbeat.crawler_lanes`) and the active crawls, and logs one WARNING, with
 what to start, for each crawl that has stayed unserved for two heartbeat intervals (a crawler that
 just started has beaten by then). It warns again only if the crawl was served in between. Each
 redis-monitor warns on its own; ``GET /crawls`` and the dashboard show the same ``reason``.
@@ -17,13 +17,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Self
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin
-from crawlhive.utils.heartbeat import crawler_lanes, unserved_reason
+from crawlhive.utils.state.heartbeat import crawler_lanes, unserved_reason
 
 if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor
+    from crawlhive.utils.backends.keys import Keys
+    from crawlhive.utils.backends.redis_types import RedisClient
     from crawlhive.utils.frontier import FrontierReader
-    from crawlhive.utils.keys import Keys
-    from crawlhive.utils.redis_types import RedisClient
 
 logger = logging.getLogger(__name__)
 

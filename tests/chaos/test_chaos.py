@@ -37,11 +37,11 @@ from support.chaos import AofRedis, Proc, TopicReader, TreeSite, audit_leftovers
 from crawlhive.app.embedded import EmbeddedBroker
 from crawlhive.crawler.admit import stored_fingerprint
 from crawlhive.crawler.requests import url_fingerprint
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_producer
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.kafka_clients import ensure_topics, make_producer
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.settings import Settings
 
 FULL = scale() == "full"
 BRANCHING = 14 if FULL else 6  # 10 hosts x (1 + b + b*b): 2,110 or 430 pages

@@ -27,10 +27,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from support.chaos import Proc, TopicReader, component_env, wait_until
 
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_producer
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import Accepted, RequestValidator
-from crawlhive.utils.kafka_clients import ensure_topics, make_producer
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.settings import Settings
 
 pytestmark = [
     pytest.mark.timeout(240),

@@ -32,8 +32,8 @@ from support.crawler import Collector, TestSite
 from support.docker import REPO, Deployment, Engine, readme_docker_steps, run
 from support.sinks import POSTGRES_URL
 
-from crawlhive.utils.kafka_clients import ensure_topics, make_producer
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_producer
+from crawlhive.utils.config.settings import Settings
 
 pytestmark = pytest.mark.timeout(1200)
 

@@ -16,9 +16,9 @@ import pytest
 from support.crawler import CLI, Collector, Crawler, TestSite, crawler_env, redis_for, seed
 
 from crawlhive.cleaner.cleaner import COUNTERS
-from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics, make_producer
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import consumer_lag, ensure_topics, make_producer
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.config.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
 

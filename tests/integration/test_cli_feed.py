@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.config.settings import Settings
 
 CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 REQUEST = {"action": "info", "appid": "testapp", "spiderid": "link", "uuid": "w-1"}

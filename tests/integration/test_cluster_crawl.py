@@ -19,7 +19,7 @@ from support.cluster_crawl import HOSTS, MultiHostSite, Stack, keys_on_primaries
 from support.crawler import CLI, crawler_env, isolated_settings, redis_for
 from support.redis_cluster import LocalCluster
 
-from crawlhive.utils.redis_clients import check_redis, keys_from_settings
+from crawlhive.utils.backends.redis_clients import check_redis, keys_from_settings
 
 pytestmark = [
     pytest.mark.timeout(240),

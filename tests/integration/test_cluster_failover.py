@@ -28,9 +28,9 @@ from support.crawler import isolated_settings
 from support.redis_cluster import LocalCluster
 
 from crawlhive.crawler.batching import ScriptBatcher
-from crawlhive.utils import scripts as registry
-from crawlhive.utils.redis_clients import async_redis_from_settings
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends import scripts as registry
+from crawlhive.utils.backends.redis_clients import async_redis_from_settings
+from crawlhive.utils.config.settings import Settings
 
 pytestmark = [
     pytest.mark.timeout(420),

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from support.crawler import Crawler, TestSite, crawler_env, crawler_module, html, keys_for, seed
 
-from crawlhive.utils.blobs import BlobStore
+from crawlhive.utils.backends.blobs import BlobStore
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import CrawlState, FrontierReader
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -415,8 +415,8 @@ def test_stop_drops_in_flight_page_and_its_links(env: dict[str, Any], site: Test
 def test_stats_and_heartbeat_name_the_spider(env: dict[str, Any], site: TestSite) -> None:
     import time
 
-    from crawlhive.utils.heartbeat import live_heartbeats
-    from crawlhive.utils.stats import CRAWLER, Stats, crawler_counter_name, machine_counter_name
+    from crawlhive.utils.state.heartbeat import live_heartbeats
+    from crawlhive.utils.state.stats import CRAWLER, Stats, crawler_counter_name, machine_counter_name
 
     settings = env["settings"]
     site.page("/st/0", html())

@@ -18,9 +18,9 @@ import redis
 from redis.cluster import RedisCluster
 from support.crawler import Collector, Crawler, LeaseReaper, TestSite, crawler_env, html, seed
 
-from crawlhive.utils.kafka_clients import ensure_topics, make_consumer
-from crawlhive.utils.redis_clients import is_cluster, keys_from_settings
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer
+from crawlhive.utils.backends.redis_clients import is_cluster, keys_from_settings
+from crawlhive.utils.config.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,9 +17,9 @@ import redis
 
 from crawlhive.app import binaries
 from crawlhive.app.embedded import EmbeddedBroker, EmbeddedCluster, EmbeddedRedis
-from crawlhive.utils import kafka_clients
-from crawlhive.utils.errors import EmbeddedServiceError
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends import kafka_clients
+from crawlhive.utils.config.errors import EmbeddedServiceError
+from crawlhive.utils.config.settings import Settings
 
 if TYPE_CHECKING:
     from conftest import IsolatedNames

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from support.crawler import CLI, Crawler, crawler_env, crawler_module, redis_for, seed
 
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.config.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,7 +1,7 @@
 """A crawler's finish of a page (its links queued, its lease acked) goes through the asyncio batcher,
 never the blocking client, pages finished meanwhile go together, and a finish that fails on Redis
 is kept and written later (crawler/leases.py); the admit reads a crawl's dupefilter with one HMGET
-(utils/lua/crawler_admit.lua). On one Redis and, with CRAWLHIVE_TEST_REDIS=cluster, on a cluster.
+(utils/backends/lua/crawler_admit.lua). On one Redis and, with CRAWLHIVE_TEST_REDIS=cluster, on a cluster.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from crawlhive.crawler.admit import Admission, Verdict
 from crawlhive.crawler.batching import ScriptBatcher
 from crawlhive.crawler.leases import LeaseContext, LeaseTable
 from crawlhive.crawler.requests import link_children, url_fingerprint
-from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, ThrottleConfig
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import (
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import (
     CommandList,
     async_redis_from_settings,
     is_cluster,
     keys_from_settings,
     write_pipeline,
 )
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, ThrottleConfig
 
 FAST = ThrottleConfig(hits=1000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)
 

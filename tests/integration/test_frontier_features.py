@@ -25,8 +25,8 @@ from support.crawler import (
 
 from crawlhive.redis_monitor.plugins.info import InfoMonitor
 from crawlhive.rest.cluster import ClusterView
+from crawlhive.utils.backends.redis_clients import keys_from_settings
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.redis_clients import keys_from_settings
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,8 +23,10 @@ from support.crawler import keys_for
 from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from crawlhive.kafka_monitor.monitor import COMPONENT, BatchResult, KafkaMonitor
 from crawlhive.rest.cluster import ClusterView
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer, record_origin
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.config.settings import Settings, env_value
 from crawlhive.utils.contract.validation import Accepted, RequestValidator
-from crawlhive.utils.control import ControlQueue
 from crawlhive.utils.frontier import (
     FrontierReader,
     FrontierWorker,
@@ -32,12 +34,10 @@ from crawlhive.utils.frontier import (
     decode_priority,
     seed_from_request,
 )
-from crawlhive.utils.heartbeat import live_nodes
-from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer, record_origin
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.loop import ForcedShutdown
-from crawlhive.utils.settings import Settings, env_value
-from crawlhive.utils.stats import Stats
+from crawlhive.utils.process.loop import ForcedShutdown
+from crawlhive.utils.state.control import ControlQueue
+from crawlhive.utils.state.heartbeat import live_nodes
+from crawlhive.utils.state.stats import Stats
 
 if TYPE_CHECKING:
     from conftest import IsolatedNames
@@ -895,7 +895,7 @@ def test_broker_down_while_idle_is_reported_and_work_resumes_when_it_is_back(
     km_settings: Settings, redis_client: redis.Redis, names: IsolatedNames, tmp_path: Path
 ) -> None:
     # In a child process: kafka-python leaks the socket of each reconnect attempt refused while the
-    # broker is down (see utils/kafka_clients.py), which pytest's warning filter would turn into errors.
+    # broker is down (see utils/backends/kafka_clients.py), which pytest's warning filter would turn into errors.
     broker = EmbeddedBroker(free_port())  # a fixed port: clients keep the address across the restart
     keys = keys_for(names.key_prefix)
     log = tmp_path / "km.log"

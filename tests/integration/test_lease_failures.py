@@ -19,10 +19,10 @@ import pytest
 import redis
 
 from crawlhive.crawler.leases import LeaseContext, LeaseTable
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, ThrottleConfig
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import keys_from_settings, write_pipeline
-from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CRAWLHIVE_TEST_REDIS") == "cluster", reason="ACL SETUSER reaches one node of a cluster"

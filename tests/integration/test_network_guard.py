@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from support.crawler import TestSite, crawler_env, crawler_module, html, seed
 
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -108,7 +108,7 @@ def test_json_lines_and_every_module_work_without_pyarrow(env_without_pyarrow: d
     script = f"""
 import importlib
 from crawlhive.sink.store import SinkRecord, store_for
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.config.settings import Settings
 
 store = store_for(Settings.from_overrides(SINK_ROLL_BYTES=1), "file://{tmp_path}/pages/?format=jsonl")
 store.open()

@@ -39,8 +39,8 @@ from crawlhive.redis_monitor.plugins.stats import StatsMonitor
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.dashboard import proxy_rows
 from crawlhive.rest.metrics import RestMetrics
-from crawlhive.utils.proxy_state import proxy_overview
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.state.proxies import proxy_overview
 
 pytestmark = pytest.mark.timeout(120)
 

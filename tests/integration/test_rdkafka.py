@@ -1,4 +1,4 @@
-"""crawlhive.utils.rdkafka against the test broker: kafka-python's meaning of each call."""
+"""crawlhive.utils.backends.rdkafka against the test broker: kafka-python's meaning of each call."""
 
 from __future__ import annotations
 
@@ -9,9 +9,15 @@ import pytest
 from kafka.errors import MessageSizeTooLargeError
 from kafka.structs import TopicPartition
 
-from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics, make_producer
-from crawlhive.utils.rdkafka import RdKafkaConsumer, Record, Report, make_rdkafka_consumer, make_rdkafka_producer
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import consumer_lag, ensure_topics, make_producer
+from crawlhive.utils.backends.rdkafka import (
+    RdKafkaConsumer,
+    Record,
+    Report,
+    make_rdkafka_consumer,
+    make_rdkafka_producer,
+)
+from crawlhive.utils.config.settings import Settings
 
 
 def _poll_all(consumer: RdKafkaConsumer, expected: int, timeout_s: float = 30) -> list[Record]:

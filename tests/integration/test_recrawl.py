@@ -21,11 +21,11 @@ from support.crawler import Seen, TestSite, html, isolated_settings
 from crawlhive.crawler.requests import url_fingerprint
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import ClusterCollector
-from crawlhive.utils.domains import domain_of_url
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier.recrawl import PageState, Schedule, schedule_fingerprint
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.rules.domains import domain_of_url
 
 pytestmark = pytest.mark.timeout(240)
 

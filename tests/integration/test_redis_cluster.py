@@ -15,12 +15,12 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from support.redis_cluster import SLOTS, LocalCluster
 
-from crawlhive.utils import redis_clients
-from crawlhive.utils.errors import SettingsError, UnsupportedBackend
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.replication import ReplicaWait
-from crawlhive.utils.scripts import scripts
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends import redis_clients
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.replication import ReplicaWait
+from crawlhive.utils.backends.scripts import scripts
+from crawlhive.utils.config.errors import SettingsError, UnsupportedBackend
+from crawlhive.utils.config.settings import Settings
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_replica_wait_is_confirmed_on_every_primary_and_a_shortfall_warns_once_p
         for shard in range(keys.shards):
             client.set(keys.head(shard) + "x", b"1")
         enough = ReplicaWait(client, keys, replicas=1, timeout_ms=2000)
-        with caplog.at_level(logging.WARNING, logger="crawlhive.utils.replication"):
+        with caplog.at_level(logging.WARNING, logger="crawlhive.utils.backends.replication"):
             enough.wait()
             assert not caplog.records  # every primary's replica confirmed
             for node in cluster.replicas:  # and holds the mark written just before the WAIT

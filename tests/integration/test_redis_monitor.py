@@ -24,15 +24,15 @@ from support.crawler import redis_for
 
 from crawlhive.app.embedded import EmbeddedRedis
 from crawlhive.redis_monitor.monitor import RedisMonitor
-from crawlhive.utils.control import CONTROL_GROUP, ControlConsumer, ControlQueue
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
+from crawlhive.utils.backends.scripts import scripts
+from crawlhive.utils.config.settings import Settings, settings_env
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker, ThrottleConfig
-from crawlhive.utils.heartbeat import Heartbeat
-from crawlhive.utils.kafka_clients import ensure_topics, make_consumer
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import keys_from_settings, write_pipeline
-from crawlhive.utils.scripts import scripts
-from crawlhive.utils.settings import Settings, settings_env
-from crawlhive.utils.stats import KAFKA_MONITOR, Stats, failed_counter_name, plugin_counter_name, record_response
+from crawlhive.utils.state.control import CONTROL_GROUP, ControlConsumer, ControlQueue
+from crawlhive.utils.state.heartbeat import Heartbeat
+from crawlhive.utils.state.stats import KAFKA_MONITOR, Stats, failed_counter_name, plugin_counter_name, record_response
 
 FAST = ThrottleConfig(hits=1000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)
 
@@ -557,7 +557,7 @@ def test_a_crawl_no_crawler_serves_is_warned_about_once_with_what_to_start(
     """docs/contract.md §17.6: a crawl for a spider type nobody runs (or sent with render: true and
     no rendering crawler) was accepted and waited forever without a word. The redis-monitor now
     logs one WARNING per such crawl, after two heartbeat intervals, not one per pass."""
-    from crawlhive.utils.heartbeat import new_node_id
+    from crawlhive.utils.state.heartbeat import new_node_id
 
     plain = Heartbeat(redis_client, keys, "crawler", new_node_id(), "worker-1", 60, extra={"spider": "link"})
     plain.beat()

@@ -41,8 +41,8 @@ from support.crawler import (
     seed,
 )
 
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.settings import Settings
 
 pytestmark = [
     pytest.mark.timeout(180),

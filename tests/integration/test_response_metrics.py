@@ -17,9 +17,9 @@ from support.crawler import TestSite, crawler_module, html, seed
 
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import RestMetrics
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.response_metrics import BUCKETS, ResponseMetrics
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.state.response_metrics import BUCKETS, ResponseMetrics
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,13 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.crawler import redis_for
 from support.rest import FakeRedisMonitor, RunningRest, delete_prefix, running_rest, stats_answer
 
+from crawlhive.utils.backends.kafka_clients import make_producer
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker
-from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-from crawlhive.utils.kafka_clients import make_producer
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.settings import Settings
-from crawlhive.utils.stats import (
+from crawlhive.utils.state.heartbeat import Heartbeat, new_node_id
+from crawlhive.utils.state.stats import (
     Stats,
     crawler_counter_name,
     failed_counter_name,
@@ -117,8 +117,8 @@ def test_health_is_green_with_both_backends_and_not_enveloped(http: httpx.Client
 def test_health_is_yellow_while_a_sink_says_it_fails(http: httpx.Client, rest_settings: Settings) -> None:
     """A sink that cannot write (its store or Kafka gone) publishes why; GET / is then YELLOW, and
     GREEN again once it works (its state published without the error)."""
-    from crawlhive.utils.redis_clients import keys_from_settings, redis_from_settings
-    from crawlhive.utils.sink_state import publish, withdraw
+    from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_from_settings
+    from crawlhive.utils.state.sinks import publish, withdraw
 
     client = redis_from_settings(rest_settings)
     keys = keys_from_settings(rest_settings)
@@ -825,7 +825,7 @@ def test_crawlhive_rest_serves_until_sigterm(redis_settings: Settings) -> None:
     import sys
 
     from crawlhive.app.embedded import free_port
-    from crawlhive.utils.settings import settings_env
+    from crawlhive.utils.config.settings import settings_env
 
     port = free_port()
     env = {**os.environ, **settings_env(redis_settings)}
@@ -858,7 +858,7 @@ def _rest_command(settings: Settings, *args: str, **env: str) -> tuple[list[str]
     import os
     import sys
 
-    from crawlhive.utils.settings import settings_env
+    from crawlhive.utils.config.settings import settings_env
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("REST_")}
     return [sys.executable, "-m", "crawlhive.app.cli", "rest", *args], {**base, **settings_env(settings), **env}

@@ -23,12 +23,12 @@ import pytest
 import redis
 from support.rest import FakeRedisMonitor, running_rest, stats_answer
 
+from crawlhive.utils.backends.kafka_clients import make_producer
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.config.settings import Settings, settings_env
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker
-from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-from crawlhive.utils.kafka_clients import make_producer
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.settings import Settings, settings_env
-from crawlhive.utils.stats import Stats, crawler_counter_name, items_counter_name
+from crawlhive.utils.state.heartbeat import Heartbeat, new_node_id
+from crawlhive.utils.state.stats import Stats, crawler_counter_name, items_counter_name
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from support.rest import RunningRest, running_rest
 
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.config.settings import Settings
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 #: Test cases per operation: enough to reach every status of every endpoint, small enough for CI.

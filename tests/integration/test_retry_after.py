@@ -13,10 +13,10 @@ import pytest
 import redis
 from support.crawler import Collector, Crawler, Seen, TestSite, crawler_env, html, seed
 
+from crawlhive.utils.backends.kafka_clients import ensure_topics
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import RETRY_AFTER_MAX_S, defer_domain, parse_retry_after
-from crawlhive.utils.kafka_clients import ensure_topics
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -15,8 +15,8 @@ from support.sinks import cleaned, committed, log_of, produce_to_partitions, sta
 
 from crawlhive.sink.files import parquet_schema
 from crawlhive.sink.store import sink_group
-from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import consumer_lag, ensure_topics
+from crawlhive.utils.config.settings import Settings
 
 pytestmark = pytest.mark.timeout(240)
 

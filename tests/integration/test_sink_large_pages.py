@@ -20,8 +20,8 @@ from support.crawler import CLI, Collector, Crawler, TestSite, crawler_env, redi
 from support.sinks import POSTGRES_URL, count, pg_table, rows, sink_url, start_sink, wait_until
 from warcio.archiveiterator import ArchiveIterator
 
-from crawlhive.utils.kafka_clients import ensure_topics
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import ensure_topics
+from crawlhive.utils.config.settings import Settings
 
 __all__ = ["pg_table"]  # the fixture, imported from support.sinks
 

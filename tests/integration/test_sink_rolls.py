@@ -29,9 +29,9 @@ from support.sinks import committed, log_of, produce_to_partitions, start_sink, 
 from warcio.archiveiterator import ArchiveIterator
 
 from crawlhive.sink.store import sink_group
-from crawlhive.utils.blobs import BlobStore
-from crawlhive.utils.kafka_clients import ensure_topics
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.blobs import BlobStore
+from crawlhive.utils.backends.kafka_clients import ensure_topics
+from crawlhive.utils.config.settings import Settings
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -69,7 +69,7 @@ def _page(partition: int, i: int) -> dict[str, Any]:
 def _committed_per_partition(settings: Settings, topic: str, group: str) -> list[int]:
     from kafka import TopicPartition
 
-    from crawlhive.utils.kafka_clients import make_consumer
+    from crawlhive.utils.backends.kafka_clients import make_consumer
 
     consumer = make_consumer(settings, group_id=group)
     try:

@@ -27,8 +27,8 @@ from support.sinks import log_of, start_sink, wait_until
 from warcio.archiveiterator import ArchiveIterator
 
 from crawlhive.sink.store import sink_group
-from crawlhive.utils.kafka_clients import consumer_lag, ensure_topics
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import consumer_lag, ensure_topics
+from crawlhive.utils.config.settings import Settings
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -30,11 +30,11 @@ from support.crawler import (
 )
 from support.sinks import count, log_of, pg_table, rows, sink_url, start_sink, wait_until
 
-from crawlhive.utils.blobs import BlobStore
+from crawlhive.utils.backends.blobs import BlobStore
+from crawlhive.utils.backends.kafka_clients import ensure_topics
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.kafka_clients import ensure_topics
-from crawlhive.utils.settings import Settings
 
 __all__ = ["pg_table"]  # the fixture, imported from support.sinks
 

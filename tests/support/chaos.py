@@ -30,9 +30,9 @@ import redis
 
 from crawlhive.app.demo_site import SiteServer
 from crawlhive.app.embedded import EmbeddedRedis, die_with_parent_hook, free_port
-from crawlhive.utils.kafka_clients import make_consumer
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import make_consumer
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.config.settings import Settings
 from support.crawler import process_env
 
 CLI = [sys.executable, "-m", "crawlhive.app.cli"]
@@ -300,7 +300,7 @@ def leftover_keys(client: redis.Redis, keys: Keys, prefix: str) -> dict[str, tup
     return found
 
 
-#: Key families a finished crawl may leave (utils/keys.py), with whether each must carry a TTL.
+#: Key families a finished crawl may leave (utils/backends/keys.py), with whether each must carry a TTL.
 #: Anything else (a queue, a lease, a registered domain, an armed timer, an active crawl) means
 #: the crawl left work behind.
 ALLOWED_AFTER_COMPLETE: dict[str, bool] = {

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from crawlhive.app.demo_site import SiteServer
-from crawlhive.utils.kafka_clients import ensure_topics, make_producer
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_producer
+from crawlhive.utils.config.settings import Settings
 from support.crawler import CLI, Collector, Crawler, crawler_env, keys_for, redis_for
 from support.redis_cluster import LocalCluster
 

@@ -27,11 +27,11 @@ from typing import Any
 import redis
 
 from crawlhive.app.demo_site import SiteServer
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import CLUSTER_SHARDS, is_cluster, redis_from_settings, write_pipeline
+from crawlhive.utils.config.settings import Settings, env_value
 from crawlhive.utils.frontier import Frontier, FrontierWorker, reclaim_expired_leases, seed_from_request
-from crawlhive.utils.kafka_clients import ensure_topics, make_consumer
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import CLUSTER_SHARDS, is_cluster, redis_from_settings, write_pipeline
-from crawlhive.utils.settings import Settings, env_value
 
 CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 

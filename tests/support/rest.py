@@ -20,8 +20,8 @@ from kafka.structs import TopicPartition
 from crawlhive.app.embedded import free_port
 from crawlhive.rest.server import server_for
 from crawlhive.rest.service import RestService
-from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer
+from crawlhive.utils.config.settings import Settings
 
 TOPICS = ("incoming", "outbound_firehose", "dead_letter")
 

@@ -19,8 +19,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from crawlhive.utils.kafka_clients import make_consumer, make_producer
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.kafka_clients import make_consumer, make_producer
+from crawlhive.utils.config.settings import Settings
 from support.crawler import CLI, crawler_env
 
 #: The PostgreSQL of the tests (trust auth, database ``test``); CRAWLHIVE_TEST_POSTGRES_URL overrides.

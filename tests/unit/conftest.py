@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierWorker, ThrottleConfig
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings
 
 #: A throttle that never holds a test back.
 UNTHROTTLED = ThrottleConfig(hits=1000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)

@@ -13,7 +13,7 @@ import redis.asyncio
 
 from crawlhive.app.embedded import free_port
 from crawlhive.crawler.batching import ScriptBatcher
-from crawlhive.utils import scripts as registry
+from crawlhive.utils.backends import scripts as registry
 
 if TYPE_CHECKING:
     from conftest import IsolatedNames

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from crawlhive.utils.blobs import BlobError, BlobStore, blob_store_url, public_store_url
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.blobs import BlobError, BlobStore, blob_store_url, public_store_url
+from crawlhive.utils.config.settings import Settings
 
 
 def test_a_body_by_reference_is_read_back_from_the_readers_own_store(tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_the_background_sweep_runs_when_due_and_blob_ttl_0_keeps_everything(tmp_
 
 
 def test_a_store_fsspec_cannot_open_names_blob_store_url() -> None:
-    from crawlhive.utils.errors import SettingsError
+    from crawlhive.utils.config.errors import SettingsError
 
     with pytest.raises(SettingsError, match=r"BLOB_STORE_URL nosuchproto://u:\*\*\*@h/b"):
         BlobStore.from_settings(Settings.from_overrides(BLOB_STORE_URL="nosuchproto://u:secret@h/b"))
@@ -170,7 +170,7 @@ def test_the_sweep_enforces_the_cap_on_what_other_processes_wrote(tmp_path: Path
 
 
 def test_blob_store_max_bytes_is_read_from_the_settings(tmp_path: Path) -> None:
-    from crawlhive.utils.errors import SettingsError
+    from crawlhive.utils.config.errors import SettingsError
 
     settings = Settings.from_overrides(CRAWLHIVE_HOME=str(tmp_path), BLOB_STORE_MAX_BYTES=1234)
     assert BlobStore.from_settings(settings).max_bytes == 1234

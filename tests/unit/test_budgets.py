@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from crawlhive.utils import defaults
-from crawlhive.utils.budgets import Limit, app_ceiling, budget_fields, page_budget, schedule_cap
+from crawlhive.utils.config import defaults
+from crawlhive.utils.rules.budgets import Limit, app_ceiling, budget_fields, page_budget, schedule_cap
 
 
 def test_every_crawl_and_every_recurring_crawl_has_a_budget_by_default() -> None:

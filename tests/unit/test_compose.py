@@ -28,11 +28,11 @@ import redis
 import yaml
 
 from crawlhive.app.cli import build_parser
-from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.kinds import kinds
-from crawlhive.utils.redis_clients import keys_from_settings, redis_urls
-from crawlhive.utils.settings import ALIASES, DECLARED, REDIS_PARTS, Settings, load_settings, parse_value
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_urls
+from crawlhive.utils.config.settings import ALIASES, DECLARED, REDIS_PARTS, Settings, load_settings, parse_value
+from crawlhive.utils.process.kinds import kinds
+from crawlhive.utils.state.heartbeat import Heartbeat, new_node_id
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"

@@ -1,4 +1,5 @@
-"""Unit tests of crawlhive.utils.redis_clients and kafka_clients: settings -> client options, fast, precise failures."""
+"""Unit tests of crawlhive.utils.backends.redis_clients and kafka_clients: settings -> client options, fast,
+precise failures."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from typing import Any
 import pytest
 
 from crawlhive.app.embedded import free_port
-from crawlhive.utils import kafka_clients, rdkafka, redis_clients
-from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends import kafka_clients, rdkafka, redis_clients
+from crawlhive.utils.config.errors import BackendUnavailable, SettingsError, UnsupportedBackend
+from crawlhive.utils.config.settings import Settings
 
 
 def test_common_config_defaults_to_plaintext() -> None:
@@ -80,7 +81,7 @@ def test_common_config_rejects_bad_settings_naming_them(overrides: dict[str, Any
 
 def test_sasl_options_without_sasl_protocol_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     settings = Settings.from_overrides(KAFKA_SASL_MECHANISM="PLAIN", KAFKA_SASL_USERNAME="u")
-    with caplog.at_level(logging.WARNING, logger="crawlhive.utils.kafka_clients"):
+    with caplog.at_level(logging.WARNING, logger="crawlhive.utils.backends.kafka_clients"):
         config = kafka_clients.kafka_common_config(settings)
     assert "sasl_mechanism" not in config
     assert "KAFKA_SASL_" in caplog.text

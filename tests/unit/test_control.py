@@ -8,11 +8,11 @@ import pytest
 import redis
 from redis.client import Pipeline
 
-from crawlhive.utils.control import CONTROL_GROUP, ControlConsumer, ControlQueue
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.scripts import scripts
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.backends.scripts import scripts
+from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.state.control import CONTROL_GROUP, ControlConsumer, ControlQueue
 
 
 @pytest.fixture

@@ -37,9 +37,9 @@ from crawlhive.crawler.requests import (
     request_to_json,
 )
 from crawlhive.crawler.settings import scrapy_settings
-from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import FrontierRequest, Lease
-from crawlhive.utils.settings import Settings
 
 
 class DemoSpider(Spider):
@@ -174,7 +174,7 @@ def test_item_has_the_13_keys_and_api_formats() -> None:
 def test_item_redaction_takes_the_listed_names_and_the_secret_words() -> None:
     """ITEM_REDACT_HEADERS is the explicit list an operator extends; ITEM_REDACT_HEADER_WORDS
     catches the names that look secret; both empty show everything, as Scrapy Cluster did."""
-    from crawlhive.utils.defaults import ITEM_REDACT_HEADER_WORDS
+    from crawlhive.utils.config.defaults import ITEM_REDACT_HEADER_WORDS
 
     headers = {"X-Api-Key": "k", "x-AUTH-token": "t", "X-Internal": "i", "Cookie": "c", "Accept": "a"}
     response = HtmlResponse("http://a.com/", body=b"", request=Request("http://a.com/", headers=headers))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlhive.utils.domains import domain_of_host, domain_of_url
+from crawlhive.utils.rules.domains import domain_of_host, domain_of_url
 
 
 @pytest.mark.parametrize(

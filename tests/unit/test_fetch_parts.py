@@ -27,10 +27,10 @@ from crawlhive.crawler.middlewares import PageHostGuardMiddleware
 from crawlhive.crawler.requests import Unfetchable, child_request, scrapy_request, unfetchable
 from crawlhive.crawler.settings import scrapy_settings
 from crawlhive.crawler.sitemaps import discover
-from crawlhive.utils.domains import host_problem
-from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import FrontierRequest, Lease
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.rules.domains import host_problem
 
 #: A host of 8,000 distinct CJK characters: IDNA-encoding it took 22 s.
 HUGE_HOST = "".join(chr(0x4E00 + i) for i in range(8000)) + ".com"
@@ -219,7 +219,7 @@ def test_a_spider_may_opt_its_post_into_retries(spider: DemoSpider) -> None:
         assert built.method == "POST" and bool(built.meta.get("dont_retry")) is not retried
 
 
-# --- a redirect hop takes a start of its domain's throttle (utils/lua/throttle_take.lua) ---------------
+# --- a redirect hop takes a start of its domain's throttle (utils/backends/lua/throttle_take.lua) ---------------
 
 
 def test_a_redirect_hop_obeys_the_throttle_the_pops_obey(redis_client: Any, names: Any) -> None:
@@ -227,9 +227,9 @@ def test_a_redirect_hop_obeys_the_throttle_the_pops_obey(redis_client: Any, name
     a start the next pop waits for; a Retry-After back-off and the blacklist hold hops too."""
     import json
 
+    from crawlhive.utils.backends.keys import Keys
+    from crawlhive.utils.backends.scripts import scripts
     from crawlhive.utils.frontier import Frontier, FrontierWorker, ThrottleConfig, defer_domain
-    from crawlhive.utils.keys import Keys
-    from crawlhive.utils.scripts import scripts
 
     keys = Keys(names.key_prefix)
     throttle = ThrottleConfig(hits=2, window_s=1.0, moderated=True, type_enabled=True, egress_id=None)

@@ -20,10 +20,10 @@ import pytest
 
 from crawlhive.app.cli import build_parser
 from crawlhive.crawler import render
-from crawlhive.utils.errors import SettingsError
-from crawlhive.utils.log import configure_logging
-from crawlhive.utils.loop import install_stop_handlers
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.config.log import configure_logging
+from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.process.loop import install_stop_handlers
 
 REPO = Path(__file__).resolve().parents[2]
 #: Every markdown page a user reads for commands to type.

@@ -8,6 +8,8 @@ import time
 
 import redis
 
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -22,8 +24,6 @@ from crawlhive.utils.frontier import (
     encode_score,
     retried,
 )
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings
 
 FAST = ThrottleConfig(hits=1000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)
 
@@ -259,7 +259,7 @@ def test_score_encoding_is_exact_and_the_lua_twin_agrees(
             assert abs(score) < 2**53 and float(score) == score
             assert decode_priority(float(score)) == priority
     assert clamp_priority(10**9) == PRIORITY_MAX and clamp_priority(-(10**9)) == PRIORITY_MIN
-    # utils/lua/lib/score.lua (used by a requeue) computes the score encode_score computes
+    # utils/backends/lua/lib/score.lua (used by a requeue) computes the score encode_score computes
     for priority in (PRIORITY_MAX, -9, PRIORITY_MIN):
         push(frontier, req("http://example.com/p", priority=priority))
         lease = worker.pop("link").lease

@@ -10,6 +10,7 @@ import ujson
 from scrapy import Request
 
 from crawlhive.crawler.requests import child_request, link_children
+from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.frontier import (
     OPTIONS_LOST,
     WAKE_ANY,
@@ -26,7 +27,6 @@ from crawlhive.utils.frontier import (
     woken_shards,
 )
 from crawlhive.utils.frontier.leasing import decode_lease, member_option_id
-from crawlhive.utils.keys import Keys
 
 SEED_MESSAGE = {
     "url": "http://www.example.com/start",

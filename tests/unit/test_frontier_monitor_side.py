@@ -9,7 +9,7 @@ import time
 import pytest
 import redis
 
-from crawlhive.utils.control import ControlQueue
+from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.frontier import (
     Frontier,
     FrontierReader,
@@ -18,8 +18,8 @@ from crawlhive.utils.frontier import (
     ThrottleConfig,
     reclaim_expired_leases,
 )
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.stats import (
+from crawlhive.utils.state.control import ControlQueue
+from crawlhive.utils.state.stats import (
     crawler_counter_name,
     machine_counter_name,
     parse_plugin_counter_name,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import redis
 
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import Frontier, FrontierRequest
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings
 
 
 def _state(client: redis.Redis, prefix: str) -> dict[bytes, object]:

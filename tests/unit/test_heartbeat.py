@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import redis
 
-from crawlhive.utils.heartbeat import Heartbeat, check_health, live_nodes, new_node_id
-from crawlhive.utils.keys import Keys
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.state.heartbeat import Heartbeat, check_health, live_nodes, new_node_id
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import redis
 from kafka.errors import KafkaTimeoutError
 
 from crawlhive.kafka_monitor.monitor import KafkaMonitor
-from crawlhive.utils.errors import BackendUnavailable
-from crawlhive.utils.loop import Backoff, describe_failure, is_out_of_memory, is_transient
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.config.errors import BackendUnavailable
+from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.process.loop import Backoff, describe_failure, is_out_of_memory, is_transient
 
 
 @pytest.mark.parametrize(
@@ -127,7 +127,7 @@ def test_backoff_doubles_to_its_cap_and_a_stop_request_cuts_it_short() -> None:
 def test_record_origin_is_stable_per_record_and_unique_across_broker_resets() -> None:
     from types import SimpleNamespace
 
-    from crawlhive.utils.kafka_clients import record_origin
+    from crawlhive.utils.backends.kafka_clients import record_origin
 
     first = SimpleNamespace(topic="demo.incoming", partition=1, offset=7, timestamp=1714563600123)
     again = SimpleNamespace(topic="demo.incoming", partition=1, offset=7, timestamp=1714563600123)

@@ -1,4 +1,4 @@
-"""The registry of process kinds (crawlhive.utils.kinds): a kind declared once in a package of its own
+"""The registry of process kinds (crawlhive.utils.process.kinds): a kind declared once in a package of its own
 and registered as an entry point shows up everywhere the application lists processes.
 
 The kind is the example of docs/extending.md, installed as Python installs any distribution: a
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawlhive.utils import kinds as registry
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.process import kinds as registry
 
 REPO = Path(__file__).resolve().parents[2]
 BUILTIN = ["kafka-monitor", "redis-monitor", "crawler", "cleaner", "sink", "rest"]
@@ -130,8 +130,8 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     from crawlhive.redis_monitor.plugins.stats import StatsMonitor
     from crawlhive.utils.contract.validation import Accepted, RequestValidator
     from crawlhive.utils.frontier import FrontierReader
-    from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-    from crawlhive.utils.stats import Stats
+    from crawlhive.utils.state.heartbeat import Heartbeat, new_node_id
+    from crawlhive.utils.state.stats import Stats
 
     assert "hello-sink" in registry.stats_types()
     validator = RequestValidator.from_settings(redis_settings)

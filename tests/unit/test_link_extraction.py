@@ -25,7 +25,7 @@ from w3lib.url import canonicalize_url
 
 from crawlhive.crawler.links import DEFAULT_LIMITS, LinkLimits, allowed_domains, extract_links, host_allowed
 from crawlhive.utils.frontier import FrontierRequest
-from crawlhive.utils.patterns import search_any
+from crawlhive.utils.rules.patterns import search_any
 
 ROOT = Path(__file__).resolve().parents[2]
 

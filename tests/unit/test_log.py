@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from crawlhive.utils.errors import SettingsError
-from crawlhive.utils.log import configure_logging
+from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.config.log import configure_logging
 
 
 def test_json_lines_with_extra_fields(tmp_path: Path, restore_root: None) -> None:
@@ -34,7 +34,7 @@ def test_bad_level_names_the_setting(restore_root: None) -> None:
 def test_no_line_shows_a_secret(tmp_path: Path, restore_root: None, json_lines: bool) -> None:
     """docs/contract.md §10.6: messages, extra fields and tracebacks of any logger (kafka-python
     logs its configuration at DEBUG) are written with the secrets masked."""
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
     settings = Settings.from_overrides(
         REDIS_URL="redis://user:p%40ss-word@redis.internal:6380/0",
@@ -65,8 +65,8 @@ def test_consumers_closed_while_their_metadata_refresh_is_in_flight_log_no_error
     for writes``: a kafka-python client closed while its metadata refresh is in flight closes its
     connections first. Real consumers on the real broker, each closed right after asking for a
     refresh (as a consumer's poll does), log nothing above INFO through crawlhive's logging."""
-    from crawlhive.utils.kafka_clients import make_consumer
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.backends.kafka_clients import make_consumer
+    from crawlhive.utils.config.settings import Settings
 
     log_file = tmp_path / "out.log"
     configure_logging("INFO", file=str(log_file))
@@ -165,8 +165,8 @@ def test_mask_url_masks_every_seed_and_secret_query_values(url: str, masked: str
     """docs/contract.md §10.6: a Redis Cluster REDIS_URL lists seeds, each maybe with a password;
     redis-py also takes ``?password=``. The one masking function hides them all, and the log
     formatter masks the same values wherever a library writes them."""
-    from crawlhive.utils.log import mask_url
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.log import mask_url
+    from crawlhive.utils.config.settings import Settings
 
     assert mask_url(url) == masked
     secrets = Settings.from_overrides(REDIS_URL=url).secrets()
@@ -178,7 +178,7 @@ def test_up_and_demo_print_redis_through_the_masking_function() -> None:
     """The lines ``crawlhive up`` and ``demo`` print about their backends show no password of
     any Redis Cluster seed."""
     from crawlhive.app.up import backend_lines
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
     live = Settings.from_overrides(
         REDIS_URL="redis://:pw1-seed@h1:7000,redis://:pw2-seed@h2:7001?password=pw3-query",

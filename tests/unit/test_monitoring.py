@@ -20,10 +20,10 @@ import yaml
 
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import RestMetrics
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.response_metrics import ResponseMetrics
-from crawlhive.utils.settings import Settings
-from crawlhive.utils.stats import Stats, crawler_counter_name, failed_counter_name, items_counter_name
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.state.response_metrics import ResponseMetrics
+from crawlhive.utils.state.stats import Stats, crawler_counter_name, failed_counter_name, items_counter_name
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "docker" / "monitoring"

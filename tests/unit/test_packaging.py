@@ -23,13 +23,14 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
             relative = init.parent.relative_to(root)
             found.add(".".join([name, *relative.parts]) if relative.parts else name)
     # Folders of data only (the Lua scripts) are listed too: setuptools sees them as packages.
-    lua = {"crawlhive.utils.lua", "crawlhive.utils.lua.lib"}
+    lua = {"crawlhive.utils.backends.lua", "crawlhive.utils.backends.lua.lib"}
     assert found | lua == set(config["packages"])
 
 
 def test_lua_scripts_are_package_data() -> None:
     data = _config()["package-data"]
-    lua = list((REPO / "utils" / "lua").rglob("*.lua"))
+    lua = list((REPO / "utils" / "backends" / "lua").rglob("*.lua"))
+    assert len(lua) > 30, "no Lua scripts found: where did utils/backends/lua go?"
     for path in lua:
         package = ".".join(["crawlhive.utils", *path.parent.relative_to(REPO / "utils").parts])
         assert any(path.match(pattern) for pattern in data[package]), path
@@ -103,8 +104,8 @@ def test_every_subcommand_s_help_ends_with_an_example() -> None:
     from crawlhive.app.cli import build_parser
     from crawlhive.crawler.kind import BUILTIN_SPIDERS
     from crawlhive.crawler.spiders import SPIDERS
+    from crawlhive.utils.config.settings import Settings
     from crawlhive.utils.contract.validation import Accepted, RequestValidator
-    from crawlhive.utils.settings import Settings
 
     assert set(BUILTIN_SPIDERS) == set(SPIDERS)
     parser = build_parser()

@@ -7,8 +7,8 @@ from typing import Self
 
 import pytest
 
-from crawlhive.utils.errors import NotConfigured, PluginLoadError
-from crawlhive.utils.plugins import load_object, load_plugins, merge_plugin_dicts
+from crawlhive.utils.config.errors import NotConfigured, PluginLoadError
+from crawlhive.utils.process.plugins import load_object, load_plugins, merge_plugin_dicts
 
 
 class Alpha:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from crawlhive.utils import proxies
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import seed_from_request
-from crawlhive.utils.proxies import ProxyConfigError, ProxyPools, parse_pools, parse_proxy_url
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.rules import proxy_pools as proxies
+from crawlhive.utils.rules.proxy_pools import ProxyConfigError, ProxyPools, parse_pools, parse_proxy_url
 
 POOLS = {"res": ["http://alice:s3cret-pw@10.1.2.3:3128", "https://proxy.example:8443"], "dc": "http://127.0.0.1:8080"}
 
@@ -168,7 +168,7 @@ def test_pools_file_passwords_are_masked_at_start_and_after_the_file_changes(
     moment the file is read again."""
     import logging
 
-    from crawlhive.utils.log import configure_logging
+    from crawlhive.utils.config.log import configure_logging
 
     monkeypatch.setattr(proxies, "FILE_CHECK_S", 0.0)
     path = tmp_path / "pools.txt"

@@ -14,11 +14,11 @@ import redis
 from crawlhive.redis_monitor.plugins.domain_config import DomainConfigMonitor
 from crawlhive.redis_monitor.plugins.info import InfoMonitor
 from crawlhive.rest.cluster import ClusterView
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.scripts import scripts
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import FrontierReader
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.proxy_state import proxy_overview
-from crawlhive.utils.scripts import scripts
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.state.proxies import proxy_overview
 
 IDS = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
 STATE_TTL_MS = 86_400_000

@@ -28,11 +28,11 @@ from crawlhive.crawler.proxy import (
     RenderedThroughProxy,
 )
 from crawlhive.crawler.requests import CONTEXT, FAILURE
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import async_redis_from_settings
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import FrontierRequest, Lease, site_gate
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.proxies import ProxyPools
-from crawlhive.utils.redis_clients import async_redis_from_settings
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.rules.proxy_pools import ProxyPools
 
 IDS = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
 POOLS = {"p": [f"http://{i}" for i in IDS], "q": ["http://127.0.0.1:9"]}

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import redis
 
-from crawlhive.utils.budgets import Limit
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker
 from crawlhive.utils.frontier.recrawl import (
@@ -25,8 +26,7 @@ from crawlhive.utils.frontier.recrawl import (
     next_visit,
     slot_start,
 )
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.rules.budgets import Limit
 
 _CRAWL = {"url": "http://example.com/", "appid": "testapp", "crawlid": "c1"}
 
@@ -380,7 +380,7 @@ def test_a_crawl_past_until_with_an_empty_schedule_completes(
     redis_client: redis.Redis, keys: Keys, frontier: Frontier, worker: FrontierWorker, reader: FrontierReader
 ) -> None:
     from crawlhive.redis_monitor.plugins.recrawl import RecrawlReleaser
-    from crawlhive.utils.control import ControlQueue
+    from crawlhive.utils.state.control import ControlQueue
 
     until = int(time.time()) + 3600
     seed = FrontierRequest(
@@ -417,7 +417,7 @@ def test_a_revisit_queues_only_links_new_to_the_crawl(redis_client: redis.Redis,
     """crawler_admit.lua: a page's first fetch owns the links it queued, and a refetch of it (a
     lost lease) queues them again; a revisit (its own 4 owner bytes after the fingerprint,
     ``LeaseContext.link_owner``) queues only links the crawl has not seen."""
-    from crawlhive.utils.scripts import scripts
+    from crawlhive.utils.backends.scripts import scripts
 
     admit = scripts(redis_client)["crawler_admit"]
     shard = 0
@@ -449,7 +449,7 @@ def test_the_admit_with_a_budget_takes_the_first_links_of_a_page_and_counts_each
     cap: links are read in one HMGET, admitted in the page's order until the budget is used (the
     page's own entry counts), a link the page queued before is queued again, one queued by
     another page is not, and a cap set admits its first links only."""
-    from crawlhive.utils.scripts import scripts
+    from crawlhive.utils.backends.scripts import scripts
 
     admit = scripts(redis_client)["crawler_admit"]
     lease = b"lease-b"

@@ -10,7 +10,7 @@ from scrapy.utils.python import without_none_values
 
 from crawlhive.crawler.render import _PROXY_SOCKETS, render_settings
 from crawlhive.crawler.settings import scrapy_settings
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.config.settings import Settings
 
 pytestmark = pytest.mark.skipif(
     not Path("/usr/bin/chromium-headless-shell").exists(), reason="no chromium-headless-shell"

@@ -1,4 +1,4 @@
-"""utils/replication.py on a single Redis (the cluster case: tests/integration/test_redis_cluster.py)."""
+"""utils/backends/replication.py on a single Redis (the cluster case: tests/integration/test_redis_cluster.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 import pytest
 import redis
 
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.replication import ReplicaWait
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.replication import ReplicaWait
 
 
 def test_no_wait_asked_sends_nothing(redis_client: redis.Redis, names: object) -> None:
@@ -23,7 +23,7 @@ def test_a_redis_without_replicas_times_out_warns_once_a_minute_and_goes_on(
 ) -> None:
     keys = Keys(names.key_prefix)  # type: ignore[attr-defined]
     waiter = ReplicaWait(redis_client, keys, replicas=1, timeout_ms=50)
-    with caplog.at_level(logging.WARNING, logger="crawlhive.utils.replication"):
+    with caplog.at_level(logging.WARNING, logger="crawlhive.utils.backends.replication"):
         waiter.wait()
         waiter.wait()
     assert waiter.waits == 2

@@ -11,10 +11,10 @@ import pytest
 from crawlhive.crawler.netguard import NetworkPolicy
 from crawlhive.rest.answers import dashboard_letter
 from crawlhive.rest.server import check_exposure, is_loopback_host
+from crawlhive.utils.config.errors import SettingsError, UnsafeSettings
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.fit import fit_message
-from crawlhive.utils.errors import SettingsError, UnsafeSettings
-from crawlhive.utils.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -166,7 +166,7 @@ def test_a_message_that_cannot_be_cut_enough_is_none() -> None:
 def test_only_records_kafka_refuses_for_good_are_never_sendable() -> None:
     from kafka.errors import KafkaConnectionError, KafkaTimeoutError, MessageSizeTooLargeError, RecordListTooLargeError
 
-    from crawlhive.utils.loop import is_transient, never_sendable
+    from crawlhive.utils.process.loop import is_transient, never_sendable
 
     assert never_sendable(MessageSizeTooLargeError()) and never_sendable(RecordListTooLargeError())
     assert not never_sendable(KafkaTimeoutError()) and not never_sendable(KafkaConnectionError())
@@ -190,7 +190,7 @@ def test_only_records_kafka_refuses_for_good_are_never_sendable() -> None:
     ],
 )
 def test_origins(url: str, origin: str) -> None:
-    from crawlhive.utils.domains import origin_of
+    from crawlhive.utils.rules.domains import origin_of
 
     assert origin_of(url) == origin
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawlhive.utils import scripts as registry
-from crawlhive.utils.scripts import LUA_DIR, names, scripts, source
+from crawlhive.utils.backends import scripts as registry
+from crawlhive.utils.backends.scripts import LUA_DIR, names, scripts, source
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = ("utils", "crawler", "kafka-monitor", "redis-monitor", "rest")

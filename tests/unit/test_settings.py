@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from crawlhive.app.state import clear_state, read_state, with_state, write_state
-from crawlhive.utils import defaults
-from crawlhive.utils.errors import SettingsError
-from crawlhive.utils.settings import DECLARED, Settings, load_settings, render_setting_types
+from crawlhive.utils.config import defaults
+from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.config.settings import DECLARED, Settings, load_settings, render_setting_types
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,7 +181,7 @@ def test_state_file_of_a_dead_process_is_ignored(tmp_path: Path) -> None:
 
 
 def test_settings_env_round_trips_through_the_environment(tmp_path: Path) -> None:
-    from crawlhive.utils.settings import settings_env
+    from crawlhive.utils.config.settings import settings_env
 
     settings_file = tmp_path / "s.py"
     settings_file.write_text("QUEUE_MODERATED = False\nSTATS_TIMES = [60, 120]\n")
@@ -232,9 +232,9 @@ def test_a_command_started_with_up_waits_for_its_addresses(tmp_path: Path, capsy
 
 
 def test_setting_types_are_generated_from_the_defaults() -> None:
-    """utils/setting_types.py (what mypy checks ``settings.NAME`` reads against) is current."""
-    committed = (ROOT / "utils" / "setting_types.py").read_text()
-    assert committed == render_setting_types(), "run: python -m crawlhive.utils.settings"
+    """utils/config/setting_types.py (what mypy checks ``settings.NAME`` reads against) is current."""
+    committed = (ROOT / "utils" / "config" / "setting_types.py").read_text()
+    assert committed == render_setting_types(), "run: python -m crawlhive.utils.config.settings"
 
 
 def test_settings_read_as_attributes_have_their_declared_type() -> None:

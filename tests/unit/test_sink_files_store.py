@@ -15,9 +15,9 @@ from kafka.errors import CommitFailedError, KafkaError
 from crawlhive.sink.files import FileStore
 from crawlhive.sink.store import SinkRecord
 from crawlhive.sink.worker import _ref_size_of_message
-from crawlhive.utils.errors import BackendUnavailable
-from crawlhive.utils.loop import describe_failure, lost_membership
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.config.errors import BackendUnavailable
+from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.process.loop import describe_failure, lost_membership
 
 TOPIC = "t.cleaned"
 

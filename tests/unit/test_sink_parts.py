@@ -10,8 +10,8 @@ import pytest
 
 from crawlhive.sink.postgres import page_row, split_url
 from crawlhive.sink.store import sink_group, sink_name, source_topic, store_for
-from crawlhive.utils.errors import SettingsError
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.config.settings import Settings
 
 
 def test_the_table_comes_from_the_url_and_must_be_an_identifier() -> None:

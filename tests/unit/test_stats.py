@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import redis
 
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.stats import BUCKETS_PER_WINDOW, Stats
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.state.stats import BUCKETS_PER_WINDOW, Stats
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import redis
 
-from crawlhive.utils.errors import KeyFormatError
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.config.errors import KeyFormatError
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, ThrottleConfig
-from crawlhive.utils.keys import Keys
 
 US = 1_000_000
 LEASE_S = 100

@@ -11,9 +11,9 @@ from crawlhive.kafka_monitor.plugins.action import ActionHandler
 from crawlhive.kafka_monitor.plugins.crawl import ScraperHandler
 from crawlhive.kafka_monitor.plugins.domain_config import DomainConfigHandler
 from crawlhive.kafka_monitor.plugins.stats import StatsHandler
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.messages import ActionRequest, CrawlRequest, DomainConfigRequest, StatsRequest
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator, plugin_classes
-from crawlhive.utils.settings import Settings
 
 
 def accepted(validator: RequestValidator, message: Any) -> Accepted:
@@ -238,7 +238,7 @@ def test_catastrophic_patterns_are_accepted_and_cost_linear_time() -> None:
     """``(a+)+$`` froze Python's re on a long link; RE2 accepts it and answers at once (§10.4)."""
     import time
 
-    from crawlhive.utils.patterns import search_any
+    from crawlhive.utils.rules.patterns import search_any
 
     validator = RequestValidator.from_settings(Settings.from_overrides())
     message = {"url": "http://x.com/", "appid": "app", "crawlid": "c", "allow_regex": ["(a+)+$"]}

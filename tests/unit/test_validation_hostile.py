@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from crawlhive.utils.config.log import configure_logging
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
-from crawlhive.utils.log import configure_logging
 
 BASE = {"url": "http://x.com/", "appid": "app", "crawlid": "c"}
 #: "Well under a second" on a loaded CI machine (as in test_validation_limits.py); it takes milliseconds.

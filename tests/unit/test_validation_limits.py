@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
-from crawlhive.utils.settings import Settings
 
 MIB = 1 << 20
 #: "Well under a second" of CPU on the slowest CI machine, where it takes about 0.15 s. CPU time of

@@ -1,4 +1,4 @@
-"""The cost of a crawl's ``allow_regex`` / ``deny_regex`` is bounded (utils/patterns.py): at intake,
+"""The cost of a crawl's ``allow_regex`` / ``deny_regex`` is bounded (utils/rules/patterns.py): at intake,
 through the real validator, and in the crawler's pattern cache.
 
 ``\\pL{1,446}a0`` compiled to 530,000 RE2 instructions: 200 of them (3.7 KB) took 67 s and +722 MB
@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from crawlhive.crawler.links import LinkLimits, link_allowed
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import seed_from_request
-from crawlhive.utils.patterns import (
+from crawlhive.utils.rules.patterns import (
     DEFAULT_PATTERN_LIMITS,
     PatternCache,
     PatternLimits,
@@ -25,7 +26,6 @@ from crawlhive.utils.patterns import (
     largest_repeat,
     search_any,
 )
-from crawlhive.utils.settings import Settings
 
 BASE = {"url": "http://x.com/", "appid": "app", "crawlid": "c"}
 #: "Well under a second" on a loaded CI machine (as in test_validation_limits.py); it takes milliseconds.

@@ -10,9 +10,9 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from crawlhive.utils.heartbeat import live_nodes
-from crawlhive.utils.settings import Settings
-from crawlhive.utils.worker import ProcessContext, Worker
+from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.process.worker import ProcessContext, Worker
+from crawlhive.utils.state.heartbeat import live_nodes
 
 
 def live(client: redis.Redis, worker: Any, component: str) -> list[str]:
@@ -82,7 +82,7 @@ def test_batch_counts_add_subtract_and_name_their_outcomes() -> None:
     """The counts every consumer worker (kafka-monitor, cleaner, sink) keeps and reports."""
     from dataclasses import dataclass
 
-    from crawlhive.utils.worker import BatchCounts
+    from crawlhive.utils.process.worker import BatchCounts
 
     @dataclass
     class Counts(BatchCounts):

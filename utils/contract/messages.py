@@ -16,14 +16,14 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
-from crawlhive.utils.domains import domain_of_host, host_problem, tenant_site
-from crawlhive.utils.kinds import stats_types
-from crawlhive.utils.log import excerpt
-from crawlhive.utils.patterns import PatternLimits, check_patterns
-from crawlhive.utils.proxies import pools_from_settings
+from crawlhive.utils.config.log import excerpt
+from crawlhive.utils.process.kinds import stats_types
+from crawlhive.utils.rules.domains import domain_of_host, host_problem, tenant_site
+from crawlhive.utils.rules.patterns import PatternLimits, check_patterns
+from crawlhive.utils.rules.proxy_pools import pools_from_settings
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 #: (cause message, JSON pointer) of a failed semantic check; pointer '' means the root.
 Cause = tuple[str, str]
@@ -149,7 +149,7 @@ class CrawlRequest(MessageKind):
         """The ``proxy_pool`` is a pool in force (§21.1); a ``recrawl`` is within its bounds (§19.1);
         every ``allow_regex`` / ``deny_regex`` / ``ban_regex`` pattern compiles with RE2 (what the crawler will
         match with, §10.4) within SCHEMA_REGEX_MAX_REPEAT, SCHEMA_REGEX_MAX_PROGRAM and, all
-        together, SCHEMA_REGEX_MAX_TOTAL_PROGRAM (:func:`~crawlhive.utils.patterns.check_patterns`)."""
+        together, SCHEMA_REGEX_MAX_TOTAL_PROGRAM (:func:`~crawlhive.utils.rules.patterns.check_patterns`)."""
         if message.get("proxy_pool"):
             pools = pools_from_settings(settings)
             refused = pools.refused(message["proxy_pool"]) or pools.unknown(message["proxy_pool"])
@@ -219,7 +219,7 @@ class StatsRequest(MessageKind):
     @classmethod
     def load_schema(cls) -> dict[str, Any]:
         """The schema with the ``stats`` types of the registered process kinds
-        (:func:`~crawlhive.utils.kinds.stats_types`) besides those it names."""
+        (:func:`~crawlhive.utils.process.kinds.stats_types`) besides those it names."""
         schema = copy.deepcopy(super().load_schema())
         types = schema["properties"]["stats"]["enum"]
         schema["properties"]["stats"]["enum"] = [*types, *(t for t in stats_types() if t not in types)]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from kafka.errors import KafkaError
 
-from crawlhive.utils.loop import never_sendable
+from crawlhive.utils.process.loop import never_sendable
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
@@ -27,7 +27,7 @@ def send_and_wait(
 
     Args:
         give_up: called with ``(topic, tag, error)`` for a record Kafka refuses for good
-            (:func:`~crawlhive.utils.loop.never_sendable`: too large, malformed), which is then
+            (:func:`~crawlhive.utils.process.loop.never_sendable`: too large, malformed), which is then
             dropped so the others are not held up; without it such an error is raised too.
 
     Raises:

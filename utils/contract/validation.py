@@ -18,16 +18,16 @@ from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
 from jsonschema.validators import extend
 
+from crawlhive.utils.config.errors import PluginLoadError
+from crawlhive.utils.config.log import EXCERPT_CHARS, excerpt, printable
 from crawlhive.utils.contract.messages import BUILTIN_KINDS, BUILTIN_PLUGINS, MessageKind
-from crawlhive.utils.errors import PluginLoadError
-from crawlhive.utils.log import EXCERPT_CHARS, excerpt, printable
-from crawlhive.utils.plugins import load_object, merge_plugin_dicts
-from crawlhive.utils.proxies import pools_from_settings
+from crawlhive.utils.process.plugins import load_object, merge_plugin_dicts
+from crawlhive.utils.rules.proxy_pools import pools_from_settings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 #: Schema errors of a rejected request among which the reported one is chosen (the first ones).
 ERRORS_CONSIDERED = 64
@@ -153,7 +153,7 @@ MAX_MESSAGE_CHARS = 300
 def describe_error(error: ValidationError) -> str:
     """The reason of a schema *error* without the offending value in full (docs/contract.md §6):
     the rule, and at most a short excerpt of the value with its control characters escaped
-    (:func:`~crawlhive.utils.log.excerpt`); a secret field's value (:data:`SECRET_FIELDS`) is
+    (:func:`~crawlhive.utils.config.log.excerpt`); a secret field's value (:data:`SECRET_FIELDS`) is
     shown as ``value``. jsonschema's messages quote the whole value (``'<1 MB>' is too long``)."""
     path = list(error.absolute_path)
     # a header's or cookie's name is not secret, its value is

@@ -7,7 +7,7 @@
 * :mod:`.reclaim`: the reaper's reclaim of expired leases;
 * :mod:`.domains`: a domain's next fetch time (``Retry-After``, domain-config changes).
 
-Every Lua script these run is a file in ``utils/lua/``, registered by :mod:`crawlhive.utils.scripts`.
+Every Lua script these run is a file in ``utils/backends/lua/``, registered by :mod:`crawlhive.utils.backends.scripts`.
 """
 
 from crawlhive.utils.frontier.leasing import (

@@ -1,6 +1,6 @@
 """The crawler's side of the frontier: take (pop and lease), renew, finish and hand back requests.
 
-Every call is one Lua script (``utils/lua/frontier_pop.lua``, ``lease_*.lua``) on the Redis clock.
+Every call is one Lua script (``utils/backends/lua/frontier_pop.lua``, ``lease_*.lua``) on the Redis clock.
 """
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, cast
 
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, decode_priority, parse_lease_member
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from crawlhive.utils.redis_types import RedisPipeline
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.backends.redis_types import RedisPipeline
+    from crawlhive.utils.config.settings import Settings
 
 #: Domains one pop considers at most before it reports "nothing ready" (bounds the script's work).
 POP_SCAN_DOMAINS = 16
@@ -111,7 +111,7 @@ def _leased_request(
 
 def member_option_id(member: bytes) -> str | None:
     """The option set id a queue member names (None for a self-contained one): the Python twin of
-    the match in ``utils/lua/frontier_pop.lua``."""
+    the match in ``utils/backends/lua/frontier_pop.lua``."""
     if member[:6] == b'{"o":"':
         return member[6 : member.index(b'"', 6)].decode()
     if member[:1] == b"{":

@@ -20,7 +20,7 @@ priority pushed just after it may be served before those pushed just before it. 
 depends on the sequence.
 
 (Scrapy-redis's queue scores ``-priority`` alone, so equal priorities pop in byte order, not
-arrival order, and it pickles requests: not reused.) ``utils/lua/lib/score.lua`` is the Lua twin of
+arrival order, and it pickles requests: not reused.) ``utils/backends/lua/lib/score.lua`` is the Lua twin of
 :func:`encode_score`.
 """
 
@@ -36,8 +36,8 @@ from typing import Any, Self
 
 import ujson
 
-from crawlhive.utils.domains import domain_of_url, origin_of
-from crawlhive.utils.keys import Keys, unescape
+from crawlhive.utils.backends.keys import Keys, unescape
+from crawlhive.utils.rules.domains import domain_of_url, origin_of
 
 SEQ_BITS = 32
 """Bits of the score that hold the arrival sequence."""
@@ -134,7 +134,7 @@ class FrontierRequest:
         link is ``b"<depth> <option set id> <url>"`` (~20 bytes beside its URL). Anything else that
         differs from the option set or from the defaults (a seed's ``request_id``, ``retry_times``,
         a spider's ``attrs`` or ``scrapy_request``) makes the member JSON with those fields, led by
-        ``"o"`` (the pop script reads the id from either form, ``utils/lua/frontier_pop.lua``).
+        ``"o"`` (the pop script reads the id from either form, ``utils/backends/lua/frontier_pop.lua``).
         Deterministic, so an equal request is an equal member (``ZADD NX``).
 
         A request without an option set (decoded from a member queued before 2.1) keeps the old
@@ -374,7 +374,7 @@ def expand_url(text: str, domain: str) -> str:
 
 
 def lease_member(score: bytes, appid: str, crawlid: str, domain: str, member: bytes) -> bytes:
-    """The lease of queue *member*, as the pop script writes it (``utils/lua/frontier_pop.lua``):
+    """The lease of queue *member*, as the pop script writes it (``utils/backends/lua/frontier_pop.lua``):
     ``<score>:<crawl member>:<length of domain>:<domain><member>``, so a lease names its crawl,
     domain and priority and two crawls' equal members are two leases. Tests build leases with it."""
     crawl = Keys.crawl_member(appid, crawlid)

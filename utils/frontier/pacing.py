@@ -8,13 +8,13 @@ import time
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.frontier.model import text
 from crawlhive.utils.frontier.writer import wake_message
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from crawlhive.utils.keys import Keys
+    from crawlhive.utils.backends.keys import Keys
 
 #: Longest back-off one ``Retry-After`` may impose on a domain, in seconds (a bogus or hostile
 #: value must not park a domain for days).
@@ -49,7 +49,7 @@ def defer_site(redis: RedisClient, keys: Keys, domain: str, site: str, delay_s: 
     """Let no crawler fetch from *site*, a tenant of the shared suffix that is bucket *domain*, for
     *delay_s* seconds (capped at RETRY_AFTER_MAX_S), unless a longer wait already runs: the
     ``Retry-After`` of ``mallory.github.io`` pauses that site, not every ``*.github.io``
-    (:func:`crawlhive.utils.domains.tenant_site`). Returns the wait in force, in seconds.
+    (:func:`crawlhive.utils.rules.domains.tenant_site`). Returns the wait in force, in seconds.
 
     Raises:
         redis.RedisError: nothing was changed.

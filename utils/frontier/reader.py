@@ -1,9 +1,9 @@
 """The redis-monitor's side of the frontier: crawl state for ``info``, purge for ``stop``, the
-completion scan, expiry timers, queue backlog per spider (``utils/lua/crawl_*.lua``,
+completion scan, expiry timers, queue backlog per spider (``utils/backends/lua/crawl_*.lua``,
 ``complete_scan.lua``, ``expire_due.lua``, ``spider_backlog.lua``).
 
 Notifications (complete, expire) are appended to the control stream by the same script that changes
-the state (utils/control.py), so the redis-monitor emits each exactly once across monitors and loses
+the state (utils/state/control.py), so the redis-monitor emits each exactly once across monitors and loses
 none when it crashes before Kafka acknowledged it.
 """
 
@@ -13,16 +13,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import is_cluster, keys_from_settings, write_pipeline
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.frontier.model import decode_priority, text
 from crawlhive.utils.frontier.recrawl import RECORD_FIELD, RECURRING_FIELD, Schedule
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import is_cluster, keys_from_settings, write_pipeline
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.scripts import scripts
 
 if TYPE_CHECKING:
-    from crawlhive.utils.redis_types import RedisPipeline
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.backends.redis_types import RedisPipeline
+    from crawlhive.utils.config.settings import Settings
 
 
 #: Seconds between two reads of an active crawl's shards by the completion check on a Redis

@@ -2,7 +2,7 @@
 
 A crawl sent with ``recrawl`` keeps every page it fetched on a schedule. The schedule lives in the
 page's frontier shard (§18), in three compact structures per (crawl, shard), key formats in
-:mod:`crawlhive.utils.keys`:
+:mod:`crawlhive.utils.backends.keys`:
 
 * **state** (``recrawl_state``): hash buckets of packed :class:`PageState` values, field = the
   page's schedule fingerprint (:func:`schedule_fingerprint`, 8 bytes). RECRAWL_STATE_BUCKETS spreads a crawl
@@ -46,14 +46,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import ujson
 
-from crawlhive.utils.budgets import Limit
-from crawlhive.utils.errors import KeyFormatError
-from crawlhive.utils.keys import RENDER_LANE, Keys
-from crawlhive.utils.redis_clients import write_pipeline
-from crawlhive.utils.scripts import scripts
+from crawlhive.utils.backends.keys import RENDER_LANE, Keys
+from crawlhive.utils.backends.redis_clients import write_pipeline
+from crawlhive.utils.backends.scripts import scripts
+from crawlhive.utils.config.errors import KeyFormatError
+from crawlhive.utils.rules.budgets import Limit
 
 if TYPE_CHECKING:
-    from crawlhive.utils.redis_types import RedisClient, RedisPipeline
+    from crawlhive.utils.backends.redis_types import RedisClient, RedisPipeline
 
 #: Largest ``every``, ``min`` and ``max`` (seconds): a year (§19.1).
 RECRAWL_MAX_S = 31_536_000
@@ -230,7 +230,7 @@ def schedule_fingerprint(fingerprint: str) -> bytes:
 def slot_start(due: int, now: int) -> int:
     """The start of the timing-wheel slot of a page *due* at that time (epoch s), seen at *now*:
     slots are 1 s wide within 64 s, then 2^k s wide with 2^k·64 > due − now (the Lua twin is in
-    ``utils/lua/recrawl_release.lua``)."""
+    ``utils/backends/lua/recrawl_release.lua``)."""
     width = 1
     while width * 64 <= due - now:
         width *= 2

@@ -1,6 +1,6 @@
 """The frontier's writer: how requests are stored, indexed and counted (see docs/architecture.md).
 
-Layout (key formats in :mod:`crawlhive.utils.keys`):
+Layout (key formats in :mod:`crawlhive.utils.backends.keys`):
 
 * one priority queue per **(spider, crawl, domain)** in each of two lanes (plain, and rendering
   for crawls with ``render: true``, §15: only rendering crawlers pop from it): ``crawl_queue``
@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING, Any, Self
 
 import ujson
 
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import is_cluster, keys_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.replication import ReplicaWait
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, encode_score
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import is_cluster, keys_from_settings
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.replication import ReplicaWait
 
 if TYPE_CHECKING:
-    from crawlhive.utils.redis_types import RedisPipeline
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.backends.redis_types import RedisPipeline
+    from crawlhive.utils.config.settings import Settings
 
 
 #: The wake-up message that names no shard: work may be ready in any shard.
@@ -239,7 +239,7 @@ class Frontier:
         """Queue on *first* the writes of *plan* in the shards (queues, indexes, the shards' parts of
         the crawl records) and, on a Redis Cluster, the bump of each crawl's push generation: what
         must have run before the pushing page is acked (see :meth:`push`). *first* is a pipeline or
-        a :class:`~crawlhive.utils.redis_clients.CommandList` (``Any``: redis-py types its command
+        a :class:`~crawlhive.utils.backends.redis_clients.CommandList` (``Any``: redis-py types its command
         methods for its own clients only)."""
         keys = self.keys
         queues, best, spider_domains = plan.queues, plan.best, plan.spider_domains

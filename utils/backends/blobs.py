@@ -54,11 +54,11 @@ from urllib.parse import urlsplit
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from crawlhive.utils.errors import CrawlhiveError, SettingsError
-from crawlhive.utils.log import mask_url
+from crawlhive.utils.config.errors import CrawlhiveError, SettingsError
+from crawlhive.utils.config.log import mask_url
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ import collections
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
-from crawlhive.utils.redis_types import RedisClient
+from crawlhive.utils.backends.redis_types import RedisClient
 
 if TYPE_CHECKING:
-    from crawlhive.utils.keys import Keys
+    from crawlhive.utils.backends.keys import Keys
 
 #: Upper bounds (seconds) of the response-time histogram's buckets; ``+Inf`` is implied.
 BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

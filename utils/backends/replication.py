@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, Self
 
 from redis.cluster import RedisCluster
 
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import is_cluster, keys_from_settings
-from crawlhive.utils.redis_types import RedisClient
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import is_cluster, keys_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Every crawlhive setting, its type and its default, documented once, right here.
 
 Each setting is a module-level constant; its annotation is the type that the settings loader
-(:mod:`crawlhive.utils.settings`) parses environment variables and settings files into, and the
+(:mod:`crawlhive.utils.config.settings`) parses environment variables and settings files into, and the
 docstring under it is the reference for users. Names carry their unit where they have one, except
 the names fixed by the wire contract (docs/contract.md §8.1), which keep Scrapy Cluster's spelling; their
 docstrings state the unit.

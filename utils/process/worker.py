@@ -11,7 +11,7 @@ one and nothing of it themselves.
   to check) on a transient failure; the heartbeat renewed every HEARTBEAT_INTERVAL;
 * :meth:`Worker.teardown`: :meth:`~Worker.close`, then the heartbeat is removed and an owned Redis
   client closed; never raises;
-* one rule for which errors are transient (:func:`~crawlhive.utils.loop.is_transient`): those are
+* one rule for which errors are transient (:func:`~crawlhive.utils.process.loop.is_transient`): those are
   retried after a back-off, anything else ends the loop (after the teardown) so ``main`` can exit
   with its message;
 * the first SIGINT/SIGTERM finishes the current iteration, the second stops at once.
@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from kafka.errors import KafkaError
 
-from crawlhive.utils.blobs import BlobStore
-from crawlhive.utils.errors import SettingsError
-from crawlhive.utils.heartbeat import Heartbeat, new_node_id
-from crawlhive.utils.kafka_clients import ensure_topics, make_consumer, make_producer, probe_kafka
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.log import mask_url
-from crawlhive.utils.loop import (
+from crawlhive.utils.backends.blobs import BlobStore
+from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer, probe_kafka
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.config.log import mask_url
+from crawlhive.utils.process.loop import (
     Backoff,
     ClusterGone,
     cluster_gone,
@@ -44,14 +45,13 @@ from crawlhive.utils.loop import (
     is_out_of_memory,
     is_transient,
 )
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.stats import Stats
+from crawlhive.utils.state.heartbeat import Heartbeat, new_node_id
+from crawlhive.utils.state.stats import Stats
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, KafkaProducer
 
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class ProcessContext:
     heartbeat: Heartbeat
     owns_redis: bool = False
     heartbeat_interval_s: float = field(init=False)
-    #: Set when the cluster is gone for good (:class:`~crawlhive.utils.loop.ClusterGone`): the
+    #: Set when the cluster is gone for good (:class:`~crawlhive.utils.process.loop.ClusterGone`): the
     #: close does not try to reach Redis again.
     backends_gone: bool = field(init=False, default=False)
 
@@ -322,7 +322,7 @@ class ConsumerWorker(Worker):
 
     iteration = "this batch"
     poll_interval_setting = "KAFKA_MAX_POLL_INTERVAL_MS"
-    #: Consume on librdkafka (:mod:`crawlhive.utils.rdkafka`) rather than kafka-python.
+    #: Consume on librdkafka (:mod:`crawlhive.utils.backends.rdkafka`) rather than kafka-python.
     rdkafka: ClassVar[bool] = False
 
     def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
@@ -356,7 +356,7 @@ class ConsumerWorker(Worker):
             self.producer = make_producer(self.settings)
         if self.consumer is None:
             if self.rdkafka:
-                from crawlhive.utils.rdkafka import make_rdkafka_consumer
+                from crawlhive.utils.backends.rdkafka import make_rdkafka_consumer
 
                 self.consumer = make_rdkafka_consumer(self.settings, topic, group_id=group, **consumer_options)
             else:
@@ -500,7 +500,7 @@ def run_until_stopped(worker: Worker, command: str) -> int:
     signal), saying so on stderr as ``crawlhive <command>: …``. The entry of a worker kind."""
     import sys
 
-    from crawlhive.utils.loop import ForcedShutdown
+    from crawlhive.utils.process.loop import ForcedShutdown
 
     worker.install_signal_handlers()
     try:

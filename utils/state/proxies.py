@@ -12,13 +12,13 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from crawlhive.utils.domains import domain_of_host
+from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.frontier.model import text
-from crawlhive.utils.redis_types import RedisClient
+from crawlhive.utils.rules.domains import domain_of_host
 
 if TYPE_CHECKING:
-    from crawlhive.utils.keys import Keys
-    from crawlhive.utils.proxies import ProxyPools
+    from crawlhive.utils.backends.keys import Keys
+    from crawlhive.utils.rules.proxy_pools import ProxyPools
 
 #: Outcomes counted per pool and proxy (crawler/proxy.py).
 OUTCOMES = ("ok", "ban")
@@ -113,7 +113,7 @@ def _window_s(config: Any, default: float) -> float:
 
 
 def _factor(value: str, now: float, window_s: float) -> float | None:
-    """The factor of a ``keys.autothrottle`` value in force at *now* (``utils/lua/lib/throttle.lua``)."""
+    """The factor of a ``keys.autothrottle`` value in force at *now* (``utils/backends/lua/lib/throttle.lua``)."""
     try:
         factor, since_us, step = (float(v) for v in value.split())
     except ValueError:

@@ -39,12 +39,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.scripts import scripts
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.scripts import scripts
 
 if TYPE_CHECKING:
-    from crawlhive.utils.keys import Keys
-    from crawlhive.utils.redis_types import RedisPipeline
+    from crawlhive.utils.backends.keys import Keys
+    from crawlhive.utils.backends.redis_types import RedisPipeline
 
 BUCKETS_PER_WINDOW = 60
 """Buckets per window; every process of a cluster must use the same value (members carry it

@@ -36,8 +36,8 @@ from typing import Any
 
 import re2
 
-from crawlhive.utils.errors import CrawlhiveError
-from crawlhive.utils.log import EXCERPT_CHARS, excerpt, printable
+from crawlhive.utils.config.errors import CrawlhiveError
+from crawlhive.utils.config.log import EXCERPT_CHARS, excerpt, printable
 
 
 class InvalidPattern(CrawlhiveError, ValueError):

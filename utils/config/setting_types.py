@@ -1,8 +1,8 @@
 """The declared type of every setting, so that ``settings.NAME`` reads are typed (mypy checks them).
 
-Generated from :mod:`crawlhive.utils.defaults`; do not edit. After adding or changing a setting there:
-``python -m crawlhive.utils.settings`` (tests/unit/test_settings.py checks this file is current).
-At run time :class:`~crawlhive.utils.settings.Settings` reads the values."""
+Generated from :mod:`crawlhive.utils.config.defaults`; do not edit. After adding or changing a setting there:
+``python -m crawlhive.utils.config.settings`` (tests/unit/test_settings.py checks this file is current).
+At run time :class:`~crawlhive.utils.config.settings.Settings` reads the values."""
 
 # ruff: noqa: E501
 
@@ -10,7 +10,7 @@ from typing import Any
 
 
 class SettingTypes:
-    """Each setting, declared as an attribute of :class:`~crawlhive.utils.settings.Settings`."""
+    """Each setting, declared as an attribute of :class:`~crawlhive.utils.config.settings.Settings`."""
 
     REDIS_URL: str
     REDIS_KEY_PREFIX: str

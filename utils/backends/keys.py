@@ -2,7 +2,7 @@
 
 Call sites never build a key by hand: they hold a :class:`Keys` (built once from the setting
 ``REDIS_KEY_PREFIX``) and call the method for the key they need. ``docs/redis-keys.md`` is generated
-from this module (``python -m crawlhive.utils.keys``) and a test checks that it is current.
+from this module (``python -m crawlhive.utils.backends.keys``) and a test checks that it is current.
 
 Key parts are joined with ``:``. Client-chosen ids (spiderid, appid, crawlid) may contain any
 character, so they are escaped (:func:`escape`: ``%`` and ``:`` percent-encoded) and parsers unescape
@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from crawlhive.utils.errors import KeyFormatError, SettingsError
+from crawlhive.utils.config.errors import KeyFormatError, SettingsError
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., str])
 
@@ -94,7 +94,7 @@ class Keys:
     def from_settings(cls, settings: Settings, shards: int | None = None) -> Keys:
         """The keys of REDIS_KEY_PREFIX with *shards* shards, else FRONTIER_SHARDS. No I/O: when
         FRONTIER_SHARDS is 0 (automatic, which asks the server whether it is a Redis Cluster) use
-        :func:`crawlhive.utils.redis_clients.keys_from_settings`, or pass *shards*.
+        :func:`crawlhive.utils.backends.redis_clients.keys_from_settings`, or pass *shards*.
 
         Raises:
             SettingsError: the shard count is 0 (automatic) and no *shards* was given.
@@ -102,7 +102,8 @@ class Keys:
         count = shards or settings.FRONTIER_SHARDS
         if not count:
             raise SettingsError(
-                "FRONTIER_SHARDS is 0 (automatic): resolve it first (crawlhive.utils.redis_clients.keys_from_settings)"
+                "FRONTIER_SHARDS is 0 (automatic): resolve it first "
+                "(crawlhive.utils.backends.redis_clients.keys_from_settings)"
             )
         return cls(settings.REDIS_KEY_PREFIX, count)
 
@@ -326,7 +327,7 @@ class Keys:
         """Domains of one shard the adaptive throttle slowed down: field = domain (or the tenant site
         of a shared suffix, slowed alone: the site gate spaces its fetches), value =
         ``"<factor> <since us> <step>"``: the fraction of the configured rate in force at Redis time
-        *since*, regained by *step* per throttle window after it (``utils/lua/lib/throttle.lua``).
+        *since*, regained by *step* per throttle window after it (``utils/backends/lua/lib/throttle.lua``).
         Must be ``domain_config`` with ``autothrottle`` for ``domain-config`` (the Lua derives it)."""
         return f"{self._heads[shard]}autothrottle"
 
@@ -448,7 +449,7 @@ class Keys:
     def replication_mark(self, shard: int | None = None) -> str:
         """Written just before a ``WAIT`` for REDIS_WAIT_REPLICAS on the node of *shard* (None: of
         the cluster-wide keys): replication is ordered, so once replicas have this write they have
-        every earlier write to that node, whichever connection made it (utils/replication.py)."""
+        every earlier write to that node, whichever connection made it (utils/backends/replication.py)."""
         return f"{self._global if shard is None else self._heads[shard]}replication-mark"
 
     @key("string", ttl="1 day")
@@ -573,7 +574,7 @@ class Keys:
         (spider,) = self._parse(key_, "leases", 1)
         return spider
 
-    # --- control stream (utils/control.py) -------------------------------------------------------
+    # --- control stream (utils/state/control.py) -------------------------------------------------------
 
     @key("stream")
     def control_stream(self) -> str:
@@ -615,7 +616,7 @@ class Keys:
     def metrics_response_seconds(self, spider: str) -> str:
         """Response-time histogram of spider type ``spider`` for ``/metrics``
         (``crawlhive_response_seconds``, docs/contract.md §22.3): field ``b<i>`` = responses that
-        took at most bucket *i*'s bound and more than the one before (utils/response_metrics.py),
+        took at most bucket *i*'s bound and more than the one before (utils/state/response_metrics.py),
         ``inf`` = slower than every bound, ``sum`` = their seconds (float), ``count``."""
         return f"{self._global}metrics-response-seconds:{spider}"
 
@@ -741,7 +742,7 @@ def render_markdown() -> str:
     lines = [
         "# Redis keys",
         "",
-        "Generated from `utils/keys.py` by `python -m crawlhive.utils.keys > docs/redis-keys.md`;",
+        "Generated from `utils/backends/keys.py` by `python -m crawlhive.utils.backends.keys > docs/redis-keys.md`;",
         "`tests/unit/test_keys.py` fails when this file is stale. Every key starts with the setting",
         "`REDIS_KEY_PREFIX` (default `ch`). These names are internal, not part of the wire contract.",
         "",

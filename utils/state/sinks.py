@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
-    from crawlhive.utils.keys import Keys
-    from crawlhive.utils.redis_types import RedisClient
-    from crawlhive.utils.stats import Stats
+    from crawlhive.utils.backends.keys import Keys
+    from crawlhive.utils.backends.redis_types import RedisClient
+    from crawlhive.utils.state.stats import Stats
 
 #: The heartbeat/stats component of sinks.
 COMPONENT = "sink"

@@ -1,10 +1,10 @@
 """Kafka clients: every component gets its producer, consumer and admin client here (the Redis
-clients are :mod:`crawlhive.utils.redis_clients`'s).
+clients are :mod:`crawlhive.utils.backends.redis_clients`'s).
 
 Kafka clients share one mapping of the connection
 settings (:func:`kafka_common_config`) and carry the options that matter for latency on Tansu and
 on Kafka alike, set once here so no component repeats them. Every factory fails fast: when a backend
-cannot be reached it raises :class:`~crawlhive.utils.errors.BackendUnavailable` within a few seconds,
+cannot be reached it raises :class:`~crawlhive.utils.config.errors.BackendUnavailable` within a few seconds,
 with a message naming the setting to fix and its value (passwords masked). Only a ``main()``
 turns that into an exit code.
 
@@ -30,9 +30,9 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from crawlhive.utils.config.errors import BackendUnavailable, SettingsError
+from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.topics import is_legal_topic
-from crawlhive.utils.errors import BackendUnavailable, SettingsError
-from crawlhive.utils.settings import Settings
 
 with warnings.catch_warnings():
     # kafka-python loads its protocol schemas with the deprecated importlib.resources.read_text.
@@ -220,7 +220,7 @@ def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
 
 def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
     """The keyword arguments of :func:`make_producer`'s ``KafkaProducer`` (see there); the
-    crawler's producer on librdkafka (:mod:`crawlhive.utils.rdkafka`) maps the same.
+    crawler's producer on librdkafka (:mod:`crawlhive.utils.backends.rdkafka`) maps the same.
 
     Raises:
         SettingsError: see :func:`kafka_common_config`.
@@ -267,7 +267,7 @@ def make_consumer(settings: Settings, *topics: str, group_id: str | None, **over
 
 def consumer_config(settings: Settings, group_id: str | None, **overrides: Any) -> dict[str, Any]:
     """The keyword arguments of :func:`make_consumer`'s ``KafkaConsumer`` (see there); the
-    librdkafka consumer (:mod:`crawlhive.utils.rdkafka`) maps the same.
+    librdkafka consumer (:mod:`crawlhive.utils.backends.rdkafka`) maps the same.
 
     Raises:
         SettingsError: see :func:`kafka_common_config`.

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from crawlhive.utils.domains import domain_of_host, host_problem, tenant_site
-from crawlhive.utils.errors import SettingsError
-from crawlhive.utils.log import add_secrets, excerpt, mask_url, url_secrets
+from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.config.log import add_secrets, excerpt, mask_url, url_secrets
+from crawlhive.utils.rules.domains import domain_of_host, host_problem, tenant_site
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from crawlhive.utils.errors import PluginLoadError
+from crawlhive.utils.config.errors import PluginLoadError
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 #: The entry-point group kinds register in.
 ENTRY_POINT_GROUP = "crawlhive.kinds"
@@ -146,13 +146,13 @@ class ProcessKind:
 
 
 def worker_entry(path: str, command: str) -> Entry:
-    """The entry of a kind whose process is a :class:`~crawlhive.utils.worker.Worker`: the class at
+    """The entry of a kind whose process is a :class:`~crawlhive.utils.process.worker.Worker`: the class at
     *path* (``package.module.Class``, imported only when the process runs) built ``from_settings``
-    and run until SIGINT/SIGTERM (:func:`~crawlhive.utils.worker.run_until_stopped`)."""
+    and run until SIGINT/SIGTERM (:func:`~crawlhive.utils.process.worker.run_until_stopped`)."""
 
     def run(settings: Settings, args: argparse.Namespace) -> int:
-        from crawlhive.utils.plugins import load_object
-        from crawlhive.utils.worker import run_until_stopped
+        from crawlhive.utils.process.plugins import load_object
+        from crawlhive.utils.process.worker import run_until_stopped
 
         return run_until_stopped(load_object(path).from_settings(settings), command)
 

@@ -1,6 +1,6 @@
 """The types of crawlhive's Redis clients, honest about a Redis Cluster.
 
-:func:`~crawlhive.utils.redis_clients.redis_from_settings` returns a ``redis.Redis`` or, when
+:func:`~crawlhive.utils.backends.redis_clients.redis_from_settings` returns a ``redis.Redis`` or, when
 REDIS_URL names a Redis Cluster, redis-py's ``RedisCluster``. Code that takes a client is annotated
 with :data:`RedisClient`, the union of both, so mypy flags a call the cluster client does not offer
 (``WATCH``-based transactions, ``pubsub`` options, …) wherever it is made, rather than letting it fail
@@ -21,7 +21,7 @@ RedisClient: TypeAlias = redis.Redis | RedisCluster
 """A blocking client: one Redis, or a Redis Cluster."""
 
 RedisPipeline: TypeAlias = Pipeline | ClusterPipeline
-"""A pipeline of either (:func:`~crawlhive.utils.redis_clients.write_pipeline`)."""
+"""A pipeline of either (:func:`~crawlhive.utils.backends.redis_clients.write_pipeline`)."""
 
 AsyncRedisClient: TypeAlias = redis.asyncio.Redis | AsyncRedisCluster
 """An asyncio client (the crawler's reactor): one Redis, or a Redis Cluster."""

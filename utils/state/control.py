@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import ujson
 from redis.exceptions import ResponseError
 
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.redis_clients import keys_from_settings
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.scripts import scripts
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.scripts import scripts
 
 if TYPE_CHECKING:
-    from crawlhive.utils.redis_types import RedisPipeline
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.backends.redis_types import RedisPipeline
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -40,11 +40,11 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from crawlhive.utils.errors import BackendUnavailable, CrawlhiveError
-from crawlhive.utils.log import mask_url
+from crawlhive.utils.config.errors import BackendUnavailable, CrawlhiveError
+from crawlhive.utils.config.log import mask_url
 
 if TYPE_CHECKING:
-    from crawlhive.utils.settings import Settings
+    from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 

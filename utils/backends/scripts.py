@@ -1,8 +1,8 @@
-"""Every Lua script crawlhive runs on Redis, loaded from ``utils/lua/`` and registered in one place.
+"""Every Lua script crawlhive runs on Redis, loaded from ``utils/backends/lua/`` and registered in one place.
 
-A script is a file ``utils/lua/<name>.lua`` whose header lists its KEYS and ARGV. Helpers shared by
+A script is a file ``utils/backends/lua/<name>.lua`` whose header lists its KEYS and ARGV. Helpers shared by
 several scripts (time formatting, the throttle rule, lease renewal and ending, the queue score)
-live in ``utils/lua/lib/``; a script pulls one in with a line ``--! include lib/<file>.lua``, which
+live in ``utils/backends/lua/lib/``; a script pulls one in with a line ``--! include lib/<file>.lua``, which
 is replaced by that file's text (recursively, each file at most once, in order of first mention).
 
 :func:`scripts` gives the scripts of one Redis client, registered once per client (sync or
@@ -28,7 +28,7 @@ from redis.exceptions import NoScriptError
 if TYPE_CHECKING:
     from redis.commands.core import Script
 
-    from crawlhive.utils.redis_types import RedisPipeline
+    from crawlhive.utils.backends.redis_types import RedisPipeline
 
 #: Folder of the scripts (package data: shipped with the code).
 LUA_DIR = Path(__file__).with_name("lua")

@@ -19,11 +19,11 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from crawlhive.utils.redis_types import RedisClient
-from crawlhive.utils.scripts import scripts
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.scripts import scripts
 
 if TYPE_CHECKING:
-    from crawlhive.utils.keys import Keys
+    from crawlhive.utils.backends.keys import Keys
 
 
 def new_node_id() -> str:

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from crawlhive.utils.errors import NotConfigured, PluginLoadError
+from crawlhive.utils.config.errors import NotConfigured, PluginLoadError
 
 logger = logging.getLogger(__name__)
 

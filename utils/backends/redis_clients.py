@@ -1,9 +1,9 @@
 """Redis clients: every component gets its Redis client here (the Kafka clients are
-:mod:`crawlhive.utils.kafka_clients`'s).
+:mod:`crawlhive.utils.backends.kafka_clients`'s).
 
 Redis comes from one URL (``REDIS_URL``; several seeds, or one node that says so, make a Redis
 Cluster client). A factory fails fast: when Redis cannot be reached :func:`check_redis` raises
-:class:`~crawlhive.utils.errors.BackendUnavailable` within a few seconds, with a message naming the
+:class:`~crawlhive.utils.config.errors.BackendUnavailable` within a few seconds, with a message naming the
 setting to fix and its value (passwords masked). Only a ``main()`` turns that into an exit code.
 """
 
@@ -21,11 +21,11 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.commands.core import DataAccessCommands
 from redis.exceptions import RedisClusterException
 
-from crawlhive.utils.errors import BackendUnavailable, SettingsError, UnsupportedBackend
-from crawlhive.utils.keys import Keys
-from crawlhive.utils.log import mask_url
-from crawlhive.utils.redis_types import AsyncRedisClient, RedisClient, RedisPipeline
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_types import AsyncRedisClient, RedisClient, RedisPipeline
+from crawlhive.utils.config.errors import BackendUnavailable, SettingsError, UnsupportedBackend
+from crawlhive.utils.config.log import mask_url
+from crawlhive.utils.config.settings import Settings
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs

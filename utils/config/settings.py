@@ -1,6 +1,6 @@
 """One typed, frozen settings object for every crawlhive process.
 
-Precedence, lowest first (docs/contract.md §8.1): the defaults in :mod:`crawlhive.utils.defaults` < the state
+Precedence, lowest first (docs/contract.md §8.1): the defaults in :mod:`crawlhive.utils.config.defaults` < the state
 file of a running ``crawlhive up`` (addresses only) < a ``--settings FILE`` < environment variables of
 the same upper-case name < command-line options. Every value is parsed into the type annotated in
 the defaults module, so a bad value fails at start-up with a message naming the setting, e.g.
@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from crawlhive.utils import __version__, defaults
-from crawlhive.utils.errors import SettingsError
-from crawlhive.utils.log import url_secrets
-from crawlhive.utils.setting_types import SettingTypes
+from crawlhive.utils import __version__
+from crawlhive.utils.config import defaults
+from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.config.log import url_secrets
+from crawlhive.utils.config.setting_types import SettingTypes
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ class Settings(SettingTypes, Mapping[str, Any]):
     """A frozen mapping of setting name -> typed value, with where each value came from.
 
     Read a setting as an attribute, ``settings.LEASE_TIMEOUT``: its type is the one declared in
-    :mod:`crawlhive.utils.defaults` (:class:`~crawlhive.utils.setting_types.SettingTypes`, generated
+    :mod:`crawlhive.utils.config.defaults` (:class:`~crawlhive.utils.config.setting_types.SettingTypes`, generated
     from it), so mypy checks every read, and a misspelt name is a type error rather than a
     ``KeyError`` at run time. ``settings["NAME"]`` reads one by a name held in a variable.
 
@@ -160,7 +161,7 @@ class Settings(SettingTypes, Mapping[str, Any]):
         try:
             return self._values[name]
         except KeyError:
-            raise KeyError(f"unknown setting {name!r}; see crawlhive.utils.defaults") from None
+            raise KeyError(f"unknown setting {name!r}; see crawlhive.utils.config.defaults") from None
 
     if not typing.TYPE_CHECKING:  # hidden from mypy, which sees SettingTypes' declarations instead
 
@@ -220,7 +221,7 @@ class Settings(SettingTypes, Mapping[str, Any]):
     def secrets(self) -> list[str]:
         """Values no log line or printed message may show (docs/contract.md §10.6): the passwords of
         REDIS_URL, of every seed, and its secret query values (as written and decoded:
-        :func:`~crawlhive.utils.log.url_secrets`), of every PROXY_POOLS proxy and every proxy of
+        :func:`~crawlhive.utils.config.log.url_secrets`), of every PROXY_POOLS proxy and every proxy of
         PROXY_POOLS_FILE as it reads now (a file read again later adds its own: ``add_secrets``),
         those of SINK_URL and BLOB_STORE_URL, KAFKA_SASL_PASSWORD and REST_API_KEY."""
         found = url_secrets(str(self.REDIS_URL or ""))
@@ -282,7 +283,7 @@ def _layer(raw: Mapping[str, Any], origin: str, warn_unknown: bool) -> dict[str,
         if name in DECLARED or name in REDIS_PARTS:
             out[name] = value
         elif warn_unknown:
-            logger.warning("unknown setting %s in %s ignored; see crawlhive.utils.defaults", name, origin)
+            logger.warning("unknown setting %s in %s ignored; see crawlhive.utils.config.defaults", name, origin)
     return out
 
 
@@ -366,8 +367,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 def render_setting_types() -> str:
-    """The source of :mod:`crawlhive.utils.setting_types`: each setting's annotation, as written in
-    :mod:`crawlhive.utils.defaults` (``python -m crawlhive.utils.settings`` rewrites that module)."""
+    """The source of :mod:`crawlhive.utils.config.setting_types`: each setting's annotation, as written in
+    :mod:`crawlhive.utils.config.defaults` (``python -m crawlhive.utils.config.settings`` rewrites that module)."""
     import ast
     import inspect
 
@@ -375,9 +376,9 @@ def render_setting_types() -> str:
     lines = [
         '"""The declared type of every setting, so that ``settings.NAME`` reads are typed (mypy checks them).',
         "",
-        "Generated from :mod:`crawlhive.utils.defaults`; do not edit. After adding or changing a setting there:",
-        "``python -m crawlhive.utils.settings`` (tests/unit/test_settings.py checks this file is current).",
-        'At run time :class:`~crawlhive.utils.settings.Settings` reads the values."""',
+        "Generated from :mod:`crawlhive.utils.config.defaults`; do not edit. After adding or changing a setting there:",
+        "``python -m crawlhive.utils.config.settings`` (tests/unit/test_settings.py checks this file is current).",
+        'At run time :class:`~crawlhive.utils.config.settings.Settings` reads the values."""',
         "",
         "# ruff: noqa: E501",
         "",
@@ -385,7 +386,7 @@ def render_setting_types() -> str:
         "",
         "",
         "class SettingTypes:",
-        '    """Each setting, declared as an attribute of :class:`~crawlhive.utils.settings.Settings`."""',
+        '    """Each setting, declared as an attribute of :class:`~crawlhive.utils.config.settings.Settings`."""',
         "",
     ]
     for node in ast.parse(source).body:
@@ -394,7 +395,7 @@ def render_setting_types() -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":  # python -m crawlhive.utils.settings: rewrite utils/setting_types.py
-    import crawlhive.utils.setting_types as generated
+if __name__ == "__main__":  # python -m crawlhive.utils.config.settings: rewrite utils/config/setting_types.py
+    import crawlhive.utils.config.setting_types as generated
 
     Path(generated.__file__).write_text(render_setting_types())

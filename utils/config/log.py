@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from crawlhive.utils.errors import SettingsError
+from crawlhive.utils.config.errors import SettingsError
 
 #: Attributes every LogRecord has; anything else on a record came from ``extra=``.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
@@ -208,10 +208,10 @@ DETAIL_LOGGERS = (
     "scrapy.extensions.logstats",
     "scrapy.extensions.telnet",
     "uvicorn.error",
-    "crawlhive.utils.plugins",
+    "crawlhive.utils.process.plugins",
     "crawlhive.app.embedded",
-    "crawlhive.utils.redis_clients",
-    "crawlhive.utils.kafka_clients",
+    "crawlhive.utils.backends.redis_clients",
+    "crawlhive.utils.backends.kafka_clients",
     "crawlhive.app.up",
     "scrapy.statscollectors",
     "scrapy-playwright",  # rendering crawlers: its versions, browser launched, handler closing
@@ -248,7 +248,7 @@ EXPECTED_ON_CLOSE = (
 #: Parts of kafka-python's messages about a broker it cannot reach (refused, lost, no node, the
 #: coordinator marked dead): several lines a second while a broker is down, each retried by its own
 #: rules. crawlhive's loops report the outage itself, once, naming KAFKA_BOOTSTRAP_SERVERS
-#: (:class:`crawlhive.utils.loop.Outage`, ``Backoff``), so these are shown at DEBUG only.
+#: (:class:`crawlhive.utils.process.loop.Outage`, ``Backoff``), so these are shown at DEBUG only.
 KAFKA_CONNECTION_NOISE = (
     "KafkaConnectionError",
     "ECONNREFUSED",
@@ -290,11 +290,11 @@ def _closed_socket(record: logging.LogRecord) -> bool:
 
 
 #: (logger, part of the message) of the lines a process logs when the first SIGINT/SIGTERM starts its
-#: graceful stop: crawlhive's own (:func:`crawlhive.utils.loop.install_stop_handlers`) and Scrapy's.
+#: graceful stop: crawlhive's own (:func:`crawlhive.utils.process.loop.install_stop_handlers`) and Scrapy's.
 #: Shown at DEBUG only with LOG_STOP_SIGNALS false (the components of ``crawlhive up``, which says
 #: once that it is stopping).
 STOP_SIGNAL_LINES = (
-    ("crawlhive.utils.loop", "received: stopping after"),
+    ("crawlhive.utils.process.loop", "received: stopping after"),
     ("scrapy.crawler", "Received SIG"),
 )
 

@@ -9,7 +9,7 @@ PostgreSQL sink went from 0.72 to 0.86 of the bare loop (median of 3 pairs) and 
 30,000 to 50,000 records/s. The sink, whose every record is read and written once with little else,
 uses it; the other workers keep kafka-python, whose producer, admin client and consumer they share.
 
-:class:`RdKafkaConsumer` answers the calls of :class:`~crawlhive.utils.worker.ConsumerWorker` and
+:class:`RdKafkaConsumer` answers the calls of :class:`~crawlhive.utils.process.worker.ConsumerWorker` and
 the sink (``poll``, ``commit``, ``seek``, ``pause``, ``resume``, ``assignment``, ``end_offsets``, ``highwater``,
 ``committed``, ``close``) with kafka-python's types (``TopicPartition``, records with ``topic``,
 ``partition``, ``offset`` and ``value``), and raises kafka-python's ``KafkaError`` for librdkafka's
@@ -20,7 +20,7 @@ stderr.
 **The producer.** kafka-python builds each record batch, its CRC and its request in Python on a
 sender thread of its own that competes with the reactor for the GIL: py-spy put 12 % of a crawler's
 samples there on the cluster bench (one full page item a page). :class:`RdKafkaProducer` sends
-from librdkafka's C threads, with the options of :func:`~crawlhive.utils.kafka_clients.make_producer`
+from librdkafka's C threads, with the options of :func:`~crawlhive.utils.backends.kafka_clients.make_producer`
 (``acks=all``, no idempotence, 5 ms linger), and hands the delivery reports back in batches.
 """
 
@@ -36,7 +36,7 @@ import confluent_kafka
 from kafka import errors as kafka_errors
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from crawlhive.utils.settings import Settings
+from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +66,8 @@ class _Quieter(logging.Filter):
 rdkafka_logger = logging.getLogger(f"{__name__}.librdkafka")
 rdkafka_logger.addFilter(_Quieter())
 
-#: kafka-python's option names (as :func:`~crawlhive.utils.kafka_clients.kafka_common_config` and
-#: :func:`~crawlhive.utils.kafka_clients.make_consumer` build them) and librdkafka's.
+#: kafka-python's option names (as :func:`~crawlhive.utils.backends.kafka_clients.kafka_common_config` and
+#: :func:`~crawlhive.utils.backends.kafka_clients.make_consumer` build them) and librdkafka's.
 _OPTIONS = {
     "security_protocol": "security.protocol",
     "sasl_mechanism": "sasl.mechanism",
@@ -309,13 +309,13 @@ class RdKafkaConsumer:
 
 
 def make_rdkafka_consumer(settings: Settings, *topics: str, group_id: str, **overrides: Any) -> RdKafkaConsumer:
-    """:func:`~crawlhive.utils.kafka_clients.make_consumer`'s consumer, on librdkafka.
+    """:func:`~crawlhive.utils.backends.kafka_clients.make_consumer`'s consumer, on librdkafka.
 
     Raises:
         BackendUnavailable: no bootstrap server accepts a connection (names KAFKA_BOOTSTRAP_SERVERS).
-        SettingsError: see :func:`~crawlhive.utils.kafka_clients.kafka_common_config`.
+        SettingsError: see :func:`~crawlhive.utils.backends.kafka_clients.kafka_common_config`.
     """
-    from crawlhive.utils.kafka_clients import consumer_config, probe_kafka
+    from crawlhive.utils.backends.kafka_clients import consumer_config, probe_kafka
 
     probe_kafka(settings)
     return RdKafkaConsumer(consumer_config(settings, group_id, **overrides), list(topics))
@@ -337,7 +337,7 @@ Report = tuple[Any, kafka_errors.KafkaError | None]
 
 def rdkafka_producer_config(config: dict[str, Any]) -> dict[str, Any]:
     """librdkafka's configuration for *config*, a kafka-python producer's keyword arguments
-    (:func:`~crawlhive.utils.kafka_clients.producer_config`).
+    (:func:`~crawlhive.utils.backends.kafka_clients.producer_config`).
 
     Raises:
         ValueError: an option this module does not map.
@@ -359,7 +359,7 @@ class RdKafkaProducer:
     batch to *on_reports* in that thread, once per ``poll``, rather than one call per record.
 
     Args:
-        config: kafka-python producer options (:func:`~crawlhive.utils.kafka_clients.producer_config`).
+        config: kafka-python producer options (:func:`~crawlhive.utils.backends.kafka_clients.producer_config`).
         on_reports: called in the delivery thread with the reports of a ``poll``, in order.
     """
 
@@ -436,14 +436,14 @@ class RdKafkaProducer:
 
 
 def make_rdkafka_producer(settings: Settings, on_reports: Callable[[list[Report]], None]) -> RdKafkaProducer:
-    """:func:`~crawlhive.utils.kafka_clients.make_producer`'s producer, on librdkafka, connected.
+    """:func:`~crawlhive.utils.backends.kafka_clients.make_producer`'s producer, on librdkafka, connected.
 
     Raises:
         BackendUnavailable: no broker answers, or it refuses the credentials (names
             KAFKA_BOOTSTRAP_SERVERS).
-        SettingsError: see :func:`~crawlhive.utils.kafka_clients.kafka_common_config`.
+        SettingsError: see :func:`~crawlhive.utils.backends.kafka_clients.kafka_common_config`.
     """
-    from crawlhive.utils.kafka_clients import (
+    from crawlhive.utils.backends.kafka_clients import (
         KAFKA_BOOTSTRAP_TIMEOUT_MS,
         kafka_unavailable,
         probe_kafka,
