@@ -20,6 +20,7 @@ import pytest
 import redis
 from kafka.structs import TopicPartition
 from redis.client import Pipeline
+from support.chaos import wait_until
 from support.crawler import redis_for
 
 from crawlhive.app.embedded import EmbeddedRedis
@@ -980,6 +981,10 @@ def test_redis_going_away_backs_off_naming_the_setting_and_resumes(
             info = {"action": "info", "appid": "testapp", "crawlid": "c1", "spiderid": "link"}
             submit(client, settings, "action", {**info, "uuid": "before"})
             outbound.wait_for(1)
+            # The answer is out before its entry is acknowledged: Redis stopped in between would
+            # (rightly) deliver "before" again. This test is about the outage, not that window.
+            stream = keys_from_settings(settings).control_stream()
+            assert wait_until(lambda: client.xpending(stream, CONTROL_GROUP)["pending"] == 0, 10), "never acknowledged"
             with caplog.at_level(logging.WARNING):
                 server.stop()
                 time.sleep(1.5)
