@@ -360,7 +360,7 @@ class Keys:
     def site_wait(self, domain: str, site: str) -> str:
         """Present while no crawler may fetch from *site*, a tenant of the shared suffix that is
         bucket *domain* (``mallory.github.io`` in ``github.io``): its own ``Retry-After``, or the
-        spacing of its own ``Crawl-delay`` (:class:`~crawlhive.crawler.middlewares.SiteGateMiddleware`).
+        spacing of its own ``Crawl-delay`` (:class:`~crawlhive.crawler.middlewares.pacing.SiteGateMiddleware`).
         In *domain*'s shard."""
         return f"{self._heads[self.shard_of(domain)]}site-wait:{site}"
 
