@@ -9,10 +9,7 @@ from typing import TYPE_CHECKING, Self
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 
-from crawlhive.crawler.requests import (
-    FAILURE,
-    context_of,
-)
+from crawlhive.crawler.requests import FAILURE, context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.utils.state.stats import NETWORK_FAILURE_CODE
 

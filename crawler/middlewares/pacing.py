@@ -13,10 +13,7 @@ from redis.exceptions import RedisError
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 
-from crawlhive.crawler.requests import (
-    RETRY_AFTER,
-    context_of,
-)
+from crawlhive.crawler.requests import RETRY_AFTER, context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.utils.frontier import defer_domain, defer_site, parse_retry_after, site_gate
 from crawlhive.utils.rules.domains import domain_of_url, tenant_site

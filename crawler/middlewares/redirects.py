@@ -16,9 +16,7 @@ from scrapy.http import TextResponse
 from scrapy.utils import response as scrapy_response
 
 from crawlhive.crawler.links import names_impossible_host
-from crawlhive.crawler.requests import (
-    context_of,
-)
+from crawlhive.crawler.requests import context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.utils.frontier.recrawl import CONDITIONAL_HEADERS
 

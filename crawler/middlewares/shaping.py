@@ -9,10 +9,7 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 
 from crawlhive.crawler.links import allowed_domains, host_allowed
-from crawlhive.crawler.requests import (
-    context_of,
-    cookie_pairs,
-)
+from crawlhive.crawler.requests import context_of, cookie_pairs
 from crawlhive.utils.rules.domains import origin_of
 
 if TYPE_CHECKING:

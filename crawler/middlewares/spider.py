@@ -17,22 +17,9 @@ from crawlhive.crawler.admit import Verdict
 from crawlhive.crawler.leases import REDIS_FAILURES
 from crawlhive.crawler.limits import too_large
 from crawlhive.crawler.links import in_scope, link_allowed
-from crawlhive.crawler.requests import (
-    CannotTravel,
-    FrontierLinks,
-    Unfetchable,
-    context_of,
-    is_seed,
-)
+from crawlhive.crawler.requests import CannotTravel, FrontierLinks, Unfetchable, context_of, is_seed
 from crawlhive.crawler.runtime import CrawlRuntime
-from crawlhive.crawler.sitemaps import (
-    SITEMAP,
-    Discovered,
-    SitemapTooLarge,
-    discover,
-    robots_request,
-    sitemap_request,
-)
+from crawlhive.crawler.sitemaps import SITEMAP, Discovered, SitemapTooLarge, discover, robots_request, sitemap_request
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
