@@ -239,7 +239,7 @@ class LocalCluster:
         check_exposure(self.requested)  # before anything starts: exit 2 names REST_API_KEY
         check_sinks(self.requested, self.sink_urls)  # and exit 2 names a --sink it cannot write
         if any("--render" in p.argv for p in self.plan if p.kind == "crawler"):
-            from crawlhive.crawler.render import check_render_installed, find_browser
+            from crawlhive.crawler.render.browser import check_render_installed, find_browser
 
             check_render_installed()  # and a missing browser or scrapy-playwright is named here
             find_browser(self.requested)

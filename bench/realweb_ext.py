@@ -36,7 +36,7 @@ CATEGORIES = (
                     "crawler/leases.py", "crawler/batching.py", "crawlhive/utils/scripts", "scrapy/core/scheduler",
                     "queuelib", "scrapy/pqueues", "scrapy/squeues", "dupefilters", "utils/request.py", "hashlib")),
     ("links", ("crawler/links.py", "crawler/requests.py", "linkextractors", "w3lib/url", "scrapy/utils/url",
-               "urllib/parse", "tldextract", "re2", "crawler/middlewares.py", "spidermw", "spidermiddlewares",
+               "urllib/parse", "tldextract", "re2", "crawler/middlewares/", "spidermw", "spidermiddlewares",
                "scrapy/spiders/crawl.py", "netguard", "crawlhive/utils/domains", "crawlhive/utils/patterns")),
     ("parse", ("lxml", "parsel", "scrapy/http/response", "w3lib/encoding", "scrapy/selector", "cssselect",
                "encodings/", "_codecs", "decode")),

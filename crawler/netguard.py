@@ -224,7 +224,7 @@ def install_blocked_download_filter() -> None:
 class NetworkGuardMiddleware:
     """Turns the failed lookup of a host the guard refused into a ``blocked network: …`` outcome:
     no retry (``dont_retry``), and the reason in ``request.meta`` for the lease outcome
-    (:class:`~crawlhive.crawler.middlewares.LeaseOutcomeMiddleware`). Order 990, nearest the
+    (:class:`~crawlhive.crawler.middlewares.outcomes.LeaseOutcomeMiddleware`). Order 990, nearest the
     downloader, so it sees the failure before Scrapy's ``RetryMiddleware``."""
 
     @classmethod

@@ -209,7 +209,7 @@ def scrapy_request(request: FrontierRequest, spider: Spider, context: LeaseConte
     """The Scrapy request that fetches the frontier *request*.
 
     A seed gets its ``method`` and ``body`` (UTF-8); crawl headers, cookies and user agent are added
-    per fetch by :class:`~crawlhive.crawler.middlewares.RequestShapingMiddleware`. A request whose
+    per fetch by :class:`~crawlhive.crawler.middlewares.shaping.RequestShapingMiddleware`. A request whose
     method is not idempotent (:data:`IDEMPOTENT_METHODS`: a ``POST``, say) is never retried
     (``dont_retry``): a failed one ends as its response's item or a dead letter, never replayed.
     """

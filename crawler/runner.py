@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.crawler import CrawlerProcess
 
 from crawlhive.crawler.netguard import NetworkPolicy
-from crawlhive.crawler.render import render_settings
+from crawlhive.crawler.render.settings import render_settings
 from crawlhive.crawler.settings import apply_custom_settings, scrapy_settings, spider_lists, spider_modules
 from crawlhive.crawler.spiders import spider_class
 from crawlhive.utils.backends.kafka_clients import ensure_topics

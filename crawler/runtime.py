@@ -10,6 +10,8 @@ The scheduler, the middlewares, the pipeline and the extensions of one crawler e
   ends;
 * :attr:`admission` (:class:`~crawlhive.crawler.admit.Admission`): the atomic lease check and link
   filter of a parsed page;
+* :attr:`shard_cursor` (:class:`~crawlhive.crawler.shards.ShardCursor`): which frontier shards
+  the next pops go to, with several shards;
 * :attr:`emitter` (:class:`~crawlhive.crawler.emitter.Emitter`): items and dead letters to Kafka
   (or to Redis lists in Redis-only mode, where :attr:`seeds` reads seeds from a Redis list:
   :mod:`crawlhive.crawler.redis_only`);
@@ -60,6 +62,7 @@ from crawlhive.crawler.links import LinkLimits
 from crawlhive.crawler.redis_only import SeedReader
 from crawlhive.crawler.requests import scrapy_request, unfetchable
 from crawlhive.crawler.settings import spider_lists
+from crawlhive.crawler.shards import ShardCursor
 from crawlhive.utils.backends.redis_clients import async_redis_from_settings, redis_from_settings
 from crawlhive.utils.backends.redis_types import AsyncRedisClient, RedisClient
 from crawlhive.utils.backends.scripts import scripts
@@ -81,9 +84,6 @@ logger = logging.getLogger(__name__)
 _RUNTIMES: weakref.WeakKeyDictionary[Crawler, CrawlRuntime] = weakref.WeakKeyDictionary()
 
 
-#: Seconds a frontier shard whose pops found nothing queued is not asked again, unless a wake-up
-#: names it (several shards: a crawler then asks only shards that may have work).
-SHARD_RECHECK_S = 2.0
 #: Seconds between two checks that the ``crawlhive up`` whose addresses the crawler uses still runs.
 UP_WATCH_S = 2.0
 #: Seconds a crawler whose ``up`` is gone has to close before it exits at once (:meth:`CrawlRuntime._watch_up`).
@@ -129,13 +129,8 @@ class CrawlRuntime:
             settings, redis, stat_names.CRAWLER, heartbeat_extra={"spider": spider, "render": self.render}
         )
         self.keys = self.context.keys
-        # several frontier shards: where the next pops start, and per shard the monotonic time
-        # before which it is not asked (throttled: until its soonest domain is ready; nothing
-        # queued: until a wake-up names it, or SHARD_RECHECK_S) and whether it had nothing queued
-        self._next_shard = 0
-        shards = self.keys.shards
-        self._shard_ready_at = [0.0] * shards
-        self._shard_empty = [False] * shards
+        self.shard_cursor = ShardCursor(self.keys.shards)
+        """Which frontier shards the next pops go to (several shards; :meth:`take`)."""
         self.node_id = self.context.node_id
         self.stats = self.context.stats
         self.heartbeat = self.context.heartbeat
@@ -394,12 +389,9 @@ class CrawlRuntime:
             asked = [0] * count
         else:  # the pops go to the shards that may have work, in turn from where the last ones began
             now = time.monotonic()
-            order = [(self._next_shard + i) % shards for i in range(shards)]
-            ready = [k for k in order if self._shard_ready_at[k] <= now]
-            if not ready:
-                return [], self._shards_wait(now)
-            asked = [ready[i % len(ready)] for i in range(count)]
-            self._next_shard = (ready[0] + 1) % shards
+            asked = self.shard_cursor.plan(count, now)
+            if not asked:
+                return [], self.shard_cursor.wait_s(now)
             calls = [self.worker.pop_call(self.spider, self.render, k) for k in asked]
         replies = await asyncio.gather(
             *(self.batcher.call("frontier_pop", keys, args) for keys, args in calls), return_exceptions=True
@@ -428,7 +420,7 @@ class CrawlRuntime:
             if request is not None:
                 requests.append(request)
         if shards > 1:
-            self._mark_shards(leased, shard_waits)
+            self.shard_cursor.record(leased, shard_waits, time.monotonic())
         if errors and not requests:
             raise errors[0]
         if requests:
@@ -437,9 +429,9 @@ class CrawlRuntime:
             return [], 0.0  # every pop leased an expired crawl's request (acked): pop again now
         if shards > 1:
             now = time.monotonic()
-            if any(at <= now for at in self._shard_ready_at):
+            if self.shard_cursor.any_ready(now):
                 return [], 0.0  # shards not asked yet may have work: pop again now
-            return [], self._shards_wait(now)
+            return [], self.shard_cursor.wait_s(now)
         soonest = [w for w in waits if w is not None]
         return [], min(soonest) if soonest else None
 
@@ -455,34 +447,6 @@ class CrawlRuntime:
         keys, args = self.worker.hop_call(self.spider, domain_of_url(url), self.render)
         reply = int(await self.batcher.call("throttle_take", keys, args))
         return None if reply < 0 else reply / 1_000_000
-
-    def wake_shards(self, shards: set[int] | None) -> None:
-        """Work was queued in *shards* (None: in any): ask them again at the next pop."""
-        everything = range(len(self._shard_ready_at)) if shards is None else shards
-        for shard in everything:
-            if 0 <= shard < len(self._shard_ready_at):
-                self._shard_ready_at[shard] = 0.0
-                self._shard_empty[shard] = False
-
-    def _mark_shards(self, leased: set[int], waits: dict[int, float | None]) -> None:
-        """Record what the pops of each shard found: a lease (ask again at once), the time until its
-        soonest domain is ready (throttled), or nothing queued (not again for SHARD_RECHECK_S)."""
-        now = time.monotonic()
-        for shard in leased:
-            self._shard_ready_at[shard], self._shard_empty[shard] = 0.0, False
-        for shard, wait_s in waits.items():
-            if shard in leased:
-                continue
-            if wait_s is None:
-                self._shard_ready_at[shard], self._shard_empty[shard] = now + SHARD_RECHECK_S, True
-            else:
-                self._shard_ready_at[shard], self._shard_empty[shard] = now + wait_s, False
-
-    def _shards_wait(self, now: float) -> float | None:
-        """No shard may be asked now: the time until the soonest throttled one is ready, or None
-        when every shard had nothing queued."""
-        throttled = [at for at, empty in zip(self._shard_ready_at, self._shard_empty, strict=True) if not empty]
-        return max(0.0, min(throttled) - now) if throttled else None
 
     def _leased(self, outcome: PopOutcome, spider: Spider) -> Request | None:
         """The Scrapy request of a fresh lease, registered in flight; None for a request of an

@@ -336,7 +336,7 @@ class FrontierScheduler(BaseScheduler):
 
     def _woken(self, data: object) -> None:
         """A wake-up message (*data*: the shards it names, None after a lost subscription)."""
-        self.runtime.wake_shards(woken_shards(data))
+        self.runtime.shard_cursor.wake(woken_shards(data))
         self._wake()
 
     def _wake(self) -> None:

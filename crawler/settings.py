@@ -106,10 +106,10 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "LOG_LEVEL": settings.LOG_LEVEL,
         "LOG_INSTALL_ROOT_HANDLER": False,  # main() configured logging once
         "DOWNLOADER_MIDDLEWARES": {
-            f"{_PKG}.middlewares.LeaseOutcomeMiddleware": 50,
-            f"{_PKG}.middlewares.RequestShapingMiddleware": 400,
+            f"{_PKG}.middlewares.outcomes.LeaseOutcomeMiddleware": 50,
+            f"{_PKG}.middlewares.shaping.RequestShapingMiddleware": 400,
             f"{_PKG}.recrawl.RecrawlMiddleware": 420,  # validators and the changed decision (§19)
-            f"{_PKG}.middlewares.SiteGateMiddleware": 450,
+            f"{_PKG}.middlewares.pacing.SiteGateMiddleware": 450,
             # proxies, bans and the adaptive throttle (§21): the choice before Scrapy's
             # HttpProxyMiddleware (750), the response before the retry (550) and the meta refresh
             f"{_PKG}.proxy.ProxyRouteNoteMiddleware": 90,
@@ -118,20 +118,20 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             # Scrapy's decompression, done by ours so that a compression bomb is a dead letter.
             "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
             f"{_PKG}.limits.ResponseLimitMiddleware": 590,
-            f"{_PKG}.middlewares.RetryAfterMiddleware": 600,
+            f"{_PKG}.middlewares.pacing.RetryAfterMiddleware": 600,
             # Scrapy's redirect middlewares, subclassed so that giving up on a page ends its lease
             "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
             "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware": None,
-            f"{_PKG}.middlewares.FrontierRedirectMiddleware": 600,
-            f"{_PKG}.middlewares.FrontierMetaRefreshMiddleware": 580,
-            f"{_PKG}.middlewares.LocationHostGuardMiddleware": 610,
-            f"{_PKG}.middlewares.PageHostGuardMiddleware": 585,
-            f"{_PKG}.middlewares.ResponseStatsMiddleware": 950,
-            f"{_PKG}.middlewares.CrawlDelayMiddleware": 960,
+            f"{_PKG}.middlewares.redirects.FrontierRedirectMiddleware": 600,
+            f"{_PKG}.middlewares.redirects.FrontierMetaRefreshMiddleware": 580,
+            f"{_PKG}.middlewares.redirects.LocationHostGuardMiddleware": 610,
+            f"{_PKG}.middlewares.redirects.PageHostGuardMiddleware": 585,
+            f"{_PKG}.middlewares.outcomes.ResponseStatsMiddleware": 950,
+            f"{_PKG}.middlewares.pacing.CrawlDelayMiddleware": 960,
             f"{_PKG}.netguard.NetworkGuardMiddleware": 990,
         },
         "SPIDER_MIDDLEWARES": {
-            f"{_PKG}.middlewares.FrontierSpiderMiddleware": 950,
+            f"{_PKG}.middlewares.spider.FrontierSpiderMiddleware": 950,
             f"{_PKG}.recrawl.RecrawlItemMiddleware": 940,  # visit, changed, previous_fetch (§19.4)
             f"{_PKG}.recrawl.RecrawlSitemapMiddleware": 960,  # sitemap <lastmod> (§19.7)
         },

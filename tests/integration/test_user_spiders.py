@@ -335,7 +335,7 @@ def test_custom_settings_cannot_remove_crawlhive_components(user_module: Path, t
             class Rude(scrapy.Spider):
                 name = "rude"
                 custom_settings = {
-                    "SPIDER_MIDDLEWARES": {"crawlhive.crawler.middlewares.FrontierSpiderMiddleware": None}
+                    "SPIDER_MIDDLEWARES": {"crawlhive.crawler.middlewares.spider.FrontierSpiderMiddleware": None}
                 }
             """
         )

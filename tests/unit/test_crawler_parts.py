@@ -22,12 +22,14 @@ from scrapy import Request, Spider
 from scrapy.http import HtmlResponse, Response
 from scrapy.utils.test import get_crawler
 
-from crawlhive.crawler import middlewares
 from crawlhive.crawler.admit import Verdict
 from crawlhive.crawler.items import ITEM_KEYS, crawled_item, status_message, timestamp
 from crawlhive.crawler.leases import LeaseContext
 from crawlhive.crawler.links import LinkLimits, extract_links, link_allowed
-from crawlhive.crawler.middlewares import FrontierSpiderMiddleware, cookie_header, error_text
+from crawlhive.crawler.middlewares import spider as spider_middleware
+from crawlhive.crawler.middlewares.outcomes import error_text
+from crawlhive.crawler.middlewares.shaping import cookie_header
+from crawlhive.crawler.middlewares.spider import FrontierSpiderMiddleware
 from crawlhive.crawler.requests import (
     CONTEXT,
     FRONTIER,
@@ -232,18 +234,18 @@ def test_user_scrapy_settings_add_components_and_cannot_remove_or_reorder_ours()
     middlewares = converted["DOWNLOADER_MIDDLEWARES"]
     assert middlewares["myproject.middlewares.Proxy"] == 610
     assert middlewares["scrapy.downloadermiddlewares.stats.DownloaderStats"] is None  # Scrapy's own: may go
-    assert middlewares["crawlhive.crawler.middlewares.LeaseOutcomeMiddleware"] == 50  # ours: kept
+    assert middlewares["crawlhive.crawler.middlewares.outcomes.LeaseOutcomeMiddleware"] == 50  # ours: kept
     assert converted["ITEM_PIPELINES"] == {"myproject.pipelines.Clean": 300}
     assert converted["ITEM_PROCESSOR"] == "crawlhive.crawler.pipelines.FrontierItemProcessor"  # output comes last
     assert converted["SPIDER_MIDDLEWARES"] == {
-        "crawlhive.crawler.middlewares.FrontierSpiderMiddleware": 950,
+        "crawlhive.crawler.middlewares.spider.FrontierSpiderMiddleware": 950,
         "crawlhive.crawler.recrawl.RecrawlItemMiddleware": 940,
         "crawlhive.crawler.recrawl.RecrawlSitemapMiddleware": 960,
     }
 
     for wrong, named in [
         (
-            {"DOWNLOADER_MIDDLEWARES": {"crawlhive.crawler.middlewares.LeaseOutcomeMiddleware": None}},
+            {"DOWNLOADER_MIDDLEWARES": {"crawlhive.crawler.middlewares.outcomes.LeaseOutcomeMiddleware": None}},
             "LeaseOutcomeMiddleware",
         ),
         ({"ITEM_PROCESSOR": "scrapy.pipelines.ItemPipelineManager"}, "ITEM_PROCESSOR"),
@@ -256,7 +258,7 @@ def test_user_scrapy_settings_add_components_and_cannot_remove_or_reorder_ours()
 
 
 def test_the_crawler_command_refuses_to_remove_lease_handling_at_start_up() -> None:
-    wrong = {"DOWNLOADER_MIDDLEWARES": {"crawlhive.crawler.middlewares.LeaseOutcomeMiddleware": None}}
+    wrong = {"DOWNLOADER_MIDDLEWARES": {"crawlhive.crawler.middlewares.outcomes.LeaseOutcomeMiddleware": None}}
     env = {**os.environ, "SCRAPY_SETTINGS": json.dumps(wrong), "REDIS_URL": "redis://127.0.0.1:1/0"}
     done = subprocess.run(
         [sys.executable, "-m", "crawlhive.app.cli", "crawler", "--spider", "link"],
@@ -331,7 +333,7 @@ def test_a_page_whose_admit_keeps_failing_on_redis_is_given_up_not_kept_in_fligh
 ) -> None:
     """Kept in flight, its lease would be renewed forever and its crawl never complete: the admit
     is tried again for LEASE_TIMEOUT (the crawler's usual, asynchronous path), then given up."""
-    monkeypatch.setattr(middlewares, "ADMIT_RETRY_S", 0.02)
+    monkeypatch.setattr(spider_middleware, "ADMIT_RETRY_S", 0.02)
     runtime = _FailingAdmitRuntime()
     context, passed = _admitted(runtime, spider, mode)
     assert passed == []
@@ -344,7 +346,7 @@ def test_a_page_whose_admit_fails_while_a_redis_node_fails_over_is_admitted_when
 ) -> None:
     """docs/contract.md §18.3: a failover's failed calls are tried again; the page is not left to
     its lease's expiry (LEASE_TIMEOUT) to be fetched again."""
-    monkeypatch.setattr(middlewares, "ADMIT_RETRY_S", 0.02)
+    monkeypatch.setattr(spider_middleware, "ADMIT_RETRY_S", 0.02)
     runtime = _FailingAdmitRuntime(failures=2, lease_s=30)
     context, passed = _admitted(runtime, spider, "async")
     assert passed == [{"url": "http://a.com/"}] == runtime.passed

@@ -23,7 +23,7 @@ from crawlhive.crawler.links import (
     link_allowed,
     names_impossible_host,
 )
-from crawlhive.crawler.middlewares import PageHostGuardMiddleware
+from crawlhive.crawler.middlewares.redirects import PageHostGuardMiddleware
 from crawlhive.crawler.requests import Unfetchable, child_request, scrapy_request, unfetchable
 from crawlhive.crawler.settings import scrapy_settings
 from crawlhive.crawler.sitemaps import discover

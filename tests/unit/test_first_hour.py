@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from crawlhive.app.cli import build_parser
-from crawlhive.crawler import render
+from crawlhive.crawler.render import browser
 from crawlhive.utils.config.errors import SettingsError
 from crawlhive.utils.config.log import configure_logging
 from crawlhive.utils.config.settings import Settings
@@ -128,7 +128,7 @@ def test_crawler_render_without_the_packages_says_make_render_as_the_readme_does
         importlib.util, "find_spec", lambda name, *a: None if name == "scrapy_playwright" else real(name, *a)
     )
     with pytest.raises(SettingsError) as raised:
-        render.check_render_installed()
+        browser.check_render_installed()
     assert "`make render`" in str(raised.value)
     readme = (REPO / "README.md").read_text()
     assert "`make render` adds scrapy-playwright" in readme

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from redis.crc import key_slot
 
-from crawlhive.utils.backends.keys import Keys, document, render_markdown
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.keys_doc import document, render_markdown
 from crawlhive.utils.config.errors import KeyFormatError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +49,7 @@ def test_every_key_format_is_documented() -> None:
 
 def test_docs_redis_keys_md_is_current() -> None:
     committed = (ROOT / "docs" / "redis-keys.md").read_text()
-    assert committed == render_markdown(), "run: python -m crawlhive.utils.backends.keys > docs/redis-keys.md"
+    assert committed == render_markdown(), "run: python -m crawlhive.utils.backends.keys_doc > docs/redis-keys.md"
 
 
 @pytest.mark.parametrize(

@@ -486,7 +486,7 @@ def test_a_redirect_hop_carries_no_validators_of_the_page_it_comes_from() -> Non
     from scrapy.http import HtmlResponse, Response
     from scrapy.utils.test import get_crawler
 
-    from crawlhive.crawler.middlewares import FrontierMetaRefreshMiddleware, FrontierRedirectMiddleware
+    from crawlhive.crawler.middlewares.redirects import FrontierMetaRefreshMiddleware, FrontierRedirectMiddleware
 
     crawler = get_crawler()
     page, target = "http://a.example/page", "http://b.example/elsewhere"

@@ -1,4 +1,4 @@
-"""The rendering crawlers' guard proxy (crawler/render.py), spoken to as Chromium speaks to it:
+"""The rendering crawlers' guard proxy (crawler/render/guard_proxy.py), spoken to as Chromium speaks to it:
 absolute-form plain HTTP requests and CONNECT tunnels, against a real server on loopback."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from twisted.internet.error import DNSLookupError
 
 from crawlhive.crawler.netguard import BlockedNetwork
-from crawlhive.crawler.render import GuardProxy, listening_socket
+from crawlhive.crawler.render.guard_proxy import GuardProxy, listening_socket
 
 
 class _Site(http.server.BaseHTTPRequestHandler):

@@ -1,4 +1,4 @@
-"""The Scrapy settings of rendering crawlers (crawler/render.py's render_settings)."""
+"""The Scrapy settings of rendering crawlers (crawler/render/settings.py's render_settings)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from scrapy.settings import Settings as ScrapySettings
 from scrapy.utils.python import without_none_values
 
-from crawlhive.crawler.render import _PROXY_SOCKETS, render_settings
+from crawlhive.crawler.render.guard_proxy import take_proxy_socket
+from crawlhive.crawler.render.settings import render_settings
 from crawlhive.crawler.settings import scrapy_settings
 from crawlhive.utils.config.settings import Settings
 
@@ -22,7 +23,7 @@ def values(tmp_path: Path) -> dict[str, object]:
     settings = Settings.from_overrides(RENDER=True, CRAWLHIVE_HOME=str(tmp_path), RENDER_JS_HEAP_MB=64)
     values = render_settings(scrapy_settings(settings, "link"), settings)
     yield values
-    _PROXY_SOCKETS.pop(int(values["CRAWLHIVE_RENDER_PROXY_PORT"])).close()  # type: ignore[call-overload]
+    take_proxy_socket(int(values["CRAWLHIVE_RENDER_PROXY_PORT"])).close()  # type: ignore[call-overload]
 
 
 def test_rendering_crawlers_download_http_and_https_only(values: dict[str, object]) -> None:
@@ -30,7 +31,7 @@ def test_rendering_crawlers_download_http_and_https_only(values: dict[str, objec
     is switched off, so no request of another scheme is ever fetched, with or without the browser."""
     handlers = without_none_values(ScrapySettings(values).getwithbase("DOWNLOAD_HANDLERS"))
     assert set(handlers) == {"http", "https"}
-    assert handlers["http"] == handlers["https"] == "crawlhive.crawler.render.RenderDownloadHandler"
+    assert handlers["http"] == handlers["https"] == "crawlhive.crawler.render.handler.RenderDownloadHandler"
 
 
 def test_the_browser_s_javascript_heap_is_bounded_by_a_setting(values: dict[str, object]) -> None:

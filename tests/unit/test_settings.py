@@ -31,10 +31,28 @@ def test_defaults_match_the_contract() -> None:
 
 
 def test_every_setting_is_documented_beside_its_default() -> None:
-    source = Path(defaults.__file__).read_text()
+    sources = {module.__name__: Path(module.__file__ or "").read_text() for module in defaults.COMPONENTS}
     for name in DECLARED:
-        after = source.split(f"\n{name}:", 1)[1].split("\n", 2)
+        found = [source for source in sources.values() if f"\n{name}:" in source]
+        assert found, f"{name} is in no module of defaults.COMPONENTS"
+        after = found[0].split(f"\n{name}:", 1)[1].split("\n", 2)
         assert after[1].startswith('"""'), f"{name} has no docstring under its default"
+
+
+def test_each_setting_is_declared_once_in_the_modules_of_the_defaults() -> None:
+    """The defaults are split by component (utils/config/defaults/): a name declared in two modules
+    would silently take the later one's default and type, so it is refused here; and every module
+    of the package is one of COMPONENTS (a module left out would declare settings nobody loads)."""
+    seen: dict[str, str] = {}
+    for module in defaults.COMPONENTS:
+        for name in module.__annotations__:
+            assert name not in seen, f"{name} is declared in {seen.get(name)} and {module.__name__}"
+            seen[name] = module.__name__
+    assert set(seen) == set(DECLARED)
+    assert DECLARED["QUEUE_HITS"] == (int, 10) and defaults.QUEUE_HITS == 10  # also a name of the package
+    folder = Path(defaults.__file__).parent
+    modules = {path.stem for path in folder.glob("*.py")} - {"__init__"}
+    assert modules == {module.__name__.rsplit(".", 1)[1] for module in defaults.COMPONENTS}
 
 
 def test_precedence_defaults_file_env_cli(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 Call sites never build a key by hand: they hold a :class:`Keys` (built once from the setting
 ``REDIS_KEY_PREFIX``) and call the method for the key they need. ``docs/redis-keys.md`` is generated
-from this module (``python -m crawlhive.utils.backends.keys``) and a test checks that it is current.
+from this module (``python -m crawlhive.utils.backends.keys_doc``) and a test checks that it is current.
+The parts the keys are built from (escaping, lanes, shard heads, crawl members, throttle keys) are
+:mod:`crawlhive.utils.backends.key_parts`'s.
 
 Key parts are joined with ``:``. Client-chosen ids (spiderid, appid, crawlid) may contain any
 character, so they are escaped (:func:`escape`: ``%`` and ``:`` percent-encoded) and parsers unescape
@@ -12,62 +14,11 @@ throttle key) always comes last, so parsers split from the left with a bounded c
 
 from __future__ import annotations
 
-import inspect
-import sys
-import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
-
-from crawlhive.utils.config.errors import KeyFormatError, SettingsError
-
-if TYPE_CHECKING:
-    from crawlhive.utils.config.settings import Settings
-
-F = TypeVar("F", bound=Callable[..., str])
+from crawlhive.utils.backends.key_parts import RENDER_LANE, KeySpace, escape, key, lane, unescape
+from crawlhive.utils.config.errors import KeyFormatError
 
 
-@dataclass(frozen=True)
-class KeyDoc:
-    """One row of docs/redis-keys.md."""
-
-    pattern: str
-    redis_type: str
-    ttl: str
-    doc: str
-
-
-def escape(part: str) -> str:
-    """*part* with ``%`` and ``:`` percent-encoded, so it never splits a key."""
-    return part.replace("%", "%25").replace(":", "%3A")
-
-
-def unescape(part: str) -> str:
-    """The inverse of :func:`escape`."""
-    return part.replace("%3A", ":").replace("%25", "%")
-
-
-#: Suffix of the key kinds of the rendering lane of the frontier (§15).
-RENDER_LANE = "-render"
-
-
-def lane(kind: str, render: bool) -> str:
-    """The key kind *kind* of the plain lane, or of the rendering lane when *render*."""
-    return kind + RENDER_LANE if render else kind
-
-
-def key(redis_type: str, ttl: str = "none") -> Callable[[F], F]:
-    """Mark a :class:`Keys` method as a key format, for the generated documentation."""
-
-    def mark(func: F) -> F:
-        func._redis_type = redis_type  # type: ignore[attr-defined]
-        func._ttl = ttl  # type: ignore[attr-defined]
-        return func
-
-    return mark
-
-
-class Keys:
+class Keys(KeySpace):
     """The key formats of one crawlhive cluster, all under ``<prefix>:``.
 
     **Shards** (docs/contract.md §18.2). With *shards* > 1 the frontier is divided into that many
@@ -79,56 +30,6 @@ class Keys:
     one shard (a single Redis) no key has a tag: the layout is the one releases before 2.1 wrote.
     A key method that takes a ``shard`` belongs to one shard; one that takes a domain derives it.
     """
-
-    def __init__(self, prefix: str, shards: int = 1) -> None:
-        if not prefix or any(ch in prefix for ch in ":{}"):
-            raise KeyFormatError(f"REDIS_KEY_PREFIX: must be non-empty, without ':', '{{' or '}}', got {prefix!r}")
-        if not 1 <= shards <= 16384:
-            raise KeyFormatError(f"FRONTIER_SHARDS: must be 1-16384, got {shards}")
-        self.prefix = prefix
-        self.shards = shards
-        self._heads = [f"{prefix}:"] if shards == 1 else [f"{prefix}:{{{prefix}.{k}}}:" for k in range(shards)]
-        self._global = f"{prefix}:" if shards == 1 else f"{prefix}:{{{prefix}}}:"
-
-    @classmethod
-    def from_settings(cls, settings: Settings, shards: int | None = None) -> Keys:
-        """The keys of REDIS_KEY_PREFIX with *shards* shards, else FRONTIER_SHARDS. No I/O: when
-        FRONTIER_SHARDS is 0 (automatic, which asks the server whether it is a Redis Cluster) use
-        :func:`crawlhive.utils.backends.redis_clients.keys_from_settings`, or pass *shards*.
-
-        Raises:
-            SettingsError: the shard count is 0 (automatic) and no *shards* was given.
-        """
-        count = shards or settings.FRONTIER_SHARDS
-        if not count:
-            raise SettingsError(
-                "FRONTIER_SHARDS is 0 (automatic): resolve it first "
-                "(crawlhive.utils.backends.redis_clients.keys_from_settings)"
-            )
-        return cls(settings.REDIS_KEY_PREFIX, count)
-
-    def shard_of(self, domain: str) -> int:
-        """The shard of a queue's domain: CRC-32 of the domain modulo the shard count."""
-        return zlib.crc32(domain.encode()) % self.shards if self.shards > 1 else 0
-
-    def head(self, shard: int) -> str:
-        """``<prefix>:`` and the hash tag of *shard* (nothing more with one shard)."""
-        return self._heads[shard]
-
-    def _parse(self, key_: str, kind: str, parts: int) -> list[str]:
-        """Split *key_* into its *parts* variable parts after ``<prefix>:[<tag>:]<kind>:``."""
-        head = f"{self.prefix}:"
-        if not key_.startswith(head):
-            raise KeyFormatError(f"not a {kind} key under prefix {self.prefix!r}: {key_!r}")
-        rest = key_[len(head) :]
-        if rest.startswith("{") and "}:" in rest:
-            rest = rest[rest.index("}:") + 2 :]
-        if not rest.startswith(kind + ":"):
-            raise KeyFormatError(f"not a {kind} key under prefix {self.prefix!r}: {key_!r}")
-        pieces = rest[len(kind) + 1 :].split(":", parts - 1)
-        if len(pieces) != parts or not all(pieces):
-            raise KeyFormatError(f"not a {kind} key: {key_!r}")
-        return pieces
 
     # --- frontier (layout: utils/frontier.py) ----------------------------------------------------
 
@@ -360,7 +261,7 @@ class Keys:
     def site_wait(self, domain: str, site: str) -> str:
         """Present while no crawler may fetch from *site*, a tenant of the shared suffix that is
         bucket *domain* (``mallory.github.io`` in ``github.io``): its own ``Retry-After``, or the
-        spacing of its own ``Crawl-delay`` (:class:`~crawlhive.crawler.middlewares.SiteGateMiddleware`).
+        spacing of its own ``Crawl-delay`` (:class:`~crawlhive.crawler.middlewares.pacing.SiteGateMiddleware`).
         In *domain*'s shard."""
         return f"{self._heads[self.shard_of(domain)]}site-wait:{site}"
 
@@ -408,31 +309,6 @@ class Keys:
             "crawl": f"{self._global}crawl:",  # + crawl ref
             "app_crawls": f"{self._global}app-crawls:",  # + escaped spider + ":" + escaped appid
         }
-
-    @staticmethod
-    def crawl_member(appid: str, crawlid: str) -> str:
-        """Member naming a crawl within one spider type: ``<appid>:<crawlid>`` (escaped)."""
-        return f"{escape(appid)}:{escape(crawlid)}"
-
-    @staticmethod
-    def parse_crawl_member(member: str) -> tuple[str, str]:
-        appid, sep, crawlid = member.partition(":")
-        if not sep or not appid or not crawlid:
-            raise KeyFormatError(f"not a crawl member: {member!r}")
-        return unescape(appid), unescape(crawlid)
-
-    @staticmethod
-    def crawl_ref(spider: str, appid: str, crawlid: str) -> str:
-        """Member naming a crawl cluster-wide: ``<spider>:<appid>:<crawlid>`` (escaped)."""
-        return f"{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
-
-    @staticmethod
-    def parse_crawl_ref(ref: str) -> tuple[str, str, str]:
-        pieces = ref.split(":")
-        if len(pieces) != 3 or not all(pieces):
-            raise KeyFormatError(f"not a crawl reference: {ref!r}")
-        spider, appid, crawlid = pieces
-        return unescape(spider), unescape(appid), unescape(crawlid)
 
     @key("string (integer)")
     def queue_sequence(self, shard: int = 0) -> str:
@@ -524,41 +400,6 @@ class Keys:
     def parse_throttle(self, key_: str) -> str:
         (throttle_key,) = self._parse(key_, "throttle", 1)
         return throttle_key
-
-    @staticmethod
-    def throttle_key(domain: str, spider: str | None = None, egress_id: str | None = None) -> str:
-        """The throttle key of docs/contract.md §3.11, the variable part of :meth:`throttle`.
-
-        Format ``<spider>:<egress id>:<domain>``, a disabled part left empty: ``link::example.com``
-        (per spider type and domain, the default), ``::example.com`` (per domain),
-        ``link:203.0.113.7:example.com`` (plus egress). The domain comes last because it may contain
-        ``:`` (``::1``); ``%`` and ``:`` in the egress id (an IPv6 address) are percent-encoded.
-
-        Args:
-            domain: the normalised domain (docs/contract.md §3.2).
-            spider: the spiderid when ``SCHEDULER_TYPE_ENABLED``, else None.
-            egress_id: ``CRAWLER_EGRESS_ID`` when ``SCHEDULER_IP_ENABLED``, else None.
-
-        Raises:
-            KeyFormatError: *domain* is empty or *spider* contains ``:``.
-        """
-        if not domain:
-            raise KeyFormatError("throttle key: the domain must be non-empty")
-        if spider and ":" in spider:
-            raise KeyFormatError(f"throttle key: spider names never contain ':', got {spider!r}")
-        egress = (egress_id or "").replace("%", "%25").replace(":", "%3A")
-        return f"{spider or ''}:{egress}:{domain}"
-
-    @staticmethod
-    def parse_throttle_key(throttle_key: str) -> tuple[str, str | None, str | None]:
-        """``link:203.0.113.7:example.com`` -> ``("example.com", "link", "203.0.113.7")``; a disabled
-        part comes back as None."""
-        pieces = throttle_key.split(":", 2)
-        if len(pieces) != 3 or not pieces[2]:
-            raise KeyFormatError(f"not a throttle key: {throttle_key!r}")
-        spider, egress, domain = pieces
-        egress = egress.replace("%3A", ":").replace("%25", "%")
-        return domain, spider or None, egress or None
 
     # --- leases ---------------------------------------------------------------------------------
 
@@ -717,67 +558,4 @@ class SpiderLists:
         return f"{spider}:dead_letter"
 
 
-def document(prefix: str = "<prefix>") -> list[KeyDoc]:
-    """One :class:`KeyDoc` per key format of :class:`Keys`, in definition order."""
-    keys = Keys("x")
-    keys.prefix = prefix
-    keys._heads, keys._global = [f"{prefix}:"], f"{prefix}:"
-    rows = []
-    for name, func in Keys.__dict__.items():
-        if not hasattr(func, "_redis_type"):
-            continue
-        parameters = list(inspect.signature(func).parameters.values())[1:]
-        params = [p.name for p in parameters if p.default is inspect.Parameter.empty]
-        if name == "crawl_shard":  # the same key as crawl() with one shard: show the sharded form
-            keys.shards, keys._heads = 2, [f"{prefix}:{{{prefix}.<shard>}}:"]
-        pattern = getattr(keys, name)(*(f"<{p}>" for p in params))
-        keys.shards, keys._heads = 1, [f"{prefix}:"]
-        doc = " ".join(inspect.getdoc(func).split())  # type: ignore[union-attr]
-        rows.append(KeyDoc(pattern, func._redis_type, func._ttl, doc))
-    return rows
-
-
-def render_markdown() -> str:
-    """The text of docs/redis-keys.md."""
-    lines = [
-        "# Redis keys",
-        "",
-        "Generated from `utils/backends/keys.py` by `python -m crawlhive.utils.backends.keys > docs/redis-keys.md`;",
-        "`tests/unit/test_keys.py` fails when this file is stale. Every key starts with the setting",
-        "`REDIS_KEY_PREFIX` (default `ch`). These names are internal, not part of the wire contract.",
-        "",
-        "With `FRONTIER_SHARDS` above 1 (docs/contract.md §18.2) every key also has a Redis Cluster",
-        "hash tag right after the prefix: `<prefix>:{<prefix>.<shard>}:` for the keys of one frontier",
-        "shard (queues, domain indexes, leases, throttles, dedupe, a shard's part of a crawl record),",
-        "`<prefix>:{<prefix>}:` for the cluster-wide ones; the shard of a queue is a hash of its domain.",
-        "",
-        "| Key | Type | TTL | Holds |",
-        "|---|---|---|---|",
-    ]
-    lines += [f"| `{r.pattern}` | {r.redis_type} | {r.ttl} | {r.doc} |" for r in document()]
-    lists = SpiderLists("%(name)s:start_urls", "%(spider)s:items")
-    lines += [
-        "",
-        "Redis-only mode (`crawlhive crawler --no-kafka`) adds three lists named as scrapy-redis names",
-        "them, not under the prefix (`<spider>` is the spider's name; the first two follow the settings",
-        "`REDIS_START_URLS_KEY` and `REDIS_ITEMS_KEY`):",
-        "",
-        "| Key | Type | TTL | Holds |",
-        "|---|---|---|---|",
-    ]
-    for name in ("start_urls", "items", "dead_letter"):
-        doc = " ".join((inspect.getdoc(getattr(SpiderLists, name)) or "").split())
-        lines.append(f"| `{getattr(lists, name)('<spider>')}` | list | none | {doc} |")
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    sys.stdout.write(render_markdown())
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
-
-
-__all__ = ["KeyDoc", "Keys", "SpiderLists", "document", "render_markdown"]
+__all__ = ["RENDER_LANE", "Keys", "SpiderLists", "escape", "lane", "unescape"]

@@ -3,7 +3,7 @@
 Precedence, lowest first (docs/contract.md §8.1): the defaults in :mod:`crawlhive.utils.config.defaults` < the state
 file of a running ``crawlhive up`` (addresses only) < a ``--settings FILE`` < environment variables of
 the same upper-case name < command-line options. Every value is parsed into the type annotated in
-the defaults module, so a bad value fails at start-up with a message naming the setting, e.g.
+the defaults package, so a bad value fails at start-up with a message naming the setting, e.g.
 ``QUEUE_HITS: expected an integer, got 'ten'``.
 
 Why not Scrapy's ``Settings``: it has no environment layer and no typed parsing of strings, and the
@@ -42,9 +42,13 @@ _FALSE = {"false", "0", "no", "off"}
 
 
 def _declared() -> dict[str, tuple[Any, Any]]:
-    """Name -> (type, default) of every setting in the defaults module."""
-    hints = typing.get_type_hints(defaults)
-    return {name: (hints[name], getattr(defaults, name)) for name in hints if name.isupper()}
+    """Name -> (type, default) of every setting in the defaults package, module by module in the
+    order of :data:`~crawlhive.utils.config.defaults.COMPONENTS`."""
+    declared: dict[str, tuple[Any, Any]] = {}
+    for module in defaults.COMPONENTS:
+        hints = typing.get_type_hints(module)
+        declared.update({name: (hints[name], getattr(module, name)) for name in hints if name.isupper()})
+    return declared
 
 
 DECLARED: dict[str, tuple[Any, Any]] = _declared()
@@ -372,7 +376,6 @@ def render_setting_types() -> str:
     import ast
     import inspect
 
-    source = inspect.getsource(defaults)
     lines = [
         '"""The declared type of every setting, so that ``settings.NAME`` reads are typed (mypy checks them).',
         "",
@@ -389,9 +392,11 @@ def render_setting_types() -> str:
         '    """Each setting, declared as an attribute of :class:`~crawlhive.utils.config.settings.Settings`."""',
         "",
     ]
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id.isupper():
-            lines.append(f"    {node.target.id}: {ast.get_source_segment(source, node.annotation)}")
+    for module in defaults.COMPONENTS:
+        source = inspect.getsource(module)
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id.isupper():
+                lines.append(f"    {node.target.id}: {ast.get_source_segment(source, node.annotation)}")
     return "\n".join(lines) + "\n"
 
 

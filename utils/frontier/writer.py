@@ -48,7 +48,7 @@ WAKE_ANY = b"*"
 def wake_message(shards: Iterable[int]) -> bytes:
     """The message published on a wake channel when work was queued in *shards*: their numbers,
     comma-separated (a crawler then asks those shards again at once, see
-    ``CrawlRuntime.wake_shards``)."""
+    ``ShardCursor.wake`` in ``crawler/shards.py``)."""
     return ",".join(str(shard) for shard in sorted(set(shards))).encode() or WAKE_ANY
 
 
