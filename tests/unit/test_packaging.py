@@ -105,7 +105,8 @@ def test_every_subcommand_s_help_ends_with_an_example() -> None:
     from crawlhive.crawler.kind import BUILTIN_SPIDERS
     from crawlhive.crawler.spiders import SPIDERS
     from crawlhive.utils.config.settings import Settings
-    from crawlhive.utils.contract.validation import Accepted, RequestValidator
+    from crawlhive.utils.contract.validation import Accepted
+    from crawlhive.utils.process.intake import request_validator
 
     assert set(BUILTIN_SPIDERS) == set(SPIDERS)
     parser = build_parser()
@@ -121,7 +122,7 @@ def test_every_subcommand_s_help_ends_with_an_example() -> None:
     feed_help = subparsers["feed"].format_help()
     for kind in ("crawl", "action", "stats", "domain-config"):
         assert re.search(rf"^  {kind} ", feed_help, re.M), kind
-    validator = RequestValidator.from_settings(Settings.from_overrides())
+    validator = request_validator(Settings.from_overrides())
     for line in feed_help.splitlines():
         if line.strip().startswith("crawlhive feed '"):
             request = json.loads(shlex.split(line.strip())[2])
