@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any, Literal, NotRequired, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast
 
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.validation import parse_json
@@ -30,7 +30,11 @@ class ItemLink(TypedDict):
     text: str
 
 
-class CrawledRecord(TypedDict):
+class _BodyByReference(TypedDict, total=False):
+    body_ref: dict[str, Any]
+
+
+class CrawledRecord(_BodyByReference):
     """A crawled item on ``<prefix>.crawled_firehose`` (docs/contract.md §5): exactly these keys, plus
     ``body_ref`` (and ``"body": null``) for a large page's item (§20.5). ``protocol`` and
     ``original_headers`` may be missing from items of earlier releases (§20.4)."""
@@ -50,7 +54,6 @@ class CrawledRecord(TypedDict):
     timestamp: str
     protocol: str | None
     original_headers: dict[str, list[str]]
-    body_ref: NotRequired[dict[str, Any]]
 
 
 class CleanedRecord(TypedDict):
