@@ -4,7 +4,8 @@ A plugin class is a message kind of the contract (:mod:`crawlhive.utils.contract
 JSON Schema, its kind, the semantic checks of docs/contract.md §2.6) plus a stats name and, once
 built through ``from_monitor``, the Redis writes each accepted request becomes, queued on the
 batch's pipeline. Validation uses only the kind, so REST and ``crawlhive feed`` validate without
-Redis and without this package.
+Redis and without the plugin modules: they read :data:`BUILTIN` (this module, light to import)
+through its entry point, never a plugin's Redis writes.
 """
 
 from __future__ import annotations
