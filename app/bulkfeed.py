@@ -232,7 +232,7 @@ def feed_file(
         BackendUnavailable: no broker (names KAFKA_BOOTSTRAP_SERVERS).
     """
     from crawlhive.utils.backends.kafka_clients import make_producer
-    from crawlhive.utils.contract.validation import RequestValidator
+    from crawlhive.utils.process.intake import request_validator
 
     stream = out if out is not None else sys.stderr
     try:
@@ -241,7 +241,7 @@ def feed_file(
         raise SettingsError(f"--file: cannot read {path}: {exc.strerror}") from exc
     try:
         size = os.fstat(handle.fileno()).st_size if path != "-" else 0
-        validator = RequestValidator.from_settings(settings) if validate else None
+        validator = request_validator(settings) if validate else None
         producer = make_producer(settings)
         try:
             feeder = BulkFeeder(settings, producer, validator, defaults)

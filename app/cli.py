@@ -286,9 +286,10 @@ class _AnswerWatch:
 
 def _validate(settings: Settings, request: Any) -> str | None:
     """Why the kafka-monitor would reject *request* (same schemas, checks and limits), or None."""
-    from crawlhive.utils.contract.validation import Rejected, RequestValidator
+    from crawlhive.utils.contract.validation import Rejected
+    from crawlhive.utils.process.intake import request_validator
 
-    outcome = RequestValidator.from_settings(settings).validate(request)
+    outcome = request_validator(settings).validate(request)
     return outcome.reason if isinstance(outcome, Rejected) else None
 
 

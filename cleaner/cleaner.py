@@ -36,7 +36,7 @@ from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.config.errors import SettingsError
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.produce import send_and_wait
-from crawlhive.utils.contract.records import clean_dead_letter, cleaned_record
+from crawlhive.utils.contract.records import CleanDeadLetter, CleanedRecord, clean_dead_letter, cleaned_record
 from crawlhive.utils.process.loop import is_transient
 from crawlhive.utils.process.plugins import load_plugins
 from crawlhive.utils.process.worker import BatchCounts, ConsumerWorker
@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from kafka.consumer.fetcher import ConsumerRecord
 
     from crawlhive.utils.config.settings import Settings
+
+#: What a cleaner emits: a cleaned record, or a dead letter (docs/contract.md §13).
+Output = CleanedRecord | CleanDeadLetter
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +190,7 @@ class Cleaner(ConsumerWorker):
         """Clean *records*; every output acknowledged by the broker when this returns."""
         result = CleanResult(records=len(records))
         records = self._not_emitted(records)
-        outputs: list[tuple[str, dict[str, Any]]] = []
+        outputs: list[tuple[str, Output]] = []
         pages: list[Page] = []
         for record in records:
             origin = f"{record.topic}/{record.partition}/{record.offset}"
@@ -219,7 +222,7 @@ class Cleaner(ConsumerWorker):
         return result
 
     def _run_step(
-        self, step: CleanerPlugin, pages: list[Page], outputs: list[tuple[str, dict[str, Any]]], result: CleanResult
+        self, step: CleanerPlugin, pages: list[Page], outputs: list[tuple[str, Output]], result: CleanResult
     ) -> list[Page]:
         """*pages* through *step*; those it stops are counted or dead-lettered here."""
         try:
@@ -260,14 +263,14 @@ class Cleaner(ConsumerWorker):
                 )
         return kept
 
-    def cleaned_record(self, page: Page) -> dict[str, Any]:
+    def cleaned_record(self, page: Page) -> CleanedRecord:
         """The §13 record of a cleaned page (:func:`~crawlhive.utils.contract.records.cleaned_record`)."""
         return cleaned_record(page.item, page.record)
 
     #: A ``stage: clean`` dead letter (:func:`~crawlhive.utils.contract.records.clean_dead_letter`).
     dead_letter = staticmethod(clean_dead_letter)
 
-    def _send(self, outputs: list[tuple[str, dict[str, Any]]]) -> None:
+    def _send(self, outputs: list[tuple[str, Output]]) -> None:
         """Produce *outputs* and wait for every acknowledgement (raises KafkaError if one fails)."""
         if not outputs:
             return

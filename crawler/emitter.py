@@ -215,7 +215,15 @@ class Emitter:
             return
         context.failed = True
         context.pending_items += 1  # the dead letter: the page ends once the broker has it
-        letter = crawl_dead_letter(context.request, error)
+        request = context.request
+        letter = crawl_dead_letter(
+            error,
+            url=request.url,
+            appid=request.appid,
+            crawlid=request.crawlid,
+            spiderid=request.spiderid,
+            retry_times=request.retry_times,
+        )
         data = encode(letter)
 
         def sent(_: Any) -> None:

@@ -1,4 +1,5 @@
-"""The crawled item of docs/contract.md §5: exactly 13 keys, built from a response.
+"""The crawled item of docs/contract.md §5, built from a response (its keys and their types:
+:class:`~crawlhive.utils.contract.records.CrawledRecord`).
 
 :class:`CrawledItem` is a ``dict`` (so Scrapy treats it as an item and it encodes as JSON as is) that
 also carries, as an attribute, the lease of the request it came from, for the Kafka pipeline.
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.http import TextResponse
 
-from crawlhive.utils.contract.records import timestamp
+from crawlhive.utils.contract.records import CrawledRecord, timestamp
 
 if TYPE_CHECKING:
     from scrapy.http import Response
@@ -130,23 +131,22 @@ def crawled_item(
     """The item of *response*; *url* is the URL the request asked for, before redirects; the
     request headers named in *redact* or containing one of *redact_words* (lower case) are redacted."""
     body, encoding = body_fields(response, base64_encode)
-    return CrawledItem(
-        appid=appid,
-        crawlid=crawlid,
-        url=url,
-        response_url=response.url,
-        status_code=response.status,
-        status_msg=status_message(response.status),
-        response_headers=header_lists(response.headers),
-        request_headers=(
-            header_lists(response.request.headers, redact, redact_words) if response.request is not None else {}
-        ),
-        body=body,
-        encoding=encoding,
-        links=links,
-        attrs=attrs,
-        timestamp=timestamp(),
-        protocol=getattr(response, "protocol", None),
-        original_headers=(response.request.meta.get(ORIGINAL_HEADERS_META) if response.request is not None else None)
-        or {},
-    )
+    request = response.request
+    record: CrawledRecord = {
+        "appid": appid,
+        "crawlid": crawlid,
+        "url": url,
+        "response_url": response.url,
+        "status_code": response.status,
+        "status_msg": status_message(response.status),
+        "response_headers": header_lists(response.headers),
+        "request_headers": header_lists(request.headers, redact, redact_words) if request is not None else {},
+        "body": body,
+        "encoding": encoding,
+        "links": links,
+        "attrs": attrs,
+        "timestamp": timestamp(),
+        "protocol": getattr(response, "protocol", None),
+        "original_headers": (request.meta.get(ORIGINAL_HEADERS_META) if request is not None else None) or {},
+    }
+    return CrawledItem(record)

@@ -28,7 +28,7 @@ from scrapy.utils.response import get_base_url
 from w3lib.html import HTML5_WHITESPACE
 from w3lib.url import canonicalize_url, safe_url_string
 
-from crawlhive.utils.rules.domains import host_problem
+from crawlhive.utils.contract.hosts import host_problem
 from crawlhive.utils.rules.patterns import DEFAULT_PATTERN_LIMITS, PatternLimits, search_any
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ def extract_links(
     *on_capped* is called with their number).
 
     A hostile page costs time linear in its size: an ``href`` longer than LINK_MAX_URL_LENGTH, or
-    whose host cannot be a host name (:func:`~crawlhive.utils.rules.domains.host_problem`: over 253
+    whose host cannot be a host name (:func:`~crawlhive.utils.contract.hosts.host_problem`: over 253
     characters or a label over 63), is dropped before any IDNA or w3lib step (IDNA-encoding an
     8,000-character Unicode label took 22 s); a page whose ``<base>`` names such a host has no
     links; links to more than MAX_IDN_HOSTS_PER_PAGE distinct non-ASCII hosts are dropped and

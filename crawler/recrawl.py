@@ -35,12 +35,12 @@ from crawlhive.crawler.items import CrawledItem
 from crawlhive.crawler.requests import context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.crawler.sitemaps import Discovered
+from crawlhive.utils.contract.recrawl import RecrawlConfig
 from crawlhive.utils.frontier.recrawl import (
     FAILED_STATUS,
     RECORD_FIELD,
     Observation,
     PageState,
-    RecrawlConfig,
     Schedule,
     SlotEntry,
     VisitResult,

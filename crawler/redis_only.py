@@ -29,8 +29,9 @@ from crawlhive.utils.backends.keys import SpiderLists
 from crawlhive.utils.backends.redis_clients import is_cluster
 from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.contract.records import validation_dead_letter
-from crawlhive.utils.contract.validation import Accepted, RequestValidator, parse_json
+from crawlhive.utils.contract.validation import Accepted, parse_json
 from crawlhive.utils.frontier import Frontier, FrontierRequest, seed_from_request
+from crawlhive.utils.process.intake import request_validator
 
 if TYPE_CHECKING:
     from crawlhive.utils.config.settings import Settings
@@ -66,7 +67,7 @@ class SeedReader:
         self.lock_key = SpiderLists.start_urls_lock(start_urls_key)
         self.cluster = is_cluster(redis)
         self.frontier = Frontier.from_settings(redis, settings)
-        self.validator = RequestValidator.from_settings(settings)
+        self.validator = request_validator(settings)
         self.max_record_bytes = settings.KAFKA_PRODUCER_MAX_REQUEST_SIZE
 
     def decide(self, raw: bytes) -> tuple[dict[str, Any] | None, bytes | None]:

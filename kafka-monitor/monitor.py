@@ -38,6 +38,7 @@ from crawlhive.utils.contract.messages import MessageKind
 from crawlhive.utils.contract.produce import send_and_wait
 from crawlhive.utils.contract.records import validation_dead_letter
 from crawlhive.utils.contract.validation import Accepted, RequestValidator
+from crawlhive.utils.process.intake import request_limits
 from crawlhive.utils.process.loop import is_out_of_memory, is_transient
 from crawlhive.utils.process.plugins import load_plugins
 from crawlhive.utils.process.worker import BatchCounts, ConsumerWorker
@@ -114,7 +115,8 @@ class KafkaMonitor(ConsumerWorker):
             )
             self.plugins = {type(p): p for p in built}
             # Validate against the plugins that run: a disabled kind is rejected like any unknown one.
-            self.validator = RequestValidator(list(self.plugins), self.settings)
+            kinds = list(self.plugins)
+            self.validator = RequestValidator(kinds, request_limits(self.settings, kinds))
         self.open_kafka(self.incoming_topic, self.settings.kafka_group, [self.dead_letter_topic])
 
     # --- one iteration ---------------------------------------------------------------------

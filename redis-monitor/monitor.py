@@ -300,7 +300,8 @@ class RedisMonitor(Worker):
         stage ``control``, the request as ``payload`` (its raw text if it is not JSON) and its
         ``uuid`` / ``appid`` when they are strings."""
         payload: Any = request if request is not None else entry.raw
-        return Outbound(control_dead_letter(f"{entry.kind or 'control'}: {reason}", payload), dead_letter=True)
+        letter = control_dead_letter(f"{entry.kind or 'control'}: {reason}", payload)
+        return Outbound(dict(letter), dead_letter=True)
 
     # --- Kafka -----------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from crawlhive.rest.metrics import RestMetrics
 from crawlhive.utils.backends.kafka_clients import consumer_lag
 from crawlhive.utils.backends.redis_clients import redis_from_settings
 from crawlhive.utils.backends.redis_types import RedisClient
-from crawlhive.utils.contract.validation import RequestValidator
+from crawlhive.utils.process.intake import request_validator
 from crawlhive.utils.process.loop import cluster_gone
 from crawlhive.utils.process.worker import ProcessContext
 from crawlhive.utils.state.sinks import failing_sinks
@@ -61,7 +61,7 @@ class RestService:
         self.node_id = self.context.node_id
         self.heartbeat = self.context.heartbeat
         self.started = time.monotonic()
-        self.validator = RequestValidator.from_settings(settings)
+        self.validator = request_validator(settings)
         self.wait_s = settings.WAIT_FOR_RESPONSE_TIME
         self.book = AnswerBook(
             redis,

@@ -30,7 +30,7 @@ from crawlhive.utils.config.errors import SettingsError
 from crawlhive.utils.config.log import mask_url
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.produce import send_and_wait
-from crawlhive.utils.contract.records import sink_dead_letter
+from crawlhive.utils.contract.records import SinkDeadLetter, sink_dead_letter
 from crawlhive.utils.process.worker import BatchCounts, ConsumerWorker
 from crawlhive.utils.state.sinks import COMPONENT, COUNTERS, publish, sink_counter_name, withdraw
 
@@ -64,7 +64,7 @@ class Batch:
     polled: dict[TopicPartition, list[ConsumerRecord]]
     records: int
     good: list[SinkRecord] = field(default_factory=list)
-    letters: list[dict[str, Any]] = field(default_factory=list)
+    letters: list[SinkDeadLetter] = field(default_factory=list)
     #: What the store sends for :attr:`good` (:meth:`Store.prepare`), made before the batch in
     #: flight is waited for, so that the writer thread starts on this one as soon as it is free.
     prepared: Any = None
@@ -462,11 +462,11 @@ class Sink(ConsumerWorker):
         self.totals.add(result)
         return result
 
-    def dead_letter(self, value: Any, record: Any, error: str) -> dict[str, Any]:
+    def dead_letter(self, value: Any, record: Any, error: str) -> SinkDeadLetter:
         """The ``stage: sink`` dead letter of *record* (:func:`~crawlhive.utils.contract.records.sink_dead_letter`)."""
         return sink_dead_letter(self.name, error, value, record.topic, record.partition, record.offset)
 
-    def _send(self, letters: list[dict[str, Any]]) -> None:
+    def _send(self, letters: list[SinkDeadLetter]) -> None:
         """Produce *letters* and wait for every acknowledgement (raises KafkaError if one fails)."""
         if letters:
             assert self.producer is not None

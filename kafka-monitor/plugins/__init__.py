@@ -4,7 +4,8 @@ A plugin class is a message kind of the contract (:mod:`crawlhive.utils.contract
 JSON Schema, its kind, the semantic checks of docs/contract.md §2.6) plus a stats name and, once
 built through ``from_monitor``, the Redis writes each accepted request becomes, queued on the
 batch's pipeline. Validation uses only the kind, so REST and ``crawlhive feed`` validate without
-Redis and without this package.
+Redis and without the plugin modules: they read :data:`BUILTIN` (this module, light to import)
+through its entry point, never a plugin's Redis writes.
 """
 
 from __future__ import annotations
@@ -13,11 +14,33 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from crawlhive.utils.contract.messages import BUILTIN_PLUGINS, Cause, MessageKind
+from crawlhive.utils.contract.messages import (
+    ActionRequest,
+    Cause,
+    CrawlRequest,
+    DomainConfigRequest,
+    MessageKind,
+    StatsRequest,
+)
 
 if TYPE_CHECKING:
     from crawlhive.kafka_monitor.monitor import KafkaMonitor
     from crawlhive.utils.backends.redis_types import RedisPipeline
+
+
+#: The built-in plugins (docs/contract.md §2.1): class path -> rank, and the kind of the contract
+#: each validates as. Published as the ``crawlhive.incoming`` entry point (pyproject.toml), so REST,
+#: Redis-only mode and ``crawlhive feed`` validate as the kafka-monitor does without importing a
+#: plugin module (:mod:`crawlhive.utils.process.intake`); PLUGINS / KAFKA_MONITOR_PLUGINS merge
+#: over the ranks.
+BUILTIN: dict[str, tuple[int, type[MessageKind]]] = {
+    "crawlhive.kafka_monitor.plugins.crawl.ScraperHandler": (100, CrawlRequest),
+    "crawlhive.kafka_monitor.plugins.action.ActionHandler": (200, ActionRequest),
+    "crawlhive.kafka_monitor.plugins.stats.StatsHandler": (300, StatsRequest),
+    "crawlhive.kafka_monitor.plugins.domain_config.DomainConfigHandler": (400, DomainConfigRequest),
+}
+#: The built-in plugins and their ranks, what the kafka-monitor loads them from.
+BUILTIN_PLUGINS: dict[str, int] = {path: rank for path, (rank, _) in BUILTIN.items()}
 
 
 @dataclass(frozen=True)
@@ -60,4 +83,4 @@ class IncomingPlugin(MessageKind, ABC):
         """
 
 
-__all__ = ["BUILTIN_PLUGINS", "Cause", "Incoming", "IncomingPlugin"]
+__all__ = ["BUILTIN", "BUILTIN_PLUGINS", "Cause", "Incoming", "IncomingPlugin"]

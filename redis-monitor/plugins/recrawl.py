@@ -27,8 +27,9 @@ from redis.exceptions import RedisError
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin
 from crawlhive.utils.config.errors import NotConfigured
+from crawlhive.utils.contract.recrawl import RecrawlConfig
 from crawlhive.utils.frontier.model import text
-from crawlhive.utils.frontier.recrawl import RECORD_FIELD, RECURRING_FIELD, RecrawlConfig, Schedule
+from crawlhive.utils.frontier.recrawl import RECORD_FIELD, RECURRING_FIELD, Schedule
 from crawlhive.utils.frontier.writer import wake_message
 
 if TYPE_CHECKING:

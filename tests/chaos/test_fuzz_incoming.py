@@ -30,7 +30,8 @@ from support.chaos import Proc, TopicReader, component_env, wait_until
 from crawlhive.utils.backends.kafka_clients import ensure_topics, make_producer
 from crawlhive.utils.backends.redis_clients import keys_from_settings
 from crawlhive.utils.config.settings import Settings
-from crawlhive.utils.contract.validation import Accepted, RequestValidator
+from crawlhive.utils.contract.validation import Accepted
+from crawlhive.utils.process.intake import request_validator
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -155,7 +156,7 @@ class Ledger:
         self.settings = settings
         self.client = client
         self.keys = keys_from_settings(settings)
-        self.validator = RequestValidator.from_settings(settings)
+        self.validator = request_validator(settings)
         self.rejected = self.crawls = self.controls = 0
 
     def expect(self, raw: bytes) -> None:

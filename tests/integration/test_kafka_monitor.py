@@ -26,7 +26,7 @@ from crawlhive.rest.cluster import ClusterView
 from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer, record_origin
 from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.config.settings import Settings, env_value
-from crawlhive.utils.contract.validation import Accepted, RequestValidator
+from crawlhive.utils.contract.validation import Accepted
 from crawlhive.utils.frontier import (
     FrontierReader,
     FrontierWorker,
@@ -34,6 +34,7 @@ from crawlhive.utils.frontier import (
     decode_priority,
     seed_from_request,
 )
+from crawlhive.utils.process.intake import request_validator
 from crawlhive.utils.process.loop import ForcedShutdown
 from crawlhive.utils.state.control import ControlQueue
 from crawlhive.utils.state.heartbeat import live_nodes
@@ -184,7 +185,7 @@ def test_each_kind_lands_in_redis_as_specified(
     drain(monitor, 6)
 
     keys = keys_for(names.key_prefix)
-    validator = RequestValidator.from_settings(km_settings)
+    validator = request_validator(km_settings)
     accepted = validator.validate(dict(full))
     assert isinstance(accepted, Accepted)
     origin = f"{names.topic('incoming')}/{metadata[0].partition}/{metadata[0].offset}@{metadata[0].timestamp}"

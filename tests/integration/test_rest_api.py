@@ -23,8 +23,8 @@ from support.rest import FakeRedisMonitor, RunningRest, delete_prefix, running_r
 from crawlhive.utils.backends.kafka_clients import make_producer
 from crawlhive.utils.backends.redis_clients import keys_from_settings
 from crawlhive.utils.config.settings import Settings
-from crawlhive.utils.contract.validation import RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker
+from crawlhive.utils.process.intake import request_validator
 from crawlhive.utils.state.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.state.stats import (
     Stats,
@@ -684,7 +684,7 @@ def test_openapi_documents_every_endpoint_and_the_incoming_schemas(http: httpx.C
     )
     assert set(doc["paths"]["/crawls/{appid}/{crawlid}"]) == {"get", "delete"}
     schemas = doc["components"]["schemas"]
-    effective = RequestValidator.from_settings(rest_settings).schemas
+    effective = request_validator(rest_settings).schemas
     by_kind = {plugin.kind: schema for plugin, schema in effective.items()}
     for kind, name in [("crawl", "CrawlRequest"), ("action", "ActionRequest"), ("stats", "StatsRequest")]:
         assert schemas[name]["properties"] == by_kind[kind]["properties"]

@@ -33,8 +33,9 @@ from support.sinks import count, log_of, pg_table, rows, sink_url, start_sink, w
 from crawlhive.utils.backends.blobs import BlobStore
 from crawlhive.utils.backends.kafka_clients import ensure_topics
 from crawlhive.utils.config.settings import Settings
-from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
+from crawlhive.utils.contract.validation import Accepted, Rejected
 from crawlhive.utils.frontier import FrontierReader
+from crawlhive.utils.process.intake import request_validator
 
 __all__ = ["pg_table"]  # the fixture, imported from support.sinks
 
@@ -104,11 +105,11 @@ def test_an_unknown_spider_exits_2_naming_spider_modules(
 
 
 def test_spider_ids_limit_the_spider_types_requests_may_name() -> None:
-    anyone = RequestValidator.from_settings(Settings.from_overrides())
+    anyone = request_validator(Settings.from_overrides())
     assert isinstance(
         anyone.validate({"url": "http://x.com/", "appid": "app", "crawlid": "c", "spiderid": "x"}), Accepted
     )
-    only = RequestValidator.from_settings(Settings.from_overrides(SPIDER_IDS=["shop", "link"]))
+    only = request_validator(Settings.from_overrides(SPIDER_IDS=["shop", "link"]))
     crawl = {"url": "http://x.com/", "appid": "app", "crawlid": "c"}
     assert isinstance(only.validate({**crawl, "spiderid": "shop"}), Accepted)
     assert isinstance(only.validate(crawl), Accepted)  # the default spiderid, link, is listed

@@ -13,6 +13,7 @@ from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierWorker, ThrottleConfig
+from crawlhive.utils.process.intake import request_validator
 
 #: A throttle that never holds a test back.
 UNTHROTTLED = ThrottleConfig(hits=1000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)
@@ -42,7 +43,7 @@ def reader(redis_client: redis.Redis, keys: Keys) -> FrontierReader:
 @pytest.fixture(scope="module")
 def validator() -> RequestValidator:
     """The request validator with the default settings (the validation tests share it)."""
-    return RequestValidator.from_settings(Settings.from_overrides())
+    return request_validator(Settings.from_overrides())
 
 
 @pytest.fixture

@@ -29,8 +29,8 @@ from crawlhive.crawler.settings import scrapy_settings
 from crawlhive.crawler.sitemaps import discover
 from crawlhive.utils.config.errors import SettingsError
 from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.contract.hosts import host_problem
 from crawlhive.utils.frontier import FrontierRequest, Lease
-from crawlhive.utils.rules.domains import host_problem
 
 #: A host of 8,000 distinct CJK characters: IDNA-encoding it took 22 s.
 HUGE_HOST = "".join(chr(0x4E00 + i) for i in range(8000)) + ".com"

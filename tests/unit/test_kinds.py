@@ -128,13 +128,14 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
 
     # stats: a type of its own (the schema accepts it) and part of `all`
     from crawlhive.redis_monitor.plugins.stats import StatsMonitor
-    from crawlhive.utils.contract.validation import Accepted, RequestValidator
+    from crawlhive.utils.contract.validation import Accepted
     from crawlhive.utils.frontier import FrontierReader
+    from crawlhive.utils.process.intake import request_validator
     from crawlhive.utils.state.heartbeat import Heartbeat, new_node_id
     from crawlhive.utils.state.stats import Stats
 
     assert "hello-sink" in registry.stats_types()
-    validator = RequestValidator.from_settings(redis_settings)
+    validator = request_validator(redis_settings)
     assert isinstance(validator.validate({"stats": "hello-sink", "appid": "app", "uuid": "u1"}), Accepted)
     keys = keys_from_settings(redis_settings)
     stats = Stats(redis_client, keys, [60])

@@ -39,16 +39,27 @@ def test_lua_scripts_are_package_data() -> None:
 def test_the_layers_are_kept_and_name_every_package() -> None:
     """import-linter's contracts (pyproject.toml, also run by ``make lint``): the application
     (``crawlhive.app``) on top, the services side by side and independent, the library
-    (``crawlhive.utils``, with the wire-format contract) beneath them. Every top-level package of
-    the install is in a layer, so a new service cannot be left out of the check."""
+    (``crawlhive.utils``) beneath them; inside the library, its groups in layers with the wire-format
+    contract (``crawlhive.utils.contract``) at the floor, importing nothing else of crawlhive. Every
+    top-level package of the install is in a layer of the first, every package of the library in
+    one of the second, so a new service or a new group cannot be left out of the check."""
     import subprocess
     import sys
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (layers,) = [c["layers"] for c in config["contracts"] if c["type"] == "layers"]
+    outer, inner = [c for c in config["contracts"] if c["type"] == "layers"]
+    layers = outer["layers"]
     named = {name.strip() for layer in layers for name in layer.split("|")}
     assert named == set(_config()["package-dir"]) == set(config["root_packages"])
     assert layers[0] == "crawlhive.app" and layers[-1] == "crawlhive.utils"
+
+    assert inner["containers"] == ["crawlhive.utils"]
+    groups = {name.strip() for layer in inner["layers"] for name in layer.split("|")}
+    library = {init.parent.name for init in (REPO / "utils").glob("*/__init__.py")}
+    assert groups == library
+    assert inner["layers"][-1] == "contract"
+    assert inner.get("exclude_type_checking_imports", False) is False  # annotations obey the layers too
+
     done = subprocess.run(
         [str(Path(sys.executable).parent / "lint-imports"), "--no-cache"],
         cwd=REPO,
@@ -57,7 +68,7 @@ def test_the_layers_are_kept_and_name_every_package() -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "0 broken" in done.stdout
+    assert "0 broken" in done.stdout and f"{len(config['contracts'])} kept" in done.stdout
 
 
 def _tracked_text_files() -> list[Path]:
@@ -105,7 +116,8 @@ def test_every_subcommand_s_help_ends_with_an_example() -> None:
     from crawlhive.crawler.kind import BUILTIN_SPIDERS
     from crawlhive.crawler.spiders import SPIDERS
     from crawlhive.utils.config.settings import Settings
-    from crawlhive.utils.contract.validation import Accepted, RequestValidator
+    from crawlhive.utils.contract.validation import Accepted
+    from crawlhive.utils.process.intake import request_validator
 
     assert set(BUILTIN_SPIDERS) == set(SPIDERS)
     parser = build_parser()
@@ -121,7 +133,7 @@ def test_every_subcommand_s_help_ends_with_an_example() -> None:
     feed_help = subparsers["feed"].format_help()
     for kind in ("crawl", "action", "stats", "domain-config"):
         assert re.search(rf"^  {kind} ", feed_help, re.M), kind
-    validator = RequestValidator.from_settings(Settings.from_overrides())
+    validator = request_validator(Settings.from_overrides())
     for line in feed_help.splitlines():
         if line.strip().startswith("crawlhive feed '"):
             request = json.loads(shlex.split(line.strip())[2])

@@ -13,6 +13,7 @@ import pytest
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import seed_from_request
+from crawlhive.utils.process.intake import request_validator
 from crawlhive.utils.rules import proxy_pools as proxies
 from crawlhive.utils.rules.proxy_pools import ProxyConfigError, ProxyPools, parse_pools, parse_proxy_url
 
@@ -83,7 +84,7 @@ def test_a_pools_file_line_that_is_not_name_url_names_the_file_and_line(tmp_path
 
 @pytest.fixture(scope="module")
 def pooled_validator() -> RequestValidator:
-    return RequestValidator.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS))
+    return request_validator(Settings.from_overrides(PROXY_POOLS=POOLS))
 
 
 def test_a_crawl_naming_an_unknown_pool_is_a_validation_dead_letter(pooled_validator: RequestValidator) -> None:
@@ -112,7 +113,7 @@ def test_a_domain_update_naming_a_pool_is_a_dead_letter_unless_the_operator_allo
     assert "PROXY_POOL_DOMAIN_UPDATES is off" in refused.reason and "/proxy_pool" in refused.reason
     assert isinstance(pooled_validator.validate(base), Accepted)  # the throttle part stays the client's
     allowed = Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_POOL_DOMAIN_UPDATES=True)
-    allowing = RequestValidator.from_settings(allowed)
+    allowing = request_validator(allowed)
     refused = allowing.validate({**base, "proxy_pool": "nope"})
     assert isinstance(refused, Rejected) and "unknown proxy pool 'nope'" in refused.reason
     assert isinstance(allowing.validate({**base, "proxy_pool": "dc"}), Accepted)
@@ -120,18 +121,18 @@ def test_a_domain_update_naming_a_pool_is_a_dead_letter_unless_the_operator_allo
 
 def test_the_pools_a_request_may_name_are_the_operator_s_choice() -> None:
     base = {"url": "http://x.com/", "appid": "app", "crawlid": "c"}
-    none = RequestValidator.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_CLIENT_POOLS=[]))
+    none = request_validator(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_CLIENT_POOLS=[]))
     refused = none.validate({**base, "proxy_pool": "res"})
     assert isinstance(refused, Rejected)
     assert "PROXY_CLIENT_POOLS" in refused.reason and "/proxy_pool" in refused.reason
     assert isinstance(none.validate(base), Accepted)
-    some = RequestValidator.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_CLIENT_POOLS="dc"))
+    some = request_validator(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_CLIENT_POOLS="dc"))
     refused = some.validate({**base, "proxy_pool": "res"})
     assert isinstance(refused, Rejected) and "'res' may not be named" in refused.reason and "dc" in refused.reason
     assert isinstance(some.validate({**base, "proxy_pool": "dc"}), Accepted)
     update = {"uuid": "u1", "appid": "app", "domain": "x.com", "action": "domain-update", "hits": 5, "window": 60}
     both = Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_CLIENT_POOLS="dc", PROXY_POOL_DOMAIN_UPDATES=True)
-    refused = RequestValidator.from_settings(both).validate({**update, "proxy_pool": "res"})
+    refused = request_validator(both).validate({**update, "proxy_pool": "res"})
     assert isinstance(refused, Rejected) and "PROXY_CLIENT_POOLS" in refused.reason
 
 

@@ -321,19 +321,20 @@ def test_a_rendered_page_with_a_pool_is_a_dead_letter_never_a_direct_load(redis_
 
 
 def test_render_with_a_pool_is_refused_at_intake_naming_why() -> None:
-    from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
+    from crawlhive.utils.contract.validation import Accepted, Rejected
+    from crawlhive.utils.process.intake import request_validator
 
     base = {"url": "http://example.com/", "appid": "app", "crawlid": "c", "render": True}
-    pooled = RequestValidator.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS))
+    pooled = request_validator(Settings.from_overrides(PROXY_POOLS=POOLS))
     refused = pooled.validate({**base, "proxy_pool": "p"})
     assert isinstance(refused, Rejected) and "render: true cannot be sent with proxy_pool" in refused.reason
     assert isinstance(pooled.validate(base), Accepted)  # no pool for it: rendered directly, as ever
-    default = RequestValidator.from_settings(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_POOL_DEFAULT="q"))
+    default = request_validator(Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_POOL_DEFAULT="q"))
     refused = default.validate(base)
     assert isinstance(refused, Rejected) and "proxy pool q" in refused.reason and "/render" in refused.reason
     pins = Settings.from_overrides(PROXY_POOLS=POOLS, PROXY_DOMAIN_POOLS={"example.com": "q"})
-    assert isinstance(RequestValidator.from_settings(pins).validate(base), Rejected)
-    assert isinstance(RequestValidator.from_settings(pins).validate({**base, "url": "http://other.com/"}), Accepted)
+    assert isinstance(request_validator(pins).validate(base), Rejected)
+    assert isinstance(request_validator(pins).validate({**base, "url": "http://other.com/"}), Accepted)
 
 
 @pytest.mark.parametrize(

@@ -13,12 +13,12 @@ import redis
 
 from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.contract.recrawl import RecrawlConfig
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker
 from crawlhive.utils.frontier.recrawl import (
     Observation,
     PageState,
-    RecrawlConfig,
     Schedule,
     SlotEntry,
     body_hash,
@@ -26,13 +26,14 @@ from crawlhive.utils.frontier.recrawl import (
     next_visit,
     slot_start,
 )
+from crawlhive.utils.process.intake import request_validator
 from crawlhive.utils.rules.budgets import Limit
 
 _CRAWL = {"url": "http://example.com/", "appid": "testapp", "crawlid": "c1"}
 
 
 def validate(message: dict[str, Any], **settings: Any) -> Accepted | Rejected:
-    return RequestValidator.from_settings(Settings.from_overrides(**settings)).validate(message)
+    return request_validator(Settings.from_overrides(**settings)).validate(message)
 
 
 # --- §19.1 the request field ----------------------------------------------------------------------

@@ -13,7 +13,8 @@ from crawlhive.kafka_monitor.plugins.domain_config import DomainConfigHandler
 from crawlhive.kafka_monitor.plugins.stats import StatsHandler
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.messages import ActionRequest, CrawlRequest, DomainConfigRequest, StatsRequest
-from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator, plugin_classes
+from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
+from crawlhive.utils.process.intake import plugin_classes, request_limits, request_validator
 
 
 def accepted(validator: RequestValidator, message: Any) -> Accepted:
@@ -77,7 +78,7 @@ def test_each_kind_dispatches_to_its_plugin(validator: RequestValidator, message
     settings = Settings.from_overrides()
     handlers = plugin_classes(settings, base=IncomingPlugin)
     assert handlers == [ScraperHandler, ActionHandler, StatsHandler, DomainConfigHandler]
-    assert accepted(RequestValidator(handlers, settings), message).plugin is kind
+    assert accepted(RequestValidator(handlers, request_limits(settings, handlers)), message).plugin is kind
 
 
 KIND_OF = {
@@ -215,7 +216,7 @@ def test_escaped_surrogate_pairs_are_fine(validator: RequestValidator) -> None:
 
 
 def test_limits_come_from_settings() -> None:
-    strict = RequestValidator.from_settings(
+    strict = request_validator(
         Settings.from_overrides(
             SCHEMA_PRIORITY_MAX=10, SCHEMA_MAXDEPTH_MAX=1, SCHEMA_DOMAIN_MAX_PAGES_MAX=5, SCHEMA_MAX_PAGES_MAX=100
         )
@@ -229,7 +230,7 @@ def test_limits_come_from_settings() -> None:
     accepted = strict.validate({**base, "max_pages": 100})
     assert isinstance(accepted, Accepted) and accepted.message["max_pages"] == 100
     assert isinstance(strict.validate({**base, "priority": 10}), Accepted)
-    put = RequestValidator.from_settings(Settings.from_overrides(SCHEMA_ALLOWED_METHODS=["GET", "PUT"]))
+    put = request_validator(Settings.from_overrides(SCHEMA_ALLOWED_METHODS=["GET", "PUT"]))
     assert isinstance(put.validate({**base, "method": "PUT"}), Accepted)
     assert reason(put, {**base, "method": "POST"}).endswith("'POST' is not one of ['GET', 'PUT'] (at /method)")
 
@@ -240,7 +241,7 @@ def test_catastrophic_patterns_are_accepted_and_cost_linear_time() -> None:
 
     from crawlhive.utils.rules.patterns import search_any
 
-    validator = RequestValidator.from_settings(Settings.from_overrides())
+    validator = request_validator(Settings.from_overrides())
     message = {"url": "http://x.com/", "appid": "app", "crawlid": "c", "allow_regex": ["(a+)+$"]}
     assert isinstance(validator.validate(message), Accepted)
     started = time.perf_counter()
@@ -249,7 +250,7 @@ def test_catastrophic_patterns_are_accepted_and_cost_linear_time() -> None:
 
 
 def test_disabled_plugin_kind_is_rejected() -> None:
-    no_stats = RequestValidator.from_settings(
+    no_stats = request_validator(
         Settings.from_overrides(KAFKA_MONITOR_PLUGINS={"crawlhive.kafka_monitor.plugins.stats.StatsHandler": None})
     )
     assert isinstance(no_stats.validate({"appid": "testapp", "uuid": "s"}), Rejected)

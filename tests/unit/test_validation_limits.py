@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
+from crawlhive.utils.process.intake import request_validator
 
 MIB = 1 << 20
 #: "Well under a second" of CPU on the slowest CI machine, where it takes about 0.15 s. CPU time of
@@ -29,7 +30,7 @@ BASE = {"url": "http://x.com/", "appid": "app", "crawlid": "c"}
 
 @pytest.fixture(scope="module")
 def validator() -> RequestValidator:
-    return RequestValidator.from_settings(Settings.from_overrides())
+    return request_validator(Settings.from_overrides())
 
 
 def _reason(validator: RequestValidator, message: Any) -> str:
@@ -155,7 +156,7 @@ def test_limits_at_their_maximum_are_accepted(validator: RequestValidator) -> No
 
 
 def test_limits_are_settings() -> None:
-    loose = RequestValidator.from_settings(
+    loose = request_validator(
         Settings.from_overrides(
             SCHEMA_URL_MAX_LENGTH=20, SCHEMA_ARRAY_MAX_ITEMS=2, SCHEMA_ATTRS_MAX_BYTES=10, SCHEMA_HITS_MAX=5
         )

@@ -17,6 +17,7 @@ from crawlhive.crawler.links import LinkLimits, link_allowed
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
 from crawlhive.utils.frontier import seed_from_request
+from crawlhive.utils.process.intake import request_validator
 from crawlhive.utils.rules.patterns import (
     DEFAULT_PATTERN_LIMITS,
     PatternCache,
@@ -80,7 +81,7 @@ def test_expensive_patterns_are_rejected_well_under_a_second(
 
 
 def test_the_exact_program_size_is_named_when_re2_built_it(validator: RequestValidator) -> None:
-    strict = RequestValidator.from_settings(Settings.from_overrides(SCHEMA_REGEX_MAX_PROGRAM=1000))
+    strict = request_validator(Settings.from_overrides(SCHEMA_REGEX_MAX_PROGRAM=1000))
     reason, _ = _timed_reason(strict, {**BASE, "allow_regex": ["ok", r"\pL"]})
     assert reason == (
         "Invalid request: crawl: pattern too complex: program size 1200 over"
@@ -95,11 +96,9 @@ def test_ordinary_patterns_and_the_limits_at_their_maximum_are_accepted(validato
 
 
 def test_the_limits_are_settings() -> None:
-    loose = RequestValidator.from_settings(
-        Settings.from_overrides(SCHEMA_REGEX_MAX_REPEAT=500, SCHEMA_REGEX_MAX_PROGRAM=600_000)
-    )
+    loose = request_validator(Settings.from_overrides(SCHEMA_REGEX_MAX_REPEAT=500, SCHEMA_REGEX_MAX_PROGRAM=600_000))
     assert isinstance(loose.validate({**BASE, "allow_regex": [r"[a-z]{1,446}"]}), Accepted)
-    tight = RequestValidator.from_settings(Settings.from_overrides(SCHEMA_REGEX_MAX_REPEAT=5))
+    tight = request_validator(Settings.from_overrides(SCHEMA_REGEX_MAX_REPEAT=5))
     assert "SCHEMA_REGEX_MAX_REPEAT (5)" in _timed_reason(tight, {**BASE, "allow_regex": ["a{6}"]})[0]
 
 
@@ -149,7 +148,7 @@ def test_the_crawler_never_builds_an_over_limit_program_and_finds_it_nowhere() -
     assert time.perf_counter() - started < 0.5
     with pytest.raises(PatternTooComplex):
         compile_pattern(r"(?:\pL|\pN){100}")
-    accepted = RequestValidator.from_settings(Settings.from_overrides()).validate(BASE)
+    accepted = request_validator(Settings.from_overrides()).validate(BASE)
     assert isinstance(accepted, Accepted)
     request = seed_from_request({**accepted.message, "allow_regex": list(hostile[:3])}, "incoming/0/1")
     assert not link_allowed("http://x.com/abc", request, LinkLimits())

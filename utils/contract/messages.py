@@ -11,22 +11,55 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from crawlhive.utils.config.log import excerpt
-from crawlhive.utils.process.kinds import stats_types
-from crawlhive.utils.rules.domains import domain_of_host, host_problem, tenant_site
-from crawlhive.utils.rules.patterns import PatternLimits, check_patterns
-from crawlhive.utils.rules.proxy_pools import pools_from_settings
-
-if TYPE_CHECKING:
-    from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.contract.hosts import host_problem
+from crawlhive.utils.contract.recrawl import RecrawlConfig, check_recrawl
+from crawlhive.utils.contract.text import excerpt
 
 #: (cause message, JSON pointer) of a failed semantic check; pointer '' means the root.
 Cause = tuple[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestLimits:
+    """What a request is checked against beyond its kind's own rules: the operator's limits
+    (docs/contract.md §2.7) as plain values, and the cluster's rules the contract does not own,
+    passed in by the process that validates (built from its settings and the registry by
+    :func:`crawlhive.utils.process.intake.request_limits`).
+
+    Attributes:
+        schema_values: the value of each ``"$SETTING"`` placeholder of the kinds' schemas
+            (``SCHEMA_PRIORITY_MAX``: 100); a placeholder without one raises KeyError.
+        spider_ids: the spider types requests may name; empty: any (SPIDER_IDS, §11).
+        stats_types: ``stats`` types besides those the stats schema names (the process kinds of
+            the registry, §4.7).
+        recrawl_min_every: the smallest ``recrawl.every`` (RECRAWL_MIN_EVERY, §19.1).
+        check_patterns: why a crawl's ``allow_regex`` / ``deny_regex`` / ``ban_regex`` (field ->
+            list or None) cannot be compiled within SCHEMA_REGEX_* (§10.4), or None.
+        domain_of: the registered domain of a host, '' if it has none (§3.2): what a
+            domain-config's ``domain`` is normalised to.
+        pool_problem: why a request may not name a proxy pool (unknown, or not one a request may
+            name: PROXY_POOLS, PROXY_CLIENT_POOLS, §21.1), or None.
+        render_pool: the pool a host's pages go through by the operator's settings (its domain's
+            pool, PROXY_POOL_DEFAULT), or None.
+        pool_domain_updates: a ``domain-update`` may set a ``proxy_pool`` (PROXY_POOL_DOMAIN_UPDATES).
+    """
+
+    schema_values: Mapping[str, Any]
+    spider_ids: frozenset[str]
+    stats_types: tuple[str, ...]
+    recrawl_min_every: int
+    check_patterns: Callable[[dict[str, Any]], Cause | None]
+    domain_of: Callable[[str], str]
+    pool_problem: Callable[[str], str | None]
+    render_pool: Callable[[str], str | None]
+    pool_domain_updates: bool
 
 
 class MessageKind:
@@ -61,13 +94,43 @@ class MessageKind:
         return message, None
 
     @classmethod
-    def limits_check(cls, message: dict[str, Any], settings: Settings) -> Cause | None:
-        """Checks bounded by settings, run after :meth:`semantic_check` passed (the cause, or None).
+    def schema(cls, limits: RequestLimits) -> dict[str, Any]:
+        """The schema a request is validated with: :meth:`load_schema` with every ``"$SETTING"``
+        placeholder replaced by its value in *limits*."""
+        schema: dict[str, Any] = apply_limits(cls.load_schema(), limits.schema_values)
+        return schema
+
+    @classmethod
+    def limits_check(cls, message: dict[str, Any], limits: RequestLimits) -> Cause | None:
+        """Checks bounded by *limits*, run after :meth:`semantic_check` passed (the cause, or None).
 
         For checks that cost CPU or memory in proportion to the request (compiling its patterns), so
-        the limit is the operator's (docs/contract.md §2.7).
+        the limit is the operator's (docs/contract.md §2.7), and for those that need the cluster's
+        rules (its proxy pools, its domain bucketing).
         """
         return None
+
+
+def apply_limits(schema: Any, values: Mapping[str, Any]) -> Any:
+    """A copy of *schema* with every ``"$SETTING"`` string replaced by its value in *values*."""
+    if isinstance(schema, dict):
+        return {k: apply_limits(v, values) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [apply_limits(v, values) for v in schema]
+    if isinstance(schema, str) and schema.startswith("$") and schema[1:].isupper():
+        return values[schema[1:]]
+    return schema
+
+
+def schema_placeholders(schema: Any) -> set[str]:
+    """The settings named by ``"$SETTING"`` placeholders in *schema* (what :func:`apply_limits` needs)."""
+    if isinstance(schema, dict):
+        return set().union(*(schema_placeholders(v) for v in schema.values()))
+    if isinstance(schema, list):
+        return set().union(*(schema_placeholders(v) for v in schema))
+    if isinstance(schema, str) and schema.startswith("$") and schema[1:].isupper():
+        return {schema[1:]}
+    return set()
 
 
 @cache
@@ -145,26 +208,22 @@ class CrawlRequest(MessageKind):
         return message, None
 
     @classmethod
-    def limits_check(cls, message: dict[str, Any], settings: Settings) -> Cause | None:
+    def limits_check(cls, message: dict[str, Any], limits: RequestLimits) -> Cause | None:
         """The ``proxy_pool`` is a pool in force (§21.1); a ``recrawl`` is within its bounds (§19.1);
         every ``allow_regex`` / ``deny_regex`` / ``ban_regex`` pattern compiles with RE2 (what the crawler will
         match with, §10.4) within SCHEMA_REGEX_MAX_REPEAT, SCHEMA_REGEX_MAX_PROGRAM and, all
-        together, SCHEMA_REGEX_MAX_TOTAL_PROGRAM (:func:`~crawlhive.utils.rules.patterns.check_patterns`)."""
+        together, SCHEMA_REGEX_MAX_TOTAL_PROGRAM (:attr:`RequestLimits.check_patterns`)."""
         if message.get("proxy_pool"):
-            pools = pools_from_settings(settings)
-            refused = pools.refused(message["proxy_pool"]) or pools.unknown(message["proxy_pool"])
+            refused = limits.pool_problem(message["proxy_pool"])
             if refused is not None:
                 return refused, "/proxy_pool"
         if message.get("render"):
-            through = _rendered_through_proxy(message, settings)
+            through = _rendered_through_proxy(message, limits)
             if through is not None:
                 return through, "/render"
         recrawl = message.get("recrawl")
         if recrawl is not None:  # §19.1: bounds from RECRAWL_MIN_EVERY, then the defaults filled in
-            # imported here: the frontier package imports the contract (its dead-letter builders)
-            from crawlhive.utils.frontier.recrawl import RecrawlConfig, check_recrawl
-
-            min_every = settings.RECRAWL_MIN_EVERY
+            min_every = limits.recrawl_min_every
             problem = check_recrawl(recrawl, min_every)
             if problem is not None:
                 return problem
@@ -179,20 +238,16 @@ class CrawlRequest(MessageKind):
         fields = {field: message.get(field) for field in ("allow_regex", "deny_regex", "ban_regex")}
         if not any(fields.values()):
             return None
-        return check_patterns(fields, PatternLimits.from_settings(settings))
+        return limits.check_patterns(fields)
 
 
-def _rendered_through_proxy(message: dict[str, Any], settings: Settings) -> str | None:
+def _rendered_through_proxy(message: dict[str, Any], limits: RequestLimits) -> str | None:
     """Why a ``render: true`` seed cannot be crawled: its pages would go through a proxy pool (its
     ``proxy_pool``, the operator's pool of its domain, PROXY_POOL_DEFAULT), which the browser does
     not (§15, §21.1); a rendered page is refused rather than fetched directly. None: it may."""
     if message.get("proxy_pool"):
         return "render: true cannot be sent with proxy_pool (rendered pages do not go through proxies)"
-    if not (settings.PROXY_POOLS or settings.PROXY_POOLS_FILE):
-        return None
-    pools = pools_from_settings(settings)
-    host = urlsplit(message["url"]).hostname or ""
-    pool = pools.pin(domain_of_host(host), tenant_site(host)) or pools.default
+    pool = limits.render_pool(urlsplit(message["url"]).hostname or "")
     if not pool:
         return None
     return (
@@ -217,12 +272,12 @@ class StatsRequest(MessageKind):
     schema_file = "schemas/stats.json"
 
     @classmethod
-    def load_schema(cls) -> dict[str, Any]:
-        """The schema with the ``stats`` types of the registered process kinds
-        (:func:`~crawlhive.utils.process.kinds.stats_types`) besides those it names."""
-        schema = copy.deepcopy(super().load_schema())
+    def schema(cls, limits: RequestLimits) -> dict[str, Any]:
+        """The schema with the ``stats`` types of *limits* (those of the registered process kinds,
+        :func:`~crawlhive.utils.process.kinds.stats_types`) besides those it names."""
+        schema = copy.deepcopy(super().schema(limits))
         types = schema["properties"]["stats"]["enum"]
-        schema["properties"]["stats"]["enum"] = [*types, *(t for t in stats_types() if t not in types)]
+        schema["properties"]["stats"]["enum"] = [*types, *(t for t in limits.stats_types if t not in types)]
         return schema
 
 
@@ -235,44 +290,29 @@ class DomainConfigRequest(MessageKind):
 
     @classmethod
     def semantic_check(cls, message: dict[str, Any]) -> tuple[dict[str, Any], Cause | None]:
-        raw = message["domain"]
         # Before any IDNA step: encoding a huge host costs the square of its length (1 MB: 4 s).
-        problem = host_problem(raw)
+        problem = host_problem(message["domain"])
         if problem is not None:
             return message, (problem, "/domain")
-        domain = "" if any(c in raw for c in "/?#@ \t\r\n") else domain_of_host(raw)
-        if not domain:
-            return message, (f"{excerpt(raw)} is not a valid domain", "/domain")
-        message["domain"] = domain
         return message, None
 
     @classmethod
-    def limits_check(cls, message: dict[str, Any], settings: Settings) -> Cause | None:
-        """A ``domain-update``'s ``proxy_pool`` is accepted only with PROXY_POOL_DOMAIN_UPDATES (a
+    def limits_check(cls, message: dict[str, Any], limits: RequestLimits) -> Cause | None:
+        """The ``domain`` is normalised to its registered domain (§3.2, :attr:`RequestLimits.domain_of`).
+        A ``domain-update``'s ``proxy_pool`` is accepted only with PROXY_POOL_DOMAIN_UPDATES (a
         domain's pool is the operator's otherwise: PROXY_DOMAIN_POOLS), names a pool a request may
         name (PROXY_CLIENT_POOLS) and a pool in force (§21.1)."""
+        raw = message["domain"]
+        domain = "" if any(c in raw for c in "/?#@ \t\r\n") else limits.domain_of(raw)
+        if not domain:
+            return f"{excerpt(raw)} is not a valid domain", "/domain"
+        message["domain"] = domain
         if not message.get("proxy_pool"):
             return None
         if message.get("action") != "domain-update":
             return "proxy_pool belongs to domain-update only", "/proxy_pool"
-        if not settings.PROXY_POOL_DOMAIN_UPDATES:
+        if not limits.pool_domain_updates:
             reason = "a domain's proxy pool is set by the operator (PROXY_DOMAIN_POOLS), not by domain-update"
             return f"{reason} (PROXY_POOL_DOMAIN_UPDATES is off)", "/proxy_pool"
-        pools = pools_from_settings(settings)
-        problem = pools.refused(message["proxy_pool"]) or pools.unknown(message["proxy_pool"])
+        problem = limits.pool_problem(message["proxy_pool"])
         return None if problem is None else (problem, "/proxy_pool")
-
-
-#: The built-in plugins of the kafka-monitor and their ranks (docs/contract.md §2.1); PLUGINS /
-#: KAFKA_MONITOR_PLUGINS merge over this. The paths are names (the monitor loads them); the
-#: contract knows the kind each one validates, so a validator needs no kafka-monitor import.
-BUILTIN_PLUGINS: dict[str, int] = {
-    "crawlhive.kafka_monitor.plugins.crawl.ScraperHandler": 100,
-    "crawlhive.kafka_monitor.plugins.action.ActionHandler": 200,
-    "crawlhive.kafka_monitor.plugins.stats.StatsHandler": 300,
-    "crawlhive.kafka_monitor.plugins.domain_config.DomainConfigHandler": 400,
-}
-#: The kind each built-in plugin validates.
-BUILTIN_KINDS: dict[str, type[MessageKind]] = dict(
-    zip(BUILTIN_PLUGINS, (CrawlRequest, ActionRequest, StatsRequest, DomainConfigRequest), strict=True)
-)

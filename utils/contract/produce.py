@@ -6,15 +6,34 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
-from kafka.errors import KafkaError
-
-from crawlhive.utils.process.loop import never_sendable
+from kafka.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTopicError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+)
 
 if TYPE_CHECKING:
     from kafka import KafkaProducer
     from kafka.producer.future import FutureRecordMetadata
 
 T = TypeVar("T")
+
+
+def never_sendable(exc: BaseException) -> bool:
+    """True if Kafka refused a record for good: too large for the producer or the broker, or
+    malformed. Sending it again can never succeed, so the record is reported or dropped instead
+    (docs/contract.md §10.5); every other Kafka error is worth a retry."""
+    return isinstance(
+        exc,
+        MessageSizeTooLargeError
+        | RecordListTooLargeError
+        | InvalidRecordError
+        | CorruptRecordError
+        | InvalidTopicError,
+    )
 
 
 def send_and_wait(
@@ -27,7 +46,7 @@ def send_and_wait(
 
     Args:
         give_up: called with ``(topic, tag, error)`` for a record Kafka refuses for good
-            (:func:`~crawlhive.utils.process.loop.never_sendable`: too large, malformed), which is then
+            (:func:`never_sendable`: too large, malformed), which is then
             dropped so the others are not held up; without it such an error is raised too.
 
     Raises:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import re
+from typing import Literal, get_args
 
-#: The topics every cluster has (``crawlhive up`` creates them).
-TOPICS = ("incoming", "crawled_firehose", "items", "cleaned", "outbound_firehose", "dead_letter")
+#: Short name of a topic every cluster has (``crawlhive up`` creates them), and what it holds:
+#: requests (§2), crawled items (§5), spider items (§11), cleaned records (§13), answers (§4),
+#: dead letters (§6).
+Topic = Literal["incoming", "crawled_firehose", "items", "cleaned", "outbound_firehose", "dead_letter"]
+#: The topics every cluster has, in the order of :data:`Topic`.
+TOPICS: tuple[Topic, ...] = get_args(Topic)
 #: Short names of per-appid topics (KAFKA_APPID_TOPICS): ``crawled_<appid>``, ``items_<appid>``, ``outbound_<appid>``.
 APPID_TOPIC_PREFIXES = ("crawled_", "items_", "outbound_")
 #: A legal Kafka topic name.

@@ -2,7 +2,8 @@
 
 This is the one source of truth for what the cluster accepts: the kafka-monitor, ``POST /feed``,
 Redis-only mode and ``crawlhive feed`` all validate through :class:`RequestValidator`, built from
-the same plugin map and the same limit settings (§2.7), so they can never disagree.
+the same plugin map and the same limit settings (§2.7), so they can never disagree
+(:func:`crawlhive.utils.process.intake.request_validator` builds it from a process's settings).
 """
 
 from __future__ import annotations
@@ -18,16 +19,11 @@ from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
 from jsonschema.validators import extend
 
-from crawlhive.utils.config.errors import PluginLoadError
-from crawlhive.utils.config.log import EXCERPT_CHARS, excerpt, printable
-from crawlhive.utils.contract.messages import BUILTIN_KINDS, BUILTIN_PLUGINS, MessageKind
-from crawlhive.utils.process.plugins import load_object, merge_plugin_dicts
-from crawlhive.utils.rules.proxy_pools import pools_from_settings
+from crawlhive.utils.contract.messages import MessageKind, RequestLimits
+from crawlhive.utils.contract.text import EXCERPT_CHARS, excerpt, printable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-    from crawlhive.utils.config.settings import Settings
 
 #: Schema errors of a rejected request among which the reported one is chosen (the first ones).
 ERRORS_CONSIDERED = 64
@@ -153,7 +149,7 @@ MAX_MESSAGE_CHARS = 300
 def describe_error(error: ValidationError) -> str:
     """The reason of a schema *error* without the offending value in full (docs/contract.md §6):
     the rule, and at most a short excerpt of the value with its control characters escaped
-    (:func:`~crawlhive.utils.config.log.excerpt`); a secret field's value (:data:`SECRET_FIELDS`) is
+    (:func:`~crawlhive.utils.contract.text.excerpt`); a secret field's value (:data:`SECRET_FIELDS`) is
     shown as ``value``. jsonschema's messages quote the whole value (``'<1 MB>' is too long``)."""
     path = list(error.absolute_path)
     # a header's or cookie's name is not secret, its value is
@@ -247,40 +243,18 @@ SchemaValidator = extend(
 )
 
 
-def apply_limits(schema: Any, settings: Settings) -> Any:
-    """A copy of *schema* with every ``"$SETTING"`` string replaced by that setting's value."""
-    if isinstance(schema, dict):
-        return {k: apply_limits(v, settings) for k, v in schema.items()}
-    if isinstance(schema, list):
-        return [apply_limits(v, settings) for v in schema]
-    if isinstance(schema, str) and schema.startswith("$") and schema[1:].isupper():
-        return settings[schema[1:]]
-    return schema
-
-
 class RequestValidator:
     """Decides, for any incoming value, which plugin handles it or why it is rejected."""
 
-    def __init__(self, plugins: Sequence[type[MessageKind]], settings: Settings) -> None:
+    def __init__(self, plugins: Sequence[type[MessageKind]], limits: RequestLimits) -> None:
         if not plugins:
             raise ValueError("RequestValidator needs at least one plugin")
         self.plugins = list(plugins)
-        self.settings = settings
-        self.schemas = {cls: apply_limits(cls.load_schema(), settings) for cls in self.plugins}
+        self.limits = limits
+        self.schemas = {cls: cls.schema(limits) for cls in self.plugins}
         self._validators = {cls: SchemaValidator(schema) for cls, schema in self.schemas.items()}
         #: The spider types requests may name; empty = any (docs/contract.md §11).
-        self.spider_ids = frozenset(str(s) for s in settings.SPIDER_IDS)
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> RequestValidator:
-        """The validator of the kafka-monitor plugins configured by PLUGINS / KAFKA_MONITOR_PLUGINS.
-
-        Raises:
-            SettingsError: also for PROXY_POOLS / PROXY_POOLS_FILE / PROXY_POOL_DEFAULT that cannot
-                be used (the pools a crawl's ``proxy_pool`` is checked against, §21.1).
-        """
-        pools_from_settings(settings)
-        return cls(plugin_classes(settings), settings)
+        self.spider_ids = limits.spider_ids
 
     def validate(self, value: Any) -> Accepted | Rejected:
         """Match *value* (parsed JSON) against the plugins in rank order (docs/contract.md §2.1 steps 2-6)."""
@@ -290,7 +264,7 @@ class RequestValidator:
             if self._validators[plugin].is_valid(value):
                 message, cause = plugin.semantic_check(dict(value))
                 if cause is None:
-                    cause = plugin.limits_check(message, self.settings)
+                    cause = plugin.limits_check(message, self.limits)
                 if cause is not None:
                     return Rejected(f"Invalid request: {format_cause(plugin.kind, cause[0], cause[1])}")
                 message = self._fill_defaults(plugin, message)
@@ -333,28 +307,3 @@ class RequestValidator:
         else:
             kind = "crawl"
         return next((p for p in self.plugins if p.kind == kind), self.plugins[0])
-
-
-def plugin_paths(settings: Settings) -> list[str]:
-    """The enabled kafka-monitor plugins (PLUGINS / KAFKA_MONITOR_PLUGINS over the built-in ones), in rank order."""
-    return list(merge_plugin_dicts(BUILTIN_PLUGINS, settings.PLUGINS, settings.KAFKA_MONITOR_PLUGINS))
-
-
-def plugin_classes(settings: Settings, base: type[MessageKind] = MessageKind) -> list[type[MessageKind]]:
-    """The message kinds of the enabled kafka-monitor plugins, in rank order (not yet built).
-
-    With the default *base* a built-in plugin is its kind of the contract (nothing of the
-    kafka-monitor is imported: what REST, Redis-only mode and ``crawlhive feed`` validate with); a
-    plugin of the user's is loaded. The kafka-monitor passes its plugin base class and gets the
-    plugins themselves.
-
-    Raises:
-        PluginLoadError: a path cannot be loaded or is not a *base* subclass.
-    """
-    paths = plugin_paths(settings)
-    load_all = base is not MessageKind
-    classes = [load_object(path) if load_all or path not in BUILTIN_KINDS else BUILTIN_KINDS[path] for path in paths]
-    for path, cls in zip(paths, classes, strict=True):
-        if not (isinstance(cls, type) and issubclass(cls, base)):
-            raise PluginLoadError(f"plugin {path!r} is not an IncomingPlugin subclass")
-    return classes

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from crawlhive.utils.contract.encoding import encode_text
 from crawlhive.utils.contract.records import crawl_dead_letter
 from crawlhive.utils.frontier.leasing import FrontierWorker
-from crawlhive.utils.frontier.model import LEASE_EXPIRED, OPTIONS_LOST, retried
+from crawlhive.utils.frontier.model import LEASE_EXPIRED, OPTIONS_LOST, FrontierRequest, retried
 from crawlhive.utils.frontier.writer import wake_message
 
 
@@ -46,16 +46,27 @@ def reclaim_expired_leases(worker: FrontierWorker, spider: str, max_retries: int
     for member, request in worker.expired_leases(spider, limit):
         if request.option_set is not None and request.option_set.lost:
             error = f"{OPTIONS_LOST}: crawl record expired (CRAWL_RECORD_TTL)"
-            letter = crawl_dead_letter(request, error)
-            failed += worker.exhaust(member, request, encode_text(letter))
+            failed += worker.exhaust(member, request, _dead_letter(request, error))
         elif request.retry_times < max_retries:
             if worker.reclaim(member, retried(request)):
                 requeued += 1
                 lanes.setdefault(request.render, set()).add(worker.keys.shard_of(request.domain))
         else:
-            letter = crawl_dead_letter(request, LEASE_EXPIRED)
-            failed += worker.exhaust(member, request, encode_text(letter))
+            failed += worker.exhaust(member, request, _dead_letter(request, LEASE_EXPIRED))
     if requeued:
         for render, shards in sorted(lanes.items()):  # idle crawlers of the lane take it at once
             worker.redis.publish(worker.keys.wake_channel(spider, render), wake_message(shards))
     return ReclaimResult(requeued, failed)
+
+
+def _dead_letter(request: FrontierRequest, error: str) -> str:
+    """The crawl dead letter (docs/contract.md §6 b) of *request*, which failed with *error*, encoded."""
+    letter = crawl_dead_letter(
+        error,
+        url=request.url,
+        appid=request.appid,
+        crawlid=request.crawlid,
+        spiderid=request.spiderid,
+        retry_times=request.retry_times,
+    )
+    return encode_text(letter)

@@ -18,14 +18,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from kafka.errors import (
     CommitFailedError,
-    CorruptRecordError,
     IllegalGenerationError,
-    InvalidRecordError,
-    InvalidTopicError,
     KafkaError,
-    MessageSizeTooLargeError,
     RebalanceInProgressError,
-    RecordListTooLargeError,
     UnknownMemberIdError,
 )
 from redis.exceptions import (
@@ -228,29 +223,6 @@ def is_cluster_transient(exc: BaseException) -> bool:
     if isinstance(exc, SlotNotCoveredError):
         return True
     return isinstance(exc, RedisClusterException) and str(exc).startswith(_TRANSIENT_CLUSTER)
-
-
-_NEVER_SENDABLE = (
-    MessageSizeTooLargeError,
-    RecordListTooLargeError,
-    InvalidRecordError,
-    CorruptRecordError,
-    InvalidTopicError,
-)
-
-
-def never_sendable(exc: BaseException) -> bool:
-    """True if Kafka refused a record for good: too large for the producer or the broker, or
-    malformed. Sending it again can never succeed, so the record is reported or dropped instead
-    (docs/contract.md §10.5); every other Kafka error is worth a retry."""
-    return isinstance(
-        exc,
-        MessageSizeTooLargeError
-        | RecordListTooLargeError
-        | InvalidRecordError
-        | CorruptRecordError
-        | InvalidTopicError,
-    )
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

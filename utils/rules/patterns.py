@@ -37,7 +37,7 @@ from typing import Any
 import re2
 
 from crawlhive.utils.config.errors import CrawlhiveError
-from crawlhive.utils.config.log import EXCERPT_CHARS, excerpt, printable
+from crawlhive.utils.contract.text import EXCERPT_CHARS, excerpt, printable
 
 
 class InvalidPattern(CrawlhiveError, ValueError):

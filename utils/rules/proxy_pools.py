@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from crawlhive.utils.config.errors import SettingsError
-from crawlhive.utils.config.log import add_secrets, excerpt, mask_url, url_secrets
-from crawlhive.utils.rules.domains import domain_of_host, host_problem, tenant_site
+from crawlhive.utils.config.log import add_secrets, mask_url, url_secrets
+from crawlhive.utils.contract.hosts import host_problem
+from crawlhive.utils.contract.text import excerpt
+from crawlhive.utils.rules.domains import domain_of_host, tenant_site
 
 if TYPE_CHECKING:
     from crawlhive.utils.config.settings import Settings
