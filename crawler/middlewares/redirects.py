@@ -76,7 +76,7 @@ class FrontierMetaRefreshMiddleware(_ForgetsValidators, _DropsLeaseOnIgnore, Met
 
 class LocationHostGuardMiddleware:
     """A redirect whose ``Location`` names a host that cannot be a host name
-    (:func:`~crawlhive.utils.rules.domains.host_problem`) is refused before Scrapy's ``RedirectMiddleware``
+    (:func:`~crawlhive.utils.contract.hosts.host_problem`) is refused before Scrapy's ``RedirectMiddleware``
     (600) IDNA-encodes it, which is quadratic in the length of a label: the page is dropped like a
     redirect out of ``allowed_domains`` (§10.7). Order 610: its ``process_response`` runs first."""
 
