@@ -47,4 +47,6 @@ examples:
     ),
     card="sinks",
     compose=("sink",),
+    consumes=("cleaned",),
+    produces=("store", "dead_letter"),
 )

@@ -113,6 +113,13 @@ class ProcessKind:
             ``machine``, ``queue``), answered by the redis-monitor.
         card: the label of the dashboard's node card (default: *name*).
         compose: the docker-compose service(s) that run it (``tests/unit/test_compose.py``).
+        consumes: where its processes take their work from: topics by short name (docs/contract.md
+            §1: ``incoming``, ``crawled_firehose``; a per-appid topic as ``outbound_<appid>``) and
+            the Redis side, ``frontier`` (the crawl queues) or ``control`` (the control stream).
+            Documentation only (nothing subscribes by it): docs/architecture.md's kinds section
+            and data-flow diagram are generated from it (``python -m crawlhive.app.architecture``).
+        produces: where their output goes, in the same names, plus ``store`` (outside the cluster:
+            a database or files).
     """
 
     name: str
@@ -127,6 +134,8 @@ class ProcessKind:
     stats_views: tuple[str, ...] = ()
     card: str = ""
     compose: tuple[str, ...] = ()
+    consumes: tuple[str, ...] = ()
+    produces: tuple[str, ...] = ()
 
     @property
     def card_label(self) -> str:
