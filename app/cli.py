@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from crawlhive.app.plan import add_up_options, up_arguments
 from crawlhive.app.signals import EXIT_FORCED, FORCED, Shutdown, install_shutdown_handlers
 from crawlhive.app.state import with_state
 from crawlhive.utils import __version__
@@ -24,7 +25,7 @@ from crawlhive.utils.config.log import configure_logging, redact
 from crawlhive.utils.config.settings import Settings, load_settings
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.topics import TOPICS, is_short_topic
-from crawlhive.utils.process.kinds import ProcessKind, add_up_options, kinds, up_arguments
+from crawlhive.utils.process.kinds import ProcessKind, kinds
 
 logger = logging.getLogger(__name__)
 

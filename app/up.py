@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, die_with_parent_hook, free_port
+from crawlhive.app.plan import up_plan
 from crawlhive.app.signals import on_forced_stop
 from crawlhive.app.state import claim_state, clear_state, shared_settings, write_state
 from crawlhive.utils.backends.kafka_clients import ensure_topics
@@ -31,7 +32,7 @@ from crawlhive.utils.config.errors import BackendUnavailable, CrawlhiveError, Se
 from crawlhive.utils.config.log import mask_url
 from crawlhive.utils.config.settings import Settings, settings_env
 from crawlhive.utils.contract.topics import TOPICS
-from crawlhive.utils.process.kinds import heartbeat_components, up_plan
+from crawlhive.utils.process.kinds import heartbeat_components
 from crawlhive.utils.state.heartbeat import live_nodes
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ class LocalCluster:
         self.requested = settings
         #: The binaries of the services started for it (``redis``, ``broker``), if any.
         self.embedded: dict[str, str] = {}
-        #: Each child (:func:`~crawlhive.utils.process.kinds.up_plan`: *counts* by ``up`` option,
+        #: Each child (:func:`~crawlhive.app.plan.up_plan`: *counts* by ``up`` option,
         #: ``{"crawlers": 2}``, the rest at their defaults; *values* of the options that start one
         #: process per value, ``{"sink": [url]}``).
         self.plan = up_plan(counts, forwarded, values)

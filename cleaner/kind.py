@@ -15,4 +15,6 @@ examples:
     order=40,
     up=(UpGroup(option="cleaners", default=1, help="cleaner processes (default 1; docs/contract.md §13)"),),
     compose=("cleaner",),
+    consumes=("crawled_firehose",),
+    produces=("cleaned", "dead_letter"),
 )

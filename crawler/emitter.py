@@ -1,12 +1,12 @@
 r"""Items and crawl dead letters out of a crawler, as Deferreds that fire on their acknowledgement.
 
 :class:`Emitter` decides what a record is and where it goes (page items to the firehose, a spider's
-own items to ``items`` in the §11 envelope, dead letters; the size limit); a sink delivers it:
+own items to ``items`` in the §11 envelope, dead letters; the size limit); an output delivers it:
 
-* :class:`KafkaSink`: a producer on librdkafka sends from its C threads; one record becomes a
+* :class:`KafkaOutput`: a producer on librdkafka sends from its C threads; one record becomes a
   Twisted Deferred that fires in the reactor thread on the broker's acknowledgement (per-appid
   topics are created on first use);
-* :class:`RedisSink`: Redis-only mode (docs/contract.md §12): records are ``RPUSH``\ ed to the
+* :class:`RedisOutput`: Redis-only mode (docs/contract.md §12): records are ``RPUSH``\ ed to the
   scrapy-redis style lists ``REDIS_ITEMS_KEY`` and ``<spider>:dead_letter``.
 
 A page's lease ends only after every item of the page was acknowledged
@@ -60,7 +60,7 @@ def _by_reference_field(kind: str, record: dict[str, Any]) -> str | None:
     return "item" if record.get("item") is not None else None
 
 
-class Sink(Protocol):
+class Output(Protocol):
     """Where an emitter's records go."""
 
     name: str
@@ -77,18 +77,18 @@ class Emitter:
 
     Args:
         settings: KAFKA_PRODUCER_MAX_REQUEST_SIZE, KAFKA_APPID_TOPICS and the topic names.
-        sink: where records go (:class:`KafkaSink`, or :class:`RedisSink` in Redis-only mode).
+        output: where records go (:class:`KafkaOutput`, or :class:`RedisOutput` in Redis-only mode).
         leases: the process's lease table (pages finish there).
-        on_failed: called once per crawl dead letter the sink acknowledged (the failed stat).
+        on_failed: called once per crawl dead letter the output acknowledged (the failed stat).
     """
 
-    def __init__(self, settings: Settings, sink: Sink, leases: LeaseTable, on_failed: Callable[[], None]) -> None:
+    def __init__(self, settings: Settings, output: Output, leases: LeaseTable, on_failed: Callable[[], None]) -> None:
         self.settings = settings
-        self.sink = sink
+        self.output = output
         self.leases = leases
         self.on_failed = on_failed
         self.max_item_bytes = settings.KAFKA_PRODUCER_MAX_REQUEST_SIZE
-        self.appid_topics = settings.KAFKA_APPID_TOPICS and isinstance(sink, KafkaSink)
+        self.appid_topics = settings.KAFKA_APPID_TOPICS and isinstance(output, KafkaOutput)
         self.firehose = settings.topic("crawled_firehose")
         self.items_topic = settings.topic("items")
         self.dead_letter_topic = settings.topic("dead_letter")
@@ -182,10 +182,12 @@ class Emitter:
                 self._too_large(context, len(data))
                 raise DropItem(f"item too large for Kafka ({len(data)} bytes); dead letter written")
             url = context.request.url if context is not None else record.get("url")
-            logger.error("%s did not accept an item of %s: %r; its lease will be reclaimed", self.sink.name, url, error)
+            logger.error(
+                "%s did not accept an item of %s: %r; its lease will be reclaimed", self.output.name, url, error
+            )
             if context is not None:
                 self.leases.abandon(context)
-            raise DropItem(f"{self.sink.name} failed: {error!r}")
+            raise DropItem(f"{self.output.name} failed: {error!r}")
 
         result.addCallbacks(lambda _: None, failed)
         return result
@@ -234,18 +236,18 @@ class Emitter:
 
         def failed(failure: Any) -> None:
             logger.error(
-                "%s did not accept a dead letter for %s: %r", self.sink.name, context.request.url, failure.value
+                "%s did not accept a dead letter for %s: %r", self.output.name, context.request.url, failure.value
             )
             self.leases.abandon(context)
 
         self.send(self.dead_letter_topic, data).addCallbacks(sent, failed)
 
     def send(self, topic: str, data: bytes) -> defer.Deferred[None]:
-        """Deliver *data* as a record of *topic* through the sink."""
-        return self.sink.send(topic, data)
+        """Deliver *data* as a record of *topic* through the output."""
+        return self.output.send(topic, data)
 
 
-class KafkaSink:
+class KafkaOutput:
     """Records to Kafka topics through one producer on librdkafka (:mod:`crawlhive.utils.backends.rdkafka`).
 
     A record's Deferred fires in the reactor thread on the broker's acknowledgement; the producer's
@@ -324,7 +326,7 @@ class KafkaSink:
         return waiter
 
 
-class RedisSink:
+class RedisOutput:
     """Redis-only mode (docs/contract.md §12): records pushed to Redis lists named as scrapy-redis
     names them, items (page items and a spider's own) to ``REDIS_ITEMS_KEY`` (default
     ``%(spider)s:items``), dead letters to ``%(spider)s:dead_letter``.

@@ -72,4 +72,6 @@ examples:
     ),
     stats_views=("spider", "machine", "queue", "proxies"),
     compose=("crawler", "crawler-render"),
+    consumes=("frontier",),
+    produces=("crawled_firehose", "crawled_<appid>", "items", "items_<appid>", "dead_letter", "frontier"),
 )

@@ -42,8 +42,8 @@ from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.frontier import (
     WAKE_ANY,
     Frontier,
+    FrontierLeaser,
     FrontierRequest,
-    FrontierWorker,
     Lease,
     TouchStatus,
     retried,
@@ -74,7 +74,7 @@ class LeaseContext:
         lease: what the frontier pop returned.
         fingerprint: Scrapy's fingerprint of the request as first built (hex).
         children: the links to queue when the page is finished (after dedupe and page caps).
-        pending_items: items (and a dead letter) handed on and not yet acknowledged by the sink.
+        pending_items: items (and a dead letter) handed on and not yet acknowledged by the output.
         parsed: the spider's output for the page has been handled.
         failed: a dead letter replaced the item (the lease ends counted as failed).
         done: the lease has ended here (acked, handed back, retried or abandoned).
@@ -119,7 +119,7 @@ class LeaseTable:
         self,
         redis: RedisClient,
         keys: Keys,
-        worker: FrontierWorker,
+        worker: FrontierLeaser,
         frontier: Frontier,
         max_hold_s: float,
         on_crawled: Callable[[], None],
@@ -248,7 +248,7 @@ class LeaseTable:
     # --- how a page ends -----------------------------------------------------------------------------
 
     def maybe_finish(self, context: LeaseContext) -> None:
-        """Finish *context* once its page is parsed and the sink acknowledged all its items
+        """Finish *context* once its page is parsed and the output acknowledged all its items
         (a page counts as crawled whatever its callback yielded, items or none: §11)."""
         if context.parsed and context.pending_items <= 0 and not context.done:
             self.finish(context, "failed" if context.failed else "crawled")
@@ -444,7 +444,7 @@ class LeaseTable:
         """Put *context*'s request back in the frontier as a retry (§3.10), for any crawler, once
         *wait_s* seconds (its back-off, §14) have passed.
 
-        Meanwhile the lease is parked in Redis (:meth:`FrontierWorker.park`) and this process goes
+        Meanwhile the lease is parked in Redis (:meth:`FrontierLeaser.park`) and this process goes
         on with other work; a timer requeues it when due. Should this process stop first, the lease
         expires then and a lease reaper requeues it the same way.
         """

@@ -6,7 +6,7 @@ Its :class:`SeedReader` takes the entries of the scrapy-redis style list ``REDIS
 spider's name) or a JSON crawl request (§2.2), validated by the kafka-monitor's own validator, so
 a request behaves here as it will on the cluster. Accepted seeds join the frontier; anything else
 becomes a §6 a dead letter in ``<name>:dead_letter``. Items and crawl dead letters go to Redis lists
-too (:class:`~crawlhive.crawler.emitter.RedisSink`).
+too (:class:`~crawlhive.crawler.emitter.RedisOutput`).
 
 Why not scrapy-redis's ``RedisSpider``: it turns each entry straight into a Scrapy request of the
 one process that popped it, with no validation, frontier, throttle or lease; an entry it popped is

@@ -55,7 +55,7 @@ from twisted.internet import defer, task, threads
 
 from crawlhive.crawler.admit import Admission
 from crawlhive.crawler.batching import ScriptBatcher
-from crawlhive.crawler.emitter import Emitter, KafkaSink, RedisSink, Sink
+from crawlhive.crawler.emitter import Emitter, KafkaOutput, Output, RedisOutput
 from crawlhive.crawler.extensions import maintenance_loops
 from crawlhive.crawler.leases import LeaseContext, LeaseTable
 from crawlhive.crawler.links import LinkLimits
@@ -66,7 +66,7 @@ from crawlhive.crawler.shards import ShardCursor
 from crawlhive.utils.backends.redis_clients import async_redis_from_settings, redis_from_settings
 from crawlhive.utils.backends.redis_types import AsyncRedisClient, RedisClient
 from crawlhive.utils.backends.scripts import scripts
-from crawlhive.utils.frontier import Frontier, FrontierWorker, PopOutcome, reclaim_expired_leases, retry_backoff
+from crawlhive.utils.frontier import Frontier, FrontierLeaser, PopOutcome, reclaim_expired_leases, retry_backoff
 from crawlhive.utils.process.loop import ClusterGone, Outage, cluster_gone, is_cluster_transient, uses_up_state
 from crawlhive.utils.process.worker import ProcessContext
 from crawlhive.utils.rules.domains import domain_of_url
@@ -103,7 +103,7 @@ class CrawlRuntime:
         settings: crawlhive settings.
         spider: the spider type this process crawls (its frontier and stats name).
         redis: a bytes Redis client (blocking calls off the hot path: renewals, acks, stats).
-        sink: where items and dead letters go (Kafka, or Redis lists in Redis-only mode).
+        output: where items and dead letters go (Kafka, or Redis lists in Redis-only mode).
         aredis: an asyncio Redis client for the hot path (pops and admits, through a
             :class:`ScriptBatcher`); None builds one from *settings*.
     """
@@ -114,7 +114,7 @@ class CrawlRuntime:
         settings: Settings,
         spider: str,
         redis: RedisClient,
-        sink: Sink,
+        output: Output,
         aredis: AsyncRedisClient | None = None,
     ) -> None:
         self.crawler = crawler
@@ -123,7 +123,7 @@ class CrawlRuntime:
         self.render = settings.RENDER
         """A rendering crawler: it pops the rendering lane of the frontier (§15)."""
         self.redis = redis
-        self.sink = sink
+        self.output = output
         self.batcher = ScriptBatcher(aredis if aredis is not None else async_redis_from_settings(settings))
         self.context = ProcessContext.create(
             settings, redis, stat_names.CRAWLER, heartbeat_extra={"spider": spider, "render": self.render}
@@ -135,7 +135,7 @@ class CrawlRuntime:
         self.stats = self.context.stats
         self.heartbeat = self.context.heartbeat
         self.host = settings.node_name
-        self.worker = FrontierWorker.from_settings(redis, settings)
+        self.worker = FrontierLeaser.from_settings(redis, settings)
         self.lease_s = settings.LEASE_TIMEOUT
         self.leases = LeaseTable(
             redis,
@@ -160,10 +160,10 @@ class CrawlRuntime:
             settings.CRAWL_RECORD_TTL,
         )
         self.emitter = Emitter(
-            settings, sink, self.leases, on_failed=lambda: self._count(stat_names.failed_counter_name(spider))
+            settings, output, self.leases, on_failed=lambda: self._count(stat_names.failed_counter_name(spider))
         )
         self.seeds: SeedReader | None = None
-        if isinstance(sink, RedisSink):
+        if isinstance(output, RedisOutput):
             lists = spider_lists(settings)
             self.seeds = SeedReader(redis, settings, spider, lists.start_urls(spider), lists.dead_letter(spider))
         self.response_codes = {int(c) for c in settings.STATS_RESPONSE_CODES}
@@ -197,13 +197,15 @@ class CrawlRuntime:
             settings: Settings = crawler.settings["CRAWLHIVE_SETTINGS"]
             spider = crawler.settings["CRAWLHIVE_SPIDER"]
             redis = redis_from_settings(settings)
-            sink: Sink
+            output: Output
             if settings.KAFKA_ENABLED:
-                sink = KafkaSink(settings)
+                output = KafkaOutput(settings)
             else:
                 lists = spider_lists(settings)
-                sink = RedisSink(redis, lists.items(spider), lists.dead_letter(spider), settings.topic("dead_letter"))
-            runtime = cls(crawler, settings, spider, redis, sink)
+                output = RedisOutput(
+                    redis, lists.items(spider), lists.dead_letter(spider), settings.topic("dead_letter")
+                )
+            runtime = cls(crawler, settings, spider, redis, output)
             _RUNTIMES[crawler] = runtime
         return runtime
 
@@ -350,14 +352,14 @@ class CrawlRuntime:
                 loop.stop()
         if self.gone is not None:  # nothing can be written any more: leave Redis alone
             self.leases.closed = True
-            self.sink.close()
+            self.output.close()
             self.redis.close()
             await self.batcher.close()
             return
         await self.leases.drain()  # the finishes being written on the batcher
         self.leases.close()
         self.flush_stats()
-        self.sink.close()
+        self.output.close()
         try:
             self.heartbeat.stop()
         except RedisError:

@@ -12,4 +12,6 @@ KIND = ProcessKind(
     order=10,
     up=(UpGroup(),),
     compose=("kafka-monitor",),
+    consumes=("incoming",),
+    produces=("frontier", "control", "dead_letter"),
 )

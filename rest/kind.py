@@ -32,4 +32,6 @@ KIND = ProcessKind(
     order=90,
     up=(UpGroup(),),
     compose=("rest",),
+    consumes=("outbound_firehose", "dead_letter", "frontier"),
+    produces=("incoming",),
 )

@@ -3,21 +3,7 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import TYPE_CHECKING
-
-from crawlhive.utils.process.kinds import Option, ProcessKind, UpGroup
-
-if TYPE_CHECKING:
-    from crawlhive.utils.config.settings import Settings
-
-
-def run(settings: Settings, args: argparse.Namespace) -> int:
-    """Run one sink until SIGINT/SIGTERM (:func:`crawlhive.sink.main.run`, imported when it runs)."""
-    from crawlhive.sink.main import run as run_sink
-
-    return run_sink(settings, args)
-
+from crawlhive.utils.process.kinds import Option, ProcessKind, UpGroup, worker_entry
 
 KIND = ProcessKind(
     name="sink",
@@ -28,7 +14,7 @@ examples:
   crawlhive sink --to file:///var/lib/crawlhive/pages/ --from cleaned
   crawlhive sink --to warc:///var/lib/crawlhive/warc/
   crawlhive up --sink 'postgresql://postgres@127.0.0.1:5432/test'   # one sink per --sink, with the rest""",
-    entry=run,
+    entry=worker_entry("crawlhive.sink.worker.Sink", "sink"),
     options=(
         Option(
             ("--to",),
@@ -61,4 +47,6 @@ examples:
     ),
     card="sinks",
     compose=("sink",),
+    consumes=("cleaned",),
+    produces=("store", "dead_letter"),
 )

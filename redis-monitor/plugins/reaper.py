@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound
 from crawlhive.utils.config.errors import NotConfigured
-from crawlhive.utils.frontier import FrontierReader, FrontierWorker, reclaim_expired_leases
+from crawlhive.utils.frontier import FrontierLeaser, FrontierReader, reclaim_expired_leases
 from crawlhive.utils.state.stats import CRAWLER, Stats, failed_counter_name
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class LeaseReaper(MonitorPlugin):
     name = "LeaseReaper"
     tick_every = 4
 
-    def __init__(self, frontier: FrontierReader, worker: FrontierWorker, stats: Stats, max_retries: int) -> None:
+    def __init__(self, frontier: FrontierReader, worker: FrontierLeaser, stats: Stats, max_retries: int) -> None:
         self.frontier = frontier
         self.worker = worker
         self.stats = stats
@@ -41,7 +41,7 @@ class LeaseReaper(MonitorPlugin):
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
         if not monitor.settings.REDIS_MONITOR_REAPER_ENABLED:
             raise NotConfigured("REDIS_MONITOR_REAPER_ENABLED is false")
-        worker = FrontierWorker.from_settings(monitor.redis, monitor.settings)
+        worker = FrontierLeaser.from_settings(monitor.redis, monitor.settings)
         return cls(monitor.frontier, worker, monitor.stats, monitor.settings.RETRY_TIMES)
 
     def tick(self) -> None:

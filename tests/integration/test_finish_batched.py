@@ -29,7 +29,7 @@ from crawlhive.utils.backends.redis_clients import (
     write_pipeline,
 )
 from crawlhive.utils.config.settings import Settings
-from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, ThrottleConfig
+from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierRequest, ThrottleConfig
 
 FAST = ThrottleConfig(hits=1000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)
 
@@ -53,15 +53,15 @@ def blocking(monkeypatch: pytest.MonkeyPatch) -> Iterator[BlockingCalls]:
     yield BlockingCalls(monkeypatch)
 
 
-def _table(settings: Settings, client: redis.Redis, batcher: ScriptBatcher | None) -> tuple[LeaseTable, FrontierWorker]:
+def _table(settings: Settings, client: redis.Redis, batcher: ScriptBatcher | None) -> tuple[LeaseTable, FrontierLeaser]:
     keys = keys_from_settings(settings)
-    worker = FrontierWorker(client, keys, lease_s=30.0, record_ttl_s=3600, throttle=FAST)
+    worker = FrontierLeaser(client, keys, lease_s=30.0, record_ttl_s=3600, throttle=FAST)
     frontier = Frontier.from_settings(client, settings)
     table = LeaseTable(client, keys, worker, frontier, max_hold_s=600, on_crawled=lambda: None, batcher=batcher)
     return table, worker
 
 
-def _leased(client: redis.Redis, settings: Settings, worker: FrontierWorker, pages: int) -> list[LeaseContext]:
+def _leased(client: redis.Redis, settings: Settings, worker: FrontierLeaser, pages: int) -> list[LeaseContext]:
     """*pages* leased pages of one crawl, each with two links to queue (on other sites)."""
     seeds = [
         FrontierRequest(url=f"http://site{i}.example/p", appid="app", crawlid="c1", request_id=f"r{i}")

@@ -28,8 +28,8 @@ from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.config.settings import Settings, env_value
 from crawlhive.utils.contract.validation import Accepted
 from crawlhive.utils.frontier import (
+    FrontierLeaser,
     FrontierReader,
-    FrontierWorker,
     OptionSet,
     decode_priority,
     seed_from_request,
@@ -197,7 +197,7 @@ def test_each_kind_lands_in_redis_as_specified(
     expected.option_set = OptionSet.of(expected)
     assert len(queue) == 1 and queue[0][0] == expected.member()
     assert decode_priority(queue[0][1]) == 7
-    member = FrontierWorker.from_settings(redis_client, km_settings).queued_request(queue_key, *queue[0])
+    member = FrontierLeaser.from_settings(redis_client, km_settings).queued_request(queue_key, *queue[0])
     assert member == expected
     assert (member.url, member.domain, member.request_id, member.method) == (
         "http://www.Example.com/a?b=1",
@@ -253,7 +253,7 @@ def test_priorities_pop_highest_first_then_in_arrival_order(
     drain(monitor, len(priorities))
     key = keys_for(names.key_prefix).crawl_queue("link", "testapp", "c1", "example.com")
     popped = []
-    worker = FrontierWorker.from_settings(redis_client, km_settings)
+    worker = FrontierLeaser.from_settings(redis_client, km_settings)
     while entry := redis_client.zpopmin(key):
         request = worker.queued_request(key, *entry[0])
         popped.append((request.priority, request.url))
@@ -558,7 +558,7 @@ def test_a_record_redelivered_after_its_seed_was_crawled_queues_nothing(
     keys = keys_for(names.key_prefix)
     domains = ["site0.com", "site1.com", "site2.com"]
     assert queued(redis_client, keys, ["c1"], domains) == 3
-    worker = FrontierWorker.from_settings(redis_client, km_settings.copy_with(QUEUE_HITS=1000, QUEUE_WINDOW=1))
+    worker = FrontierLeaser.from_settings(redis_client, km_settings.copy_with(QUEUE_HITS=1000, QUEUE_WINDOW=1))
     for _ in messages:  # crawlers take and finish every seed
         lease = worker.pop("link").lease
         assert lease is not None and worker.ack(lease, "crawled")

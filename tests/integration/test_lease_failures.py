@@ -22,7 +22,7 @@ from crawlhive.crawler.leases import LeaseContext, LeaseTable
 from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
 from crawlhive.utils.config.settings import Settings
-from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, ThrottleConfig
+from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierRequest, ThrottleConfig
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("CRAWLHIVE_TEST_REDIS") == "cluster", reason="ACL SETUSER reaches one node of a cluster"
@@ -64,14 +64,14 @@ def refusing(redis_client: redis.Redis) -> Iterator[Refusing]:
     user.close()
 
 
-def _table(redis_settings: Settings, client: redis.Redis) -> tuple[LeaseTable, FrontierWorker, Keys]:
+def _table(redis_settings: Settings, client: redis.Redis) -> tuple[LeaseTable, FrontierLeaser, Keys]:
     keys = keys_from_settings(redis_settings)
-    worker = FrontierWorker(client, keys, lease_s=LEASE_S, record_ttl_s=3600, throttle=FAST)
+    worker = FrontierLeaser(client, keys, lease_s=LEASE_S, record_ttl_s=3600, throttle=FAST)
     frontier = Frontier.from_settings(client, redis_settings)
     return LeaseTable(client, keys, worker, frontier, max_hold_s=600, on_crawled=lambda: None), worker, keys
 
 
-def _leased(client: redis.Redis, redis_settings: Settings, worker: FrontierWorker) -> LeaseContext:
+def _leased(client: redis.Redis, redis_settings: Settings, worker: FrontierLeaser) -> LeaseContext:
     request = FrontierRequest(url="http://example.com/a", appid="app", crawlid="c1", request_id="r1")
     pipe = write_pipeline(client)
     Frontier.from_settings(client, redis_settings).push([request], pipe)

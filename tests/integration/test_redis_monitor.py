@@ -30,7 +30,7 @@ from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
 from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.config.settings import Settings, settings_env
-from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker, ThrottleConfig
+from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierReader, FrontierRequest, ThrottleConfig
 from crawlhive.utils.state.control import CONTROL_GROUP, ControlConsumer, ControlQueue
 from crawlhive.utils.state.heartbeat import Heartbeat
 from crawlhive.utils.state.stats import KAFKA_MONITOR, Stats, failed_counter_name, plugin_counter_name, record_response
@@ -170,8 +170,8 @@ def req(url: str, crawlid: str = "c1", appid: str = "testapp", priority: int = 1
     return FrontierRequest(url=url, appid=appid, crawlid=crawlid, priority=priority, request_id=url, **kw)
 
 
-def worker(client: redis.Redis, keys: Keys, lease_s: float = 30.0) -> FrontierWorker:
-    return FrontierWorker(client, keys, lease_s=lease_s, record_ttl_s=3600, throttle=FAST)
+def worker(client: redis.Redis, keys: Keys, lease_s: float = 30.0) -> FrontierLeaser:
+    return FrontierLeaser(client, keys, lease_s=lease_s, record_ttl_s=3600, throttle=FAST)
 
 
 def without_time(message: dict[str, Any]) -> dict[str, Any]:
@@ -805,7 +805,7 @@ def test_a_loosened_or_removed_domain_limit_applies_within_2s_not_after_the_old_
     are woken; a tightened limit applies at the next pop."""
     push(redis_client, rm_settings, *(req(f"http://www.example.com/{n}") for n in range(4)))
     defaults = ThrottleConfig(hits=10, window_s=1.0, moderated=True, type_enabled=True, egress_id=None)
-    crawler = FrontierWorker(redis_client, keys, lease_s=30.0, record_ttl_s=3600, throttle=defaults)
+    crawler = FrontierLeaser(redis_client, keys, lease_s=30.0, record_ttl_s=3600, throttle=defaults)
     wake = redis_client.pubsub()
     wake.subscribe(keys.wake_channel("link"))
     running(rm_settings)

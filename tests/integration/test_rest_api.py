@@ -23,7 +23,7 @@ from support.rest import FakeRedisMonitor, RunningRest, delete_prefix, running_r
 from crawlhive.utils.backends.kafka_clients import make_producer
 from crawlhive.utils.backends.redis_clients import keys_from_settings
 from crawlhive.utils.config.settings import Settings
-from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker
+from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierRequest
 from crawlhive.utils.process.intake import request_validator
 from crawlhive.utils.state.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.state.stats import (
@@ -421,7 +421,7 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
     crawler.beat()
     try:
         push("done", spiderid="lists")  # a spider type of its own: the pop below gets this request
-        worker = FrontierWorker.from_settings(rclient, rest_settings)
+        worker = FrontierLeaser.from_settings(rclient, rest_settings)
         lease = worker.pop("lists").lease
         assert lease is not None and lease.request.crawlid == "done"
         worker.ack(lease, "crawled")
@@ -623,7 +623,7 @@ def test_metrics_expose_cluster_state_from_redis(
         pipe,
     )
     pipe.execute()
-    worker = FrontierWorker.from_settings(rclient, rest_settings)
+    worker = FrontierLeaser.from_settings(rclient, rest_settings)
     assert worker.pop(spider).lease is not None
 
     response = http.get("/metrics")

@@ -4,7 +4,7 @@ Headless Chromium (Debian's ``chromium`` package, driven by Playwright; no brows
 ``GET /dashboard`` from the real REST service. The request travels REST -> Kafka -> the real
 kafka-monitor (``crawlhive kafka-monitor``; when that subcommand is not built yet, a test-side
 consumer writes the seed with ``Frontier.push``) -> the Redis frontier. A stand-in crawler pops and
-acks through :class:`FrontierWorker` and a stand-in redis-monitor answers the stop. The final
+acks through :class:`FrontierLeaser` and a stand-in redis-monitor answers the stop. The final
 screenshot is saved as ``tests/artifacts/dashboard.png``.
 """
 
@@ -26,7 +26,7 @@ from support.rest import FakeRedisMonitor, running_rest, stats_answer
 from crawlhive.utils.backends.kafka_clients import make_producer
 from crawlhive.utils.backends.redis_clients import keys_from_settings
 from crawlhive.utils.config.settings import Settings, settings_env
-from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker
+from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierReader, FrontierRequest
 from crawlhive.utils.state.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.state.stats import Stats, crawler_counter_name, items_counter_name
 
@@ -83,7 +83,7 @@ class StandInCrawler:
     def __init__(self, settings: Settings, client: redis.Redis) -> None:
         self.client = client
         self.keys = keys_from_settings(settings)
-        self.worker = FrontierWorker.from_settings(client, settings)
+        self.worker = FrontierLeaser.from_settings(client, settings)
         self.frontier = Frontier.from_settings(client, settings)
         self.stats = Stats(client, self.keys, settings.getlist("STATS_TIMES"))
         self.heartbeat = Heartbeat(

@@ -31,7 +31,7 @@ from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer
 from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import CLUSTER_SHARDS, is_cluster, redis_from_settings, write_pipeline
 from crawlhive.utils.config.settings import Settings, env_value
-from crawlhive.utils.frontier import Frontier, FrontierWorker, reclaim_expired_leases, seed_from_request
+from crawlhive.utils.frontier import Frontier, FrontierLeaser, reclaim_expired_leases, seed_from_request
 
 CLI = [sys.executable, "-m", "crawlhive.app.cli"]
 
@@ -279,7 +279,7 @@ class LeaseReaper:
     def __init__(
         self, client: redis.Redis, settings: Settings, spider: str = "link", interval_s: float = 0.3, retries: int = 2
     ) -> None:
-        self.worker = FrontierWorker.from_settings(client, settings)
+        self.worker = FrontierLeaser.from_settings(client, settings)
         self.spider, self.interval_s, self.retries = spider, interval_s, retries
         self.requeued: list[int] = []
         self._stop = threading.Event()

@@ -12,7 +12,7 @@ import redis
 from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.validation import RequestValidator
-from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierWorker, ThrottleConfig
+from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierReader, ThrottleConfig
 from crawlhive.utils.process.intake import request_validator
 
 #: A throttle that never holds a test back.
@@ -31,8 +31,8 @@ def frontier(redis_client: redis.Redis, keys: Keys) -> Frontier:
 
 
 @pytest.fixture
-def worker(redis_client: redis.Redis, keys: Keys) -> FrontierWorker:
-    return FrontierWorker(redis_client, keys, lease_s=30, record_ttl_s=3600, throttle=UNTHROTTLED)
+def worker(redis_client: redis.Redis, keys: Keys) -> FrontierLeaser:
+    return FrontierLeaser(redis_client, keys, lease_s=30, record_ttl_s=3600, throttle=UNTHROTTLED)
 
 
 @pytest.fixture

@@ -229,11 +229,11 @@ def test_a_redirect_hop_obeys_the_throttle_the_pops_obey(redis_client: Any, name
 
     from crawlhive.utils.backends.keys import Keys
     from crawlhive.utils.backends.scripts import scripts
-    from crawlhive.utils.frontier import Frontier, FrontierWorker, ThrottleConfig, defer_domain
+    from crawlhive.utils.frontier import Frontier, FrontierLeaser, ThrottleConfig, defer_domain
 
     keys = Keys(names.key_prefix)
     throttle = ThrottleConfig(hits=2, window_s=1.0, moderated=True, type_enabled=True, egress_id=None)
-    worker = FrontierWorker(redis_client, keys, lease_s=100, record_ttl_s=3600, throttle=throttle)
+    worker = FrontierLeaser(redis_client, keys, lease_s=100, record_ttl_s=3600, throttle=throttle)
     take = scripts(redis_client)["throttle_take"]
 
     def hop(domain: str) -> float:

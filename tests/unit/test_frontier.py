@@ -14,9 +14,9 @@ from crawlhive.utils.frontier import (
     PRIORITY_MAX,
     PRIORITY_MIN,
     Frontier,
+    FrontierLeaser,
     FrontierReader,
     FrontierRequest,
-    FrontierWorker,
     ThrottleConfig,
     TouchStatus,
     clamp_priority,
@@ -38,7 +38,7 @@ def req(url: str, priority: int = 1, crawlid: str = "c1", appid: str = "app", **
     return FrontierRequest(url=url, appid=appid, crawlid=crawlid, priority=priority, request_id=url, **kw)
 
 
-def drain(worker: FrontierWorker, spider: str = "link") -> list[str]:
+def drain(worker: FrontierLeaser, spider: str = "link") -> list[str]:
     urls = []
     while (outcome := worker.pop(spider)).lease is not None:
         urls.append(outcome.lease.request.url)
@@ -46,7 +46,7 @@ def drain(worker: FrontierWorker, spider: str = "link") -> list[str]:
     return urls
 
 
-def test_priority_then_fifo_within_a_domain_and_best_crawl_first(frontier: Frontier, worker: FrontierWorker) -> None:
+def test_priority_then_fifo_within_a_domain_and_best_crawl_first(frontier: Frontier, worker: FrontierLeaser) -> None:
     push(
         frontier,
         req("http://a.com/1", 1),
@@ -60,7 +60,7 @@ def test_priority_then_fifo_within_a_domain_and_best_crawl_first(frontier: Front
 
 
 def test_fetching_renews_the_crawl_record_however_many_shards(
-    frontier: Frontier, worker: FrontierWorker, redis_client: redis.Redis, keys: Keys
+    frontier: Frontier, worker: FrontierLeaser, redis_client: redis.Redis, keys: Keys
 ) -> None:
     """A crawl that fetches without queueing links keeps its record (CRAWL_RECORD_TTL after its
     last fetch): with one shard the ack renews it, with several the crawler's finish does."""
@@ -80,21 +80,21 @@ def test_fetching_renews_the_crawl_record_however_many_shards(
     assert 3500 < redis_client.ttl(record) <= 3600
 
 
-def test_round_robin_across_domains(frontier: Frontier, worker: FrontierWorker) -> None:
+def test_round_robin_across_domains(frontier: Frontier, worker: FrontierLeaser) -> None:
     push(frontier, *[req(f"http://a.com/{i}") for i in range(3)], *[req(f"http://b.org/{i}") for i in range(3)])
     domains = [u.split("/")[2] for u in drain(worker)]
     assert sorted(domains) == ["a.com"] * 3 + ["b.org"] * 3
     assert all(domains[i] != domains[i + 1] for i in range(5)), domains
 
 
-def test_spiders_are_separate(frontier: Frontier, worker: FrontierWorker) -> None:
+def test_spiders_are_separate(frontier: Frontier, worker: FrontierLeaser) -> None:
     push(frontier, req("http://a.com/x", spiderid="wandering"))
     assert worker.pop("link").lease is None
     assert drain(worker, "wandering") == ["http://a.com/x"]
 
 
 def test_pop_leases_and_ack_counts_once(
-    frontier: Frontier, worker: FrontierWorker, reader: FrontierReader, redis_client: redis.Redis, keys: Keys
+    frontier: Frontier, worker: FrontierLeaser, reader: FrontierReader, redis_client: redis.Redis, keys: Keys
 ) -> None:
     push(frontier, req("http://a.com/1", expires=int(time.time()) + 3600), req("http://b.com/1"))
     lease = worker.pop("link").lease
@@ -114,7 +114,7 @@ def test_pop_leases_and_ack_counts_once(
 
 
 def test_throttle_limits_pops_and_reports_the_wait(frontier: Frontier, redis_client: redis.Redis, keys: Keys) -> None:
-    slow = FrontierWorker(redis_client, keys, 30, 3600, dataclasses.replace(FAST, hits=2, window_s=2.0))
+    slow = FrontierLeaser(redis_client, keys, 30, 3600, dataclasses.replace(FAST, hits=2, window_s=2.0))
     push(frontier, *[req(f"http://a.com/{i}") for i in range(5)])
     assert slow.pop("link").lease is not None and slow.pop("link").lease is not None
     third = slow.pop("link")
@@ -122,7 +122,7 @@ def test_throttle_limits_pops_and_reports_the_wait(frontier: Frontier, redis_cli
 
 
 def test_window_margin_lengthens_the_counted_window(frontier: Frontier, redis_client: redis.Redis, keys: Keys) -> None:
-    margined = FrontierWorker(
+    margined = FrontierLeaser(
         redis_client, keys, 30, 3600, dataclasses.replace(FAST, hits=2, window_s=2.0, margin_s=0.5)
     )
     push(frontier, *[req(f"http://a.com/{i}") for i in range(5)])
@@ -139,7 +139,7 @@ def test_window_margin_comes_from_settings(redis_settings: Settings) -> None:
 
 
 def test_moderated_throttle_spaces_pops(frontier: Frontier, redis_client: redis.Redis, keys: Keys) -> None:
-    moderated = FrontierWorker(
+    moderated = FrontierLeaser(
         redis_client, keys, 30, 3600, dataclasses.replace(FAST, hits=4, window_s=2.0, moderated=True)
     )
     push(frontier, *[req(f"http://a.com/{i}") for i in range(3)])
@@ -149,7 +149,7 @@ def test_moderated_throttle_spaces_pops(frontier: Frontier, redis_client: redis.
 
 
 def test_domain_config_and_blacklist_apply_live(
-    frontier: Frontier, worker: FrontierWorker, redis_client: redis.Redis, keys: Keys
+    frontier: Frontier, worker: FrontierLeaser, redis_client: redis.Redis, keys: Keys
 ) -> None:
     push(frontier, *[req(f"http://a.com/{i}") for i in range(4)])
     redis_client.sadd(keys.domain_blacklist(keys.shard_of("a.com")), "a.com")
@@ -169,7 +169,7 @@ def test_domain_config_and_blacklist_apply_live(
 
 
 def test_requeue_hands_back_and_retries_lower_priority(
-    frontier: Frontier, worker: FrontierWorker, reader: FrontierReader
+    frontier: Frontier, worker: FrontierLeaser, reader: FrontierReader
 ) -> None:
     push(frontier, req("http://a.com/1", 5), req("http://a.com/2", 1))
     lease = worker.pop("link").lease
@@ -188,7 +188,7 @@ def test_requeue_hands_back_and_retries_lower_priority(
 
 
 def test_expired_leases_are_listed(frontier: Frontier, redis_client: redis.Redis, keys: Keys) -> None:
-    short = FrontierWorker(redis_client, keys, 0.2, 3600, FAST)
+    short = FrontierLeaser(redis_client, keys, 0.2, 3600, FAST)
     push(frontier, req("http://a.com/1"), req("http://a.com/2"))
     first = short.pop("link").lease
     assert first is not None and short.expired_leases("link") == []
@@ -198,7 +198,7 @@ def test_expired_leases_are_listed(frontier: Frontier, redis_client: redis.Redis
 
 
 def test_purge_removes_only_that_crawl_and_cancels_its_leases(
-    frontier: Frontier, worker: FrontierWorker, reader: FrontierReader, redis_client: redis.Redis, keys: Keys
+    frontier: Frontier, worker: FrontierLeaser, reader: FrontierReader, redis_client: redis.Redis, keys: Keys
 ) -> None:
     push(
         frontier,
@@ -242,7 +242,7 @@ def test_redelivered_push_queues_nothing_twice(frontier: Frontier, reader: Front
 
 
 def test_ids_with_separators_work_end_to_end(
-    frontier: Frontier, worker: FrontierWorker, reader: FrontierReader
+    frontier: Frontier, worker: FrontierLeaser, reader: FrontierReader
 ) -> None:
     push(frontier, req("http://[::1]:8080/x", appid="a:p%p", crawlid="c:1"))
     assert reader.crawl_state("link", "a:p%p", "c:1").domains["::1"].total == 1
@@ -251,7 +251,7 @@ def test_ids_with_separators_work_end_to_end(
 
 
 def test_score_encoding_is_exact_and_the_lua_twin_agrees(
-    frontier: Frontier, worker: FrontierWorker, redis_client: redis.Redis, keys: Keys
+    frontier: Frontier, worker: FrontierLeaser, redis_client: redis.Redis, keys: Keys
 ) -> None:
     for priority in (PRIORITY_MAX, 1, 0, -1, -9, -1000, PRIORITY_MIN):
         for seq in (0, 1, 2**32 - 1, 2**40 + 5):

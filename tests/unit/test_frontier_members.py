@@ -15,8 +15,8 @@ from crawlhive.utils.frontier import (
     OPTIONS_LOST,
     WAKE_ANY,
     Frontier,
+    FrontierLeaser,
     FrontierRequest,
-    FrontierWorker,
     OptionSet,
     encode_score,
     lease_member,
@@ -70,7 +70,7 @@ def option_sets(client: redis.Redis, keys: Keys) -> dict[bytes, bytes]:
     return found
 
 
-def pop_all(worker: FrontierWorker) -> list[FrontierRequest]:
+def pop_all(worker: FrontierLeaser) -> list[FrontierRequest]:
     out = []
     while (outcome := worker.pop("link")).lease is not None:
         out.append(outcome.lease.request)
@@ -141,7 +141,7 @@ def test_leases_name_crawl_domain_and_priority_even_with_separators_in_ids() -> 
 
 
 def test_push_pop_keeps_every_option_of_two_seeds_of_one_crawl(
-    frontier: Frontier, worker: FrontierWorker, redis_client: redis.Redis, keys: Keys
+    frontier: Frontier, worker: FrontierLeaser, redis_client: redis.Redis, keys: Keys
 ) -> None:
     first, second = seed(), seed(url="http://example.org/other", maxdepth=1, allowed_domains=None)
     for r in (first, second):
@@ -163,7 +163,7 @@ def test_push_pop_keeps_every_option_of_two_seeds_of_one_crawl(
     assert option_sets(redis_client, keys) == sets
 
 
-def test_attrs_with_an_o_key_do_not_confuse_the_pop_script(frontier: Frontier, worker: FrontierWorker) -> None:
+def test_attrs_with_an_o_key_do_not_confuse_the_pop_script(frontier: Frontier, worker: FrontierLeaser) -> None:
     parent = seed(method="POST")  # a JSON member whose attrs hold {"o": ...} (sorted before "o")
     push(frontier, parent)
     (popped,) = pop_all(worker)
@@ -171,7 +171,7 @@ def test_attrs_with_an_o_key_do_not_confuse_the_pop_script(frontier: Frontier, w
 
 
 def test_members_queued_before_the_compact_encoding_still_pop_and_requeue(
-    frontier: Frontier, worker: FrontierWorker, redis_client: redis.Redis, keys: Keys
+    frontier: Frontier, worker: FrontierLeaser, redis_client: redis.Redis, keys: Keys
 ) -> None:
     legacy = seed()
     legacy.option_set = None
@@ -189,7 +189,7 @@ def test_members_queued_before_the_compact_encoding_still_pop_and_requeue(
 
 
 def test_a_requeue_writes_the_option_set_back(
-    frontier: Frontier, worker: FrontierWorker, redis_client: redis.Redis, keys: Keys
+    frontier: Frontier, worker: FrontierLeaser, redis_client: redis.Redis, keys: Keys
 ) -> None:
     push(frontier, seed())
     outcome = worker.pop("link")
@@ -203,7 +203,7 @@ def test_a_requeue_writes_the_option_set_back(
 
 
 def test_a_request_whose_option_set_is_gone_is_never_fetched_and_ends_as_a_dead_letter(
-    frontier: Frontier, worker: FrontierWorker, redis_client: redis.Redis, keys: Keys
+    frontier: Frontier, worker: FrontierLeaser, redis_client: redis.Redis, keys: Keys
 ) -> None:
     push(frontier, seed())
     record = keys.crawl_shard("link", "app", "c1", keys.shard_of("example.com"))
@@ -225,7 +225,7 @@ def test_a_request_whose_option_set_is_gone_is_never_fetched_and_ends_as_a_dead_
 
 
 def test_expired_leases_come_back_with_their_options(
-    frontier: Frontier, worker: FrontierWorker, redis_client: redis.Redis, keys: Keys
+    frontier: Frontier, worker: FrontierLeaser, redis_client: redis.Redis, keys: Keys
 ) -> None:
     push(frontier, seed())
     outcome = worker.pop("link")

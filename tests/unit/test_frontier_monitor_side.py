@@ -12,9 +12,9 @@ import redis
 from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.frontier import (
     Frontier,
+    FrontierLeaser,
     FrontierReader,
     FrontierRequest,
-    FrontierWorker,
     ThrottleConfig,
     reclaim_expired_leases,
 )
@@ -62,7 +62,7 @@ def test_scan_complete_reports_each_finished_crawl_once(
         FrontierRequest("http://example.com/", "app", "busy", request_id="1"),
         FrontierRequest("http://example.com/x", odd[0], odd[1], request_id="2"),
     )
-    worker = FrontierWorker(redis_client, keys, 30, 3600, FAST)
+    worker = FrontierLeaser(redis_client, keys, 30, 3600, FAST)
     leases = [worker.pop("link").lease for _ in range(2)]
     done = next(lease for lease in leases if lease and lease.request.appid == odd[0])
     assert reader.scan_complete() == (0, 0)  # both in flight
@@ -105,11 +105,11 @@ def test_reclaim_requeues_expired_leases_and_dead_letters_those_out_of_retries(
         FrontierRequest("http://other.org/b", "app", "c", request_id="2", priority=5, retry_times=3),
         FrontierRequest("http://third.net/c", "app", "c", request_id="3", priority=5),
     )
-    short = FrontierWorker(redis_client, keys, 0.2, 3600, FAST)
+    short = FrontierLeaser(redis_client, keys, 0.2, 3600, FAST)
     leases = [short.pop("link").lease for _ in range(3)]
     renewed = next(lease for lease in leases if lease and lease.request.url == "http://third.net/c")
     time.sleep(0.3)
-    FrontierWorker(redis_client, keys, 30, 3600, FAST).touch(renewed)  # alive again: kept
+    FrontierLeaser(redis_client, keys, 30, 3600, FAST).touch(renewed)  # alive again: kept
     result = reclaim_expired_leases(short, "link", max_retries=3)
     assert (result.requeued, result.failed) == (1, 1)
     assert reclaim_expired_leases(short, "link", max_retries=3).requeued == 0  # once
@@ -164,7 +164,7 @@ def test_a_crawl_with_work_in_both_lanes_is_one_crawl(
         FrontierRequest(url="http://b.example/1", appid="app", crawlid="both", priority=1, render=True),
     ]
     push(redis_client, keys, plain, *rendered)
-    worker = FrontierWorker(redis_client, keys, lease_s=60, record_ttl_s=3600, throttle=FAST)
+    worker = FrontierLeaser(redis_client, keys, lease_s=60, record_ttl_s=3600, throttle=FAST)
     state = reader.crawl_state("link", "app", "both")
     assert state.pending == 3 and state.lanes == {False, True}
     assert state.domains["a.example"].total == 2

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from crawlhive.app.plan import up_arguments, up_plan
 from crawlhive.utils.backends.redis_clients import keys_from_settings
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.process import kinds as registry
@@ -54,7 +55,7 @@ def test_the_built_in_kinds_are_registered_in_order() -> None:
     assert [k.name for k in registry.kinds()] == BUILTIN
     assert registry.heartbeat_components() == tuple(BUILTIN)
     assert registry.stats_types() == ("all", *BUILTIN, "spider", "machine", "queue", "proxies")
-    plan = registry.up_plan()
+    plan = up_plan()
     assert [(p.name, p.argv) for p in plan] == [
         ("kafka-monitor", ["kafka-monitor"]),
         ("redis-monitor", ["redis-monitor"]),
@@ -62,7 +63,7 @@ def test_the_built_in_kinds_are_registered_in_order() -> None:
         ("cleaner-1", ["cleaner"]),
         ("rest", ["rest"]),
     ]
-    plan = registry.up_plan({"crawlers": 2, "render_crawlers": 1, "cleaners": 0})
+    plan = up_plan({"crawlers": 2, "render_crawlers": 1, "cleaners": 0})
     assert [p.name for p in plan] == [
         "kafka-monitor",
         "redis-monitor",
@@ -80,14 +81,14 @@ def test_up_starts_one_process_per_value_of_an_each_option_with_the_value_in_its
     from crawlhive.app.cli import build_parser
 
     args = build_parser().parse_args(["up", "--sink", "postgresql://u:pw@db/x", "--sink", "file:///tmp/p/"])
-    counts, forwarded, values = registry.up_arguments(args)
+    counts, forwarded, values = up_arguments(args)
     assert values == {"sink": ["postgresql://u:pw@db/x", "file:///tmp/p/"]}
-    sinks = [p for p in registry.up_plan(counts, forwarded, values) if p.kind == "sink"]
+    sinks = [p for p in up_plan(counts, forwarded, values) if p.kind == "sink"]
     assert [(p.name, p.argv, p.env) for p in sinks] == [
         ("sink-1", ["sink"], {"SINK_URL": "postgresql://u:pw@db/x"}),
         ("sink-2", ["sink"], {"SINK_URL": "file:///tmp/p/"}),
     ]
-    assert not [p for p in registry.up_plan() if p.kind == "sink"]  # none unless asked for
+    assert not [p for p in up_plan() if p.kind == "sink"]  # none unless asked for
 
 
 def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashboard(
@@ -118,9 +119,9 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     parser = build_parser()
     args = parser.parse_args(["up", "--hello-sinks", "2", "--to", "http://a/", "--to", "http://b/"])
     assert args.hello_sinks == 2
-    assert "hello-sink" not in [p.kind for p in registry.up_plan()]
-    counts, forwarded, _ = registry.up_arguments(args)
-    plan = registry.up_plan(counts, forwarded)
+    assert "hello-sink" not in [p.kind for p in up_plan()]
+    counts, forwarded, _ = up_arguments(args)
+    plan = up_plan(counts, forwarded)
     sinks = [(p.name, p.argv) for p in plan if p.kind == "hello-sink"]
     argv = ["hello-sink", "--to", "http://a/", "--to", "http://b/"]
     assert sinks == [("hello-sink-1", argv), ("hello-sink-2", argv)]

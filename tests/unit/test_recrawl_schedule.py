@@ -15,7 +15,7 @@ from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.contract.recrawl import RecrawlConfig
 from crawlhive.utils.contract.validation import Accepted, Rejected, RequestValidator
-from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, FrontierWorker
+from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierReader, FrontierRequest
 from crawlhive.utils.frontier.recrawl import (
     Observation,
     PageState,
@@ -178,7 +178,7 @@ def finish_visit(schedule: Schedule, request: FrontierRequest, fp: bytes, due: i
 
 
 def test_due_pages_reenter_the_frontier_once(
-    redis_client: redis.Redis, keys: Keys, frontier: Frontier, worker: FrontierWorker, reader: FrontierReader
+    redis_client: redis.Redis, keys: Keys, frontier: Frontier, worker: FrontierLeaser, reader: FrontierReader
 ) -> None:
     schedule = Schedule(redis_client, keys, buckets=64, record_ttl_s=3600)
     schedule.scripts.load()  # queue_visit queues EVALSHA on a pipeline, as the crawler does
@@ -343,7 +343,7 @@ def test_sitemap_lastmod_is_read() -> None:
 
 
 def test_a_newer_lastmod_makes_a_scheduled_page_due_at_once(
-    redis_client: redis.Redis, keys: Keys, frontier: Frontier, worker: FrontierWorker
+    redis_client: redis.Redis, keys: Keys, frontier: Frontier, worker: FrontierLeaser
 ) -> None:
     schedule = Schedule(redis_client, keys, buckets=64, record_ttl_s=3600)
     schedule.scripts.load()
@@ -378,7 +378,7 @@ def test_a_newer_lastmod_makes_a_scheduled_page_due_at_once(
 
 
 def test_a_crawl_past_until_with_an_empty_schedule_completes(
-    redis_client: redis.Redis, keys: Keys, frontier: Frontier, worker: FrontierWorker, reader: FrontierReader
+    redis_client: redis.Redis, keys: Keys, frontier: Frontier, worker: FrontierLeaser, reader: FrontierReader
 ) -> None:
     from crawlhive.redis_monitor.plugins.recrawl import RecrawlReleaser
     from crawlhive.utils.state.control import ControlQueue

@@ -12,7 +12,7 @@ import redis
 
 from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.config.errors import KeyFormatError
-from crawlhive.utils.frontier import Frontier, FrontierRequest, FrontierWorker, ThrottleConfig
+from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierRequest, ThrottleConfig
 
 US = 1_000_000
 LEASE_S = 100
@@ -66,7 +66,7 @@ def _pop_worker(url: str, prefix: str, throttle: ThrottleConfig, duration_s: flo
     """One crawler-like process: pop until *duration_s* passed, sleeping exactly the wait hints; the
     start time of each lease is its deadline (Redis clock, microseconds) minus the lease time."""
     client = redis.Redis.from_url(url)
-    worker = FrontierWorker(client, Keys(prefix), lease_s=LEASE_S, record_ttl_s=3600, throttle=throttle)
+    worker = FrontierLeaser(client, Keys(prefix), lease_s=LEASE_S, record_ttl_s=3600, throttle=throttle)
     start.wait()
     deadline = time.monotonic() + duration_s
     starts: list[int] = []
@@ -137,7 +137,7 @@ def test_a_crawl_delay_limits_its_domain_unless_a_stricter_limit_applies(
 
     keys = Keys(names.key_prefix)
     throttle = ThrottleConfig(hits=2, window_s=1.0, moderated=True, type_enabled=False, egress_id=None)
-    worker = FrontierWorker(redis_client, keys, lease_s=LEASE_S, record_ttl_s=3600, throttle=throttle)
+    worker = FrontierLeaser(redis_client, keys, lease_s=LEASE_S, record_ttl_s=3600, throttle=throttle)
     _fill(redis_client, keys, 3)
     if config is not None:
         redis_client.hset(keys.domain_config(), "example.com", json.dumps(config))

@@ -2,7 +2,7 @@
 
 * :mod:`.model`: the queued request (:class:`FrontierRequest`), its score, retries, dead letters;
 * :mod:`.writer`: :class:`Frontier`, how requests are stored, indexed and counted (the layout);
-* :mod:`.worker`: :class:`FrontierWorker`, the crawler's side (pop and lease, renew, ack, requeue);
+* :mod:`.leasing`: :class:`FrontierLeaser`, the crawler's side (pop and lease, renew, ack, requeue);
 * :mod:`.reader`: :class:`FrontierReader`, the redis-monitor's side (info, stop, complete, expiry);
 * :mod:`.reclaim`: the reaper's reclaim of expired leases;
 * :mod:`.domains`: a domain's next fetch time (``Retry-After``, domain-config changes).
@@ -13,7 +13,7 @@ Every Lua script these run is a file in ``utils/backends/lua/``, registered by :
 from crawlhive.utils.frontier.leasing import (
     POP_SCAN_DOMAINS,
     RECHECK_S,
-    FrontierWorker,
+    FrontierLeaser,
     Lease,
     PopOutcome,
     ThrottleConfig,
@@ -67,7 +67,7 @@ __all__ = [
     "Frontier",
     "FrontierReader",
     "FrontierRequest",
-    "FrontierWorker",
+    "FrontierLeaser",
     "OptionSet",
     "Lease",
     "PopOutcome",

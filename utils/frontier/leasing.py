@@ -119,8 +119,9 @@ def member_option_id(member: bytes) -> str | None:
     return member.split(b" ", 2)[1].decode()
 
 
-class FrontierWorker:
-    """The crawler's side of the frontier: take, renew, finish and hand back requests.
+class FrontierLeaser:
+    """The crawler's side of the frontier: take, renew, finish and hand back requests (it holds
+    leases; the loops that call it are the crawler's runtime and the redis-monitor's reaper).
 
     Every method is one Lua script (one round trip) on the Redis clock.
     """

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from crawlhive.utils.contract.encoding import encode_text
 from crawlhive.utils.contract.records import crawl_dead_letter
-from crawlhive.utils.frontier.leasing import FrontierWorker
+from crawlhive.utils.frontier.leasing import FrontierLeaser
 from crawlhive.utils.frontier.model import LEASE_EXPIRED, OPTIONS_LOST, FrontierRequest, retried
 from crawlhive.utils.frontier.writer import wake_message
 
@@ -22,7 +22,7 @@ class ReclaimResult:
     """Expired leases whose retries were used up: counted as failed, dead letter on the stream."""
 
 
-def reclaim_expired_leases(worker: FrontierWorker, spider: str, max_retries: int, limit: int = 500) -> ReclaimResult:
+def reclaim_expired_leases(worker: FrontierLeaser, spider: str, max_retries: int, limit: int = 500) -> ReclaimResult:
     """Reclaim the expired leases of *spider* (their crawler died or hung), docs/contract.md §3.12.
 
     Each lease whose deadline passed on the Redis clock counts as a failed attempt (§3.10): it goes

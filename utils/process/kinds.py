@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from crawlhive.utils.config.errors import PluginLoadError
 
@@ -65,7 +65,7 @@ class Option:
 
 @dataclass(frozen=True)
 class UpGroup:
-    """Processes of a kind that ``crawlhive up`` (and the demo) starts.
+    """Processes of a kind that ``crawlhive up`` (and the demo) starts (:mod:`crawlhive.app.plan`).
 
     Attributes:
         option: ``up --<option> N`` sets how many (``cleaners``); the processes are then numbered
@@ -93,18 +93,6 @@ class UpGroup:
     each: str | None = None
 
 
-class UpProcess(NamedTuple):
-    """One process of ``crawlhive up``'s plan (:func:`up_plan`)."""
-
-    name: str
-    """``crawler-1``, ``rest``, ``sink-2``."""
-    kind: str
-    argv: list[str]
-    """The ``crawlhive`` arguments that run it (``["crawler", "--spider", "link"]``)."""
-    env: dict[str, str]
-    """Settings of this process alone, for its environment (an :attr:`UpGroup.each` value)."""
-
-
 @dataclass(frozen=True)
 class ProcessKind:
     """A kind of process of the cluster, as every part of the application sees it.
@@ -125,6 +113,13 @@ class ProcessKind:
             ``machine``, ``queue``), answered by the redis-monitor.
         card: the label of the dashboard's node card (default: *name*).
         compose: the docker-compose service(s) that run it (``tests/unit/test_compose.py``).
+        consumes: where its processes take their work from: topics by short name (docs/contract.md
+            §1: ``incoming``, ``crawled_firehose``; a per-appid topic as ``outbound_<appid>``) and
+            the Redis side, ``frontier`` (the crawl queues) or ``control`` (the control stream).
+            Documentation only (nothing subscribes by it): docs/architecture.md's kinds section
+            and data-flow diagram are generated from it (``python -m crawlhive.app.architecture``).
+        produces: where their output goes, in the same names, plus ``store`` (outside the cluster:
+            a database or files).
     """
 
     name: str
@@ -139,6 +134,8 @@ class ProcessKind:
     stats_views: tuple[str, ...] = ()
     card: str = ""
     compose: tuple[str, ...] = ()
+    consumes: tuple[str, ...] = ()
+    produces: tuple[str, ...] = ()
 
     @property
     def card_label(self) -> str:
@@ -204,79 +201,3 @@ def stats_types() -> tuple[str, ...]:
     """Every ``stats`` type (docs/contract.md §4.7): ``all``, each kind that is one, their views."""
     views = tuple(view for k in kinds() for view in k.stats_views)
     return ("all", *stats_kinds(), *views)
-
-
-def up_plan(
-    counts: Mapping[str, int] | None = None,
-    forwarded: Mapping[str, Sequence[str]] | None = None,
-    values: Mapping[str, Sequence[str]] | None = None,
-) -> list[UpProcess]:
-    """Each process ``crawlhive up`` runs.
-
-    Args:
-        counts: ``up``'s counts by option (``{"crawlers": 4}``); an option not given has its default.
-        forwarded: the arguments of each kind's forwarded options, by kind name.
-        values: the values of each :attr:`UpGroup.each` option, by option (``{"sink": [url, …]}``).
-    """
-    counts = counts or {}
-    plan: list[UpProcess] = []
-    for kind in kinds():
-        extra = list((forwarded or {}).get(kind.name, ()))
-        for group in kind.up:
-            label = group.label or kind.name
-            argv = [kind.name, *group.args, *extra]
-            if group.each is not None and group.option is not None:
-                given = list((values or {}).get(group.option, ()))
-                setting = group.each
-                plan += [UpProcess(f"{label}-{i + 1}", kind.name, argv, {setting: v}) for i, v in enumerate(given)]
-                continue
-            n = group.default if group.option is None else counts.get(group.option, group.default)
-            if group.option is None:
-                plan += [UpProcess(label if n == 1 else f"{label}-{i + 1}", kind.name, argv, {}) for i in range(n)]
-            else:
-                plan += [UpProcess(f"{label}-{i + 1}", kind.name, argv, {}) for i in range(n)]
-    return plan
-
-
-def add_up_options(parser: argparse.ArgumentParser) -> None:
-    """Add every kind's ``up`` options to *parser* (counts, repeatable :attr:`UpGroup.each` values,
-    forwarded options)."""
-    for kind in kinds():
-        for group in kind.up:
-            if group.option is not None:
-                flag = "--" + group.option.replace("_", "-")
-                if group.each is not None:
-                    parser.add_argument(flag, action="append", default=[], metavar=group.metavar, help=group.help)
-                else:
-                    parser.add_argument(flag, type=int, default=group.default, metavar=group.metavar, help=group.help)
-            for option in group.forward:
-                option.add_to(parser)
-
-
-def up_arguments(args: argparse.Namespace) -> tuple[dict[str, int], dict[str, list[str]], dict[str, list[str]]]:
-    """``(counts, forwarded, values)`` for :func:`up_plan` from ``up``'s parsed *args*."""
-    counts: dict[str, int] = {}
-    values: dict[str, list[str]] = {}
-    forwarded: dict[str, list[str]] = {}
-    for kind in kinds():
-        for group in kind.up:
-            if group.option is not None and group.each is not None:
-                values[group.option] = list(getattr(args, group.option))
-            elif group.option is not None:
-                counts[group.option] = getattr(args, group.option)
-            forwarded.setdefault(kind.name, [])
-            for option in group.forward:
-                forwarded[kind.name] += forwarded_arguments(option, args)
-    return counts, forwarded, values
-
-
-def forwarded_arguments(option: Option, args: argparse.Namespace) -> list[str]:
-    """The arguments that pass *option*, as given to ``up``, on to a process (a list: repeated)."""
-    value = getattr(args, option.arguments.get("dest") or option.flags[-1].lstrip("-").replace("-", "_"), None)
-    flag = option.flags[-1]
-    if value is None or value is False:
-        return []
-    if value is True:
-        return [flag]
-    values = value if isinstance(value, list) else [value]
-    return [part for item in values for part in (flag, str(item))]
