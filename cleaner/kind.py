@@ -15,4 +15,5 @@ examples:
     order=40,
     up=(UpGroup(option="cleaners", default=1, help="cleaner processes (default 1; docs/contract.md §13)"),),
     compose=("cleaner",),
+    view="crawlhive.cleaner.view.CleanerView",
 )

@@ -70,6 +70,6 @@ examples:
             label="crawler-render",
         ),
     ),
-    stats_views=("spider", "machine", "queue", "proxies"),
     compose=("crawler", "crawler-render"),
+    view="crawlhive.crawler.view.CrawlerView",
 )

@@ -32,4 +32,5 @@ KIND = ProcessKind(
     order=90,
     up=(UpGroup(),),
     compose=("rest",),
+    view="crawlhive.rest.view.RestView",
 )

@@ -61,4 +61,5 @@ examples:
     ),
     card="sinks",
     compose=("sink",),
+    view="crawlhive.sink.view.SinkView",
 )
