@@ -157,3 +157,49 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     }
     assert metrics["hello-sink"] == 1
     json.dumps(body)  # the answer is JSON as it is
+
+
+def test_views_load_by_their_dotted_paths_without_the_services_heavy_imports() -> None:
+    """The redis-monitor and REST load every kind's view (a stats request, a scrape): a view reads
+    Redis only, so loading them all imports no Scrapy, Kafka client or browser; and listing the
+    kinds (``crawlhive --help``) loads no view at all."""
+    probe = """
+import sys
+from crawlhive.utils.process import kinds, views
+kinds.kinds()
+assert "crawlhive.utils.process.views" in sys.modules  # imported above, by this probe
+assert not [m for m in sys.modules if m.endswith(".view") and m.startswith("crawlhive.")], "a view loaded early"
+loaded = {k.name: views.view_class(k.name).__name__ for k in kinds.kinds()}
+print(loaded)
+roots = ("scrapy", "twisted", "kafka", "confluent_kafka", "playwright")
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in roots)
+print(heavy)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded, heavy = done.stdout.splitlines()
+    assert loaded == str(
+        {
+            "kafka-monitor": "KindView",  # names no view: the default
+            "redis-monitor": "KindView",
+            "crawler": "CrawlerView",
+            "cleaner": "CleanerView",
+            "sink": "SinkView",
+            "rest": "RestView",
+        }
+    )
+    assert heavy == "[]"
+
+
+def test_a_view_that_does_not_load_names_its_kind_and_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind whose view path is wrong fails where the view is needed, saying which kind and path."""
+    from dataclasses import replace
+
+    from crawlhive.utils.config.errors import PluginLoadError
+    from crawlhive.utils.process import views
+
+    broken = replace(registry.kind_named("cleaner"), view="crawlhive.cleaner.view.NoSuchView")
+    monkeypatch.setattr(registry, "kind_named", lambda name: broken)
+    monkeypatch.setattr(views, "kind_named", lambda name: broken)
+    with pytest.raises(PluginLoadError, match=r"process kind 'cleaner' \(crawlhive\.cleaner\.view\.NoSuchView\)"):
+        views.view_class("cleaner")
