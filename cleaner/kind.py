@@ -17,4 +17,5 @@ examples:
     compose=("cleaner",),
     consumes=("crawled_firehose",),
     produces=("cleaned", "dead_letter"),
+    view="crawlhive.cleaner.view.CleanerView",
 )

@@ -70,8 +70,8 @@ examples:
             label="crawler-render",
         ),
     ),
-    stats_views=("spider", "machine", "queue", "proxies"),
     compose=("crawler", "crawler-render"),
     consumes=("frontier",),
     produces=("crawled_firehose", "crawled_<appid>", "items", "items_<appid>", "dead_letter", "frontier"),
+    view="crawlhive.crawler.view.CrawlerView",
 )

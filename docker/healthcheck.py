@@ -2,14 +2,19 @@
 
 Usage (the compose file's ``healthcheck``)::
 
-    python /opt/crawlhive/healthcheck.py kafka-monitor | redis-monitor | crawler | cleaner | rest [--max-age S]
+    python /opt/crawlhive/healthcheck.py kafka-monitor | redis-monitor | crawler | cleaner | sink | rest [--max-age S]
 
-* ``kafka-monitor``, ``redis-monitor``, ``crawler``, ``cleaner``: healthy when **this container's** process has a
-  heartbeat in Redis (``utils/state/heartbeat.py``, the same keys the ``nodes`` maps of docs/contract.md §4.1 come
-  from) that was renewed at most ``--max-age`` seconds ago (default 3 x HEARTBEAT_INTERVAL). This
-  container's process is the one whose heartbeat names this container's node name (CRAWLER_NODE_NAME,
-  else the hostname, which Docker sets to the container id: the value the component itself reports)
-  and whose pid is a live process here. Redis unreachable = unhealthy.
+The components are the registry's kinds whose processes send heartbeats
+(:func:`crawlhive.utils.process.kinds.heartbeat_components`), so a kind added by an entry point is
+checked too without a change here.
+
+* every such kind but REST (``kafka-monitor``, ``redis-monitor``, ``crawler``, ``cleaner``, ``sink``):
+  healthy when **this container's** process has a heartbeat in Redis (``utils/state/heartbeat.py``, the
+  same keys the ``nodes`` maps of docs/contract.md §4.1 come from) that was renewed at most ``--max-age``
+  seconds ago (default 3 x HEARTBEAT_INTERVAL). This container's process is the one whose heartbeat
+  names this container's node name (CRAWLER_NODE_NAME, else the hostname, which Docker sets to the
+  container id: the value the component itself reports) and whose pid is a live process here. Redis
+  unreachable = unhealthy.
 * ``rest``: healthy when ``GET /`` on this container's REST port answers 200 and the service sees
   Kafka or Redis (``node_health`` not ``RED``). ``/`` never needs REST_API_KEY (docs/contract.md §7.4).
 
@@ -34,13 +39,15 @@ from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_from_settings
 from crawlhive.utils.config.errors import CrawlhiveError
 from crawlhive.utils.config.settings import Settings, load_settings
+from crawlhive.utils.process.kinds import heartbeat_components
 from crawlhive.utils.state.heartbeat import live_heartbeats
 
 if TYPE_CHECKING:
     from redis import Redis
 
-#: Components that write heartbeats and are checked through them.
-HEARTBEAT_COMPONENTS = ("kafka-monitor", "redis-monitor", "crawler", "cleaner", "sink")
+#: The component checked by asking its HTTP health endpoint (``GET /``) rather than its heartbeat:
+#: a REST container is healthy when it serves.
+HTTP_CHECKED = "rest"
 #: Seconds the REST probe waits for ``GET /``.
 REST_TIMEOUT_S = 5.0
 
@@ -69,7 +76,7 @@ def heartbeat_problem(
 
     Args:
         redis, keys: the cluster's Redis and key formats.
-        component: ``kafka-monitor``, ``redis-monitor``, ``crawler`` or ``cleaner``.
+        component: a heartbeat component (``kafka-monitor``, ``crawler``…; :func:`heartbeat_components`).
         host: the node name the process reports (Settings.node_name).
         timeout_s: HEARTBEAT_TIMEOUT, the lifetime each beat gives the key.
         max_age_s: the oldest acceptable beat, in seconds.
@@ -113,7 +120,7 @@ def rest_problem(settings: Settings, timeout_s: float = REST_TIMEOUT_S) -> str |
 
 def check(component: str, settings: Settings, max_age_s: float | None = None) -> str | None:
     """Why *component* in this container is unhealthy, or None; never raises for a backend failure."""
-    if component == "rest":
+    if component == HTTP_CHECKED:
         return rest_problem(settings)
     limit = 3 * settings.getfloat("HEARTBEAT_INTERVAL") if max_age_s is None else max_age_s
     client = redis_from_settings(settings)
@@ -134,7 +141,7 @@ def check(component: str, settings: Settings, max_age_s: float | None = None) ->
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Health check of one crawlhive component in this container.")
-    parser.add_argument("component", choices=[*HEARTBEAT_COMPONENTS, "rest"])
+    parser.add_argument("component", choices=list(heartbeat_components()))  # the registry's, in order
     parser.add_argument(
         "--max-age", type=float, default=None, metavar="SECONDS", help="oldest acceptable heartbeat (3 x interval)"
     )

@@ -26,10 +26,11 @@ from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.config.errors import KeyFormatError
 from crawlhive.utils.frontier import CrawlState, FrontierReader
 from crawlhive.utils.process.kinds import heartbeat_components
+from crawlhive.utils.process.views import KindView, ViewContext, views
 from crawlhive.utils.rules.budgets import budget_fields, page_budget
-from crawlhive.utils.rules.proxy_pools import ProxyConfigError, ProxyPools, pools_from_settings
+from crawlhive.utils.state.crawls import MAX_CRAWLS, epoch, newest_active, text
 from crawlhive.utils.state.heartbeat import crawler_lanes, live_heartbeats, live_nodes, unserved_reason
-from crawlhive.utils.state.proxies import domain_notes, proxy_overview
+from crawlhive.utils.state.proxies import domain_notes
 from crawlhive.utils.state.stats import (
     CLEANER,
     CLEANER_COUNTERS,
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
 #: Components whose live processes are counted (docs/contract.md §7.2 ``crawlhive_nodes``).
 #: Spider type always reported, even with nothing queued (the default spiderid).
 DEFAULT_SPIDER = "link"
-#: Most active crawls read per snapshot (the dashboard and metrics stay cheap on huge clusters).
-MAX_CRAWLS = 500
 #: Most domains the dashboard lists (largest backlog first).
 MAX_DOMAINS = 50
 
@@ -130,24 +129,16 @@ class ClusterView:
         self.egress_id = settings.CRAWLER_EGRESS_ID if settings.SCHEDULER_IP_ENABLED else None
         self.heartbeat_timeout_s = settings.HEARTBEAT_TIMEOUT
         self.default_budget = settings.CRAWL_MAX_PAGES_DEFAULT
-        try:
-            self.proxy_pools: ProxyPools | None = pools_from_settings(settings)
-        except ProxyConfigError:  # the crawlers refuse it, saying why; here: the proxies that served
-            self.proxy_pools = None
+        #: What each kind's view reads (:mod:`crawlhive.utils.process.views`): the same clients.
+        self.context = ViewContext.from_settings(redis, settings, self.keys)
+
+    def views(self) -> list[KindView]:
+        """Each registered kind's view (its ``/metrics`` families and dashboard cards), in order."""
+        return views(self.context)
 
     def domain_notes(self, domains: list[str]) -> dict[str, dict[str, Any]]:
         """``proxy_wait_until`` / ``rate_factor`` of those of *domains* that have one (§21.3, §21.4)."""
         return domain_notes(self.redis, self.keys, domains, self.throttle_window_s)
-
-    def proxies(self) -> dict[str, Any]:
-        """Proxies, rests, waiting domains and slowed domains (:func:`proxy_overview`, §21.6)."""
-        return proxy_overview(self.redis, self.keys, self.throttle_window_s, self.proxy_pools)
-
-    def sinks(self) -> list[dict[str, Any]]:
-        """One row per sink: name, kind, lifetime counters, live processes and lag (§20.7)."""
-        from crawlhive.utils.state.sinks import rows
-
-        return rows(self.redis, self.keys, self.stats, self.heartbeat_timeout_s)
 
     # --- one crawl ---------------------------------------------------------------------------------
 
@@ -184,7 +175,7 @@ class ClusterView:
     @staticmethod
     def _spider_of(ref: Any, appid: str, crawlid: str) -> list[str]:
         try:
-            spider, ref_appid, ref_crawlid = Keys.parse_crawl_ref(_text(ref))
+            spider, ref_appid, ref_crawlid = Keys.parse_crawl_ref(text(ref))
         except KeyFormatError:
             return []
         return [spider] if (ref_appid, ref_crawlid) == (appid, crawlid) else []
@@ -204,27 +195,17 @@ class ClusterView:
         """``(state, started)`` of the MAX_CRAWLS most recently started active crawls, newest
         first: every ref's ``started`` is read (one pipelined round trip of ``HGET``), then the
         states of those kept."""
-        refs = []
-        for raw in self.redis.smembers(self.keys.active_crawls()):
-            try:
-                refs.append(Keys.parse_crawl_ref(_text(raw)))
-            except KeyFormatError:
-                continue
-        if not refs:
+        newest = newest_active(self.redis, self.keys, MAX_CRAWLS)
+        if not newest:
             return []
-        pipe = self.redis.pipeline(transaction=False)
-        for spider, appid, crawlid in refs:
-            pipe.hget(self.keys.crawl(spider, appid, crawlid), "started")
-        started = dict(zip(refs, pipe.execute(), strict=True))
-        newest = sorted(refs, key=lambda ref: (-(_epoch(started[ref]) or 0), ref))[:MAX_CRAWLS]
         groups: dict[tuple[str, str], list[str]] = defaultdict(list)
-        for spider, appid, crawlid in newest:
+        for (spider, appid, crawlid), _started in newest:
             groups[(spider, appid)].append(crawlid)
         states: dict[tuple[str, str, str], CrawlState] = {}
         for (spider, appid), crawlids in groups.items():
             for state in self.reader.crawl_states(spider, appid, crawlids):
                 states[(spider, appid, state.crawlid)] = state
-        return [(states[ref], started[ref]) for ref in newest]
+        return [(states[ref], started) for ref, started in newest]
 
     def crawl_list(self, state: str = "all", limit: int = 100) -> list[dict[str, Any]]:
         """``GET /crawls`` (docs/contract.md §17.6): the active crawls (most recently started first),
@@ -291,18 +272,18 @@ class ClusterView:
         rows = []
         records = pipe.execute() if parsed else []
         for (spider, appid, crawlid, score), record in zip(parsed, records, strict=True):
-            fields = {_text(k): _text(v) for k, v in record.items()}
+            fields = {text(k): text(v) for k, v in record.items()}
             ended_as = fields.get("ended_as", "complete")
             row = self._row(spider, appid, crawlid, ended_as if ended_as in ENDINGS else "complete", None, None)
             row.update(
                 reason=None,
                 total_crawled=int(fields.get("crawled") or 0),
                 total_failed=int(fields.get("failed") or 0),
-                started=_epoch(fields.get("started")),
+                started=epoch(fields.get("started")),
                 ended=int(score),
             )
             rows.append(row)
-        budgets = [{_text(k): _text(v) for k, v in record.items()}.get("max_pages") or "0" for record in records]
+        budgets = [{text(k): text(v) for k, v in record.items()}.get("max_pages") or "0" for record in records]
         self._mark_budgets(rows, [int(b) if b.isdigit() else 0 for b in budgets])
         return rows
 
@@ -336,7 +317,7 @@ class ClusterView:
             "total_inflight": crawl.inflight if crawl else 0,
             "total_crawled": crawl.crawled if crawl else 0,
             "total_failed": crawl.failed if crawl else 0,
-            "started": _epoch(started),
+            "started": epoch(started),
             "ended": None,
         }
 
@@ -350,7 +331,7 @@ class ClusterView:
         overrides = {d: raw for reply in replies[::2] for d, raw in reply.items()}
         blacklist = {d for reply in replies[1::2] for d in reply}
         rows = []
-        for domain, raw in sorted((_text(d), r) for d, r in overrides.items())[:MAX_DOMAINS]:
+        for domain, raw in sorted((text(d), r) for d, r in overrides.items())[:MAX_DOMAINS]:
             try:
                 config = json.loads(raw)
             except ValueError:
@@ -358,7 +339,7 @@ class ClusterView:
             if not isinstance(config, dict):
                 config = {}
             rows.append({"domain": domain, **{k: config.get(k) for k in ("hits", "window", "scale")}})
-        return {"overrides": rows, "blacklist": sorted(_text(d) for d in blacklist)[:MAX_DOMAINS]}
+        return {"overrides": rows, "blacklist": sorted(text(d) for d in blacklist)[:MAX_DOMAINS]}
 
     def stopped(self, states: list[CrawlState]) -> list[bool]:
         """Whether each crawl is blacklisted by a stop or expiry (``keys.crawl_stopped``), in one round trip."""
@@ -473,17 +454,3 @@ class ClusterView:
 
 #: How a finished crawl ended (the crawl record's ``ended_as``).
 ENDINGS = ("complete", "stopped", "expired")
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _epoch(value: Any) -> int | None:
-    """An epoch-seconds field of a crawl record, or None when absent or unreadable."""
-    if value is None:
-        return None
-    try:
-        return int(float(_text(value)))
-    except ValueError:
-        return None

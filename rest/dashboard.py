@@ -1,7 +1,9 @@
 """The data behind ``GET /dashboard`` (served as ``GET /dashboard/data``; not part of the contract).
 
 One blocking call, :func:`dashboard_data`, reads a :class:`~crawlhive.rest.cluster.Snapshot` (with
-per-domain rows) and the last dead letters this instance consumed, and shapes them for the page.
+per-domain rows) and the last dead letters this instance consumed, and shapes them for the page;
+each kind's view adds its cards (:meth:`~crawlhive.utils.process.views.KindView.cards`: the
+crawler's ``proxies``, the sinks' ``sinks``), in the registry's order.
 """
 
 from __future__ import annotations
@@ -113,31 +115,6 @@ def dashboard_data(rest: RestService) -> dict[str, Any]:
         },
         "dead_letters": list(reversed(rest.kafka.dead_letters.copy())),  # copy(): atomic vs the listener
         "finished": rest.view.crawl_list("finished", FINISHED_SHOWN),
-        "sinks": rest.view.sinks(),
         "domain_config": rest.view.domain_config(),
-        "proxies": proxy_rows(rest.view.proxies()),
+        **{key: card for view in rest.view.views() for key, card in view.cards().items()},
     }
-
-
-def proxy_rows(overview: dict[str, Any]) -> dict[str, Any]:
-    """The proxies card (§21.6): one row per pool and proxy (``host:port``: never a URL or a
-    credential), the domains waiting for a proxy, and the domains the adaptive throttle slowed."""
-    rows = [
-        {
-            "pool": pool,
-            "proxy": proxy,
-            "ok": info["requests"].get("ok", 0),
-            "bans": info["requests"].get("ban", 0),
-            "resting": sorted(info["resting"]),
-            "sessions": info["sessions"],
-        }
-        for pool, proxies in sorted(overview["pools"].items())
-        for proxy, info in sorted(proxies.items())
-    ]
-    waiting = [
-        {"pool": pool, "domain": domain, "until": until}
-        for pool, domains in sorted(overview["waiting"].items())
-        for domain, until in sorted(domains.items())
-    ]
-    slowed = [{"domain": d, "factor": v["factor"]} for d, v in overview["autothrottle"].items()]
-    return {"rows": rows, "waiting": waiting, "slowed": slowed}

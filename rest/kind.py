@@ -34,4 +34,5 @@ KIND = ProcessKind(
     compose=("rest",),
     consumes=("outbound_firehose", "dead_letter", "frontier"),
     produces=("incoming",),
+    view="crawlhive.rest.view.RestView",
 )

@@ -1,7 +1,9 @@
 """``GET /metrics``: Prometheus text format 0.0.4 (docs/contract.md §7.2).
 
-Cluster-wide values are read from Redis at scrape time by :class:`ClusterCollector` (one
-:meth:`ClusterView.snapshot`); the REST process adds its own (responses by status, answers waiting
+Cluster-wide values are read from Redis at scrape time by :class:`ClusterCollector`: the nodes,
+queues and counters of one :meth:`ClusterView.snapshot`, then each kind's own families from its
+view, in the registry's order (:mod:`crawlhive.utils.process.views`: the crawler's proxies and
+recrawl schedules, the sinks'); the REST process adds its own (responses by status, answers waiting
 and stored, and prometheus-client's process and platform collectors). Labels are only ``component``,
 ``spiderid``, ``code``, ``kind``, ``stage``, ``method``, ``le``, ``outcome``, ``node`` (a Redis
 node's address), for proxies (§21.6) ``pool`` and ``proxy`` (``host:port``), and ``domain`` for the
@@ -12,14 +14,13 @@ appid, crawlid, URL or credential.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from redis.cluster import RedisCluster
 
-from crawlhive.rest.recrawl_view import recrawl_metrics
 from crawlhive.utils.process.kinds import heartbeat_components
 from crawlhive.utils.state.response_metrics import read_histograms, read_top_domains
 
@@ -125,51 +126,8 @@ class ClusterCollector(Collector):
         for kind, count in counters.cleaner.items():
             cleaned.add_metric([kind], count)
         yield from (incoming, dead, cleaned)
-        yield from proxy_metrics(self.view.proxies(), names=self.view.metrics_names)
-        crawls = [(c.spiderid, c.appid, c.crawlid) for c in snap.crawls]
-        yield from recrawl_metrics(self.view.redis, self.view.keys, crawls)  # §19.6
-        from crawlhive.utils.state.sinks import metrics as sink_metrics  # the sinks' families (§20.7)
-
-        yield from sink_metrics(self.view.sinks())
-
-
-def proxy_metrics(overview: dict[str, Any], names: bool = True) -> Iterator[Metric]:
-    """The proxy and adaptive-throttle metrics of docs/contract.md §21.6 from :func:`proxy_overview`:
-    proxies are labelled ``host:port`` (never their URL), or without *names* (METRICS_NAMES) by
-    their place in their pool (``1``, ``2``, … in the order of their ``host:port``), and no label
-    names a domain."""
-    requests = CounterMetricFamily(
-        "crawlhive_proxy_requests",
-        "Responses and failures through each proxy, by pool and outcome (ok, ban) (docs/contract.md §21).",
-        labels=["pool", "proxy", "outcome"],
-    )
-    resting = GaugeMetricFamily(
-        "crawlhive_proxy_resting_domains", "Domains a proxy rests for after bans.", labels=["pool", "proxy"]
-    )
-    sessions = GaugeMetricFamily(
-        "crawlhive_proxy_sessions", "Live sticky sessions per proxy.", labels=["pool", "proxy"]
-    )
-    waiting = GaugeMetricFamily(
-        "crawlhive_proxy_waiting_domains", "Domains whose every proxy of the pool rests.", labels=["pool"]
-    )
-    for pool, proxies in sorted(overview["pools"].items()):
-        for place, (host, info) in enumerate(sorted(proxies.items()), start=1):
-            proxy = host if names else str(place)
-            for outcome, count in sorted(info["requests"].items()):
-                requests.add_metric([pool, proxy, outcome], count)
-            resting.add_metric([pool, proxy], len(info["resting"]))
-            sessions.add_metric([pool, proxy], info["sessions"])
-        waiting.add_metric([pool], len(overview["waiting"].get(pool, {})))
-    slowed = GaugeMetricFamily(
-        "crawlhive_autothrottle_slowed_domains", "Domains the adaptive throttle holds below their limit (§21.4)."
-    )
-    slowed.add_metric([], len(overview["autothrottle"]))
-    lowest = GaugeMetricFamily(
-        "crawlhive_autothrottle_lowest_factor",
-        "The lowest fraction of its configured rate any domain is held to (1: none slowed); per domain: stats proxies.",
-    )
-    lowest.add_metric([], min((d["factor"] for d in overview["autothrottle"].values()), default=1.0))
-    yield from (requests, resting, sessions, waiting, slowed, lowest)
+        for view in self.view.views():  # each kind's own families (§19.6, §20.7, §21.6)
+            yield from view.metrics()
 
 
 class RedisMemoryCollector(Collector):

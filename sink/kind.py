@@ -49,4 +49,5 @@ examples:
     compose=("sink",),
     consumes=("cleaned",),
     produces=("store", "dead_letter"),
+    view="crawlhive.sink.view.SinkView",
 )

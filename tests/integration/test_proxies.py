@@ -35,9 +35,9 @@ from support.crawler import (
 )
 from support.proxies import CAPTCHA, LoopProxy, TlsSite
 
+from crawlhive.crawler.view import CrawlerView
 from crawlhive.redis_monitor.plugins.stats import StatsMonitor
 from crawlhive.rest.cluster import ClusterView
-from crawlhive.rest.dashboard import proxy_rows
 from crawlhive.rest.metrics import RestMetrics
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.state.proxies import proxy_overview
@@ -145,7 +145,7 @@ def test_rotation_a_ban_moves_traffic_to_the_other_proxy_and_no_credential_leaks
     with_pools = settings.copy_with(PROXY_POOLS={"res": [p.url for p in proxies]})
     view = ClusterView(cluster["redis"], with_pools, {})
     overview = StatsMonitor(cluster["redis"], keys, view.stats, view.reader, [200], 10)
-    overview.pools = view.proxy_pools
+    overview.pools = view.context.proxy_pools
     answer = overview.body("proxies")["proxies"]
     assert answer["pools"]["res"][proxies[0].id]["requests"]["ban"] == bans
     assert list(answer["pools"]["res"][proxies[0].id]["resting"]) == ["127.0.0.1"]
@@ -154,7 +154,7 @@ def test_rotation_a_ban_moves_traffic_to_the_other_proxy_and_no_credential_leaks
     line = f'crawlhive_proxy_requests_total{{outcome="ban",pool="res",proxy="{proxies[0].id}"}} {float(bans)}'
     assert line in metrics
     assert f'crawlhive_proxy_resting_domains{{pool="res",proxy="{proxies[0].id}"}} 1.0' in metrics
-    card = proxy_rows(view.proxies())
+    card = CrawlerView.from_context("crawler", view.context).cards()["proxies"]  # the dashboard's proxies card
     assert {r["proxy"]: r["resting"] for r in card["rows"]} == {proxies[0].id: ["127.0.0.1"], proxies[1].id: []}
     for shown in (json.dumps(answer), metrics, json.dumps(card)):
         _secrets_absent(shown)

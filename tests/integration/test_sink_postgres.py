@@ -32,12 +32,13 @@ from support.sinks import (
 
 from crawlhive.app.up import _status
 from crawlhive.sink.store import sink_group, sink_name
+from crawlhive.sink.view import metrics, stats_body
+from crawlhive.sink.view import rows as sink_rows
 from crawlhive.sink.worker import Sink
 from crawlhive.utils.backends.kafka_clients import consumer_lag, ensure_topics, make_consumer, make_producer
 from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_from_settings
 from crawlhive.utils.config.settings import Settings
-from crawlhive.utils.state.sinks import COMPONENT, failing_sinks, live_sinks, metrics, sink_counter_name, stats_body
-from crawlhive.utils.state.sinks import rows as sink_rows
+from crawlhive.utils.state.sinks import COMPONENT, failing_sinks, live_sinks, sink_counter_name
 
 __all__ = ["pg_table"]  # the fixture, imported from support.sinks
 

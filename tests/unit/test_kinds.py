@@ -2,7 +2,8 @@
 and registered as an entry point shows up everywhere the application lists processes.
 
 The kind is the example of docs/extending.md, installed as Python installs any distribution: a
-package and a ``.dist-info`` with its ``entry_points.txt`` on the path (no crawlhive file edited).
+package and a ``.dist-info`` with its ``entry_points.txt`` on the path (no crawlhive file edited;
+``support.kinds``).
 """
 
 from __future__ import annotations
@@ -18,33 +19,20 @@ from pathlib import Path
 
 import pytest
 import redis
+from support.kinds import install_example
 
 from crawlhive.app.plan import up_arguments, up_plan
 from crawlhive.utils.backends.redis_clients import keys_from_settings
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.process import kinds as registry
 
-REPO = Path(__file__).resolve().parents[2]
 BUILTIN = ["kafka-monitor", "redis-monitor", "crawler", "cleaner", "sink", "rest"]
-
-
-def _example_source() -> str:
-    """The Python block of docs/extending.md's "Process kinds" section."""
-    text = (REPO / "docs" / "extending.md").read_text()
-    section = text[text.index("## Process kinds") :]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
 
 
 @pytest.fixture
 def hello_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The docs' example kind installed on the path (and on PYTHONPATH for child processes)."""
-    package = tmp_path / "hellokind"
-    package.mkdir()
-    (package / "__init__.py").write_text(_example_source())
-    info = tmp_path / "hellokind-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hellokind\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[crawlhive.kinds]\nhello-sink = hellokind:KIND\n")
+    install_example(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     registry.kinds.cache_clear()
     yield tmp_path
@@ -54,7 +42,7 @@ def hello_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 def test_the_built_in_kinds_are_registered_in_order() -> None:
     assert [k.name for k in registry.kinds()] == BUILTIN
     assert registry.heartbeat_components() == tuple(BUILTIN)
-    assert registry.stats_types() == ("all", *BUILTIN, "spider", "machine", "queue", "proxies")
+    assert registry.stats_types() == ("all", *BUILTIN, "spider", "machine", "queue", "proxies")  # the crawler's view
     plan = up_plan()
     assert [(p.name, p.argv) for p in plan] == [
         ("kafka-monitor", ["kafka-monitor"]),
@@ -136,6 +124,7 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     from crawlhive.utils.state.stats import Stats
 
     assert "hello-sink" in registry.stats_types()
+    assert registry.stats_types()[-1] == "greetings"  # its view's further type, after the built-in ones
     validator = request_validator(redis_settings)
     assert isinstance(validator.validate({"stats": "hello-sink", "appid": "app", "uuid": "u1"}), Accepted)
     keys = keys_from_settings(redis_settings)
@@ -150,6 +139,8 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     assert sum(len(ids) for ids in body["hello-sink"]["nodes"].values()) == 1
     (answer,) = monitor.handle("stats", {"stats": "hello-sink", "appid": "app", "uuid": "u1"})
     assert answer.message["total"] == {"60": 3, "lifetime": 3}
+    stats.incr("hello-sink", "greetings", 2)
+    assert monitor.body("greetings") == {"greetings": {"60": 2, "lifetime": 2}}  # its view's own type
 
     # the dashboard's node cards and /metrics' crawlhive_nodes
     from crawlhive.rest.cluster import ClusterView
@@ -168,3 +159,49 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     }
     assert metrics["hello-sink"] == 1
     json.dumps(body)  # the answer is JSON as it is
+
+
+def test_views_load_by_their_dotted_paths_without_the_services_heavy_imports() -> None:
+    """The redis-monitor and REST load every kind's view (a stats request, a scrape): a view reads
+    Redis only, so loading them all imports no Scrapy, Kafka client or browser; and listing the
+    kinds (``crawlhive --help``) loads no view at all."""
+    probe = """
+import sys
+from crawlhive.utils.process import kinds, views
+kinds.kinds()
+assert "crawlhive.utils.process.views" in sys.modules  # imported above, by this probe
+assert not [m for m in sys.modules if m.endswith(".view") and m.startswith("crawlhive.")], "a view loaded early"
+loaded = {k.name: views.view_class(k.name).__name__ for k in kinds.kinds()}
+print(loaded)
+roots = ("scrapy", "twisted", "kafka", "confluent_kafka", "playwright")
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in roots)
+print(heavy)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded, heavy = done.stdout.splitlines()
+    assert loaded == str(
+        {
+            "kafka-monitor": "KindView",  # names no view: the default
+            "redis-monitor": "KindView",
+            "crawler": "CrawlerView",
+            "cleaner": "CleanerView",
+            "sink": "SinkView",
+            "rest": "RestView",
+        }
+    )
+    assert heavy == "[]"
+
+
+def test_a_view_that_does_not_load_names_its_kind_and_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind whose view path is wrong fails where the view is needed, saying which kind and path."""
+    from dataclasses import replace
+
+    from crawlhive.utils.config.errors import PluginLoadError
+    from crawlhive.utils.process import views
+
+    broken = replace(registry.kind_named("cleaner"), view="crawlhive.cleaner.view.NoSuchView")
+    monkeypatch.setattr(registry, "kind_named", lambda name: broken)
+    monkeypatch.setattr(views, "kind_named", lambda name: broken)
+    with pytest.raises(PluginLoadError, match=r"process kind 'cleaner' \(crawlhive\.cleaner\.view\.NoSuchView\)"):
+        views.view_class("cleaner")

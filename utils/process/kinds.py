@@ -9,7 +9,9 @@ and is registered by one line in ``pyproject.toml``::
 Everything that lists processes derives from the registry: the ``crawlhive <kind>`` subcommands
 and their help, ``crawlhive up``'s plan (how many of each, with what arguments) and its readiness
 wait, the demo, the ``stats`` types (and the stats request schema), the heartbeat components that
-``/metrics`` and the dashboard's node cards count, and the compose file's check.
+``/metrics`` and the dashboard's node cards count, the container health check, and what the
+cluster shows of each kind (its view, :mod:`crawlhive.utils.process.views`: stats answers,
+``/metrics`` families, dashboard cards).
 
 Python's entry points (:mod:`importlib.metadata`), not a list in this module: the library never
 names a service, and a package of the user's (or a test's) registers a kind the same way, without
@@ -107,10 +109,8 @@ class ProcessKind:
         up: the processes ``crawlhive up`` starts (none: ``up`` does not run this kind).
         heartbeat: its processes send heartbeats as component *name* (counted by ``up``'s
             readiness wait, ``/metrics``'s ``crawlhive_nodes`` and the dashboard's node cards).
-        stats: ``stats: <name>`` is a stats type (and part of ``stats: all``); the redis-monitor
-            answers with the kind's counters and live nodes unless it knows the kind better.
-        stats_views: further ``stats`` types the kind's processes feed (the crawler's ``spider``,
-            ``machine``, ``queue``), answered by the redis-monitor.
+        stats: ``stats: <name>`` is a stats type (and part of ``stats: all``), answered by the
+            kind's view (its counters and live nodes unless the view knows the kind better).
         card: the label of the dashboard's node card (default: *name*).
         compose: the docker-compose service(s) that run it (``tests/unit/test_compose.py``).
         consumes: where its processes take their work from: topics by short name (docs/contract.md
@@ -120,6 +120,10 @@ class ProcessKind:
             and data-flow diagram are generated from it (``python -m crawlhive.app.architecture``).
         produces: where their output goes, in the same names, plus ``store`` (outside the cluster:
             a database or files).
+        view: what the kind shows of itself (``package.module.ViewClass``, a
+            :class:`~crawlhive.utils.process.views.KindView`, imported only when the cluster is
+            observed): its stats bodies (and further stats types), ``/metrics`` families and
+            dashboard cards. Empty: the default view (counters and live nodes).
     """
 
     name: str
@@ -131,11 +135,11 @@ class ProcessKind:
     up: tuple[UpGroup, ...] = ()
     heartbeat: bool = True
     stats: bool = True
-    stats_views: tuple[str, ...] = ()
     card: str = ""
     compose: tuple[str, ...] = ()
     consumes: tuple[str, ...] = ()
     produces: tuple[str, ...] = ()
+    view: str = ""
 
     @property
     def card_label(self) -> str:
@@ -198,6 +202,12 @@ def stats_kinds() -> tuple[str, ...]:
 
 
 def stats_types() -> tuple[str, ...]:
-    """Every ``stats`` type (docs/contract.md §4.7): ``all``, each kind that is one, their views."""
-    views = tuple(view for k in kinds() for view in k.stats_views)
-    return ("all", *stats_kinds(), *views)
+    """Every ``stats`` type (docs/contract.md §4.7): ``all``, each kind that is one, then the further
+    types of each kind's view (the crawler's ``spider``…; imports the views, not the services).
+
+    Raises:
+        PluginLoadError: a kind's view does not load.
+    """
+    from crawlhive.utils.process.views import extra_stats_types
+
+    return ("all", *stats_kinds(), *(name for k in kinds() for name in extra_stats_types(k)))
