@@ -33,8 +33,9 @@ from crawlhive.utils.backends.kafka_clients import ensure_topics
 from crawlhive.utils.backends.rdkafka import Report, make_rdkafka_producer
 from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.contract.encoding import encode
-from crawlhive.utils.contract.records import crawl_dead_letter, timestamp
+from crawlhive.utils.contract.records import timestamp
 from crawlhive.utils.contract.topics import appid_topic
+from crawlhive.utils.frontier.model import dead_letter_of
 
 if TYPE_CHECKING:
     from crawlhive.crawler.leases import LeaseContext, LeaseTable
@@ -217,15 +218,7 @@ class Emitter:
             return
         context.failed = True
         context.pending_items += 1  # the dead letter: the page ends once the broker has it
-        request = context.request
-        letter = crawl_dead_letter(
-            error,
-            url=request.url,
-            appid=request.appid,
-            crawlid=request.crawlid,
-            spiderid=request.spiderid,
-            retry_times=request.retry_times,
-        )
+        letter = dead_letter_of(context.request, error)
         data = encode(letter)
 
         def sent(_: Any) -> None:

@@ -47,7 +47,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from redis.exceptions import RedisError
 from scrapy import signals
@@ -93,6 +93,18 @@ UP_GONE_EXIT_S = 25.0
 def existing_runtime(crawler: Crawler) -> CrawlRuntime | None:
     """The runtime of *crawler* if one was created (:meth:`CrawlRuntime.of` creates it)."""
     return _RUNTIMES.get(crawler)
+
+
+class RuntimeComponent:
+    """A Scrapy component that needs only its crawl's runtime, built ``from_crawler`` with
+    :meth:`CrawlRuntime.of`: the common constructor of crawlhive's middlewares."""
+
+    def __init__(self, runtime: CrawlRuntime) -> None:
+        self.runtime = runtime
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(CrawlRuntime.of(crawler))
 
 
 class CrawlRuntime:

@@ -4,17 +4,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 
 from crawlhive.crawler.requests import FAILURE, context_of
-from crawlhive.crawler.runtime import CrawlRuntime
+from crawlhive.crawler.runtime import RuntimeComponent
 from crawlhive.utils.state.stats import NETWORK_FAILURE_CODE
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
     from scrapy.http import Response
 
 
@@ -29,16 +28,9 @@ def error_text(exception: BaseException) -> str:
     return f"{type(exception).__name__}: {exception}"
 
 
-class ResponseStatsMiddleware:
+class ResponseStatsMiddleware(RuntimeComponent):
     """Counts each response by status code and each network failure as 504 (SC's convention), per
     spider type and per machine, in the crawler's rolling-window stats (docs/contract.md §4.7)."""
-
-    def __init__(self, runtime: CrawlRuntime) -> None:
-        self.runtime = runtime
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(CrawlRuntime.of(crawler))
 
     def process_response(self, request: Request, response: Response) -> Response:
         self.runtime.count_response(response.status)
@@ -51,16 +43,9 @@ class ResponseStatsMiddleware:
             self.runtime.observe_response(request.url, None, None)
 
 
-class LeaseOutcomeMiddleware:
+class LeaseOutcomeMiddleware(RuntimeComponent):
     """Ends the lease of a request whose download finally failed (after Scrapy's retries): a crawl
     dead letter for a network error (docs/contract.md §3.10), a policy drop for ``IgnoreRequest``."""
-
-    def __init__(self, runtime: CrawlRuntime) -> None:
-        self.runtime = runtime
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(CrawlRuntime.of(crawler))
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         context = context_of(request)

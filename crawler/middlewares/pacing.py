@@ -14,7 +14,7 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 
 from crawlhive.crawler.requests import RETRY_AFTER, context_of
-from crawlhive.crawler.runtime import CrawlRuntime
+from crawlhive.crawler.runtime import CrawlRuntime, RuntimeComponent
 from crawlhive.utils.frontier import defer_domain, defer_site, parse_retry_after, site_gate
 from crawlhive.utils.rules.domains import domain_of_url, tenant_site
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class SiteGateMiddleware:
+class SiteGateMiddleware(RuntimeComponent):
     """Holds back a request to a tenant site of a shared suffix while that site asked for a pause.
 
     Buckets ignore the private section of the public suffix list (§3.2), so ``mallory.github.io``
@@ -38,13 +38,6 @@ class SiteGateMiddleware:
     fetched meanwhile. Requests to other hosts cost nothing (:func:`tenant_site` is cached per host).
     Order 450: after the request is shaped, before anything is sent.
     """
-
-    def __init__(self, runtime: CrawlRuntime) -> None:
-        self.runtime = runtime
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(CrawlRuntime.of(crawler))
 
     def process_request(self, request: Request) -> None:
         context = context_of(request)
@@ -67,18 +60,11 @@ class SiteGateMiddleware:
             raise IgnoreRequest(f"{site} asked for a pause: {wait:.1f}s left")
 
 
-class RetryAfterMiddleware:
+class RetryAfterMiddleware(RuntimeComponent):
     """On a 429 with ``Retry-After``, backs the request's domain off for every crawler of its
     spider type (:func:`crawlhive.utils.frontier.defer_domain`), so the retry that Scrapy's
     ``RetryMiddleware`` then queues, and every other request of that domain, waits in the frontier
     instead of hammering the server. Order 600: its ``process_response`` runs before the retry's."""
-
-    def __init__(self, runtime: CrawlRuntime) -> None:
-        self.runtime = runtime
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(CrawlRuntime.of(crawler))
 
     def process_response(self, request: Request, response: Response) -> Response:
         if response.status != 429:

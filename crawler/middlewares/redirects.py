@@ -17,7 +17,7 @@ from scrapy.utils import response as scrapy_response
 
 from crawlhive.crawler.links import names_impossible_host
 from crawlhive.crawler.requests import context_of
-from crawlhive.crawler.runtime import CrawlRuntime
+from crawlhive.crawler.runtime import CrawlRuntime, RuntimeComponent
 from crawlhive.utils.frontier.recrawl import CONDITIONAL_HEADERS
 
 if TYPE_CHECKING:
@@ -74,18 +74,11 @@ class FrontierMetaRefreshMiddleware(_ForgetsValidators, _DropsLeaseOnIgnore, Met
     gives up on, and forgetting the page's validators on the hop."""
 
 
-class LocationHostGuardMiddleware:
+class LocationHostGuardMiddleware(RuntimeComponent):
     """A redirect whose ``Location`` names a host that cannot be a host name
     (:func:`~crawlhive.utils.contract.hosts.host_problem`) is refused before Scrapy's ``RedirectMiddleware``
     (600) IDNA-encodes it, which is quadratic in the length of a label: the page is dropped like a
     redirect out of ``allowed_domains`` (§10.7). Order 610: its ``process_response`` runs first."""
-
-    def __init__(self, runtime: CrawlRuntime) -> None:
-        self.runtime = runtime
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(CrawlRuntime.of(crawler))
 
     def process_response(self, request: Request, response: Response) -> Response:
         location = response.headers.get(b"Location") if 300 <= response.status < 400 else None

@@ -37,6 +37,7 @@ from typing import Any, Self
 import ujson
 
 from crawlhive.utils.backends.keys import Keys, unescape
+from crawlhive.utils.contract.records import CrawlDeadLetter, crawl_dead_letter
 from crawlhive.utils.rules.domains import domain_of_url, origin_of
 
 SEQ_BITS = 32
@@ -452,6 +453,19 @@ def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
 def retried(request: FrontierRequest) -> FrontierRequest:
     """The retry of *request* (docs/contract.md §3.10): one more ``retry_times``, priority lowered by 10."""
     return dataclasses.replace(request, retry_times=request.retry_times + 1, priority=request.priority - 10)
+
+
+def dead_letter_of(request: FrontierRequest, error: str) -> CrawlDeadLetter:
+    """The crawl dead letter (docs/contract.md §6 b) of *request*, which failed with *error*: the
+    crawler's (a page that failed) and the reaper's (a lease that expired once too often)."""
+    return crawl_dead_letter(
+        error,
+        url=request.url,
+        appid=request.appid,
+        crawlid=request.crawlid,
+        spiderid=request.spiderid,
+        retry_times=request.retry_times,
+    )
 
 
 #: Relative jitter of a retry back-off: the wait is drawn within ±20 % of its nominal value.

@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crawlhive.utils.contract.encoding import encode_text
-from crawlhive.utils.contract.records import crawl_dead_letter
 from crawlhive.utils.frontier.leasing import FrontierLeaser
-from crawlhive.utils.frontier.model import LEASE_EXPIRED, OPTIONS_LOST, FrontierRequest, retried
+from crawlhive.utils.frontier.model import LEASE_EXPIRED, OPTIONS_LOST, FrontierRequest, dead_letter_of, retried
 from crawlhive.utils.frontier.writer import wake_message
 
 
@@ -27,7 +26,7 @@ def reclaim_expired_leases(worker: FrontierLeaser, spider: str, max_retries: int
 
     Each lease whose deadline passed on the Redis clock counts as a failed attempt (§3.10): it goes
     back into the frontier as :func:`retried` while its ``retry_times`` is below *max_retries*;
-    otherwise it ends counted as ``failed`` and a ``dead-letter`` entry (:func:`crawl_dead_letter`
+    otherwise it ends counted as ``failed`` and a ``dead-letter`` entry (:func:`dead_letter_of`
     with error :data:`LEASE_EXPIRED`) is appended to the control stream, atomically, for the
     redis-monitor to produce. Each lease is claimed inside its script, so concurrent reapers never
     handle one twice, and a lease renewed in the meantime is left alone.
@@ -61,12 +60,4 @@ def reclaim_expired_leases(worker: FrontierLeaser, spider: str, max_retries: int
 
 def _dead_letter(request: FrontierRequest, error: str) -> str:
     """The crawl dead letter (docs/contract.md §6 b) of *request*, which failed with *error*, encoded."""
-    letter = crawl_dead_letter(
-        error,
-        url=request.url,
-        appid=request.appid,
-        crawlid=request.crawlid,
-        spiderid=request.spiderid,
-        retry_times=request.retry_times,
-    )
-    return encode_text(letter)
+    return encode_text(dead_letter_of(request, error))
