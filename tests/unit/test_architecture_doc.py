@@ -5,6 +5,8 @@ drew neither the cleaner nor the sink)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,21 @@ DOC = ROOT / "docs" / "architecture.md"
 def test_docs_architecture_md_is_current() -> None:
     committed = DOC.read_text(encoding="utf-8")
     assert committed == architecture.updated(committed), "run: python -m crawlhive.app.architecture"
+
+
+def test_the_generator_commands_the_docs_print_run() -> None:
+    """The commands docs/architecture.md and docs/redis-keys.md print, run as printed: the
+    architecture check passes on the committed doc, and the keys generator writes the committed
+    table byte for byte."""
+    check = subprocess.run(
+        [sys.executable, "-m", "crawlhive.app.architecture", "--check"], capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    keys = subprocess.run(
+        [sys.executable, "-m", "crawlhive.utils.backends.keys_doc"], capture_output=True, text=True, timeout=60
+    )
+    assert keys.returncode == 0, keys.stderr
+    assert keys.stdout == (ROOT / "docs" / "redis-keys.md").read_text(encoding="utf-8")
 
 
 def test_every_kind_declares_known_places_and_appears_in_the_diagram() -> None:
