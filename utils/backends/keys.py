@@ -382,6 +382,21 @@ class Keys(KeySpace):
         them already seen."""
         return f"{self._heads[shard]}dupefilter:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
 
+    @key("hash", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
+    def dupefilter_bloom(self, spider: str, appid: str, crawlid: str, shard: int = 0) -> str:
+        """The Bloom filter a crawl's seen-set continues in, in one shard, once its
+        :meth:`dupefilter` holds DUPEFILTER_BLOOM_AFTER entries (utils/frontier/bloom.py): fields
+        ``count`` (fingerprints added), ``hits`` (links it answered "seen" for), ``exp`` (log2 of
+        its first layer's bytes) and ``layers``; its bits are in :meth:`dupefilter_bloom_layer`."""
+        return f"{self._heads[shard]}dupefilter-bloom:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+
+    @key("string", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
+    def dupefilter_bloom_layer(self, spider: str, appid: str, crawlid: str, layer: int, shard: int = 0) -> str:
+        """The bits of layer *layer* (0, 1, ...) of :meth:`dupefilter_bloom`, each layer twice the
+        bytes of the one before (a scalable Bloom filter). crawler_admit.lua builds these names
+        itself, as ``<dupefilter_bloom>:<layer>`` (one slot: the same hash tag)."""
+        return f"{self.dupefilter_bloom(spider, appid, crawlid, shard)}:{layer}"
+
     @key("set", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
     def page_caps(self, spider: str, appid: str, crawlid: str, domain: str) -> str:
         """Fingerprints (as in :meth:`dupefilter`) of the requests admitted for one crawl in one domain while a page cap
