@@ -248,9 +248,9 @@ class Frontier:
         for spider, appid, crawlid, shard in plan.restarts:  # a stopped crawl sent with recrawl starts afresh
             first.delete(keys.crawl_stopped(spider, appid, crawlid, shard))
             first.delete(keys.dupefilter(spider, appid, crawlid, shard))
-            bloom = keys.dupefilter_bloom(spider, appid, crawlid, shard)
-            layers = (keys.dupefilter_bloom_layer(spider, appid, crawlid, i, shard) for i in range(MAX_LAYERS))
-            first.delete(bloom, *layers)
+            first.delete(keys.dupefilter_bloom(spider, appid, crawlid, shard))
+            for layer in range(MAX_LAYERS):  # one key a DEL: a cluster pipeline takes no more
+                first.delete(keys.dupefilter_bloom_layer(spider, appid, crawlid, layer, shard))
         for queue, members in queues.items():
             first.zadd(queue, members, nx=True)
         for (spider, render, domain), crawl_best in best.items():
