@@ -69,10 +69,14 @@ def _filter_keys(client: redis.Redis, keys: Keys) -> list[str]:
     """The Bloom filter's keys of crawl b1 in SITE's shard: its state and its layers."""
     shard = keys.shard_of(SITE)
     layers = int(client.hget(keys.dupefilter_bloom(*CRAWL, shard), "layers") or 0)
-    return [keys.dupefilter_bloom(*CRAWL, shard)] + [keys.dupefilter_bloom_layer(*CRAWL, i, shard) for i in range(layers)]
+    return [keys.dupefilter_bloom(*CRAWL, shard)] + [
+        keys.dupefilter_bloom_layer(*CRAWL, i, shard) for i in range(layers)
+    ]
 
 
-def test_the_seen_set_goes_on_in_the_filter_at_the_threshold(redis_settings: Settings, redis_client: redis.Redis) -> None:
+def test_the_seen_set_goes_on_in_the_filter_at_the_threshold(
+    redis_settings: Settings, redis_client: redis.Redis
+) -> None:
     """The dupefilter takes DUPEFILTER_BLOOM_AFTER entries and no more; later fingerprints go to
     the filter, which answers for them (counted as bloom_hits, read by info and the budget). A
     page refetched queues again the links the dupefilter names it for, not those the filter holds
