@@ -445,9 +445,6 @@ def create_app(settings: Settings, service: RestService | None = None, bound_hos
             raise ApiError(404, NO_CRAWL)
         message = info_message(state, new_uuid())
         message.update(await in_thread(rest.view.budget_fields, state))  # §10.7: the budget, if one stopped it
-        hits = await in_thread(rest.view.reader.bloom_hits, state.spiderid, appid, crawlid)
-        if hits is not None:  # §3.8: its seen-set went on in a Bloom filter
-            message["bloom_hits"] = hits
         notes = await in_thread(rest.view.domain_notes, list(message["domains"]))  # §21.3, §21.4
         for domain, extra in notes.items():
             message["domains"][domain].update(extra)

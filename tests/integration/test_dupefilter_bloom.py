@@ -20,6 +20,7 @@ from crawlhive.crawler.admit import Admission, Verdict, stored_fingerprint
 from crawlhive.crawler.leases import LeaseContext
 from crawlhive.crawler.requests import link_children, url_fingerprint
 from crawlhive.redis_monitor.plugins.info import InfoMonitor
+from crawlhive.rest.cluster import ClusterView
 from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import is_cluster, keys_from_settings, write_pipeline
 from crawlhive.utils.config.settings import Settings
@@ -98,6 +99,8 @@ def test_the_seen_set_goes_on_in_the_filter_at_the_threshold(
     request = {"uuid": "u", "spiderid": "link", "appid": "app", "crawlid": "b1"}
     assert InfoMonitor(reader).by_crawlid(request)["bloom_hits"] == 51  # info (§4.2)
     assert "bloom_hits" not in InfoMonitor(reader).by_crawlid({**request, "crawlid": "other"})
+    state = reader.crawl_state(*CRAWL)  # GET /crawls/{appid}/{crawlid} (§7) answers the same
+    assert ClusterView(redis_client, redis_settings, {}).budget_fields(state)["bloom_hits"] == 51
     if not is_cluster(redis_client):  # (on a cluster the budget's counter counts, with a budget only)
         assert reader.admitted([CRAWL]) == [50 + 51 + 1 + 20]  # both pages, every link
     assert _admit(admission, first, links) == links[:49]  # refetched: its links in the dupefilter only
