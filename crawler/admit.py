@@ -53,7 +53,7 @@ def stored_fingerprint(fingerprint: str) -> bytes:
 
 
 #: Index in an admit's ARGV (0-based) of its first link's fingerprint (crawler_admit.lua).
-LINKS_AT = 9
+LINKS_AT = 10
 
 
 def _key_index(script_keys: list[Any], known: dict[str, int], domain: str, key: str) -> int:
@@ -115,6 +115,9 @@ class Admission:
         self.global_cap = global_cap
         self.default_budget = default_budget
         self.record_ttl_s = int(record_ttl_s)
+        #: TTL of a page's records of the links it added to a Bloom filter (CRAWL_RECORD_TTL: as
+        #: long as its retry may wait in the queue; its ack deletes them before).
+        self.record_ttl_ms = max(1, int(record_ttl_s * 1000))
         self.bloom_after = max(0, bloom_after)
         self.cluster = is_cluster(redis)
         self._reported_stopped: set[tuple[str, str]] = set()
@@ -284,7 +287,7 @@ class Admission:
             own_cap = cap_index(r.domain) if shard == page_shard else 0
             args: list[Any] = [context.lease.member if shard == page_shard else "", self.lease_us, self.filter_ttl_ms]
             args += [page_fp, own_cap, share if grant is not None else 0, -1 if grant is not None else 0]
-            args += [self.bloom_after, blooms]
+            args += [self.bloom_after, blooms, self.record_ttl_ms]
             for fingerprint, child in links:
                 args += [stored_fingerprint(fingerprint), 3, cap_index(child.domain), cap]
             calls.append((script_keys, args))
@@ -359,21 +362,31 @@ class Admission:
 
         args: list[Any] = [context.lease.member, self.lease_us, self.filter_ttl_ms]
         args += [stored_fingerprint(context.fingerprint) + context.link_owner, cap_index(r.domain), budget, counted]
-        args += [self.bloom_after, ""]
+        args += [self.bloom_after, "", self.record_ttl_ms]
         unique: dict[str, FrontierRequest] = {}
         for child, fingerprint in children:
             unique.setdefault(fingerprint, child)
         for fingerprint, child in unique.items():
             args += [stored_fingerprint(fingerprint), filter_index(child.domain), cap_index(child.domain), cap]
-        args[LINKS_AT - 1] = ",".join(blooms)
+        args[LINKS_AT - 2] = ",".join(blooms)
         return script_keys, args, unique
 
     def _verdict(self, context: LeaseContext, unique: dict[str, FrontierRequest], reply: list[Any]) -> Verdict:
-        """The verdict of an admit *reply*; sets ``context.children`` to the admitted links."""
+        """The verdict of an admit *reply*; sets ``context.children`` to the admitted links, and adds
+        to ``context.bloom_records`` the page's records of the links a Bloom filter took (flag 2),
+        which its ack deletes."""
         r = context.request
         verdict = Verdict(int(reply[0]))
         if verdict is Verdict.EMIT:
             context.children = [c for c, ok in zip(unique.values(), reply[1:], strict=True) if int(ok)]
+            page = stored_fingerprint(context.fingerprint) + context.link_owner
+            for c, ok in zip(unique.values(), reply[1:], strict=True):
+                if int(ok) == 2:  # in the page's record of a Bloom filter: its ack deletes it
+                    shard = self.keys.shard_of(c.domain)
+                    if shard not in context.bloom_records:
+                        context.bloom_records[shard] = self.keys.dupefilter_bloom_page(
+                            r.spiderid, r.appid, r.crawlid, page, shard
+                        )
         elif verdict is not Verdict.LOST:
             crawl = (r.appid, r.crawlid)
             if crawl not in self._reported_stopped:  # log once per crawl

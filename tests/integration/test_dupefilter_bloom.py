@@ -2,7 +2,8 @@
 rest in a Bloom filter that crawler_admit.lua keeps in Redis (utils/frontier/bloom.py). On a real
 Redis, and in ``make test``'s other passes with 4 shards and on a Redis Cluster: the switch at the
 threshold, no false negatives, the false-positive rate and the bytes per URL the sizing promises,
-the keys' expiry and a recrawl restart, and a real crawler crawling a site once with a tiny threshold.
+the keys' expiry and a recrawl restart, a page whose crawler died between its admit and its ack
+queuing all its links again, and a real crawler crawling a site once with a tiny threshold.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import redis
 from support.crawler import TestSite, crawler_module, html, seed
 
 from crawlhive.crawler.admit import Admission, Verdict, stored_fingerprint
-from crawlhive.crawler.leases import LeaseContext
+from crawlhive.crawler.leases import LeaseContext, LeaseTable
 from crawlhive.crawler.requests import link_children, url_fingerprint
 from crawlhive.redis_monitor.plugins.info import InfoMonitor
 from crawlhive.rest.cluster import ClusterView
@@ -26,6 +27,7 @@ from crawlhive.utils.backends.redis_clients import is_cluster, keys_from_setting
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierReader, FrontierRequest, ThrottleConfig
 from crawlhive.utils.frontier.bloom import MAX_FALSE_POSITIVE_RATE, BloomLayers, capacity, first_exp, layer_bits
+from crawlhive.utils.frontier.reclaim import reclaim_expired_leases
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -34,17 +36,28 @@ SITE = "bloom.example"
 CRAWL = ("link", "app", "b1")
 
 
-def _pages(client: redis.Redis, settings: Settings, n: int) -> list[LeaseContext]:
-    """*n* leased pages of crawl b1, all on SITE (so every link below falls in one shard)."""
+def _pages(
+    client: redis.Redis,
+    settings: Settings,
+    n: int,
+    crawlid: str = "b1",
+    first: int = 0,
+    lease_s: float = 600.0,
+    spider: str = "link",
+) -> list[LeaseContext]:
+    """*n* leased pages of crawl *crawlid* of *spider* (page<first>, ...), all on SITE, leased for *lease_s*."""
     keys = keys_from_settings(settings)
-    seeds = [FrontierRequest(url=f"http://{SITE}/page{i}", appid="app", crawlid="b1") for i in range(n)]
+    seeds = [
+        FrontierRequest(url=f"http://{SITE}/page{i}", spiderid=spider, appid="app", crawlid=crawlid)
+        for i in range(first, first + n)
+    ]
     pipe = write_pipeline(client)
     Frontier.from_settings(client, settings).push(seeds, pipe)
     pipe.execute()
-    worker = FrontierLeaser(client, keys, lease_s=600.0, record_ttl_s=3600, throttle=FAST)
+    worker = FrontierLeaser(client, keys, lease_s=lease_s, record_ttl_s=3600, throttle=FAST)
     contexts = []
     for _ in range(n):
-        lease = worker.pop("link").lease
+        lease = worker.pop(spider).lease
         assert lease is not None
         context = LeaseContext(lease)
         context.fingerprint = url_fingerprint(lease.request.url)
@@ -80,9 +93,9 @@ def test_the_seen_set_goes_on_in_the_filter_at_the_threshold(
     redis_settings: Settings, redis_client: redis.Redis
 ) -> None:
     """The dupefilter takes DUPEFILTER_BLOOM_AFTER entries and no more; later fingerprints go to
-    the filter, which answers for them (counted as bloom_hits, read by info and the budget). A
-    page refetched queues again the links the dupefilter names it for, not those the filter holds
-    (it keeps no owner: the documented cost)."""
+    the filter, which answers for them (counted as bloom_hits, read by info and the budget). The
+    page admitted again (its lease still in flight) queues again every link it queued: those the
+    dupefilter names it for, and those its record beside the filter holds (not counted as hits)."""
     keys = keys_from_settings(redis_settings)
     shard = keys.shard_of(SITE)
     admission = Admission(None, redis_client, None, keys, 600.0, 600.0, None, bloom_after=50)  # type: ignore[arg-type]
@@ -103,9 +116,68 @@ def test_the_seen_set_goes_on_in_the_filter_at_the_threshold(
     assert ClusterView(redis_client, redis_settings, {}).budget_fields(state)["bloom_hits"] == 51
     if not is_cluster(redis_client):  # (on a cluster the budget's counter counts, with a budget only)
         assert reader.admitted([CRAWL]) == [50 + 51 + 1 + 20]  # both pages, every link
-    assert _admit(admission, first, links) == links[:49]  # refetched: its links in the dupefilter only
+    assert _admit(admission, first, links) == links  # again: the dupefilter's 49 and its record's 51
     assert redis_client.hlen(dupefilter) == 50  # frozen
-    assert reader.bloom_hits(*CRAWL) == 51 + 51
+    assert reader.bloom_hits(*CRAWL) == 51
+    record = keys.dupefilter_bloom_page(*CRAWL, stored_fingerprint(first.fingerprint), shard)
+    assert redis_client.scard(record) == 51 and 0 < int(redis_client.pttl(record)) <= admission.record_ttl_ms
+    assert first.bloom_records == {shard: record}
+
+
+def _queued(client: redis.Redis, keys: Keys, spider: str, crawlid: str, urls: list[str]) -> list[str]:
+    """The URLs of *urls* queued in crawl *crawlid* of *spider* (each crawl queue read once)."""
+    domains = {u.split("/")[2] for u in urls}
+    queued: set[str] = set()
+    for domain in domains:
+        for member in client.zrange(keys.crawl_queue(spider, "app", crawlid, domain), 0, -1):
+            url = bytes(member).rsplit(b" ", 1)[-1].decode()
+            queued.add(f"http://{domain}{url[1:]}" if url[:1] == "*" else url)  # '*': http://<domain>
+    return [u for u in urls if u in queued]
+
+
+def test_a_page_whose_crawler_died_between_admit_and_ack_queues_all_its_links_again(
+    redis_settings: Settings, redis_client: redis.Redis
+) -> None:
+    """Kill any process at any moment, nothing accepted is lost: a crawler admits a page's links
+    and dies before its finish (no link queued, no ack); the reaper requeues the expired lease and
+    the retry, admitted by another crawler, queues every link again, whether the dupefilter (crawl
+    "set") or the Bloom filter (crawl "bloom", threshold 5, links on SITE and 10 on each of 8
+    other sites: several shards' filters) had taken it: exactly what the dupefilter alone does, and no more (a
+    third page queues none of them). The retry's ack deletes the page's records (in every shard
+    whose filter took its links)."""
+    keys = keys_from_settings(redis_settings)
+    links = _urls("k", 60) + [f"http://other{i}.example/{j}" for i in range(8) for j in range(10)]
+    frontier = Frontier.from_settings(redis_client, redis_settings)
+    results = {}
+    for crawlid, bloom_after in (("set", 0), ("bloom", 5)):  # a spider each: one pops only its own
+        spider = f"s-{crawlid}"
+        dying = Admission(None, redis_client, None, keys, 0.3, 600.0, None, bloom_after=bloom_after)  # type: ignore[arg-type]
+        healthy = Admission(None, redis_client, None, keys, 600.0, 600.0, None, bloom_after=bloom_after)  # type: ignore[arg-type]
+        (other,) = _pages(redis_client, redis_settings, 1, crawlid, first=1, spider=spider)  # a page of later
+        (page,) = _pages(redis_client, redis_settings, 1, crawlid, lease_s=0.3, spider=spider)
+        first = _admit(dying, page, links)  # ... and its crawler dies here
+        time.sleep(0.5)
+        worker = FrontierLeaser(redis_client, keys, lease_s=600.0, record_ttl_s=3600, throttle=FAST)
+        assert reclaim_expired_leases(worker, spider, max_retries=3).requeued == 1
+        lease = worker.pop(spider).lease
+        assert lease is not None and lease.request.url == page.request.url and lease.request.retry_times == 1
+        retry = LeaseContext(lease)
+        retry.fingerprint = page.fingerprint
+        again = _admit(healthy, retry, links)
+        if bloom_after:
+            assert retry.bloom_records.keys() == page.bloom_records.keys()
+            assert len(retry.bloom_records) >= min(keys.shards, 2)  # with shards, several shards' filters
+            assert all(redis_client.exists(k) for k in retry.bloom_records.values())
+        table = LeaseTable(redis_client, keys, worker, frontier, max_hold_s=600, on_crawled=lambda: None)
+        table.add(retry)
+        table.finish(retry, "crawled")
+        table.flush_finished()
+        assert not any(redis_client.exists(k) for k in retry.bloom_records.values())  # deleted by the ack
+        queued = _queued(redis_client, keys, spider, crawlid, links)
+        results[crawlid] = (first, again, _admit(healthy, other, links), queued)
+    assert results["bloom"] == results["set"] == (links, links, [], links)
+    reader = FrontierReader(redis_client, keys, 3600)
+    assert (reader.bloom_hits("s-bloom", "app", "bloom") or 0) >= len(links) - 5 * keys.shards
 
 
 def test_no_false_negatives_and_the_rate_and_bytes_the_sizing_promises(

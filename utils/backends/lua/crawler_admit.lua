@@ -10,9 +10,13 @@
 --       entries this call may write (reserved by crawl_budget.lua) and the reply ends with how
 --       many it wrote; 8 DUPEFILTER_BLOOM_AFTER (0 = never), 9 which KEYS are the Bloom filters
 --       (lib/bloom.lua) of which dupefilters: 'f:b,f:b,...' (every dupefilter's when 8 is not 0);
+--       10 TTL (ms) of the page's records of the links it added to a Bloom filter
+--       ('<filter>:p:<ARGV 4 in hex>', Keys.dupefilter_bloom_page; lease_ack.lua deletes them);
 --       then per link: fingerprint, index into KEYS of the dupefilter of the link's shard,
 --       cap-set index (0 = none), cap.
 -- Returns {verdict, admitted flags...}: verdict 1 = lease ours and renewed, links checked;
+-- a flag is 1 (queue it), 2 (queue it: it is in the page's record of a Bloom filter, which the
+-- page's ack deletes) or 0;
 -- 2 = crawl stopped, lease taken after the stop (a resubmitted seed: emit, queue no links);
 -- 3 = crawl stopped while in flight (drop); 0 = lease lost (drop, do not ack).
 --! include lib/lease.lua
@@ -25,6 +29,7 @@ local page = string.sub(ARGV[4], 1, 12)
 local owner = string.sub(page, 1, 4)
 if #ARGV[4] == 16 then owner = string.sub(ARGV[4], 13, 16) end
 local ttl = tonumber(ARGV[3])
+local record_ttl = tonumber(ARGV[10])
 local budget = tonumber(ARGV[6])
 local reserved = tonumber(ARGV[7]) < 0
 local used = 0
@@ -32,6 +37,14 @@ local used = 0
 -- fingerprints go to its Bloom filter, which answers for those it holds (bloom_hits).
 local threshold = tonumber(ARGV[8])
 local bloom_of, blooms, sizes = {}, {}, {}
+-- The filter keeps no owner: while the page is in flight, the fingerprints it added to a filter
+-- are kept in a record of its own beside it (the same hash tag), so that the page, refetched after
+-- its crawler died between this admit and its ack, queues them again as a dupefilter entry naming
+-- it would. Its ack deletes the record (lease_ack.lua); its TTL bounds an orphan.
+local page_hex = (string.gsub(ARGV[4], '.', function(c) return string.format('%02x', string.byte(c)) end))
+local function record(filter) return KEYS[bloom_of[filter]] .. ':p:' .. page_hex end
+local MINE = {}  -- seen[i] of a link the filter holds because this page added it
+local recorded = {}  -- filter -> true: its record was read or written by this call
 for f, b in string.gmatch(ARGV[9], '(%d+):(%d+)') do bloom_of[tonumber(f)] = tonumber(b) end
 local function bloom(filter)  -- the filter of KEYS[filter]'s dupefilter, false when it has none
   if blooms[filter] == nil then blooms[filter] = bloom_of[filter] and bloom_open(KEYS[bloom_of[filter]]) or false end
@@ -86,7 +99,7 @@ end
 -- one HSET per dupefilter: two commands per dupefilter instead of one or two per link. Only a
 -- link new to the crawl under a page cap costs commands of its own (the cap's set).
 local order, groups = {}, {}
-for i = 10, #ARGV, 4 do
+for i = 11, #ARGV, 4 do
   if ARGV[i] ~= page then
     local filter = ARGV[i + 1]
     local group = groups[filter]
@@ -115,20 +128,39 @@ for _, filter in ipairs(order) do
       if not seen[i] then unseen[#unseen + 1] = ARGV[i] end
     end
     local found = bloom_contains(b, unseen)
+    local hits = {}
     for _, i in ipairs(group) do
-      if not seen[i] and found[ARGV[i]] then seen[i] = true end
+      if not seen[i] and found[ARGV[i]] then
+        seen[i] = true
+        hits[#hits + 1] = i
+      end
+    end
+    local mine = #hits > 0 and record(tonumber(filter))
+    if mine and redis.call('EXISTS', mine) == 1 then  -- of those, the ones this page added before
+      recorded[tonumber(filter)] = true
+      for first = 1, #hits, 500 do
+        local last = math.min(first + 499, #hits)
+        local fields = {}
+        for j = first, last do fields[#fields + 1] = ARGV[hits[j]] end
+        local held = redis.call('SMISMEMBER', mine, unpack(fields))
+        for j = first, last do
+          if held[j - first + 1] == 1 then seen[hits[j]] = MINE end
+        end
+      end
     end
   end
 end
 local new, written, to_bloom = {}, {}, {}
-for i = 10, #ARGV, 4 do
+for i = 11, #ARGV, 4 do
   local fp = ARGV[i]
-  local ok = false
+  local ok, in_record = false, false
   if fp ~= page then
     local filter = ARGV[i + 1]
     local value = seen[i]
     if not value and written[filter .. ':' .. fp] then value = owner end  -- twice on one page
-    if value == true then  -- the Bloom filter's "seen": it keeps no owner
+    if value == MINE then  -- the filter holds it because this page added it: queued again
+      ok, in_record = true, true
+    elseif value == true then  -- the Bloom filter's "seen", for another page
       ok = false
       local b = bloom(tonumber(filter))
       b.hits = b.hits + 1
@@ -145,6 +177,7 @@ for i = 10, #ARGV, 4 do
         to_bloom[filter] = fps
         fps[#fps + 1] = fp
         written[filter .. ':' .. fp] = true
+        in_record = true
         used = used + 1
         if idx > 0 then redis.call('SADD', KEYS[idx], fp) end
       elseif ok then
@@ -163,7 +196,7 @@ for i = 10, #ARGV, 4 do
       end
     end
   end
-  out[#out + 1] = ok and 1 or 0
+  out[#out + 1] = ok and (in_record and 2 or 1) or 0
 end
 for _, filter in ipairs(order) do
   local entries = new[filter]
@@ -174,8 +207,16 @@ for _, filter in ipairs(order) do
   end
 end
 for _, filter in ipairs(order) do
-  if to_bloom[filter] then bloom_new(tonumber(filter), to_bloom[filter]) end
+  local fps = to_bloom[filter]
+  if fps then
+    bloom_new(tonumber(filter), fps)
+    for first = 1, #fps, 1000 do
+      redis.call('SADD', record(tonumber(filter)), unpack(fps, first, math.min(first + 999, #fps)))
+    end
+    recorded[tonumber(filter)] = true
+  end
 end
+for filter in pairs(recorded) do redis.call('PEXPIRE', record(filter), record_ttl) end
 for k = 3, #KEYS do redis.call('PEXPIRE', KEYS[k], ttl) end
 for filter in pairs(bloom_of) do
   if bloom(filter) then bloom_close(bloom(filter), ttl) end
