@@ -16,6 +16,11 @@ Fills a private Redis the way the cluster does and reports the growth of ``INFO 
   stored fingerprint of the page that queued it (one page per 20 links), ``HSETNX``.
 * **page-cap entry**: *N* fingerprints in the page-cap sets (``Keys.page_caps``), written only for
   crawls with ``domain_max_pages`` or GLOBAL_PAGE_PER_DOMAIN_LIMIT.
+* **seen-set per URL** (issue 46): *N* URLs of one crawl in one shard, ``MEMORY USAGE`` of the
+  keys over *N*: in its dupefilter hash, and in the Bloom filter it continues in past
+  DUPEFILTER_BLOOM_AFTER (``utils/frontier/bloom.py``; built with its Python twin, bit for bit
+  what ``crawler_admit.lua`` writes), its first layer sized for *N* and for *N* / 100 (a chain
+  of doubling layers).
 
 Then the figure of docs/contract.md §18.5: **bytes per queued URL** = queued request (plain crawl)
 + dedupe entry (the large-crawl one), against the target of 300.
@@ -46,6 +51,7 @@ from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import is_cluster, write_pipeline
 from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.frontier import Frontier, FrontierRequest, OptionSet, seed_from_request
+from crawlhive.utils.frontier.bloom import BloomLayers
 
 PREFIX = "benchmem"
 SPIDER, APPID = "link", "benchapp"
@@ -178,6 +184,41 @@ def fill_page_caps(client: RedisClient, keys: Keys, count: int, domains: int, cr
     pipe.execute()
 
 
+def key_bytes(client: RedisClient, names: list[str]) -> int:
+    """``MEMORY USAGE`` of *names*, summed (every field counted: ``SAMPLES 0``)."""
+    return sum(int(client.memory_usage(name, samples=0) or 0) for name in names)
+
+
+def seen_set_bytes(client: RedisClient, keys: Keys, count: int) -> None:
+    """Print the bytes per URL of *count* URLs of one crawl's seen-set in one shard: in its
+    dupefilter, and in a Bloom filter whose first layer is sized for *count* and for count / 100."""
+    dupefilter = keys.dupefilter(SPIDER, APPID, "seen-hash")
+    owner = b"\x00\x01\x02\x03"
+    pipe = client.pipeline(transaction=False)
+    for i, fp in enumerate(fingerprints(count)):
+        pipe.hsetnx(dupefilter, fp, owner)
+        if i % 5000 == 4999:
+            pipe.execute()
+    pipe.execute()
+    per_url = key_bytes(client, [dupefilter]) / count
+    print(f"{f'seen-set of {count:,} URLs, dupefilter hash':<44} {per_url:8.2f} bytes/URL", flush=True)
+    client.delete(dupefilter)
+    for threshold in (count, max(1, count // 100)):
+        bloom = BloomLayers.for_threshold(threshold)
+        for fp in fingerprints(count):
+            bloom.add(fp)
+        state = keys.dupefilter_bloom(SPIDER, APPID, f"seen-bloom-{threshold}")
+        client.hset(state, mapping={"count": bloom.count, "hits": 0, "exp": bloom.exp, "layers": len(bloom.layers)})
+        names = [state]
+        for i, bits in enumerate(bloom.layers):
+            names.append(keys.dupefilter_bloom_layer(SPIDER, APPID, f"seen-bloom-{threshold}", i))
+            client.set(names[-1], bytes(bits))
+        per_url = key_bytes(client, names) / count
+        label = f"seen-set of {count:,} URLs, Bloom ({len(bloom.layers)} layer{'s' * (len(bloom.layers) > 1)})"
+        print(f"{label:<44} {per_url:8.2f} bytes/URL  (DUPEFILTER_BLOOM_AFTER={threshold:,}; target <= 2)", flush=True)
+        client.delete(*names)
+
+
 def run(url: str, requests: int, domains: int, crawls: int) -> int:
     with prefixed_redis(url, PREFIX) as (_settings, client, keys):  # 64 shards on a Redis Cluster
         server = client.info("server")
@@ -234,6 +275,7 @@ def run(url: str, requests: int, domains: int, crawls: int) -> int:
             requests,
             lambda: fill_page_caps(client, keys, requests, domains, crawls),
         )
+        seen_set_bytes(client, keys, requests)
         return 0
 
 

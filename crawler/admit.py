@@ -52,6 +52,10 @@ def stored_fingerprint(fingerprint: str) -> bytes:
     return bytes.fromhex(fingerprint[: 2 * STORED_FINGERPRINT_BYTES])
 
 
+#: Index in an admit's ARGV (0-based) of its first link's fingerprint (crawler_admit.lua).
+LINKS_AT = 10
+
+
 def _key_index(script_keys: list[Any], known: dict[str, int], domain: str, key: str) -> int:
     """The index into a script's KEYS (1-based) of *domain*'s *key*, appended on first use."""
     if domain not in known:
@@ -86,6 +90,7 @@ class Admission:
         lease_s: LEASE_TIMEOUT (an admitted page's lease is renewed for this long).
         filter_ttl_s: DUPEFILTER_TIMEOUT.
         global_cap: GLOBAL_PAGE_PER_DOMAIN_LIMIT (None: no cluster-wide cap).
+        bloom_after: DUPEFILTER_BLOOM_AFTER (0: a crawl's seen-set stays in its dupefilters).
     """
 
     def __init__(
@@ -99,6 +104,7 @@ class Admission:
         global_cap: int | None,
         default_budget: int | None = None,
         record_ttl_s: float = 7 * 86400,
+        bloom_after: int = 0,
     ) -> None:
         self.crawler = crawler
         self.scripts = scripts(redis)
@@ -109,6 +115,10 @@ class Admission:
         self.global_cap = global_cap
         self.default_budget = default_budget
         self.record_ttl_s = int(record_ttl_s)
+        #: TTL of a page's records of the links it added to a Bloom filter (CRAWL_RECORD_TTL: as
+        #: long as its retry may wait in the queue; its ack deletes them before).
+        self.record_ttl_ms = max(1, int(record_ttl_s * 1000))
+        self.bloom_after = max(0, bloom_after)
         self.cluster = is_cluster(redis)
         self._reported_stopped: set[tuple[str, str]] = set()
 
@@ -255,6 +265,10 @@ class Admission:
                 ]
             else:
                 script_keys = [dupefilter, dupefilter, dupefilter]
+            blooms = ""
+            if self.bloom_after:  # the Bloom filter the dupefilter continues in
+                script_keys.append(keys.dupefilter_bloom(r.spiderid, r.appid, r.crawlid, shard))
+                blooms = "3:4"
             cap_keys: dict[str, int] = {}
 
             def cap_index(
@@ -273,6 +287,7 @@ class Admission:
             own_cap = cap_index(r.domain) if shard == page_shard else 0
             args: list[Any] = [context.lease.member if shard == page_shard else "", self.lease_us, self.filter_ttl_ms]
             args += [page_fp, own_cap, share if grant is not None else 0, -1 if grant is not None else 0]
+            args += [self.bloom_after, blooms, self.record_ttl_ms]
             for fingerprint, child in links:
                 args += [stored_fingerprint(fingerprint), 3, cap_index(child.domain), cap]
             calls.append((script_keys, args))
@@ -291,9 +306,9 @@ class Admission:
         for (_, args), reply in zip(calls, replies, strict=True):
             if int(reply[0]) != 1:
                 continue
-            flags = reply[1 : 1 + (len(args) - 7) // 4]
+            flags = reply[1 : 1 + (len(args) - LINKS_AT) // 4]
             for i, ok in enumerate(flags):
-                by_fp[bytes(args[7 + 4 * i])] = int(ok)
+                by_fp[bytes(args[LINKS_AT + 4 * i])] = int(ok)
         verdict = [int(replies[0][0])]
         verdict += [by_fp.get(stored_fingerprint(fp), 0) for fp in unique]
         return self._verdict(context, unique, verdict)
@@ -320,12 +335,22 @@ class Admission:
                     script_keys.append(keys.dupefilter(r.spiderid, r.appid, r.crawlid, other))
                     filters[other] = len(script_keys)
         counted = len(script_keys) - 2
+        blooms: list[str] = []  # "dupefilter index:its Bloom filter's index" (ARGV 9)
+
+        def bloom_index(filter_shard: int) -> None:
+            if self.bloom_after:
+                script_keys.append(keys.dupefilter_bloom(r.spiderid, r.appid, r.crawlid, filter_shard))
+                blooms.append(f"{filters[filter_shard]}:{len(script_keys)}")
+
+        for filter_shard in list(filters):
+            bloom_index(filter_shard)
 
         def filter_index(domain: str) -> int:
             link_shard = keys.shard_of(domain)
             if link_shard not in filters:
                 script_keys.append(keys.dupefilter(r.spiderid, r.appid, r.crawlid, link_shard))
                 filters[link_shard] = len(script_keys)
+                bloom_index(link_shard)
             return filters[link_shard]
 
         def cap_index(domain: str) -> int:
@@ -337,19 +362,31 @@ class Admission:
 
         args: list[Any] = [context.lease.member, self.lease_us, self.filter_ttl_ms]
         args += [stored_fingerprint(context.fingerprint) + context.link_owner, cap_index(r.domain), budget, counted]
+        args += [self.bloom_after, "", self.record_ttl_ms]
         unique: dict[str, FrontierRequest] = {}
         for child, fingerprint in children:
             unique.setdefault(fingerprint, child)
         for fingerprint, child in unique.items():
             args += [stored_fingerprint(fingerprint), filter_index(child.domain), cap_index(child.domain), cap]
+        args[LINKS_AT - 2] = ",".join(blooms)
         return script_keys, args, unique
 
     def _verdict(self, context: LeaseContext, unique: dict[str, FrontierRequest], reply: list[Any]) -> Verdict:
-        """The verdict of an admit *reply*; sets ``context.children`` to the admitted links."""
+        """The verdict of an admit *reply*; sets ``context.children`` to the admitted links, and adds
+        to ``context.bloom_records`` the page's records of the links a Bloom filter took (flag 2),
+        which its ack deletes."""
         r = context.request
         verdict = Verdict(int(reply[0]))
         if verdict is Verdict.EMIT:
             context.children = [c for c, ok in zip(unique.values(), reply[1:], strict=True) if int(ok)]
+            page = stored_fingerprint(context.fingerprint) + context.link_owner
+            for c, ok in zip(unique.values(), reply[1:], strict=True):
+                if int(ok) == 2:  # in the page's record of a Bloom filter: its ack deletes it
+                    shard = self.keys.shard_of(c.domain)
+                    if shard not in context.bloom_records:
+                        context.bloom_records[shard] = self.keys.dupefilter_bloom_page(
+                            r.spiderid, r.appid, r.crawlid, page, shard
+                        )
         elif verdict is not Verdict.LOST:
             crawl = (r.appid, r.crawlid)
             if crawl not in self._reported_stopped:  # log once per crawl

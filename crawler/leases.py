@@ -95,6 +95,9 @@ class LeaseContext:
     """The 4 bytes that own, in the dupefilter, the links this page queues when they are not its
     fingerprint's first 4: a recrawl's revisit (crawler/recrawl.py), which must not queue again the
     links its page's first fetch queued."""
+    bloom_records: dict[int, str] = field(default_factory=dict)
+    """Frontier shard -> the page's record of the links it added to the crawl's Bloom filter there
+    (``Keys.dupefilter_bloom_page``, written by the admit): deleted by the page's ack."""
 
     @property
     def request(self) -> FrontierRequest:
@@ -299,7 +302,7 @@ class LeaseTable:
             for hook in self.finish_hooks:
                 hook(batch, pipe)
             for context, counter in batch:
-                self.worker.queue_ack(context.lease, counter, pipe)
+                self.worker.queue_ack(context.lease, counter, pipe, context.bloom_records)
             self.frontier.renew_records([context.request for context, _ in batch], pipe)
             return pipe
 
@@ -370,7 +373,7 @@ class LeaseTable:
         for hook in self.finish_hooks:
             hook(batch, last)
         for context, counter in batch:
-            self.worker.queue_ack(context.lease, counter, last)  # type: ignore[arg-type]
+            self.worker.queue_ack(context.lease, counter, last, context.bloom_records)  # type: ignore[arg-type]
         self.frontier.renew_records([context.request for context, _ in batch], last)  # type: ignore[arg-type]
         await self._run(last.commands)
 

@@ -288,12 +288,17 @@ class ClusterView:
         return rows
 
     def budget_fields(self, state: CrawlState) -> dict[str, Any]:
-        """What the info answer about *state*'s crawl says of its page budget (§10.7)."""
+        """What the info answer about *state*'s crawl says of its page budget (§10.7) and, when
+        its seen-set went on in a Bloom filter (§3.8), ``bloom_hits``, as the redis-monitor's."""
+        fields: dict[str, Any] = {}
+        hits = self.reader.bloom_hits(state.spiderid, state.appid, state.crawlid)
+        if hits is not None:
+            fields["bloom_hits"] = hits
         budget = page_budget(state.max_pages or None, self.default_budget)
         if budget is None:
-            return {}
+            return fields
         (admitted,) = self.reader.admitted([(state.spiderid, state.appid, state.crawlid)])
-        return budget_fields(budget, admitted)
+        return {**budget_fields(budget, admitted), **fields}
 
     def _mark_budgets(self, rows: list[dict[str, Any]], max_pages: list[int]) -> None:
         """Give each row ``admission_stopped``: the name of the page budget (``max_pages`` or

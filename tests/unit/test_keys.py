@@ -126,6 +126,10 @@ def test_with_shards_every_key_a_script_touches_shares_one_slot(appid: str, craw
             keys.crawl_leases("link", appid, crawlid, k),
             keys.crawl_stopped("link", appid, crawlid, k),
             keys.dupefilter("link", appid, crawlid, k),
+            keys.dupefilter_bloom("link", appid, crawlid, k),
+            keys.dupefilter_bloom_layer("link", appid, crawlid, 3, k),
+            keys.dupefilter_bloom("link", appid, crawlid, k) + ":7",  # as crawler_admit.lua builds a layer's
+            keys.dupefilter_bloom_page("link", appid, crawlid, b"P" * 12, k),
             keys.page_caps("link", appid, crawlid, domain),
             keys.throttle(keys.throttle_key(domain, "link")),
             keys.throttle_prefix("link", None, k) + domain,

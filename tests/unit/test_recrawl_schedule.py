@@ -430,7 +430,7 @@ def test_a_revisit_queues_only_links_new_to_the_crawl(redis_client: redis.Redis,
     script_keys = [leases, keys.crawl_stopped("link", "app", "c1", shard), keys.dupefilter("link", "app", "c1", shard)]
 
     def call(page_arg: bytes, *links: bytes) -> list[int]:
-        args: list[Any] = [lease, 60_000_000, 600_000, page_arg, 0, 0, 1]
+        args: list[Any] = [lease, 60_000_000, 600_000, page_arg, 0, 0, 1, 0, "", 1]
         for link in links:
             args += [link, 3, 0, 0]
         return [int(x) for x in admit(keys=script_keys, args=args)]
@@ -462,7 +462,7 @@ def test_the_admit_with_a_budget_takes_the_first_links_of_a_page_and_counts_each
     cap_index = len(script_keys)
 
     def call(page: bytes, budget: int, *links: bytes, capped: int = 0) -> list[int]:
-        args: list[Any] = [lease, 60_000_000, 600_000, page, 0, budget, len(filters)]
+        args: list[Any] = [lease, 60_000_000, 600_000, page, 0, budget, len(filters), 0, "", 1]
         for link in links:  # a link's dupefilter is its domain's shard's: here its first byte's
             args += [link, 3 + link[0] % len(filters), cap_index if capped else 0, capped]
         return [int(x) for x in admit(keys=script_keys, args=args)]

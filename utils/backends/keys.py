@@ -382,6 +382,33 @@ class Keys(KeySpace):
         them already seen."""
         return f"{self._heads[shard]}dupefilter:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
 
+    @key("hash", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
+    def dupefilter_bloom(self, spider: str, appid: str, crawlid: str, shard: int = 0) -> str:
+        """The Bloom filter a crawl's seen-set continues in, in one shard, once its
+        :meth:`dupefilter` holds DUPEFILTER_BLOOM_AFTER entries (utils/frontier/bloom.py): fields
+        ``count`` (fingerprints added), ``hits`` (links it answered "seen" for), ``exp`` (log2 of
+        its first layer's bytes) and ``layers``; its bits are in :meth:`dupefilter_bloom_layer`."""
+        return f"{self._heads[shard]}dupefilter-bloom:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+
+    @key("string", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
+    def dupefilter_bloom_layer(self, spider: str, appid: str, crawlid: str, layer: int, shard: int = 0) -> str:
+        """The bits of layer *layer* (0, 1, ...) of :meth:`dupefilter_bloom`, each layer twice the
+        bytes of the one before (a scalable Bloom filter). crawler_admit.lua builds these names
+        itself, as ``<dupefilter_bloom>:<layer>`` (one slot: the same hash tag)."""
+        return f"{self.dupefilter_bloom(spider, appid, crawlid, shard)}:{layer}"
+
+    @key("set", ttl="CRAWL_RECORD_TTL; deleted when the page's lease ends")
+    def dupefilter_bloom_page(self, spider: str, appid: str, crawlid: str, page: bytes | str, shard: int = 0) -> str:
+        """The fingerprints (12 bytes, binary) that one page in flight added to :meth:`dupefilter_bloom`
+        (its links new to the crawl), *page* being the page's 12 bytes and its owner's 4 as the admit
+        gets them (ARGV 4 of crawler_admit.lua, which builds this name itself as
+        ``<dupefilter_bloom>:p:<page in hex>``), or their hex: the filter keeps no owner, so this
+        record is what lets the page, refetched after its crawler died between its admit and its
+        ack, queue those links again (docs/contract.md §3.8). Only pages in flight have one:
+        lease_ack.lua deletes it."""
+        hexed = page.hex() if isinstance(page, bytes) else page  # (a str: its hex already)
+        return f"{self.dupefilter_bloom(spider, appid, crawlid, shard)}:p:{hexed}"
+
     @key("set", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
     def page_caps(self, spider: str, appid: str, crawlid: str, domain: str) -> str:
         """Fingerprints (as in :meth:`dupefilter`) of the requests admitted for one crawl in one domain while a page cap

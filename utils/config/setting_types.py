@@ -74,6 +74,7 @@ class SettingTypes:
     CRAWLER_EGRESS_ID: str | None
     LEASE_TIMEOUT: float
     DUPEFILTER_TIMEOUT: float
+    DUPEFILTER_BLOOM_AFTER: int
     GLOBAL_PAGE_PER_DOMAIN_LIMIT: int | None
     CRAWL_MAX_PAGES_DEFAULT: int | None
     LINK_MAX_URL_LENGTH: int

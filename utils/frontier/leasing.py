@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self, cast
 
 from crawlhive.utils.backends.keys import Keys
-from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.backends.redis_clients import is_cluster, keys_from_settings
 from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, decode_priority, parse_lease_member
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from crawlhive.utils.backends.redis_types import RedisPipeline
     from crawlhive.utils.config.settings import Settings
 
@@ -428,13 +430,32 @@ class FrontierLeaser:
 
         return [TouchStatus(int(x) if int(x) in (0, 2) else 1) for x in self.scripts.execute(build)]
 
-    def queue_ack(self, lease: Lease, counter: str, pipe: RedisPipeline) -> None:
+    def queue_ack(
+        self, lease: Lease, counter: str, pipe: RedisPipeline, records: Mapping[int, str] | None = None
+    ) -> None:
         """Queue :meth:`ack` of *lease* on *pipe* (the caller executes it; with ``MULTI`` it is
         atomic with the pipe's other writes, e.g. the :meth:`Frontier.push` of the page's links).
+
+        *records* (shard -> key) are the page's records of the links it added to a Bloom filter
+        (``Keys.dupefilter_bloom_page``, ``LeaseContext.bloom_records``): the ack script deletes
+        them when it ends the lease (its links are queued by then: the finish writes them first).
+        On a Redis Cluster the script takes only those of the lease's slot; another shard's is
+        deleted by a ``DEL`` in the same round trip (pages whose links the Bloom filter of another
+        shard took only).
 
         Uses ``EVALSHA`` directly, so the pipe costs no script-existence check: run the pipe with
         ``scripts(redis).execute``, which loads the scripts and retries when Redis lost them.
         """
         if counter not in ("", "crawled", "failed"):
             raise ValueError(f"counter must be 'crawled', 'failed' or '', got {counter!r}")
-        self.scripts.queue(pipe, "lease_ack", self._ack_keys(lease.request), [lease.member, counter, self.record_ttl_s])
+        ack_keys = self._ack_keys(lease.request)
+        if records:
+            if is_cluster(self.redis):
+                shard = self.keys.shard_of(lease.request.domain)
+                for other, key in records.items():
+                    if other != shard:
+                        pipe.delete(key)
+                ack_keys += [records[shard]] if shard in records else []
+            else:
+                ack_keys += list(records.values())
+        self.scripts.queue(pipe, "lease_ack", ack_keys, [lease.member, counter, self.record_ttl_s])

@@ -172,8 +172,8 @@ class FrontierReader:
 
     def admitted(self, crawls: list[tuple[str, str, str]]) -> list[int]:
         """Requests each of *crawls* admitted so far, what its page budget counts (§10.7): the
-        entries of its dupefilters (every shard's), or on a Redis Cluster the counter its admits
-        keep in its record (while it has a budget); one round trip."""
+        entries of its dupefilters and their Bloom filters (every shard's), or on a Redis Cluster
+        the counter its admits keep in its record (while it has a budget); one round trip."""
         keys = self.keys
         cluster = is_cluster(self.redis)
         pipe = self.redis.pipeline(transaction=False)
@@ -183,11 +183,22 @@ class FrontierReader:
             else:
                 for shard in range(keys.shards):
                     pipe.hlen(keys.dupefilter(spider, appid, crawlid, shard))
+                    pipe.hget(keys.dupefilter_bloom(spider, appid, crawlid, shard), "count")
         replies = pipe.execute() if crawls else []
         if cluster:
             return [max(0, int(reply or 0)) for reply in replies]
-        per = keys.shards
-        return [sum(int(n) for n in replies[i * per : (i + 1) * per]) for i in range(len(crawls))]
+        per = 2 * keys.shards
+        return [sum(int(n or 0) for n in replies[i * per : (i + 1) * per]) for i in range(len(crawls))]
+
+    def bloom_hits(self, spider: str, appid: str, crawlid: str) -> int | None:
+        """Links of a crawl its Bloom seen-set answered "seen" for (DUPEFILTER_BLOOM_AFTER, §3.8),
+        every shard's; about 0.1 % of them were new URLs dropped. None while the crawl has no
+        Bloom filter (its seen-set is all in its dupefilters)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.keys.shards):
+            pipe.hget(self.keys.dupefilter_bloom(spider, appid, crawlid, shard), "hits")
+        hits = [int(h) for h in pipe.execute() if h is not None]
+        return sum(hits) if hits else None
 
     def app_crawlids(self, spider: str, appid: str) -> list[str]:
         """Crawl ids of *appid* that have (or recently had) queued or in-flight work."""

@@ -34,6 +34,7 @@ from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import is_cluster, keys_from_settings
 from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.backends.replication import ReplicaWait
+from crawlhive.utils.frontier.bloom import MAX_LAYERS
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, encode_score
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class PushPlan:
         recrawls: crawl -> its recrawl settings (§19), JSON, from a seed sent with ``recrawl``.
         restarts: (spider, appid, crawlid, shard) of those crawls that were stopped or expired
             there (:meth:`Frontier.push` finds them): sent with ``recrawl``, such a crawl starts
-            afresh (§19.1): its stopped marker and dupefilter there are deleted.
+            afresh (§19.1): its stopped marker and dupefilter (and its Bloom filter) there are deleted.
     """
 
     queues: dict[str, dict[bytes, int]] = field(default_factory=dict)
@@ -247,6 +248,9 @@ class Frontier:
         for spider, appid, crawlid, shard in plan.restarts:  # a stopped crawl sent with recrawl starts afresh
             first.delete(keys.crawl_stopped(spider, appid, crawlid, shard))
             first.delete(keys.dupefilter(spider, appid, crawlid, shard))
+            first.delete(keys.dupefilter_bloom(spider, appid, crawlid, shard))
+            for layer in range(MAX_LAYERS):  # one key a DEL: a cluster pipeline takes no more
+                first.delete(keys.dupefilter_bloom_layer(spider, appid, crawlid, layer, shard))
         for queue, members in queues.items():
             first.zadd(queue, members, nx=True)
         for (spider, render, domain), crawl_best in best.items():

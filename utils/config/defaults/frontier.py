@@ -36,6 +36,13 @@ LEASE_TIMEOUT: float = 120.0
 DUPEFILTER_TIMEOUT: float = 600.0
 """Seconds a crawl's dupefilter lives after the crawl's last activity."""
 
+DUPEFILTER_BLOOM_AFTER: int = 0
+"""Entries a crawl's dupefilter holds, per frontier shard, before its seen-set continues in a Bloom
+filter kept in Redis (docs/contract.md §3.8): the dupefilter is then frozen (still read first) and
+new fingerprints go to the filter, about 2 bytes per URL instead of about 70, at the cost of about
+0.1 % of the first-time URLs beyond this count dropped as false positives (``bloom_hits`` in
+``info``). 0 = never (every URL in the dupefilter). Sizing: docs/operations.md."""
+
 GLOBAL_PAGE_PER_DOMAIN_LIMIT: int | None = None
 """Cap on requests per (crawl, domain) applied to every crawl; unset = no cap."""
 
