@@ -14,63 +14,50 @@ import logging
 from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.redis_monitor.plugins import MonitorPlugin, Outbound, server_time
-from crawlhive.utils.frontier import FrontierReader
 from crawlhive.utils.process.kinds import stats_kinds, stats_types
 from crawlhive.utils.process.views import KindView, ViewContext, views
 from crawlhive.utils.rules.proxy_pools import ProxyConfigError, ProxyPools, pools_from_settings
-from crawlhive.utils.state.stats import Stats
 
 if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor
-    from crawlhive.utils.backends.keys import Keys
-    from crawlhive.utils.backends.redis_types import RedisClient
 
 logger = logging.getLogger(__name__)
 
 
 class StatsMonitor(MonitorPlugin):
-    """Answers stats requests of every type."""
+    """Answers stats requests of every type, through the views of the registry's kinds.
+
+    Args:
+        context: what the views read (the monitor's Redis, keys, stats and frontier reader, and the
+            settings that shape the answers), built once.
+    """
 
     name = "StatsMonitor"
 
-    def __init__(
-        self,
-        redis: RedisClient,
-        keys: Keys,
-        stats: Stats,
-        frontier: FrontierReader,
-        response_codes: list[int],
-        max_domains: int,
-    ) -> None:
-        self.redis = redis
-        self.keys = keys
-        self.stats = stats
-        self.frontier = frontier
-        self.response_codes = {int(c) for c in response_codes}
-        self.max_domains = max_domains
-        self.default_window_s = 60.0
-        self.pools: ProxyPools | None = None
-        #: Seconds after which a sink's published state is stale (HEARTBEAT_TIMEOUT).
-        self.heartbeat_timeout_s = 30.0
+    def __init__(self, context: ViewContext) -> None:
+        self.context = context
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
         settings = monitor.settings
-        plugin = cls(
-            monitor.redis,
-            monitor.keys,
-            monitor.stats,
-            monitor.frontier,
-            settings.STATS_RESPONSE_CODES,
-            settings.STATS_QUEUE_MAX_DOMAINS,
-        )
-        plugin.default_window_s = settings.QUEUE_WINDOW
+        pools: ProxyPools | None = None
         try:
-            plugin.pools = pools_from_settings(settings)
+            pools = pools_from_settings(settings)
         except ProxyConfigError as exc:  # the crawlers refuse to start on it; stats still answer
             logger.warning("%s; stats proxies lists the proxies that served requests only", exc)
-        plugin.heartbeat_timeout_s = settings.HEARTBEAT_TIMEOUT
-        return plugin
+        return cls(
+            ViewContext(
+                redis=monitor.redis,
+                keys=monitor.keys,
+                stats=monitor.stats,
+                frontier=monitor.frontier,
+                response_codes=frozenset(int(c) for c in settings.STATS_RESPONSE_CODES),
+                queue_max_domains=settings.STATS_QUEUE_MAX_DOMAINS,
+                window_s=settings.QUEUE_WINDOW,
+                heartbeat_timeout_s=settings.HEARTBEAT_TIMEOUT,
+                proxy_pools=pools,
+            )
+        )
 
     def accepts(self, kind: str, request: dict[str, Any]) -> bool:
         return kind == "stats"
@@ -88,28 +75,14 @@ class StatsMonitor(MonitorPlugin):
         message.update(self.body(kind_))
         return [Outbound(message)]
 
-    def context(self) -> ViewContext:
-        """What the views read, from this plugin's clients and settings."""
-        return ViewContext(
-            redis=self.redis,
-            keys=self.keys,
-            stats=self.stats,
-            frontier=self.frontier,
-            response_codes=frozenset(self.response_codes),
-            queue_max_domains=self.max_domains,
-            window_s=self.default_window_s,
-            heartbeat_timeout_s=self.heartbeat_timeout_s,
-            proxy_pools=self.pools,
-        )
-
     def body(self, kind: str) -> dict[str, Any]:
         """The type-specific part of a stats answer: ``all`` is every kind that is a stats type
         (in the registry's order); any other type is answered by the view that declares it."""
-        shown = views(self.context())
+        shown = views(self.context)
         if kind == "all":
             by_kind = {view.kind: view for view in shown}
             return {name: by_kind[name].stats_body(name) for name in stats_kinds()}
         for view in shown:
             if view.answers(kind):
                 return view.stats_body(kind)
-        return KindView(kind, self.context()).counters_body()  # a component no kind declares
+        return KindView(kind, self.context).counters_body()  # a component no kind declares

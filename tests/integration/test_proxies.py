@@ -144,8 +144,7 @@ def test_rotation_a_ban_moves_traffic_to_the_other_proxy_and_no_credential_leaks
     # stats proxies, /metrics and the dashboard's card name proxies host:port, with no credential
     with_pools = settings.copy_with(PROXY_POOLS={"res": [p.url for p in proxies]})
     view = ClusterView(cluster["redis"], with_pools, {})
-    overview = StatsMonitor(cluster["redis"], keys, view.stats, view.reader, [200], 10)
-    overview.pools = view.context.proxy_pools
+    overview = StatsMonitor(view.context)  # the proxy pools of with_pools
     answer = overview.body("proxies")["proxies"]
     assert answer["pools"]["res"][proxies[0].id]["requests"]["ban"] == bans
     assert list(answer["pools"]["res"][proxies[0].id]["resting"]) == ["127.0.0.1"]

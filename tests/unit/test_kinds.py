@@ -120,6 +120,7 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     from crawlhive.utils.contract.validation import Accepted
     from crawlhive.utils.frontier import FrontierReader
     from crawlhive.utils.process.intake import request_validator
+    from crawlhive.utils.process.views import ViewContext
     from crawlhive.utils.state.heartbeat import Heartbeat, new_node_id
     from crawlhive.utils.state.stats import Stats
 
@@ -132,7 +133,8 @@ def test_a_kind_of_a_package_of_its_own_shows_up_in_help_up_stats_and_the_dashbo
     stats.incr_many([("hello-sink", "total", 3)])
     beat = Heartbeat(redis_client, keys, "hello-sink", new_node_id(), "host-1", timeout_s=30)
     beat.beat()
-    monitor = StatsMonitor(redis_client, keys, stats, FrontierReader(redis_client, keys, 3600), [200], 10)
+    context = ViewContext(redis_client, keys, stats, FrontierReader(redis_client, keys, 3600), frozenset({200}))
+    monitor = StatsMonitor(context)
     body = monitor.body("all")
     assert list(body) == [*BUILTIN[:4], "hello-sink", "sink", "rest"]
     assert body["hello-sink"]["total"] == {"60": 3, "lifetime": 3}
