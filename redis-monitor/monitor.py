@@ -149,6 +149,11 @@ class RedisMonitor(Worker):
     def close(self) -> None:
         """Close the producer (flushing it). Entries still held stay pending in the group; another
         monitor claims them after REDIS_MONITOR_CLAIM_IDLE_S."""
+        for plugin in self.plugins:
+            try:
+                plugin.close()
+            except Exception:
+                logger.warning("redis-monitor plugin %s failed to stop", plugin.name, exc_info=True)
         producer, self.producer = self.producer, None
         if producer is not None:
             producer.close(timeout=5)

@@ -30,6 +30,7 @@ BUILTIN_PLUGINS: dict[str, int] = {
     "crawlhive.redis_monitor.plugins.reaper.LeaseReaper": 700,
     "crawlhive.redis_monitor.plugins.waiting.WaitingCrawls": 800,
     "crawlhive.redis_monitor.plugins.recrawl.RecrawlReleaser": 900,
+    "crawlhive.redis_monitor.plugins.tails.FrontierTails": 1000,
 }
 
 
@@ -89,6 +90,10 @@ class MonitorPlugin(ABC):
             The messages to send instead of an answer, or None for the monitor's default: a dead
             letter with stage ``control``.
         """
+        return None
+
+    def close(self) -> None:
+        """Stop what the plugin started (a thread of its own); called once when the monitor stops."""
         return None
 
     def tick(self) -> None:

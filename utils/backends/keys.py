@@ -49,6 +49,58 @@ class Keys(KeySpace):
         spider, appid, crawlid, domain = self._parse(key_, "cq", 4)
         return unescape(spider), unescape(appid), unescape(crawlid), domain
 
+    def parse_lane_queue(self, key_: str) -> tuple[str, str, str, str, bool]:
+        """A :meth:`crawl_queue` key of either lane -> ``(spider, appid, crawlid, domain, render)``.
+
+        Raises:
+            KeyFormatError: *key_* is not a crawl queue key of this prefix.
+        """
+        try:
+            spider, appid, crawlid, domain = self._parse(key_, "cq", 4)
+            render = False
+        except KeyFormatError:
+            spider, appid, crawlid, domain = self._parse(key_, lane("cq", True), 4)
+            render = True
+        return unescape(spider), unescape(appid), unescape(crawlid), domain, render
+
+    @key("zset")
+    def tail_queue(self, spider: str, appid: str, crawlid: str, domain: str, render: bool = False) -> str:
+        """The tail of :meth:`crawl_queue` (docs/contract.md §23, FRONTIER_TAIL_URL): its requests
+        beyond the head, in segments of the tail store. Member = ``<segment id>:<requests>`` (the
+        object ``utils/frontier/tails.py segment_path`` names), score = the best (lowest) score in
+        the segment; the redis-monitors refill the head from the best segment first. Only a pointer
+        per segment is in Redis."""
+        head = self._heads[self.shard_of(domain)]
+        return f"{head}{lane('tq', render)}:{escape(spider)}:{escape(appid)}:{escape(crawlid)}:{domain}"
+
+    @key("zset")
+    def tail_spill_wanted(self, shard: int = 0) -> str:
+        """Crawl queues of one shard that a push made long enough to spill part of into their tail:
+        member = :meth:`crawl_queue` key, score = from when (epoch s) a redis-monitor should look
+        (later after a failed spill). The redis-monitor removes a member once it looked."""
+        return f"{self._heads[shard]}tail-spill"
+
+    @key("zset")
+    def tail_refill_wanted(self, shard: int = 0) -> str:
+        """Crawl queues of one shard whose head a pop found short (under half of FRONTIER_HEAD_SIZE,
+        or empty) while their tail holds segments: member = :meth:`crawl_queue` key, score = from
+        when (epoch s) a redis-monitor should refill it. Removed once refilled."""
+        return f"{self._heads[shard]}tail-refill"
+
+    @key("hash")
+    def tail_stats(self, shard: int = 0) -> str:
+        """Counters of one shard's tails: ``requests`` and ``segments`` in the store now, ``bytes``
+        written and still referenced, lifetime ``spilled`` and ``refilled`` requests, and
+        ``waiting``: requests beyond the heads a failed spill left in Redis (0 once the store answers)."""
+        return f"{self._heads[shard]}tail-stats"
+
+    @key("string", ttl="30 s, renewed while it holds")
+    def tail_full(self) -> str:
+        """Present while some shard has more than FRONTIER_TAIL_BACKLOG_MAX requests waiting in Redis
+        for a tail store that cannot be written: holds FRONTIER_TAIL_URL's error. kafka-monitors read
+        no new crawl requests meanwhile."""
+        return f"{self._global}tail-full"
+
     @key("zset")
     def domain_crawls(self, spider: str, domain: str, render: bool = False) -> str:
         """Crawls with pending requests in one domain: member = :meth:`crawl_member`, score = the
@@ -287,6 +339,7 @@ class Keys(KeySpace):
         head = self._heads[shard]
         return {
             "crawl_queue": f"{head}{lane('cq', render)}:{s}:",  # + crawl member + ":" + domain
+            "tail_queue": f"{head}{lane('tq', render)}:{s}:",  # + crawl member + ":" + domain
             "domain_crawls": f"{head}{lane('dq', render)}:{s}:",  # + domain
             "crawl_domains": f"{head}{lane('crawl-domains', render)}:{s}:",  # + crawl member
             "crawl": f"{head}crawl:{s}:",  # + crawl member: the shard's part of the record

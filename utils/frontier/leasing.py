@@ -14,6 +14,7 @@ from crawlhive.utils.backends.redis_clients import is_cluster, keys_from_setting
 from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, decode_priority, parse_lease_member
+from crawlhive.utils.frontier.tails import REFILL_WAIT_US, TailLimits
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -138,16 +139,20 @@ class FrontierLeaser:
         self.throttle = throttle
         self.scripts = scripts(redis)
         self._next_shard = 0
+        #: When queues spill to tails and ask for refills (FRONTIER_TAIL_URL, §23).
+        self.tails = TailLimits()
 
     @classmethod
     def from_settings(cls, redis: RedisClient, settings: Settings) -> Self:
-        return cls(
+        leaser = cls(
             redis,
             keys_from_settings(settings),
             settings.LEASE_TIMEOUT,
             settings.CRAWL_RECORD_TTL,
             ThrottleConfig.from_settings(settings),
         )
+        leaser.tails = TailLimits.from_settings(settings)
+        return leaser
 
     def pop(self, spider: str, render: bool = False, shard: int | None = None) -> PopOutcome:
         """Lease the best request of the next domain that its throttle allows, cluster-wide.
@@ -180,12 +185,15 @@ class FrontierLeaser:
         keys = self.keys
         prefixes = keys.script_prefixes(spider, render, shard)
         throttle = self.throttle
+        tails = self.tails
         return (
             [
                 keys.domains(spider, render, shard),
                 keys.leases(spider, shard),
                 keys.domain_config(shard),
                 keys.domain_blacklist(shard),
+                keys.tail_refill_wanted(shard),
+                keys.tail_spill_wanted(shard),
             ],
             [
                 prefixes["crawl_queue"],
@@ -202,6 +210,10 @@ class FrontierLeaser:
                 int(RECHECK_S * 1_000_000),
                 int(throttle.margin_s * 1_000_000),
                 keys.crawl_delay_prefix(shard),
+                prefixes["tail_queue"] if tails.enabled else "",
+                tails.refill_below,
+                tails.spill_above,
+                REFILL_WAIT_US,
             ],
         )
 

@@ -9,6 +9,7 @@ none when it crashes before Kafka acknowledged it.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
@@ -19,11 +20,14 @@ from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.frontier.model import decode_priority, text
 from crawlhive.utils.frontier.recrawl import RECORD_FIELD, RECURRING_FIELD, Schedule
+from crawlhive.utils.frontier.tails import TailStore, parse_tail_member
 
 if TYPE_CHECKING:
     from crawlhive.utils.backends.redis_types import RedisPipeline
     from crawlhive.utils.config.settings import Settings
 
+
+logger = logging.getLogger(__name__)
 
 #: Seconds between two reads of an active crawl's shards by the completion check on a Redis
 #: Cluster (where a crawl's 64 shards cost 256 reads; on one Redis a script reads them).
@@ -79,11 +83,14 @@ class FrontierReader:
         # when its shards were last read (_scan_complete_cluster)
         self._seen: dict[str, tuple[object, float]] = {}
         self._checked: dict[str, float] = {}
+        #: FRONTIER_TAIL_URL's store: :meth:`purge` deletes the segments of what it purged.
+        self.tail_store: TailStore | None = None
 
     @classmethod
     def from_settings(cls, redis: RedisClient, settings: Settings) -> Self:
         reader = cls(redis, keys_from_settings(settings), settings.CRAWL_RECORD_TTL)
         reader.recrawl_buckets = settings.RECRAWL_STATE_BUCKETS
+        reader.tail_store = TailStore.from_settings(settings)
         return reader
 
     def crawl_state(self, spider: str, appid: str, crawlid: str) -> CrawlState:
@@ -108,8 +115,10 @@ class FrontierReader:
         def build() -> RedisPipeline:
             pipe = self.redis.pipeline(transaction=False)
             for shard in range(keys.shards):
-                plain = keys.script_prefixes(spider, False, shard)["crawl_queue"]
-                render = keys.script_prefixes(spider, True, shard)["crawl_queue"]
+                plain_prefixes = keys.script_prefixes(spider, False, shard)
+                render_prefixes = keys.script_prefixes(spider, True, shard)
+                plain, render = plain_prefixes["crawl_queue"], render_prefixes["crawl_queue"]
+                tails = [plain_prefixes["tail_queue"], render_prefixes["tail_queue"]]
                 for chunk in chunks:
                     script_keys = []
                     for i in chunk:
@@ -119,7 +128,7 @@ class FrontierReader:
                         ]
                         if sharded:
                             script_keys.append(keys.crawl_shard(spider, appid, crawlids[i], shard))
-                    args = [plain, render, "1" if sharded else "0", *(members[i] for i in chunk)]
+                    args = [plain, render, "1" if sharded else "0", *tails, *(members[i] for i in chunk)]
                     self.scripts.queue(pipe, "crawls_backlog", script_keys, args)
             for crawlid in crawlids:
                 pipe.hgetall(keys.crawl(spider, appid, crawlid))
@@ -241,6 +250,7 @@ class FrontierReader:
                         part if sharded else keys.expiries(),  # with shards: disarmed below
                         keys.crawl_stopped(spider, appid, crawlid, shard),
                         keys.crawl_domains(spider, appid, crawlid, render=True, shard=shard),
+                        keys.tail_stats(shard),
                     ],
                     [
                         prefixes["crawl_queue"] + member + ":",
@@ -252,11 +262,15 @@ class FrontierReader:
                         render_prefixes["crawl_queue"] + member + ":",
                         render_prefixes["domain_crawls"],
                         stopped_at_ms,
+                        prefixes["tail_queue"] + member + ":",
+                        render_prefixes["tail_queue"] + member + ":",
                     ],
                 )
             return pipe
 
-        purged = sum(int(n) for n in self.scripts.execute(build)) + scheduled
+        replies = self.scripts.execute(build)
+        purged = sum(int(reply[0]) for reply in replies) + scheduled
+        self._delete_segments({shard: list(reply[1:]) for shard, reply in enumerate(replies) if len(reply) > 1})
         self.redis.hdel(keys.crawl(spider, appid, crawlid), RECORD_FIELD, RECURRING_FIELD, "schedule_stopped")
         if sharded:  # the record itself and the expiry timer (the shards' scripts ended their parts)
             record = keys.crawl(spider, appid, crawlid)
@@ -268,6 +282,27 @@ class FrontierReader:
                 pipe.hdel(record, "expires")
             pipe.execute()
         return purged
+
+    def _delete_segments(self, segments: dict[int, list[Any]]) -> None:
+        """Delete from the tail store the segments a purge took out of Redis (shard -> tail members).
+        Without FRONTIER_TAIL_URL here they are left (logged): no pointer names them any more."""
+        if not segments:
+            return
+        if self.tail_store is None:
+            logger.warning(
+                "a purge dropped %d tail segments, but FRONTIER_TAIL_URL is not set here: "
+                "their objects stay in the store",
+                sum(len(m) for m in segments.values()),
+            )
+            return
+        paths = []
+        for shard, members in segments.items():
+            for member in members:
+                try:
+                    paths.append(self.tail_store.path(shard, parse_tail_member(member)[0]))
+                except ValueError:
+                    continue
+        self.tail_store.delete(paths)
 
     def scan_complete(self, cursor: int = 0, count: int = 500) -> tuple[int, int]:
         """Check up to about *count* crawls of ``keys.active_crawls()`` from *cursor* (``SSCAN``):
@@ -407,7 +442,7 @@ class FrontierReader:
                     pipe,
                     "spider_backlog",
                     [self.keys.domains(spider, render, shard)],
-                    [prefixes["domain_crawls"], prefixes["crawl_queue"]],
+                    [prefixes["domain_crawls"], prefixes["crawl_queue"], prefixes["tail_queue"]],
                 )
             return pipe
 

@@ -36,11 +36,15 @@ from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.backends.replication import ReplicaWait
 from crawlhive.utils.frontier.bloom import MAX_LAYERS
 from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, encode_score
+from crawlhive.utils.frontier.tails import TailLimits
 
 if TYPE_CHECKING:
     from crawlhive.utils.backends.redis_types import RedisPipeline
     from crawlhive.utils.config.settings import Settings
 
+
+#: Seconds between two spill flags of one queue by one process (FRONTIER_TAIL_URL, §23).
+FLAG_EVERY_S = 1.0
 
 #: The wake-up message that names no shard: work may be ready in any shard.
 WAKE_ANY = b"*"
@@ -98,6 +102,8 @@ class PushPlan:
     option_sets: dict[tuple[str, str, str, int], dict[str, OptionSet]] = field(default_factory=dict)
     recrawls: dict[tuple[str, str, str], str] = field(default_factory=dict)
     restarts: list[tuple[str, str, str, int]] = field(default_factory=list)
+    shards: dict[str, int] = field(default_factory=dict)
+    """queue key -> its frontier shard."""
 
 
 def plan_push(keys: Keys, requests: list[FrontierRequest], next_seq: dict[int, int]) -> PushPlan:
@@ -118,6 +124,7 @@ def plan_push(keys: Keys, requests: list[FrontierRequest], next_seq: dict[int, i
         members = queues.get(queue)
         if members is None:
             members = queues[queue] = {}
+            plan.shards[queue] = shard
         members.setdefault(request.member(), value)
         crawl_best = best.setdefault((spider, render, domain), {})
         crawl_member = keys.crawl_member(appid, crawlid)
@@ -146,15 +153,20 @@ class Frontier:
         self.record_ttl_s = int(record_ttl_s)
         self.cluster = is_cluster(redis)
         self.replicas = replicas
+        #: FRONTIER_TAIL_URL set: a push flags the queues it added to for the tail mover (§23).
+        self.tails = False
+        self._flagged: dict[str, float] = {}  # queue -> when this process last flagged it
 
     @classmethod
     def from_settings(cls, redis: RedisClient, settings: Settings) -> Self:
-        return cls(
+        frontier = cls(
             redis,
             keys_from_settings(settings),
             settings.CRAWL_RECORD_TTL,
             ReplicaWait.from_settings(redis, settings),
         )
+        frontier.tails = TailLimits.from_settings(settings).enabled
+        return frontier
 
     def reserve_sequence(self, count: int, shard: int = 0) -> int:
         """First of *count* fresh arrival numbers of *shard* (one round trip)."""
@@ -253,6 +265,8 @@ class Frontier:
                 first.delete(keys.dupefilter_bloom_layer(spider, appid, crawlid, layer, shard))
         for queue, members in queues.items():
             first.zadd(queue, members, nx=True)
+        if self.tails:
+            self._flag_spills(plan, first)
         for (spider, render, domain), crawl_best in best.items():
             first.zadd(keys.domain_crawls(spider, domain, render), crawl_best, lt=True)
         for (spider, render, shard), domains in spider_domains.items():
@@ -268,6 +282,19 @@ class Frontier:
         if self.cluster:
             for spider, appid, crawlid in plan.crawls:
                 first.hincrby(keys.crawl(spider, appid, crawlid), "gen", 1)
+
+    def _flag_spills(self, plan: PushPlan, first: Any) -> None:
+        """Flag the queues *plan* adds to in their shard's ``tail_spill_wanted`` (the redis-monitor
+        then checks their length), each at most once per FLAG_EVERY_S from this process: a crawler
+        pushing a page's links every few milliseconds costs one flag a second per queue."""
+        now = time.time()
+        flagged = self._flagged
+        if len(flagged) > 100_000:  # a long-lived process: forget the old ones
+            self._flagged = flagged = {q: t for q, t in flagged.items() if now - t < FLAG_EVERY_S}
+        for queue in plan.queues:
+            if now - flagged.get(queue, 0.0) >= FLAG_EVERY_S:
+                flagged[queue] = now
+                first.zadd(self.keys.tail_spill_wanted(plan.shards[queue]), {queue: now}, nx=True)
 
     def queue_cluster_writes(self, plan: PushPlan, pipe: Any) -> None:
         """Queue on *pipe* the cluster-wide writes of *plan* (crawl records, crawl sets, expiry

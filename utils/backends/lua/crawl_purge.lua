@@ -5,16 +5,33 @@
 -- ARGV: 1 crawl queue prefix + crawl member + ':', 2 domain crawls prefix, 3 crawl member,
 --       4 crawl ref ('' with shards: the caller disarms the timer, whose key is in another slot), 5 stopped-marker TTL (s), 6 how the crawl ends ('stopped' or 'expired'),
 --       7 and 8: ARGV 1 and 2 of the rendering lane, 9 when the stop took effect (epoch ms): the
---       marker's value, so a seed sent before it and read after it is not queued (§3.9).
--- Returns the number of queued requests purged.
+--       marker's value, so a seed sent before it and read after it is not queued (§3.9),
+--       10 and 11: tail queue prefix + crawl member + ':' of the plain and rendering lanes (their
+--       tails are purged too, KEYS 8: the shard's tail stats).
+-- Returns {queued requests purged (tails included), tail members of the purged segments...}: the
+-- caller deletes those segments from the tail store.
+--! include lib/tails.lua
 
 local purged = 0
-local lanes = {{KEYS[1], ARGV[1], ARGV[2]}, {KEYS[7], ARGV[7], ARGV[8]}}
+local segments = {}
+local lanes = {{KEYS[1], ARGV[1], ARGV[2], ARGV[10]}, {KEYS[7], ARGV[7], ARGV[8], ARGV[11]}}
 for _, lane in ipairs(lanes) do
   for _, domain in ipairs(redis.call('SMEMBERS', lane[1])) do
     local cq = lane[2] .. domain
     purged = purged + redis.call('ZCARD', cq)
     redis.call('DEL', cq)
+    local tq = lane[4] .. domain
+    for _, member in ipairs(redis.call('ZRANGE', tq, 0, -1)) do
+      local n, size = tail_member(member)
+      if n then
+        purged = purged + n
+        redis.call('HINCRBY', KEYS[8], 'requests', -n)
+        redis.call('HINCRBY', KEYS[8], 'segments', -1)
+        redis.call('HINCRBY', KEYS[8], 'bytes', -size)
+      end
+      segments[#segments + 1] = member
+    end
+    redis.call('DEL', tq)
     redis.call('ZREM', lane[3] .. domain, ARGV[3])
   end
   redis.call('DEL', lane[1])
@@ -31,4 +48,6 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
 end
 if ARGV[4] ~= '' then redis.call('ZREM', KEYS[5], ARGV[4]) end
 redis.call('SET', KEYS[6], ARGV[9], 'EX', ARGV[5])
-return purged
+local out = {purged}
+for _, member in ipairs(segments) do out[#out + 1] = member end
+return out

@@ -1,13 +1,21 @@
 -- Lease the best request of the next domain its throttle allows, for one spider type.
--- KEYS: 1 domains(spider), 2 leases(spider), 3 domain_config, 4 domain_blacklist.
+-- KEYS: 1 domains(spider), 2 leases(spider), 3 domain_config, 4 domain_blacklist, 5 tail refill
+--       wanted, 6 tail spill wanted (the shard's: Keys.tail_refill_wanted, tail_spill_wanted).
 -- ARGV: 1 crawl_queue prefix, 2 domain_crawls prefix, 3 crawl_domains prefix, 4 crawl prefix,
 --       5 crawl_leases prefix, 6 throttle prefix, 7 default hits, 8 default window (us),
 --       9 '1' if moderated, 10 lease (us), 11 domains to scan, 12 recheck (us), 13 window margin (us),
---       14 crawl-delay prefix (+ domain: seconds robots.txt asks between fetches).
+--       14 crawl-delay prefix (+ domain: seconds robots.txt asks between fetches),
+--       15 tail_queue prefix ('' when queues keep no tails: FRONTIER_TAIL_URL unset), 16 refill
+--       below (a head with fewer requests and a tail asks for a refill), 17 spill above (a queue
+--       with more asks for a spill), 18 wait (us) of a domain whose crawls there have only tails.
 -- Returns {1, lease, domain, crawl member, deadline_s, deadline_us, option set JSON ('' if none)}
 -- when a request was leased (lease = score:crawl member:#domain:domain member, see
 -- utils/frontier/model.py lease_member);
 -- {2, wait_us} when domains exist but none may be fetched now; {0} when nothing is queued.
+-- A request is never served before a better one of its queue's tail: a crawl whose queue in a
+-- domain has nothing better than its tail's best segment in its head is skipped (the next crawl
+-- there serves) until a redis-monitor refilled it; a domain with nothing else waits ARGV 18. A
+-- refill is asked for while fewer than ARGV 16 requests are left before the tail's best.
 --! include lib/throttle.lua
 
 local now = now_us()
@@ -26,21 +34,36 @@ for _, domain in ipairs(ready) do
     if wait > 0 then
       redis.call('ZADD', KEYS[1], secs(now + wait), domain)
     else
-      while true do
-        local best = redis.call('ZRANGE', dq, 0, 0)
-        if #best == 0 then
-          redis.call('ZREM', KEYS[1], domain)
-          break
-        end
-        local crawl = best[1]
+      local tails = ARGV[15] ~= ''
+      local refill_below, spill_above = tonumber(ARGV[16]), tonumber(ARGV[17])
+      local waiting = false  -- a crawl here has requests, all in its tail
+      for _, crawl in ipairs(redis.call('ZRANGE', dq, 0, 15)) do
         local cq = ARGV[1] .. crawl .. ':' .. domain
         local popped = redis.call('ZPOPMIN', cq)
+        local tail = tails and redis.call('ZRANGE', ARGV[15] .. crawl .. ':' .. domain, 0, 0, 'WITHSCORES') or {}
+        if #popped > 0 and #tail > 0 and tonumber(popped[2]) > tonumber(tail[2]) then
+          -- the tail holds better requests than the head's best: served only once refilled
+          redis.call('ZADD', cq, popped[2], popped[1])
+          popped = {}
+        end
         local head = redis.call('ZRANGE', cq, 0, 0, 'WITHSCORES')
-        if #head == 0 then
+        if #head == 0 and #tail == 0 then
           redis.call('ZREM', dq, crawl)
           redis.call('SREM', ARGV[3] .. crawl, domain)
         else
-          redis.call('ZADD', dq, head[2], crawl)
+          local best = head[2]
+          if #head == 0 or (#tail > 0 and tonumber(tail[2]) < tonumber(best)) then best = tail[2] end
+          redis.call('ZADD', dq, best, crawl)
+          if tails then
+            if #tail > 0 then
+              -- the head's requests ranked before the tail's best: what is left to serve in order
+              if #head == 0 or redis.call('ZCOUNT', cq, '-inf', '(' .. tail[2]) < refill_below then
+                redis.call('ZADD', KEYS[5], 'NX', secs(now), cq)
+              end
+            elseif #head > 0 and redis.call('ZCARD', cq) > spill_above then
+              redis.call('ZADD', KEYS[6], 'NX', secs(now), cq)
+            end
+          end
         end
         if #popped > 0 then
           if redis.call('ZCARD', dq) == 0 then
@@ -65,6 +88,12 @@ for _, domain in ipairs(ready) do
           end
           return {1, lease, domain, crawl, math.floor(deadline / 1000000), deadline % 1000000, options}
         end
+        if #tail > 0 then waiting = true end
+      end
+      if redis.call('ZCARD', dq) == 0 then
+        redis.call('ZREM', KEYS[1], domain)
+      elseif waiting then
+        redis.call('ZADD', KEYS[1], secs(now + tonumber(ARGV[18])), domain)
       end
     end
   end

@@ -43,6 +43,33 @@ new fingerprints go to the filter, about 2 bytes per URL instead of about 70, at
 0.1 % of the first-time URLs beyond this count dropped as false positives (``bloom_hits`` in
 ``info``). 0 = never (every URL in the dupefilter). Sizing: docs/operations.md."""
 
+FRONTIER_TAIL_URL: str = ""
+"""Where domain queues keep their tails (docs/contract.md §23): any fsspec URL (a folder path or
+``file://``, ``s3://bucket/prefix`` with s3fs installed, a volume every redis-monitor mounts). Each
+(crawl, domain) queue keeps its head in Redis (FRONTIER_HEAD_SIZE requests, none for a domain that
+is not due soon) and the rest in compressed segments of up to FRONTIER_SEGMENT_SIZE requests here,
+with a pointer per segment in Redis; the redis-monitors spill and refill them. Empty = every queued
+request stays in Redis. ``crawlhive up`` sets it to ``<state dir>/frontier-tails``."""
+
+FRONTIER_HEAD_SIZE: int = 256
+"""Requests a (crawl, domain) queue keeps in Redis when its tail is in FRONTIER_TAIL_URL: the
+redis-monitors refill it from the tail once it holds fewer than half of these (sizing: docs/operations.md)."""
+
+FRONTIER_SEGMENT_SIZE: int = 256
+"""Requests per tail segment (one object of FRONTIER_TAIL_URL, one pointer in Redis). A hot queue
+holds at most FRONTIER_HEAD_SIZE / 2 + this many after a refill, so keep it near FRONTIER_HEAD_SIZE."""
+
+FRONTIER_HOT_DOMAINS: int = 1000
+"""Domains per spider type (and frontier shard) that keep a head in Redis: the next ones due, in the
+order the scheduler serves them. A queue of a domain further back keeps its whole backlog in its
+tail (a broad crawl's million domains then cost Redis a pointer each) and is refilled when the
+scheduler reaches it."""
+
+FRONTIER_TAIL_BACKLOG_MAX: int = 1000000
+"""Requests per frontier shard allowed to wait in Redis beyond the heads while FRONTIER_TAIL_URL
+cannot be written: past it new crawl requests wait (the kafka-monitor stops reading until the store
+answers, with one WARNING naming FRONTIER_TAIL_URL)."""
+
 GLOBAL_PAGE_PER_DOMAIN_LIMIT: int | None = None
 """Cap on requests per (crawl, domain) applied to every crawl; unset = no cap."""
 

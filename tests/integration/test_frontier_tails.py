@@ -1,0 +1,376 @@
+"""Two-tier crawl queues (docs/contract.md §23): heads in Redis, tails in segments of FRONTIER_TAIL_URL.
+
+On a real Redis (and in ``make test``'s other passes with 4 shards and on a Redis Cluster), with a
+real folder as the store: the order requests are served in, what ``info``, the backlogs and
+``stop`` see with tails, cold domains that keep no head, every step of a spill and a refill
+interrupted where a kill could interrupt it (nothing lost, nothing served twice), and the store
+refusing writes (heads still served, one WARNING, the bound on what waits, spilling again after).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+import redis
+
+from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
+from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierReader, FrontierRequest, ThrottleConfig
+from crawlhive.utils.frontier.tail_mover import TailMover
+from crawlhive.utils.frontier.tails import TailStore, decode_segment, encode_segment, parse_tail_member
+
+pytestmark = pytest.mark.timeout(300)
+
+FAST = ThrottleConfig(hits=100000, window_s=1.0, moderated=False, type_enabled=True, egress_id=None)
+
+
+@pytest.fixture
+def tail_settings(redis_settings: Settings, tmp_path: Path) -> Settings:
+    return redis_settings.copy_with(
+        FRONTIER_TAIL_URL=str(tmp_path / "tails"),
+        FRONTIER_HEAD_SIZE=20,
+        FRONTIER_SEGMENT_SIZE=50,
+        FRONTIER_HOT_DOMAINS=1000,
+        CRAWL_MAX_PAGES_DEFAULT=0,
+    )
+
+
+def _push(client: redis.Redis, settings: Settings, urls: list[str], crawlid: str = "t1", priority: int = 0) -> None:
+    requests = [
+        FrontierRequest(url=url, spiderid="link", appid="app", crawlid=crawlid, priority=priority) for url in urls
+    ]
+    pipe = write_pipeline(client)
+    Frontier.from_settings(client, settings).push(requests, pipe)
+    pipe.execute()
+
+
+def _leaser(client: redis.Redis, settings: Settings) -> FrontierLeaser:
+    leaser = FrontierLeaser.from_settings(client, settings)
+    leaser.throttle = FAST
+    return leaser
+
+
+def _mover(client: redis.Redis, settings: Settings) -> TailMover:
+    mover = TailMover.from_settings(client, settings)
+    assert mover is not None
+    return mover
+
+
+def _settle(mover: TailMover) -> None:
+    """Run the mover until no shard has a due flag left."""
+    for _ in range(1000):
+        if not sum(mover.run_once(shard) for shard in range(mover.keys.shards)):
+            return
+    raise AssertionError("the tail mover never settled")
+
+
+def _drain(client: redis.Redis, settings: Settings, mover: TailMover, limit: int = 100000) -> list[str]:
+    """Pop every request (running the mover whenever a pop finds nothing ready), in pop order."""
+    leaser = _leaser(client, settings)
+    urls: list[str] = []
+    idle = 0
+    while len(urls) < limit:
+        outcome = leaser.pop("link")
+        if outcome.lease is not None:
+            urls.append(outcome.lease.request.url)
+            leaser.ack(outcome.lease)
+            idle = 0
+            continue
+        if outcome.wait_s is None:
+            break  # nothing queued at all
+        _settle(mover)
+        for shard in range(mover.keys.shards):  # a domain waiting for its refill is due again now
+            domains = mover.keys.domains("link", False, shard)
+            waiting = client.zrange(domains, 0, -1)
+            if waiting:
+                client.zadd(domains, dict.fromkeys(waiting, 0))
+        idle += 1
+        assert idle < 50, "pops found nothing ready while requests were queued"
+    return urls
+
+
+def _segments(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.seg"))
+
+
+def _tail_members(client: redis.Redis, settings: Settings, domain: str, crawlid: str = "t1") -> list[bytes]:
+    keys = keys_from_settings(settings)
+    return list(client.zrange(keys.tail_queue("link", "app", crawlid, domain), 0, -1))
+
+
+def test_a_segment_round_trips_and_refuses_corruption() -> None:
+    rows = [(f"http://a.example/{i} 0 x".encode(), -(2**32) * 5 + i) for i in range(300)]
+    data = encode_segment(rows)
+    assert decode_segment(data) == rows
+    assert len(data) < sum(len(m) for m, _ in rows) / 2  # compressed
+    broken = bytearray(data)
+    broken[-3] ^= 0xFF
+    with pytest.raises(Exception, match="corrupt|truncated"):
+        decode_segment(bytes(broken))
+    with pytest.raises(Exception, match="not a crawlhive tail segment"):
+        decode_segment(b"nonsense")
+
+
+def test_a_long_queue_keeps_its_head_in_redis_and_is_served_in_order(
+    redis_client: redis.Redis, tail_settings: Settings, tmp_path: Path
+) -> None:
+    urls = [f"http://order.example/p{i}" for i in range(500)]
+    _push(redis_client, tail_settings, urls)
+    mover = _mover(redis_client, tail_settings)
+    _settle(mover)
+    keys = keys_from_settings(tail_settings)
+    queue = keys.crawl_queue("link", "app", "t1", "order.example")
+    # the head keeps FRONTIER_HEAD_SIZE, the rest is in segments of FRONTIER_SEGMENT_SIZE
+    assert redis_client.zcard(queue) == 20
+    members = _tail_members(redis_client, tail_settings, "order.example")
+    assert sum(parse_tail_member(m)[1] for m in members) == 480
+    assert len(_segments(tmp_path / "tails")) == len(members) == 10
+    stats = redis_client.hgetall(keys.tail_stats(keys.shard_of("order.example")))
+    assert int(stats[b"requests"]) == 480 and int(stats[b"segments"]) == 10
+    # popped in push order (FIFO among equal priorities), each once, refilled as the head runs short
+    served = _drain(redis_client, tail_settings, mover)
+    assert served == urls
+    assert mover.counts.refilled == 480
+    assert _segments(tmp_path / "tails") == []
+    stats = redis_client.hgetall(keys.tail_stats(keys.shard_of("order.example")))
+    assert int(stats[b"requests"]) == 0 and int(stats[b"segments"]) == 0 and int(stats[b"bytes"]) == 0
+
+
+def test_a_high_priority_request_behind_a_long_tail_is_served_next(
+    redis_client: redis.Redis, tail_settings: Settings
+) -> None:
+    _push(redis_client, tail_settings, [f"http://prio.example/low{i}" for i in range(300)])
+    mover = _mover(redis_client, tail_settings)
+    _settle(mover)
+    leaser = _leaser(redis_client, tail_settings)
+    first = leaser.pop("link").lease
+    assert first is not None and first.request.url.endswith("/low0")
+    _push(redis_client, tail_settings, ["http://prio.example/urgent"], priority=50)
+    _settle(mover)
+    nxt = leaser.pop("link").lease
+    assert nxt is not None and nxt.request.url == "http://prio.example/urgent"
+    # and a request of lower priority than the whole tail waits for all of it
+    _push(redis_client, tail_settings, ["http://prio.example/last"], priority=-50)
+    _settle(mover)
+    rest = _drain(redis_client, tail_settings, mover)
+    assert rest[-1] == "http://prio.example/last"
+    assert rest[:-1] == [f"http://prio.example/low{i}" for i in range(1, 300)]
+
+
+def test_info_backlogs_and_stop_count_the_tails(
+    redis_client: redis.Redis, tail_settings: Settings, tmp_path: Path
+) -> None:
+    _push(redis_client, tail_settings, [f"http://stop.example/p{i}" for i in range(400)], crawlid="s1")
+    _push(redis_client, tail_settings, [f"http://keep.example/p{i}" for i in range(120)], crawlid="s2")
+    mover = _mover(redis_client, tail_settings)
+    _settle(mover)
+    reader = FrontierReader.from_settings(redis_client, tail_settings)
+    state = reader.crawl_state("link", "app", "s1")
+    assert state.pending == 400
+    domain = state.domains["stop.example"]
+    assert domain.total == 400 and domain.high_priority == 0 and domain.low_priority == 0
+    assert reader.spider_backlog("link") == {"stop.example": 400, "keep.example": 120}
+    before = len(_segments(tmp_path / "tails"))
+    assert before > 0
+    assert reader.purge("link", "app", "s1") == 400
+    assert reader.crawl_state("link", "app", "s1").pending == 0
+    assert _tail_members(redis_client, tail_settings, "stop.example", "s1") == []
+    # the stopped crawl's segments are gone from the store, the other crawl's are not
+    left = _segments(tmp_path / "tails")
+    assert 0 < len(left) < before
+    assert reader.crawl_state("link", "app", "s2").pending == 120
+    served = _drain(redis_client, tail_settings, mover)
+    assert sorted(served) == sorted(f"http://keep.example/p{i}" for i in range(120))
+    assert _segments(tmp_path / "tails") == []
+
+
+def test_a_domain_not_due_soon_keeps_no_head(redis_client: redis.Redis, tail_settings: Settings) -> None:
+    settings = tail_settings.copy_with(FRONTIER_HOT_DOMAINS=2)
+    domains = [f"d{i:02d}.example" for i in range(12)]
+    urls = [f"http://{d}/p{i}" for d in domains for i in range(10)]
+    _push(redis_client, settings, urls)
+    mover = _mover(redis_client, settings)
+    _settle(mover)
+    keys = keys_from_settings(settings)
+    in_redis = {d: redis_client.zcard(keys.crawl_queue("link", "app", "t1", d)) for d in domains}
+    # with one shard, the two domains served first (d00, d01: equal due times, then by name) keep
+    # their ten requests; every other queue is all tail
+    if keys.shards == 1:
+        assert in_redis["d00.example"] == 10 and in_redis["d01.example"] == 10
+        assert all(in_redis[d] == 0 for d in domains[2:])
+    assert sum(1 for d in domains if in_redis[d] == 0) >= len(domains) - 2 * keys.shards
+    served = _drain(redis_client, settings, mover)
+    assert sorted(served) == sorted(urls)
+
+
+def test_a_spill_interrupted_anywhere_loses_nothing_and_serves_nothing_twice(
+    redis_client: redis.Redis, tail_settings: Settings, tmp_path: Path
+) -> None:
+    urls = [f"http://crash.example/p{i}" for i in range(200)]
+    _push(redis_client, tail_settings, urls)
+    keys = keys_from_settings(tail_settings)
+    queue = keys.crawl_queue("link", "app", "t1", "crash.example")
+    store = TailStore.from_settings(tail_settings)
+    assert store is not None
+
+    # killed after its segment is written, before the script: an orphan object, all still in Redis
+    class KilledAfterWrite(TailStore):
+        def write(self, path: str, data: bytes) -> None:
+            super().write(path, data)
+            raise SystemExit("killed")
+
+    mover = _mover(redis_client, tail_settings)
+    mover.store = KilledAfterWrite(str(tmp_path / "tails"), tail_settings.REDIS_KEY_PREFIX)
+    with pytest.raises(SystemExit):
+        mover.spill(queue)
+    assert redis_client.zcard(queue) == 200
+    assert len(_segments(tmp_path / "tails")) == 1  # the orphan: no pointer names it
+    assert _tail_members(redis_client, tail_settings, "crash.example") == []
+
+    # a pop between the spill's read and its script: the segment is dropped, nothing moved
+    class PopDuringWrite(TailStore):
+        def write(self, path: str, data: bytes) -> None:
+            super().write(path, data)
+            redis_client.zrem(queue, redis_client.zrange(queue, 20, 20)[0])  # one of the rows read
+
+    mover = _mover(redis_client, tail_settings)
+    mover.store = PopDuringWrite(str(tmp_path / "tails"), tail_settings.REDIS_KEY_PREFIX)
+    assert mover.spill(queue) == 0
+    assert mover.counts.aborted == 1
+    assert redis_client.zcard(queue) == 199
+    assert _tail_members(redis_client, tail_settings, "crash.example") == []
+    urls.remove(urls[20])
+
+    # a clean spill, then the rest served: every request once
+    mover = _mover(redis_client, tail_settings)
+    assert mover.spill(queue) == 179
+    served = _drain(redis_client, tail_settings, mover)
+    assert served == urls
+
+
+def test_a_refill_interrupted_anywhere_loses_nothing_and_serves_nothing_twice(
+    redis_client: redis.Redis, tail_settings: Settings, tmp_path: Path
+) -> None:
+    urls = [f"http://refill.example/p{i}" for i in range(200)]
+    _push(redis_client, tail_settings, urls)
+    keys = keys_from_settings(tail_settings)
+    queue = keys.crawl_queue("link", "app", "t1", "refill.example")
+    mover = _mover(redis_client, tail_settings)
+    _settle(mover)
+    leaser = _leaser(redis_client, tail_settings)
+    served = []
+    for _ in range(15):  # the head runs short: the pop asks for a refill
+        lease = leaser.pop("link").lease
+        assert lease is not None
+        served.append(lease.request.url)
+        leaser.ack(lease)
+    assert redis_client.zcard(keys.tail_refill_wanted(keys.shard_of("refill.example"))) == 1
+
+    # killed after reading the segment, before the script: the pointer stays, the next refill does it
+    class KilledAfterRead(TailStore):
+        def read(self, path: str) -> bytes:
+            super().read(path)
+            raise SystemExit("killed")
+
+    crashing = _mover(redis_client, tail_settings)
+    crashing.store = KilledAfterRead(str(tmp_path / "tails"), tail_settings.REDIS_KEY_PREFIX)
+    with pytest.raises(SystemExit):
+        crashing.refill(queue)
+    assert redis_client.zcard(queue) == 5
+
+    # killed after the script, before deleting the object: an orphan, never read again
+    class KilledOnDelete(TailStore):
+        def delete(self, paths: object) -> None:
+            raise SystemExit("killed")
+
+    crashing = _mover(redis_client, tail_settings)
+    crashing.store = KilledOnDelete(str(tmp_path / "tails"), tail_settings.REDIS_KEY_PREFIX)
+    with pytest.raises(SystemExit):
+        crashing.refill(queue)
+    assert redis_client.zcard(queue) == 55
+
+    # a second refiller of the same segment (a retry, another monitor) changes nothing
+    member = _tail_members(redis_client, tail_settings, "refill.example")[0]
+    segment = parse_tail_member(member)[0]
+    shard = keys.shard_of("refill.example")
+    rows = decode_segment(Path(mover.store.path(shard, segment)).read_bytes())
+    assert (
+        int(
+            mover.scripts["tail_refill"](
+                keys=[
+                    queue,
+                    keys.tail_queue("link", "app", "t1", "refill.example"),
+                    keys.domain_crawls("link", "refill.example"),
+                    keys.domains("link", False, shard),
+                    keys.crawl_domains("link", "app", "t1", False, shard),
+                    keys.tail_stats(shard),
+                ],
+                args=[member, keys.crawl_member("app", "t1"), "refill.example", *[x for row in rows for x in row]],
+            )
+        )
+        == 50
+    )
+    assert (
+        int(
+            mover.scripts["tail_refill"](
+                keys=[
+                    queue,
+                    keys.tail_queue("link", "app", "t1", "refill.example"),
+                    keys.domain_crawls("link", "refill.example"),
+                    keys.domains("link", False, shard),
+                    keys.crawl_domains("link", "app", "t1", False, shard),
+                    keys.tail_stats(shard),
+                ],
+                args=[member, keys.crawl_member("app", "t1"), "refill.example", *[x for row in rows for x in row]],
+            )
+        )
+        == -1
+    )
+    served += _drain(redis_client, tail_settings, mover)
+    assert served == urls
+    # left in the store: the segment the killed refill put back (no pointer names it) and the one the
+    # script call above refilled without deleting; every other segment was deleted once refilled
+    assert len(_segments(tmp_path / "tails")) == 2
+
+
+def test_the_store_down_keeps_heads_served_and_bounds_what_waits(
+    redis_client: redis.Redis, tail_settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the store's folder should be")
+    settings = tail_settings.copy_with(FRONTIER_TAIL_URL=str(blocked / "tails"), FRONTIER_TAIL_BACKLOG_MAX=100)
+    keys = keys_from_settings(settings)
+    urls = [f"http://down.example/p{i}" for i in range(300)]
+    _push(redis_client, settings, urls)
+    mover = _mover(redis_client, settings)
+    caplog.set_level(logging.WARNING)
+    for _ in range(3):
+        _settle(mover)
+        for shard in range(keys.shards):  # the retry is due again
+            wanted = keys.tail_spill_wanted(shard)
+            redis_client.zadd(wanted, dict.fromkeys(redis_client.zrange(wanted, 0, -1), 0))
+    _settle(mover)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "FRONTIER_TAIL_URL" in warnings[0].getMessage()
+    queue = keys.crawl_queue("link", "app", "t1", "down.example")
+    assert redis_client.zcard(queue) == 300  # nothing left Redis
+    assert int(redis_client.hget(keys.tail_stats(keys.shard_of("down.example")), "waiting")) == 280
+    assert b"FRONTIER_TAIL_URL" in (redis_client.get(keys.tail_full()) or b"")
+    # heads are still served
+    leaser = _leaser(redis_client, settings)
+    lease = leaser.pop("link").lease
+    assert lease is not None and lease.request.url == urls[0]
+    leaser.ack(lease)
+    # the store answers again: the next spill goes through and the bound is lifted
+    blocked.unlink()
+    redis_client.zadd(keys.tail_spill_wanted(keys.shard_of("down.example")), {queue: 0})
+    _settle(mover)
+    assert redis_client.zcard(queue) == 20
+    assert redis_client.get(keys.tail_full()) is None
+    assert int(redis_client.hget(keys.tail_stats(keys.shard_of("down.example")), "waiting")) == 0
+    assert _drain(redis_client, settings, mover) == urls[1:]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert os.listdir(blocked / "tails") is not None

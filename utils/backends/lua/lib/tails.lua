@@ -1,0 +1,19 @@
+-- Tails (docs/contract.md §23, FRONTIER_TAIL_URL): a crawl queue's requests beyond its head live
+-- in segments of the tail store; its tail key (Keys.tail_queue) holds one member per segment,
+-- '<segment id>:<requests>:<bytes>', scored by the best (lowest) queue score in the segment.
+
+-- The requests and bytes of the segment a tail member names (nil for a malformed member).
+local function tail_member(member)
+  local _, n, size = string.match(member, '^([^:]+):(%d+):(%d+)$')
+  if not n then return nil end
+  return tonumber(n), tonumber(size)
+end
+
+-- The requests held by the tail zset *tq* (every segment it points to).
+local function tail_size(tq)
+  local total = 0
+  for _, member in ipairs(redis.call('ZRANGE', tq, 0, -1)) do
+    total = total + (tail_member(member) or 0)
+  end
+  return total
+end

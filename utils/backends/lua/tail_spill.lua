@@ -1,0 +1,30 @@
+-- Move requests of a crawl queue's head into a segment the tail store already holds (durably).
+-- KEYS: 1 crawl queue, 2 its tail (Keys.tail_queue), 3 tail stats of the shard.
+-- ARGV: 1 tail member '<segment id>:<requests>:<bytes>', 2 best score in the segment, then per
+--       request: queue member, score (as read from the queue).
+-- Every request must still be queued with the score it was read with; else (a pop leased one, a
+-- stop purged the queue) nothing changes and the caller deletes the segment: a request is never
+-- both in the queue and in a segment, so no spill race fetches it twice.
+-- Returns 1 when the requests left Redis for the segment, 0 when the queue changed.
+
+local members = {}
+for i = 3, #ARGV, 2 do members[#members + 1] = ARGV[i] end
+if #members == 0 then return 0 end
+for first = 1, #members, 500 do
+  local last = math.min(first + 499, #members)
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(members, first, last))
+  for j = first, last do
+    local score = scores[j - first + 1]
+    if not score or tonumber(score) ~= tonumber(ARGV[2 + 2 * j]) then return 0 end
+  end
+end
+for first = 1, #members, 500 do
+  redis.call('ZREM', KEYS[1], unpack(members, first, math.min(first + 499, #members)))
+end
+local _, _, size = string.match(ARGV[1], '^([^:]+):(%d+):(%d+)$')
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('HINCRBY', KEYS[3], 'requests', #members)
+redis.call('HINCRBY', KEYS[3], 'segments', 1)
+redis.call('HINCRBY', KEYS[3], 'bytes', tonumber(size or '0'))
+redis.call('HINCRBY', KEYS[3], 'spilled', #members)
+return 1

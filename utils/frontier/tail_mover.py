@@ -1,0 +1,377 @@
+"""Spill and refill of crawl queue tails (docs/contract.md §23), run by the redis-monitors.
+
+**Who asks.** A push (:meth:`~crawlhive.utils.frontier.writer.Frontier.push`) flags the queues it
+added to in the shard's ``tail_spill_wanted``; a pop (``frontier_pop.lua``) flags a queue whose
+head is short (under half of FRONTIER_HEAD_SIZE, or empty) while it has a tail in
+``tail_refill_wanted``, and one that grew past its head in ``tail_spill_wanted``. Flags are
+idempotent and raised again by the next push or pop, so one lost with a killed monitor costs a
+delay, never a request.
+
+**Spill** (:meth:`TailMover.spill`): a queue keeps FRONTIER_HEAD_SIZE requests if its domain is
+among the FRONTIER_HOT_DOMAINS next due for its spider type (its rank in ``domains``), else none;
+the requests after those (by score: the lowest priorities, then the latest arrivals) go to
+segments of FRONTIER_SEGMENT_SIZE, best first. Each segment is written to the store **before**
+``tail_spill.lua`` takes its requests out of Redis, and that script does so only if every one is
+still queued with the score read (a pop or a stop in between: the segment is deleted, nothing
+moved). A kill between the write and the script leaves an object no pointer names (garbage, never
+read), and the requests in Redis.
+
+**Refill** (:meth:`TailMover.refill`): while a queue's head holds fewer than half of
+FRONTIER_HEAD_SIZE requests ranked before its tail's best (the pops may serve only those: a request
+is never served before a better one of its tail), its best segment is read and ``tail_refill.lua`` puts its
+requests into the head and drops the pointer in one step; the object is deleted only after that
+(and after REDIS_WAIT_REPLICAS replicas hold it, so a failover cannot bring back a pointer to a
+deleted object). A kill before the script refills nothing (the pointer is still there: the next
+refill does it); after it, leaves an orphan object.
+
+**Store down.** A write or read that fails with the store leaves the requests where they are (in
+Redis, or in their segment), logs one WARNING naming FRONTIER_TAIL_URL until the store answers
+again, and asks again after a back-off. While more than FRONTIER_TAIL_BACKLOG_MAX requests of one
+shard wait beyond their heads for it, ``tail_full`` is set: the kafka-monitors read no new crawl
+requests until it is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Self
+
+import redis
+
+from crawlhive.utils.backends.keys import Keys
+from crawlhive.utils.backends.redis_clients import keys_from_settings
+from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.backends.replication import ReplicaWait
+from crawlhive.utils.backends.scripts import scripts
+from crawlhive.utils.config.errors import KeyFormatError
+from crawlhive.utils.frontier.tails import (
+    TailError,
+    TailLimits,
+    TailStore,
+    decode_segment,
+    encode_segment,
+    parse_tail_member,
+    tail_member,
+)
+
+if TYPE_CHECKING:
+    from crawlhive.utils.config.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+#: Flags one pass takes from each wanted set of a shard.
+FLAGS_PER_PASS = 64
+#: Least requests a cold queue (its domain not among FRONTIER_HOT_DOMAINS) spills: smaller queues
+#: cost Redis about what a pointer would.
+COLD_SPILL_MIN = 8
+#: Seconds before a queue whose spill or refill failed with the store is looked at again.
+STORE_RETRY_S = 2.0
+#: Seconds the tail_full marker lives unless renewed.
+FULL_TTL_S = 30
+
+
+@dataclass
+class TailCounts:
+    """What one :class:`TailMover` did (for tests, the bench and the log)."""
+
+    spilled: int = 0
+    refilled: int = 0
+    segments_written: int = 0
+    segments_read: int = 0
+    aborted: int = 0
+    lost: int = 0
+    store_errors: int = 0
+    waiting: dict[str, int] = field(default_factory=dict)
+
+
+class TailMover:
+    """Spills long crawl queues into the tail store and refills short heads from it (module docstring).
+
+    Args:
+        redis: a client of the frontier's Redis (thread-safe: the mover runs on a thread of its own).
+        keys: the key formats.
+        store: the tail store.
+        head_size: FRONTIER_HEAD_SIZE.
+        segment_size: FRONTIER_SEGMENT_SIZE.
+        hot_domains: FRONTIER_HOT_DOMAINS.
+        backlog_max: FRONTIER_TAIL_BACKLOG_MAX.
+        replicas: REDIS_WAIT_REPLICAS (a refill is replicated before its object is deleted).
+    """
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        keys: Keys,
+        store: TailStore,
+        *,
+        head_size: int = 256,
+        segment_size: int = 256,
+        hot_domains: int = 1000,
+        backlog_max: int = 1_000_000,
+        replicas: ReplicaWait | None = None,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.store = store
+        self.limits = TailLimits(True, max(0, head_size), max(1, segment_size))
+        self.head_size = self.limits.head_size
+        self.segment_size = self.limits.segment_size
+        self.refill_below = self.limits.refill_below
+        self.spill_min = self.limits.spill_min
+        self.spill_above = self.limits.spill_above
+        self.hot_domains = max(0, hot_domains)
+        self.backlog_max = max(1, backlog_max)
+        self.replicas = replicas
+        self.scripts = scripts(redis)
+        self.counts = TailCounts()
+        self._store_down: str | None = None
+        self._published = False  # a non-zero 'waiting' or tail_full was written
+
+    @classmethod
+    def from_settings(cls, redis: RedisClient, settings: Settings) -> Self | None:
+        """The mover of FRONTIER_TAIL_URL's store, or None when it is empty."""
+        store = TailStore.from_settings(settings)
+        if store is None:
+            return None
+        return cls(
+            redis,
+            keys_from_settings(settings),
+            store,
+            head_size=settings.FRONTIER_HEAD_SIZE,
+            segment_size=settings.FRONTIER_SEGMENT_SIZE,
+            hot_domains=settings.FRONTIER_HOT_DOMAINS,
+            backlog_max=settings.FRONTIER_TAIL_BACKLOG_MAX,
+            replicas=ReplicaWait.from_settings(redis, settings),
+        )
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, idle_s: float = 0.05, max_idle_s: float = 0.5) -> None:
+        """Pass over every shard until *stop* is set, sleeping (up to *max_idle_s*) while idle.
+        Redis errors back off and retry; the monitor's own loop reports Redis being down."""
+        sleep = idle_s
+        while not stop.is_set():
+            try:
+                work = sum(self.run_once(shard) for shard in range(self.keys.shards))
+            except Exception as exc:  # Redis down, a bug: never let the thread die silently
+                if not _is_redis_error(exc):
+                    logger.error("frontier tail mover failed; retrying", exc_info=True)
+                work = 0
+                sleep = max_idle_s
+            if work:
+                sleep = idle_s
+                continue
+            stop.wait(sleep)
+            sleep = min(max_idle_s, sleep * 2)
+
+    def run_once(self, shard: int = 0) -> int:
+        """One pass over *shard*'s due flags: refills first (a domain may be waiting), then spills.
+        Returns how many queues it worked on."""
+        now = time.time()
+        work = 0
+        for wanted, act in (
+            (self.keys.tail_refill_wanted(shard), self.refill),
+            (self.keys.tail_spill_wanted(shard), self.spill),
+        ):
+            flags = self.redis.zrangebyscore(wanted, "-inf", now + 1, start=0, num=FLAGS_PER_PASS)
+            for raw in flags:
+                queue = raw.decode() if isinstance(raw, bytes) else str(raw)
+                retry = False
+                try:
+                    act(queue)
+                except TailStoreDown:
+                    retry = True
+                if retry:
+                    self.redis.zadd(wanted, {queue: time.time() + STORE_RETRY_S})
+                else:
+                    self.redis.zrem(wanted, queue)
+                work += 1
+        self._publish_waiting(shard)
+        return work
+
+    # --- spill -------------------------------------------------------------------------------
+
+    def spill(self, queue: str) -> int:
+        """Move what crawl queue *queue* holds beyond its head into segments; returns the requests moved.
+
+        Raises:
+            TailStoreDown: the store refused a write (the requests stay in Redis).
+        """
+        try:
+            spider, appid, crawlid, domain, render = self.keys.parse_lane_queue(queue)
+        except KeyFormatError:
+            return 0
+        shard = self.keys.shard_of(domain)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(queue)
+        pipe.zrank(self.keys.domains(spider, render, shard), domain)
+        card, rank = pipe.execute()
+        hot = rank is not None and int(rank) < self.hot_domains
+        keep = self.head_size if hot else 0
+        least = self.spill_min if hot else COLD_SPILL_MIN
+        excess = int(card) - keep
+        if int(card) <= (self.spill_above if hot else COLD_SPILL_MIN - 1):
+            self.counts.waiting.pop(queue, None)
+            return 0
+        tail = self.keys.tail_queue(spider, appid, crawlid, domain, render)
+        stats = self.keys.tail_stats(shard)
+        moved = 0
+        while excess >= least:
+            rows = [
+                (member, int(score))
+                for member, score in self.redis.zrange(queue, keep, keep + self.segment_size - 1, withscores=True)
+            ]
+            if not rows:
+                break
+            data = encode_segment(rows)
+            segment_id = f"{int(self.redis.hincrby(stats, 'ids', 1))}.{_token()}"
+            path = self.store.path(shard, segment_id)
+            try:
+                self.store.write(path, data)
+            except OSError as exc:
+                self.counts.waiting[queue] = excess
+                self._down(exc)
+                raise TailStoreDown(str(exc)) from exc
+            self._up()
+            member = tail_member(segment_id, len(rows), len(data))
+            args: list[Any] = [member, min(score for _, score in rows)]
+            for row_member, score in rows:
+                args += [row_member, score]
+            if not int(self.scripts["tail_spill"](keys=[queue, tail, stats], args=args)):
+                self.counts.aborted += 1
+                self.store.delete([path])  # the queue changed under us: nothing moved
+                break
+            self.counts.spilled += len(rows)
+            self.counts.segments_written += 1
+            moved += len(rows)
+            excess -= len(rows)
+        self.counts.waiting.pop(queue, None)
+        return moved
+
+    # --- refill ------------------------------------------------------------------------------
+
+    def refill(self, queue: str) -> int:
+        """Refill crawl queue *queue*'s head from its best segments while it is short; returns the
+        requests queued.
+
+        Raises:
+            TailStoreDown: the store could not be read (the segment stays where it is).
+        """
+        try:
+            spider, appid, crawlid, domain, render = self.keys.parse_lane_queue(queue)
+        except KeyFormatError:
+            return 0
+        shard = self.keys.shard_of(domain)
+        tail = self.keys.tail_queue(spider, appid, crawlid, domain, render)
+        crawl = self.keys.crawl_member(appid, crawlid)
+        script_keys = [
+            queue,
+            tail,
+            self.keys.domain_crawls(spider, domain, render),
+            self.keys.domains(spider, render, shard),
+            self.keys.crawl_domains(spider, appid, crawlid, render, shard),
+            self.keys.tail_stats(shard),
+        ]
+        queued = 0
+        while True:
+            first = self.redis.zrange(tail, 0, 0, withscores=True)
+            if not first:
+                break
+            # the head's requests ranked before the tail's best: what pops may serve until a refill
+            ahead = int(self.redis.zcount(queue, "-inf", f"({int(first[0][1])}"))
+            if ahead >= self.refill_below:
+                break
+            raw = first[0][0]
+            member = raw.decode() if isinstance(raw, bytes) else str(raw)
+            try:
+                segment_id, count, _size = parse_tail_member(member)
+            except ValueError:
+                self.redis.zrem(tail, member)  # nothing we wrote: no segment to read
+                break
+            path = self.store.path(shard, segment_id)
+            try:
+                rows = decode_segment(self.store.read(path))
+            except FileNotFoundError:
+                if self.redis.zscore(tail, member) is None:
+                    break  # refilled (and deleted) by another redis-monitor, or purged by a stop
+                self._lost(queue, member, count, "is missing from the store")
+                rows = []
+            except TailError as exc:
+                self._lost(queue, member, count, str(exc))
+                rows = []
+            except OSError as exc:
+                self._down(exc)
+                raise TailStoreDown(str(exc)) from exc
+            self._up()
+            args: list[Any] = [member, crawl, domain]
+            for row_member, score in rows:
+                args += [row_member, score]
+            n = int(self.scripts["tail_refill"](keys=script_keys, args=args))
+            if n < 0:
+                break  # another refiller or a stop took the pointer: its object is theirs
+            if self.replicas is not None:
+                self.replicas.wait([shard], cluster_wide=False)
+            self.store.delete([path])
+            self.counts.refilled += n
+            self.counts.segments_read += 1
+            queued += n
+        return queued
+
+    # --- the store's health ------------------------------------------------------------------
+
+    def _lost(self, queue: str, member: str, count: int, why: str) -> None:
+        self.counts.lost += count
+        logger.error(
+            "tail segment %s of queue %s %s (FRONTIER_TAIL_URL %s): its %d requests are lost",
+            member,
+            queue,
+            why,
+            self.store.public_url,
+            count,
+        )
+
+    def _down(self, exc: BaseException) -> None:
+        self.counts.store_errors += 1
+        if self._store_down is None:
+            logger.warning(
+                "frontier tail store FRONTIER_TAIL_URL %s cannot be used (%s): queues keep their "
+                "requests in Redis until it answers",
+                self.store.public_url,
+                exc,
+            )
+        self._store_down = str(exc)
+
+    def _up(self) -> None:
+        if self._store_down is not None:
+            logger.info("frontier tail store FRONTIER_TAIL_URL %s answers again", self.store.public_url)
+            self._store_down = None
+            self.counts.waiting.clear()
+
+    def _publish_waiting(self, shard: int) -> None:
+        """Write how many requests wait beyond their heads for the store, and set or clear tail_full."""
+        waiting = sum(self.counts.waiting.values())
+        if not waiting and not self._published:
+            return
+        self.redis.hset(self.keys.tail_stats(shard), "waiting", waiting)
+        if waiting > self.backlog_max:
+            message = f"FRONTIER_TAIL_URL {self.store.public_url}: {self._store_down or 'unavailable'}"
+            self.redis.set(self.keys.tail_full(), message, ex=FULL_TTL_S)
+        else:
+            self.redis.delete(self.keys.tail_full())
+        self._published = bool(waiting)
+
+
+class TailStoreDown(Exception):
+    """The tail store refused a write or a read (the mover retries after STORE_RETRY_S)."""
+
+
+def _token() -> str:
+    return secrets.token_hex(3)
+
+
+def _is_redis_error(exc: BaseException) -> bool:
+    return isinstance(exc, redis.RedisError | ConnectionError | TimeoutError)

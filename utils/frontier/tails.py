@@ -1,0 +1,233 @@
+"""Tail segments (docs/contract.md §23): where a crawl queue keeps its requests beyond its head.
+
+A **segment** holds up to FRONTIER_SEGMENT_SIZE requests of one crawl queue (queue member and
+score, exactly as the queue held them), compressed, as one object of the store FRONTIER_TAIL_URL
+(any fsspec URL). Redis keeps one pointer per segment in the queue's tail zset
+(:meth:`~crawlhive.utils.backends.keys.Keys.tail_queue`): ``<segment id>:<requests>:<bytes>``
+scored by the segment's best score. The object's name derives from the shard and the segment id
+only (:meth:`TailStore.path`), so a pointer is all a refill or a stop needs.
+
+The format is ours (``CHTS1``, a count, a CRC-32, then zlib of ``score, length, member`` records)
+because a segment is read whole by one process and never queried: Parquet or Arrow would add
+schema and footer overhead to objects of a few kilobytes, and zlib is in the standard library.
+A segment is written whole or not at all (a temporary name, an ``fsync``, a rename on a local
+folder; an object store's put is atomic) and its CRC is checked on read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import struct
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Self
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from crawlhive.utils.config.errors import CrawlhiveError, SettingsError
+from crawlhive.utils.config.log import mask_url
+
+if TYPE_CHECKING:
+    from crawlhive.utils.config.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+MAGIC = b"CHTS1\n"
+_HEADER = struct.Struct("<II")  # requests, CRC-32 of the uncompressed records
+_RECORD = struct.Struct("<qI")  # score, member length
+#: zlib level: 1 costs a fifth of the CPU of the default for ~10 % more bytes (URLs of one domain).
+ZLIB_LEVEL = 1
+#: Microseconds a pop defers a domain whose crawls there have only tails (a refill is under way).
+REFILL_WAIT_US = 200_000
+#: Segments per folder of the store (a folder per 1,000 consecutive ids).
+IDS_PER_FOLDER = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TailLimits:
+    """When a crawl queue spills to its tail and when its head is refilled (the pop script asks
+    for both with these thresholds; the redis-monitors' mover applies them)."""
+
+    enabled: bool = False
+    """FRONTIER_TAIL_URL is set: queues have tails."""
+    head_size: int = 256
+    """FRONTIER_HEAD_SIZE."""
+    segment_size: int = 256
+    """FRONTIER_SEGMENT_SIZE."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        return cls(
+            bool(str(settings.FRONTIER_TAIL_URL or "").strip()),
+            max(0, settings.FRONTIER_HEAD_SIZE),
+            max(1, settings.FRONTIER_SEGMENT_SIZE),
+        )
+
+    @property
+    def refill_below(self) -> int:
+        """A head with fewer requests (and a tail) is refilled."""
+        return max(1, self.head_size // 2)
+
+    @property
+    def spill_min(self) -> int:
+        """Least requests beyond its head that a hot queue spills (so segments are not tiny)."""
+        return max(1, min(self.segment_size, max(self.head_size, 1)) // 2)
+
+    @property
+    def spill_above(self) -> int:
+        """A hot queue with more requests than this is spilled down to its head: a head just refilled
+        (under :attr:`refill_below`, plus a segment) is not, so no queue goes back and forth."""
+        return max(self.head_size + self.spill_min, self.refill_below + self.segment_size)
+
+
+class TailError(CrawlhiveError):
+    """A segment object is not a segment (truncated, corrupt, another format)."""
+
+
+def encode_segment(rows: list[tuple[bytes, int]]) -> bytes:
+    """The object of a segment holding *rows* (queue member, integer score), in order."""
+    parts = []
+    for member, score in rows:
+        parts.append(_RECORD.pack(score, len(member)))
+        parts.append(member)
+    body = b"".join(parts)
+    return MAGIC + _HEADER.pack(len(rows), zlib.crc32(body)) + zlib.compress(body, ZLIB_LEVEL)
+
+
+def decode_segment(data: bytes) -> list[tuple[bytes, int]]:
+    """The rows of a segment object (:func:`encode_segment`).
+
+    Raises:
+        TailError: *data* is not a whole segment.
+    """
+    head = len(MAGIC) + _HEADER.size
+    if not data.startswith(MAGIC) or len(data) < head:
+        raise TailError("not a crawlhive tail segment")
+    count, crc = _HEADER.unpack_from(data, len(MAGIC))
+    try:
+        body = zlib.decompress(data[head:])
+    except zlib.error as exc:
+        raise TailError(f"corrupt tail segment: {exc}") from exc
+    if zlib.crc32(body) != crc:
+        raise TailError("corrupt tail segment: CRC mismatch")
+    rows = []
+    offset = 0
+    for _ in range(count):
+        if offset + _RECORD.size > len(body):
+            raise TailError("truncated tail segment")
+        score, length = _RECORD.unpack_from(body, offset)
+        offset += _RECORD.size
+        rows.append((body[offset : offset + length], score))
+        offset += length
+    if offset != len(body):
+        raise TailError("tail segment longer than its count")
+    return rows
+
+
+def tail_member(segment_id: str, requests: int, size: int) -> str:
+    """The pointer a tail zset holds for a segment."""
+    return f"{segment_id}:{requests}:{size}"
+
+
+def parse_tail_member(member: str | bytes) -> tuple[str, int, int]:
+    """``<segment id>:<requests>:<bytes>`` -> its parts.
+
+    Raises:
+        ValueError: not a tail member.
+    """
+    text = member.decode() if isinstance(member, bytes) else member
+    segment_id, requests, size = text.rsplit(":", 2)
+    if not segment_id or "/" in segment_id:
+        raise ValueError(f"not a tail member: {text!r}")
+    return segment_id, int(requests), int(size)
+
+
+class TailStore:
+    """The segments of one cluster (REDIS_KEY_PREFIX) under one fsspec URL."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.url = url.rstrip("/")
+        self.public_url = mask_url(self.url)
+        self.fs, root = fsspec.core.url_to_fs(self.url)
+        self.local = isinstance(self.fs, LocalFileSystem)
+        self.root = f"{root.rstrip('/')}/{prefix}"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self | None:
+        """The store of FRONTIER_TAIL_URL, or None when it is empty (queues keep no tails).
+
+        Raises:
+            SettingsError: fsspec has no file system for the URL, or its package is missing.
+        """
+        url = str(settings.FRONTIER_TAIL_URL or "").strip()
+        if not url:
+            return None
+        try:
+            return cls(url, settings.REDIS_KEY_PREFIX)
+        except (ImportError, ValueError) as exc:
+            raise SettingsError(f"FRONTIER_TAIL_URL {mask_url(url)}: {exc}") from exc
+
+    def path(self, shard: int, segment_id: str) -> str:
+        """Where segment *segment_id* of *shard* is (``<root>/<prefix>/<shard>/<folder>/<id>.seg``)."""
+        number = segment_id.partition(".")[0]
+        folder = int(number) // IDS_PER_FOLDER if number.isdigit() else 0
+        return f"{self.root}/{shard}/{folder}/{segment_id}.seg"
+
+    def write(self, path: str, data: bytes) -> None:
+        """Store *data* at *path*, durably (on a local folder: written, synced, renamed, the folder
+        synced) before this returns.
+
+        Raises:
+            OSError: the store refused the write or cannot be reached.
+        """
+        folder = path.rsplit("/", 1)[0]
+        if not self.local:
+            self.fs.makedirs(folder, exist_ok=True)
+            self.fs.pipe_file(path, data)
+            return
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        temporary = f"{path}.tmp-{secrets.token_hex(4)}"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            raise
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def read(self, path: str) -> bytes:
+        """The object at *path*.
+
+        Raises:
+            FileNotFoundError: no such segment.
+            OSError: the store cannot be reached.
+        """
+        return bytes(self.fs.cat_file(path))
+
+    def delete(self, paths: Iterable[str]) -> None:
+        """Remove *paths*; one already gone is fine. An error is logged, not raised: a segment no
+        pointer names is never read again (it only takes room until removed by hand)."""
+        for path in paths:
+            try:
+                self.fs.rm_file(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                logger.warning(
+                    "could not delete tail segment %s of FRONTIER_TAIL_URL %s: %s", path, self.public_url, exc
+                )
