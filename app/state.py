@@ -31,10 +31,8 @@ STATE_FILE = UP_STATE_FILE
 #: The settings a ``crawlhive up`` records for the other commands, besides its addresses: what its
 #: components validate a request with (its limits, recrawl bounds, budgets, proxy pools and their
 #: sessions, plugins, spiders) and the names every process of one cluster must share.
-SHARED_PREFIXES = ("SCHEMA_", "RECRAWL_", "CRAWL_", "PROXY_", "SESSION_")
-SHARED_NAMES = frozenset(
-    {"PLUGINS", "KAFKA_MONITOR_PLUGINS", "SPIDER_IDS", "KAFKA_TOPIC_PREFIX", "REDIS_KEY_PREFIX", "FRONTIER_SHARDS"}
-)
+SHARED_PREFIXES = ("SCHEMA_", "RECRAWL_", "CRAWL_", "PROXY_", "SESSION_", "FRONTIER_")
+SHARED_NAMES = frozenset({"PLUGINS", "KAFKA_MONITOR_PLUGINS", "SPIDER_IDS", "KAFKA_TOPIC_PREFIX", "REDIS_KEY_PREFIX"})
 
 
 def is_shared(name: str) -> bool:

@@ -210,6 +210,8 @@ class LocalCluster:
         self.allows_loopback = not settings.is_set("CRAWLER_ALLOWED_NETWORKS")
         if self.allows_loopback:
             settings = settings.copy_with(CRAWLER_ALLOWED_NETWORKS=LOOPBACK_NETWORKS)
+        if not settings.is_set("FRONTIER_TAIL_URL"):  # queue tails in its state directory (§23)
+            settings = settings.copy_with(FRONTIER_TAIL_URL=str(settings.home.resolve() / "frontier-tails"))
         #: The command running it (``up``, ``demo``), as the state file names it to a second one.
         self.command = command
         wanted_port = settings.REST_PORT

@@ -23,6 +23,7 @@ the same way, so the process can be started before its backends.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
@@ -38,6 +39,7 @@ from crawlhive.utils.contract.messages import MessageKind
 from crawlhive.utils.contract.produce import send_and_wait
 from crawlhive.utils.contract.records import validation_dead_letter
 from crawlhive.utils.contract.validation import Accepted, RequestValidator
+from crawlhive.utils.frontier.tails import TailLimits
 from crawlhive.utils.process.intake import request_limits
 from crawlhive.utils.process.loop import is_out_of_memory, is_transient
 from crawlhive.utils.process.plugins import load_plugins
@@ -87,6 +89,9 @@ class KafkaMonitor(ConsumerWorker):
         self.plugins: dict[type[MessageKind], IncomingPlugin] = {}
         self.totals: BatchResult = BatchResult()
         self.replicas = ReplicaWait.from_settings(redis, settings)
+        self.tails_enabled = TailLimits.from_settings(settings).enabled
+        self._tails_checked = 0.0
+        self._tails_holding = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -127,11 +132,40 @@ class KafkaMonitor(ConsumerWorker):
         Raises:
             RedisError, KafkaError: a backend failed; the batch will be delivered again.
         """
+        self._hold_while_tails_full()
         result: BatchResult | None = self.consume_batch()[0]
         if result is None:
             return BatchResult()
         self.totals.add(result)
         return result
+
+    def _hold_while_tails_full(self) -> None:
+        """Read no new crawl requests while the frontier's tail store cannot take what waits in
+        Redis beyond the heads (``tail_full``, FRONTIER_TAIL_BACKLOG_MAX, docs/contract.md §23): the
+        partitions are paused (the consumer stays in its group) and one WARNING names
+        FRONTIER_TAIL_URL; they resume once the marker is gone. Looked at once a second at most."""
+        if not self.tails_enabled or self.consumer is None:
+            return
+        now = time.monotonic()
+        if now < self._tails_checked + 1.0:
+            return
+        self._tails_checked = now
+        full = self.redis.get(self.keys.tail_full())
+        if full is not None and not self._tails_holding:
+            self._tails_holding = True
+            logger.warning(
+                "new crawl requests wait: the frontier's tail store cannot be written (%s) and more "
+                "than FRONTIER_TAIL_BACKLOG_MAX requests wait in Redis for it",
+                full.decode(errors="replace") if isinstance(full, bytes) else full,
+            )
+        elif full is None and self._tails_holding:
+            self._tails_holding = False
+            logger.info("the frontier's tail store takes requests again: reading crawl requests")
+        assignment = list(self.consumer.assignment())
+        if self._tails_holding and assignment:
+            self.consumer.pause(*assignment)
+        elif not self._tails_holding and self.consumer.paused():
+            self.consumer.resume(*self.consumer.paused())
 
     def process(self, records: list[ConsumerRecord]) -> BatchResult:
         """Validate, write to Redis, dead-letter the rest, count; raises if Redis or Kafka fails."""

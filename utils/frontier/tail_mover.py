@@ -221,10 +221,8 @@ class TailMover:
         stats = self.keys.tail_stats(shard)
         moved = 0
         while excess >= least:
-            rows = [
-                (member, int(score))
-                for member, score in self.redis.zrange(queue, keep, keep + self.segment_size - 1, withscores=True)
-            ]
+            read: list[Any] = self.redis.zrange(queue, keep, keep + self.segment_size - 1, withscores=True)
+            rows = [(bytes(member), int(score)) for member, score in read]
             if not rows:
                 break
             data = encode_segment(rows)
