@@ -138,9 +138,9 @@ def site() -> Iterator[TreeSite]:
 def cluster_factory(site: TreeSite, tmp_path: Path) -> Iterator[Callable[[Settings, redis.Redis, int], Cluster]]:
     made: list[Cluster] = []
 
-    def make(settings: Settings, client: redis.Redis, crawlers: int = 3) -> Cluster:
+    def make(settings: Settings, client: redis.Redis, crawlers: int = 3, **extra: Any) -> Cluster:
         ensure_topics(settings, [settings.topic(t) for t in TOPICS])
-        env = component_env(settings, **COMPONENT_SETTINGS)
+        env = component_env(settings, **{**COMPONENT_SETTINGS, **extra})
         procs = {"kafka-monitor": Proc("kafka-monitor", ["kafka-monitor"], env, tmp_path)}
         procs["redis-monitor"] = Proc("redis-monitor", ["redis-monitor"], env, tmp_path)
         for i in range(crawlers):
@@ -247,10 +247,39 @@ def diagnose(cluster: Cluster, missing: set[str], counts: collections.Counter[st
     )
 
 
+def tail_settings(tmp_path: Path) -> dict[str, Any]:
+    """Queue tails in a folder (docs/contract.md §23), with heads so small that every host's queue
+    spills and refills many times during the crawl, and only 3 of the 10 hosts hot (the others'
+    queues are all tail until the scheduler reaches them)."""
+    return {
+        "FRONTIER_TAIL_URL": str(tmp_path / "tails"),
+        "FRONTIER_HEAD_SIZE": 4,
+        "FRONTIER_SEGMENT_SIZE": 6,
+        "FRONTIER_HOT_DOMAINS": 3,
+    }
+
+
+def assert_no_segment_left(tmp_path: Path, cluster: Cluster) -> None:
+    """After completion the store holds no segment a pointer names (every one was refilled), and
+    the shards' tail counters are back at zero; orphans of kills are the only files allowed."""
+    for shard in range(cluster.keys.shards):
+        stats = cluster.client.hgetall(cluster.keys.tail_stats(shard))
+        assert int(stats.get(b"requests", 0)) == 0 and int(stats.get(b"segments", 0)) == 0, stats
+    spilled = sum(
+        int(cluster.client.hget(cluster.keys.tail_stats(s), "spilled") or 0) for s in range(cluster.keys.shards)
+    )
+    assert spilled > 0, "the crawl never used its tails"
+
+
+@pytest.mark.parametrize("tails", [False, True], ids=["redis-only", "with-tails"])
 def test_sigkilled_crawlers_and_monitors_lose_nothing(
-    settings: Settings, redis_client: redis.Redis, cluster_factory: Callable[..., Cluster]
+    settings: Settings,
+    redis_client: redis.Redis,
+    cluster_factory: Callable[..., Cluster],
+    tails: bool,
+    tmp_path: Path,
 ) -> None:
-    cluster = cluster_factory(settings, redis_client, 3)
+    cluster = cluster_factory(settings, redis_client, 3, **(tail_settings(tmp_path) if tails else {}))
     expected = cluster.site.expected_urls()
     cluster.feed_seeds()
     # The kills start once pages flow. A kafka-monitor killed between its Redis write and its
@@ -271,11 +300,14 @@ def test_sigkilled_crawlers_and_monitors_lose_nothing(
     assert len(cluster.kills) >= 4, cluster.kills
     finish(cluster, timeout=120 if not FULL else 400)
     outcome = check_outcome(cluster, allowed_duplicates=sum(leases for _, leases in cluster.kills))
+    if tails:
+        assert_no_segment_left(tmp_path, cluster)
     print(f"chaos kills: {outcome}, kills {cluster.kills}")
 
 
+@pytest.mark.parametrize("tails", [False, True], ids=["redis-only", "with-tails"])
 def test_redis_crash_with_aof_mid_crawl_loses_nothing(
-    kafka_bootstrap: str, tmp_path: Path, cluster_factory: Callable[..., Cluster]
+    kafka_bootstrap: str, tmp_path: Path, cluster_factory: Callable[..., Cluster], tails: bool
 ) -> None:
     with AofRedis() as server:
         client = redis.Redis.from_url(server.url)
@@ -289,7 +321,7 @@ def test_redis_crash_with_aof_mid_crawl_loses_nothing(
             FRONTIER_SHARDS=int(os.environ.get("FRONTIER_SHARDS") or 0),
         )
         try:
-            cluster = cluster_factory(settings, client, 3)
+            cluster = cluster_factory(settings, client, 3, **(tail_settings(tmp_path) if tails else {}))
             expected = cluster.site.expected_urls()
             cluster.feed_seeds()
             assert wait_until(lambda: len(cluster.seen_urls()) >= 0.4 * len(expected), 120), cluster.logs()
@@ -300,6 +332,8 @@ def test_redis_crash_with_aof_mid_crawl_loses_nothing(
             cluster.ask_info()
             finish(cluster, timeout=150)
             outcome = check_outcome(cluster, allowed_duplicates=cluster.kills[0][1])
+            if tails:
+                assert_no_segment_left(tmp_path, cluster)
             print(f"redis crash: {outcome}")
         finally:
             client.close()

@@ -327,6 +327,7 @@ ALLOWED_AFTER_COMPLETE: dict[str, bool] = {
     "metrics-response-seconds": False,
     "metrics-domains": False,
     "metrics-domain-failures": False,
+    "tail-stats": False,  # a shard's tail counters: lifetime totals, and requests/segments at 0
 }
 
 
