@@ -18,7 +18,7 @@ Fills a private Redis the way the cluster does and reports the growth of ``INFO 
   crawls with ``domain_max_pages`` or GLOBAL_PAGE_PER_DOMAIN_LIMIT.
 * **seen-set per URL** (issue 46): *N* URLs of one crawl in one shard, ``MEMORY USAGE`` of the
   keys over *N*: in its dupefilter hash, and in the Bloom filter it continues in past
-  DUPEFILTER_BLOOM_AFTER (``utils/frontier/bloom.py``; built with its Python twin, bit for bit
+  DUPEFILTER_BLOOM_ABOVE (``utils/frontier/bloom.py``; built with its Python twin, bit for bit
   what ``crawler_admit.lua`` writes), its first layer sized for *N* and for *N* / 100 (a chain
   of doubling layers).
 
@@ -215,7 +215,7 @@ def seen_set_bytes(client: RedisClient, keys: Keys, count: int) -> None:
             client.set(names[-1], bytes(bits))
         per_url = key_bytes(client, names) / count
         label = f"seen-set of {count:,} URLs, Bloom ({len(bloom.layers)} layer{'s' * (len(bloom.layers) > 1)})"
-        print(f"{label:<44} {per_url:8.2f} bytes/URL  (DUPEFILTER_BLOOM_AFTER={threshold:,}; target <= 2)", flush=True)
+        print(f"{label:<44} {per_url:8.2f} bytes/URL  (DUPEFILTER_BLOOM_ABOVE={threshold:,}; target <= 2)", flush=True)
         client.delete(*names)
 
 

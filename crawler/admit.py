@@ -90,7 +90,7 @@ class Admission:
         lease_s: LEASE_TIMEOUT (an admitted page's lease is renewed for this long).
         filter_ttl_s: DUPEFILTER_TIMEOUT.
         global_cap: GLOBAL_PAGE_PER_DOMAIN_LIMIT (None: no cluster-wide cap).
-        bloom_after: DUPEFILTER_BLOOM_AFTER (0: a crawl's seen-set stays in its dupefilters).
+        bloom_after: DUPEFILTER_BLOOM_ABOVE (0: a crawl's seen-set stays in its dupefilters).
     """
 
     def __init__(

@@ -170,7 +170,7 @@ class CrawlRuntime:
             settings.GLOBAL_PAGE_PER_DOMAIN_LIMIT,
             settings.CRAWL_MAX_PAGES_DEFAULT,
             settings.CRAWL_RECORD_TTL,
-            settings.DUPEFILTER_BLOOM_AFTER,
+            settings.DUPEFILTER_BLOOM_ABOVE,
         )
         self.emitter = Emitter(
             settings, output, self.leases, on_failed=lambda: self._count(stat_names.failed_counter_name(spider))

@@ -85,7 +85,7 @@ class InfoMonitor(MonitorPlugin):
             (admitted,) = self.frontier.admitted([(spider, appid, crawlid)])
             message.update(budget_fields(budget, admitted))
         hits = self.frontier.bloom_hits(spider, appid, crawlid)
-        if hits is not None:  # its seen-set went on in a Bloom filter (DUPEFILTER_BLOOM_AFTER, §3.8)
+        if hits is not None:  # its seen-set went on in a Bloom filter (DUPEFILTER_BLOOM_ABOVE, §3.8)
             message["bloom_hits"] = hits
         if self.frontier.redis.hexists(self.frontier.keys.crawl(spider, appid, crawlid), RECORD_FIELD):
             message["recrawl"] = Schedule(self.frontier.redis, self.frontier.keys, 1, 0).counts(spider, appid, crawlid)

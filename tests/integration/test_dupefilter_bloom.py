@@ -1,4 +1,4 @@
-"""A crawl's seen-set beyond DUPEFILTER_BLOOM_AFTER (docs/contract.md §3.8): its dupefilter frozen, the
+"""A crawl's seen-set beyond DUPEFILTER_BLOOM_ABOVE (docs/contract.md §3.8): its dupefilter frozen, the
 rest in a Bloom filter that crawler_admit.lua keeps in Redis (utils/frontier/bloom.py). On a real
 Redis, and in ``make test``'s other passes with 4 shards and on a Redis Cluster: the switch at the
 threshold, no false negatives, the false-positive rate and the bytes per URL the sizing promises,
@@ -92,7 +92,7 @@ def _filter_keys(client: redis.Redis, keys: Keys) -> list[str]:
 def test_the_seen_set_goes_on_in_the_filter_at_the_threshold(
     redis_settings: Settings, redis_client: redis.Redis
 ) -> None:
-    """The dupefilter takes DUPEFILTER_BLOOM_AFTER entries and no more; later fingerprints go to
+    """The dupefilter takes DUPEFILTER_BLOOM_ABOVE entries and no more; later fingerprints go to
     the filter, which answers for them (counted as bloom_hits, read by info and the budget). The
     page admitted again (its lease still in flight) queues again every link it queued: those the
     dupefilter names it for, and those its record beside the filter holds (not counted as hits)."""
@@ -258,12 +258,12 @@ def site() -> TestSite:
 def test_a_crawl_past_a_tiny_threshold_fetches_every_page_once(
     site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    """A real crawler with DUPEFILTER_BLOOM_AFTER=5 crawls a 20-page site whose pages all link to
+    """A real crawler with DUPEFILTER_BLOOM_ABOVE=5 crawls a 20-page site whose pages all link to
     each other: every page is fetched exactly once, the filter answered for the repeats."""
     pages = [f"/m/{i}" for i in range(20)]
     for page in pages:
         site.page(page, html(*[p for p in pages if p != page]))
-    with crawler_module(redis_url, kafka_bootstrap, tmp_path, "bf", DUPEFILTER_BLOOM_AFTER=5) as env:
+    with crawler_module(redis_url, kafka_bootstrap, tmp_path, "bf", DUPEFILTER_BLOOM_ABOVE=5) as env:
         seed(env["settings"], env["redis"], appid="bapp", crawlid="m1", url=site.url("/m/0"), maxdepth=3)
         env["collector"].wait_for("m1", len(pages), timeout=60)
         env["collector"].settle("m1", quiet_s=1.0)

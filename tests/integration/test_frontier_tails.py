@@ -351,7 +351,9 @@ def test_the_store_down_keeps_heads_served_and_bounds_what_waits(
         _settle(mover)
         for shard in range(keys.shards):  # the retry is due again
             wanted = keys.tail_spill_wanted(shard)
-            redis_client.zadd(wanted, dict.fromkeys(redis_client.zrange(wanted, 0, -1), 0))
+            flags = redis_client.zrange(wanted, 0, -1)
+            if flags:
+                redis_client.zadd(wanted, dict.fromkeys(flags, 0))
     _settle(mover)
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "FRONTIER_TAIL_URL" in warnings[0].getMessage()

@@ -438,7 +438,7 @@ class Keys(KeySpace):
     @key("hash", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
     def dupefilter_bloom(self, spider: str, appid: str, crawlid: str, shard: int = 0) -> str:
         """The Bloom filter a crawl's seen-set continues in, in one shard, once its
-        :meth:`dupefilter` holds DUPEFILTER_BLOOM_AFTER entries (utils/frontier/bloom.py): fields
+        :meth:`dupefilter` holds DUPEFILTER_BLOOM_ABOVE entries (utils/frontier/bloom.py): fields
         ``count`` (fingerprints added), ``hits`` (links it answered "seen" for), ``exp`` (log2 of
         its first layer's bytes) and ``layers``; its bits are in :meth:`dupefilter_bloom_layer`."""
         return f"{self._heads[shard]}dupefilter-bloom:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"

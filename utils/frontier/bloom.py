@@ -1,7 +1,7 @@
 """The Bloom seen-set a crawl's dupefilter continues in (docs/contract.md §3.8, docs/operations.md).
 
 A crawl's dupefilter (:meth:`~crawlhive.utils.backends.keys.Keys.dupefilter`) keeps about 70 bytes
-of Redis memory per URL. Once it holds DUPEFILTER_BLOOM_AFTER entries in a shard it is frozen (read
+of Redis memory per URL. Once it holds DUPEFILTER_BLOOM_ABOVE entries in a shard it is frozen (read
 first, never written again) and the crawl's new fingerprints go to a Bloom filter in the same shard
 (:meth:`~crawlhive.utils.backends.keys.Keys.dupefilter_bloom`), which ``crawler_admit.lua`` reads
 and writes inside the admit it already runs (``lib/bloom.lua``): no round trip more per page, and
@@ -16,7 +16,7 @@ layer *i* errs with probability ``2^-(11 + i)``; a new URL is looked up in every
 over all of them stays under ``sum 2^-(11 + i) = 2^-10 = 0.098 %``, however many layers there are.
 Layer 0 costs ``11 / ln 2 = 15.9`` bits (1.98 bytes) per URL when full, layer *i*
 ``(11 + i) / ln 2``; each layer is a string of ``2^e - 16`` bytes (Redis allocates exactly ``2^e``
-bytes for it), layer 0's sized to hold at least DUPEFILTER_BLOOM_AFTER fingerprints, a layer at
+bytes for it), layer 0's sized to hold at least DUPEFILTER_BLOOM_ABOVE fingerprints, a layer at
 most 64 MiB (``2^26`` bytes: making one blocks Redis for tens of milliseconds; after that each new
 layer has the same size). After :data:`MAX_LAYERS` layers the last takes every new fingerprint and
 its error grows. Since a layer is allocated whole when it is made, the filter's bytes per URL are

@@ -200,7 +200,7 @@ class FrontierReader:
         return [sum(int(n or 0) for n in replies[i * per : (i + 1) * per]) for i in range(len(crawls))]
 
     def bloom_hits(self, spider: str, appid: str, crawlid: str) -> int | None:
-        """Links of a crawl its Bloom seen-set answered "seen" for (DUPEFILTER_BLOOM_AFTER, §3.8),
+        """Links of a crawl its Bloom seen-set answered "seen" for (DUPEFILTER_BLOOM_ABOVE, §3.8),
         every shard's; about 0.1 % of them were new URLs dropped. None while the crawl has no
         Bloom filter (its seen-set is all in its dupefilters)."""
         pipe = self.redis.pipeline(transaction=False)

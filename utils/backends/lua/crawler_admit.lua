@@ -8,7 +8,7 @@
 --       (max_pages; 0 = none), 7 D: KEYS[3 .. 2 + D] are the dupefilters the budget counts (every
 --       shard's when there is a budget), or -1 on a Redis Cluster: ARGV 6 is then how many new
 --       entries this call may write (reserved by crawl_budget.lua) and the reply ends with how
---       many it wrote; 8 DUPEFILTER_BLOOM_AFTER (0 = never), 9 which KEYS are the Bloom filters
+--       many it wrote; 8 DUPEFILTER_BLOOM_ABOVE (0 = never), 9 which KEYS are the Bloom filters
 --       (lib/bloom.lua) of which dupefilters: 'f:b,f:b,...' (every dupefilter's when 8 is not 0);
 --       10 TTL (ms) of the page's records of the links it added to a Bloom filter
 --       ('<filter>:p:<ARGV 4 in hex>', Keys.dupefilter_bloom_page; lease_ack.lua deletes them);

@@ -36,7 +36,7 @@ LEASE_TIMEOUT: float = 120.0
 DUPEFILTER_TIMEOUT: float = 600.0
 """Seconds a crawl's dupefilter lives after the crawl's last activity."""
 
-DUPEFILTER_BLOOM_AFTER: int = 0
+DUPEFILTER_BLOOM_ABOVE: int = 0
 """Entries a crawl's dupefilter holds, per frontier shard, before its seen-set continues in a Bloom
 filter kept in Redis (docs/contract.md §3.8): the dupefilter is then frozen (still read first) and
 new fingerprints go to the filter, about 2 bytes per URL instead of about 70, at the cost of about

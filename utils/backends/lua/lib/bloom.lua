@@ -1,4 +1,4 @@
--- A crawl's seen-set beyond DUPEFILTER_BLOOM_AFTER (docs/contract.md §3.8): a scalable Bloom
+-- A crawl's seen-set beyond DUPEFILTER_BLOOM_ABOVE (docs/contract.md §3.8): a scalable Bloom
 -- filter in one shard. utils/frontier/bloom.py has the same sizing and hashing in Python, and why:
 -- layer i is a string of 2^(exp + i) - 16 bytes (at most 2^26 - 16: 16 bytes under a power of two,
 -- so Redis allocates exactly 2^(exp + i) for it), set with 11 + i bits per fingerprint, sized so
