@@ -132,40 +132,47 @@ class KafkaMonitor(ConsumerWorker):
         Raises:
             RedisError, KafkaError: a backend failed; the batch will be delivered again.
         """
-        self._hold_while_tails_full()
+        if self._hold_while_tails_full():
+            return BatchResult()
         result: BatchResult | None = self.consume_batch()[0]
         if result is None:
             return BatchResult()
         self.totals.add(result)
         return result
 
-    def _hold_while_tails_full(self) -> None:
+    def _hold_while_tails_full(self) -> bool:
         """Read no new crawl requests while the frontier's tail store cannot take what waits in
-        Redis beyond the heads (``tail_full``, FRONTIER_TAIL_BACKLOG_MAX, docs/contract.md §23): the
-        partitions are paused (the consumer stays in its group) and one WARNING names
-        FRONTIER_TAIL_URL; they resume once the marker is gone. Looked at once a second at most."""
+        Redis beyond the heads (``tail_full``, FRONTIER_TAIL_BACKLOG_MAX, docs/contract.md §23.6):
+        one WARNING names FRONTIER_TAIL_URL, the assigned partitions are paused (the consumer keeps
+        polling, so it stays in its group and commits what it finished) and a consumer with no
+        partition yet does not poll at all (a poll could fetch before a pause). The marker is read
+        once a second at most. Returns True when this iteration must not poll."""
         if not self.tails_enabled or self.consumer is None:
-            return
+            return False
         now = time.monotonic()
-        if now < self._tails_checked + 1.0:
-            return
-        self._tails_checked = now
-        full = self.redis.get(self.keys.tail_full())
-        if full is not None and not self._tails_holding:
-            self._tails_holding = True
-            logger.warning(
-                "new crawl requests wait: the frontier's tail store cannot be written (%s) and more "
-                "than FRONTIER_TAIL_BACKLOG_MAX requests wait in Redis for it",
-                full.decode(errors="replace") if isinstance(full, bytes) else full,
-            )
-        elif full is None and self._tails_holding:
-            self._tails_holding = False
-            logger.info("the frontier's tail store takes requests again: reading crawl requests")
+        if now >= self._tails_checked + 1.0:
+            self._tails_checked = now
+            full = self.redis.get(self.keys.tail_full())
+            if full is not None and not self._tails_holding:
+                self._tails_holding = True
+                logger.warning(
+                    "new crawl requests wait: the frontier's tail store cannot be written (%s) and more "
+                    "than FRONTIER_TAIL_BACKLOG_MAX requests wait in Redis for it",
+                    full.decode(errors="replace") if isinstance(full, bytes) else full,
+                )
+            elif full is None and self._tails_holding:
+                self._tails_holding = False
+                logger.info("the frontier's tail store takes requests again: reading crawl requests")
+                if self.consumer.paused():
+                    self.consumer.resume(*self.consumer.paused())
+        if not self._tails_holding:
+            return False
         assignment = list(self.consumer.assignment())
-        if self._tails_holding and assignment:
-            self.consumer.pause(*assignment)
-        elif not self._tails_holding and self.consumer.paused():
-            self.consumer.resume(*self.consumer.paused())
+        if not assignment:
+            time.sleep(0.5)  # a stop request is seen by the loop right after
+            return True
+        self.consumer.pause(*assignment)
+        return False
 
     def process(self, records: list[ConsumerRecord]) -> BatchResult:
         """Validate, write to Redis, dead-letter the rest, count; raises if Redis or Kafka fails."""

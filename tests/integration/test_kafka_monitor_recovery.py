@@ -356,3 +356,37 @@ def test_broker_down_while_idle_is_reported_and_work_resumes_when_it_is_back(
                 proc.wait()
     finally:
         broker.close()
+
+
+def test_new_crawl_requests_wait_while_the_tail_store_is_full(
+    km_settings: Settings,
+    redis_client: redis.Redis,
+    names: IsolatedNames,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """docs/contract.md §23.6: while ``tail_full`` holds (a redis-monitor found more than
+    FRONTIER_TAIL_BACKLOG_MAX requests waiting in Redis for an unwritable FRONTIER_TAIL_URL), the
+    kafka-monitor reads no crawl request, with one WARNING naming FRONTIER_TAIL_URL; it reads them
+    all once the marker is gone."""
+    settings = km_settings.copy_with(FRONTIER_TAIL_URL=str(tmp_path / "tails"))
+    keys = keys_for(names.key_prefix)
+    redis_client.set(keys.tail_full(), "FRONTIER_TAIL_URL /nowhere: [Errno 28] No space left on device", ex=60)
+    km = KafkaMonitor(settings, redis_client)
+    km.setup()
+    caplog.set_level(logging.WARNING)
+    try:
+        produce(settings, encode(*(crawl(f"http://example.com/{i}") for i in range(3))))
+        deadline = time.monotonic() + 6  # several polls and marker checks: time to read them if it would
+        while time.monotonic() < deadline:
+            km.run_once()
+        assert km.totals.records == 0
+        assert queued(redis_client, keys, ["c1"], ["example.com"]) == 0
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1 and "FRONTIER_TAIL_URL" in warnings[0] and "No space left" in warnings[0]
+        redis_client.delete(keys.tail_full())
+        drain(km, 3)
+        assert queued(redis_client, keys, ["c1"], ["example.com"]) == 3
+        assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
+    finally:
+        km.teardown()
