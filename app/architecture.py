@@ -33,6 +33,7 @@ PLACES = {
     "frontier": "Redis frontier",
     "control": "Redis control stream",
     "store": "a store (database, files)",
+    "tails": "queue tail store (FRONTIER_TAIL_URL)",
 }
 
 _NUMBERS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")

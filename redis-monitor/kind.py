@@ -12,6 +12,6 @@ KIND = ProcessKind(
     order=20,
     up=(UpGroup(),),
     compose=("redis-monitor",),
-    consumes=("control", "frontier"),
-    produces=("outbound_firehose", "outbound_<appid>", "dead_letter", "frontier"),
+    consumes=("control", "frontier", "tails"),
+    produces=("outbound_firehose", "outbound_<appid>", "dead_letter", "frontier", "tails"),
 )

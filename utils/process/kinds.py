@@ -115,7 +115,8 @@ class ProcessKind:
         compose: the docker-compose service(s) that run it (``tests/unit/test_compose.py``).
         consumes: where its processes take their work from: topics by short name (docs/contract.md
             §1: ``incoming``, ``crawled_firehose``; a per-appid topic as ``outbound_<appid>``) and
-            the Redis side, ``frontier`` (the crawl queues) or ``control`` (the control stream).
+            the Redis side, ``frontier`` (the crawl queues) or ``control`` (the control stream), or
+            ``tails`` (the queue tail store, FRONTIER_TAIL_URL, docs/contract.md §23).
             Documentation only (nothing subscribes by it): docs/architecture.md's kinds section
             and data-flow diagram are generated from it (``python -m crawlhive.app.architecture``).
         produces: where their output goes, in the same names, plus ``store`` (outside the cluster:
