@@ -593,3 +593,16 @@ def test_redis_requires_a_password_that_every_component_uses(compose: dict[str, 
     for name, service in services.items():
         if name.startswith("redis-node-") or name == "redis-cluster-init":
             assert environment(service)["REDISCLI_AUTH"] == PASSWORD, name
+
+
+def test_every_redis_monitor_shares_one_tail_store(compose: dict[str, Any], services: dict[str, Any]) -> None:
+    """Queue tails (docs/contract.md §23): a segment one redis-monitor spilled may be refilled by
+    another, so FRONTIER_TAIL_URL is one named volume mounted in every crawlhive container."""
+    for name, service in crawlhive_services(services).items():
+        settings = load_settings(environ=environment(service))
+        url = settings["FRONTIER_TAIL_URL"]
+        assert url.startswith("file:///"), f"{name}: FRONTIER_TAIL_URL {url!r} is not the shared volume"
+        mounts = volume_targets(service)
+        path = url.removeprefix("file://").rstrip("/")
+        assert mounts.get(path) == "frontier-tails", f"{name}: the volume frontier-tails is not mounted at {path}"
+    assert "frontier-tails" in compose["volumes"]
