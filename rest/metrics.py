@@ -162,6 +162,34 @@ class RedisMemoryCollector(Collector):
         yield from (used, limit)
 
 
+class FrontierTailCollector(Collector):
+    """The queue tails (docs/contract.md §23), summed over the shards: what the store holds, what
+    waits in Redis for it while it cannot be written, and how much has moved."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+
+    def collect(self) -> Iterator[Metric]:
+        totals = self.view.reader.tail_totals()
+        gauges = (
+            ("crawlhive_frontier_tail_requests", "Queued requests in tail segments of FRONTIER_TAIL_URL.", "requests"),
+            ("crawlhive_frontier_tail_segments", "Tail segments in FRONTIER_TAIL_URL.", "segments"),
+            ("crawlhive_frontier_tail_bytes", "Bytes of the tail segments in FRONTIER_TAIL_URL.", "bytes"),
+            (
+                "crawlhive_frontier_tail_waiting",
+                "Requests waiting in Redis beyond their heads because FRONTIER_TAIL_URL cannot be written.",
+                "waiting",
+            ),
+        )
+        for name, doc, field in gauges:
+            yield GaugeMetricFamily(name, doc, value=float(totals[field]))
+        for name, doc, field in (
+            ("crawlhive_frontier_tail_spilled", "Requests spilled from heads into tail segments.", "spilled"),
+            ("crawlhive_frontier_tail_refilled", "Requests refilled from tail segments into heads.", "refilled"),
+        ):
+            yield CounterMetricFamily(name, doc, value=float(totals[field]))
+
+
 class _Read(Collector):
     """One unlabelled gauge or counter whose value a callable gives at scrape time."""
 
@@ -187,6 +215,7 @@ class RestMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ClusterCollector(view))
         self.registry.register(RedisMemoryCollector(view))
+        self.registry.register(FrontierTailCollector(view))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.responses = Counter(

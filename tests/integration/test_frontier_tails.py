@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from crawlhive.rest.cluster import ClusterView
+from crawlhive.rest.metrics import RestMetrics
 from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierReader, FrontierRequest, ThrottleConfig
@@ -92,6 +94,16 @@ def _drain(client: redis.Redis, settings: Settings, mover: TailMover, limit: int
     return urls
 
 
+def _metrics(client: redis.Redis, settings: Settings) -> dict[str, float]:
+    """The unlabelled crawlhive_frontier_tail_* samples of GET /metrics' exposition."""
+    text = RestMetrics(ClusterView(client, settings, {}), waiting=lambda: 0, stored=lambda: 0).render().decode()
+    return {
+        name: float(value)
+        for name, value in (line.split(" ", 1) for line in text.splitlines())
+        if name.startswith("crawlhive_frontier_tail_")
+    }
+
+
 def _segments(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.seg"))
 
@@ -130,6 +142,11 @@ def test_a_long_queue_keeps_its_head_in_redis_and_is_served_in_order(
     assert len(_segments(tmp_path / "tails")) == len(members) == 10
     stats = redis_client.hgetall(keys.tail_stats(keys.shard_of("order.example")))
     assert int(stats[b"requests"]) == 480 and int(stats[b"segments"]) == 10
+    metrics = _metrics(redis_client, tail_settings)
+    assert metrics["crawlhive_frontier_tail_requests"] == 480
+    assert metrics["crawlhive_frontier_tail_segments"] == 10
+    assert metrics["crawlhive_frontier_tail_bytes"] == sum(p.stat().st_size for p in _segments(tmp_path / "tails"))
+    assert metrics["crawlhive_frontier_tail_spilled_total"] == 480
     # popped in push order (FIFO among equal priorities), each once, refilled as the head runs short
     served = _drain(redis_client, tail_settings, mover)
     assert served == urls
@@ -137,6 +154,9 @@ def test_a_long_queue_keeps_its_head_in_redis_and_is_served_in_order(
     assert _segments(tmp_path / "tails") == []
     stats = redis_client.hgetall(keys.tail_stats(keys.shard_of("order.example")))
     assert int(stats[b"requests"]) == 0 and int(stats[b"segments"]) == 0 and int(stats[b"bytes"]) == 0
+    metrics = _metrics(redis_client, tail_settings)
+    assert metrics["crawlhive_frontier_tail_requests"] == 0
+    assert metrics["crawlhive_frontier_tail_refilled_total"] == 480
 
 
 def test_a_high_priority_request_behind_a_long_tail_is_served_next(

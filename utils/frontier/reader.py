@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 #: Cluster (where a crawl's 64 shards cost 256 reads; on one Redis a script reads them).
 CLUSTER_RECHECK_S = 1.0
 
+#: The counters of a shard's ``tail_stats`` that :meth:`FrontierReader.tail_totals` sums.
+TAIL_TOTALS = ("requests", "segments", "bytes", "waiting", "spilled", "refilled")
+
 #: Crawls one ``crawls_backlog.lua`` call reads (bounds how long one call holds Redis).
 CRAWLS_PER_READ = 50
 
@@ -282,6 +285,19 @@ class FrontierReader:
                 pipe.hdel(record, "expires")
             pipe.execute()
         return purged
+
+    def tail_totals(self) -> dict[str, int]:
+        """The queue tails' counters summed over every shard (docs/contract.md §23): ``requests``
+        and ``segments`` in the store now, ``bytes`` they take, ``waiting`` (requests a failed
+        spill left in Redis), lifetime ``spilled`` and ``refilled``; zeros without tails."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.keys.shards):
+            pipe.hmget(self.keys.tail_stats(shard), *TAIL_TOTALS)
+        totals = dict.fromkeys(TAIL_TOTALS, 0)
+        for values in pipe.execute():
+            for name, value in zip(TAIL_TOTALS, values, strict=True):
+                totals[name] += int(value or 0)
+        return totals
 
     def _delete_segments(self, segments: dict[int, list[Any]]) -> None:
         """Delete from the tail store the segments a purge took out of Redis (shard -> tail members).
