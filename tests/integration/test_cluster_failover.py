@@ -29,7 +29,7 @@ from support.redis_cluster import LocalCluster
 
 from crawlhive.crawler.batching import ScriptBatcher
 from crawlhive.utils.backends import scripts as registry
-from crawlhive.utils.backends.redis_clients import async_redis_from_settings
+from crawlhive.utils.backends.redis_clients import async_redis_from_settings, keys_from_settings
 from crawlhive.utils.config.settings import Settings
 
 pytestmark = [
@@ -74,14 +74,23 @@ def site() -> Iterator[CrossLinkedSite]:
     served.stop()
 
 
+#: Queue tails (docs/contract.md §23) so small that every host's queue spills and refills during
+#: the crawl, and most hosts keep no head at all.
+TAILS = {"FRONTIER_HEAD_SIZE": 2, "FRONTIER_SEGMENT_SIZE": 3, "FRONTIER_HOT_DOMAINS": 4}
+
+
+@pytest.mark.parametrize("tails", [False, True], ids=["redis-only", "with-tails"])
 def test_failover_of_the_busiest_primary_mid_crawl_with_two_throttled_crawlers(
-    site: CrossLinkedSite, kafka_bootstrap: str, tmp_path: Path
+    site: CrossLinkedSite, kafka_bootstrap: str, tmp_path: Path, tails: bool
 ) -> None:
     """§18.3: the crawl goes on after the failover without waiting for any lease to expire
     (LEASE_TIMEOUT is longer than the whole test): no call that ran on a live node is reported
-    failed because another node was down, and a page whose admit or finish failed is tried again."""
+    failed because another node was down, and a page whose admit or finish failed is tried again.
+    With queue tails (§23.5) too: a refill is replicated before its segment is deleted, so the
+    failover brings back no pointer to a deleted segment."""
     with LocalCluster(primaries=3, replicas=1) as cluster:
         settings = isolated_settings(cluster.url, kafka_bootstrap, tmp_path, "fx")
+        extra: dict[str, Any] = {**TAILS, "FRONTIER_TAIL_URL": str(tmp_path / "tails")} if tails else {}
         stack = Stack(
             settings,
             tmp_path,
@@ -90,6 +99,7 @@ def test_failover_of_the_busiest_primary_mid_crawl_with_two_throttled_crawlers(
             QUEUE_HITS=4,
             QUEUE_WINDOW=2,
             QUEUE_MODERATED=False,
+            **extra,
         )
         codes: list[int] = []
         try:
@@ -128,6 +138,10 @@ def test_failover_of_the_busiest_primary_mid_crawl_with_two_throttled_crawlers(
             info = stack.answer("fx", "i1")
             assert info["total_pending"] == 0, info  # complete only when nothing is left
             assert took < WITHIN_S, took
+            if tails:
+                keys = keys_from_settings(settings)
+                spilled = sum(int(stack.redis.hget(keys.tail_stats(s), "spilled") or 0) for s in range(keys.shards))
+                assert spilled > 0, "the crawl never used its tails"
         finally:
             logs = stack.logs()
             codes = stack.close()
