@@ -267,6 +267,11 @@ def test_a_spill_interrupted_anywhere_loses_nothing_and_serves_nothing_twice(
     # a clean spill, then the rest served: every request once
     mover = _mover(redis_client, tail_settings)
     assert mover.spill(queue) == 179
+    live = {parse_tail_member(m)[0] for m in _tail_members(redis_client, tail_settings, "crash.example")}
+    shard = keys.shard_of("crash.example")
+    # the sweep deletes the orphan (and the aborted spill's object, already gone), never a live segment
+    assert mover.sweep(shard, older_than_s=0) == 1
+    assert {p.name.removesuffix(".seg") for p in _segments(tmp_path / "tails")} == live
     served = _drain(redis_client, tail_settings, mover)
     assert served == urls
 
@@ -327,6 +332,7 @@ def test_a_refill_interrupted_anywhere_loses_nothing_and_serves_nothing_twice(
                     keys.domains("link", False, shard),
                     keys.crawl_domains("link", "app", "t1", False, shard),
                     keys.tail_stats(shard),
+                    keys.tail_segments(shard),
                 ],
                 args=[member, keys.crawl_member("app", "t1"), "refill.example", *[x for row in rows for x in row]],
             )
@@ -343,6 +349,7 @@ def test_a_refill_interrupted_anywhere_loses_nothing_and_serves_nothing_twice(
                     keys.domains("link", False, shard),
                     keys.crawl_domains("link", "app", "t1", False, shard),
                     keys.tail_stats(shard),
+                    keys.tail_segments(shard),
                 ],
                 args=[member, keys.crawl_member("app", "t1"), "refill.example", *[x for row in rows for x in row]],
             )
@@ -354,6 +361,11 @@ def test_a_refill_interrupted_anywhere_loses_nothing_and_serves_nothing_twice(
     # left in the store: the segment the killed refill put back (no pointer names it) and the one the
     # script call above refilled without deleting; every other segment was deleted once refilled
     assert len(_segments(tmp_path / "tails")) == 2
+    # the sweep leaves young objects (a spill may be between its write and its script), then
+    # deletes those no pointer names
+    assert mover.sweep(shard) == 0
+    assert mover.sweep(shard, older_than_s=0) == 2
+    assert _segments(tmp_path / "tails") == []
 
 
 def test_the_store_down_keeps_heads_served_and_bounds_what_waits(

@@ -94,6 +94,13 @@ class Keys(KeySpace):
         ``waiting``: requests beyond the heads a failed spill left in Redis (0 once the store answers)."""
         return f"{self._heads[shard]}tail-stats"
 
+    @key("zset")
+    def tail_segments(self, shard: int = 0) -> str:
+        """Every segment of one shard that a pointer names: member = segment id, score = when it was
+        written (epoch s). The redis-monitors' sweep deletes objects of the store older than an hour
+        that are not here (left by a kill between a write and its script, or before a delete)."""
+        return f"{self._heads[shard]}tail-segments"
+
     @key("string", ttl="30 s, renewed while it holds")
     def tail_full(self) -> str:
         """Present while some shard has more than FRONTIER_TAIL_BACKLOG_MAX requests waiting in Redis

@@ -254,6 +254,7 @@ class FrontierReader:
                         keys.crawl_stopped(spider, appid, crawlid, shard),
                         keys.crawl_domains(spider, appid, crawlid, render=True, shard=shard),
                         keys.tail_stats(shard),
+                        keys.tail_segments(shard),
                     ],
                     [
                         prefixes["crawl_queue"] + member + ":",

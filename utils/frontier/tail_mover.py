@@ -24,6 +24,10 @@ requests into the head and drops the pointer in one step; the object is deleted 
 deleted object). A kill before the script refills nothing (the pointer is still there: the next
 refill does it); after it, leaves an orphan object.
 
+**Garbage** (:meth:`TailMover.sweep`): every ten minutes each redis-monitor deletes the objects older
+than an hour that no pointer names (``tail_segments`` lists the live ones), so orphans of kills and
+temporary files of interrupted writes do not accumulate.
+
 **Store down.** A write or read that fails with the store leaves the requests where they are (in
 Redis, or in their segment), logs one WARNING naming FRONTIER_TAIL_URL until the store answers
 again, and asks again after a back-off. While more than FRONTIER_TAIL_BACKLOG_MAX requests of one
@@ -70,6 +74,10 @@ FLAGS_PER_PASS = 64
 COLD_SPILL_MIN = 8
 #: Seconds before a queue whose spill or refill failed with the store is looked at again.
 STORE_RETRY_S = 2.0
+#: Seconds between two sweeps of a redis-monitor for objects no pointer names, and the least age of
+#: an object it deletes.
+SWEEP_EVERY_S = 600.0
+SWEEP_AGE_S = 3600.0
 #: Seconds the tail_full marker lives unless renewed.
 FULL_TTL_S = 30
 
@@ -130,6 +138,7 @@ class TailMover:
         self.counts = TailCounts()
         self._store_down: str | None = None
         self._published = False  # a non-zero 'waiting' or tail_full was written
+        self._next_sweep = time.monotonic() + 60.0
 
     @classmethod
     def from_settings(cls, redis: RedisClient, settings: Settings) -> Self | None:
@@ -157,6 +166,8 @@ class TailMover:
         while not stop.is_set():
             try:
                 work = sum(self.run_once(shard) for shard in range(self.keys.shards))
+                if not work:
+                    self._sweep_due()
             except Exception as exc:  # Redis down, a bug: never let the thread die silently
                 if not _is_redis_error(exc):
                     logger.error("frontier tail mover failed; retrying", exc_info=True)
@@ -239,7 +250,8 @@ class TailMover:
             args: list[Any] = [member, min(score for _, score in rows)]
             for row_member, score in rows:
                 args += [row_member, score]
-            if not int(self.scripts["tail_spill"](keys=[queue, tail, stats], args=args)):
+            script_keys = [queue, tail, stats, self.keys.tail_segments(shard)]
+            if not int(self.scripts["tail_spill"](keys=script_keys, args=args)):
                 self.counts.aborted += 1
                 self.store.delete([path])  # the queue changed under us: nothing moved
                 break
@@ -273,6 +285,7 @@ class TailMover:
             self.keys.domains(spider, render, shard),
             self.keys.crawl_domains(spider, appid, crawlid, render, shard),
             self.keys.tail_stats(shard),
+            self.keys.tail_segments(shard),
         ]
         queued = 0
         while True:
@@ -319,6 +332,53 @@ class TailMover:
             queued += n
         return queued
 
+    # --- garbage -----------------------------------------------------------------------------
+
+    def sweep(self, shard: int, older_than_s: float = SWEEP_AGE_S) -> int:
+        """Delete the objects of *shard* in the store that no pointer names and that are older than
+        *older_than_s* (what a kill between a write and its script, or before a delete, leaves;
+        temporary files of interrupted writes too); returns how many. The age keeps a segment whose
+        spill is under way: its script runs within seconds of its write.
+
+        Raises:
+            OSError: the store could not be listed.
+        """
+        folder = f"{self.store.root}/{shard}"
+        try:
+            entries = self.store.fs.find(folder, detail=True)
+        except FileNotFoundError:
+            return 0
+        now = time.time()
+        candidates: list[tuple[str, str]] = []
+        for path, info in entries.items():
+            name = str(path).rsplit("/", 1)[-1]
+            if not (name.endswith(".seg") or ".seg.tmp-" in name):
+                continue
+            if now - _mtime(info) < older_than_s:
+                continue
+            candidates.append((str(path), name.split(".seg", 1)[0]))
+        if not candidates:
+            return 0
+        live = self.redis.zmscore(self.keys.tail_segments(shard), [segment for _, segment in candidates])
+        dead = [path for (path, name), score in zip(candidates, live, strict=True) if score is None or ".tmp-" in path]
+        self.store.delete(dead)
+        if dead:
+            logger.info("deleted %d tail segments of shard %d that no pointer names", len(dead), shard)
+        return len(dead)
+
+    def _sweep_due(self) -> None:
+        """Run :meth:`sweep` over every shard every SWEEP_EVERY_S (the first time a minute after start)."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_EVERY_S
+        for shard in range(self.keys.shards):
+            try:
+                self.sweep(shard)
+            except OSError as exc:
+                self._down(exc)
+                return
+
     # --- the store's health ------------------------------------------------------------------
 
     def _lost(self, queue: str, member: str, count: int, why: str) -> None:
@@ -361,6 +421,21 @@ class TailMover:
         else:
             self.redis.delete(self.keys.tail_full())
         self._published = bool(waiting)
+
+
+def _mtime(info: dict[str, Any]) -> float:
+    """An fsspec listing entry's modification time (epoch s; local ``mtime``, object stores'
+    ``LastModified`` / ``last_modified`` / ``mtime``); 0 when it has none (then it counts as old)."""
+    for field_name in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(field_name)
+        if value is None:
+            continue
+        if isinstance(value, int | float):
+            return float(value)
+        timestamp = getattr(value, "timestamp", None)
+        if callable(timestamp):
+            return float(timestamp())
+    return 0.0
 
 
 class TailStoreDown(Exception):
