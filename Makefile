@@ -211,6 +211,7 @@ bench: $(STAMP) browser
 	$(BIN)/python bench/recrawl_memory.py
 	$(BIN)/python bench/recrawl_memory.py --cluster
 	$(BIN)/python bench/recrawl_release.py
+	$(BIN)/python bench/tails_pacing.py
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
 	$(BIN)/python bench/clean.py

@@ -94,6 +94,12 @@ class Keys(KeySpace):
         ``waiting``: requests beyond the heads a failed spill left in Redis (0 once the store answers)."""
         return f"{self._heads[shard]}tail-stats"
 
+    @key("pub/sub channel")
+    def tail_wake_channel(self) -> str:
+        """Published (the shard number) by a pop that asked for a refill, so an idle redis-monitor's
+        tail mover refills at once instead of at its next poll."""
+        return f"{self.prefix}:tail-wake"
+
     @key("zset")
     def tail_segments(self, shard: int = 0) -> str:
         """Every segment of one shard that a pointer names: member = segment id, score = when it was

@@ -214,6 +214,7 @@ class FrontierLeaser:
                 tails.refill_below,
                 tails.spill_above,
                 REFILL_WAIT_US,
+                keys.tail_wake_channel(),
             ],
         )
 

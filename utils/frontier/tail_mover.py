@@ -163,6 +163,7 @@ class TailMover:
         """Pass over every shard until *stop* is set, sleeping (up to *max_idle_s*) while idle.
         Redis errors back off and retry; the monitor's own loop reports Redis being down."""
         sleep = idle_s
+        wake = self._subscribe()
         while not stop.is_set():
             try:
                 work = sum(self.run_once(shard) for shard in range(self.keys.shards))
@@ -176,8 +177,38 @@ class TailMover:
             if work:
                 sleep = idle_s
                 continue
-            stop.wait(sleep)
+            if not self._wait_for_wake(wake, sleep):
+                stop.wait(sleep)
             sleep = min(max_idle_s, sleep * 2)
+        if wake is not None:
+            try:
+                wake.close()
+            except Exception:  # closing a dead connection: nothing to do
+                pass
+
+    def _subscribe(self) -> Any:
+        """A subscription to the tail wake channel (a pop that asks for a refill publishes on it),
+        or None if Redis cannot be reached now (the loop then polls)."""
+        try:
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(self.keys.tail_wake_channel())
+            return pubsub
+        except Exception:
+            return None
+
+    @staticmethod
+    def _wait_for_wake(wake: Any, timeout: float) -> bool:
+        """Wait up to *timeout* for a wake-up (True: waited, whether or not one came); False when
+        there is no working subscription (the caller sleeps instead)."""
+        if wake is None:
+            return False
+        try:
+            wake.get_message(timeout=timeout)
+            while wake.get_message(timeout=0) is not None:  # several pops asked: one pass serves them
+                pass
+            return True
+        except Exception:
+            return False
 
     def run_once(self, shard: int = 0) -> int:
         """One pass over *shard*'s due flags: refills first (a domain may be waiting), then spills.

@@ -7,7 +7,8 @@
 --       14 crawl-delay prefix (+ domain: seconds robots.txt asks between fetches),
 --       15 tail_queue prefix ('' when queues keep no tails: FRONTIER_TAIL_URL unset), 16 refill
 --       below (a head with fewer requests and a tail asks for a refill), 17 spill above (a queue
---       with more asks for a spill), 18 wait (us) of a domain whose crawls there have only tails.
+--       with more asks for a spill), 18 wait (us) of a domain whose crawls there have only tails,
+--       19 the tail wake channel (published when a refill is asked for).
 -- Returns {1, lease, domain, crawl member, deadline_s, deadline_us, option set JSON ('' if none)}
 -- when a request was leased (lease = score:crawl member:#domain:domain member, see
 -- utils/frontier/model.py lease_member);
@@ -58,7 +59,9 @@ for _, domain in ipairs(ready) do
             if #tail > 0 then
               -- the head's requests ranked before the tail's best: what is left to serve in order
               if #head == 0 or redis.call('ZCOUNT', cq, '-inf', '(' .. tail[2]) < refill_below then
-                redis.call('ZADD', KEYS[5], 'NX', secs(now), cq)
+                if redis.call('ZADD', KEYS[5], 'NX', secs(now), cq) == 1 then
+                  redis.call('PUBLISH', ARGV[19], '1')
+                end
               end
             elseif #head > 0 and redis.call('ZCARD', cq) > spill_above then
               redis.call('ZADD', KEYS[6], 'NX', secs(now), cq)
