@@ -190,7 +190,7 @@ class TailMover:
         """A subscription to the tail wake channel (a pop that asks for a refill publishes on it),
         or None if Redis cannot be reached now (the loop then polls)."""
         try:
-            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]  # RedisCluster.pubsub is unannotated
             pubsub.subscribe(self.keys.tail_wake_channel())
             return pubsub
         except Exception:
