@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from redis.exceptions import RedisError
 
-from crawlhive.cleaner.page import Duplicate, NotAnItem, Page, Reject, Skip, too_long
+from crawlhive.cleaner.page import Duplicate, NearDuplicate, NotAnItem, Page, Reject, Skip, too_long
 from crawlhive.cleaner.plugins import BUILTIN_PLUGINS, CleanerPlugin
 from crawlhive.utils.backends.blobs import BlobError, BlobStore
 from crawlhive.utils.backends.redis_clients import check_redis, redis_from_settings
@@ -69,6 +69,7 @@ class CleanResult(BatchCounts):
     skipped: int = 0
     duplicates: int = 0
     dead_letters: int = 0
+    near_duplicates: int = 0
 
 
 class Cleaner(ConsumerWorker):
@@ -216,6 +217,8 @@ class Cleaner(ConsumerWorker):
                 continue
             outputs.append((self.cleaned_topic, record))
             result.cleaned += 1
+            if "near_duplicate_of" in page.record:
+                result.near_duplicates += 1
         result.dead_letters = sum(1 for topic, _ in outputs if topic == self.dead_letter_topic)
         self._send(outputs)
         self._count(result)
@@ -250,6 +253,8 @@ class Cleaner(ConsumerWorker):
             outcome = page.extra.pop("outcome", None)
             if isinstance(outcome, Skip):
                 result.skipped += 1
+            elif isinstance(outcome, NearDuplicate):
+                result.near_duplicates += 1
             elif isinstance(outcome, Duplicate):
                 result.duplicates += 1
             elif isinstance(outcome, Reject):

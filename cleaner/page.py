@@ -34,6 +34,11 @@ class Duplicate(Exception):  # noqa: N818 - an outcome, not an error
     """The crawl already emitted this content: counted, nothing is produced."""
 
 
+class NearDuplicate(Duplicate):
+    """A near-duplicate of an earlier record of the appid, dropped (NEAR_DUPLICATES ``drop``,
+    docs/contract.md §26.1): counted as a near-duplicate, nothing is produced."""
+
+
 @dataclass
 class Page:
     """A crawled item being cleaned.

@@ -294,6 +294,9 @@ class ClusterView:
         hits = self.reader.bloom_hits(state.spiderid, state.appid, state.crawlid)
         if hits is not None:
             fields["bloom_hits"] = hits
+        near = self.reader.near_duplicates(state.spiderid, state.appid, state.crawlid)
+        if near is not None:  # the cleaners found near-duplicates among its pages (§26.1)
+            fields["near_duplicates"] = near
         budget = page_budget(state.max_pages or None, self.default_budget)
         if budget is None:
             return fields

@@ -65,6 +65,8 @@ class Batch:
     records: int
     good: list[SinkRecord] = field(default_factory=list)
     letters: list[SinkDeadLetter] = field(default_factory=list)
+    #: Near-duplicates left out (SINK_SKIP_NEAR_DUPLICATES), counted with the duplicates.
+    skipped: int = 0
     #: What the store sends for :attr:`good` (:meth:`Store.prepare`), made before the batch in
     #: flight is waited for, so that the writer thread starts on this one as soon as it is free.
     prepared: Any = None
@@ -116,6 +118,7 @@ class Sink(ConsumerWorker):
         #: The partitions paused while the store is full.
         self._paused: set[TopicPartition] = set()
         self.blobs = BlobStore.from_settings(settings)
+        self.skip_near_duplicates = settings.SINK_SKIP_NEAR_DUPLICATES
         self.totals: SinkResult = SinkResult()
         #: Per partition: the offset after the last record processed, and the offset committed.
         self._positions: dict[TopicPartition, int] = {}
@@ -425,6 +428,9 @@ class Sink(ConsumerWorker):
             if type(value) is not dict:
                 letters.append(self.dead_letter(value, record, f"not a JSON object but {type(value).__name__}"))
                 continue
+            if self.skip_near_duplicates and value.get("near_duplicate_of"):  # §26.1: not stored
+                batch.skipped += 1
+                continue
             try:
                 resolved = blobs.resolve(value)  # a body by reference: the record holds it (§20.5)
             except BlobError as exc:
@@ -451,7 +457,7 @@ class Sink(ConsumerWorker):
             records=batch.records,
             written=written.written,
             buffered=written.buffered,
-            duplicates=written.duplicates,
+            duplicates=written.duplicates + batch.skipped,
             dead_letters=len(letters),
         )
         self._send(letters)

@@ -25,6 +25,7 @@ BUILTIN_PLUGINS: dict[str, int] = {
     f"{_PKG}.pii.PiiPlugin": 400,
     f"{_PKG}.validate.ValidatePlugin": 500,
     f"{_PKG}.dedupe.DedupePlugin": 600,
+    f"{_PKG}.neardup.NearDuplicatePlugin": 650,
 }
 
 

@@ -87,6 +87,9 @@ class InfoMonitor(MonitorPlugin):
         hits = self.frontier.bloom_hits(spider, appid, crawlid)
         if hits is not None:  # its seen-set went on in a Bloom filter (DUPEFILTER_BLOOM_ABOVE, §3.8)
             message["bloom_hits"] = hits
+        near = self.frontier.near_duplicates(spider, appid, crawlid)
+        if near is not None:  # the cleaners found near-duplicates among its pages (§26.1)
+            message["near_duplicates"] = near
         if self.frontier.redis.hexists(self.frontier.keys.crawl(spider, appid, crawlid), RECORD_FIELD):
             message["recrawl"] = Schedule(self.frontier.redis, self.frontier.keys, 1, 0).counts(spider, appid, crawlid)
         return message

@@ -205,7 +205,7 @@ def test_the_cleaner_builds_the_cleaned_record_and_handles_bad_input(settings: S
     client = redis_for(settings["REDIS_URL"])
     counts = {n: int(client.get(keys.stats_lifetime("cleaner", n)) or 0) for n in COUNTERS}
     client.close()
-    assert counts == {"cleaned": 6, "skipped": 2, "duplicates": 1, "dead_letters": 4}, counts
+    assert counts == {"cleaned": 6, "skipped": 2, "duplicates": 1, "dead_letters": 4, "near_duplicates": 0}, counts
     empty = next(letter for letter in letters if letter["error"].startswith("missing"))
     assert empty["url"] == "http://news.example/empty" and empty["appid"] == "capp" and "server_time" in empty
 

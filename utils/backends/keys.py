@@ -303,6 +303,17 @@ class Keys(KeySpace):
         offset) of the record that emitted it, so a redelivered record is not its own duplicate."""
         return f"{self._global}cleaned:{escape(appid)}:{escape(crawlid)}:{content_hash}"
 
+    @key("hash", ttl="2 x NEAR_DUPLICATE_TTL from its window's start")
+    def near_duplicates(self, appid: str, window: int) -> str:
+        """The near-duplicate index of one appid (docs/contract.md §26.1) for records cleaned in
+        window *window* (epoch s // NEAR_DUPLICATE_TTL): field ``b<band>:<hex digits>`` -> the
+        SimHashes (8 bytes each, the 64 latest) of records whose SimHash has those digits in that
+        band (NEAR_DUPLICATE_DISTANCE + 1 bands: two SimHashes within that distance share one band,
+        by pigeonhole), and ``u<SimHash>`` (8 bytes) -> ``<crawlid> <url>`` of the first record with
+        that SimHash. With shards, an appid's windows share a hash tag of their own (one slot, one script)."""
+        tag = f"{{{self.prefix}.nd.{escape(appid)}}}:" if self.shards > 1 else ""
+        return f"{self.prefix}:{tag}near-dup:{escape(appid)}:{window}"
+
     @key("hash", ttl="2 x CLEANER_MAX_POLL_INTERVAL_MS + 60 s")
     def cleaner_emitted(self, group: str) -> str:
         """``<topic>/<partition>`` -> the offset after a batch whose outputs a cleaner of *group*

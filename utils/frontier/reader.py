@@ -212,6 +212,12 @@ class FrontierReader:
         hits = [int(h) for h in pipe.execute() if h is not None]
         return sum(hits) if hits else None
 
+    def near_duplicates(self, spider: str, appid: str, crawlid: str) -> int | None:
+        """Records of a crawl the cleaners found near-duplicates of earlier ones (docs/contract.md
+        §26.1, the crawl record's ``near_duplicates``); None when none was found."""
+        value = self.redis.hget(self.keys.crawl(spider, appid, crawlid), "near_duplicates")
+        return None if value is None else int(value)
+
     def app_crawlids(self, spider: str, appid: str) -> list[str]:
         """Crawl ids of *appid* that have (or recently had) queued or in-flight work."""
         return sorted(text(c) for c in self.redis.smembers(self.keys.app_crawls(spider, appid)))

@@ -255,7 +255,7 @@ CRAWLER = "crawler"
 """Stats component of the crawlers."""
 CLEANER = "cleaner"
 """Stats component of the cleaners (counters ``cleaned``, ``skipped``, ``duplicates``, ``dead_letters``)."""
-CLEANER_COUNTERS = ("cleaned", "skipped", "duplicates", "dead_letters")
+CLEANER_COUNTERS = ("cleaned", "skipped", "duplicates", "dead_letters", "near_duplicates")
 """The counters of a cleaner (docs/contract.md §13)."""
 TOTAL = "total"
 """A monitor's counter of everything it processed."""

@@ -10,7 +10,7 @@ CLEANER_GROUP: str = ""
 
 CLEANER_PLUGINS: dict[str, int | None] = {}
 """The cleaner's steps: ``{"path.Class": order}`` added to (or ``None`` removing) the built-in ones
-(extract 100, language 200, dates 300, pii 400, validate 500, dedupe 600)."""
+(extract 100, language 200, dates 300, pii 400, validate 500, dedupe 600, near-duplicates 650)."""
 
 CLEANER_MASK_PII: bool = True
 """Replace e-mail addresses with ``[email]`` and phone numbers with ``[phone]`` in cleaned records."""
@@ -20,6 +20,24 @@ CLEANER_REQUIRED_FIELDS: list[str] = ["text"]
 
 CLEANER_DEDUPE_TTL: float = 86400.0
 """Seconds a crawl remembers the ``content_hash`` values it emitted (a repeat is not emitted again)."""
+
+NEAR_DUPLICATES: str = "flag"
+"""What a cleaner does with a near-duplicate: a record whose main text's 64-bit SimHash is within
+NEAR_DUPLICATE_DISTANCE bits of an earlier record of the same ``appid`` (docs/contract.md
+§26.1): ``flag`` (emitted, with ``near_duplicate_of`` and ``similarity``), ``drop`` (not emitted,
+counted) or ``off`` (no SimHash, no lookup)."""
+
+NEAR_DUPLICATE_DISTANCE: int = 3
+"""Largest Hamming distance (bits of 64, 0-7) between two records' SimHashes that makes the later
+one a near-duplicate; each record costs this + 1 lookups."""
+
+NEAR_DUPLICATE_TTL: float = 86400.0
+"""Seconds an appid's records are remembered for near-duplicate lookups (between this and twice
+this: the index is kept in windows of this length)."""
+
+NEAR_DUPLICATE_MIN_WORDS: int = 50
+"""Fewer words of main text than this: no SimHash (too few words to tell a near-duplicate from a
+page on the same topic)."""
 
 CLEANER_MAX_SECONDS: float = 10.0
 """Seconds one page may take to clean; past them it becomes a ``stage: clean`` dead letter

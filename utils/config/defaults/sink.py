@@ -37,3 +37,7 @@ partition early if nothing is rolling). 0 means four times the roll size (256 Mi
 
 SINK_ROLL_SECONDS: float = 300.0
 """Seconds after its first record at which a file sink completes its file even if it is small."""
+
+SINK_SKIP_NEAR_DUPLICATES: bool = False
+"""Leave out cleaned records a cleaner flagged as near-duplicates (``near_duplicate_of``,
+docs/contract.md §26.1): they are not stored, and counted with the sink's ``duplicates``."""
