@@ -142,7 +142,9 @@ browser:
 		echo "chromium is missing and this is not root: the browser tests will be skipped"; \
 	fi
 
-# Debian's prometheus package: promtool for the alert rules' unit tests (tests/unit/test_monitoring.py).
+# Debian's prometheus package: promtool for the alert rules' unit tests (tests/unit/test_monitoring.py),
+# the autoscalers' queries (tests/unit/test_kubernetes.py) and the real Prometheus that evaluates them
+# on a crawl (tests/integration/test_kubernetes_scaling.py).
 # Without it (not root, no apt) those tests fail, naming the package.
 monitoring-tools:
 	@if command -v promtool >/dev/null 2>&1; then :; \
