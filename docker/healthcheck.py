@@ -142,9 +142,7 @@ def alive_problem(path: str, max_age_s: float, now: float | None = None) -> str 
     return None
 
 
-def check(
-    component: str, settings: Settings, max_age_s: float | None = None, *, alive: bool = False
-) -> str | None:
+def check(component: str, settings: Settings, max_age_s: float | None = None, *, alive: bool = False) -> str | None:
     """Why *component* in this container is unhealthy (with *alive*: not alive), or None; never
     raises for a backend failure."""
     limit = 3 * settings.getfloat("HEARTBEAT_INTERVAL") if max_age_s is None else max_age_s

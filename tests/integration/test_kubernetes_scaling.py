@@ -85,13 +85,17 @@ class Prometheus:
     def __init__(self, folder: Path, target: str) -> None:
         binary = shutil.which("prometheus")
         if binary is None:
-            pytest.fail("prometheus is missing: install Debian's prometheus package (`make test` does: monitoring-tools)")
+            pytest.fail(
+                "prometheus is missing: install Debian's prometheus package (`make test` does: monitoring-tools)"
+            )
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "crawlhive", "metrics_path": "/metrics", "static_configs": [{"targets": [target]}]}],
+            "scrape_configs": [
+                {"job_name": "crawlhive", "metrics_path": "/metrics", "static_configs": [{"targets": [target]}]}
+            ],
         }
         (folder / "prometheus.yml").write_text(json.dumps(config))
         self.log = folder / "prometheus.log"

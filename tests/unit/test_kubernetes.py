@@ -25,13 +25,12 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from unit.test_compose import COMPOSE_ENV, command, environment, healthcheck_argv
 
 from crawlhive.app.cli import build_parser
 from crawlhive.utils.config.settings import DECLARED, load_settings
 from crawlhive.utils.contract.topics import topic_name
 from crawlhive.utils.process.kinds import kinds
-
-from unit.test_compose import COMPOSE_ENV, command, environment, healthcheck_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -239,7 +238,11 @@ def test_the_crawlers_egress_refuses_private_ranges_and_allows_dns(overlay: str)
     assert selected == crawlers == {"crawler", "crawler-render"}
     assert policy["spec"]["policyTypes"] == ["Egress"]
     open_blocks = [
-        peer["ipBlock"] for rule in policy["spec"]["egress"] if "ports" not in rule for peer in rule["to"] if "ipBlock" in peer
+        peer["ipBlock"]
+        for rule in policy["spec"]["egress"]
+        if "ports" not in rule
+        for peer in rule["to"]
+        if "ipBlock" in peer
     ]
     for block in open_blocks:  # an address reachable on every port is public
         network = ipaddress.ip_network(block["cidr"])
@@ -247,9 +250,7 @@ def test_the_crawlers_egress_refuses_private_ranges_and_allows_dns(overlay: str)
         for private in map(ipaddress.ip_network, PRIVATE):
             if private.version == network.version and private.subnet_of(network):  # type: ignore[arg-type]
                 assert any(private.subnet_of(e) for e in excepted), f"{overlay}: {private} is reachable"  # type: ignore[arg-type]
-    assert any(
-        {"protocol": "UDP", "port": 53} in rule.get("ports", []) for rule in policy["spec"]["egress"]
-    ), "no DNS"
+    assert any({"protocol": "UDP", "port": 53} in rule.get("ports", []) for rule in policy["spec"]["egress"]), "no DNS"
     backends = objects(path, "StatefulSet")
     for name, s in backends.items():  # the in-cluster Redis and Kafka are reachable
         assert s["spec"]["template"]["metadata"]["labels"].get("crawlhive.io/backend") == "true", name
@@ -266,7 +267,9 @@ def test_the_lag_autoscalers_read_the_groups_and_topics_the_components_use(overl
         "cleaner": ("crawled_firehose", "CLEANER_GROUP"),
         "sink": ("cleaned", "SINK_GROUP"),
     }.items():
-        settings = load_settings(environ={k: v for k, v in container_env(path, deployments[name]).items() if "<" not in v})
+        settings = load_settings(
+            environ={k: v for k, v in container_env(path, deployments[name]).items() if "<" not in v}
+        )
         prefix = settings["KAFKA_TOPIC_PREFIX"]
         group = settings.kafka_group if group_setting is None else settings[group_setting]
         if name == "cleaner" and not group:
@@ -328,7 +331,9 @@ def test_the_alert_rules_and_the_dashboard_are_the_compose_kits() -> None:
     assert rule["spec"] == alerts, "copy docker/monitoring/alerts.yml's groups into prometheusrule.yaml"
     ours = (KUBE / "components" / "monitoring" / "crawlhive.json").read_bytes()
     theirs = (ROOT / "docker" / "monitoring" / "grafana" / "dashboards" / "crawlhive.json").read_bytes()
-    assert ours == theirs, "cp docker/monitoring/grafana/dashboards/crawlhive.json deploy/kubernetes/components/monitoring/"
+    assert ours == theirs, (
+        "cp docker/monitoring/grafana/dashboards/crawlhive.json deploy/kubernetes/components/monitoring/"
+    )
     (dashboard,) = [c for n, c in objects("overlays/in-cluster", "ConfigMap").items() if n == "crawlhive-dashboard"]
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(dashboard["data"]["crawlhive.json"])["panels"]
@@ -400,7 +405,8 @@ def test_the_crawler_queries_pass_their_promtool_unit_tests(tmp_path: Path) -> N
             "interval": "1m",
             "input_series": [{"series": 'up{job="crawlhive"}', "values": "1x5"}],
             "promql_expr_test": [
-                {"expr": q, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 0}]} for q in (crawler, render_q)
+                {"expr": q, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 0}]}
+                for q in (crawler, render_q)
             ],
         }
     )
