@@ -15,6 +15,7 @@ import ipaddress
 import json
 import math
 import re
+import shlex
 import shutil
 import subprocess
 from functools import cache
@@ -419,3 +420,101 @@ def test_the_crawler_queries_pass_their_promtool_unit_tests(tmp_path: Path) -> N
     scaled = queries["crawler"][1]
     assert keda_replicas(76, scaled) == 5 and keda_replicas(3, scaled) == scaled["spec"]["minReplicaCount"] == 1
     assert keda_replicas(9, queries["crawler-render"][1]) == 3 and keda_replicas(0, queries["crawler-render"][1]) == 0
+
+
+# --- docs/kubernetes.md: every command as printed ----------------------------------------------------
+
+
+def doc_commands() -> list[str]:
+    from unit.test_first_hour import shell_lines
+
+    return shell_lines((ROOT / "docs" / "kubernetes.md").read_text())
+
+
+def test_every_command_of_the_doc_runs_or_names_what_the_manifests_define() -> None:
+    """Without a cluster: what runs offline runs (``kubectl kustomize``, the Secret's ``create
+    --dry-run=client``), what needs a cluster names only objects, paths and images that exist."""
+    rendered = render("overlays/in-cluster")
+    names = {(o["kind"].lower(), o["metadata"]["name"]) for o in rendered}
+    namespace = {o["metadata"].get("namespace") for o in rendered if o["kind"] == "Deployment"}
+    assert namespace == {"crawlhive"}
+    images = built_images()
+    commands = doc_commands()
+    assert len(commands) >= 12
+    for line in commands:
+        words = line.split()
+        if words[:2] == ["make", "images"]:
+            assert "\nimages:\n" in (ROOT / "Makefile").read_text()
+        elif words[:2] == ["docker", "tag"]:
+            assert words[2] in images and words[3].endswith("/" + words[2])
+        elif words[:2] == ["docker", "push"]:
+            assert words[2].rsplit("/", 1)[1] in images
+        elif words[:3] == ["kubectl", "create", "namespace"]:
+            assert words[3] == "crawlhive"
+        elif words[:3] == ["kubectl", "create", "secret"]:
+            maker, applier = line.split(" | ")
+            assert applier == "kubectl apply -f -"
+            done = subprocess.run(["bash", "-c", maker], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            secret = yaml.safe_load(done.stdout)
+            assert (secret["kind"], secret["metadata"]["name"], secret["metadata"]["namespace"]) == (
+                "Secret",
+                "crawlhive-secrets",
+                "crawlhive",
+            )
+            assert {"REDIS_PASSWORD", "SINK_URL", "REST_API_KEY"} == set(secret["data"])
+            refs = {
+                ref["secretRef"]["name"]
+                for d in crawlhive_deployments("overlays/in-cluster").values()
+                for ref in container(d)["envFrom"]
+                if "secretRef" in ref
+            }
+            assert refs == {"crawlhive-secrets"}
+        elif words[:2] == ["kubectl", "kustomize"]:
+            render(words[2].removeprefix("deploy/kubernetes/"))
+        elif words[:2] == ["kubectl", "apply"]:
+            assert words[2] == "-k"
+            render(words[3].removeprefix("deploy/kubernetes/"))
+        elif words[:3] == ["kubectl", "--namespace", "crawlhive"]:
+            verb, rest = words[3], shlex.split(line)[4:]
+            for word in rest[: rest.index("--")] if "--" in rest else rest:
+                if "/" in word:  # kind/name
+                    kind, name = word.split("/", 1)
+                    assert (kind, name) in names, f"{line}: no {word}"
+            if verb == "exec":
+                cli = rest[rest.index("--") + 1 :]
+                assert cli[0] == "crawlhive" and cli[1] == "feed", line
+                build_parser().parse_args(cli[1:])
+                assert json.loads(cli[2])["url"].startswith("https://")
+            elif verb == "get":
+                assert rest[0] in ("scaledobjects", "hpa"), line
+            else:
+                assert verb in ("rollout", "port-forward"), line
+        else:
+            pytest.fail(f"docs/kubernetes.md: a command this test does not check: {line}")
+
+
+def test_the_docs_query_is_the_crawler_scaledobjects() -> None:
+    block = re.search(r"```promql\n(.*?)```", (ROOT / "docs" / "kubernetes.md").read_text(), re.S)
+    assert block is not None
+    assert " ".join(block.group(1).split()) == prometheus_queries()["crawler"][0]
+
+
+def test_the_docs_own_overlay_example_renders(tmp_path: Path) -> None:
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", text, re.S)
+    assert block is not None
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "kustomization.yaml").write_text(block.group(1))
+    (tmp_path / "crawlhive").symlink_to(ROOT)
+    kubectl = shutil.which("kubectl")
+    assert kubectl is not None
+    done = subprocess.run([kubectl, "kustomize", str(mine)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    images = {c["image"] for d in docs if d["kind"] == "Deployment" for c in d["spec"]["template"]["spec"]["containers"]}
+    assert "registry.example.com/team/crawlhive:0.1.0" in images
+    assert "registry.example.com/team/crawlhive-render:0.1.0" in images
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("crawlhive-env")]
+    assert cm["data"]["QUEUE_HITS"] == "5" and cm["data"]["REDIS_NODES"] == "redis:6379/0"
