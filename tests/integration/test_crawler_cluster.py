@@ -189,7 +189,6 @@ def test_with_64_shards_a_crawler_asks_only_the_shards_that_have_work(
     assert per_page < 8, per_page
 
 
-
 @pytest.mark.parametrize(
     "hanging",
     [

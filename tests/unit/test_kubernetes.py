@@ -513,7 +513,9 @@ def test_the_docs_own_overlay_example_renders(tmp_path: Path) -> None:
     done = subprocess.run([kubectl, "kustomize", str(mine)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]
-    images = {c["image"] for d in docs if d["kind"] == "Deployment" for c in d["spec"]["template"]["spec"]["containers"]}
+    images = {
+        c["image"] for d in docs if d["kind"] == "Deployment" for c in d["spec"]["template"]["spec"]["containers"]
+    }
     assert "registry.example.com/team/crawlhive:0.1.0" in images
     assert "registry.example.com/team/crawlhive-render:0.1.0" in images
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("crawlhive-env")]
