@@ -520,3 +520,44 @@ def test_the_docs_own_overlay_example_renders(tmp_path: Path) -> None:
     assert "registry.example.com/team/crawlhive-render:0.1.0" in images
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("crawlhive-env")]
     assert cm["data"]["QUEUE_HITS"] == "5" and cm["data"]["REDIS_NODES"] == "redis:6379/0"
+
+
+# --- the liveness probe ------------------------------------------------------------------------------
+
+
+def test_the_liveness_probe_reads_the_loops_file_and_never_redis(tmp_path: Path) -> None:
+    """``healthcheck.py <component> --alive``, as the Deployments run it, with Redis unreachable:
+    healthy while HEARTBEAT_FILE is fresh, unhealthy (naming the setting) once it is older than
+    3 x HEARTBEAT_INTERVAL or missing."""
+    import os
+    import sys
+    import time
+
+    alive = tmp_path / "alive"
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "CRAWLHIVE_HOME": str(tmp_path),
+        "REDIS_URL": "redis://127.0.0.1:1/0",  # nothing listens: liveness must not care
+        "HEARTBEAT_FILE": str(alive),
+        "HEARTBEAT_INTERVAL": "10",
+    }
+    script = str(ROOT / "docker" / "healthcheck.py")
+
+    def probe(component: str = "crawler") -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, script, component, "--alive"]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
+    missing = probe()
+    assert missing.returncode == 1 and "HEARTBEAT_FILE" in missing.stdout, missing.stdout + missing.stderr
+    alive.touch()
+    for component in ("crawler", "rest", "kafka-monitor"):
+        fresh = probe(component)
+        assert fresh.returncode == 0 and fresh.stdout.startswith("healthy"), fresh.stdout + fresh.stderr
+    os.utime(alive, (time.time() - 31, time.time() - 31))
+    stale = probe()
+    assert stale.returncode == 1 and "stuck" in stale.stdout and "HEARTBEAT_FILE" in stale.stdout, stale.stdout
+    ready = subprocess.run(  # the readiness probe, by contrast, needs Redis
+        [sys.executable, script, "crawler"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert ready.returncode == 1 and "REDIS_URL" in ready.stdout, ready.stdout
