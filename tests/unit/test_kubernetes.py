@@ -56,6 +56,8 @@ DIFFERENT = {
     "REST_API_KEY": "from the Secret crawlhive-secrets when set",
 }
 SECRET = {"REDIS_PASSWORD": COMPOSE_ENV["REDIS_PASSWORD"]}
+#: What the kubelet gives a fieldRef here (metadata.namespace: the object's).
+FIELDS = {"status.podIP": "10.1.2.3", "metadata.name": "rest-5d8f7-abcde"}
 PRIVATE = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8", "100.64.0.0/10"]
 
 
@@ -98,13 +100,14 @@ def config(path: str) -> dict[str, str]:
 
 def container_env(path: str, deployment: dict[str, Any]) -> dict[str, str]:
     """The environment the container's process sees: the ConfigMap, the Secret (SECRET here), then
-    ``env`` with ``$(VAR)`` expanded as the kubelet does; fieldRefs stand as ``<field>``."""
+    ``env`` with ``$(VAR)`` expanded as the kubelet does; a fieldRef as FIELDS says."""
     env = {**config(path), **SECRET}
     for item in container(deployment).get("env", []):
         if "value" in item:
             env[item["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), item["value"])
         else:
-            env[item["name"]] = f"<{item['valueFrom']}>"
+            field = item["valueFrom"]["fieldRef"]["fieldPath"]
+            env[item["name"]] = FIELDS[field] if field in FIELDS else deployment["metadata"]["namespace"]
     return env
 
 
@@ -216,8 +219,10 @@ def test_every_setting_is_declared(overlay: str) -> None:
     for d in crawlhive_deployments(path).values():
         for item in container(d).get("env", []):
             assert item["name"] in DECLARED or item["name"] in NOT_SETTINGS, item["name"]
-        settings = load_settings(environ={k: v for k, v in container_env(path, d).items() if "<" not in v})
+        settings = load_settings(environ=container_env(path, d))
         assert settings["REDIS_URL"].startswith(f"redis://:{SECRET['REDIS_PASSWORD']}@")
+        if container(d)["args"] == ["rest"]:  # Prometheus scrapes the pod by its IP, clients the Service
+            assert {"rest", "rest.crawlhive.svc", FIELDS["status.podIP"]} <= set(settings["REST_ALLOWED_HOSTS"])
 
 
 def test_pending_settings_are_still_pending_or_declared_correctly() -> None:
@@ -268,9 +273,7 @@ def test_the_lag_autoscalers_read_the_groups_and_topics_the_components_use(overl
         "cleaner": ("crawled_firehose", "CLEANER_GROUP"),
         "sink": ("cleaned", "SINK_GROUP"),
     }.items():
-        settings = load_settings(
-            environ={k: v for k, v in container_env(path, deployments[name]).items() if "<" not in v}
-        )
+        settings = load_settings(environ=container_env(path, deployments[name]))
         prefix = settings["KAFKA_TOPIC_PREFIX"]
         group = settings.kafka_group if group_setting is None else settings[group_setting]
         if name == "cleaner" and not group:
