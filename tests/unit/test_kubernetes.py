@@ -39,8 +39,8 @@ OVERLAYS = sorted(p.name for p in (KUBE / "overlays").iterdir() if p.is_dir())
 KEDA_CRD = KUBE / "vendor" / "keda" / "keda.sh_scaledobjects.yaml"
 #: The Kubernetes version whose schemas the objects must match (kubernetes-validate bundles it).
 KUBERNETES_VERSION = "1.32.0"
-#: Kinds of the operators the manifests assume, not in the Kubernetes schemas: KEDA's is checked
-#: against its vendored CRD, the Prometheus Operator's by their content (the alert rules' copy).
+#: Kinds of the operators the manifests assume, not in the Kubernetes schemas: each is checked
+#: against its operator's vendored CRD (CRDS).
 OPERATOR_GROUPS = ("keda.sh/", "monitoring.coreos.com/")
 #: ConfigMap keys that are not crawlhive settings: REDIS_NODES is only REDIS_URL's tail.
 NOT_SETTINGS = {"REDIS_NODES", "POD_IP", "POD_NAMESPACE"}
@@ -141,19 +141,45 @@ def test_every_object_validates_against_the_kubernetes_api_schemas(overlay: str)
     assert checked >= 20
 
 
-def keda_schema() -> dict[str, Any]:
-    crd = yaml.safe_load(KEDA_CRD.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+#: The operators' CRDs, vendored with their versions (deploy/kubernetes/vendor/*/README.md).
+CRDS = {
+    ("keda.sh/v1alpha1", "ScaledObject"): KEDA_CRD,
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): KUBE
+    / "vendor"
+    / "prometheus-operator"
+    / "monitoring.coreos.com_servicemonitors.yaml",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): KUBE
+    / "vendor"
+    / "prometheus-operator"
+    / "monitoring.coreos.com_prometheusrules.yaml",
+}
+
+
+@cache
+def crd_schema(api_version: str, kind: str) -> dict[str, Any]:
+    crd = yaml.safe_load(CRDS[(api_version, kind)].read_text())
+    assert crd["spec"]["names"]["kind"] == kind
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == api_version.split("/")[1]]
     schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
     return schema
 
 
-def test_a_wrong_scaledobject_fails_the_keda_schema() -> None:
-    """The vendored schema is really checked: a misspelt field type is refused."""
+def validate_crd(obj: dict[str, Any]) -> None:
+    """*obj* against its CRD's OpenAPI v3 schema (JSON Schema draft 7 is its closest kin; the
+    schemas' Go-syntax patterns, such as ``(?i)`` mid-pattern, are not checked as Python regexes)."""
+    jsonschema.Draft7Validator(crd_schema(obj["apiVersion"], obj["kind"])).validate(obj)
+
+
+def test_a_wrong_object_fails_its_vendored_crd() -> None:
+    """The vendored schemas are really checked: a field of the wrong type is refused."""
     bad = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "x"}}
     bad["spec"] = {"scaleTargetRef": {"name": "x"}, "minReplicaCount": "one", "triggers": [{"type": "cpu"}]}
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(bad, keda_schema())
+        validate_crd(bad)
+    monitor = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "x"}}
+    monitor["spec"] = {"selector": {}, "endpoints": [{"port": "http", "interval": 15}]}  # a number, not "15s"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_crd(monitor)
 
 
 @pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o != "hpa"])
@@ -162,8 +188,18 @@ def test_every_scaledobject_validates_against_kedas_crd(overlay: str) -> None:
     assert set(scaled) == {"crawler", "crawler-render", "kafka-monitor", "cleaner", "sink", "rest"}
     deployments = objects(f"overlays/{overlay}", "Deployment")
     for name, obj in scaled.items():
-        jsonschema.validate(obj, keda_schema())
+        validate_crd(obj)
         assert obj["spec"]["scaleTargetRef"]["name"] in deployments, f"{name} scales nothing"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_operator_object_validates_against_its_vendored_crd(overlay: str) -> None:
+    found = [o for o in render(f"overlays/{overlay}") if o["apiVersion"].startswith(OPERATOR_GROUPS)]
+    for obj in found:
+        assert (obj["apiVersion"], obj["kind"]) in CRDS, f"no vendored CRD for {obj['kind']}"
+        validate_crd(obj)
+    kinds_found = {o["kind"] for o in found}
+    assert kinds_found == (set() if overlay == "hpa" else {"ScaledObject", "ServiceMonitor", "PrometheusRule"})
 
 
 # --- invariants ------------------------------------------------------------------------------------
