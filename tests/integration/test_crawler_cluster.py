@@ -197,8 +197,8 @@ def test_with_64_shards_a_crawler_asks_only_the_shards_that_have_work(
             True,
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="a fetch that times out during the graceful stop keeps its lease until LEASE_TIMEOUT "
-                "(the crawler closes before the failed request is settled; reported to the lead)",
+                reason="a fetch that fails during the graceful stop keeps its lease until LEASE_TIMEOUT: its "
+                "retry reaches Scheduler.enqueue_request after close() and is queued locally, never handed back",
             ),
         ),
     ],
