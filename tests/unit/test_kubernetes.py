@@ -31,6 +31,7 @@ import yaml
 from unit.test_compose import COMPOSE_ENV, command, environment, healthcheck_argv
 
 from crawlhive.app.cli import build_parser
+from crawlhive.utils.config.errors import CrawlhiveError
 from crawlhive.utils.config.settings import DECLARED, load_settings
 from crawlhive.utils.contract.topics import topic_name
 from crawlhive.utils.process.kinds import kinds
@@ -248,11 +249,20 @@ def test_every_component_runs_hardened_with_probes_resources_and_a_pdb(overlay: 
         # the one exception, as in the compose file: Chromium's sandbox needs user namespaces
         assert seccomp == ("Unconfined" if name == "crawler-render" else "RuntimeDefault"), name
         assert pod["automountServiceAccountToken"] is False, name
+        assert pod["enableServiceLinks"] is False, f"{name}: the Service rest would set REST_PORT=tcp://…"
+        assert "replicas" not in d["spec"], f"{name}: the autoscaler owns the replica count"
         labels = d["spec"]["template"]["metadata"]["labels"]
         covering = [p for p in pdbs.values() if p["spec"]["selector"]["matchLabels"].items() <= labels.items()]
         assert len(covering) == 1, f"{name}: {len(covering)} PodDisruptionBudgets"
     for name in objects(path, "StatefulSet"):  # the backends too
         assert name in pdbs, f"StatefulSet {name} has no PodDisruptionBudget"
+
+
+def test_a_service_link_variable_would_break_the_settings() -> None:
+    """Why enableServiceLinks is false: Kubernetes would give every pod REST_PORT=tcp://<ip>:5343
+    for the Service `rest`, and REST_PORT is a crawlhive setting."""
+    with pytest.raises(CrawlhiveError, match="REST_PORT"):
+        load_settings(environ={"REST_PORT": "tcp://10.96.0.12:5343"})
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
