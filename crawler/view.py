@@ -137,8 +137,31 @@ class CrawlerView(KindView):
 
     # --- /metrics and the dashboard ----------------------------------------------------------------
 
+    def ready(self) -> dict[tuple[str, bool], tuple[int, int]]:
+        """``(spider, rendering lane) -> (domains, queued requests)`` of the work ready to fetch
+        now: in domains whose ready time (their score in ``domains``, pushed on by the throttle, a
+        Retry-After or a domain config) is not after the Redis clock; a throttled or parked domain's
+        work is left out. What autoscalers read (deploy/kubernetes/, docs/kubernetes.md)."""
+        frontier = self.context.frontier
+        now = float(self.redis.time()[0])
+        out: dict[tuple[str, bool], tuple[int, int]] = {}
+        for spider in sorted(frontier.active_spiders()):
+            for render in (False, True):
+                backlog = frontier.spider_backlog(spider, render)
+                if not backlog:
+                    continue
+                pipe = self.redis.pipeline(transaction=False)
+                for shard in range(self.keys.shards):
+                    pipe.zrangebyscore(self.keys.domains(spider, render, shard), "-inf", now)
+                ready = {d.decode() if isinstance(d, bytes) else d for reply in pipe.execute() for d in reply}
+                ready &= set(backlog)
+                out[(spider, render)] = (len(ready), sum(backlog[d] for d in ready))
+        return out
+
     def metrics(self) -> Iterator[Metric]:
-        """The proxy and adaptive-throttle families (§21.6), then the recrawl schedule's (§19.6)."""
+        """The ready work (:meth:`ready`), the proxy and adaptive-throttle families (§21.6), then the
+        recrawl schedule's (§19.6)."""
+        yield from ready_metrics(self.ready())
         yield from proxy_metrics(self.proxy_overview(), names=self.context.metrics_names)
         crawls = [ref for ref, _started in newest_active(self.redis, self.keys, MAX_CRAWLS)]
         yield from recrawl_metrics(self.redis, self.keys, crawls)
@@ -146,6 +169,27 @@ class CrawlerView(KindView):
     def cards(self) -> dict[str, Any]:
         """The proxies card (§21.6)."""
         return {"proxies": proxy_rows(self.proxy_overview())}
+
+
+def ready_metrics(ready: dict[tuple[str, bool], tuple[int, int]]) -> Iterator[Metric]:
+    """``crawlhive_queue_ready_domains`` and ``crawlhive_queue_ready_backlog`` per spider type and
+    lane (``plain``, ``render``) from :meth:`CrawlerView.ready`; a lane with nothing queued shows 0."""
+    domains = GaugeMetricFamily(
+        "crawlhive_queue_ready_domains",
+        "Domains with queued requests that may be fetched now (not throttled or parked), per spider type and lane.",
+        labels=["spiderid", "lane"],
+    )
+    backlog = GaugeMetricFamily(
+        "crawlhive_queue_ready_backlog",
+        "Queued requests in the domains that may be fetched now, per spider type and lane.",
+        labels=["spiderid", "lane"],
+    )
+    for spider in sorted({spider for spider, _ in ready}):
+        for render, lane in ((False, "plain"), (True, "render")):
+            n_domains, n_requests = ready.get((spider, render), (0, 0))
+            domains.add_metric([spider, lane], n_domains)
+            backlog.add_metric([spider, lane], n_requests)
+    yield from (domains, backlog)
 
 
 def proxy_metrics(overview: dict[str, Any], names: bool = True) -> Iterator[Metric]:

@@ -3,6 +3,10 @@
 Usage (the compose file's ``healthcheck``)::
 
     python /opt/crawlhive/healthcheck.py kafka-monitor | redis-monitor | crawler | cleaner | sink | rest [--max-age S]
+    python /opt/crawlhive/healthcheck.py <component> --alive [--max-age S]
+
+Without ``--alive`` (the compose file's health check, Kubernetes' readiness probe: the process and
+its backends work):
 
 The components are the registry's kinds whose processes send heartbeats
 (:func:`crawlhive.utils.process.kinds.heartbeat_components`), so a kind added by an entry point is
@@ -18,6 +22,12 @@ checked too without a change here.
 * ``rest``: healthy when ``GET /`` on this container's REST port answers 200 and the service sees
   Kafka or Redis (``node_health`` not ``RED``). ``/`` never needs REST_API_KEY (docs/contract.md §7.4).
 
+With ``--alive`` (Kubernetes' liveness probe, deploy/kubernetes/): healthy when the file
+HEARTBEAT_FILE, which every beat of the process's own loop renews before it tries Redis
+(``utils/state/heartbeat.py``), was renewed at most ``--max-age`` seconds ago (default 3 x
+HEARTBEAT_INTERVAL). Nothing is asked of Redis or Kafka: an outage of theirs makes the process
+unready, never restarts it.
+
 Settings come from the environment, exactly as the component's own (docs/contract.md §8.1). Why a script and
 not a ``crawlhive health`` subcommand: the CLI surface is fixed by docs/contract.md §8.2.
 """
@@ -28,6 +38,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -118,11 +129,27 @@ def rest_problem(settings: Settings, timeout_s: float = REST_TIMEOUT_S) -> str |
     return None
 
 
-def check(component: str, settings: Settings, max_age_s: float | None = None) -> str | None:
-    """Why *component* in this container is unhealthy, or None; never raises for a backend failure."""
+def alive_problem(path: str, max_age_s: float, now: float | None = None) -> str | None:
+    """Why the loop whose heartbeat renews the file *path* (HEARTBEAT_FILE) is not alive, or None."""
+    if not path:
+        return "HEARTBEAT_FILE is not set: the process renews no local heartbeat file to check"
+    try:
+        age_s = (time.time() if now is None else now) - os.stat(path).st_mtime
+    except OSError as exc:
+        return f"HEARTBEAT_FILE {path}: {exc.strerror or exc} (the process has not beaten yet)"
+    if age_s > max_age_s:
+        return f"HEARTBEAT_FILE {path} is {age_s:.0f}s old (limit {max_age_s:g}s): the process's loop is stuck"
+    return None
+
+
+def check(component: str, settings: Settings, max_age_s: float | None = None, *, alive: bool = False) -> str | None:
+    """Why *component* in this container is unhealthy (with *alive*: not alive), or None; never
+    raises for a backend failure."""
+    limit = 3 * settings.getfloat("HEARTBEAT_INTERVAL") if max_age_s is None else max_age_s
+    if alive:
+        return alive_problem(settings["HEARTBEAT_FILE"], limit)
     if component == HTTP_CHECKED:
         return rest_problem(settings)
-    limit = 3 * settings.getfloat("HEARTBEAT_INTERVAL") if max_age_s is None else max_age_s
     client = redis_from_settings(settings)
     try:
         return heartbeat_problem(
@@ -143,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Health check of one crawlhive component in this container.")
     parser.add_argument("component", choices=list(heartbeat_components()))  # the registry's, in order
     parser.add_argument(
+        "--alive", action="store_true", help="check the local HEARTBEAT_FILE only (liveness), not the backends"
+    )
+    parser.add_argument(
         "--max-age", type=float, default=None, metavar="SECONDS", help="oldest acceptable heartbeat (3 x interval)"
     )
     return parser
@@ -152,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Print ``healthy: …`` and return 0, or print ``unhealthy: <reason>`` and return 1."""
     args = build_parser().parse_args(argv)
     try:
-        problem = check(args.component, load_settings(), args.max_age)
+        problem = check(args.component, load_settings(), args.max_age, alive=args.alive)
     except CrawlhiveError as exc:  # a bad setting: the component itself would not start either
         problem = str(exc)
     if problem is not None:

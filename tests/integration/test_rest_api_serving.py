@@ -121,7 +121,8 @@ def test_metrics_expose_cluster_state_from_redis(
     assert ("crawlhive_cleaner_lag", ()) in after  # the cleaners' consumer lag (§13)
     assert after[("crawlhive_rest_responses_total", (("code", "200"), ("method", "GET")))] >= 1
     labels = {label for (_, pairs) in after for label, _ in pairs}
-    assert labels <= {"component", "spiderid", "code", "kind", "stage", "method", "le", "domain", "outcome", "node"}
+    allowed = {"component", "spiderid", "code", "kind", "stage", "method", "le", "domain", "outcome", "node", "lane"}
+    assert labels <= allowed
     crawler.stop()
 
 

@@ -131,3 +131,25 @@ def test_windows_expire_in_real_time(redis_client: redis.Redis, keys: Keys) -> N
     assert stats.read("kafka-monitor", "total") == {"1": 1, "3": 5, "lifetime": 5}
     time.sleep(1.2)
     assert stats.read("kafka-monitor", "total") == {"3": 5, "lifetime": 5}
+
+
+def test_a_hosts_counters_expire_and_leave_the_index(redis_client: redis.Redis, keys: Keys) -> None:
+    """Per-host (``machine:``) counters: every key expires, lifetime total included, so pods that
+    come and go with an autoscaler leave nothing behind; the reader that finds one empty drops it
+    from the index. A cluster-wide counter keeps its lifetime total and its index entry."""
+    stats = Stats(redis_client, keys, [1])  # windows of 1 s: keys live 1 s + one bucket
+    stats.incr("crawler", "machine:pod-a:200", 3)
+    stats.incr("crawler", "spider:link:200", 3)
+    assert 0 < redis_client.pttl(keys.stats_lifetime("crawler", "machine:pod-a:200")) <= stats.window_ttl_ms
+    assert redis_client.ttl(keys.stats_lifetime("crawler", "spider:link:200")) == -1
+    counters = stats.counters("crawler")
+    assert ("crawler", "machine:pod-a:200") in counters
+    assert stats.read_many(counters)[("crawler", "machine:pod-a:200")]["lifetime"] == 3  # live: kept
+    assert ("crawler", "machine:pod-a:200") in stats.counters("crawler")
+    deadline = time.monotonic() + 5
+    while redis_client.exists(keys.stats_lifetime("crawler", "machine:pod-a:200")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    read = stats.read_many(stats.counters("crawler"))
+    assert read[("crawler", "machine:pod-a:200")] == {}
+    assert stats.counters("crawler") == [("crawler", "spider:link:200")]
+    assert read[("crawler", "spider:link:200")] == {"lifetime": 3}

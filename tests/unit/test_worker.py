@@ -96,3 +96,39 @@ def test_batch_counts_add_subtract_and_name_their_outcomes() -> None:
     assert totals == Counts(records=8, cleaned=7, dead_letters=1)
     assert totals.minus(mark) == Counts(records=5, cleaned=5, dead_letters=0)
     assert totals.outcomes() == "7 cleaned, 1 dead letters"
+
+
+def test_the_liveness_file_is_renewed_by_the_loop_while_redis_fails(
+    redis_settings: Settings, redis_client: redis.Redis, tmp_path: Any
+) -> None:
+    """HEARTBEAT_FILE (the liveness probe's): each heartbeat renews it before trying Redis, and the
+    loop renews it after every iteration, failed ones included, so a Redis outage never makes a
+    running process look dead."""
+    import os
+    import time
+
+    from crawlhive.utils.state.heartbeat import Heartbeat
+
+    alive = tmp_path / "alive"
+    dead = redis.Redis(port=1, socket_connect_timeout=0.2)  # nothing listens there
+    keys = ProcessContext.create(redis_settings, redis_client, "t").keys
+    beat = Heartbeat(dead, keys, "t", "n1", "h", 30.0, alive_file=str(alive))
+    with pytest.raises(redis.RedisError):
+        beat.beat()
+    assert time.time() - alive.stat().st_mtime < 5  # renewed although Redis refused
+
+    settings = redis_settings.copy_with(HEARTBEAT_FILE=str(tmp_path / "loop"))
+    worker = Scripted(settings, redis_client, [RedisConnectionError("gone"), RedisConnectionError("gone"), None])
+    worker.backoff.first_s = 0.01
+    ages: list[float] = []
+    run_once = worker.run_once
+
+    def aged() -> Any:
+        loop = tmp_path / "loop"
+        ages.append(time.time() - loop.stat().st_mtime)
+        os.utime(loop, (0, 0))  # as if stale: only the loop's renewal makes it fresh again
+        return run_once()
+
+    worker.run_once = aged  # type: ignore[method-assign]
+    worker.run()
+    assert len(ages) == 3 and all(age < 5 for age in ages), ages

@@ -547,7 +547,7 @@ class Keys(KeySpace):
         component, name = self._parse(key_, "stats", 2)
         return component, name
 
-    @key("string (integer)", ttl="none")
+    @key("string (integer)", ttl="none; a per-host (``machine:``) counter's: as stats_window")
     def stats_lifetime(self, component: str, name: str) -> str:
         """Lifetime total of counter ``name`` of ``component``."""
         return f"{self._global}stats-lifetime:{component}:{name}"

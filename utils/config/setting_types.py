@@ -174,6 +174,7 @@ class SettingTypes:
     METRICS_NAMES: bool | None
     HEARTBEAT_TIMEOUT: float
     HEARTBEAT_INTERVAL: float
+    HEARTBEAT_FILE: str
     REST_HOST: str
     REST_PORT: int
     REST_API_KEY: str

@@ -113,6 +113,7 @@ class ProcessContext:
                 settings.node_name,
                 settings.HEARTBEAT_TIMEOUT,
                 extra=heartbeat_extra,
+                alive_file=settings.HEARTBEAT_FILE,
             ),
             owns_redis=owns_redis,
         )
@@ -207,6 +208,7 @@ class Worker:
             Exception: a failure that retrying cannot fix (a wrong setting or plugin path).
         """
         while not self.stopping:
+            self.heartbeat.touch()  # setting up, retried while a backend is down: alive
             try:
                 self.setup()
                 self.backoff.reset()
@@ -245,6 +247,7 @@ class Worker:
                     self._report_failure(reason)
                     self.backoff.wait(reason, lambda: self.stopping)
                 done += 1
+                self.heartbeat.touch()  # the loop runs, whether its backends answer or not
                 self.after_iteration()
                 if self.blob_sweep is not None:
                     self.blob_sweep.expire_in_background()  # at start, then at most once an hour

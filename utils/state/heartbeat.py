@@ -6,12 +6,15 @@ renewed every ``HEARTBEAT_INTERVAL``. Its node id is also in ``keys.heartbeat_in
 a sorted set scored with the key's expiry on the Redis clock, so readers list a component's
 processes without ``KEYS`` and drop the entries of processes that died without :meth:`stop`.
 
-Liveness is the key's existence; the index only finds the keys.
+Liveness is the key's existence; the index only finds the keys. A process may also renew a local
+file on every beat (``alive_file``, HEARTBEAT_FILE), before Redis is tried: a container's liveness
+probe reads its age, so a process whose loop runs is never restarted for a Redis outage.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import secrets
@@ -24,6 +27,8 @@ from crawlhive.utils.backends.scripts import scripts
 
 if TYPE_CHECKING:
     from crawlhive.utils.backends.keys import Keys
+
+logger = logging.getLogger(__name__)
 
 
 def new_node_id() -> str:
@@ -61,6 +66,7 @@ class Heartbeat:
         host: str,
         timeout_s: float,
         extra: Mapping[str, Any] | None = None,
+        alive_file: str = "",
     ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"HEARTBEAT_TIMEOUT: must be > 0 seconds, got {timeout_s!r}")
@@ -74,6 +80,7 @@ class Heartbeat:
         self.index_key = keys.heartbeat_index(component)
         self.started = time.time()
         self.extra = dict(extra or {})
+        self.alive_file = alive_file
         self.scripts = scripts(redis)
 
     def __repr__(self) -> str:
@@ -91,8 +98,22 @@ class Heartbeat:
             "started": self.started,
         }
 
+    def touch(self) -> None:
+        """Renew the modification time of the local *alive_file* (created if missing): the loop
+        that calls this runs. Never raises (a failure is logged at debug level: the probe then
+        reports the file's age, naming HEARTBEAT_FILE)."""
+        if not self.alive_file:
+            return
+        try:
+            with open(self.alive_file, "a"):
+                pass
+            os.utime(self.alive_file)
+        except OSError:
+            logger.debug("could not renew HEARTBEAT_FILE %s", self.alive_file, exc_info=True)
+
     def beat(self) -> None:
-        """Renew this process's heartbeat, atomically and in one round trip.
+        """Renew this process's heartbeat, atomically and in one round trip (the local
+        *alive_file* first, whether Redis answers or not).
 
         Sets ``keys.heartbeat(component, node_id)`` with a ``timeout_s`` expiry and indexes the
         node in ``keys.heartbeat_index(component)`` at that expiry (one script, Redis clock).
@@ -101,6 +122,7 @@ class Heartbeat:
             redis.RedisError: Redis failed; the process may drop out of node maps until the next
                 successful beat.
         """
+        self.touch()
         ttl_ms = max(1, math.ceil(self.timeout_s * 1000))
         self.scripts["heartbeat_beat"](
             keys=[self.key, self.index_key], args=[json.dumps(self.payload()), ttl_ms, self.node_id]

@@ -10,12 +10,15 @@ A counter is named by ``(component, name)``, e.g. ``("kafka-monitor", "total")``
   ``BUCKETS_PER_WINDOW`` entries per window. TTL: the longest window plus one of its buckets,
   renewed on every write.
 * ``keys.stats_lifetime(component, name)``, an integer (``INCRBY``). No TTL: lifetime totals are
-  exempt, as in Scrapy Cluster.
+  exempt, as in Scrapy Cluster; except a per-process counter's (its name starts with ``machine:``,
+  one per host, and hosts come and go where containers scale): the window set's TTL, renewed on
+  every write, so a host gone for the longest window leaves nothing behind.
 * ``keys.stats_unique(component, name)``, a HyperLogLog of distinct values (``PFADD``; ``PFCOUNT``
   is within about 0.81 % of the truth). TTL: the longest window, renewed on every write, so it counts
   distinct values over the counter's active life.
 * its ``component:name`` in ``keys.stats_index()`` (a set, no TTL), so readers enumerate counters
-  without ``KEYS``.
+  without ``KEYS``; a per-process counter whose keys expired is dropped from it by the reader
+  that finds it empty (:meth:`Stats.read_many`).
 
 Bucket error bound: a window ``W`` is read as the sum of the ``BUCKETS_PER_WINDOW`` most recent
 buckets of width ``w = W / BUCKETS_PER_WINDOW``, the current (partial) one included. That covers
@@ -138,6 +141,8 @@ class Stats:
                     target.zrem(key, *stale)
             target.pexpire(key, self.window_ttl_ms)
             target.incrby(self.keys.stats_lifetime(component, name), n)
+            if name.startswith(PER_PROCESS):
+                target.pexpire(self.keys.stats_lifetime(component, name), self.window_ttl_ms)
             target.sadd(self.keys.stats_index(), f"{component}:{name}")
         if pipe is None:
             target.execute()
@@ -207,7 +212,11 @@ class Stats:
             return pipe
 
         replies = self.scripts.execute(build)
-        return {counter: self._window_map(reply) for counter, reply in zip(wanted, replies, strict=True)}
+        maps = {counter: self._window_map(reply) for counter, reply in zip(wanted, replies, strict=True)}
+        gone = [f"{c}:{n}" for (c, n), found in maps.items() if not found and n.startswith(PER_PROCESS)]
+        if gone:  # a host's counters expired with it: forget them (a new write indexes them again)
+            self.redis.srem(self.keys.stats_index(), *gone)
+        return maps
 
     def read_unique(self, component: str, name: str) -> int:
         """Distinct values recorded by :meth:`unique` (``PFCOUNT``; 0 when none)."""
@@ -265,6 +274,9 @@ NETWORK_FAILURE_CODE = 504
 """The status code under which crawler stats count a network-level failure (docs/contract.md §4.7)."""
 
 _PLUGIN = "plugin:"
+PER_PROCESS = "machine:"
+"""The prefix of the counters of one host (:func:`machine_counter_name`,
+:func:`cleaner_machine_counter_name`), whose every key expires."""
 
 
 def plugin_counter_name(plugin: str) -> str:
@@ -343,6 +355,7 @@ __all__ = [
     "KAFKA_MONITOR",
     "LIFETIME",
     "NETWORK_FAILURE_CODE",
+    "PER_PROCESS",
     "REDIS_MONITOR",
     "TOTAL",
     "Stats",

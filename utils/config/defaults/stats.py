@@ -32,3 +32,9 @@ HEARTBEAT_TIMEOUT: float = 120.0
 
 HEARTBEAT_INTERVAL: float = 10.0
 """Seconds between two heartbeats of one process."""
+
+HEARTBEAT_FILE: str = ""
+"""A local file whose modification time each heartbeat of the process's own loop renews, before
+(and whether or not) it reaches Redis: what a container's liveness probe reads
+(``healthcheck.py <component> --alive``; deploy/kubernetes/), so a Redis outage never restarts a
+process whose loop still runs. Empty (the default): none."""
