@@ -203,6 +203,9 @@ class FrontierScheduler(BaseScheduler):
         if failures > context.request.retry_times:
             self.runtime.leases.retry(context, self.runtime.retry_wait(failures, request.meta.get(RETRY_AFTER)))
             return True
+        if self._closing:  # close() already handed back what it held: this one goes back now
+            self.runtime.leases.give_back(context)
+            return True
         if request.meta.get("redirect_urls") and not request.meta.pop(HOP_GRANTED, False):
             self._hops[id(request)] = (request, None)
             self._ask_hop(request)  # a redirect: first a start of its domain's throttle
