@@ -27,6 +27,15 @@ DOWNLOAD_MAXSIZE: int = 8388608
 """Largest response body a crawler accepts, in bytes, counted both as received and once decoded
 (8 MiB); a larger one ends as a ``response too large`` crawl dead letter, without retries."""
 
+FETCH: str = "plain"
+"""How pages are fetched when neither the crawl nor its domain says (docs/contract.md §25):
+``plain`` (Scrapy's own client), ``impersonate`` (a browser's TLS and HTTP/2 fingerprint,
+FETCH_PROFILE), ``render`` (rendering crawlers) or ``auto`` (plain, then up the ladder past a wall)."""
+
+FETCH_PROFILE: str = "chrome"
+"""The browser whose TLS and HTTP/2 fingerprint and headers an impersonated fetch has: ``chrome``,
+``firefox`` or ``safari`` (a current release of each), or a curl_cffi target such as ``chrome146``."""
+
 USER_AGENT: str = ""
 """User-Agent of requests without ``useragent``; empty means ``crawlhive/<version>``."""
 
