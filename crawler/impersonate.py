@@ -29,7 +29,7 @@ handler only replaces the connection):
   retry, as for plain pages). Through a proxy the target was checked before
   (:class:`~crawlhive.crawler.proxy.ProxyMiddleware`) and the proxy's own host is pinned the same
   way. curl follows no redirect (they go through the frontier, §10.7), speaks http and https only,
-  and keeps no Alt-Svc (no hop to another host or port);
+  and keeps no Alt-Svc cache (libcurl uses none unless told: no hop to another host or port);
 * DOWNLOAD_TIMEOUT (the request's ``download_timeout``, for the whole exchange) and
   DOWNLOAD_MAXSIZE, counted on the body as curl decodes it, so a compression bomb stops at the
   limit (``response too large`` dead letter via :class:`~crawlhive.crawler.limits.ResponseLimitMiddleware`);
@@ -60,6 +60,7 @@ from scrapy.core.downloader.handlers._base_streaming import BaseStreamingDownloa
 from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
 from scrapy.exceptions import (
     CannotResolveHostError,
+    DownloadCancelledError,
     DownloadConnectionRefusedError,
     DownloadFailedError,
     DownloadTimeoutError,
@@ -90,6 +91,9 @@ PROFILES: dict[str, str] = {"chrome": "chrome152", "firefox": "firefox155", "saf
 BROWSER_HEADERS = (b"User-Agent", b"Accept", b"Accept-Language", b"Accept-Encoding", b"Proxy-Authorization")
 #: Response flag of a body curl decoded (its ``Content-Encoding`` is not to be decoded again).
 DECODED = "decoded"
+
+#: Said of a body over DOWNLOAD_MAXSIZE that curl was decoding (crawler/limits.py reads it).
+ONCE_DECODED = "once decoded"
 
 #: The extra curl options of the request being sent (see :class:`_PinnedSession`).
 _REQUEST_OPTIONS: contextvars.ContextVar[dict[Any, Any]] = contextvars.ContextVar("crawlhive_curl_options")
@@ -187,7 +191,6 @@ class ImpersonatingDownloadHandler(_Base):
                 curl_options={
                     CurlOpt.PROTOCOLS_STR: b"http,https",
                     CurlOpt.REDIR_PROTOCOLS_STR: b"http,https",
-                    CurlOpt.ALTSVC_CTRL: 0,
                 },
             )
         return self._session
@@ -285,7 +288,12 @@ class ImpersonatingDownloadHandler(_Base):
         return isinstance(exc, curl_errors.IncompleteRead | curl_errors.ChunkedEncodingError)
 
     async def _read_response(self, response: Any, request: Request) -> Response:
-        result = await super()._read_response(response, request)
+        try:
+            result = await super()._read_response(response, request)
+        except DownloadCancelledError as exc:
+            if response.response.headers.get("content-encoding") and ONCE_DECODED not in str(exc):
+                raise DownloadCancelledError(f"{exc} {ONCE_DECODED}") from None
+            raise
         result.flags.append(DECODED)
         return result
 

@@ -28,7 +28,7 @@ from scrapy.downloadermiddlewares.httpcompression import HttpCompressionMiddlewa
 from scrapy.exceptions import DownloadCancelledError, IgnoreRequest
 from twisted.internet.defer import CancelledError
 
-from crawlhive.crawler.impersonate import DECODED
+from crawlhive.crawler.impersonate import DECODED, ONCE_DECODED
 from crawlhive.crawler.items import ORIGINAL_HEADERS_META, original_headers
 from crawlhive.crawler.requests import context_of, end_for_good
 from crawlhive.crawler.runtime import CrawlRuntime
@@ -66,7 +66,8 @@ class ResponseLimitMiddleware:
         if context_of(request) is None:
             return
         if isinstance(exception, DownloadCancelledError | CancelledError) and _SCRAPY_MAXSIZE_TEXT in str(exception):
-            end_for_good(request, too_large(f"more than {self.limit} bytes"))
+            decoded = " once decoded" if ONCE_DECODED in str(exception) else ""
+            end_for_good(request, too_large(f"more than {self.limit} bytes{decoded}"))
 
     def process_request(self, request: Request) -> None:
         self.decompress.process_request(request)  # Accept-Encoding, as Scrapy's own would

@@ -280,11 +280,11 @@ class FingerprintSite:
             threading.Thread(target=self._serve, args=(conn, host), daemon=True).start()
 
     def _serve(self, conn: socket.socket, host: str) -> None:
-        conn.settimeout(10)
+        conn.settimeout(30)
+        tls: ssl.SSLSocket | None = None
         try:
-            raw = _peek_hello(conn)
-            hello = parse_client_hello(raw)
-            tls = self.context.wrap_socket(conn, server_side=True)
+            hello = parse_client_hello(_peek_hello(conn))
+            tls = self.context.wrap_socket(conn, server_side=True)  # conn is detached into tls
             alpn = tls.selected_alpn_protocol()
             if alpn == "h2":
                 self._serve_h2(tls, host, hello)
@@ -293,7 +293,7 @@ class FingerprintSite:
         except (OSError, ValueError, ssl.SSLError):
             pass
         finally:
-            conn.close()
+            (tls or conn).close()
 
     def _answer(self, record: Hello) -> Answer:
         with self.lock:

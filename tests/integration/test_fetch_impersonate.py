@@ -1,0 +1,194 @@
+"""The impersonated fetch end to end (docs/contract.md §25): real ``crawlhive crawler`` processes
+against :class:`~support.tls_site.FingerprintSite`, an HTTPS site in this process that computes
+the JA3/JA4 of every ClientHello and the Akamai fingerprint of every HTTP/2 preface.
+
+The reference fingerprints are the browsers' as public fingerprint databases list them (JA4's
+cipher hash and the HTTP/2 SETTINGS / WINDOW_UPDATE / pseudo-header order of Chrome, Firefox and
+Safari), not values read back from curl_cffi.
+"""
+
+from __future__ import annotations
+
+import gzip
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support.crawler import crawler_module, html, seed
+from support.tls_site import FingerprintSite, Hello
+
+pytestmark = pytest.mark.timeout(120)
+
+#: Real browsers' fingerprints: JA4's cipher part (``a_b``'s *b*), GREASE, and the Akamai HTTP/2
+#: fingerprint (SETTINGS|WINDOW_UPDATE|PRIORITY|pseudo-header order).
+BROWSERS: dict[str, dict[str, Any]] = {
+    "chrome": {
+        "ja4_ciphers": "8daaf6152771",
+        "grease": True,
+        "akamai": "1:65536;2:0;4:6291456;6:262144|15663105|0|m,a,s,p",
+        "user_agent": "Chrome/",
+    },
+    "firefox": {
+        "ja4_ciphers": "8daaf6152771",
+        "grease": False,
+        "akamai": "1:65536;2:0;4:131072;5:16384|12517377|0|m,p,a,s",
+        "user_agent": "Firefox/",
+    },
+    "safari": {
+        "ja4_ciphers": "a09f3c656075",
+        "grease": True,
+        "akamai": "2:0;3:100;4:2097152;9:1|10420225|0|m,s,a,p",
+        "user_agent": "Safari/",
+    },
+}
+
+
+def browser_of(hello: Hello) -> str | None:
+    """The browser whose fingerprints *hello*'s connection has, or None."""
+    ja4 = hello.hello.ja4()
+    for name, ref in BROWSERS.items():
+        if (
+            ja4.startswith("t13d")
+            and ja4.split("_")[1] == ref["ja4_ciphers"]
+            and hello.hello.grease == ref["grease"]
+            and hello.alpn == "h2"
+            and hello.akamai == ref["akamai"]
+        ):
+            return name
+    return None
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[FingerprintSite]:
+    site = FingerprintSite()
+    site.start()
+    yield site
+    site.stop()
+
+
+def _module(redis_url: str, kafka: str, tmp: pytest.TempPathFactory, name: str, **overrides: Any) -> Any:
+    return crawler_module(
+        redis_url,
+        kafka,
+        tmp.mktemp(name),
+        name[:2],
+        CRAWLER_ALLOWED_NETWORKS=["127.0.0.1/32"],
+        RETRY_TIMES=0,
+        **overrides,
+    )
+
+
+@pytest.fixture(scope="module")
+def chrome(redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with _module(
+        redis_url, kafka_bootstrap, tmp_path_factory, "imp", FETCH="impersonate", DOWNLOAD_MAXSIZE=200_000, DOWNLOAD_TIMEOUT=3
+    ) as env:
+        yield env
+
+
+def _crawl(env: dict[str, Any], url: str, **request: Any) -> str:
+    crawlid = secrets.token_hex(4)
+    seed(env["settings"], env["redis"], appid="fetchapp", crawlid=crawlid, url=url, **request)
+    return crawlid
+
+
+def test_the_impersonated_fetch_has_chromes_fingerprints_and_headers(
+    chrome: dict[str, Any], site: FingerprintSite
+) -> None:
+    site.page("/c/page", html(title="chrome"))
+    crawlid = _crawl(chrome, site.url("/c/page"))
+    (item,) = chrome["collector"].wait_for(crawlid, 1)
+    assert item.get("status_code") == 200 and "<title>chrome</title>" in item["body"], (item, chrome["crawler"].output()[-3000:])
+    assert item["protocol"] == "h2"
+    (hello,) = site.hits("/c/page")
+    assert browser_of(hello) == "chrome", (hello.hello.ja4(), hello.akamai)
+    # The profile's own headers, in its order, agreeing with the fingerprint: not crawlhive's.
+    agent = hello.header("user-agent") or ""
+    assert "Chrome/" in agent and "crawlhive" not in agent, hello.headers
+    major = agent.split("Chrome/", 1)[1].split(".", 1)[0]
+    assert f'v="{major}"' in (hello.header("sec-ch-ua") or ""), hello.headers
+    names = [n.lower() for n, _ in hello.headers]
+    assert names.index("sec-ch-ua") < names.index("user-agent") < names.index("accept") < names.index("accept-encoding")
+    assert "zstd" in (hello.header("accept-encoding") or "")
+    # robots.txt went the same way (a wall would refuse it too)
+    robots = [h for h in site.seen if h.path == "/robots.txt"]
+    assert robots and all(browser_of(h) == "chrome" for h in robots)
+
+
+def test_the_plain_fetch_has_no_browsers_fingerprint(
+    redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory, site: FingerprintSite
+) -> None:
+    site.page("/p/page", html(title="plain"))
+    with _module(redis_url, kafka_bootstrap, tmp_path_factory, "pla") as env:
+        crawlid = _crawl(env, site.url("/p/page"))
+        (item,) = env["collector"].wait_for(crawlid, 1)
+    assert item["status_code"] == 200, item
+    (hello,) = site.hits("/p/page")
+    assert browser_of(hello) is None
+    assert hello.akamai is None and "crawlhive" in (hello.header("user-agent") or "")
+
+
+@pytest.mark.parametrize("profile", ["firefox", "safari"])
+def test_other_profiles_have_their_browsers_fingerprints(
+    redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory, site: FingerprintSite, profile: str
+) -> None:
+    path = f"/{profile}/page"
+    site.page(path, html(title=profile))
+    with _module(redis_url, kafka_bootstrap, tmp_path_factory, profile, FETCH="impersonate", FETCH_PROFILE=profile) as env:
+        crawlid = _crawl(env, site.url(path))
+        (item,) = env["collector"].wait_for(crawlid, 1)
+    assert item["status_code"] == 200, item
+    (hello,) = site.hits(path)
+    assert browser_of(hello) == profile, (hello.hello.ja4(), hello.akamai)
+    assert BROWSERS[profile]["user_agent"] in (hello.header("user-agent") or "")
+
+
+def test_cookies_and_crawl_headers_are_sent_and_set_cookie_is_not_kept(
+    chrome: dict[str, Any], site: FingerprintSite
+) -> None:
+    site.pages["/k/0"] = lambda _h: (
+        200,
+        [("content-type", "text/html"), ("set-cookie", "tracker=1; Path=/")],
+        html("/k/1"),
+    )
+    site.page("/k/1", html())
+    crawlid = _crawl(chrome, site.url("/k/0"), maxdepth=1, cookie="session=abc", headers={"X-Crawl": "yes"})
+    chrome["collector"].wait_for(crawlid, 2)
+    first, second = (site.hits(p)[0] for p in ("/k/0", "/k/1"))
+    assert first.header("cookie") == "session=abc" and first.header("x-crawl") == "yes", first.headers
+    assert "tracker" not in (second.header("cookie") or ""), second.headers  # no jar between pages
+
+
+def test_download_maxsize_holds_raw_and_decoded(chrome: dict[str, Any], site: FingerprintSite) -> None:
+    limit = 200_000
+    site.page("/big/raw", b"x" * (limit + 1))
+    bomb = gzip.compress(b"\0" * (limit * 5))
+    site.pages["/big/bomb"] = lambda _h: (200, [("content-type", "text/plain"), ("content-encoding", "gzip")], bomb)
+    fine = gzip.compress(b"<html><body>small and fine</body></html>")
+    site.pages["/big/fine"] = lambda _h: (200, [("content-type", "text/html"), ("content-encoding", "gzip")], fine)
+    crawls = {path: _crawl(chrome, site.url(path)) for path in ("/big/raw", "/big/bomb", "/big/fine")}
+    for path, detail in (("/big/raw", f"more than {limit} bytes"), ("/big/bomb", f"more than {limit} bytes once decoded")):
+        (letter,) = chrome["collector"].wait_for(crawls[path], 1)
+        assert letter["_topic"].endswith(".dead_letter"), letter
+        assert letter["error"] == f"response too large: {detail} (DOWNLOAD_MAXSIZE)"
+        assert letter["retry_times"] == 0
+    (item,) = chrome["collector"].wait_for(crawls["/big/fine"], 1)
+    assert item["body"] == "<html><body>small and fine</body></html>"
+    assert item["original_headers"].get("Content-Encoding") == ["gzip"], item["original_headers"]
+
+
+def test_download_timeout_holds(chrome: dict[str, Any], site: FingerprintSite) -> None:
+    """Last: the slow page holds its HTTP/2 connection's thread in the test site."""
+
+    def slow(_hello: Hello) -> tuple[int, list[tuple[str, str]], bytes]:
+        time.sleep(6)
+        return 200, [("content-type", "text/html")], html()
+
+    site.pages["/slow/page"] = slow
+    crawlid = _crawl(chrome, site.url("/slow/page"))
+    (letter,) = chrome["collector"].wait_for(crawlid, 1, timeout=30)
+    assert letter["_topic"].endswith(".dead_letter"), letter
+    # curl's own error named (as Twisted's is for plain fetches): cut at DOWNLOAD_TIMEOUT, 3 s
+    assert letter["error"].startswith("Timeout: ") and "3 seconds" in letter["error"], letter
