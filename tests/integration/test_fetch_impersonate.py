@@ -192,3 +192,47 @@ def test_download_timeout_holds(chrome: dict[str, Any], site: FingerprintSite) -
     assert letter["_topic"].endswith(".dead_letter"), letter
     # curl's own error named (as Twisted's is for plain fetches): cut at DOWNLOAD_TIMEOUT, 3 s
     assert letter["error"].startswith("Timeout: ") and "3 seconds" in letter["error"], letter
+
+
+def test_curl_connects_to_the_pinned_address_and_never_resolves_the_name(site: FingerprintSite) -> None:
+    """DNS rebinding (§10.2): the impersonated fetch hands curl the address the guard checked
+    (``CURLOPT_RESOLVE``, per request through the session's context variable) and curl connects
+    there without a lookup of its own: ``.invalid`` names never resolve (RFC 6761), so only the
+    pin can take these requests to the site; two concurrent requests keep their own pins."""
+    import asyncio
+
+    from curl_cffi.const import CurlOpt
+
+    from crawlhive.crawler.impersonate import _REQUEST_OPTIONS, _resolve_entry, _session_class
+
+    site.page("/pin/page", html(title="pinned"))
+    other = FingerprintSite(hosts=("127.0.0.2",))
+    other.page("/pin/page", html(title="other"))
+    other.start()
+
+    async def fetch(session: Any, address: str, port: int) -> tuple[int, str]:
+        _REQUEST_OPTIONS.set({CurlOpt.RESOLVE: [_resolve_entry("rebind.invalid", port, address)]})
+        response = await session.request(
+            "GET", f"https://rebind.invalid:{port}/pin/page", impersonate="chrome152", verify=False
+        )
+        return response.status_code, response.text
+
+    async def main() -> list[tuple[int, str]]:
+        session = _session_class()(verify=False, trust_env=False)
+        try:
+            return list(
+                await asyncio.gather(
+                    asyncio.create_task(fetch(session, "127.0.0.1", site.port)),
+                    asyncio.create_task(fetch(session, "127.0.0.2", other.port)),
+                )
+            )
+        finally:
+            await session.close()
+
+    try:
+        (first, second) = asyncio.run(main())
+    finally:
+        other.stop()
+    assert first[0] == 200 and "<title>pinned</title>" in first[1]
+    assert second[0] == 200 and "<title>other</title>" in second[1]
+    assert [h.hello.sni for h in site.hits("/pin/")] == ["rebind.invalid"]  # the name, at the pinned address
