@@ -70,6 +70,7 @@ from scrapy.http import Headers
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.misc import build_from_crawler
 
+from crawlhive.crawler.items import FETCH_META
 from crawlhive.crawler.netguard import installed_resolver
 from crawlhive.utils.config.errors import SettingsError
 
@@ -78,9 +79,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-#: Request meta key of the way a request is fetched: ``"plain"`` or ``"impersonate"`` (the
-#: ``render`` rung belongs to rendering crawlers, whose handler is another).
-FETCH_META = "crawlhive_fetch"
 #: Request meta key of the browser profile an impersonated request uses (a key of :data:`PROFILES`
 #: or a curl_cffi target); absent: FETCH_PROFILE.
 PROFILE_META = "crawlhive_fetch_profile"
@@ -112,7 +110,9 @@ def curl_target(profile: str) -> str:
     known = BrowserTypeLiteral.__args__  # type: ignore[attr-defined]
     if target not in known:
         names = ", ".join(sorted(PROFILES))
-        raise SettingsError(f"FETCH_PROFILE: {profile!r} is not a browser profile (one of {names}, or a curl_cffi target)")
+        raise SettingsError(
+            f"FETCH_PROFILE: {profile!r} is not a browser profile (one of {names}, or a curl_cffi target)"
+        )
     return target
 
 

@@ -123,6 +123,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
             f"{_PKG}.limits.ResponseLimitMiddleware": 590,
             f"{_PKG}.middlewares.pacing.RetryAfterMiddleware": 600,
+            f"{_PKG}.fetch.FetchLadderMiddleware": 588,  # a wall: the next rung, no retry spent (§25)
             # Scrapy's redirect middlewares, subclassed so that giving up on a page ends its lease
             "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
             "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware": None,

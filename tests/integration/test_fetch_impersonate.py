@@ -50,7 +50,7 @@ def browser_of(hello: Hello) -> str | None:
     ja4 = hello.hello.ja4()
     for name, ref in BROWSERS.items():
         if (
-            ja4.startswith("t13d")
+            ja4.startswith("t13")
             and ja4.split("_")[1] == ref["ja4_ciphers"]
             and hello.hello.grease == ref["grease"]
             and hello.alpn == "h2"
@@ -83,7 +83,13 @@ def _module(redis_url: str, kafka: str, tmp: pytest.TempPathFactory, name: str, 
 @pytest.fixture(scope="module")
 def chrome(redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     with _module(
-        redis_url, kafka_bootstrap, tmp_path_factory, "imp", FETCH="impersonate", DOWNLOAD_MAXSIZE=200_000, DOWNLOAD_TIMEOUT=3
+        redis_url,
+        kafka_bootstrap,
+        tmp_path_factory,
+        "imp",
+        FETCH="impersonate",
+        DOWNLOAD_MAXSIZE=200_000,
+        DOWNLOAD_TIMEOUT=3,
     ) as env:
         yield env
 
@@ -100,7 +106,10 @@ def test_the_impersonated_fetch_has_chromes_fingerprints_and_headers(
     site.page("/c/page", html(title="chrome"))
     crawlid = _crawl(chrome, site.url("/c/page"))
     (item,) = chrome["collector"].wait_for(crawlid, 1)
-    assert item.get("status_code") == 200 and "<title>chrome</title>" in item["body"], (item, chrome["crawler"].output()[-3000:])
+    assert item.get("status_code") == 200 and "<title>chrome</title>" in item["body"], (
+        item,
+        chrome["crawler"].output()[-3000:],
+    )
     assert item["protocol"] == "h2"
     (hello,) = site.hits("/c/page")
     assert browser_of(hello) == "chrome", (hello.hello.ja4(), hello.akamai)
@@ -117,17 +126,79 @@ def test_the_impersonated_fetch_has_chromes_fingerprints_and_headers(
     assert robots and all(browser_of(h) == "chrome" for h in robots)
 
 
-def test_the_plain_fetch_has_no_browsers_fingerprint(
-    redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory, site: FingerprintSite
-) -> None:
-    site.page("/p/page", html(title="plain"))
+@pytest.fixture(scope="module")
+def plain(redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     with _module(redis_url, kafka_bootstrap, tmp_path_factory, "pla") as env:
-        crawlid = _crawl(env, site.url("/p/page"))
-        (item,) = env["collector"].wait_for(crawlid, 1)
-    assert item["status_code"] == 200, item
+        yield env
+
+
+@pytest.fixture(scope="module")
+def auto(redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with _module(redis_url, kafka_bootstrap, tmp_path_factory, "aut", FETCH="auto") as env:
+        yield env
+
+
+def test_the_plain_fetch_has_no_browsers_fingerprint(plain: dict[str, Any], site: FingerprintSite) -> None:
+    site.page("/p/page", html(title="plain"))
+    crawlid = _crawl(plain, site.url("/p/page"))
+    (item,) = plain["collector"].wait_for(crawlid, 1)
+    assert item["status_code"] == 200 and "fetch" not in item, item  # plain by default: no rung said
     (hello,) = site.hits("/p/page")
     assert browser_of(hello) is None
     assert hello.akamai is None and "crawlhive" in (hello.header("user-agent") or "")
+
+
+CHALLENGE = b"<html><head><title>Just a moment...</title></head><body>checking your browser</body></html>"
+
+
+def wall(path: str, site: FingerprintSite, status: int = 403) -> None:
+    """*path* answers a challenge page (*status*) to clients that are not browsers."""
+
+    def answer(hello: Hello) -> tuple[int, list[tuple[str, str]], bytes]:
+        if browser_of(hello) is None:
+            return status, [("content-type", "text/html")], CHALLENGE
+        links = [f"{path}/{i}" for i in range(1, 4)] if path.count("/") == 2 else []
+        return 200, [("content-type", "text/html")], html(*links, title=f"behind {path}")
+
+    site.pages[path] = answer
+
+
+def test_auto_climbs_past_a_wall_and_the_site_starts_there_next(
+    auto: dict[str, Any], plain: dict[str, Any], site: FingerprintSite
+) -> None:
+    wall("/w/0", site)
+    for i in range(1, 4):
+        wall(f"/w/0/{i}", site)
+    crawlid = _crawl(auto, site.url("/w/0"), maxdepth=1)
+    auto["collector"].wait_for(crawlid, 4)
+    items = auto["collector"].settle(crawlid, 1.0)
+    assert sorted((i["url"], i["status_code"], i.get("fetch")) for i in items) == [
+        (site.url(p), 200, "impersonate") for p in ("/w/0", "/w/0/1", "/w/0/2", "/w/0/3")
+    ], items
+    # The seed: refused once plain, then fetched impersonated, no retry spent; its links started
+    # impersonated (the site's rung remembered), so the wall never saw them plain.
+    assert [browser_of(h) for h in site.hits("/w/0") if h.path == "/w/0"] == [None, "chrome"]
+    assert [browser_of(h) for h in site.hits("/w/0/")] == ["chrome"] * 3
+    key = auto["settings"]["REDIS_KEY_PREFIX"]
+    remembered = [k for k in auto["redis"].scan_iter(match=f"{key}*fetch-rung:localhost")]
+    assert len(remembered) == 1 and auto["redis"].get(remembered[0]) == b"impersonate"
+    assert 0 < auto["redis"].ttl(remembered[0]) <= 86400
+    # A plain crawl of the same wall gets the wall's answer, once.
+    before = len(site.hits("/w/0"))
+    crawlid = _crawl(plain, site.url("/w/0"), maxdepth=1)
+    (item,) = plain["collector"].wait_for(crawlid, 1)
+    assert item["status_code"] == 403 and "Just a moment" in item["body"], item
+    assert plain["collector"].settle(crawlid, 1.0) == [item]
+    assert len(site.hits("/w/0")) == before + 1
+
+
+def test_auto_climbs_past_a_challenge_page_with_a_200(auto: dict[str, Any], site: FingerprintSite) -> None:
+    """A challenge served with 200 is a wall by FETCH_WALL_PATTERNS (another site: 127.0.0.1)."""
+    wall("/x/0", site, status=200)
+    crawlid = _crawl(auto, site.url("/x/0", host="127.0.0.1"))
+    (item,) = auto["collector"].wait_for(crawlid, 1)
+    assert item["status_code"] == 200 and item["fetch"] == "impersonate" and "behind /x/0" in item["body"], item
+    assert [browser_of(h) for h in site.hits("/x/0")] == [None, "chrome"]
 
 
 @pytest.mark.parametrize("profile", ["firefox", "safari"])
@@ -136,7 +207,9 @@ def test_other_profiles_have_their_browsers_fingerprints(
 ) -> None:
     path = f"/{profile}/page"
     site.page(path, html(title=profile))
-    with _module(redis_url, kafka_bootstrap, tmp_path_factory, profile, FETCH="impersonate", FETCH_PROFILE=profile) as env:
+    with _module(
+        redis_url, kafka_bootstrap, tmp_path_factory, profile, FETCH="impersonate", FETCH_PROFILE=profile
+    ) as env:
         crawlid = _crawl(env, site.url(path))
         (item,) = env["collector"].wait_for(crawlid, 1)
     assert item["status_code"] == 200, item
@@ -169,7 +242,10 @@ def test_download_maxsize_holds_raw_and_decoded(chrome: dict[str, Any], site: Fi
     fine = gzip.compress(b"<html><body>small and fine</body></html>")
     site.pages["/big/fine"] = lambda _h: (200, [("content-type", "text/html"), ("content-encoding", "gzip")], fine)
     crawls = {path: _crawl(chrome, site.url(path)) for path in ("/big/raw", "/big/bomb", "/big/fine")}
-    for path, detail in (("/big/raw", f"more than {limit} bytes"), ("/big/bomb", f"more than {limit} bytes once decoded")):
+    for path, detail in (
+        ("/big/raw", f"more than {limit} bytes"),
+        ("/big/bomb", f"more than {limit} bytes once decoded"),
+    ):
         (letter,) = chrome["collector"].wait_for(crawls[path], 1)
         assert letter["_topic"].endswith(".dead_letter"), letter
         assert letter["error"] == f"response too large: {detail} (DOWNLOAD_MAXSIZE)"

@@ -36,6 +36,27 @@ FETCH_PROFILE: str = "chrome"
 """The browser whose TLS and HTTP/2 fingerprint and headers an impersonated fetch has: ``chrome``,
 ``firefox`` or ``safari`` (a current release of each), or a curl_cffi target such as ``chrome146``."""
 
+FETCH_WALL_STATUSES: list[int] = [403, 429, 503]
+"""Statuses that are a wall to an ``auto`` page's fetch: the page is tried again at the next rung,
+without spending a retry (docs/contract.md §25)."""
+
+FETCH_WALL_PATTERNS: list[str] = [
+    r"<title>Just a moment\.\.\.</title>",
+    r"cf-browser-verification|/cdn-cgi/challenge-platform/",
+    r"<title>Attention Required! \| Cloudflare</title>",
+    r"_Incapsula_Resource|Incapsula incident ID",
+    r"captcha-delivery\.com|geo\.captcha-delivery",
+    r"px-captcha|_pxCaptcha",
+    r"errors\.edgesuite\.net|<title>Access Denied</title>",
+    r"awswaf|challenge\.js\?",
+]
+"""RE2 patterns whose match in the first 64 KiB of a body makes it a wall, whatever its status:
+the interstitials of common bot walls (Cloudflare, Imperva, DataDome, PerimeterX, Akamai, AWS WAF)."""
+
+FETCH_LADDER_TTL: float = 86400.0
+"""Seconds the rung that got an ``auto`` page past a wall is remembered for its site (so its next
+pages start there)."""
+
 USER_AGENT: str = ""
 """User-Agent of requests without ``useragent``; empty means ``crawlhive/<version>``."""
 
