@@ -112,15 +112,39 @@ class _Expiring:
         self.values[key] = (time.monotonic() + LOCAL_CACHE_S, value)
 
 
+class Walls:
+    """What a wall looks like: FETCH_WALL_STATUSES, FETCH_WALL_PATTERNS (module docstring)."""
+
+    def __init__(self, statuses: frozenset[int], patterns: tuple[str, ...], limits: PatternLimits) -> None:
+        self.statuses = statuses
+        self.patterns = patterns
+        self.limits = limits
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Walls:
+        return cls(
+            frozenset(int(s) for s in settings.FETCH_WALL_STATUSES),
+            tuple(str(p) for p in settings.FETCH_WALL_PATTERNS),
+            PatternLimits.from_settings(settings),
+        )
+
+    def walled(self, response: Response) -> bool:
+        """Whether *response* is wall-shaped."""
+        if response.status in self.statuses:
+            return True
+        if not self.patterns:
+            return False
+        text = getattr(response, "text", None)
+        return isinstance(text, str) and search_any(self.patterns, text[:WALL_SEARCH_CHARS], self.limits)
+
+
 class FetchState:
     """What the two middlewares share: the cluster default, the local caches, Redis."""
 
     def __init__(self, settings: Settings, runtime: CrawlRuntime, stats: StatsCollector) -> None:
         self.default = settings.FETCH
         self.ttl_s = int(settings.FETCH_LADDER_TTL)
-        self.wall_statuses = frozenset(int(s) for s in settings.FETCH_WALL_STATUSES)
-        self.limits = PatternLimits.from_settings(settings)
-        self.wall_patterns = tuple(str(p) for p in settings.FETCH_WALL_PATTERNS)
+        self.walls = Walls.from_settings(settings)
         self.runtime = runtime
         self.stats = stats
         self.rungs = _Expiring()
@@ -186,15 +210,6 @@ class FetchState:
 
         self.runtime.batcher.command(key, "SET", key, rung, "EX", self.ttl_s).add_done_callback(done)
 
-    def walled(self, response: Response) -> bool:
-        """Whether *response* is wall-shaped (module docstring)."""
-        if response.status in self.wall_statuses:
-            return True
-        if not self.wall_patterns:
-            return False
-        text = getattr(response, "text", None)
-        return isinstance(text, str) and search_any(self.wall_patterns, text[:WALL_SEARCH_CHARS], self.limits)
-
 
 class FetchChoiceMiddleware:
     """Sets each request's rung (module docstring). Order 460."""
@@ -241,7 +256,7 @@ class FetchLadderMiddleware:
         if not request.meta.get(LADDER_META):
             return response
         domain, site = site_of(request.url)
-        if self.state.walled(response):
+        if self.state.walls.walled(response):
             at = CRAWLER_RUNGS.index(rung) if rung in CRAWLER_RUNGS else len(CRAWLER_RUNGS)
             if at + 1 >= len(CRAWLER_RUNGS):
                 return response  # the top of this crawler's ladder: the wall is the page's answer

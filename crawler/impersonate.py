@@ -143,12 +143,12 @@ async def _checked_address(host: str) -> str:
 def _session_class() -> type:
     from curl_cffi.requests import AsyncSession
 
-    class PinnedSession(AsyncSession):  # type: ignore[misc,type-arg]
+    class PinnedSession(AsyncSession):  # type: ignore[type-arg]
         """curl_cffi's AsyncSession whose curl options are the session's plus the request's own
         (``CURLOPT_RESOLVE`` of this request's checked address), read from a context variable:
         curl_cffi takes curl options per session only, and each request runs in a task of its own."""
 
-        @property  # type: ignore[misc]
+        @property
         def curl_options(self) -> dict[Any, Any]:
             return {**self._base_options, **_REQUEST_OPTIONS.get({})}
 
@@ -279,7 +279,8 @@ class ImpersonatingDownloadHandler(_Base):
 
     @staticmethod
     def _iter_body_chunks(response: Any) -> AsyncIterator[bytes]:
-        return response.chunks()
+        timed: _Timed = response
+        return timed.chunks()
 
     @staticmethod
     def _is_dataloss_exception(exc: Exception) -> bool:

@@ -312,3 +312,25 @@ def test_curl_connects_to_the_pinned_address_and_never_resolves_the_name(site: F
     assert first[0] == 200 and "<title>pinned</title>" in first[1]
     assert second[0] == 200 and "<title>other</title>" in second[1]
     assert [h.hello.sni for h in site.hits("/pin/")] == ["rebind.invalid"]  # the name, at the pinned address
+
+
+def test_a_domain_update_s_fetch_applies_where_the_crawl_says_none(plain: dict[str, Any], site: FingerprintSite) -> None:
+    """The redis-monitor's domain-config plugin stores ``fetch``; the plain crawler's pages of that
+    domain then climb the ladder (the crawl says nothing, FETCH is plain)."""
+    from crawlhive.redis_monitor.plugins.domain_config import DomainConfigMonitor
+    from crawlhive.utils.frontier import FrontierReader
+
+    from support.crawler import keys_for
+
+    settings, client = plain["settings"], plain["redis"]
+    monitor = DomainConfigMonitor(
+        client, keys_for(settings["REDIS_KEY_PREFIX"], client), FrontierReader.from_settings(client, settings)
+    )
+    update = {"uuid": "u1", "appid": "fetchapp", "domain": "127.0.0.1", "action": "domain-update", "hits": 100}
+    (answer,) = monitor.handle("domain-config", {**update, "window": 1, "scale": 1.0, "fetch": "auto"})
+    assert "error" not in answer.message, answer
+    wall("/d/0", site)
+    crawlid = _crawl(plain, site.url("/d/0", host="127.0.0.1"))
+    (item,) = plain["collector"].wait_for(crawlid, 1)
+    assert item["status_code"] == 200 and item["fetch"] == "impersonate", item
+    assert [browser_of(h) for h in site.hits("/d/0")] == [None, "chrome"]

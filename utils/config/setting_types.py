@@ -101,6 +101,11 @@ class SettingTypes:
     RETRY_BACKOFF_MAX: float
     DOWNLOAD_TIMEOUT: float
     DOWNLOAD_MAXSIZE: int
+    FETCH: str
+    FETCH_PROFILE: str
+    FETCH_WALL_STATUSES: list[int]
+    FETCH_WALL_PATTERNS: list[str]
+    FETCH_LADDER_TTL: float
     USER_AGENT: str
     CRAWLER_NODE_NAME: str
     CONCURRENT_REQUESTS: int

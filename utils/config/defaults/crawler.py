@@ -40,7 +40,7 @@ FETCH_WALL_STATUSES: list[int] = [403, 429, 503]
 """Statuses that are a wall to an ``auto`` page's fetch: the page is tried again at the next rung,
 without spending a retry (docs/contract.md §25)."""
 
-FETCH_WALL_PATTERNS: list[str] = [
+_WALL_PATTERNS = [  # the interstitials of common bot walls
     r"<title>Just a moment\.\.\.</title>",
     r"cf-browser-verification|/cdn-cgi/challenge-platform/",
     r"<title>Attention Required! \| Cloudflare</title>",
@@ -50,6 +50,7 @@ FETCH_WALL_PATTERNS: list[str] = [
     r"errors\.edgesuite\.net|<title>Access Denied</title>",
     r"awswaf|challenge\.js\?",
 ]
+FETCH_WALL_PATTERNS: list[str] = _WALL_PATTERNS
 """RE2 patterns whose match in the first 64 KiB of a body makes it a wall, whatever its status:
 the interstitials of common bot walls (Cloudflare, Imperva, DataDome, PerimeterX, Akamai, AWS WAF)."""
 
