@@ -11,8 +11,8 @@ into the request's meta (:data:`~crawlhive.crawler.impersonate.FETCH_META`), whi
 handler reads. For ``auto`` that rung is the one remembered for the page's site (its tenant site
 on a shared suffix, else its domain: ``keys.fetch_rung``), else ``plain``.
 
-:class:`FetchLadderMiddleware` (order 588: after decoding at 590, before the proxy bans at 589 are
-counted... and Scrapy's retry at 550 sees the response) climbs: an ``auto`` page whose answer is
+:class:`FetchLadderMiddleware` (order 589.5: after decoding at 590, before a proxy ban is counted
+at 589 and before Scrapy's retry at 550 sees the response) climbs: an ``auto`` page whose answer is
 *wall-shaped* (a status in FETCH_WALL_STATUSES, or a body matching FETCH_WALL_PATTERNS: the
 interstitials of the common bot walls) is sent again at the next rung without spending one of its
 retries; a rung that got a page past a wall is remembered for its site for FETCH_LADDER_TTL
@@ -67,11 +67,16 @@ WALL_SEARCH_CHARS = 65_536
 
 
 def check_fetch_settings(settings: Settings) -> None:
-    """Raises SettingsError naming FETCH, FETCH_PROFILE, FETCH_WALL_STATUSES, FETCH_LADDER_TTL or
-    FETCH_WALL_PATTERNS."""
+    """Raises SettingsError naming FETCH, FETCH_PROFILE, FETCH_SESSION_PROFILES, FETCH_WALL_STATUSES,
+    FETCH_LADDER_TTL or FETCH_WALL_PATTERNS."""
     if settings.FETCH not in FETCH_MODES or settings.FETCH == "render":
         raise SettingsError(f"FETCH: {settings.FETCH!r} is not one of plain, impersonate, auto")
     curl_target(settings.FETCH_PROFILE)
+    for profile in settings.FETCH_SESSION_PROFILES:
+        try:
+            curl_target(str(profile))
+        except SettingsError as exc:
+            raise SettingsError(str(exc).replace("FETCH_PROFILE", "FETCH_SESSION_PROFILES", 1)) from None
     if any(not 100 <= int(s) <= 599 for s in settings.FETCH_WALL_STATUSES):
         raise SettingsError(f"FETCH_WALL_STATUSES: HTTP statuses (100-599), got {settings.FETCH_WALL_STATUSES!r}")
     if settings.FETCH_LADDER_TTL <= 0:
@@ -241,7 +246,7 @@ class FetchChoiceMiddleware:
 
 
 class FetchLadderMiddleware:
-    """Climbs the ladder on a wall, remembers what worked (module docstring). Order 588."""
+    """Climbs the ladder on a wall, remembers what worked (module docstring). Order 589.5."""
 
     def __init__(self, state: FetchState) -> None:
         self.state = state

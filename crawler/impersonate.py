@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import ipaddress
 import time
 from collections.abc import AsyncIterator
@@ -114,6 +115,14 @@ def curl_target(profile: str) -> str:
             f"FETCH_PROFILE: {profile!r} is not a browser profile (one of {names}, or a curl_cffi target)"
         )
     return target
+
+
+def session_profile(session: str, profiles: list[str] | tuple[str, ...]) -> str:
+    """The profile of sticky session *session* (its Redis key and proxy): one of *profiles*,
+    the same for the session's life in every crawler; another session, or the same after a ban
+    gave it another proxy, is another draw."""
+    digest = hashlib.blake2b(session.encode(), digest_size=8).digest()
+    return profiles[int.from_bytes(digest, "big") % len(profiles)]
 
 
 def _resolve_entry(host: str, port: int, address: str) -> str:

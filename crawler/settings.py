@@ -123,7 +123,8 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
             f"{_PKG}.limits.ResponseLimitMiddleware": 590,
             f"{_PKG}.middlewares.pacing.RetryAfterMiddleware": 600,
-            f"{_PKG}.fetch.FetchLadderMiddleware": 588,  # a wall: the next rung, no retry spent (§25)
+            # a wall: the next rung, no retry spent, before a proxy ban is counted for it (§25)
+            f"{_PKG}.fetch.FetchLadderMiddleware": 589.5,
             # Scrapy's redirect middlewares, subclassed so that giving up on a page ends its lease
             "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
             "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware": None,

@@ -314,13 +314,15 @@ def test_curl_connects_to_the_pinned_address_and_never_resolves_the_name(site: F
     assert [h.hello.sni for h in site.hits("/pin/")] == ["rebind.invalid"]  # the name, at the pinned address
 
 
-def test_a_domain_update_s_fetch_applies_where_the_crawl_says_none(plain: dict[str, Any], site: FingerprintSite) -> None:
+def test_a_domain_update_s_fetch_applies_where_the_crawl_says_none(
+    plain: dict[str, Any], site: FingerprintSite
+) -> None:
     """The redis-monitor's domain-config plugin stores ``fetch``; the plain crawler's pages of that
     domain then climb the ladder (the crawl says nothing, FETCH is plain)."""
+    from support.crawler import keys_for
+
     from crawlhive.redis_monitor.plugins.domain_config import DomainConfigMonitor
     from crawlhive.utils.frontier import FrontierReader
-
-    from support.crawler import keys_for
 
     settings, client = plain["settings"], plain["redis"]
     monitor = DomainConfigMonitor(
@@ -334,3 +336,76 @@ def test_a_domain_update_s_fetch_applies_where_the_crawl_says_none(plain: dict[s
     (item,) = plain["collector"].wait_for(crawlid, 1)
     assert item["status_code"] == 200 and item["fetch"] == "impersonate", item
     assert [browser_of(h) for h in site.hits("/d/0")] == [None, "chrome"]
+
+
+def test_a_sticky_session_keeps_one_browser_and_a_ban_drops_it(
+    redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory, site: FingerprintSite
+) -> None:
+    """A sticky session (proxy + cookies, §21.2) also keeps one profile of FETCH_SESSION_PROFILES:
+    every page through its proxy has that browser's TLS and HTTP/2 fingerprint and User-Agent; a
+    ban (403) drops the session, and the next one, through the other proxy, is another browser.
+    Each proxy's tunnels leave from their own loopback address, so the site knows the proxy."""
+    from support.crawler import keys_for
+    from support.proxies import LoopProxy
+
+    from crawlhive.crawler.impersonate import session_profile
+
+    proxies = {
+        "127.0.0.3": LoopProxy("A", source="127.0.0.3").start(),
+        "127.0.0.4": LoopProxy("B", source="127.0.0.4").start(),
+    }
+    banned: list[str] = []
+
+    def page(hello: Hello) -> tuple[int, list[tuple[str, str]], bytes]:
+        if hello.path == "/s/0/2" and not banned:
+            banned.append(hello.peer)
+            return 403, [("content-type", "text/html")], b"<html>go away</html>"
+        links = [f"/s/0/{i}" for i in range(1, 5)] if hello.path == "/s/0" else []
+        return 200, [("content-type", "text/html")], html(*links)
+
+    for path in ("/s/0", *(f"/s/0/{i}" for i in range(1, 5))):
+        site.pages[path] = page
+    profiles = ["chrome", "firefox", "safari"]
+    try:
+        with _module(
+            redis_url,
+            kafka_bootstrap,
+            tmp_path_factory,
+            "ses",
+            FETCH="impersonate",
+            PROXY_POOLS={"p": [p.url for p in proxies.values()]},
+            PROXY_POOL_DEFAULT="p",
+            FETCH_SESSION_PROFILES=profiles,
+        ) as env:
+            keys = keys_for(env["settings"]["REDIS_KEY_PREFIX"], env["redis"])
+            # a crawl whose two possible sessions (one per proxy) are two different browsers
+            for n in range(100):
+                crawlid = f"sess{n}"
+                session = keys.proxy_session("link", "fetchapp", crawlid, "localhost", None)
+                expected = {peer: session_profile(f"{session}|{p.id}", profiles) for peer, p in proxies.items()}
+                if len(set(expected.values())) == 2:
+                    break
+            seed(
+                env["settings"],
+                env["redis"],
+                appid="fetchapp",
+                crawlid=crawlid,
+                url=site.url("/s/0"),
+                maxdepth=1,
+                sticky="domain",
+            )
+            env["collector"].wait_for(crawlid, 5, timeout=40)
+            items = env["collector"].settle(crawlid, 1.5)
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+    assert sorted((i["url"], i["status_code"]) for i in items) == [
+        (site.url(p), 200) for p in ("/s/0", *(f"/s/0/{i}" for i in range(1, 5)))
+    ], items
+    hits = site.hits("/s/")
+    assert banned and {h.peer for h in hits} == set(proxies), [(h.path, h.peer) for h in hits]  # the ban moved it
+    for peer, browser in expected.items():
+        through = [h for h in hits if h.peer == peer]
+        assert {browser_of(h) for h in through} == {browser}, [(h.path, browser_of(h)) for h in through]
+        assert len({h.header("user-agent") for h in through}) == 1
+        assert BROWSERS[browser]["user_agent"] in (through[0].header("user-agent") or "")

@@ -199,6 +199,8 @@ class Hello:
     hello: ClientHello
     alpn: str | None
     h2: H2Preface | None
+    peer: str = ""
+    """The client's address (a proxy's tunnel, when it came through one)."""
 
     def header(self, name: str) -> str | None:
         return next((v for n, v in self.headers if n.lower() == name.lower()), None)
@@ -272,14 +274,14 @@ class FingerprintSite:
     def _accept(self, listener: socket.socket, host: str) -> None:
         while not self._stop.is_set():
             try:
-                conn, _ = listener.accept()
+                conn, peer = listener.accept()
             except TimeoutError:
                 continue
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(conn, host), daemon=True).start()
+            threading.Thread(target=self._serve, args=(conn, host, peer[0]), daemon=True).start()
 
-    def _serve(self, conn: socket.socket, host: str) -> None:
+    def _serve(self, conn: socket.socket, host: str, peer: str) -> None:
         conn.settimeout(30)
         tls: ssl.SSLSocket | None = None
         try:
@@ -287,9 +289,9 @@ class FingerprintSite:
             tls = self.context.wrap_socket(conn, server_side=True)  # conn is detached into tls
             alpn = tls.selected_alpn_protocol()
             if alpn == "h2":
-                self._serve_h2(tls, host, hello)
+                self._serve_h2(tls, host, hello, peer)
             else:
-                self._serve_h1(tls, host, hello, alpn)
+                self._serve_h1(tls, host, hello, alpn, peer)
         except (OSError, ValueError, ssl.SSLError):
             pass
         finally:
@@ -303,7 +305,7 @@ class FingerprintSite:
             return 404, [("content-type", "text/plain")], b"not found"
         return page(record)
 
-    def _serve_h1(self, tls: ssl.SSLSocket, host: str, hello: ClientHello, alpn: str | None) -> None:
+    def _serve_h1(self, tls: ssl.SSLSocket, host: str, hello: ClientHello, alpn: str | None, peer: str) -> None:
         data = b""
         while True:
             while b"\r\n\r\n" not in data:
@@ -319,11 +321,11 @@ class FingerprintSite:
             while len(data) < size:
                 data += tls.recv(65536)
             data = data[size:]
-            status, out, body = self._answer(Hello(host, path, method, headers, hello, alpn, None))
+            status, out, body = self._answer(Hello(host, path, method, headers, hello, alpn, None, peer))
             lines_out = [f"HTTP/1.1 {status} X", *(f"{n}: {v}" for n, v in out), f"Content-Length: {len(body)}"]
             tls.sendall(("\r\n".join(lines_out) + "\r\n\r\n").encode("latin-1") + body)
 
-    def _serve_h2(self, tls: ssl.SSLSocket, host: str, hello: ClientHello) -> None:
+    def _serve_h2(self, tls: ssl.SSLSocket, host: str, hello: ClientHello, peer: str) -> None:
         connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
         connection.initiate_connection()
         tls.sendall(connection.data_to_send())
@@ -341,7 +343,8 @@ class FingerprintSite:
                 if isinstance(event, h2.events.RequestReceived):
                     requests[event.stream_id] = [(str(n), str(v)) for n, v in event.headers or []]
                 if isinstance(event, h2.events.StreamEnded) and event.stream_id in requests:
-                    self._respond_h2(connection, event.stream_id, requests.pop(event.stream_id), host, hello, preface)
+                    headers = requests.pop(event.stream_id)
+                    self._respond_h2(connection, event.stream_id, headers, (host, peer), hello, preface)
             tls.sendall(connection.data_to_send())
 
     def _respond_h2(
@@ -349,13 +352,15 @@ class FingerprintSite:
         connection: Any,
         stream: int,
         headers: list[tuple[str, str]],
-        host: str,
+        where: tuple[str, str],
         hello: ClientHello,
         preface: H2Preface | None,
     ) -> None:
         pseudo = dict(h for h in headers if h[0].startswith(":"))
         plain = [h for h in headers if not h[0].startswith(":")]
-        record = Hello(host, pseudo.get(":path", "/"), pseudo.get(":method", "GET"), plain, hello, "h2", preface)
+        host, peer = where
+        path, method = pseudo.get(":path", "/"), pseudo.get(":method", "GET")
+        record = Hello(host, path, method, plain, hello, "h2", preface, peer)
         status, out, body = self._answer(record)
         connection.send_headers(stream, [(":status", str(status)), *out, ("content-length", str(len(body)))])
         # within the client's first windows (a browser's are megabytes): enough for these tests

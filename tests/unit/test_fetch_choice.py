@@ -57,6 +57,7 @@ def test_a_domain_update_may_set_the_domain_s_fetch(validator: RequestValidator)
         ({"FETCH": "render"}, "FETCH: 'render'"),
         ({"FETCH_PROFILE": "netscape4"}, "FETCH_PROFILE: 'netscape4' is not a browser profile"),
         ({"FETCH_LADDER_TTL": 0}, "FETCH_LADDER_TTL: must be positive"),
+        ({"FETCH_SESSION_PROFILES": ["chrome", "mosaic"]}, "FETCH_SESSION_PROFILES: 'mosaic' is not a browser profile"),
         ({"FETCH_WALL_STATUSES": [403, 1000]}, "FETCH_WALL_STATUSES"),
         ({"FETCH_WALL_PATTERNS": ["(unclosed"]}, "FETCH_WALL_PATTERNS: invalid regular expression"),
     ],

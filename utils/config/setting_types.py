@@ -105,6 +105,7 @@ class SettingTypes:
     FETCH_PROFILE: str
     FETCH_WALL_STATUSES: list[int]
     FETCH_WALL_PATTERNS: list[str]
+    FETCH_SESSION_PROFILES: list[str]
     FETCH_LADDER_TTL: float
     USER_AGENT: str
     CRAWLER_NODE_NAME: str

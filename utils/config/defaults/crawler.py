@@ -54,6 +54,11 @@ FETCH_WALL_PATTERNS: list[str] = _WALL_PATTERNS
 """RE2 patterns whose match in the first 64 KiB of a body makes it a wall, whatever its status:
 the interstitials of common bot walls (Cloudflare, Imperva, DataDome, PerimeterX, Akamai, AWS WAF)."""
 
+FETCH_SESSION_PROFILES: list[str] = ["chrome", "firefox", "safari"]
+"""The browser profiles a sticky session (``"sticky": "domain"``) is given one of, for its life, when
+its pages are impersonated: its TLS and HTTP/2 fingerprint, User-Agent and client hints stay one
+browser's; a session dropped after a ban takes another (docs/contract.md §25). Empty: FETCH_PROFILE."""
+
 FETCH_LADDER_TTL: float = 86400.0
 """Seconds the rung that got an ``auto`` page past a wall is remembered for its site (so its next
 pages start there)."""
