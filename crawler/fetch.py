@@ -227,6 +227,8 @@ class FetchChoiceMiddleware:
         return cls(FetchState.of(crawler))
 
     async def process_request(self, request: Request) -> None:
+        if self.state.runtime.render:
+            return  # a rendering crawler's pages are all rendered (its own handler)
         if request.meta.get(FETCH_META) in CRAWLER_RUNGS:
             return  # a spider's choice, or a rung the ladder chose
         context = context_of(request)
