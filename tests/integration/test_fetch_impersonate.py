@@ -409,3 +409,54 @@ def test_a_sticky_session_keeps_one_browser_and_a_ban_drops_it(
         assert {browser_of(h) for h in through} == {browser}, [(h.path, browser_of(h)) for h in through]
         assert len({h.header("user-agent") for h in through}) == 1
         assert BROWSERS[browser]["user_agent"] in (through[0].header("user-agent") or "")
+
+
+def test_redirects_go_through_the_frontier_and_robots_txt_is_obeyed(
+    chrome: dict[str, Any], site: FingerprintSite
+) -> None:
+    """curl follows no redirect: Scrapy's redirect middleware queues the target (§10.7), fetched
+    impersonated in its turn; a robots.txt ``Disallow`` holds for impersonated pages too."""
+    site.pages["/rd/0"] = lambda _h: (302, [("location", "/rd/1"), ("content-type", "text/html")], b"")
+    site.page("/rd/1", html(title="landed"))
+    crawlid = _crawl(chrome, site.url("/rd/0"))
+    (item,) = chrome["collector"].wait_for(crawlid, 1)
+    assert item["response_url"] == site.url("/rd/1") and "landed" in item["body"], item
+    assert [(h.path, browser_of(h)) for h in site.hits("/rd/")] == [("/rd/0", "chrome"), ("/rd/1", "chrome")]
+    # robots.txt of 127.0.0.1 (another site than localhost's, whose robots.txt was read already)
+    site.pages["/robots.txt"] = lambda _h: (200, [("content-type", "text/plain")], b"User-agent: *\nDisallow: /no/\n")
+    site.page("/no/page", html())
+    site.page("/yes/page", html("/no/page"))
+    crawlid = _crawl(chrome, site.url("/yes/page", host="127.0.0.1"), maxdepth=1)
+    chrome["collector"].wait_for(crawlid, 1)
+    assert [i["url"] for i in chrome["collector"].settle(crawlid, 1.5)] == [site.url("/yes/page", host="127.0.0.1")]
+    assert site.hits("/no/") == []
+
+
+def test_certificates_are_checked_by_one_setting_for_both_fetches(
+    redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory, site: FingerprintSite
+) -> None:
+    """DOWNLOAD_VERIFY_CERTIFICATES (Scrapy's) on: the test CA is not trusted, so the plain fetch
+    and the impersonated one (the domain's fetch) both refuse the site's certificate."""
+    from support.crawler import keys_for
+
+    from crawlhive.redis_monitor.plugins.domain_config import DomainConfigMonitor
+    from crawlhive.utils.frontier import FrontierReader
+
+    site.page("/v/page", html())
+    scrapy = {"DOWNLOAD_VERIFY_CERTIFICATES": True}
+    with _module(
+        redis_url, kafka_bootstrap, tmp_path_factory, "ver", SCRAPY_SETTINGS=scrapy, ROBOTSTXT_OBEY=False
+    ) as env:
+        client, settings = env["redis"], env["settings"]
+        keys = keys_for(settings["REDIS_KEY_PREFIX"], client)
+        monitor = DomainConfigMonitor(client, keys, FrontierReader.from_settings(client, settings))
+        update = {"uuid": "u2", "appid": "fetchapp", "domain": "127.0.0.1", "action": "domain-update", "hits": 100}
+        monitor.handle("domain-config", {**update, "window": 1, "scale": 1.0, "fetch": "impersonate"})
+        plain_id = _crawl(env, site.url("/v/page"))
+        impersonated_id = _crawl(env, site.url("/v/page", host="127.0.0.1"))
+        (plain,) = env["collector"].wait_for(plain_id, 1)
+        (impersonated,) = env["collector"].wait_for(impersonated_id, 1)
+    assert plain["_topic"].endswith(".dead_letter") and "certificate verify failed" in plain["error"], plain
+    assert impersonated["_topic"].endswith(".dead_letter"), impersonated
+    assert "(60)" in impersonated["error"] and "certificate" in impersonated["error"], impersonated
+    assert site.hits("/v/") == []  # neither handshake finished
