@@ -52,6 +52,7 @@ import contextvars
 import hashlib
 import ipaddress
 import time
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -262,6 +263,8 @@ class ImpersonatingDownloadHandler(_Base):
         finally:
             _REQUEST_OPTIONS.reset(token)
         request.meta[PROFILE_META] = profile
+        for name in BROWSER_HEADERS:  # not sent: the item's request_headers do not claim them (§25)
+            request.headers.pop(name, None)
         try:
             yield _Timed(response, started + timeout, request.url, timeout)
         finally:
@@ -358,11 +361,12 @@ class FetchDownloadHandler:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FetchDownloadHandler:
         # One for both schemes: Scrapy builds one per scheme, and each would keep a curl pool.
-        shared = _SHARED.get(id(crawler))
-        if shared is not None and shared[0] is crawler:
-            return shared[1]
-        handler = cls(build_from_crawler(HTTP11DownloadHandler, crawler), ImpersonatingDownloadHandler(crawler))
-        _SHARED[id(crawler)] = (crawler, handler)
+        shared = _SHARED.get(crawler)
+        if shared is not None:
+            return shared
+        handler = _SHARED[crawler] = cls(
+            build_from_crawler(HTTP11DownloadHandler, crawler), ImpersonatingDownloadHandler(crawler)
+        )
         return handler
 
     async def download_request(self, request: Request) -> Response:
@@ -378,4 +382,5 @@ class FetchDownloadHandler:
             await self.impersonating.close()
 
 
-_SHARED: dict[int, tuple[Any, FetchDownloadHandler]] = {}
+#: The download handler of each crawler (one for http and https).
+_SHARED: weakref.WeakKeyDictionary[Any, FetchDownloadHandler] = weakref.WeakKeyDictionary()

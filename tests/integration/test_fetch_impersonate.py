@@ -110,7 +110,8 @@ def test_the_impersonated_fetch_has_chromes_fingerprints_and_headers(
         item,
         chrome["crawler"].output()[-3000:],
     )
-    assert item["protocol"] == "h2"
+    assert item["protocol"] == "h2" and item["fetch"] == "impersonate"
+    assert "User-Agent" not in item["request_headers"], item["request_headers"]  # crawlhive's was not sent
     (hello,) = site.hits("/c/page")
     assert browser_of(hello) == "chrome", (hello.hello.ja4(), hello.akamai)
     # The profile's own headers, in its order, agreeing with the fingerprint: not crawlhive's.
