@@ -258,7 +258,7 @@ class FetchLadderMiddleware:
         return cls(FetchState.of(crawler))
 
     def process_response(self, request: Request, response: Response) -> Request | Response:
-        rung = str(request.meta.get(FETCH_META) or "plain")
+        rung = "render" if self.state.runtime.render else str(request.meta.get(FETCH_META) or "plain")
         self.state.stats.inc_value(f"fetch/{rung}")
         if not request.meta.get(LADDER_META):
             return response
