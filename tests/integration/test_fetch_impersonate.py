@@ -9,6 +9,7 @@ Safari), not values read back from curl_cffi.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import secrets
 import time
@@ -18,6 +19,8 @@ from typing import Any
 import pytest
 from support.crawler import crawler_module, html, seed
 from support.tls_site import FingerprintSite, Hello
+
+from crawlhive.utils.frontier import FrontierRequest
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -461,3 +464,15 @@ def test_certificates_are_checked_by_one_setting_for_both_fetches(
     assert impersonated["_topic"].endswith(".dead_letter"), impersonated
     assert "(60)" in impersonated["error"] and "certificate" in impersonated["error"], impersonated
     assert site.hits("/v/") == []  # neither handshake finished
+
+
+@pytest.mark.skipif(
+    "fetch" not in {f.name for f in dataclasses.fields(FrontierRequest)},
+    reason="the frontier does not carry a crawl's fetch yet (FrontierRequest.fetch, OPTION_FIELDS, seed_from_request)",
+)
+def test_a_crawl_s_own_fetch_wins(plain: dict[str, Any], site: FingerprintSite) -> None:
+    """A crawl's ``fetch`` wins over FETCH (plain here): its pages climb the ladder."""
+    wall("/own/0", site)
+    crawlid = _crawl(plain, site.url("/own/0"), fetch="auto")
+    (item,) = plain["collector"].wait_for(crawlid, 1)
+    assert item["status_code"] == 200 and item["fetch"] == "impersonate", item
