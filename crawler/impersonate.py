@@ -223,7 +223,8 @@ class ImpersonatingDownloadHandler(_Base):
         with contextlib.suppress(ValueError):
             ipaddress.ip_address(host)
             return []  # an address: curl connects to it as given, and it was checked
-        return [_resolve_entry(host, port, address)]
+        # the name as curl may spell it too (curl compares names without case; a trailing dot kept or not)
+        return [_resolve_entry(name, port, address) for name in dict.fromkeys((host, host.rstrip(".")))]
 
     @asynccontextmanager
     async def _make_request(self, request: Request, timeout: float) -> AsyncIterator[Any]:
@@ -234,7 +235,7 @@ class ImpersonatingDownloadHandler(_Base):
         target = curl_target(profile)
         pins = await self._pins(request)
         proxy, auth = self._extract_proxy(request)
-        proxy_headers = [f"Proxy-Authorization: {auth}"] if auth else []
+        proxy_headers = [f"Proxy-Authorization: {auth}".encode("latin-1")] if auth else []
         options: dict[Any, Any] = {CurlOpt.RESOLVE: pins} if pins else {}
         if proxy_headers:
             options[CurlOpt.PROXYHEADER] = proxy_headers

@@ -354,9 +354,9 @@ def test_a_sticky_session_keeps_one_browser_and_a_ban_drops_it(
 
     from crawlhive.crawler.impersonate import session_profile
 
-    proxies = {
-        "127.0.0.3": LoopProxy("A", source="127.0.0.3").start(),
-        "127.0.0.4": LoopProxy("B", source="127.0.0.4").start(),
+    proxies = {  # with credentials: curl sends Scrapy's Proxy-Authorization to the proxy alone
+        "127.0.0.3": LoopProxy("A", user="alice", password="pw-a", source="127.0.0.3").start(),
+        "127.0.0.4": LoopProxy("B", user="bob", password="pw-b", source="127.0.0.4").start(),
     }
     banned: list[str] = []
 
@@ -403,10 +403,12 @@ def test_a_sticky_session_keeps_one_browser_and_a_ban_drops_it(
     finally:
         for proxy in proxies.values():
             proxy.stop()
-    assert sorted((i["url"], i["status_code"]) for i in items) == [
+    assert sorted((i["url"], i.get("status_code")) for i in items) == [
         (site.url(p), 200) for p in ("/s/0", *(f"/s/0/{i}" for i in range(1, 5)))
-    ], items
+    ], [(i["url"], i.get("error")) for i in items]
     hits = site.hits("/s/")
+    assert all(h.header("proxy-authorization") is None for h in hits)  # never to the site
+    assert all(a.authorization for p in proxies.values() for a in p.asked), "a CONNECT without credentials"
     assert banned and {h.peer for h in hits} == set(proxies), [(h.path, h.peer) for h in hits]  # the ban moved it
     for peer, browser in expected.items():
         through = [h for h in hits if h.peer == peer]
