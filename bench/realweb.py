@@ -163,9 +163,10 @@ def plain_child(args: argparse.Namespace) -> None:
 
 
 def run_crawlhive(
-    cluster: EmbeddedCluster, work: Path, tag: str, pages: int, conc: int, profile: Path | None
+    cluster: EmbeddedCluster, work: Path, tag: str, pages: int, conc: int, profile: Path | None, **overrides: str
 ) -> dict[str, Any]:
-    """One ``crawlhive crawler`` process over the 500 seeds as one crawl."""
+    """One ``crawlhive crawler`` process over the 500 seeds as one crawl (*overrides*: more of its
+    settings, such as ``FETCH``: ``bench/fetch.py``)."""
     settings = bench_settings(cluster, work, f"realweb{tag}", ("crawled_firehose", "dead_letter"))
     client = redis_from_settings(settings)
     measure, rtt = work / f"measure-{tag}.json", work / f"rtt-{tag}.json"
@@ -175,7 +176,7 @@ def run_crawlhive(
         "CLOSESPIDER_PAGECOUNT": pages,
     }  # fmt: skip
     log_level = os.environ.get("RW_LOG", "WARNING")
-    env = crawler_env(settings, work, scrapy, CONCURRENT_REQUESTS=str(conc), LOG_LEVEL=log_level)
+    env = crawler_env(settings, work, scrapy, CONCURRENT_REQUESTS=str(conc), LOG_LEVEL=log_level, **overrides)
     proc = subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "crawler"], env=env)
     try:
         deadline = time.monotonic() + 60

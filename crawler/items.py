@@ -16,6 +16,12 @@ from scrapy.http import TextResponse
 
 from crawlhive.utils.contract.records import CrawledRecord, timestamp
 
+#: Request meta key of the rung a request is fetched on: ``"plain"`` or ``"impersonate"``
+#: (docs/contract.md §25; crawler/fetch.py chooses, crawler/impersonate.py fetches).
+FETCH_META = "crawlhive_fetch"
+#: Request meta key: the page's item says its rung (``fetch``; its mode was not plain).
+FETCH_RECORD_META = "crawlhive_fetch_recorded"
+
 if TYPE_CHECKING:
     from scrapy.http import Response
     from scrapy.http.headers import Headers
@@ -42,7 +48,7 @@ ITEM_KEYS = (
 )
 """The keys of every crawled item, no others (docs/contract.md §5); the last two were added for
 archives (§20.4) and may be missing from items of earlier releases (and ``body_ref`` is added to a
-large page's item, §20.5)."""
+large page's item, §20.5; ``fetch`` to the item of a page whose fetch mode was not plain, §25)."""
 
 #: ``request.meta`` key under which the crawler keeps the headers decoding changes, as received.
 ORIGINAL_HEADERS_META = "crawlhive_original_headers"
@@ -149,4 +155,6 @@ def crawled_item(
         "protocol": getattr(response, "protocol", None),
         "original_headers": (request.meta.get(ORIGINAL_HEADERS_META) if request is not None else None) or {},
     }
+    if request is not None and request.meta.get(FETCH_RECORD_META):  # the rung that fetched it (§25)
+        record["fetch"] = str(request.meta.get(FETCH_META) or "plain")
     return CrawledItem(record)

@@ -11,6 +11,10 @@ a crawl dead letter ``response too large: …`` that is never retried:
   ``process_exception`` sees. :class:`ResponseLimitMiddleware` takes its place (order 590; Scrapy's
   own is disabled), decompresses through it, and ends the lease itself when it refuses.
 
+A response of the impersonated fetch (``crawler/impersonate.py``) was decoded by curl as it arrived,
+DOWNLOAD_MAXSIZE counted on the decoded bytes (the first case above); it is flagged ``decoded`` and
+only loses its ``Content-Encoding`` header here.
+
 Scrapy gives no exception type of its own for either case; the tests in
 ``tests/integration/test_crawler.py`` pin the behaviour so an upgrade that changes it fails there.
 """
@@ -24,6 +28,7 @@ from scrapy.downloadermiddlewares.httpcompression import HttpCompressionMiddlewa
 from scrapy.exceptions import DownloadCancelledError, IgnoreRequest
 from twisted.internet.defer import CancelledError
 
+from crawlhive.crawler.impersonate import DECODED, ONCE_DECODED
 from crawlhive.crawler.items import ORIGINAL_HEADERS_META, original_headers
 from crawlhive.crawler.requests import context_of, end_for_good
 from crawlhive.crawler.runtime import CrawlRuntime
@@ -61,13 +66,17 @@ class ResponseLimitMiddleware:
         if context_of(request) is None:
             return
         if isinstance(exception, DownloadCancelledError | CancelledError) and _SCRAPY_MAXSIZE_TEXT in str(exception):
-            end_for_good(request, too_large(f"more than {self.limit} bytes"))
+            decoded = " once decoded" if ONCE_DECODED in str(exception) else ""
+            end_for_good(request, too_large(f"more than {self.limit} bytes{decoded}"))
 
     def process_request(self, request: Request) -> None:
         self.decompress.process_request(request)  # Accept-Encoding, as Scrapy's own would
 
     def process_response(self, request: Request, response: Response) -> Request | Response:
         request.meta[ORIGINAL_HEADERS_META] = original_headers(response.headers)  # as received (§20.4)
+        if DECODED in response.flags:  # the impersonated fetch's curl decoded it, within the limit
+            response.headers.pop(b"Content-Encoding", None)
+            return response
         try:
             return self.decompress.process_response(request, response)
         except IgnoreRequest:

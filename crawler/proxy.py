@@ -12,7 +12,9 @@ Two downloader middlewares:
   for the crawl after its own ``ban_regex`` bans (``utils/backends/lua/proxy_choose.lua``: one call,
   through the crawler's asyncio batcher, so the reactor never blocks and calls share round trips);
   a sticky crawl keeps its session's proxy and cookies (a cookie jar with cookie-jar rules:
-  :mod:`crawlhive.crawler.cookies`). A rendering crawler's page whose choice names a pool is a
+  :mod:`crawlhive.crawler.cookies`) and, for impersonated pages, one browser profile of
+  FETCH_SESSION_PROFILES (:func:`~crawlhive.crawler.impersonate.session_profile`, §25). A
+  rendering crawler's page whose choice names a pool is a
   dead letter, never a direct load (the browser does not go through proxies). Then the
   **network guard**: the target host is resolved by the guarded resolver (the one every direct
   connection uses) *before* the request goes to a proxy, and a blocked target fails exactly as it does without one (its
@@ -57,6 +59,7 @@ from twisted.internet import task
 from twisted.internet.error import DNSLookupError
 
 from crawlhive.crawler import cookies as session_cookies
+from crawlhive.crawler.impersonate import PROFILE_META, session_profile
 from crawlhive.crawler.netguard import installed_resolver
 from crawlhive.crawler.requests import IDEMPOTENT_METHODS, context_of, end_for_good
 from crawlhive.crawler.runtime import CrawlRuntime
@@ -146,6 +149,7 @@ class ProxyState:
         self.default_hits = settings.QUEUE_HITS
         self.default_window_us = int(settings.QUEUE_WINDOW * 1_000_000)
         self.pattern_limits = PatternLimits.from_settings(settings)
+        self.session_profiles = tuple(str(p) for p in settings.FETCH_SESSION_PROFILES)
         self.domain_pools: dict[str, str] = {}
         #: domain -> the pool of the last page request for it, for the requests of no lease that
         #: Scrapy makes for a page before it reaches ProxyMiddleware (robots.txt, order 100).
@@ -281,7 +285,7 @@ class ProxyState:
             return None
         again = request.replace(dont_filter=True)
         again.meta[PROXY_SWITCHES] = switches + 1
-        for name in (PROXY_USED, SESSION_JAR, "proxy", "download_latency", "_auth_proxy"):
+        for name in (PROXY_USED, SESSION_JAR, PROFILE_META, "proxy", "download_latency", "_auth_proxy"):
             again.meta.pop(name, None)
         again.headers.pop(b"Proxy-Authorization", None)
         logger.info("%s: %s; sending it through another proxy (switch %d)", request.url[:200], reason, switches + 1)
@@ -359,6 +363,10 @@ class ProxyMiddleware:
         request.meta[PROXY_USED] = (pool, proxy.id, fails)
         if context is not None and context.request.sticky == "domain":
             self._session_cookies(request, cookies, site or domain)
+            if state.session_profiles:  # one browser for the session's life (§25)
+                crawl = context.request
+                session = state.runtime.keys.proxy_session(crawl.spiderid, crawl.appid, crawl.crawlid, domain, site)
+                request.meta[PROFILE_META] = session_profile(f"{session}|{proxy.id}", state.session_profiles)
 
     @staticmethod
     def _session_cookies(request: Request, stored: str, scope: str) -> None:

@@ -44,7 +44,8 @@ FIXED = (
 #: spider's request naming ``ftp://10.0.0.1/`` or ``file:///etc/passwd`` would otherwise connect
 #: past the network guard (which sees only HTTP connections) or read the crawler's own files.
 FETCHED_SCHEMES = ("http", "https")
-_HTTP_HANDLER = "scrapy.core.downloader.handlers.http11.HTTP11DownloadHandler"
+#: Plain requests through Scrapy's HTTP/1.1 handler, impersonated ones through curl_cffi (§25).
+_HTTP_HANDLER = f"{_PKG}.impersonate.FetchDownloadHandler"
 #: Scrapy's base handlers for schemes other than http(s), each disabled in DOWNLOAD_HANDLERS.
 _OTHER_HANDLERS = ("data", "file", "ftp", "s3")
 
@@ -75,6 +76,8 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         "DOWNLOAD_TIMEOUT": settings.DOWNLOAD_TIMEOUT,
         "DOWNLOAD_MAXSIZE": settings.DOWNLOAD_MAXSIZE,
         "DOWNLOAD_WARNSIZE": 0,  # a response is either fine or a dead letter (limits.py)
+        # the browser profile of impersonated fetches (crawler/impersonate.py, §25)
+        "FETCH_PROFILE": settings.FETCH_PROFILE,
         # http(s) only, twice over: the base holds no other scheme, and the others are disabled.
         "DOWNLOAD_HANDLERS_BASE": {scheme: _HTTP_HANDLER for scheme in FETCHED_SCHEMES},
         "DOWNLOAD_HANDLERS": dict.fromkeys(_OTHER_HANDLERS),
@@ -110,6 +113,7 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             f"{_PKG}.middlewares.shaping.RequestShapingMiddleware": 400,
             f"{_PKG}.recrawl.RecrawlMiddleware": 420,  # validators and the changed decision (§19)
             f"{_PKG}.middlewares.pacing.SiteGateMiddleware": 450,
+            f"{_PKG}.fetch.FetchChoiceMiddleware": 460,  # plain or impersonated (§25)
             # proxies, bans and the adaptive throttle (§21): the choice before Scrapy's
             # HttpProxyMiddleware (750), the response before the retry (550) and the meta refresh
             f"{_PKG}.proxy.ProxyRouteNoteMiddleware": 90,
@@ -119,6 +123,8 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
             f"{_PKG}.limits.ResponseLimitMiddleware": 590,
             f"{_PKG}.middlewares.pacing.RetryAfterMiddleware": 600,
+            # a wall: the next rung, no retry spent, before a proxy ban is counted for it (§25)
+            f"{_PKG}.fetch.FetchLadderMiddleware": 589.5,
             # Scrapy's redirect middlewares, subclassed so that giving up on a page ends its lease
             "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
             "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware": None,

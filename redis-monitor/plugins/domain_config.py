@@ -1,7 +1,7 @@
 """domain-config (docs/contract.md §2.5, §3.11, §4.8): throttle overrides and the domain blacklist.
 
 Writes ``keys.domain_config(shard)`` (field = domain, value = JSON ``{"hits", "window", "scale"}``
-and, when set and PROXY_POOL_DOMAIN_UPDATES allows it, ``"proxy_pool"``) and
+and, when set, ``"fetch"`` (§25) and, when PROXY_POOL_DOMAIN_UPDATES allows it, ``"proxy_pool"``) and
 ``keys.domain_blacklist(shard)`` of the domain's frontier shard; the crawlers' pop script reads
 both on every pop. A domain a pop parked under the old limit is made ready again
 (:func:`~crawlhive.utils.frontier.recheck_domain`) and idle crawlers woken, so a loosened or
@@ -61,6 +61,8 @@ class DomainConfigMonitor(MonitorPlugin):
                     "window": int(request["window"]),
                     "scale": float(request.get("scale", 1.0)),
                 }
+                if request.get("fetch"):  # the domain's fetch mode, where its crawl says none (§25)
+                    config["fetch"] = str(request["fetch"])
                 if request.get("proxy_pool") and self.pool_updates:  # wins over a crawl's pool (§21.1)
                     config["proxy_pool"] = str(request["proxy_pool"])
                 self.redis.hset(self.keys.domain_config(self.keys.shard_of(domain)), domain, json.dumps(config))

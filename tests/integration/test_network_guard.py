@@ -33,11 +33,20 @@ def site() -> Iterator[TestSite]:
     site.stop()
 
 
-@pytest.fixture(scope="module")
-def env(redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+@pytest.fixture(scope="module", params=["plain", "impersonate"])
+def env(
+    redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[dict[str, Any]]:
+    """A crawler per fetch (docs/contract.md §25): the impersonated one is held to the same guard."""
     home = tmp_path_factory.mktemp("guard")
     with crawler_module(
-        redis_url, kafka_bootstrap, home, "g", CRAWLER_ALLOWED_NETWORKS=[f"{ALLOWED}/32"], RETRY_TIMES=2
+        redis_url,
+        kafka_bootstrap,
+        home,
+        "g",
+        CRAWLER_ALLOWED_NETWORKS=[f"{ALLOWED}/32"],
+        RETRY_TIMES=2,
+        FETCH=request.param,
     ) as env:
         yield env
 
@@ -101,6 +110,20 @@ def test_links_and_redirects_into_a_blocked_network_are_refused(env: dict[str, A
     assert _blocked_hits(site, "/g/") == []
     assert [s.path for s in site.seen if s.path == "/g/redirect"] == ["/g/redirect"]  # asked once, not retried
     assert _failed(env, crawlid) == 2
+
+
+def test_mapped_and_metadata_addresses_are_refused(env: dict[str, Any], site: TestSite) -> None:
+    """``::ffff:127.0.0.1`` is 127.0.0.1, and the cloud metadata address is blocked by default."""
+    site.seen.clear()
+    site.page("/m/seed", html())
+    mapped = f"http://[::ffff:{BLOCKED}]:{site.port}/m/seed"
+    metadata = "http://169.254.169.254/latest/meta-data/"
+    crawls = {url: _crawl(env, url=url) for url in (mapped, metadata)}
+    for url, network in ((mapped, "127.0.0.0/8"), (metadata, "169.254.0.0/16")):
+        (letter,) = env["collector"].wait_for(crawls[url], 1)
+        assert letter["_topic"].endswith(".dead_letter") and letter["retry_times"] == 0, letter
+        assert letter["error"].startswith("blocked network: ") and f"is in {network}" in letter["error"], letter
+    assert site.hits("/m/") == []
 
 
 def test_wrong_networks_stop_the_crawler_at_start_naming_the_setting(tmp_path: Any) -> None:

@@ -101,12 +101,13 @@ def items(stack: Stack, crawlid: str) -> list[dict[str, Any]]:
     return stack.collector.of(crawlid, stack.settings.topic("crawled_firehose"))
 
 
+@pytest.mark.parametrize("fetch", ["plain", "impersonate"])  # conditional requests either way (§25)
 def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
-    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+    site: TestSite, redis_url: str, kafka_bootstrap: str, tmp_path: Path, fetch: str
 ) -> None:
     changing = ChangingSite(site)
     settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "rc")
-    stack = Stack(settings, tmp_path, RECRAWL_MIN_EVERY=1, RECRAWL_CONFIG_CACHE_S=0.5)
+    stack = Stack(settings, tmp_path, RECRAWL_MIN_EVERY=1, RECRAWL_CONFIG_CACHE_S=0.5, FETCH=fetch)
     keys = keys_from_settings(settings)
     crawlid = "fresh"
     url = site.url
@@ -127,6 +128,8 @@ def test_a_recrawled_site_emits_only_its_changes_and_stop_ends_it(
         first = items(stack, crawlid)
         assert sorted(i["url"] for i in first) == sorted(url(p) for p in pages)
         assert all("visit" not in i for i in first)  # a first fetch is a normal item (§5)
+        agents = {v for s in site.hits("/r/") for k, v in s.headers.items() if k.lower() == "user-agent"}
+        assert len(agents) == 1 and ("crawlhive" in agents.pop()) == (fetch == "plain"), agents
 
         # the server changes one page and removes another
         changing.version = 2

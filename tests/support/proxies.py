@@ -51,6 +51,9 @@ class LoopProxy:
     bans: dict[str, Ban] = field(default_factory=dict)
     delay_s: float = 0.0
     port: int = 0
+    #: The loopback address tunnels leave from (None: the system's choice), so that a site can
+    #: tell which proxy a TLS connection came through.
+    source: str | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _server: asyncio.base_events.Server | None = None
     _thread: threading.Thread | None = None
@@ -165,7 +168,10 @@ class LoopProxy:
             await asyncio.sleep(self.delay_s)
         if method == "CONNECT":
             host, _, port = target.rpartition(":")
-            upstream_reader, upstream_writer = await asyncio.open_connection(host.strip("[]"), int(port))
+            local = (self.source, 0) if self.source else None
+            upstream_reader, upstream_writer = await asyncio.open_connection(
+                host.strip("[]"), int(port), local_addr=local
+            )
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
             await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))

@@ -333,6 +333,13 @@ class Keys(KeySpace):
         agent, capped at ROBOTSTXT_MAX_CRAWL_DELAY): the pop script never fetches it faster (§14)."""
         return f"{self._heads[self.shard_of(domain)]}crawl-delay:{domain}"
 
+    @key("string", ttl="FETCH_LADDER_TTL")
+    def fetch_rung(self, domain: str, site: str | None = None) -> str:
+        """The fetch rung (``impersonate``) that got an ``auto`` page of *domain* (or of *site*, a
+        tenant of the shared suffix that is bucket *domain*) past a wall: its next pages start
+        there (docs/contract.md §25). In *domain*'s shard."""
+        return f"{self._heads[self.shard_of(domain)]}fetch-rung:{site or domain}"
+
     @key("string", ttl="the wait it holds (PX)")
     def site_wait(self, domain: str, site: str) -> str:
         """Present while no crawler may fetch from *site*, a tenant of the shared suffix that is

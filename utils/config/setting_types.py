@@ -101,6 +101,12 @@ class SettingTypes:
     RETRY_BACKOFF_MAX: float
     DOWNLOAD_TIMEOUT: float
     DOWNLOAD_MAXSIZE: int
+    FETCH: str
+    FETCH_PROFILE: str
+    FETCH_WALL_STATUSES: list[int]
+    FETCH_WALL_PATTERNS: list[str]
+    FETCH_SESSION_PROFILES: list[str]
+    FETCH_LADDER_TTL: float
     USER_AGENT: str
     CRAWLER_NODE_NAME: str
     CONCURRENT_REQUESTS: int
@@ -165,8 +171,8 @@ class SettingTypes:
     SINK_MAX_POLL_INTERVAL_MS: int
     SINK_ROLL_BYTES: int
     SINK_MAX_HELD_BYTES: int
-    SINK_SKIP_NEAR_DUPLICATES: bool
     SINK_ROLL_SECONDS: float
+    SINK_SKIP_NEAR_DUPLICATES: bool
     STATS_TIMES: list[int]
     STATS_RESPONSE_CODES: list[int]
     STATS_QUEUE_MAX_DOMAINS: int

@@ -201,6 +201,11 @@ class CrawlRequest(MessageKind):
         for name in message.get("headers") or {}:
             if forbidden_header(name):
                 return message, (f"header {excerpt(name)} is not allowed", "/headers/" + json_pointer_token(name))
+        fetch = message.get("fetch")
+        if fetch == "render":  # one way to say it to the frontier, which queues by render (§25)
+            message["render"] = True
+        elif fetch is not None and message.get("render"):
+            return message, (f"fetch: {fetch} and render: true disagree (render is fetch: render)", "/fetch")
         if message.get("render") and message.get("headers"):
             # The browser would carry them across redirects to other sites (§15); cookies are
             # scoped to the seed's host by the browser itself, so those are allowed.

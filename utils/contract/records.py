@@ -32,6 +32,8 @@ class ItemLink(TypedDict):
 
 class _BodyByReference(TypedDict, total=False):
     body_ref: dict[str, Any]
+    fetch: str
+    """The rung that fetched the page (``plain``, ``impersonate``), when its mode was not plain (§25)."""
 
 
 class CrawledRecord(_BodyByReference):

@@ -93,6 +93,9 @@ class FrontierRequest:
     """Also queue what the seed host's sitemaps list (§14)."""
     render: bool = False
     """Load the page in a browser (§15): queued in the rendering lane, popped only by rendering crawlers."""
+    fetch: str | None = None
+    """How a plain crawler fetches the crawl's pages (§25): ``plain``, ``impersonate`` or ``auto``;
+    None = the domain's default, else FETCH."""
     recrawl: dict[str, Any] | None = None
     """The crawl's ``recrawl`` object (§19), defaults filled in: its pages are kept on a schedule
     (``utils/frontier/recrawl.py``); the crawl record holds the settings in force."""
@@ -238,6 +241,7 @@ OPTION_FIELDS = (
     "max_pages",
     "sitemap",
     "render",
+    "fetch",
     "recrawl",
     "allowed_domains",
     "allow_regex",
@@ -433,6 +437,7 @@ def seed_from_request(message: dict[str, Any], origin: str) -> FrontierRequest:
         max_pages=message.get("max_pages"),
         sitemap=bool(message.get("sitemap")),
         render=bool(message.get("render")),
+        fetch=message.get("fetch"),
         recrawl=message.get("recrawl"),
         allowed_domains=message["allowed_domains"],
         allow_regex=message["allow_regex"],

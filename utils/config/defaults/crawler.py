@@ -27,6 +27,42 @@ DOWNLOAD_MAXSIZE: int = 8388608
 """Largest response body a crawler accepts, in bytes, counted both as received and once decoded
 (8 MiB); a larger one ends as a ``response too large`` crawl dead letter, without retries."""
 
+FETCH: str = "plain"
+"""How pages are fetched when neither the crawl nor its domain says (docs/contract.md §25):
+``plain`` (Scrapy's own client), ``impersonate`` (a browser's TLS and HTTP/2 fingerprint,
+FETCH_PROFILE), ``render`` (rendering crawlers) or ``auto`` (plain, then up the ladder past a wall)."""
+
+FETCH_PROFILE: str = "chrome"
+"""The browser whose TLS and HTTP/2 fingerprint and headers an impersonated fetch has: ``chrome``,
+``firefox`` or ``safari`` (a current release of each), or a curl_cffi target such as ``chrome146``."""
+
+FETCH_WALL_STATUSES: list[int] = [403, 429, 503]
+"""Statuses that are a wall to an ``auto`` page's fetch: the page is tried again at the next rung,
+without spending a retry (docs/contract.md §25)."""
+
+_WALL_PATTERNS = [  # the interstitials of common bot walls
+    r"<title>Just a moment\.\.\.</title>",
+    r"cf-browser-verification|/cdn-cgi/challenge-platform/",
+    r"<title>Attention Required! \| Cloudflare</title>",
+    r"_Incapsula_Resource|Incapsula incident ID",
+    r"captcha-delivery\.com|geo\.captcha-delivery",
+    r"px-captcha|_pxCaptcha",
+    r"errors\.edgesuite\.net|<title>Access Denied</title>",
+    r"awswaf|challenge\.js\?",
+]
+FETCH_WALL_PATTERNS: list[str] = _WALL_PATTERNS
+"""RE2 patterns whose match in the first 64 KiB of a body makes it a wall, whatever its status:
+the interstitials of common bot walls (Cloudflare, Imperva, DataDome, PerimeterX, Akamai, AWS WAF)."""
+
+FETCH_SESSION_PROFILES: list[str] = ["chrome", "firefox", "safari"]
+"""The browser profiles a sticky session (``"sticky": "domain"``) is given one of, for its life, when
+its pages are impersonated: its TLS and HTTP/2 fingerprint, User-Agent and client hints stay one
+browser's; a session dropped after a ban takes another (docs/contract.md §25). Empty: FETCH_PROFILE."""
+
+FETCH_LADDER_TTL: float = 86400.0
+"""Seconds the rung that got an ``auto`` page past a wall is remembered for its site (so its next
+pages start there)."""
+
 USER_AGENT: str = ""
 """User-Agent of requests without ``useragent``; empty means ``crawlhive/<version>``."""
 
