@@ -127,7 +127,7 @@ def link_url(href: str | None, base: str, page: str, max_length: int = MAX_URL_L
 
 def _base(tree: Any, url: str) -> str:
     for base in tree.iter("base"):
-        href = (base.get("href") or "").strip()
+        href = str(base.get("href") or "").strip()
         if href:
             try:
                 return urljoin(url, href)

@@ -93,7 +93,7 @@ def test_the_main_contents_links_are_in_the_markdown_with_absolute_urls(monkeypa
     before = without_links(monkeypatch, PAGE, URL)
     assert fields["text"] == before["text"] and "](" not in fields["text"]
     unlinked = markdown
-    for text, url in links_of(markdown):
+    for _, url in links_of(markdown):
         unlinked = unlinked.replace(f"]({url})", "", 1)
     assert unlinked.replace("[", "").replace("\\", "") == before["markdown"].replace("[", "").replace("\\", "")
 
