@@ -44,6 +44,8 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 MIN_WORDS = 3
 #: How far (in characters of the words) past the previous match a short segment may be found.
 SHORT_WINDOW = 600
+#: How many times the Markdown's length searches that find nothing may read (see :class:`_Words`).
+SEARCH_BUDGET = 32
 #: Words either side of an anchor when its whole segment was not found.
 CONTEXT_WORDS = 3
 #: The default cap of a link's URL (characters): the crawler's LINK_MAX_URL_LENGTH default.
@@ -246,14 +248,27 @@ class _Words:
 
     def __init__(self, markdown: str) -> None:
         self.markdown = markdown
-        self.line = " " + " ".join(_WORD.findall(markdown)) + " "
+        words = _WORD.findall(markdown)
+        self.line = " " + " ".join(words) + " "
+        self.known = set(words)
+        #: Characters searches that found nothing may still go through: past it, a search looks only
+        #: :data:`SHORT_WINDOW` ahead, so a page of thousands of runs the extraction dropped costs
+        #: time linear in its size, not its size squared.
+        self.budget = SEARCH_BUDGET * len(self.line)
         self._at = self._index = 0  # an offset of the line that is the space before word _index
         self._word = self._position = 0  # word _word of the Markdown is the first at or after _position
 
     def find(self, words: list[str], after: int, before: int | None = None) -> int:
         """The offset in :attr:`line` of the first run of *words* at or after offset *after*
         (ending before *before*, if given), or -1."""
-        return self.line.find(" " + " ".join(words) + " ", after, len(self.line) if before is None else before)
+        if not self.known.issuperset(words):
+            return -1
+        if before is None:
+            before = len(self.line) if self.budget > 0 else after + SHORT_WINDOW
+        at = self.line.find(" " + " ".join(words) + " ", after, before)
+        if at < 0:
+            self.budget -= max(0, min(before, len(self.line)) - after)
+        return at
 
     def span(self, at: int, skip: int, count: int) -> tuple[int, int]:
         """Where in the Markdown the *count* words after the first *skip* words of the run found at
@@ -381,9 +396,7 @@ def _words_before(block: Any) -> list[str]:
 
 
 def _find(words: _Words, run: list[str], cursor: int) -> int:
-    if len(run) < MIN_WORDS:
-        return words.find(run, cursor, cursor + SHORT_WINDOW)
-    return words.find(run, cursor)
+    return words.find(run, cursor, cursor + SHORT_WINDOW if len(run) < MIN_WORDS else None)
 
 
 def _code_spans(markdown: str) -> list[tuple[int, int]]:
