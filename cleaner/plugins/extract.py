@@ -45,6 +45,18 @@ def cut(text: str | None, limit: int) -> str | None:
     return (head[:end] if end >= len(head) // 2 else head).rstrip() or None
 
 
+#: A Markdown link whose URL a cut ended: ``[text](http://exa``.
+_CUT_LINK = re.compile(r"\[((?:\\.|[^\]\\])*)\]\([^)\s]*\Z")
+
+
+def cut_markdown(markdown: str | None, limit: int) -> str | None:
+    """:func:`cut` of *markdown*, a link whose URL the cut ended made its text again."""
+    head = cut(markdown, limit)
+    if head is not None and head is not markdown and (link := _CUT_LINK.search(head)):
+        head = head[: link.start()] + link.group(1)
+    return head
+
+
 class ExtractPlugin(CleanerPlugin):
     """``title``, ``description``, ``text``; leaves trafilatura's document (with its date and the
     page's declared language) in ``page.extra["document"]`` for the later steps."""
@@ -84,7 +96,7 @@ class ExtractPlugin(CleanerPlugin):
         page.record["description"] = cut(normalise(fields.get("description")), MAX_META_BYTES)
         page.record["text"] = cut(normalise(fields.get("text")), self.max_text_bytes)
         if self.markdown:  # §20.6: the main content as Markdown with its links, cut as text is
-            page.record["markdown"] = cut(fields.get("markdown"), self.max_text_bytes)
+            page.record["markdown"] = cut_markdown(fields.get("markdown"), self.max_text_bytes)
 
     def close(self) -> None:
         self.extractor.close()

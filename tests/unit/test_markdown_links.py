@@ -12,6 +12,7 @@ from markdown_it import MarkdownIt
 from crawlhive.cleaner import extractor
 from crawlhive.cleaner.extractor import extract
 from crawlhive.cleaner.markdown_links import link_url
+from crawlhive.cleaner.plugins.extract import cut_markdown
 
 URL = "http://news.example/rivers/north.html"
 LONG = "/archive/" + "a" * 2100
@@ -145,3 +146,11 @@ def test_the_cap_on_a_links_url_is_the_callers() -> None:
     links = links_of(extract(PAGE, URL, True, max_url_length=30)["markdown"])
     assert ("turns them into torrents", "http://news.example/floods") in links
     assert all(len(url) <= 30 for _, url in links) and len(links) < 9
+
+
+def test_a_link_the_cut_of_the_markdown_ends_is_its_text() -> None:
+    markdown = "A river [runs \\] cold](http://news.example/a-very-long-address/of/the/rivers) all year."
+    assert cut_markdown(markdown, 1000) == markdown
+    assert cut_markdown(markdown, 50) == "A river runs \\] cold"
+    assert cut_markdown(markdown, 20) == "A river [runs \\] col"  # its text cut: a bracket, no link
+    assert cut_markdown(markdown[:12], 1000) == markdown[:12]  # not cut: as it is
