@@ -75,6 +75,8 @@ _URL_ESCAPES = str.maketrans({"(": "%28", ")": "%29", "<": "%3C", ">": "%3E", " 
 _TICKS = re.compile(r"`+")
 _UNESCAPED_BRACKET = re.compile(r"(?<!\\)([\[\]])")
 _MARKS = "*_`~"
+_LEADING = re.compile(r"[\W_]*")
+_TRAILING = re.compile(r"[\W_]*\Z")
 _MARKS_AFTER = re.compile(r"[*_`~]+")
 _MARKS_BEFORE = re.compile(r"[*_`~]+\Z")
 #: A URL safe_url_string would leave as it is.
@@ -188,6 +190,7 @@ def segments(tree: Any) -> list[_Segment]:
         anchors: list[tuple[Any, int, int]] = []  # (element, start, end) in the run's text
         opened: tuple[Any, int] | None = None
         first = block
+        breaks: set[Any] = set()  # the elements inside that end a run
         walk = etree.iterwalk(block, events=("start", "end"))
         next(walk)  # the block's own start
         for event, element in walk:
@@ -197,19 +200,21 @@ def segments(tree: Any) -> list[_Segment]:
             if event == "start":
                 if tag in _BREAKS or _skipped(element):
                     walk.skip_subtree()  # a block inside is a run (or runs) of its own
-                elif opened is None and element in links:
+                    if tag in _BREAKS or tag not in _INLINE:
+                        breaks.add(element)
+                    continue
+                if opened is None and element in links:
                     opened = (element, length)
-                    if element.text:
-                        texts.append(element.text)
-                        length += len(element.text)
-                elif element.text and isinstance(tag, str):
+                elif not isinstance(tag, str):
+                    continue
+                if element.text:
                     texts.append(element.text)
                     length += len(element.text)
                 continue
             if opened is not None and element is opened[0]:
                 anchors.append((element, opened[1], length))
                 opened = None
-            if tag in _BREAKS or (tag not in _INLINE and _skipped(element)):
+            if element in breaks:
                 _close(found, links, texts, anchors, first)
                 texts, length, anchors, opened, first = [], 0, [], None, None  # a link around a block is no run
             if element.tail:
@@ -307,9 +312,8 @@ def _widen(markdown: str, start: int, end: int, text: str) -> tuple[int, int]:
     """The span [start, end) of an anchor's words widened to the punctuation of its *text* before
     its first and after its last word (Markdown escapes allowed), then to emphasis marks or a code
     span around it on both sides."""
-    words = _WORD.findall(text)
-    head = text[: text.find(words[0])].replace(" ", "") if words else ""
-    tail = text[text.rfind(words[-1]) + len(words[-1]) :].replace(" ", "") if words else ""
+    head = _LEADING.match(text).group().replace(" ", "")  # type: ignore[union-attr]  # it matches ""
+    tail = _TRAILING.search(text).group().replace(" ", "")  # type: ignore[union-attr]
     for char in reversed(head):
         if start and markdown[start - 1] == char:
             start -= 1
