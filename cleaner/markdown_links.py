@@ -14,11 +14,13 @@ works on a copy):
    digit, so a paragraph has the same words in the page and in the Markdown) and its links.
 2. Each run is looked for, as its sequence of words, in the words of the Markdown, after the
    previous one found (the Markdown keeps the page's order). A run of fewer than
-   :data:`MIN_WORDS` words is looked for only within :data:`SHORT_WINDOW` characters of the
-   previous match, else (a table cell, a list item) after the last words of the element before
-   it, so a short run of boilerplate is not matched somewhere far down the text. A run the
-   extraction kept only in part is looked for as each link with a few words either side. A run
-   that is not found was not kept (boilerplate): its links are left out.
+   :data:`MIN_WORDS` words must be all of a line, list item or table cell of the Markdown, within
+   :data:`SHORT_WINDOW` characters of the previous match or else right after the last words of
+   the element before it: a menu's "Rivers" is not the "Rivers" of "# Rivers of the North". A
+   longer run the extraction kept only in part is looked for as each link with a few words
+   either side. A run that is not found was not kept (boilerplate): its links are left out.
+   Searches that find nothing have a budget (:data:`SEARCH_BUDGET`), so a page of thousands of
+   runs the extraction dropped costs time linear in its size.
 3. Each link of a run found becomes ``[its Markdown](absolute URL)`` at its words (widened to
    its punctuation and to emphasis or a code span it fills), unless that would cut into a code
    span, if its URL is one: resolved, ``http(s)`` (not ``javascript:``, ``mailto:``, ``data:``
@@ -77,6 +79,9 @@ _UNESCAPED_BRACKET = re.compile(r"(?<!\\)([\[\]])")
 _MARKS = "*_`~"
 _LEADING = re.compile(r"[\W_]*")
 _TRAILING = re.compile(r"[\W_]*\Z")
+#: What may come before a line's, list item's or table cell's words, and after them.
+_UNIT_BEFORE = re.compile(r"(?:^|\|)[ \t]*(?:(?:[-+*]|\d{1,9}[.)]|#{1,6}|>)[ \t]+)?[*_`~\\\[(\"'“‘]*\Z", re.M)
+_UNIT_AFTER = re.compile(r"(?:\(\)|[*_`~\\\])\"'”’.,:;!?¶])*[ \t]*(?:\||\n|\Z)")
 _MARKS_AFTER = re.compile(r"[*_`~]+")
 _MARKS_BEFORE = re.compile(r"[*_`~]+\Z")
 #: A URL safe_url_string would leave as it is.
@@ -171,12 +176,19 @@ def _links(tree: Any) -> dict[Any, int]:
     return links
 
 
-def segments(tree: Any) -> list[_Segment]:
+def segments(tree: Any, known: set[str] | None = None) -> list[_Segment]:
     """The runs of text of the page's *tree* that hold a link the Markdown may carry, in document
-    order (see the module)."""
+    order (see the module); with *known*, the words of the Markdown, only links with a word in it
+    (the blocks of the others, boilerplate the extraction dropped, are not walked)."""
     from lxml import etree
 
     links = _links(tree)
+    if known is not None:
+        unknown = known.isdisjoint
+        links = {
+            anchor: i for anchor, i in links.items()
+            if not unknown(_WORD.findall(etree.tostring(anchor, method="text", encoding=str, with_tail=False)))
+        }  # fmt: skip
     if not links:
         return []
     blocks: dict[Any, None] = {}
@@ -344,7 +356,8 @@ def _widen(markdown: str, start: int, end: int, text: str) -> tuple[int, int]:
 def add_links(markdown: str, tree: Any, url: str, max_length: int = MAX_URL_LENGTH) -> str:
     """*markdown* (the extraction's Markdown of *tree*'s page at *url*) with the links of its main
     content (see the module)."""
-    runs = segments(tree)
+    words = _Words(markdown)
+    runs = segments(tree, words.known)
     if not runs:
         return markdown
     page, base = url.partition("#")[0], _base(tree, url)
@@ -355,22 +368,18 @@ def add_links(markdown: str, tree: Any, url: str, max_length: int = MAX_URL_LENG
             urls[href] = link_url(href, base, page, max_length)
         return urls[href]
 
-    words = _Words(markdown)
     places: list[tuple[int, int, str]] = []  # (start, end, url) in the Markdown
     cursor = 0
     for run in runs:
-        at = _find(words, run.words, cursor)
-        if at < 0 and len(run.words) < MIN_WORDS and run.block is not None:  # a short cell, item …
-            before = _words_before(run.block)  # … is looked for after the words before it
-            if before:
-                at = words.find(before + run.words, cursor)
-                at = at + len(" ".join(before)) + 1 if at >= 0 else -1
+        at = words.find(run.words, cursor) if len(run.words) >= MIN_WORDS else _find_short(words, run, cursor)
         if at >= 0:
             cursor = at + len(" ".join(run.words)) + 1
             for anchor in run.anchors:
                 if (link := resolve(anchor.href)) is not None:
                     start, end = words.span(at, anchor.first, anchor.words)
                     places.append((*_widen(markdown, start, end, anchor.text), link))
+            continue
+        if len(run.words) < MIN_WORDS:  # its words are its context: not found is not found
             continue
         for anchor in run.anchors:  # kept in part: each anchor with its nearest words
             first = max(0, anchor.first - CONTEXT_WORDS)
@@ -397,6 +406,33 @@ def _words_before(block: Any) -> list[str]:
             if found:
                 return found[-CONTEXT_WORDS:]
     return []
+
+
+def _whole(markdown: str, start: int, end: int) -> bool:
+    """Whether [start, end) of *markdown* is all of its line, list item or table cell (emphasis,
+    code marks and punctuation aside)."""
+    return bool(
+        _UNIT_BEFORE.search(markdown, markdown.rfind("\n", 0, start) + 1, start) and _UNIT_AFTER.match(markdown, end)
+    )
+
+
+def _find_short(words: _Words, run: _Segment, cursor: int) -> int:
+    """Where a run of fewer than :data:`MIN_WORDS` words is: all of a line, list item or table cell
+    of the Markdown (a menu's "Rivers" is not the "Rivers" of "# Rivers of the North"), within
+    :data:`SHORT_WINDOW` of *cursor*, or else after the last words of the element before it."""
+    count = len(run.words)
+    at = words.find(run.words, cursor, cursor + SHORT_WINDOW)
+    while at >= 0:
+        if _whole(words.markdown, *words.span(at, 0, count)):
+            return at
+        at = words.find(run.words, at + 1, cursor + SHORT_WINDOW)
+    before = _words_before(run.block) if run.block is not None else []
+    at = words.find(before + run.words, cursor) if before else -1
+    if at >= 0:
+        at += len(" ".join(before)) + 1
+        if _whole(words.markdown, *words.span(at, 0, count)):
+            return at
+    return -1
 
 
 def _find(words: _Words, run: list[str], cursor: int) -> int:
