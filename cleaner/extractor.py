@@ -210,7 +210,10 @@ def extract(html: str, url: str, markdown: bool = False, max_url_length: int = M
         # after it, so the plain text is made from it in place (no copy)
         fields["markdown"] = str(text or "").strip() or None
         if fields["markdown"]:  # the links of the main content, mapped back from the page's tree
-            fields["markdown"] = add_links(fields["markdown"], tree, url, max_url_length)
+            try:
+                fields["markdown"] = add_links(fields["markdown"], tree, url, max_url_length)
+            except Exception:  # noqa: BLE001 - a bug in the mapping costs the page its links, not its record
+                logger.warning("links of %s not mapped onto its Markdown", url, exc_info=True)
         plain = body
         etree.strip_tags(plain, "hi")
         for element in plain.iter():  # white space as the plain extraction has it (one space)

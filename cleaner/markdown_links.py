@@ -289,7 +289,11 @@ class _Words:
 
     def span(self, at: int, skip: int, count: int) -> tuple[int, int]:
         """Where in the Markdown the *count* words after the first *skip* words of the run found at
-        offset *at* of :attr:`line` are."""
+        offset *at* of :attr:`line` are.
+
+        Raises:
+            LookupError: there are no such words (a bug: the link is left out).
+        """
         if at < self._at:  # not in page order after all: count from the start
             self._at = self._index = self._word = self._position = 0
         self._index += self.line.count(" ", self._at, at)
@@ -300,7 +304,8 @@ class _Words:
         self._position = _skip(self.markdown, self._position, index - self._word)
         self._word = index
         first = _WORD.search(self.markdown, self._position)
-        assert first is not None  # the line holds the Markdown's words
+        if first is None:  # cannot be: the line holds the Markdown's words
+            raise LookupError(f"no word {index} in the Markdown")
         return first.start(), _skip(self.markdown, first.start(), count)
 
 
@@ -310,7 +315,8 @@ def _skip(text: str, position: int, count: int) -> int:
     while count:
         if count & 1:
             match = _SKIPS[bit].match(text, position)
-            assert match is not None
+            if match is None:  # cannot be: the line holds the Markdown's words
+                raise LookupError(f"fewer than {count} words after {position}")
             position = match.end()
         count >>= 1
         bit += 1
@@ -376,8 +382,7 @@ def add_links(markdown: str, tree: Any, url: str, max_length: int = MAX_URL_LENG
             cursor = at + len(" ".join(run.words)) + 1
             for anchor in run.anchors:
                 if (link := resolve(anchor.href)) is not None:
-                    start, end = words.span(at, anchor.first, anchor.words)
-                    places.append((*_widen(markdown, start, end, anchor.text), link))
+                    _place(places, words, at, anchor.first, anchor, link)
             continue
         if len(run.words) < MIN_WORDS:  # its words are its context: not found is not found
             continue
@@ -388,8 +393,7 @@ def add_links(markdown: str, tree: Any, url: str, max_length: int = MAX_URL_LENG
             if at >= 0:
                 cursor = at + len(" ".join(context)) + 1
                 if (link := resolve(anchor.href)) is not None:
-                    start, end = words.span(at, anchor.first - first, anchor.words)
-                    places.append((*_widen(markdown, start, end, anchor.text), link))
+                    _place(places, words, at, anchor.first - first, anchor, link)
     return _apply(markdown, places)
 
 
@@ -416,6 +420,22 @@ def _whole(markdown: str, start: int, end: int) -> bool:
     )
 
 
+def _place(places: list[tuple[int, int, str]], words: _Words, at: int, skip: int, anchor: _Anchor, link: str) -> None:
+    """Add where *anchor* (its words *skip* words into the run found at *at*) goes to *places*."""
+    try:
+        start, end = words.span(at, skip, anchor.words)
+    except LookupError:
+        return
+    places.append((*_widen(words.markdown, start, end, anchor.text), link))
+
+
+def _whole_at(words: _Words, at: int, count: int) -> bool:
+    try:
+        return _whole(words.markdown, *words.span(at, 0, count))
+    except LookupError:
+        return False
+
+
 def _find_short(words: _Words, run: _Segment, cursor: int) -> int:
     """Where a run of fewer than :data:`MIN_WORDS` words is: all of a line, list item or table cell
     of the Markdown (a menu's "Rivers" is not the "Rivers" of "# Rivers of the North"), within
@@ -423,14 +443,14 @@ def _find_short(words: _Words, run: _Segment, cursor: int) -> int:
     count = len(run.words)
     at = words.find(run.words, cursor, cursor + SHORT_WINDOW)
     while at >= 0:
-        if _whole(words.markdown, *words.span(at, 0, count)):
+        if _whole_at(words, at, count):
             return at
         at = words.find(run.words, at + 1, cursor + SHORT_WINDOW)
     before = _words_before(run.block) if run.block is not None else []
     at = words.find(before + run.words, cursor) if before else -1
     if at >= 0:
         at += len(" ".join(before)) + 1
-        if _whole(words.markdown, *words.span(at, 0, count)):
+        if _whole_at(words, at, count):
             return at
     return -1
 
