@@ -193,7 +193,9 @@ def segments(tree: Any, known: set[str] | None = None) -> list[_Segment]:
         return []
     blocks: dict[Any, None] = {}
     for anchor in links:
-        block = next(anchor.iterancestors(*_BREAKS), None)
+        block = anchor.getparent()  # the nearest block around it (a loop: iterancestors with tags is slow)
+        while block is not None and block.tag not in _BREAKS:
+            block = block.getparent()
         blocks[block if block is not None else anchor.getroottree().getroot()] = None
     found: list[_Segment] = []
     for block in blocks:
@@ -245,15 +247,18 @@ def _close(
     if not anchors:
         return
     text = "".join(texts)
-    matches = list(_WORD.finditer(text))
-    starts = [m.start() for m in matches]
-    ends = [m.end() for m in matches]
-    segment = _Segment(links[anchors[0][0]], [m.group() for m in matches], block=block)
+    segment = _Segment(links[anchors[0][0]], _WORD.findall(text), block=block)
+    word = _WORD.match
     for element, start, end in anchors:
-        first, last = bisect_left(starts, start), bisect_right(ends, end)
-        whole = (first == 0 or ends[first - 1] <= start) and (last == len(starts) or starts[last] >= end)
-        if last > first and whole:  # a link in the middle of a word is left out
-            segment.anchors.append(_Anchor(element.get("href"), text[start:end], first, last - first))
+        if (start and word(text, start - 1, start) and word(text, start, start + 1)) or (
+            word(text, end - 1, end) and word(text, end, end + 1)
+        ):
+            continue  # a link in the middle of a word is left out
+        count = len(_WORD.findall(text, start, end))
+        if count:
+            segment.anchors.append(
+                _Anchor(element.get("href"), text[start:end], len(_WORD.findall(text, 0, start)), count)
+            )
     if segment.anchors:
         found.append(segment)
 
