@@ -27,6 +27,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from crawlhive.cleaner.markdown_links import MAX_URL_LENGTH, add_links
+
 logger = logging.getLogger(__name__)
 
 #: Seconds a new child may take to import trafilatura and say it is ready.
@@ -167,7 +169,7 @@ def metadata(tree: Any, url: str) -> dict[str, Any]:
 EXTRACTION: dict[str, Any] = {"fast": True, "include_comments": False, "include_tables": True, "include_images": False}
 
 
-def extract(html: str, url: str, markdown: bool = False) -> dict[str, Any]:
+def extract(html: str, url: str, markdown: bool = False, max_url_length: int = MAX_URL_LENGTH) -> dict[str, Any]:
     """The fields of *html*: ``title``, ``description``, ``date``, ``language`` (declared by the
     page) and ``text``, the main text by trafilatura, or the page's visible text when trafilatura
     found none (a short page: its text is what it shows).
@@ -177,8 +179,10 @@ def extract(html: str, url: str, markdown: bool = False) -> dict[str, Any]:
     (docs/contract.md §20.6): the extraction keeps formatting, and both serialisations come from
     its main-content tree: Markdown as is, the plain ``text`` from the same tree, then stripped of its formatting
     elements (their words kept), so ``text`` is what it is without *markdown* and nothing is
-    extracted twice. Links stay text: asking trafilatura for them changes which paragraphs it
-    keeps (link-dense ones are dropped).
+    extracted twice. trafilatura is not asked for links: that changes which paragraphs it keeps
+    (link-dense ones are dropped). The Markdown has them all the same: the links of the main
+    content are mapped back onto it from the page's tree (:mod:`crawlhive.cleaner.markdown_links`;
+    URLs longer than *max_url_length* stay text), and ``text`` is the same with or without them.
     """
     import trafilatura
 
@@ -205,6 +209,11 @@ def extract(html: str, url: str, markdown: bool = False) -> dict[str, Any]:
         # serialising the body again cost a tenth of the extraction; the body is no longer needed
         # after it, so the plain text is made from it in place (no copy)
         fields["markdown"] = str(text or "").strip() or None
+        if fields["markdown"]:  # the links of the main content, mapped back from the page's tree
+            try:
+                fields["markdown"] = add_links(fields["markdown"], tree, url, max_url_length)
+            except Exception:  # noqa: BLE001 - a bug in the mapping costs the page its links, not its record
+                logger.warning("links of %s not mapped onto its Markdown", url, exc_info=True)
         plain = body
         etree.strip_tags(plain, "hi")
         for element in plain.iter():  # white space as the plain extraction has it (one space)
@@ -232,7 +241,7 @@ class _Capture(logging.Handler):
 
 
 def _serve(jobs: Connection, answers: Connection, capture_level: int) -> None:
-    """The child: answer each ``(html, url, markdown)`` from *jobs* on *answers* with ``("ok", fields,
+    """The child: answer each ``(html, url, markdown, max_url_length)`` from *jobs* on *answers* with ``("ok", fields,
     logs)`` or ``("error", reason, logs)``, until None or the parent's end of the pipe closes."""
     import gc
 
@@ -305,7 +314,9 @@ class Extractor:
             self.close(kill=True)
             raise ExtractionFailed(f"the extraction process did not start within {START_TIMEOUT_S:g} s")
 
-    def extract(self, html: str, url: str, timeout: float, markdown: bool = False) -> dict[str, Any]:
+    def extract(
+        self, html: str, url: str, timeout: float, markdown: bool = False, max_url_length: int = MAX_URL_LENGTH
+    ) -> dict[str, Any]:
         """:func:`extract` of *html* in the child, within *timeout* seconds.
 
         Raises:
@@ -316,7 +327,7 @@ class Extractor:
         assert self._jobs is not None and self._answers is not None
         started = time.monotonic()
         try:
-            self._jobs.send((html, url, markdown))
+            self._jobs.send((html, url, markdown, max_url_length))
             answer = self._answers.recv() if self._answers.poll(max(0.0, timeout)) else None
         except (EOFError, OSError) as exc:
             self._restart()

@@ -13,6 +13,7 @@ import re
 from typing import TYPE_CHECKING, Self
 
 from crawlhive.cleaner.extractor import ExtractionTimeout, Extractor
+from crawlhive.cleaner.markdown_links import MAX_URL_LENGTH
 from crawlhive.cleaner.page import too_long
 from crawlhive.cleaner.plugins import CleanerPlugin
 
@@ -44,16 +45,31 @@ def cut(text: str | None, limit: int) -> str | None:
     return (head[:end] if end >= len(head) // 2 else head).rstrip() or None
 
 
+#: A Markdown link whose URL a cut ended: ``[text](http://exa``.
+_CUT_LINK = re.compile(r"\[((?:\\.|[^\]\\])*)\]\([^)\s]*\Z")
+
+
+def cut_markdown(markdown: str | None, limit: int) -> str | None:
+    """:func:`cut` of *markdown*, a link whose URL the cut ended made its text again."""
+    head = cut(markdown, limit)
+    if head is not None and head is not markdown and (link := _CUT_LINK.search(head)):
+        head = head[: link.start()] + link.group(1)
+    return head
+
+
 class ExtractPlugin(CleanerPlugin):
     """``title``, ``description``, ``text``; leaves trafilatura's document (with its date and the
     page's declared language) in ``page.extra["document"]`` for the later steps."""
 
     name = "extract"
 
-    def __init__(self, max_seconds: float, max_text_bytes: int, markdown: bool = True) -> None:
+    def __init__(
+        self, max_seconds: float, max_text_bytes: int, markdown: bool = True, max_url_length: int = MAX_URL_LENGTH
+    ) -> None:
         self.max_seconds = max_seconds
         self.max_text_bytes = max_text_bytes
         self.markdown = markdown
+        self.max_url_length = max_url_length
         self.extractor = Extractor()
         self.extractor.start()
 
@@ -64,20 +80,23 @@ class ExtractPlugin(CleanerPlugin):
             settings.CLEANER_MAX_SECONDS,
             settings.CLEANER_MAX_TEXT_BYTES,
             settings.CLEANER_MARKDOWN,
+            settings.LINK_MAX_URL_LENGTH or MAX_URL_LENGTH,
         )
 
     def process(self, page: Page) -> None:
         url = str(page.item.get("response_url") or page.item["url"])
         try:
-            fields = self.extractor.extract(page.html, url, self.max_seconds - page.spent, self.markdown)
+            fields = self.extractor.extract(
+                page.html, url, self.max_seconds - page.spent, self.markdown, self.max_url_length
+            )
         except ExtractionTimeout:
             raise too_long(self.max_seconds) from None
         page.extra["document"] = fields
         page.record["title"] = cut(normalise(fields.get("title")), MAX_META_BYTES)
         page.record["description"] = cut(normalise(fields.get("description")), MAX_META_BYTES)
         page.record["text"] = cut(normalise(fields.get("text")), self.max_text_bytes)
-        if self.markdown:  # §20.6: the main content as Markdown, cut as text is
-            page.record["markdown"] = cut(fields.get("markdown"), self.max_text_bytes)
+        if self.markdown:  # §20.6: the main content as Markdown with its links, cut as text is
+            page.record["markdown"] = cut_markdown(fields.get("markdown"), self.max_text_bytes)
 
     def close(self) -> None:
         self.extractor.close()

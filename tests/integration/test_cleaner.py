@@ -33,7 +33,7 @@ EN_ARTICLE = """<!DOCTYPE html>
 <div class="ad banner">BUY CHEAP WATCHES NOW - LIMITED OFFER</div>
 <article><h1>Rivers of the North</h1>
 <p>The rivers of the north run cold and clear through the valleys, and every spring the melting snow
-turns them into torrents that carry stones the size of houses down towards the sea.</p>
+<a href="/floods">turns them into torrents</a> that carry stones the size of houses down towards the sea.</p>
 <p>Fishermen who have worked these waters for decades say the seasons are changing, and that the
 salmon now return weeks earlier than their fathers remember. Call the river office on
 +1 202-555-0143 or write to jane.doe@example.com for the fishing calendar.</p>
@@ -187,6 +187,10 @@ def test_the_cleaner_builds_the_cleaned_record_and_handles_bad_input(settings: S
     import hashlib
 
     assert en["content_hash"] == hashlib.sha256(en["text"].encode()).hexdigest()
+    # §20.6: the Markdown keeps the article's link, absolute; the navigation's stay out
+    flat = " ".join(en["markdown"].split())
+    assert "snow [turns them into torrents](http://news.example/floods) that" in flat, en["markdown"]
+    assert "Log in" not in en["markdown"] and "/login" not in en["markdown"] and "Privacy" not in en["markdown"]
     fr = cleaned["http://news.example/fr"]
     assert fr["language"] == "fr" and fr["published"] == "2022-07-04"
     assert "vendanges plus tôt" in fr["text"] and "Publicité" not in fr["text"]

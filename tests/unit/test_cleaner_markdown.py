@@ -24,7 +24,7 @@ def test_markdown_has_headings_lists_emphasis_and_tables_and_text_is_unchanged()
     markdown = both["markdown"]
     assert markdown.startswith("# Rivers of the North\n\n## The valleys\n\n")
     assert "run **cold** and clear" in markdown
-    assert "snow turns them into torrents that" in markdown  # a link stays its text (§20.6)
+    assert "snow [turns them into torrents](http://news.example/floods) that" in markdown  # its link (§20.6)
     assert "- Salmon return in early spring these years\n- Trout stay" in markdown
     assert "| River | Length |" in markdown and "| Tana | 361 km |" in markdown
     assert "Home" not in markdown and "Privacy" not in markdown  # boilerplate stays out
@@ -36,7 +36,8 @@ def test_a_page_without_main_text_has_no_markdown() -> None:
 
 
 def test_a_page_of_links_keeps_its_text() -> None:
-    """Asking trafilatura for links would drop this paragraph of links: text stays the same."""
+    """Asking trafilatura for links would drop this paragraph of links: text stays the same (and the
+    Markdown has the links: tests/unit/test_markdown_links.py)."""
     page = '<h1>Home</h1> <p>Welcome to a tiny site.</p> <a href="about.html">About</a> <a href="b.html">First post</a>'
     assert extract(page, "http://a/", True)["text"] == extract(page, "http://a/", False)["text"]
     assert "About First post" in extract(page, "http://a/", True)["text"]

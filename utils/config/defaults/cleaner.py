@@ -57,4 +57,5 @@ membership (the kafka-monitor's KAFKA_MAX_POLL_INTERVAL_MS is small to keep its 
 
 CLEANER_MARKDOWN: bool = True
 """Add ``markdown`` to cleaned records: the main content as Markdown (headings, lists, emphasis,
-tables; links as their text), from the same parse as ``text`` (docs/contract.md §20.6)."""
+tables; links as ``[text](absolute URL)``, mapped back from the page so ``text`` stays as it is),
+from the same parse as ``text`` (docs/contract.md §20.6)."""
