@@ -21,7 +21,7 @@ from crawlhive.rest.metrics import RestMetrics
 from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierReader, FrontierRequest, ThrottleConfig
-from crawlhive.utils.frontier.tail_mover import TailMover
+from crawlhive.utils.frontier.tail_mover import COLD_WAIT_S, TailMover
 from crawlhive.utils.frontier.tails import TailStore, decode_segment, encode_segment, parse_tail_member
 
 pytestmark = pytest.mark.timeout(300)
@@ -408,3 +408,32 @@ def test_the_store_down_keeps_heads_served_and_bounds_what_waits(
     assert _drain(redis_client, settings, mover) == urls[1:]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert os.listdir(blocked / "tails") is not None
+
+
+def test_a_small_cold_queue_waits_a_minute_then_spills_whole(
+    redis_client: redis.Redis, tail_settings: Settings
+) -> None:
+    """A cold queue under COLD_SPILL_MIN keeps its flag for COLD_WAIT_S after it was raised (links
+    arriving one by one make one segment), then spills whatever it holds: no remainder stays in
+    Redis, where a zset of a few requests costs more than a kilobyte."""
+    settings = tail_settings.copy_with(FRONTIER_HOT_DOMAINS=1)
+    keys = keys_from_settings(settings)
+    hot = [f"http://a-hot.example/p{i}" for i in range(3)]
+    cold = [f"http://z-cold.example/p{i}" for i in range(3)]
+    _push(redis_client, settings, hot + cold)
+    mover = _mover(redis_client, settings)
+    queue = keys.crawl_queue("link", "app", "t1", "z-cold.example")
+    wanted = keys.tail_spill_wanted(keys.shard_of("z-cold.example"))
+    flagged_at = redis_client.zscore(wanted, queue)
+    assert flagged_at is not None
+    _settle(mover)
+    # not spilled yet, its flag kept for a minute after it was raised
+    assert redis_client.zcard(queue) == 3
+    assert redis_client.zscore(wanted, queue) == pytest.approx(flagged_at + COLD_WAIT_S)
+    # a minute later: all three go, in one segment
+    assert mover.spill(queue, flagged_at - COLD_WAIT_S) == 3
+    assert redis_client.zcard(queue) == 0
+    assert [parse_tail_member(m)[1] for m in _tail_members(redis_client, settings, "z-cold.example")] == [3]
+    if keys.shards == 1:  # the hot domain's queue keeps its head
+        assert redis_client.zcard(keys.crawl_queue("link", "app", "t1", "a-hot.example")) == 3
+    assert sorted(_drain(redis_client, settings, mover)) == sorted(hot + cold)

@@ -69,9 +69,12 @@ logger = logging.getLogger(__name__)
 
 #: Flags one pass takes from each wanted set of a shard.
 FLAGS_PER_PASS = 64
-#: Least requests a cold queue (its domain not among FRONTIER_HOT_DOMAINS) spills: smaller queues
-#: cost Redis about what a pointer would.
+#: Requests from which a cold queue (its domain not among FRONTIER_HOT_DOMAINS) spills at once; a
+#: smaller one spills whatever it holds COLD_WAIT_S after its first flag (so links arriving one by
+#: one make one segment, not one each, and no remainder stays in Redis: a queue of a few requests
+#: costs Redis a zset of its own, over a kilobyte, where its tail's pointer costs tens of bytes).
 COLD_SPILL_MIN = 8
+COLD_WAIT_S = 60.0
 #: Seconds before a queue whose spill or refill failed with the store is looked at again.
 STORE_RETRY_S = 2.0
 #: Seconds between two sweeps of a redis-monitor for objects no pointer names, and the least age of
@@ -116,8 +119,8 @@ class TailMover:
         keys: Keys,
         store: TailStore,
         *,
-        head_size: int = 256,
-        segment_size: int = 256,
+        head_size: int = 64,
+        segment_size: int = 128,
         hot_domains: int = 1000,
         backlog_max: int = 1_000_000,
         replicas: ReplicaWait | None = None,
@@ -131,7 +134,8 @@ class TailMover:
         self.refill_below = self.limits.refill_below
         self.spill_min = self.limits.spill_min
         self.spill_above = self.limits.spill_above
-        self.hot_domains = max(0, hot_domains)
+        #: FRONTIER_HOT_DOMAINS is cluster-wide: each shard keeps its share of hot domains.
+        self.hot_domains = -(-max(0, hot_domains) // keys.shards)
         self.backlog_max = max(1, backlog_max)
         self.replicas = replicas
         self.scripts = scripts(redis)
@@ -139,6 +143,7 @@ class TailMover:
         self._store_down: str | None = None
         self._published = False  # a non-zero 'waiting' or tail_full was written
         self._next_sweep = time.monotonic() + 60.0
+        self._later: dict[str, float] = {}  # queue -> when its flag is due again (a small cold queue)
 
     @classmethod
     def from_settings(cls, redis: RedisClient, settings: Settings) -> Self | None:
@@ -219,16 +224,19 @@ class TailMover:
             (self.keys.tail_refill_wanted(shard), self.refill),
             (self.keys.tail_spill_wanted(shard), self.spill),
         ):
-            flags = self.redis.zrangebyscore(wanted, "-inf", now + 1, start=0, num=FLAGS_PER_PASS)
-            for raw in flags:
+            flags = self.redis.zrangebyscore(wanted, "-inf", now + 1, start=0, num=FLAGS_PER_PASS, withscores=True)
+            for raw, flagged_at in flags:
                 queue = raw.decode() if isinstance(raw, bytes) else str(raw)
                 retry = False
                 try:
-                    act(queue)
+                    act(queue, float(flagged_at))
                 except TailStoreDown:
                     retry = True
+                later = self._later.pop(queue, None)
                 if retry:
                     self.redis.zadd(wanted, {queue: time.time() + STORE_RETRY_S})
+                elif later is not None:
+                    self.redis.zadd(wanted, {queue: later})
                 else:
                     self.redis.zrem(wanted, queue)
                 work += 1
@@ -237,8 +245,10 @@ class TailMover:
 
     # --- spill -------------------------------------------------------------------------------
 
-    def spill(self, queue: str) -> int:
-        """Move what crawl queue *queue* holds beyond its head into segments; returns the requests moved.
+    def spill(self, queue: str, flagged_at: float | None = None) -> int:
+        """Move what crawl queue *queue* holds beyond its head into segments; returns the requests
+        moved. A cold queue under COLD_SPILL_MIN spills only once its flag (raised at *flagged_at*,
+        epoch s; None: now) is COLD_WAIT_S old; until then its flag is kept for then.
 
         Raises:
             TailStoreDown: the store refused a write (the requests stay in Redis).
@@ -256,7 +266,13 @@ class TailMover:
         keep = self.head_size if hot else 0
         least = self.spill_min if hot else COLD_SPILL_MIN
         excess = int(card) - keep
-        if int(card) <= (self.spill_above if hot else COLD_SPILL_MIN - 1):
+        if not hot and 0 < int(card) < COLD_SPILL_MIN:
+            due = (time.time() if flagged_at is None else flagged_at) + COLD_WAIT_S
+            if time.time() < due:
+                self._later[queue] = due
+                return 0
+            least = 1  # its flag waited COLD_WAIT_S: whatever it holds goes
+        elif int(card) <= (self.spill_above if hot else COLD_SPILL_MIN - 1):
             self.counts.waiting.pop(queue, None)
             return 0
         tail = self.keys.tail_queue(spider, appid, crawlid, domain, render)
@@ -295,7 +311,7 @@ class TailMover:
 
     # --- refill ------------------------------------------------------------------------------
 
-    def refill(self, queue: str) -> int:
+    def refill(self, queue: str, flagged_at: float | None = None) -> int:
         """Refill crawl queue *queue*'s head from its best segments while it is short; returns the
         requests queued.
 

@@ -54,9 +54,9 @@ class TailLimits:
 
     enabled: bool = False
     """FRONTIER_TAIL_URL is set: queues have tails."""
-    head_size: int = 256
+    head_size: int = 64
     """FRONTIER_HEAD_SIZE."""
-    segment_size: int = 256
+    segment_size: int = 128
     """FRONTIER_SEGMENT_SIZE."""
 
     @classmethod

@@ -51,17 +51,17 @@ is not due soon) and the rest in compressed segments of up to FRONTIER_SEGMENT_S
 with a pointer per segment in Redis; the redis-monitors spill and refill them. Empty = every queued
 request stays in Redis. ``crawlhive up`` sets it to ``<state dir>/frontier-tails``."""
 
-FRONTIER_HEAD_SIZE: int = 256
+FRONTIER_HEAD_SIZE: int = 64
 """Requests a (crawl, domain) queue keeps in Redis when its tail is in FRONTIER_TAIL_URL: the
 redis-monitors refill it from the tail once it holds fewer than half of these (sizing: docs/operations.md)."""
 
-FRONTIER_SEGMENT_SIZE: int = 256
+FRONTIER_SEGMENT_SIZE: int = 128
 """Requests per tail segment (one object of FRONTIER_TAIL_URL, one pointer in Redis). A hot queue
 holds at most FRONTIER_HEAD_SIZE / 2 + this many after a refill, so keep it near FRONTIER_HEAD_SIZE."""
 
 FRONTIER_HOT_DOMAINS: int = 1000
-"""Domains per spider type (and frontier shard) that keep a head in Redis: the next ones due, in the
-order the scheduler serves them. A queue of a domain further back keeps its whole backlog in its
+"""Domains per spider type that keep a head in Redis, cluster-wide (each frontier shard keeps its
+share): the next ones due, in the order the scheduler serves them. A queue of a domain further back keeps its whole backlog in its
 tail (a broad crawl's million domains then cost Redis a pointer each) and is refilled when the
 scheduler reaches it."""
 
