@@ -224,7 +224,9 @@ class TailMover:
             (self.keys.tail_refill_wanted(shard), self.refill),
             (self.keys.tail_spill_wanted(shard), self.spill),
         ):
-            flags = self.redis.zrangebyscore(wanted, "-inf", now + 1, start=0, num=FLAGS_PER_PASS, withscores=True)
+            flags: list[Any] = self.redis.zrangebyscore(
+                wanted, "-inf", now + 1, start=0, num=FLAGS_PER_PASS, withscores=True
+            )
             for raw, flagged_at in flags:
                 queue = raw.decode() if isinstance(raw, bytes) else str(raw)
                 retry = False
