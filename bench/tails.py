@@ -509,13 +509,13 @@ def main(argv: list[str] | None = None) -> int:
             with prefixed_redis(url, PREFIX) as (_settings, client, keys):
                 version = client.info("server")["redis_version"]
             sample = next(links(1, 1))
+            settled = f"every {args.settle_every:,} pushed and at the end" if args.settle_every else "at the end"
             print(
                 f"Redis {version}, {keys.shards} shard(s); FRONTIER_HEAD_SIZE={args.head_size}, "
                 f"FRONTIER_SEGMENT_SIZE={args.segment_size}, FRONTIER_HOT_DOMAINS={hot} per shard"
                 f"{' (scaled from its default by --tail-queued)' if args.hot_domains is None and hot != 1000 else ''}, "
                 f"DUPEFILTER_BLOOM_AFTER={args.bloom_after:,} for the Bloom form; URL {len(sample.url)} characters, "
-                f"queue member {len(sample.member())} bytes; mover settled every {args.settle_every:,} pushed "
-                f"and at the end; segments in {folder}",
+                f"queue member {len(sample.member())} bytes; mover settled {settled}; segments in {folder}",
                 flush=True,
             )
             if args.only != "rate":
