@@ -198,8 +198,9 @@ test-quick: $(STAMP)
 # (bench/site.py: generated into /tmp/perfsite, served by a private nginx, which bench/nginx.sh installs
 # as root if missing), and so does bench/recrawl_crawl.py (the crawl bench beside 1M scheduled pages,
 # 10,000 due a second); bench/memory.py runs when it exists; bench/render.py needs Debian's
-# chromium-headless-shell (the `browser` target installs it); bench/realweb.py (HTTPS, 500 loopback hosts) its
-# own nginx and openssl; `bench/crawl.py --cluster` the like-for-like pairs on a private 3-primary Redis
+# chromium-headless-shell (the `browser` target installs it); bench/tails.py (queue tails: memory per
+# queued URL at 10M queued, spill and refill rate) a temporary folder of TMPDIR for its segments;
+# bench/realweb.py (HTTPS, 500 loopback hosts) its own nginx and openssl; `bench/crawl.py --cluster` the like-for-like pairs on a private 3-primary Redis
 # Cluster (tests/support/redis_cluster.py); bench/pipeline.py adds the CPU per page of realweb's crawler and clean's cleaner.
 bench: $(STAMP) browser
 	@echo "machine: $$(nproc) cores, $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $$(free -h | awk '/^Mem:/{print $$2}') memory"
@@ -212,6 +213,7 @@ bench: $(STAMP) browser
 	@if [ -f bench/memory.py ]; then $(BIN)/python bench/memory.py; else echo "bench/memory.py not present: skipped"; fi
 	$(BIN)/python bench/recrawl_memory.py
 	$(BIN)/python bench/recrawl_memory.py --cluster
+	$(BIN)/python bench/tails.py
 	$(BIN)/python bench/recrawl_release.py
 	$(BIN)/python bench/tails_pacing.py
 	$(BIN)/python bench/neardup.py

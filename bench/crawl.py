@@ -3,7 +3,7 @@
 Needs the generated bench site served by nginx (``make bench`` does both)::
 
     python3 bench/site.py && bench/nginx.sh start
-    .venv/bin/python bench/crawl.py [--pages 6000] [--conc 32] [--maxdepth 100] [--pairs 3]
+    .venv/bin/python bench/crawl.py [--pages 6000] [--conc 32] [--maxdepth 100] [--pairs 3] [--tails-head N]
 
 Measures, in order, on a private embedded Redis and broker:
 
@@ -34,6 +34,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,7 @@ from crawlhive.utils.backends.redis_clients import is_cluster, keys_from_setting
 from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import Frontier, seed_from_request
+from crawlhive.utils.frontier.tail_mover import TailMover
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "bench" / "baseline"
@@ -146,10 +148,11 @@ def run_crawlers(
     services: dict[str, list[int]],
     spider: tuple[str, str] = ("link", "link"),
     before_seed: Callable[[], None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """*n* crawler processes of ``spider`` = (``--spider`` argument, its spiderid); *before_seed* is
     called once they are all polling, before the crawl is seeded (``bench/recrawl_crawl.py`` fills
-    its background schedule there)."""
+    its background schedule there); *env*: more settings of the crawlers (``--tails-head``'s)."""
     outs = [(work / f"measure-{n}-{spider[1]}-{i}.json", work / f"rtt-{n}-{spider[1]}-{i}.json") for i in range(n)]
     procs = []
     for measure, rtt in outs:
@@ -159,9 +162,9 @@ def run_crawlers(
             "BENCH_RTT_OUT": str(rtt),
             "CLOSESPIDER_PAGECOUNT": pages // n,
         }
-        env = crawler_env(settings, work, scrapy, CONCURRENT_REQUESTS=str(conc))
+        environment = crawler_env(settings, work, scrapy, CONCURRENT_REQUESTS=str(conc), **(env or {}))
         command = [sys.executable, "-m", "crawlhive.app.cli", "crawler", "--spider", spider[0]]
-        procs.append(subprocess.Popen(command, env=env))
+        procs.append(subprocess.Popen(command, env=environment))
     # wait until every crawler is polling (heartbeat), then seed, so start-up is not measured
     deadline = time.monotonic() + 60
     while client.zcard(keys_from_settings(settings).heartbeat_index("crawler")) < n and time.monotonic() < deadline:
@@ -229,6 +232,13 @@ def main() -> int:
         help="an existing, otherwise idle Redis or Redis Cluster (a node, or seeds separated by commas) instead"
         " of a private redis-server; on a cluster the frontier has 64 shards",
     )
+    parser.add_argument(
+        "--tails-head",
+        type=int,
+        default=0,
+        help="queue tails on for every crawlhive run: FRONTIER_TAIL_URL a temporary folder, FRONTIER_HEAD_SIZE"
+        " and FRONTIER_SEGMENT_SIZE this, the tail mover on a thread of this process (a redis-monitor's)",
+    )
     args = parser.parse_args()
     if not SEEDS.exists():
         print(f"{SEEDS} missing: run bench/site.py and bench/nginx.sh start", file=sys.stderr)
@@ -255,10 +265,34 @@ def run(args: argparse.Namespace, cluster_url: str | None) -> int:
             prefix = f"bench{n}{spider[1]}{run}"
             settings = bench_settings(cluster, work, prefix, ("crawled_firehose", "items", "dead_letter"), redis_url)
             client = redis_from_settings(settings)
+            if not args.tails_head:
+                try:
+                    return run_crawlers(settings, client, n, args.pages, args.conc, args.maxdepth, work, pids, spider)
+                finally:
+                    client.close()
+            # queue tails (docs/contract.md §23): the crawlers' settings, and the mover a redis-monitor runs
+            tails = {
+                "FRONTIER_TAIL_URL": str(work / f"tails-{prefix}"),
+                "FRONTIER_HEAD_SIZE": str(args.tails_head),
+                "FRONTIER_SEGMENT_SIZE": str(args.tails_head),
+            }
+            settings = settings.copy_with(**tails)
+            mover = TailMover.from_settings(client, settings)
+            assert mover is not None
+            stop = threading.Event()
+            thread = threading.Thread(target=mover.run, args=(stop,), name="tail-mover", daemon=True)
+            thread.start()
             try:
-                return run_crawlers(settings, client, n, args.pages, args.conc, args.maxdepth, work, pids, spider)
+                result = run_crawlers(
+                    settings, client, n, args.pages, args.conc, args.maxdepth, work, pids, spider, env=tails
+                )
             finally:
+                stop.set()
+                thread.join(timeout=30)
                 client.close()
+            result["tails"] = {"spilled": mover.counts.spilled, "refilled": mover.counts.refilled}
+            print(f"    queue tails (head {args.tails_head}): {result['tails']}", flush=True)
+            return result
 
         def report(label: str, result: dict[str, Any]) -> None:
             print(
