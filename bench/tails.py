@@ -18,7 +18,7 @@ left (heads, tail pointers, per-domain and per-crawl indexes, crawl records, fla
 dupefilter the real admit path writes for the same URLs is then added and measured the same way,
 in two forms: every fingerprint in the crawl's dupefilter hashes (``HSETNX`` of the stored
 fingerprint and a 4-byte owner, as bench/memory.py's "dedupe entry"), and with the Bloom seen-set
-(DUPEFILTER_BLOOM_AFTER = ``--bloom-after``: that many per shard in the hash, the rest in the
+(DUPEFILTER_BLOOM_ABOVE = ``--bloom-after``: that many per shard in the hash, the rest in the
 filter, built bit for bit as ``lib/bloom.lua`` writes it, checked against ``BloomLayers``). A
 ``MEMORY USAGE`` sum per kind of key (SCAN of the prefix) says what dominates. Beside it: the
 store's bytes per URL (the segment files' sizes over the requests in them; goal at most 40).
@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head-size", type=int, default=Settings.from_overrides().FRONTIER_HEAD_SIZE)
     parser.add_argument("--segment-size", type=int, default=Settings.from_overrides().FRONTIER_SEGMENT_SIZE)
     parser.add_argument("--hot-domains", type=int, help="FRONTIER_HOT_DOMAINS (default: its default, scaled)")
-    parser.add_argument("--bloom-after", type=int, default=10_000, help="DUPEFILTER_BLOOM_AFTER of the Bloom form")
+    parser.add_argument("--bloom-after", type=int, default=10_000, help="DUPEFILTER_BLOOM_ABOVE of the Bloom form")
     parser.add_argument(
         "--settle-every", type=int, default=200_000, help="requests pushed between settles (0: only at the end)"
     )
@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"Redis {version}, {keys.shards} shard(s); FRONTIER_HEAD_SIZE={args.head_size}, "
                 f"FRONTIER_SEGMENT_SIZE={args.segment_size}, FRONTIER_HOT_DOMAINS={hot} per shard"
                 f"{' (scaled from its default by --tail-queued)' if args.hot_domains is None and hot != 1000 else ''}, "
-                f"DUPEFILTER_BLOOM_AFTER={args.bloom_after:,} for the Bloom form; URL {len(sample.url)} characters, "
+                f"DUPEFILTER_BLOOM_ABOVE={args.bloom_after:,} for the Bloom form; URL {len(sample.url)} characters, "
                 f"queue member {len(sample.member())} bytes; mover settled {settled}; segments in {folder}",
                 flush=True,
             )
