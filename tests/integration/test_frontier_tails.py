@@ -322,40 +322,18 @@ def test_a_refill_interrupted_anywhere_loses_nothing_and_serves_nothing_twice(
     segment = parse_tail_member(member)[0]
     shard = keys.shard_of("refill.example")
     rows = decode_segment(Path(mover.store.path(shard, segment)).read_bytes())
-    assert (
-        int(
-            mover.scripts["tail_refill"](
-                keys=[
-                    queue,
-                    keys.tail_queue("link", "app", "t1", "refill.example"),
-                    keys.domain_crawls("link", "refill.example"),
-                    keys.domains("link", False, shard),
-                    keys.crawl_domains("link", "app", "t1", False, shard),
-                    keys.tail_stats(shard),
-                    keys.tail_segments(shard),
-                ],
-                args=[member, keys.crawl_member("app", "t1"), "refill.example", *[x for row in rows for x in row]],
-            )
-        )
-        == 50
-    )
-    assert (
-        int(
-            mover.scripts["tail_refill"](
-                keys=[
-                    queue,
-                    keys.tail_queue("link", "app", "t1", "refill.example"),
-                    keys.domain_crawls("link", "refill.example"),
-                    keys.domains("link", False, shard),
-                    keys.crawl_domains("link", "app", "t1", False, shard),
-                    keys.tail_stats(shard),
-                    keys.tail_segments(shard),
-                ],
-                args=[member, keys.crawl_member("app", "t1"), "refill.example", *[x for row in rows for x in row]],
-            )
-        )
-        == -1
-    )
+    refill_args = [member, keys.crawl_member("app", "t1"), "refill.example", *[x for row in rows for x in row]]
+    refill_keys = [
+        queue,
+        keys.tail_queue("link", "app", "t1", "refill.example"),
+        keys.domain_crawls("link", "refill.example"),
+        keys.domains("link", False, shard),
+        keys.crawl_domains("link", "app", "t1", False, shard),
+        keys.tail_stats(shard),
+        keys.tail_segments(shard),
+    ]
+    assert int(mover.scripts["tail_refill"](keys=refill_keys, args=refill_args)) == 50
+    assert int(mover.scripts["tail_refill"](keys=refill_keys, args=refill_args)) == -1
     served += _drain(redis_client, tail_settings, mover)
     assert served == urls
     # left in the store: the segment the killed refill put back (no pointer names it) and the one the
