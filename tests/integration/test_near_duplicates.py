@@ -5,7 +5,7 @@ the same page under tracking parameters) are flagged with ``near_duplicate_of`` 
 articles on the same topic with their own text are not; NEAR_DUPLICATES ``drop`` emits none of the
 near-duplicates and counts them; the crawl's ``near_duplicates`` is in its record for ``info``.
 The false-positive rate on the extraction corpus and the SimHash's equality with trafilatura's are
-in ``tests/unit/test_near_duplicates.py``.
+in ``tests/unit/test_simhash.py``.
 """
 
 from __future__ import annotations

@@ -328,6 +328,10 @@ ALLOWED_AFTER_COMPLETE: dict[str, bool] = {
     "metrics-domains": False,
     "metrics-domain-failures": False,
     "tail-stats": False,  # a shard's tail counters: lifetime totals, and requests/segments at 0
+    # a small cold queue's spill flag, kept COLD_WAIT_S (a minute) after it was raised: the
+    # redis-monitor removes it then (its queue is empty by now)
+    "tail-spill": False,
+    "tail-refill": False,
 }
 
 
