@@ -414,19 +414,7 @@ def rate_once(url: str, args: argparse.Namespace, folder: Path) -> dict[str, flo
     with prefixed_redis(url, PREFIX + "rate", **overrides) as (settings, client, keys):
         mover = TailMover.from_settings(client, settings)
         assert mover is not None
-        frontier = Frontier.from_settings(client, settings)
-        batch: list[FrontierRequest] = []
-        for request in links(args.rate_requests, 4):
-            batch.append(request)
-            if len(batch) == BATCH:
-                pipe = write_pipeline(client)
-                frontier.push(batch, pipe)
-                pipe.execute()
-                batch = []
-        if batch:
-            pipe = write_pipeline(client)
-            frontier.push(batch, pipe)
-            pipe.execute()
+        memory.push_all(client, Frontier.from_settings(client, settings), links(args.rate_requests, 4))
         cpu, own, started = redis_cpu(client), time.process_time(), time.perf_counter()
         settle(mover)
         spill_s, spill_own = time.perf_counter() - started, time.process_time() - own

@@ -25,8 +25,8 @@ import time
 from typing import Any
 
 from benchkit import bench_redis, prefixed_redis
+from memory import push_all
 
-from crawlhive.utils.backends.redis_clients import write_pipeline
 from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierRequest, ThrottleConfig
 from crawlhive.utils.frontier.tail_mover import TailMover
 
@@ -45,11 +45,7 @@ def lease_all(url: str, store: str, args: argparse.Namespace, tails: bool) -> di
     with prefixed_redis(url, PREFIX, **overrides) as (settings, client, keys):
         urls = [f"http://{DOMAIN}/article/{i:07d}/a-title-of-some-length" for i in range(args.requests)]
         requests = [FrontierRequest(url=u, spiderid="link", appid="bench", crawlid="pace") for u in urls]
-        frontier = Frontier.from_settings(client, settings)
-        for start in range(0, len(requests), 2000):
-            pipe = write_pipeline(client)
-            frontier.push(requests[start : start + 2000], pipe)
-            pipe.execute()
+        push_all(client, Frontier.from_settings(client, settings), iter(requests))
         mover = TailMover.from_settings(client, settings)
         spill_s = 0.0
         stop = threading.Event()

@@ -296,7 +296,7 @@ class TailMover:
                 raise TailStoreDown(str(exc)) from exc
             self._up()
             member = tail_member(segment_id, len(rows), len(data))
-            args: list[Any] = [member, min(score for _, score in rows)]
+            args: list[Any] = [member, rows[0][1]]  # ZRANGE reads them best (lowest score) first
             for row_member, score in rows:
                 args += [row_member, score]
             script_keys = [queue, tail, stats, self.keys.tail_segments(shard)]

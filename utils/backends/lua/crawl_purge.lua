@@ -22,9 +22,9 @@ for _, lane in ipairs(lanes) do
     redis.call('DEL', cq)
     local tq = lane[4] .. domain
     for _, member in ipairs(redis.call('ZRANGE', tq, 0, -1)) do
-      local n, size = tail_member(member)
-      redis.call('ZREM', KEYS[9], string.match(member, '^([^:]+)'))
+      local n, size, id = tail_member(member)
       if n then
+        redis.call('ZREM', KEYS[9], id)
         purged = purged + n
         redis.call('HINCRBY', KEYS[8], 'requests', -n)
         redis.call('HINCRBY', KEYS[8], 'segments', -1)

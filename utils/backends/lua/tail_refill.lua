@@ -8,6 +8,7 @@
 -- the pointer gone and changes nothing; so does one that lost the race with a stop (the tail purged).
 -- Returns the requests queued, or -1 when the pointer was already gone (the caller may delete
 -- nothing: the segment is another refiller's, or the stop's).
+--! include lib/tails.lua
 
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return -1 end
 local best
@@ -26,10 +27,10 @@ end
 if best then redis.call('ZADD', KEYS[3], 'LT', best, ARGV[2]) end
 redis.call('ZADD', KEYS[4], 'NX', 0, ARGV[3])
 redis.call('SADD', KEYS[5], ARGV[3])
-local id, count, size = string.match(ARGV[1], '^([^:]+):(%d+):(%d+)$')
+local count, size, id = tail_member(ARGV[1])
 if id then redis.call('ZREM', KEYS[7], id) end
-redis.call('HINCRBY', KEYS[6], 'requests', -tonumber(count or n))
+redis.call('HINCRBY', KEYS[6], 'requests', -(count or n))
 redis.call('HINCRBY', KEYS[6], 'segments', -1)
-redis.call('HINCRBY', KEYS[6], 'bytes', -tonumber(size or '0'))
+redis.call('HINCRBY', KEYS[6], 'bytes', -(size or 0))
 redis.call('HINCRBY', KEYS[6], 'refilled', n)
 return n

@@ -7,6 +7,7 @@
 -- stop purged the queue) nothing changes and the caller deletes the segment: a request is never
 -- both in the queue and in a segment, so no spill race fetches it twice.
 -- Returns 1 when the requests left Redis for the segment, 0 when the queue changed.
+--! include lib/tails.lua
 
 local members = {}
 for i = 3, #ARGV, 2 do members[#members + 1] = ARGV[i] end
@@ -22,11 +23,11 @@ end
 for first = 1, #members, 500 do
   redis.call('ZREM', KEYS[1], unpack(members, first, math.min(first + 499, #members)))
 end
-local id, _, size = string.match(ARGV[1], '^([^:]+):(%d+):(%d+)$')
+local _, size, id = tail_member(ARGV[1])
 redis.call('ZADD', KEYS[4], redis.call('TIME')[1], id)
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('HINCRBY', KEYS[3], 'requests', #members)
 redis.call('HINCRBY', KEYS[3], 'segments', 1)
-redis.call('HINCRBY', KEYS[3], 'bytes', tonumber(size or '0'))
+redis.call('HINCRBY', KEYS[3], 'bytes', size or 0)
 redis.call('HINCRBY', KEYS[3], 'spilled', #members)
 return 1

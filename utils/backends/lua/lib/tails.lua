@@ -2,11 +2,11 @@
 -- in segments of the tail store; its tail key (Keys.tail_queue) holds one member per segment,
 -- '<segment id>:<requests>:<bytes>', scored by the best (lowest) queue score in the segment.
 
--- The requests and bytes of the segment a tail member names (nil for a malformed member).
+-- The requests, bytes and id of the segment a tail member names (nil for a malformed member).
 local function tail_member(member)
-  local _, n, size = string.match(member, '^([^:]+):(%d+):(%d+)$')
+  local id, n, size = string.match(member, '^([^:]+):(%d+):(%d+)$')
   if not n then return nil end
-  return tonumber(n), tonumber(size)
+  return tonumber(n), tonumber(size), id
 end
 
 -- The requests held by the tail zset *tq* (every segment it points to).
