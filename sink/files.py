@@ -20,8 +20,10 @@ early if nothing is rolling.
 A file appears complete or not at all: a local file is written under a temporary name, flushed to
 disk (fsync) and renamed; elsewhere it is written under a temporary name and moved (an object
 store's put is atomic). Only then does the sink commit the offsets it holds: a sink killed before
-that leaves the records to the next one, which gathers the same records from the same first offset
-and, rolled by size, writes the same file name again. A graceful stop rolls what is gathered
+that leaves the records to the next one. That one reads the names of the partition's files when it
+first gets a record of it (:meth:`FileStore.written_ranges`) and skips the records a complete file
+already holds (duplicates), so a page is in one file only even when the two processes rolled at
+different offsets (a roll by time cuts where the clock says). A graceful stop rolls what is gathered
 (:meth:`FileStore.flush`) and commits it.
 A local file is created readable by its owner and group only (FILE_MODE), its folders likewise
 (DIR_MODE): pages crawled behind a login are no business of the machine's other users.
@@ -29,11 +31,13 @@ A local file is created readable by its owner and group only (FILE_MODE), its fo
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import io
 import json
 import logging
 import os
+import re
 import secrets
 import time
 from collections import deque
@@ -203,6 +207,9 @@ class FileStore(Store):
         self.rolling: deque[Rolling] = deque()
         #: Per partition, the offset after the last record of its last file.
         self.done: dict[tuple[str, int], int] = {}
+        #: Per partition, the offset ranges of the complete files found in the store when it sent
+        #: its first record here (merged, sorted): their records are not written again.
+        self.existing: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
         self._executor: ThreadPoolExecutor | None = None
         #: Records of the files completed since :meth:`take_written`.
         self._written = 0
@@ -246,9 +253,17 @@ class FileStore(Store):
 
     def write(self, records: list[SinkRecord]) -> WriteResult:
         """Gather *records*; roll each partition's file that reaches SINK_ROLL_BYTES (on the roller
-        thread: this returns at once)."""
+        thread: this returns at once); records a complete file already holds are duplicates.
+
+        Raises:
+            BackendUnavailable: the partition's files could not be listed.
+        """
+        duplicates = 0
         for record in records:
             key = (record.topic, record.partition)
+            if self._in_a_file(key, record.offset):
+                duplicates += 1
+                continue
             pending = self.pending.get(key)
             if pending is None:
                 pending = self.pending[key] = Pending(first=record.offset)
@@ -257,7 +272,36 @@ class FileStore(Store):
             pending.size += record.size
             if pending.size >= self.roll_bytes:
                 self._roll(key)
-        return WriteResult(buffered=len(records))
+        return WriteResult(buffered=len(records) - duplicates, duplicates=duplicates)
+
+    def _in_a_file(self, key: tuple[str, int], offset: int) -> bool:
+        ranges = self.existing.get(key)
+        if ranges is None:
+            try:
+                ranges = self.existing[key] = _merged(self.written_ranges(key))
+            except OSError as exc:
+                raise self._unavailable(exc) from exc
+        firsts, lasts = ranges
+        at = bisect.bisect_right(firsts, offset) - 1
+        return at >= 0 and offset <= lasts[at]
+
+    def written_ranges(self, key: tuple[str, int]) -> list[tuple[int, int]]:
+        """The (first, last) offsets of *key*'s complete files in the store, read from their names
+        (a temporary file starts with a dot and is not one)."""
+        topic, partition = key
+        folder = f"{self.root}/{topic}/{partition}"
+        try:
+            names = self.fs.ls(folder, detail=False)
+        except FileNotFoundError:
+            return []
+        pattern = re.compile(r"(\d+)-(\d+)\." + re.escape(self.ext) + "$")
+        ranges = []
+        for name in names:
+            base = str(name).rstrip("/").rsplit("/", 1)[-1]
+            found = None if base.startswith(".") else pattern.search(base)
+            if found:
+                ranges.append((int(found[1]), int(found[2])))
+        return ranges
 
     def held_back(self, topic: str, partition: int) -> int | None:
         key = (topic, partition)
@@ -282,6 +326,8 @@ class FileStore(Store):
                 self.done.pop(key, None)
             elif now - self.pending[key].started >= self.roll_seconds:
                 self._roll(key)
+        for key in [k for k in self.existing if k not in assigned]:
+            del self.existing[key]  # listed again if it comes back: another sink wrote meanwhile
         if self.pending and not self.rolling and not self.room():
             self._roll(max(self.pending, key=lambda k: self.pending[k].size))
 
@@ -342,6 +388,7 @@ class FileStore(Store):
         """Forget what is gathered (not committed: the group delivers these records again); wait
         for a roll in progress to end."""
         self.pending.clear()
+        self.existing.clear()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -406,6 +453,19 @@ class FileStore(Store):
         self.fs.makedirs(folder, exist_ok=True)
         self.fs.pipe_file(temporary, data)
         self.fs.mv(temporary, final)
+
+
+def _merged(ranges: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """*ranges* merged where they overlap or touch, as sorted firsts and their lasts (bisect)."""
+    firsts: list[int] = []
+    lasts: list[int] = []
+    for first, last in sorted(ranges):
+        if lasts and first <= lasts[-1] + 1:
+            lasts[-1] = max(lasts[-1], last)
+        else:
+            firsts.append(first)
+            lasts.append(last)
+    return firsts, lasts
 
 
 def check_roll_settings(settings: Settings) -> None:

@@ -132,7 +132,7 @@ class NearDuplicatePlugin(CleanerPlugin):
                 if distance < 0:
                     continue
                 info = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
-                crawlid, _, url = info.partition(" ")
+                crawlid, _, url = info.rpartition(" ")  # a crawlid may hold spaces, a crawled URL never does
                 page.record["near_duplicate_of"] = {"url": url, "crawlid": crawlid}
                 page.record["similarity"] = 1 - distance / BITS  # a multiple of 1/64: exact in JSON
                 crawl = (appid, str(page.item["crawlid"]))
