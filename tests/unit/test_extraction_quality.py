@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from support import corpus
 
-from crawlhive.cleaner.extractor import parse
+from crawlhive.cleaner.extractor import extract, parse
 from crawlhive.cleaner.markdown_links import link_url
 from crawlhive.cleaner.page import Page
 from crawlhive.cleaner.plugins.dates import DatePlugin
@@ -130,6 +130,18 @@ def test_links_in_the_markdown_leave_text_as_it_was_and_come_from_the_main_conte
         links += len(urls)
     print(f"links in the Markdown of {len(samples)} pages: {links}")
     assert links >= LINKS_FLOOR
+
+
+def test_text_is_the_same_with_the_markdown_off(
+    cleaned: tuple[list[corpus.Sample], list[dict[str, object]], list[dict[str, Any]]],
+) -> None:
+    """CLEANER_MARKDOWN off leaves ``text`` (so ``content_hash``) byte for byte as it is with it on
+    (docs/contract.md §20.6): turning it off never makes every page look changed."""
+    samples, _, documents = cleaned
+    for sample, document in zip(samples, documents, strict=True):
+        without = extract(sample.html, sample.url, markdown=False)
+        assert "markdown" not in without, sample.url
+        assert without["text"] == document["text"], sample.url
 
 
 def test_the_f1_score_is_the_bag_of_tokens_overlap() -> None:
