@@ -1,0 +1,135 @@
+"""The ``auto`` ladder's render rung end to end (docs/contract.md §25.5): a plain crawler
+(FETCH=auto) and a rendering crawler (``crawlhive crawler --render``, Debian's
+chromium-headless-shell) on one key prefix, against a local wall that no client without
+JavaScript gets past, whatever its TLS fingerprint: its pages answer a challenge whose script sets
+a cookie and loads the page's content, which the site gives only with that cookie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from support.crawler import (
+    Collector,
+    Crawler,
+    Seen,
+    TestSite,
+    crawler_env,
+    html,
+    isolated_settings,
+    output_collector,
+    redis_for,
+    seed,
+)
+
+from crawlhive.utils.config.settings import Settings
+
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(not Path("/usr/bin/chromium-headless-shell").exists(), reason="no chromium-headless-shell"),
+]
+
+#: The wall's challenge: a bot-wall interstitial (FETCH_WALL_PATTERNS knows its title) whose
+#: script sets the cookie the site wants and replaces the document with the page's content.
+CHALLENGE = b"""<!doctype html><html><head><title>Just a moment...</title></head>
+<body>checking your browser
+<script>
+document.cookie = "passed=1; path=/";
+fetch("/content" + location.pathname).then(r => r.text()).then(t => {
+  document.open(); document.write(t); document.close();
+});
+</script></body></html>"""
+
+
+def js_wall(site: TestSite, path: str, children: int = 3) -> None:
+    """*path* (and its *children* ``path/1`` …) behind the wall; the content of each is at
+    ``/content<path>``, given only with the cookie the challenge's script sets."""
+    pages = [path, *(f"{path}/{i}" for i in range(1, children + 1))]
+    for page in pages:
+        links = [f"{path}/{i}" for i in range(1, children + 1)] if page == path else []
+
+        def content(seen: Seen, links: list[str] = links, page: str = page) -> tuple[int, dict[str, str], bytes]:
+            cookie = next((v for k, v in seen.headers.items() if k.lower() == "cookie"), "")
+            if "passed=1" not in cookie:
+                return 403, {"Content-Type": "text/html"}, b"<html><body>no</body></html>"
+            return 200, {"Content-Type": "text/html; charset=utf-8"}, html(*links, title=f"behind {page}")
+
+        site.handler(page, lambda _seen: (200, {"Content-Type": "text/html; charset=utf-8"}, CHALLENGE))
+        site.handler(f"/content{page}", content)
+
+
+def rung_of(seen: Seen) -> str:
+    """Which rung a request of the site came from: Chromium sends ``Sec-Fetch-*`` with crawlhive's
+    User-Agent, the impersonated fetch a Chrome User-Agent, the plain fetch crawlhive's alone."""
+    agent = next((v for k, v in seen.headers.items() if k.lower() == "user-agent"), "")
+    if "Chrome/" in agent and "crawlhive" not in agent:
+        return "impersonate"
+    return "render" if any(k.lower().startswith("sec-fetch") for k in seen.headers) else "plain"
+
+
+@pytest.fixture
+def site() -> Iterator[TestSite]:
+    site = TestSite()
+    site.start()
+    yield site
+    site.stop()
+
+
+@pytest.fixture
+def isolated(redis_url: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[Settings, str, redis.Redis, Collector]]:
+    settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "fr")
+    prefix = settings["REDIS_KEY_PREFIX"]
+    client = redis_for(redis_url)
+    collector = output_collector(settings)
+    yield settings, prefix, client, collector
+    collector.close()
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        client.delete(key)
+    client.close()
+
+
+def test_auto_climbs_to_the_rendering_crawlers_and_the_site_starts_rendered(
+    site: TestSite, isolated: Any, tmp_path: Path
+) -> None:
+    settings, prefix, client, collector = isolated
+    js_wall(site, "/rw/0")
+    plain = Crawler(crawler_env(settings, FETCH="auto", RETRY_TIMES=0), tmp_path, name="plain")
+    renderer = Crawler(
+        crawler_env(settings, RENDER_TIMEOUT=15, DOWNLOAD_TIMEOUT=10, RETRY_TIMES=0),
+        tmp_path,
+        name="render",
+        extra_args=["--render"],
+    )
+    try:
+        plain.wait_ready(client, prefix, count=2, timeout=60)
+        renderer.wait_ready(client, prefix, count=2, timeout=60)
+        seed(settings, client, appid="rungapp", crawlid="wall1", url=site.url("/rw/0"), maxdepth=1)
+        collector.wait_for("wall1", 4, timeout=120)
+        items = collector.settle("wall1", quiet_s=2.0, timeout=60)
+        expected = [site.url(p) for p in ("/rw/0", "/rw/0/1", "/rw/0/2", "/rw/0/3")]
+        assert sorted(i["url"] for i in items) == expected, [(i["url"], i.get("error")) for i in items]
+        for item in items:  # each page's content, as the browser left the document
+            assert item["status_code"] == 200 and item["fetch"] == "render", item
+            assert f"behind {item['url'].split(str(site.port), 1)[1]}" in item["body"], item["body"][:500]
+            assert "fetch_stopped" not in item
+        # The seed met the wall plain, then impersonated, then was rendered: one attempt each,
+        # no retry spent (RETRY_TIMES=0 would have ended it at the first wall otherwise).
+        assert [rung_of(s) for s in site.hits("/rw/0") if s.path == "/rw/0"] == ["plain", "impersonate", "render"]
+        assert {rung_of(s) for s in site.hits("/rw/0/")} == {"render"}  # its links started rendered
+        (remembered,) = list(client.scan_iter(match=f"{prefix}*fetch-rung:127.0.0.1"))
+        assert client.get(remembered) == b"render"
+        # Another auto crawl of the site: the plain crawler hands its page over unfetched.
+        js_wall(site, "/rw/9", children=0)
+        seed(settings, client, appid="rungapp", crawlid="wall2", url=site.url("/rw/9"))
+        (item,) = collector.wait_for("wall2", 1, timeout=60)
+        assert item["status_code"] == 200 and item["fetch"] == "render" and "behind /rw/9" in item["body"], item
+        assert [rung_of(s) for s in site.hits("/rw/9")] == ["render"]
+    finally:
+        codes = [plain.terminate(), renderer.terminate(30)]
+    assert codes == [0, 0], (plain.output()[-3000:], renderer.output()[-3000:])
+    for log in (plain.output(), renderer.output()):
+        assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
