@@ -202,6 +202,28 @@ def test_auto_climbs_past_a_challenge_page_with_a_200(auto: dict[str, Any], site
     assert [browser_of(h) for h in site.hits("/x/0")] == [None, "chrome"]
 
 
+def test_without_a_rendering_crawler_the_ladder_stops_at_impersonate(
+    auto: dict[str, Any], site: FingerprintSite
+) -> None:
+    """A wall no fetch of a plain crawler gets past, and no rendering crawler runs (none beats on
+    this prefix): the page's answer is the wall at ``impersonate``, and its item says why it went
+    no higher; the site does not remember ``render``."""
+    site.pages["/st/0"] = lambda _h: (403, [("content-type", "text/html")], CHALLENGE)
+    crawlid = _crawl(auto, site.url("/st/0", host="127.0.0.1"))
+    (item,) = auto["collector"].wait_for(crawlid, 1)
+    assert item["status_code"] == 403 and item["fetch"] == "impersonate", item
+    start = "start one with `crawlhive crawler --spider link --render`"
+    assert item["fetch_stopped"] == f"no live rendering crawler serves spider type 'link' ({start})", item
+    # plain then impersonated, or impersonated at once (127.0.0.1 remembers it from another test)
+    assert [browser_of(h) for h in site.hits("/st/0")] in ([None, "chrome"], ["chrome"])
+    assert auto["collector"].settle(crawlid, 1.0) == [item]
+    key = auto["settings"]["REDIS_KEY_PREFIX"]
+    assert [auto["redis"].get(k) for k in auto["redis"].scan_iter(match=f"{key}*fetch-rung:127.0.0.1")] in (
+        [],
+        [b"impersonate"],
+    )
+
+
 @pytest.mark.parametrize("profile", ["firefox", "safari"])
 def test_other_profiles_have_their_browsers_fingerprints(
     redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory, site: FingerprintSite, profile: str
