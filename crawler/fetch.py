@@ -327,6 +327,9 @@ class FetchLadderMiddleware:
     def process_response(self, request: Request, response: Response) -> Request | Response:
         rung = "render" if self.state.runtime.render else str(request.meta.get(FETCH_META) or "plain")
         self.state.stats.inc_value(f"fetch/{rung}")
+        context = context_of(request)
+        crawl = (context.request.spiderid, context.request.appid, context.request.crawlid) if context else None
+        self.state.runtime.count_fetch(rung, crawl)
         if not request.meta.get(LADDER_META):
             return response
         domain, site = site_of(request.url)
@@ -335,10 +338,10 @@ class FetchLadderMiddleware:
             if at >= len(CRAWLER_RUNGS):
                 return response  # rendered: the top of the ladder, the wall is the page's answer
             if at + 1 >= len(CRAWLER_RUNGS):
-                context = context_of(request)
                 refused = self.state.render_refusal(request, context)
                 if refused is None and context is not None:
                     self.state.stats.inc_value(f"fetch/wall/{rung}")
+                    self.state.runtime.count_fetch("climbs", crawl)
                     logger.info(
                         "%s: a wall (%d) to the %s fetch; handing it to the rendering crawlers",
                         request.url[:200],
@@ -350,6 +353,7 @@ class FetchLadderMiddleware:
                 return response  # the top of this crawler's ladder: the wall is the page's answer
             climbed = CRAWLER_RUNGS[at + 1]
             self.state.stats.inc_value(f"fetch/wall/{rung}")
+            self.state.runtime.count_fetch("climbs", crawl)
             logger.info("%s: a wall (%d) to the %s fetch; trying %s", request.url[:200], response.status, rung, climbed)
             again = request.replace(dont_filter=True)
             again.meta[FETCH_META] = climbed

@@ -80,7 +80,9 @@ def site() -> Iterator[TestSite]:
 
 
 @pytest.fixture
-def isolated(redis_url: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[Settings, str, redis.Redis, Collector]]:
+def isolated(
+    redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> Iterator[tuple[Settings, str, redis.Redis, Collector]]:
     settings = isolated_settings(redis_url, kafka_bootstrap, tmp_path, "fr")
     prefix = settings["REDIS_KEY_PREFIX"]
     client = redis_for(redis_url)
@@ -133,3 +135,54 @@ def test_auto_climbs_to_the_rendering_crawlers_and_the_site_starts_rendered(
     assert codes == [0, 0], (plain.output()[-3000:], renderer.output()[-3000:])
     for log in (plain.output(), renderer.output()):
         assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+    rung_counts_are_in_stats_info_crawls_and_metrics(settings, client)
+
+
+def rung_counts_are_in_stats_info_crawls_and_metrics(settings: Settings, client: redis.Redis) -> None:
+    """§25.7 through the real readers, the crawlers stopped (their counts flushed): the
+    redis-monitor's ``stats`` and ``info`` answers, REST's ``GET /crawls`` and ``GET /metrics``.
+    wall1: the seed fetched plain, impersonated, rendered (2 climbs), its 3 links rendered; wall2:
+    one page rendered. robots.txt fetches count per spider type and host, in no crawl."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+    from support.redis_monitor import Running, Topic, submit
+
+    wall1 = {"plain": 1, "impersonate": 1, "render": 4, "climbs": 2}
+    wall2 = {"plain": 0, "impersonate": 0, "render": 1, "climbs": 0}
+    monitor_settings = settings.copy_with(REDIS_MONITOR_BLOCK_MS=100, REDIS_MONITOR_TICK_S=0.1, HEARTBEAT_INTERVAL=1)
+    outbound = Topic(monitor_settings, monitor_settings.topic("outbound_firehose"))
+    runner = Running()
+    try:
+        runner.start(monitor_settings, redis_for(settings["REDIS_URL"]))
+        submit(client, monitor_settings, "stats", {"uuid": "f1", "appid": "rungapp", "stats": "fetch"})
+        info = {"action": "info", "uuid": "i1", "appid": "rungapp", "crawlid": "wall1", "spiderid": "link"}
+        submit(client, monitor_settings, "action", info)
+        answers = {m["uuid"]: m for m in outbound.wait_for(2, where=lambda m: m.get("uuid") in ("f1", "i1"))}
+    finally:
+        runner.stop()
+        outbound.close()
+    assert answers["i1"]["fetch"] == wall1, answers["i1"]
+    fetch = answers["f1"]["fetch"]
+    (spider,) = fetch["spiders"].values()
+    assert set(fetch["spiders"]) == {"link"} and len(fetch["machines"]) == 1, fetch
+    assert spider["climbs"]["lifetime"] == 2 and spider["render"]["lifetime"] >= 5, spider
+    assert spider["impersonate"]["lifetime"] == 1 and spider["plain"]["lifetime"] >= 1, spider
+    assert spider["climbs"]["900"] == 2  # a window map, as every counter of stats
+    assert list(fetch["machines"].values()) == [spider]  # one host ran both crawlers
+    from support.rest import running_rest
+
+    with running_rest(settings, wait_for_kafka=False) as rest, httpx.Client(base_url=rest.url, timeout=30) as http:
+        crawls = {row["crawlid"]: row for row in http.get("/crawls").json()["data"]["crawls"]}
+        status = http.get("/crawls/rungapp/wall1").json()["data"]
+        text = http.get("/metrics").text
+    assert crawls["wall1"]["fetch"] == wall1 and crawls["wall2"]["fetch"] == wall2, crawls
+    assert status["fetch"] == wall1, status
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("crawlhive_fetch_")
+    }
+    assert samples[("crawlhive_fetch_climbs_total", (("spiderid", "link"),))] == 2, samples
+    assert samples[("crawlhive_fetch_responses_total", (("rung", "impersonate"), ("spiderid", "link")))] == 1
+    assert samples[("crawlhive_fetch_responses_total", (("rung", "render"), ("spiderid", "link")))] >= 5
