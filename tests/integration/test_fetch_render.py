@@ -130,6 +130,16 @@ def test_auto_climbs_to_the_rendering_crawlers_and_the_site_starts_rendered(
         (item,) = collector.wait_for("wall2", 1, timeout=60)
         assert item["status_code"] == 200 and item["fetch"] == "render" and "behind /rw/9" in item["body"], item
         assert [rung_of(s) for s in site.hits("/rw/9")] == ["render"]
+        # A crawl with headers is never rendered (§15): the site remembers render, yet its page
+        # starts impersonated, meets the wall there, and its item says why it went no higher.
+        js_wall(site, "/rw/8", children=0)
+        seed(settings, client, appid="rungapp", crawlid="wall3", url=site.url("/rw/8"), headers={"X-Seen": "1"})
+        (item,) = collector.wait_for("wall3", 1, timeout=60)
+        assert item["fetch"] == "impersonate" and "Just a moment" in item["body"], item
+        assert (
+            item["fetch_stopped"] == "the crawl sends headers, which rendered pages do not carry (docs/contract.md §15)"
+        )
+        assert [rung_of(s) for s in site.hits("/rw/8")] == ["impersonate"]
     finally:
         codes = [plain.terminate(), renderer.terminate(30)]
     assert codes == [0, 0], (plain.output()[-3000:], renderer.output()[-3000:])
@@ -142,7 +152,8 @@ def rung_counts_are_in_stats_info_crawls_and_metrics(settings: Settings, client:
     """§25.7 through the real readers, the crawlers stopped (their counts flushed): the
     redis-monitor's ``stats`` and ``info`` answers, REST's ``GET /crawls`` and ``GET /metrics``.
     wall1: the seed fetched plain, impersonated, rendered (2 climbs), its 3 links rendered; wall2:
-    one page rendered. robots.txt fetches count per spider type and host, in no crawl."""
+    one page rendered; wall3: one impersonated. robots.txt fetches count per spider type and host,
+    in no crawl."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
     from support.redis_monitor import Running, Topic, submit
@@ -166,7 +177,7 @@ def rung_counts_are_in_stats_info_crawls_and_metrics(settings: Settings, client:
     (spider,) = fetch["spiders"].values()
     assert set(fetch["spiders"]) == {"link"} and len(fetch["machines"]) == 1, fetch
     assert spider["climbs"]["lifetime"] == 2 and spider["render"]["lifetime"] >= 5, spider
-    assert spider["impersonate"]["lifetime"] == 1 and spider["plain"]["lifetime"] >= 1, spider
+    assert spider["impersonate"]["lifetime"] == 2 and spider["plain"]["lifetime"] >= 1, spider  # wall1's, wall3's
     assert spider["climbs"]["900"] == 2  # a window map, as every counter of stats
     assert list(fetch["machines"].values()) == [spider]  # one host ran both crawlers
     from support.rest import running_rest
@@ -176,6 +187,7 @@ def rung_counts_are_in_stats_info_crawls_and_metrics(settings: Settings, client:
         status = http.get("/crawls/rungapp/wall1").json()["data"]
         text = http.get("/metrics").text
     assert crawls["wall1"]["fetch"] == wall1 and crawls["wall2"]["fetch"] == wall2, crawls
+    assert crawls["wall3"]["fetch"] == {"plain": 0, "impersonate": 1, "render": 0, "climbs": 0}
     assert status["fetch"] == wall1, status
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -184,5 +196,5 @@ def rung_counts_are_in_stats_info_crawls_and_metrics(settings: Settings, client:
         if s.name.startswith("crawlhive_fetch_")
     }
     assert samples[("crawlhive_fetch_climbs_total", (("spiderid", "link"),))] == 2, samples
-    assert samples[("crawlhive_fetch_responses_total", (("rung", "impersonate"), ("spiderid", "link")))] == 1
+    assert samples[("crawlhive_fetch_responses_total", (("rung", "impersonate"), ("spiderid", "link")))] == 2
     assert samples[("crawlhive_fetch_responses_total", (("rung", "render"), ("spiderid", "link")))] >= 5
