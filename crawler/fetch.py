@@ -24,8 +24,9 @@ lease moved back as a ``render: true`` request, no attempt counted) when a live 
 serves its spider type (their heartbeats, read at most every LOCAL_CACHE_S) and the page can be
 rendered (a GET without the crawl's ``headers``, not through a proxy: what ``render: true`` allows,
 §15, §21.1); its site then remembers ``render``, and its later ``auto`` pages go to the rendering
-lane without being fetched here. Otherwise the ladder stops at ``impersonate``: the wall is the
-page's answer (an item, or a retry of a 429/503 as usual) and the item's ``fetch_stopped`` says why.
+lane without being fetched here (:class:`FetchRenderMiddleware`, order 720: once the proxy is
+known). Otherwise the ladder stops at ``impersonate``: the wall is the page's answer (an item, or a
+retry of a 429/503 as usual) and the item's ``fetch_stopped`` says why.
 
 Items of pages whose mode was not plain carry ``fetch`` (the rung that fetched them); Scrapy's
 stats count ``fetch/<rung>`` per response and ``fetch/wall/<rung>`` per climb.
@@ -71,6 +72,8 @@ RUNGS = ("plain", "impersonate", "render")
 CRAWLER_RUNGS = ("plain", "impersonate")
 #: Request meta key: the page is on the ``auto`` ladder.
 LADDER_META = "crawlhive_fetch_ladder"
+#: Request meta key: the page's site remembers ``render`` (:class:`FetchRenderMiddleware`).
+RENDER_NEXT_META = "crawlhive_fetch_render_next"
 #: Seconds a process keeps what it read of a site's remembered rung or a domain's mode.
 LOCAL_CACHE_S = 10.0
 #: Entries of each local cache before it is emptied.
@@ -251,8 +254,10 @@ class FetchState:
             return "the crawl sends headers, which rendered pages do not carry (docs/contract.md §15)"
         if request.meta.get("proxy"):
             return "the page goes through a proxy, which rendered pages do not (docs/contract.md §21.1)"
-        if request.method != "GET" or request.body:
-            return f"a {request.method[:10]} request with a body is not rendered"
+        if request.method != "GET":
+            return f"a {request.method[:10]} request is not rendered"
+        if request.body:
+            return "a request with a body is not rendered"
         if not self.render_served(page.spiderid):
             return (
                 f"no live rendering crawler serves spider type {page.spiderid!r} "
@@ -302,10 +307,11 @@ class FetchChoiceMiddleware:
         if mode == "auto":
             request.meta[LADDER_META] = True
             remembered = await self.state.remembered(domain, site)
-            if remembered == "render" and context is not None:
-                if self.state.render_refusal(request, context) is None:
-                    self.state.hand_over(request, context)  # the site needs a browser: not fetched here
-                remembered = "impersonate"  # the highest rung here
+            if remembered == "render":
+                # the site needs a browser: handed over unfetched once its proxy is known
+                # (FetchRenderMiddleware), else fetched at the highest rung here
+                request.meta[RENDER_NEXT_META] = True
+                remembered = "impersonate"
             mode = remembered if remembered in CRAWLER_RUNGS else "plain"
         if mode not in CRAWLER_RUNGS:
             mode = "impersonate"  # render is the rendering crawlers' (a crawl's render: true)
@@ -363,3 +369,24 @@ class FetchLadderMiddleware:
         if rung != "plain" and (not known or remembered != rung):
             self.state.remember(domain, site, rung)
         return response
+
+
+class FetchRenderMiddleware:
+    """Hands a page whose site remembers ``render`` to the rendering lane before it is fetched
+    here, when it may climb there (:meth:`FetchState.render_refusal`); otherwise it is fetched at
+    ``impersonate`` as :class:`FetchChoiceMiddleware` chose. Order 720: after the proxy is chosen
+    (ProxyMiddleware, 700), which a rendered page could not go through."""
+
+    def __init__(self, state: FetchState) -> None:
+        self.state = state
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(FetchState.of(crawler))
+
+    def process_request(self, request: Request) -> None:
+        if not request.meta.pop(RENDER_NEXT_META, False):
+            return
+        context = context_of(request)
+        if context is not None and not context.done and self.state.render_refusal(request, context) is None:
+            self.state.hand_over(request, context)

@@ -97,9 +97,14 @@ def isolated(
 def test_auto_climbs_to_the_rendering_crawlers_and_the_site_starts_rendered(
     site: TestSite, isolated: Any, tmp_path: Path
 ) -> None:
+    from support.proxies import LoopProxy
+
     settings, prefix, client, collector = isolated
     js_wall(site, "/rw/0")
-    plain = Crawler(crawler_env(settings, FETCH="auto", RETRY_TIMES=0), tmp_path, name="plain")
+    proxy = LoopProxy("P").start()  # for crawls that name its pool only
+    plain = Crawler(
+        crawler_env(settings, FETCH="auto", RETRY_TIMES=0, PROXY_POOLS={"p": [proxy.url]}), tmp_path, name="plain"
+    )
     renderer = Crawler(
         crawler_env(settings, RENDER_TIMEOUT=15, DOWNLOAD_TIMEOUT=10, RETRY_TIMES=0),
         tmp_path,
@@ -140,7 +145,19 @@ def test_auto_climbs_to_the_rendering_crawlers_and_the_site_starts_rendered(
             item["fetch_stopped"] == "the crawl sends headers, which rendered pages do not carry (docs/contract.md §15)"
         )
         assert [rung_of(s) for s in site.hits("/rw/8")] == ["impersonate"]
+        # Nor is a page that goes through a proxy (§21.1): known only once its proxy is chosen.
+        js_wall(site, "/rw/7", children=0)
+        seed(settings, client, appid="rungapp", crawlid="wall4", url=site.url("/rw/7"), proxy_pool="p")
+        (item,) = collector.wait_for("wall4", 1, timeout=60)
+        assert item["fetch"] == "impersonate" and "Just a moment" in item["body"], item
+        assert (
+            item["fetch_stopped"]
+            == "the page goes through a proxy, which rendered pages do not (docs/contract.md §21.1)"
+        )
+        (hit,) = site.hits("/rw/7")
+        assert rung_of(hit) == "impersonate" and hit.headers.get("X-Via-Proxy") == "P", hit.headers
     finally:
+        proxy.stop()
         codes = [plain.terminate(), renderer.terminate(30)]
     assert codes == [0, 0], (plain.output()[-3000:], renderer.output()[-3000:])
     for log in (plain.output(), renderer.output()):
@@ -152,7 +169,7 @@ def rung_counts_are_in_stats_info_crawls_and_metrics(settings: Settings, client:
     """§25.7 through the real readers, the crawlers stopped (their counts flushed): the
     redis-monitor's ``stats`` and ``info`` answers, REST's ``GET /crawls`` and ``GET /metrics``.
     wall1: the seed fetched plain, impersonated, rendered (2 climbs), its 3 links rendered; wall2:
-    one page rendered; wall3: one impersonated. robots.txt fetches count per spider type and host,
+    one page rendered; wall3 and wall4: one impersonated each. robots.txt fetches count per spider type and host,
     in no crawl."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
@@ -177,7 +194,7 @@ def rung_counts_are_in_stats_info_crawls_and_metrics(settings: Settings, client:
     (spider,) = fetch["spiders"].values()
     assert set(fetch["spiders"]) == {"link"} and len(fetch["machines"]) == 1, fetch
     assert spider["climbs"]["lifetime"] == 2 and spider["render"]["lifetime"] >= 5, spider
-    assert spider["impersonate"]["lifetime"] == 2 and spider["plain"]["lifetime"] >= 1, spider  # wall1's, wall3's
+    assert spider["impersonate"]["lifetime"] == 3 and spider["plain"]["lifetime"] >= 1, spider  # wall1, 3, 4
     assert spider["climbs"]["900"] == 2  # a window map, as every counter of stats
     assert list(fetch["machines"].values()) == [spider]  # one host ran both crawlers
     from support.rest import running_rest
@@ -196,5 +213,5 @@ def rung_counts_are_in_stats_info_crawls_and_metrics(settings: Settings, client:
         if s.name.startswith("crawlhive_fetch_")
     }
     assert samples[("crawlhive_fetch_climbs_total", (("spiderid", "link"),))] == 2, samples
-    assert samples[("crawlhive_fetch_responses_total", (("rung", "impersonate"), ("spiderid", "link")))] == 2
+    assert samples[("crawlhive_fetch_responses_total", (("rung", "impersonate"), ("spiderid", "link")))] == 3
     assert samples[("crawlhive_fetch_responses_total", (("rung", "render"), ("spiderid", "link")))] >= 5
