@@ -262,17 +262,17 @@ def _session_class() -> type:
             pin = _REQUEST_PIN.get()
             if pin is not None:
                 handle = ffi.new_handle(pin)
-                self._pins[id(curl)] = handle  # alive while the transfer may call back
+                self._pin_handles[id(curl)] = handle  # alive while the transfer may call back
                 lib._curl_easy_setopt(curl._curl, CurlOpt.PREREQFUNCTION, _prereq_callback())
                 lib._curl_easy_setopt(curl._curl, CurlOpt.PREREQDATA, handle)
             return curl
 
         def release_curl(self, curl: Any) -> None:
             super().release_curl(curl)  # reset: the callback is unset with every other option
-            self._pins.pop(id(curl), None)
+            self._pin_handles.pop(id(curl), None)
 
         @property
-        def _pins(self) -> dict[int, Any]:
+        def _pin_handles(self) -> dict[int, Any]:
             pins: dict[int, Any] | None = self.__dict__.get("_crawlhive_pins")
             if pins is None:
                 pins = self.__dict__["_crawlhive_pins"] = {}
