@@ -16,8 +16,17 @@ at 589 and before Scrapy's retry at 550 sees the response) climbs: an ``auto`` p
 *wall-shaped* (a status in FETCH_WALL_STATUSES, or a body matching FETCH_WALL_PATTERNS: the
 interstitials of the common bot walls) is sent again at the next rung without spending one of its
 retries; a rung that got a page past a wall is remembered for its site for FETCH_LADDER_TTL
-seconds, so the site's next pages start there. The top rung of a plain crawler is
-``impersonate``: a wall there is the page's answer (an item, or a retry of a 429/503 as usual).
+seconds, so the site's next pages start there.
+
+The rung above ``impersonate`` is ``render``, the rendering crawlers' (§15): a page walled at
+``impersonate`` is handed to the frontier's rendering lane (:meth:`FetchState.hand_over`: the same
+lease moved back as a ``render: true`` request, no attempt counted) when a live rendering crawler
+serves its spider type (their heartbeats, read at most every LOCAL_CACHE_S) and the page can be
+rendered (a GET without the crawl's ``headers``, not through a proxy: what ``render: true`` allows,
+§15, §21.1); its site then remembers ``render``, and its later ``auto`` pages go to the rendering
+lane without being fetched here (:class:`FetchRenderMiddleware`, order 720: once the proxy is
+known). Otherwise the ladder stops at ``impersonate``: the wall is the page's answer (an item, or a
+retry of a 429/503 as usual) and the item's ``fetch_stopped`` says why.
 
 Items of pages whose mode was not plain carry ``fetch`` (the rung that fetched them); Scrapy's
 stats count ``fetch/<rung>`` per response and ``fetch/wall/<rung>`` per climb.
@@ -25,20 +34,24 @@ stats count ``fetch/<rung>`` per response and ``fetch/wall/<rung>`` per climb.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Self
 
 from redis.exceptions import RedisError
+from scrapy.exceptions import IgnoreRequest
 
 from crawlhive.crawler.impersonate import curl_target
-from crawlhive.crawler.items import FETCH_META, FETCH_RECORD_META
+from crawlhive.crawler.items import FETCH_META, FETCH_RECORD_META, FETCH_STOPPED_META
 from crawlhive.crawler.requests import context_of
 from crawlhive.crawler.runtime import CrawlRuntime
 from crawlhive.utils.config.errors import SettingsError
+from crawlhive.utils.frontier.model import OptionSet
 from crawlhive.utils.rules.domains import domain_of_url, tenant_site
 from crawlhive.utils.rules.patterns import PatternLimits, check_patterns, search_any
+from crawlhive.utils.state.heartbeat import crawler_lanes
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -46,6 +59,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from scrapy.statscollectors import StatsCollector
 
+    from crawlhive.crawler.leases import LeaseContext
     from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -58,6 +72,8 @@ RUNGS = ("plain", "impersonate", "render")
 CRAWLER_RUNGS = ("plain", "impersonate")
 #: Request meta key: the page is on the ``auto`` ladder.
 LADDER_META = "crawlhive_fetch_ladder"
+#: Request meta key: the page's site remembers ``render`` (:class:`FetchRenderMiddleware`).
+RENDER_NEXT_META = "crawlhive_fetch_render_next"
 #: Seconds a process keeps what it read of a site's remembered rung or a domain's mode.
 LOCAL_CACHE_S = 10.0
 #: Entries of each local cache before it is emptied.
@@ -154,6 +170,7 @@ class FetchState:
         self.stats = stats
         self.rungs = _Expiring()
         self.domains = _Expiring()
+        self._lanes: tuple[float, set[tuple[str, bool]]] = (0.0, set())
 
     @classmethod
     def of(cls, crawler: Crawler) -> FetchState:
@@ -215,6 +232,54 @@ class FetchState:
 
         self.runtime.batcher.command(key, "SET", key, rung, "EX", self.ttl_s).add_done_callback(done)
 
+    def render_served(self, spider: str) -> bool:
+        """Whether a live rendering crawler serves *spider* (their heartbeats, read at most every
+        LOCAL_CACHE_S; a Redis error: not known to, so no page is handed over blindly)."""
+        read_at, lanes = self._lanes
+        if time.monotonic() - read_at >= LOCAL_CACHE_S:
+            try:
+                lanes = crawler_lanes(self.runtime.redis, self.runtime.keys)
+            except RedisError as exc:
+                logger.debug("could not read the crawlers' heartbeats: %s", exc)
+                lanes = set()
+            self._lanes = (time.monotonic(), lanes)
+        return (spider, True) in lanes
+
+    def render_refusal(self, request: Request, context: LeaseContext | None) -> str | None:
+        """Why *request* cannot climb to the render rung, or None when it can (module docstring)."""
+        if context is None:
+            return "not a frontier request (robots.txt, a sitemap)"
+        page = context.request
+        if page.headers:
+            return "the crawl sends headers, which rendered pages do not carry (docs/contract.md §15)"
+        if request.meta.get("proxy"):
+            return "the page goes through a proxy, which rendered pages do not (docs/contract.md §21.1)"
+        if request.method != "GET":
+            return f"a {request.method[:10]} request is not rendered"
+        if request.body:
+            return "a request with a body is not rendered"
+        if not self.render_served(page.spiderid):
+            return (
+                f"no live rendering crawler serves spider type {page.spiderid!r} "
+                f"(start one with `crawlhive crawler --spider {page.spiderid} --render`)"
+            )
+        return None
+
+    def hand_over(self, request: Request, context: LeaseContext) -> None:
+        """Move *context*'s page to the rendering lane (``render: true``, ``fetch: render``: its
+        item says ``render``) and remember ``render`` for its site.
+
+        Raises:
+            IgnoreRequest: always, the page having left this crawler.
+        """
+        page = context.request
+        again = dataclasses.replace(page, render=True, fetch="render")
+        again.option_set = OptionSet.of(again)
+        domain, site = site_of(request.url)
+        self.remember(domain, site, "render")
+        self.runtime.leases.hand_over(context, again)
+        raise IgnoreRequest(f"{request.url[:200]}: handed to the rendering crawlers (fetch: auto)")
+
 
 class FetchChoiceMiddleware:
     """Sets each request's rung (module docstring). Order 460."""
@@ -227,11 +292,14 @@ class FetchChoiceMiddleware:
         return cls(FetchState.of(crawler))
 
     async def process_request(self, request: Request) -> None:
-        if self.state.runtime.render:
-            return  # a rendering crawler's pages are all rendered (its own handler)
+        context = context_of(request)
+        if self.state.runtime.render:  # a rendering crawler's pages are all rendered (its own handler)
+            request.meta[FETCH_META] = "render"
+            if context is not None and context.request.fetch in FETCH_MODES:  # said: a page the ladder handed over
+                request.meta[FETCH_RECORD_META] = True
+            return
         if request.meta.get(FETCH_META) in CRAWLER_RUNGS:
             return  # a spider's choice, or a rung the ladder chose
-        context = context_of(request)
         domain, site = site_of(request.url)
         mode = getattr(context.request, "fetch", None) if context is not None else None
         if mode not in FETCH_MODES:
@@ -239,6 +307,11 @@ class FetchChoiceMiddleware:
         if mode == "auto":
             request.meta[LADDER_META] = True
             remembered = await self.state.remembered(domain, site)
+            if remembered == "render":
+                # the site needs a browser: handed over unfetched once its proxy is known
+                # (FetchRenderMiddleware), else fetched at the highest rung here
+                request.meta[RENDER_NEXT_META] = True
+                remembered = "impersonate"
             mode = remembered if remembered in CRAWLER_RUNGS else "plain"
         if mode not in CRAWLER_RUNGS:
             mode = "impersonate"  # render is the rendering crawlers' (a crawl's render: true)
@@ -260,15 +333,33 @@ class FetchLadderMiddleware:
     def process_response(self, request: Request, response: Response) -> Request | Response:
         rung = "render" if self.state.runtime.render else str(request.meta.get(FETCH_META) or "plain")
         self.state.stats.inc_value(f"fetch/{rung}")
+        context = context_of(request)
+        crawl = (context.request.spiderid, context.request.appid, context.request.crawlid) if context else None
+        self.state.runtime.count_fetch(rung, crawl)
         if not request.meta.get(LADDER_META):
             return response
         domain, site = site_of(request.url)
         if self.state.walls.walled(response):
             at = CRAWLER_RUNGS.index(rung) if rung in CRAWLER_RUNGS else len(CRAWLER_RUNGS)
+            if at >= len(CRAWLER_RUNGS):
+                return response  # rendered: the top of the ladder, the wall is the page's answer
             if at + 1 >= len(CRAWLER_RUNGS):
+                refused = self.state.render_refusal(request, context)
+                if refused is None and context is not None:
+                    self.state.stats.inc_value(f"fetch/wall/{rung}")
+                    self.state.runtime.count_fetch("climbs", crawl)
+                    logger.info(
+                        "%s: a wall (%d) to the %s fetch; handing it to the rendering crawlers",
+                        request.url[:200],
+                        response.status,
+                        rung,
+                    )
+                    self.state.hand_over(request, context)
+                request.meta[FETCH_STOPPED_META] = refused
                 return response  # the top of this crawler's ladder: the wall is the page's answer
             climbed = CRAWLER_RUNGS[at + 1]
             self.state.stats.inc_value(f"fetch/wall/{rung}")
+            self.state.runtime.count_fetch("climbs", crawl)
             logger.info("%s: a wall (%d) to the %s fetch; trying %s", request.url[:200], response.status, rung, climbed)
             again = request.replace(dont_filter=True)
             again.meta[FETCH_META] = climbed
@@ -278,3 +369,24 @@ class FetchLadderMiddleware:
         if rung != "plain" and (not known or remembered != rung):
             self.state.remember(domain, site, rung)
         return response
+
+
+class FetchRenderMiddleware:
+    """Hands a page whose site remembers ``render`` to the rendering lane before it is fetched
+    here, when it may climb there (:meth:`FetchState.render_refusal`); otherwise it is fetched at
+    ``impersonate`` as :class:`FetchChoiceMiddleware` chose. Order 720: after the proxy is chosen
+    (ProxyMiddleware, 700), which a rendered page could not go through."""
+
+    def __init__(self, state: FetchState) -> None:
+        self.state = state
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(FetchState.of(crawler))
+
+    def process_request(self, request: Request) -> None:
+        if not request.meta.pop(RENDER_NEXT_META, False):
+            return
+        context = context_of(request)
+        if context is not None and not context.done and self.state.render_refusal(request, context) is None:
+            self.state.hand_over(request, context)

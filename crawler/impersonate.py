@@ -30,6 +30,16 @@ handler only replaces the connection):
   (:class:`~crawlhive.crawler.proxy.ProxyMiddleware`) and the proxy's own host is pinned the same
   way. curl follows no redirect (they go through the frontier, §10.7), speaks http and https only,
   and keeps no Alt-Svc cache (libcurl uses none unless told: no hop to another host or port);
+* **fail-closed pinning**: the pin is not taken on trust. curl's pre-request callback
+  (``CURLOPT_PREREQFUNCTION``: called once the connection is made or reused, before a byte of the
+  request is written) compares the address and port curl is actually connected to
+  (``conn_primary_ip``, the proxy's through a proxy) with the checked ones, and holds the address
+  to the guard's policy once more; any difference aborts the transfer there, and the page ends as
+  a ``blocked network: …`` dead letter (:class:`Pin`). After the headers arrive,
+  ``CURLINFO_PRIMARY_IP``/``PRIMARY_PORT`` and ``CURLINFO_REDIRECT_COUNT`` are checked again before
+  a byte of the body is delivered. curl_cffi has no setter for that callback (its ``setopt``
+  refuses function options it has no C glue for), so :func:`_prereq_callback` is a cffi callback
+  set with libcurl's own ``curl_easy_setopt`` on each handle the session hands out;
 * DOWNLOAD_TIMEOUT (the request's ``download_timeout``, for the whole exchange) and
   DOWNLOAD_MAXSIZE, counted on the body as curl decodes it, so a compression bomb stops at the
   limit (``response too large`` dead letter via :class:`~crawlhive.crawler.limits.ResponseLimitMiddleware`);
@@ -51,6 +61,7 @@ import contextlib
 import contextvars
 import hashlib
 import ipaddress
+import logging
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -73,7 +84,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.misc import build_from_crawler
 
 from crawlhive.crawler.items import FETCH_META
-from crawlhive.crawler.netguard import installed_resolver
+from crawlhive.crawler.netguard import BlockedNetwork, NetworkPolicy, installed_resolver
 from crawlhive.utils.config.errors import SettingsError
 
 if TYPE_CHECKING:
@@ -97,6 +108,81 @@ ONCE_DECODED = "once decoded"
 
 #: The extra curl options of the request being sent (see :class:`_PinnedSession`).
 _REQUEST_OPTIONS: contextvars.ContextVar[dict[Any, Any]] = contextvars.ContextVar("crawlhive_curl_options")
+#: The :class:`Pin` of the request being sent, checked by curl's pre-request callback.
+_REQUEST_PIN: contextvars.ContextVar[Pin | None] = contextvars.ContextVar("crawlhive_curl_pin", default=None)
+#: libcurl's ``CURL_PREREQFUNC_OK`` / ``CURL_PREREQFUNC_ABORT``.
+_PREREQ_OK, _PREREQ_ABORT = 0, 1
+
+logger = logging.getLogger(__name__)
+
+
+def normal_address(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """*address* as one value whatever its spelling: an IPv6 scope (``%eth0``) and brackets
+    dropped, an IPv4-mapped IPv6 address (``::ffff:127.0.0.1``) as its IPv4 address; None if it
+    is not an address."""
+    text = address.strip().strip("[]").split("%", 1)[0]
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+class Pin:
+    """Where curl may connect for one request: the *address* and *port* the guard checked for
+    *host* (the target's, or through a proxy the proxy's). :meth:`check` is asked before a byte of
+    the request is written (curl's pre-request callback) and again once the headers arrived; the
+    first refusal is kept in :attr:`refused` (the dead letter's ``error``).
+
+    *policy* is the guard's :class:`~crawlhive.crawler.netguard.NetworkPolicy`, applied to the
+    connected address once more (None through a proxy: the operator's proxies are not held to it,
+    docs/contract.md §21.5; the target was checked before it went to the proxy)."""
+
+    def __init__(self, host: str, address: str, port: int, policy: NetworkPolicy | None) -> None:
+        self.host = host
+        self.address = address
+        self.port = port
+        self.policy = policy
+        self.expected = normal_address(address)
+        self.refused: str | None = None
+
+    def check(self, address: str, port: int) -> str | None:
+        """Why a connection to *address*:*port* must carry nothing of this request, or None."""
+        got = normal_address(address)
+        if got is None or self.expected is None or got != self.expected or int(port) != self.port:
+            reason = (
+                f"blocked network: {self.host} was connected to {address or '(no address)'}:{port}, "
+                f"not to the checked {self.address}:{self.port} (the address pin did not hold)"
+            )
+        elif self.policy is not None and (network := self.policy.blocking(str(got))) is not None:
+            reason = self.policy.reason(self.host, str(got), network)
+        else:
+            reason = None
+        if reason is not None and self.refused is None:
+            self.refused = reason
+            logger.warning("%s; the page ends as a dead letter", reason)
+        return reason
+
+
+def _prereq_callback() -> Any:
+    """The cffi callback for ``CURLOPT_PREREQFUNCTION`` (made once): checks the :class:`Pin` its
+    ``CURLOPT_PREREQDATA`` handle names; an exception in it aborts too (``error``)."""
+    global _PREREQ
+    if _PREREQ is None:
+        from curl_cffi import ffi
+
+        def prereq(clientp: Any, primary_ip: Any, _local_ip: Any, primary_port: int, _local_port: int) -> int:
+            pin: Pin = ffi.from_handle(clientp)
+            address = ffi.string(primary_ip).decode("ascii", "replace") if primary_ip else ""
+            return _PREREQ_OK if pin.check(address, primary_port) is None else _PREREQ_ABORT
+
+        _PREREQ = ffi.callback("int(void *, char *, char *, int, int)", prereq, error=_PREREQ_ABORT)
+    return _PREREQ
+
+
+_PREREQ: Any = None
 
 
 def curl_target(profile: str) -> str:
@@ -166,6 +252,32 @@ def _session_class() -> type:
         def curl_options(self, value: dict[Any, Any]) -> None:
             self._base_options = value
 
+        async def pop_curl(self) -> Any:
+            """A handle with this request's :class:`Pin` checked by curl before the request is
+            written (module docstring); none set (a test's bare session): no check."""
+            from curl_cffi import ffi, lib
+            from curl_cffi.const import CurlOpt
+
+            curl = await super().pop_curl()
+            pin = _REQUEST_PIN.get()
+            if pin is not None:
+                handle = ffi.new_handle(pin)
+                self._pin_handles[id(curl)] = handle  # alive while the transfer may call back
+                lib._curl_easy_setopt(curl._curl, CurlOpt.PREREQFUNCTION, _prereq_callback())
+                lib._curl_easy_setopt(curl._curl, CurlOpt.PREREQDATA, handle)
+            return curl
+
+        def release_curl(self, curl: Any) -> None:
+            super().release_curl(curl)  # reset: the callback is unset with every other option
+            self._pin_handles.pop(id(curl), None)
+
+        @property
+        def _pin_handles(self) -> dict[int, Any]:
+            pins: dict[int, Any] | None = self.__dict__.get("_crawlhive_pins")
+            if pins is None:
+                pins = self.__dict__["_crawlhive_pins"] = {}
+            return pins
+
     return PinnedSession
 
 
@@ -213,18 +325,21 @@ class ImpersonatingDownloadHandler(_Base):
             for value in values
         ]
 
-    async def _pins(self, request: Request) -> list[str]:
-        """``CURLOPT_RESOLVE`` entries: the target's checked address (direct) or the proxy's."""
+    async def _pins(self, request: Request) -> tuple[list[str], Pin]:
+        """``CURLOPT_RESOLVE`` entries and the :class:`Pin`: the target's checked address
+        (direct) or the proxy's."""
         proxy = request.meta.get("proxy")
         url = urlsplit(proxy if proxy and "://" in proxy else f"http://{proxy}" if proxy else request.url)
         host = url.hostname or ""
         port = url.port or _default_port(url.scheme)
         address = await _checked_address(host)
+        resolver = installed_resolver()
+        pin = Pin(host, address, port, None if proxy or resolver is None else resolver.policy)
         with contextlib.suppress(ValueError):
             ipaddress.ip_address(host)
-            return []  # an address: curl connects to it as given, and it was checked
+            return [], pin  # an address: curl connects to it as given, and it was checked
         # the name as curl may spell it too (curl compares names without case; a trailing dot kept or not)
-        return [_resolve_entry(name, port, address) for name in dict.fromkeys((host, host.rstrip(".")))]
+        return [_resolve_entry(name, port, address) for name in dict.fromkeys((host, host.rstrip(".")))], pin
 
     @asynccontextmanager
     async def _make_request(self, request: Request, timeout: float) -> AsyncIterator[Any]:
@@ -233,13 +348,14 @@ class ImpersonatingDownloadHandler(_Base):
 
         profile = str(request.meta.get(PROFILE_META) or self.default_profile)
         target = curl_target(profile)
-        pins = await self._pins(request)
+        pins, pin = await self._pins(request)
         proxy, auth = self._extract_proxy(request)
         proxy_headers = [f"Proxy-Authorization: {auth}".encode("latin-1")] if auth else []
         options: dict[Any, Any] = {CurlOpt.RESOLVE: pins} if pins else {}
         if proxy_headers:
             options[CurlOpt.PROXYHEADER] = proxy_headers
         token = _REQUEST_OPTIONS.set(options)
+        pin_token = _REQUEST_PIN.set(pin)
         started = time.monotonic()
         try:
             response = await self._client().request(
@@ -260,9 +376,16 @@ class ImpersonatingDownloadHandler(_Base):
         except (curl_errors.ProxyError, curl_errors.ConnectionError) as exc:
             raise DownloadConnectionRefusedError(str(exc)) from exc
         except curl_errors.RequestException as exc:
+            if pin.refused is not None:  # curl's pre-request check aborted it: nothing was sent
+                raise BlockedNetwork(pin.refused) from None
             raise DownloadFailedError(str(exc)) from exc
         finally:
             _REQUEST_OPTIONS.reset(token)
+            _REQUEST_PIN.reset(pin_token)
+        refused = pin.refused or _connection_refusal(response, pin)
+        if refused is not None:  # not one byte of the body is delivered
+            await response.aclose()
+            raise BlockedNetwork(refused)
         request.meta[PROFILE_META] = profile
         for name in BROWSER_HEADERS:  # not sent: the item's request_headers do not claim them (§25)
             request.headers.pop(name, None)
@@ -340,6 +463,16 @@ class _Timed:
             raise
         except curl_errors.RequestException as exc:
             raise DownloadFailedError(str(exc)) from exc
+
+
+def _connection_refusal(response: Any, pin: Pin) -> str | None:
+    """Why a response whose headers arrived must be discarded: curl followed a redirect, or was
+    connected elsewhere than *pin* says (``CURLINFO_PRIMARY_IP``/``PRIMARY_PORT``); None: keep it."""
+    if int(getattr(response, "redirect_count", 0) or 0):
+        reason = f"blocked network: curl followed a redirect of {pin.host} (redirects go through the frontier)"
+        pin.refused = pin.refused or reason
+        return reason
+    return pin.check(str(getattr(response, "primary_ip", "") or ""), int(getattr(response, "primary_port", 0) or 0))
 
 
 def _protocol(version: int) -> str:

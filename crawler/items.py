@@ -21,6 +21,8 @@ from crawlhive.utils.contract.records import CrawledRecord, timestamp
 FETCH_META = "crawlhive_fetch"
 #: Request meta key: the page's item says its rung (``fetch``; its mode was not plain).
 FETCH_RECORD_META = "crawlhive_fetch_recorded"
+#: Request meta key: why the ``auto`` ladder stopped below the render rung (the item's ``fetch_stopped``).
+FETCH_STOPPED_META = "crawlhive_fetch_stopped"
 
 if TYPE_CHECKING:
     from scrapy.http import Response
@@ -157,4 +159,6 @@ def crawled_item(
     }
     if request is not None and request.meta.get(FETCH_RECORD_META):  # the rung that fetched it (§25)
         record["fetch"] = str(request.meta.get(FETCH_META) or "plain")
+        if request.meta.get(FETCH_STOPPED_META):  # a wall at impersonate the render rung could not take (§25.5)
+            record["fetch_stopped"] = str(request.meta[FETCH_STOPPED_META])
     return CrawledItem(record)

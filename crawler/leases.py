@@ -459,6 +459,12 @@ class LeaseTable:
         Parked as :meth:`retry` parks."""
         self._park(context, wait_s, context.request)
 
+    def hand_over(self, context: LeaseContext, again: FrontierRequest) -> None:
+        """Put *context*'s request back in the frontier at once as *again*, another form of the
+        same page (the ``auto`` ladder's climb to the rendering lane, docs/contract.md §25.5): no
+        attempt counted, its retries unspent, its priority kept."""
+        self._park(context, 0.0, again)
+
     def _park(self, context: LeaseContext, wait_s: float, again: FrontierRequest) -> None:
         """End *context* here and queue *again* in its place after *wait_s* seconds."""
         if not self._end(context):

@@ -192,6 +192,8 @@ class BlockedDownloadLogFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, BlockedNetwork):  # said once at WARNING where it was raised
+            return False
         if not isinstance(exc, CannotResolveHostError | DNSLookupError):
             return True
         request = record.args.get("request") if isinstance(record.args, dict) else None
@@ -233,6 +235,10 @@ class NetworkGuardMiddleware:
         return cls()
 
     def process_exception(self, request: Request, exception: Exception) -> None:
+        if isinstance(exception, BlockedNetwork) and exception.args:
+            # raised with its reason by the impersonated fetch's pin check (crawler/impersonate.py)
+            end_for_good(request, str(exception.args[0]))
+            return
         if not isinstance(exception, CannotResolveHostError | DNSLookupError):
             return
         resolver = installed_resolver()

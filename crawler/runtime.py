@@ -182,6 +182,8 @@ class CrawlRuntime:
         self.response_codes = {int(c) for c in settings.STATS_RESPONSE_CODES}
         self.link_limits = LinkLimits.from_settings(settings)
         self._counts: collections.Counter[str] = collections.Counter()
+        #: Pages per rung and climbs per crawl (docs/contract.md §25.7), flushed with the stats.
+        self._fetch_counts: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
         #: Response times and per-domain outcomes for /metrics (docs/contract.md §22.3).
         self.response_metrics = ResponseMetrics(spider, self.keys, settings.METRICS_TOP_DOMAINS)
         #: One WARNING per Redis outage, not one per failed call (docs/contract.md §17.4).
@@ -531,12 +533,29 @@ class CrawlRuntime:
     def _count(self, name: str) -> None:
         self._counts[name] += 1
 
+    def count_fetch(self, what: str, crawl: tuple[str, str, str] | None) -> None:
+        """Count one page rung *what* fetched (or, *what* ``climbs``, one climb of the ``auto``
+        ladder) for this spider type, this host and *crawl* (``(spider, appid, crawlid)``; None: a
+        robots.txt or sitemap), §25.7; written with the stats."""
+        self._count(stat_names.fetch_counter_name(self.spider, what))
+        self._count(stat_names.machine_fetch_counter_name(self.host, what))
+        if crawl is not None:
+            self._fetch_counts[(*crawl, what)] += 1
+
     def flush_stats(self) -> None:
-        """Write the buffered counters (one ``MULTI``)."""
+        """Write the buffered counters (one ``MULTI``), then the crawls' fetch counts (one pipeline)."""
         counts, self._counts = self._counts, collections.Counter()
+        fetched, self._fetch_counts = self._fetch_counts, collections.Counter()
         try:
             self.response_metrics.flush(self.redis)
             if counts:
                 self.stats.incr_many([(stat_names.CRAWLER, name, n) for name, n in counts.items()])
+            if fetched:
+                pipe = self.redis.pipeline(transaction=False)
+                for (spider, appid, crawlid, what), n in fetched.items():
+                    key = self.keys.crawl_fetch(spider, appid, crawlid)
+                    pipe.hincrby(key, what, n)
+                    pipe.expire(key, int(self.settings.CRAWL_RECORD_TTL))
+                pipe.execute()
         except RedisError as exc:
             self.backend_failed(f"writing crawler stats failed ({exc!r}); check REDIS_URL")

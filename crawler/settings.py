@@ -125,6 +125,8 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             f"{_PKG}.middlewares.pacing.RetryAfterMiddleware": 600,
             # a wall: the next rung, no retry spent, before a proxy ban is counted for it (§25)
             f"{_PKG}.fetch.FetchLadderMiddleware": 589.5,
+            # a site that remembers render: to the rendering lane once the proxy is known (§25)
+            f"{_PKG}.fetch.FetchRenderMiddleware": 720,
             # Scrapy's redirect middlewares, subclassed so that giving up on a page ends its lease
             "scrapy.downloadermiddlewares.redirect.RedirectMiddleware": None,
             "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware": None,

@@ -25,7 +25,7 @@ from crawlhive.utils.state.crawls import MAX_CRAWLS, newest_active
 from crawlhive.utils.state.heartbeat import live_heartbeats
 from crawlhive.utils.state.proxies import proxy_overview
 from crawlhive.utils.state.recrawl import Crawl, recrawl_summaries
-from crawlhive.utils.state.stats import CRAWLER, parse_status_counter_name
+from crawlhive.utils.state.stats import CRAWLER, LIFETIME, parse_fetch_counter_name, parse_status_counter_name
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -41,9 +41,16 @@ class CrawlerView(KindView):
     """The crawlers' stats bodies, metric families and card (see the module docstring)."""
 
     def crawler_body(self) -> dict[str, Any]:
-        """``stats: crawler``: the spiders, machines and queues maps (``queue`` and ``queues``: the same)."""
+        """``stats: crawler``: the spiders, machines and queues maps (``queue`` and ``queues``: the
+        same), and the fetch ladder's counts (``fetch``, §25.7)."""
         queues = self.queues()
-        return {"spiders": self.spiders(), "machines": self.machines(), "queue": queues, "queues": dict(queues)}
+        return {
+            "spiders": self.spiders(),
+            "machines": self.machines(),
+            "queue": queues,
+            "queues": dict(queues),
+            "fetch": self.fetch(),
+        }
 
     def spider_body(self) -> dict[str, Any]:
         return {"spiders": self.spiders()}
@@ -53,6 +60,10 @@ class CrawlerView(KindView):
 
     def queue_body(self) -> dict[str, Any]:
         return {"queues": self.queues()}
+
+    def fetch_body(self) -> dict[str, Any]:
+        """``stats: fetch`` (§25.7): :meth:`fetch`."""
+        return {"fetch": self.fetch()}
 
     def proxies_body(self) -> dict[str, Any]:
         """``stats: proxies`` (§21.6): :func:`proxy_overview` with the configured pools."""
@@ -64,6 +75,7 @@ class CrawlerView(KindView):
         "machine": machine_body,
         "queue": queue_body,
         "proxies": proxies_body,
+        "fetch": fetch_body,
     }
 
     # --- the maps ----------------------------------------------------------------------------------
@@ -81,6 +93,19 @@ class CrawlerView(KindView):
             parsed = parse_status_counter_name(name)
             if parsed and window_map:
                 out.setdefault(parsed[1], {})[str(parsed[2])] = window_map
+        return out
+
+    def fetch(self) -> dict[str, Any]:
+        """The fetch ladder's counts (§25.7): ``{"spiders": {spider: {what: window map}}, "machines":
+        {host: {what: window map}}}``, *what* a rung (``plain``, ``impersonate``, ``render``: the
+        responses it fetched) or ``climbs``; counters never incremented left out."""
+        names = [(c, n) for c, n in self.stats.counters(CRAWLER) if parse_fetch_counter_name(n)]
+        out: dict[str, dict[str, dict[str, Any]]] = {"spiders": {}, "machines": {}}
+        for (_, name), window_map in sorted(self.stats.read_many(names).items()):
+            parsed = parse_fetch_counter_name(name)
+            if parsed and window_map:
+                kind, who, what = parsed
+                out[f"{kind}s"].setdefault(who, {})[what] = window_map
         return out
 
     def spiders(self) -> dict[str, Any]:
@@ -159,9 +184,10 @@ class CrawlerView(KindView):
         return out
 
     def metrics(self) -> Iterator[Metric]:
-        """The ready work (:meth:`ready`), the proxy and adaptive-throttle families (§21.6), then the
-        recrawl schedule's (§19.6)."""
+        """The ready work (:meth:`ready`), the fetch ladder's counts (§25.7), the proxy and
+        adaptive-throttle families (§21.6), then the recrawl schedule's (§19.6)."""
         yield from ready_metrics(self.ready())
+        yield from fetch_metrics(self.fetch())
         yield from proxy_metrics(self.proxy_overview(), names=self.context.metrics_names)
         crawls = [ref for ref, _started in newest_active(self.redis, self.keys, MAX_CRAWLS)]
         yield from recrawl_metrics(self.redis, self.keys, crawls)
@@ -190,6 +216,25 @@ def ready_metrics(ready: dict[tuple[str, bool], tuple[int, int]]) -> Iterator[Me
             domains.add_metric([spider, lane], n_domains)
             backlog.add_metric([spider, lane], n_requests)
     yield from (domains, backlog)
+
+
+def fetch_metrics(fetch: dict[str, Any]) -> Iterator[Metric]:
+    """``crawlhive_fetch_responses{spiderid, rung}`` and ``crawlhive_fetch_climbs{spiderid}``
+    (counters, lifetime) from :meth:`CrawlerView.fetch`'s spider maps; per host: ``stats fetch``."""
+    responses = CounterMetricFamily(
+        "crawlhive_fetch_responses",
+        "Responses each fetch rung (plain, impersonate, render) fetched, per spider type (docs/contract.md §25).",
+        labels=["spiderid", "rung"],
+    )
+    climbs = CounterMetricFamily(
+        "crawlhive_fetch_climbs", "Climbs of the auto fetch ladder past a wall, per spider type.", labels=["spiderid"]
+    )
+    for spider, counts in sorted(fetch["spiders"].items()):
+        for rung in ("plain", "impersonate", "render"):
+            if rung in counts:
+                responses.add_metric([spider, rung], counts[rung].get(LIFETIME, 0))
+        climbs.add_metric([spider], counts.get("climbs", {}).get(LIFETIME, 0))
+    yield from (responses, climbs)
 
 
 def proxy_metrics(overview: dict[str, Any], names: bool = True) -> Iterator[Metric]:

@@ -222,6 +222,9 @@ class ClusterView:
             rows += self._active_rows()[:limit]
         if state in ("finished", "all") and len(rows) < limit:
             rows += self._finished_rows(limit - len(rows))
+        refs = [(r["spiderid"], r["appid"], r["crawlid"]) for r in rows]
+        for row, fetched in zip(rows, self.reader.fetch_counts(refs), strict=True):
+            row["fetch"] = fetched  # pages per fetch rung and the ladder's climbs (§25.7); None: none counted
         return rows
 
     def _active_rows(self) -> list[dict[str, Any]]:
@@ -297,6 +300,9 @@ class ClusterView:
         near = self.reader.near_duplicates(state.spiderid, state.appid, state.crawlid)
         if near is not None:  # the cleaners found near-duplicates among its pages (§26.1)
             fields["near_duplicates"] = near
+        (fetched,) = self.reader.fetch_counts([(state.spiderid, state.appid, state.crawlid)])
+        if fetched is not None:  # pages per fetch rung and the ladder's climbs (§25.7)
+            fields["fetch"] = fetched
         budget = page_budget(state.max_pages or None, self.default_budget)
         if budget is None:
             return fields

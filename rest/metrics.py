@@ -6,9 +6,10 @@ view, in the registry's order (:mod:`crawlhive.utils.process.views`: the crawler
 recrawl schedules, the sinks'); the REST process adds its own (responses by status, answers waiting
 and stored, and prometheus-client's process and platform collectors). Labels are only ``component``,
 ``spiderid``, ``code``, ``kind``, ``stage``, ``method``, ``le``, ``outcome``, ``lane`` (``plain``,
-``render``), ``node`` (a Redis node's address), for proxies (§21.6) ``pool`` and ``proxy``
-(``host:port``), and ``domain`` for the METRICS_TOP_DOMAINS busiest domains only (§22.3), and those
-two only as METRICS_NAMES says: never an appid, crawlid, URL or credential.
+``render``), ``rung`` (``plain``, ``impersonate``, ``render``, §25), ``node`` (a Redis node's
+address), for proxies (§21.6) ``pool`` and ``proxy`` (``host:port``), and ``domain`` for the
+METRICS_TOP_DOMAINS busiest domains only (§22.3), and those two only as METRICS_NAMES says: never
+an appid, crawlid, URL or credential.
 """
 
 from __future__ import annotations

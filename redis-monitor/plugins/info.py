@@ -90,6 +90,9 @@ class InfoMonitor(MonitorPlugin):
         near = self.frontier.near_duplicates(spider, appid, crawlid)
         if near is not None:  # the cleaners found near-duplicates among its pages (§26.1)
             message["near_duplicates"] = near
+        (fetched,) = self.frontier.fetch_counts([(spider, appid, crawlid)])
+        if fetched is not None:  # pages per fetch rung and the ladder's climbs (§25.7)
+            message["fetch"] = fetched
         if self.frontier.redis.hexists(self.frontier.keys.crawl(spider, appid, crawlid), RECORD_FIELD):
             message["recrawl"] = Schedule(self.frontier.redis, self.frontier.keys, 1, 0).counts(spider, appid, crawlid)
         return message

@@ -202,6 +202,28 @@ def test_auto_climbs_past_a_challenge_page_with_a_200(auto: dict[str, Any], site
     assert [browser_of(h) for h in site.hits("/x/0")] == [None, "chrome"]
 
 
+def test_without_a_rendering_crawler_the_ladder_stops_at_impersonate(
+    auto: dict[str, Any], site: FingerprintSite
+) -> None:
+    """A wall no fetch of a plain crawler gets past, and no rendering crawler runs (none beats on
+    this prefix): the page's answer is the wall at ``impersonate``, and its item says why it went
+    no higher; the site does not remember ``render``."""
+    site.pages["/st/0"] = lambda _h: (403, [("content-type", "text/html")], CHALLENGE)
+    crawlid = _crawl(auto, site.url("/st/0", host="127.0.0.1"))
+    (item,) = auto["collector"].wait_for(crawlid, 1)
+    assert item["status_code"] == 403 and item["fetch"] == "impersonate", item
+    start = "start one with `crawlhive crawler --spider link --render`"
+    assert item["fetch_stopped"] == f"no live rendering crawler serves spider type 'link' ({start})", item
+    # plain then impersonated, or impersonated at once (127.0.0.1 remembers it from another test)
+    assert [browser_of(h) for h in site.hits("/st/0")] in ([None, "chrome"], ["chrome"])
+    assert auto["collector"].settle(crawlid, 1.0) == [item]
+    key = auto["settings"]["REDIS_KEY_PREFIX"]
+    assert [auto["redis"].get(k) for k in auto["redis"].scan_iter(match=f"{key}*fetch-rung:127.0.0.1")] in (
+        [],
+        [b"impersonate"],
+    )
+
+
 @pytest.mark.parametrize("profile", ["firefox", "safari"])
 def test_other_profiles_have_their_browsers_fingerprints(
     redis_url: str, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory, site: FingerprintSite, profile: str
@@ -313,6 +335,83 @@ def test_curl_connects_to_the_pinned_address_and_never_resolves_the_name(site: F
     assert first[0] == 200 and "<title>pinned</title>" in first[1]
     assert second[0] == 200 and "<title>other</title>" in second[1]
     assert [h.hello.sni for h in site.hits("/pin/")] == ["rebind.invalid"]  # the name, at the pinned address
+
+
+def test_a_connection_elsewhere_than_the_pin_carries_nothing(site: FingerprintSite) -> None:
+    """Fail-closed pinning (§25.4): were curl to ignore ``CURLOPT_RESOLVE`` (played here by
+    ``CURLOPT_CONNECT_TO``, which overrides it), its pre-request callback sees the address it is
+    really connected to and aborts before a byte of the request is written; an address the guard
+    refuses (what a rebinding DNS answer would give) is refused there too, IPv4-mapped or not.
+    The other site would record any request that reached it."""
+    import asyncio
+    import ipaddress
+
+    from curl_cffi import ffi, lib
+    from curl_cffi.const import CurlOpt
+    from curl_cffi.requests import exceptions as curl_errors
+
+    from crawlhive.crawler.impersonate import (
+        _REQUEST_OPTIONS,
+        _REQUEST_PIN,
+        Pin,
+        _connection_refusal,
+        _resolve_entry,
+        _session_class,
+    )
+    from crawlhive.crawler.netguard import NetworkPolicy
+
+    site.page("/fc/page", html(title="pinned"))
+    other = FingerprintSite(hosts=("127.0.0.2",))
+    other.page("/fc/page", html(title="elsewhere"))
+    other.start()
+    loopback = [ipaddress.ip_network("127.0.0.0/8")]
+    only_first = NetworkPolicy(loopback, [ipaddress.ip_network("127.0.0.1/32")])
+    only_second = NetworkPolicy(loopback, [ipaddress.ip_network("127.0.0.2/32")])
+
+    async def fetch(pin: Pin | None, address: str, port: int, elsewhere: str | None = None) -> Any:
+        options: dict[Any, Any] = {CurlOpt.RESOLVE: [_resolve_entry("pin.invalid", port, address)]}
+        if elsewhere:  # an slist curl_cffi's setopt has no case for: made with libcurl's own call
+            options[CurlOpt.CONNECT_TO] = lib.curl_slist_append(ffi.NULL, elsewhere.encode())
+        _REQUEST_OPTIONS.set(options)
+        _REQUEST_PIN.set(pin)
+        session = _session_class()(verify=False, trust_env=False)
+        try:
+            response = await session.request("GET", f"https://pin.invalid:{port}/fc/page", impersonate="chrome152")
+            return response
+        except curl_errors.RequestException as exc:
+            return exc
+        finally:
+            await session.close()
+
+    ignored = f"pin.invalid:{site.port}:127.0.0.2:{other.port}"
+    try:
+        # curl connected elsewhere than the pin: aborted before the request was written
+        pin = Pin("pin.invalid", "127.0.0.1", site.port, only_first)
+        outcome = asyncio.run(fetch(pin, "127.0.0.1", site.port, ignored))
+        assert isinstance(outcome, curl_errors.RequestException) and "(42)" in str(outcome), outcome
+        assert pin.refused == (
+            f"blocked network: pin.invalid was connected to 127.0.0.2:{other.port}, "
+            f"not to the checked 127.0.0.1:{site.port} (the address pin did not hold)"
+        )
+        # the address itself refused by the guard (as a rebinding answer would be): aborted too
+        pin = Pin("pin.invalid", "127.0.0.2", other.port, only_first)
+        outcome = asyncio.run(fetch(pin, "::ffff:127.0.0.2", other.port))
+        assert isinstance(outcome, curl_errors.RequestException), outcome
+        assert (pin.refused or "").startswith("blocked network: pin.invalid (127.0.0.2) is in 127.0.0.0/8"), pin.refused
+        assert other.hits("/fc/") == []  # neither request reached the other site
+        # the check after the headers, on CURLINFO_PRIMARY_IP/PORT: the same verdict
+        response = asyncio.run(fetch(None, "127.0.0.1", site.port, ignored))
+        assert response.status_code == 200 and "elsewhere" in response.text  # what an unchecked curl delivers
+        late = Pin("pin.invalid", "127.0.0.1", site.port, only_first)
+        assert (_connection_refusal(response, late) or "").startswith("blocked network: pin.invalid was connected to")
+        # the pin holding: the page is delivered, the address is the checked one
+        pin = Pin("pin.invalid", "127.0.0.2", other.port, only_second)
+        response = asyncio.run(fetch(pin, "127.0.0.2", other.port))
+        assert pin.refused is None and response.status_code == 200 and "elsewhere" in response.text
+        assert _connection_refusal(response, pin) is None
+    finally:
+        other.stop()
+    assert len(other.hits("/fc/")) == 2  # the unchecked request and the allowed one
 
 
 def test_a_domain_update_s_fetch_applies_where_the_crawl_says_none(

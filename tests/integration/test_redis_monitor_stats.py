@@ -126,6 +126,7 @@ def test_stats_answers_of_every_type(
         "machines": machines,
         "queue": queues,
         "queues": queues,
+        "fetch": {"spiders": {}, "machines": {}},  # no page fetched (§25.7)
     }
     assert answers["rest"] == {"stats": "rest", "appid": "testapp", "uuid": "rest"}  # no REST running
     everything = answers["all"]

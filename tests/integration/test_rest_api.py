@@ -393,7 +393,9 @@ def test_get_crawls_lists_active_then_finished_crawls_with_how_they_ended(
             "ended",
             "reason",
             "admission_stopped",
+            "fetch",
         }
+        assert by_id["running"]["fetch"] is None  # no crawler counted a page of it (§25.7)
         assert by_id["running"]["reason"] is None and by_id["done"]["reason"] is None
         assert by_id["waiting"]["reason"] == (
             "no live crawler serves spider type 'nobody-crawls-this': start one with "

@@ -122,6 +122,7 @@ def test_metrics_expose_cluster_state_from_redis(
     assert after[("crawlhive_rest_responses_total", (("code", "200"), ("method", "GET")))] >= 1
     labels = {label for (_, pairs) in after for label, _ in pairs}
     allowed = {"component", "spiderid", "code", "kind", "stage", "method", "le", "domain", "outcome", "node", "lane"}
+    allowed.add("rung")  # the fetch ladder's families (§25.7)
     assert labels <= allowed
     crawler.stop()
 

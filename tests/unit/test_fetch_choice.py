@@ -96,3 +96,27 @@ def test_what_is_a_wall(status: int, body: bytes, walled: bool) -> None:
     response = HtmlResponse("https://a.example/", status=status, body=body, request=Request("https://a.example/"))
     assert walls.walled(response) is walled
     assert crawler_defaults.FETCH_WALL_STATUSES == [403, 429, 503]
+
+
+def test_a_pin_compares_addresses_whatever_their_spelling() -> None:
+    """The pre-request check (§25.4): IPv6 brackets and scopes, IPv4-mapped forms and the port."""
+    import ipaddress
+
+    from crawlhive.crawler.impersonate import Pin, normal_address
+    from crawlhive.crawler.netguard import NetworkPolicy
+
+    assert normal_address("::ffff:192.0.2.7") == ipaddress.ip_address("192.0.2.7")
+    assert normal_address("[2001:db8::1]") == normal_address("2001:0db8:0:0::1%eth0")
+    assert normal_address("not an address") is None
+    pin = Pin("a.example", "192.0.2.7", 443, None)
+    assert pin.check("::ffff:192.0.2.7", 443) is None and pin.check("192.0.2.7", 443) is None
+    assert pin.refused is None
+    refused = pin.check("192.0.2.7", 8443) or ""
+    assert refused.endswith("not to the checked 192.0.2.7:443 (the address pin did not hold)"), refused
+    assert pin.refused == refused and refused.startswith("blocked network: a.example was connected to 192.0.2.7:8443")
+    assert Pin("a.example", "2001:db8::1", 80, None).check("2001:db8:0::1", 80) is None
+    assert Pin("a.example", "2001:db8::1", 80, None).check("", 0) is not None  # no address: refused
+    # the guard's policy once more, on the connected address (an IPv4-mapped form is its IPv4)
+    policy = NetworkPolicy([ipaddress.ip_network("127.0.0.0/8")], [])
+    reason = Pin("b.example", "::ffff:127.0.0.1", 80, policy).check("127.0.0.1", 80)
+    assert reason is not None and reason.startswith("blocked network: b.example (127.0.0.1) is in 127.0.0.0/8")

@@ -42,7 +42,15 @@ def hello_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 def test_the_built_in_kinds_are_registered_in_order() -> None:
     assert [k.name for k in registry.kinds()] == BUILTIN
     assert registry.heartbeat_components() == tuple(BUILTIN)
-    assert registry.stats_types() == ("all", *BUILTIN, "spider", "machine", "queue", "proxies")  # the crawler's view
+    assert registry.stats_types() == (
+        "all",
+        *BUILTIN,
+        "spider",
+        "machine",
+        "queue",
+        "proxies",
+        "fetch",
+    )  # the crawler's view
     plan = up_plan()
     assert [(p.name, p.argv) for p in plan] == [
         ("kafka-monitor", ["kafka-monitor"]),

@@ -153,3 +153,22 @@ def test_a_hosts_counters_expire_and_leave_the_index(redis_client: redis.Redis, 
     assert read[("crawler", "machine:pod-a:200")] == {}
     assert stats.counters("crawler") == [("crawler", "spider:link:200")]
     assert read[("crawler", "spider:link:200")] == {"lifetime": 3}
+
+
+def test_fetch_counter_names_parse_back_and_are_no_status_counters() -> None:
+    """The fetch ladder's counters (docs/contract.md §25.7) beside the status counters they share
+    the crawler component with: each parser takes its own names only."""
+    from crawlhive.utils.state.stats import (
+        fetch_counter_name,
+        machine_fetch_counter_name,
+        parse_fetch_counter_name,
+        parse_status_counter_name,
+    )
+
+    spider, machine = fetch_counter_name("link", "render"), machine_fetch_counter_name("pod-a", "climbs")
+    assert (spider, machine) == ("fetch:link:render", "machine:pod-a:fetch:climbs")
+    assert parse_fetch_counter_name(spider) == ("spider", "link", "render")
+    assert parse_fetch_counter_name(machine) == ("machine", "pod-a", "climbs")
+    assert parse_status_counter_name(spider) is None and parse_status_counter_name(machine) is None
+    assert parse_fetch_counter_name("machine:pod-a:200") is None and parse_fetch_counter_name("spider:link:200") is None
+    assert parse_fetch_counter_name("fetch:link:sideways") is None

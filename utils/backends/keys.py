@@ -162,6 +162,13 @@ class Keys(KeySpace):
         queued members name by id."""
         return f"{self._global}crawl:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
 
+    @key("hash", ttl="CRAWL_RECORD_TTL after the last page counted")
+    def crawl_fetch(self, spider: str, appid: str, crawlid: str) -> str:
+        """How a crawl's pages were fetched (docs/contract.md §25.7): per rung (``plain``,
+        ``impersonate``, ``render``) the pages it fetched, and ``climbs``, the climbs of its
+        ``auto`` ladder; the crawlers add to it with their stats, ``info`` and ``GET /crawls`` read it."""
+        return f"{self._global}crawl-fetch:{escape(spider)}:{escape(appid)}:{escape(crawlid)}"
+
     @key("hash", ttl="CRAWL_RECORD_TTL after the last activity")
     def crawl_shard(self, spider: str, appid: str, crawlid: str, shard: int = 0) -> str:
         """One shard's part of a crawl record: its counters ``inflight``, ``crawled``, ``failed`` and

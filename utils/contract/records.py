@@ -33,7 +33,9 @@ class ItemLink(TypedDict):
 class _BodyByReference(TypedDict, total=False):
     body_ref: dict[str, Any]
     fetch: str
-    """The rung that fetched the page (``plain``, ``impersonate``), when its mode was not plain (§25)."""
+    """The rung that fetched the page (``plain``, ``impersonate``, ``render``), when its mode was not plain (§25)."""
+    fetch_stopped: str
+    """Why the ``auto`` ladder stopped at ``impersonate`` on a wall (no rendering crawler, …; §25.5)."""
 
 
 class CrawledRecord(_BodyByReference):

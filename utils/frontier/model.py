@@ -229,6 +229,10 @@ class FrontierRequest:
         return cls(**data)
 
 
+#: What the crawlers count of the fetch ladder (docs/contract.md §25.7): responses per rung, and
+#: the ``auto`` ladder's climbs (fields of ``Keys.crawl_fetch``; stats counters).
+FETCH_COUNTS = ("plain", "impersonate", "render", "climbs")
+
 #: The start of the ``error`` of the dead letter of a request whose option set was gone.
 OPTIONS_LOST = "crawl options lost"
 

@@ -18,7 +18,7 @@ from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import is_cluster, keys_from_settings, write_pipeline
 from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.backends.scripts import scripts
-from crawlhive.utils.frontier.model import decode_priority, text
+from crawlhive.utils.frontier.model import FETCH_COUNTS, decode_priority, text
 from crawlhive.utils.frontier.recrawl import RECORD_FIELD, RECURRING_FIELD, Schedule
 from crawlhive.utils.frontier.tails import TailStore, parse_tail_member
 
@@ -217,6 +217,19 @@ class FrontierReader:
         §26.1, the crawl record's ``near_duplicates``); None when none was found."""
         value = self.redis.hget(self.keys.crawl(spider, appid, crawlid), "near_duplicates")
         return None if value is None else int(value)
+
+    def fetch_counts(self, crawls: list[tuple[str, str, str]]) -> list[dict[str, int] | None]:
+        """How each of *crawls* (``(spider, appid, crawlid)``) had its pages fetched (docs/contract.md
+        §25.7, ``Keys.crawl_fetch``): pages per rung (``plain``, ``impersonate``, ``render``) and
+        ``climbs``, every one present; None for a crawl no crawler counted a page of. One round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for spider, appid, crawlid in crawls:
+            pipe.hgetall(self.keys.crawl_fetch(spider, appid, crawlid))
+        out: list[dict[str, int] | None] = []
+        for reply in pipe.execute() if crawls else []:
+            counted = {text(k): int(v) for k, v in reply.items()}
+            out.append({what: counted.get(what, 0) for what in FETCH_COUNTS} if counted else None)
+        return out
 
     def app_crawlids(self, spider: str, appid: str) -> list[str]:
         """Crawl ids of *appid* that have (or recently had) queued or in-flight work."""

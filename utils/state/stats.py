@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.backends.scripts import scripts
+from crawlhive.utils.frontier.model import FETCH_COUNTS
 
 if TYPE_CHECKING:
     from crawlhive.utils.backends.keys import Keys
@@ -326,6 +327,33 @@ def failed_counter_name(spider: str) -> str:
     return f"failed:{spider}"
 
 
+def fetch_counter_name(spider: str, what: str) -> str:
+    """Crawler counter of the pages rung *what* fetched for spider type *spider* (or, *what*
+    ``climbs``, of the climbs of the ``auto`` ladder): ``fetch:<spider>:<what>``."""
+    return f"fetch:{spider}:{what}"
+
+
+def machine_fetch_counter_name(host: str, what: str) -> str:
+    """:func:`fetch_counter_name` of the crawlers on *host* (``CRAWLER_NODE_NAME``), all spider
+    types together: ``machine:<host>:fetch:<what>`` (a per-host counter, its keys expire)."""
+    return f"{PER_PROCESS}{host}:fetch:{what}"
+
+
+def parse_fetch_counter_name(name: str) -> tuple[str, str, str] | None:
+    """``("spider", spider, what)`` or ``("machine", host, what)`` of a :func:`fetch_counter_name`
+    or :func:`machine_fetch_counter_name`; None for any other counter."""
+    kind, sep, rest = name.partition(":")
+    if kind == "fetch":
+        who, sep2, what = rest.rpartition(":")
+        found = ("spider", who, what)
+    elif kind == "machine":
+        who, sep2, what = rest.rpartition(":fetch:")
+        found = ("machine", who, what)
+    else:
+        return None
+    return found if sep and sep2 and who and what in FETCH_COUNTS else None
+
+
 def parse_status_counter_name(name: str) -> tuple[str, str, int] | None:
     """``("spider", spider, code)`` or ``("machine", host, code)`` of a :func:`crawler_counter_name`
     or :func:`machine_counter_name`; None for any other counter."""
@@ -352,6 +380,7 @@ __all__ = [
     "BUCKETS_PER_WINDOW",
     "CRAWLER",
     "FAIL",
+    "FETCH_COUNTS",
     "KAFKA_MONITOR",
     "LIFETIME",
     "NETWORK_FAILURE_CODE",
@@ -362,8 +391,11 @@ __all__ = [
     "bucket_index",
     "crawler_counter_name",
     "failed_counter_name",
+    "fetch_counter_name",
     "items_counter_name",
     "machine_counter_name",
+    "machine_fetch_counter_name",
+    "parse_fetch_counter_name",
     "parse_plugin_counter_name",
     "parse_status_counter_name",
     "plugin_counter_name",
