@@ -204,6 +204,101 @@ def real_pages(corpus: Path, pairs: int) -> tuple[float, float]:
 
 #: The cleaner against a bare default ``trafilatura.extract`` loop, CPU per page (issue 35).
 TARGET = 1.2
+#: From process start, wall time: the cleaner process against a bare trafilatura process (issue 50).
+START_TARGET = 1.5
+#: Seconds from the cleaner's start to its first cleaned record (issue 50).
+FIRST_RECORD_TARGET_S = 1.5
+#: A bare ``trafilatura.extract`` loop as a process of its own, over a JSON Lines file of pages.
+BARE_PROCESS = (
+    "import json, sys\n"
+    "import trafilatura\n"
+    "for line in open(sys.argv[1], encoding='utf-8'):\n"
+    "    page = json.loads(line)\n"
+    "    trafilatura.extract(page['html'], url=page['url'])\n"
+)
+
+
+def bare_process_s(pages: Path) -> float:
+    """Wall seconds of a bare trafilatura process over *pages*, from its start to its exit."""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", BARE_PROCESS, str(pages)], check=True)
+    return time.monotonic() - started
+
+
+def cleaner_from_start(
+    cluster: EmbeddedCluster, work: Path, records: list[dict[str, Any]], tag: str
+) -> tuple[float, float]:
+    """Wall seconds from starting a ``crawlhive cleaner`` (its records already in the topic) to its
+    first cleaned record, and to its last."""
+    prefix = f"benchstart{tag}"
+    settings = bench_settings(cluster, work, prefix, ("crawled_firehose", "cleaned", "dead_letter"))
+    producer = make_producer(settings)
+    for item in records:
+        producer.send(settings.topic("crawled_firehose"), json.dumps(item).encode())
+    producer.flush(timeout=60)
+    producer.close(timeout=5)
+    consumer = make_consumer(settings, settings.topic("cleaned"), group_id=None)
+    consumer.poll(timeout_ms=500)  # assigned before the cleaner starts
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")}
+    env.update(
+        REDIS_URL=cluster.redis_url, KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap, REDIS_KEY_PREFIX=prefix,
+        KAFKA_TOPIC_PREFIX=prefix, CRAWLHIVE_HOME=str(work), LOG_LEVEL="WARNING",
+    )  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "cleaner"], env=env)
+    try:
+        seen, first = 0, None
+        while seen < len(records) and time.monotonic() - started < 600:
+            got = sum(len(batch) for batch in consumer.poll(timeout_ms=20).values())
+            if got and first is None:
+                first = time.monotonic() - started
+            seen += got
+        if seen < len(records) or first is None:
+            raise SystemExit(f"only {seen} of {len(records)} records cleaned")
+        return first, time.monotonic() - started
+    finally:
+        consumer.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
+def from_start(samples: list[corpuskit.Sample], pairs: int, copies: int) -> None:
+    """The cleaner process against a bare trafilatura process on the real pages, each from its
+    start (imports, models, the group's join) to its last page, in wall time, as interleaved pairs;
+    the pages *copies* times over (each copy a crawl of its own: nothing is a duplicate)."""
+    records = [
+        {**item, "appid": f"start{copy}"}
+        for copy in range(copies)
+        for item in corpus_items(samples, f"copy{copy}")
+        if len(json.dumps(item)) < 900_000
+    ]
+    ratios, firsts = [], []
+    with tempfile.TemporaryDirectory(prefix="crawlhive-bench-") as tmp, EmbeddedCluster() as cluster:
+        work = Path(tmp)
+        pages = work / "pages.jsonl"
+        with pages.open("w", encoding="utf-8") as out:
+            for record in records:
+                out.write(json.dumps({"url": record["url"], "html": record["body"]}) + "\n")
+        for pair in range(pairs):
+            bare_s = bare_process_s(pages)
+            first, cleaner_s = cleaner_from_start(cluster, work, records, str(pair))
+            ratios.append(bare_s / cleaner_s)
+            firsts.append(first)
+            print(
+                f"pair {pair + 1}: bare trafilatura process {len(records) / bare_s:6.1f} pages/s from start,"
+                f" crawlhive cleaner {len(records) / cleaner_s:6.1f} records/s from start (first record after"
+                f" {first:.2f} s): ratio {bare_s / cleaner_s:.2f}",
+                flush=True,
+            )
+    ratio, first = sorted(ratios)[len(ratios) // 2], sorted(firsts)[len(firsts) // 2]
+    print(
+        f"cleaner process / bare trafilatura process, {len(records)} real pages from start, wall time: median"
+        f" ratio {ratio:.2f} of {pairs} interleaved pairs ({', '.join(f'{r:.2f}' for r in sorted(ratios))};"
+        f" target >= {START_TARGET}: {'met' if ratio >= START_TARGET else 'NOT met'}); first cleaned record after"
+        f" {first:.2f} s, median (target <= {FIRST_RECORD_TARGET_S}:"
+        f" {'met' if first <= FIRST_RECORD_TARGET_S else 'NOT met'})"
+    )
+
 
 #: Where the real-pages figures are left for ``bench/pipeline.py`` (same ``make bench`` run).
 FIGURES = Path("/tmp/crawlhive-bench/clean.json")
@@ -303,9 +398,17 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--corpus", type=Path, default=corpuskit.CORPUS)
     parser.add_argument("--real-only", action="store_true")
+    parser.add_argument(
+        "--start-only", action="store_true", help="only the from-start comparison (cleaner process vs bare process)"
+    )
+    parser.add_argument("--copies", type=int, default=4, help="times the real pages are cleaned in the from-start part")
     args = parser.parse_args()
+    if args.start_only:
+        from_start(corpuskit.load(args.corpus), args.pairs, args.copies)
+        return 0
     if args.real_only:
         save_clean_figures(*real_pages(args.corpus, args.pairs))
+        from_start(corpuskit.load(args.corpus), args.pairs, args.copies)
         return 0
     if not SITE.exists():
         print(f"{SITE} missing: run python3 bench/site.py", file=sys.stderr)
@@ -323,6 +426,7 @@ def main() -> int:
     print(f"ratio 1 cleaner / bare loop: {one / bare:.2f} (target >= 0.8)")
     print(f"ratio 2 cleaners / 1 cleaner: {two / one:.2f} (target >= 1.6)")
     save_clean_figures(*real_pages(args.corpus, args.pairs))
+    from_start(corpuskit.load(args.corpus), args.pairs, args.copies)
     return 0
 
 

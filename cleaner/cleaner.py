@@ -77,6 +77,9 @@ class Cleaner(ConsumerWorker):
 
     component = COMPONENT
     poll_interval_setting = "CLEANER_MAX_POLL_INTERVAL_MS"
+    #: librdkafka: it joins the group in the background while the steps load (:meth:`setup`), and
+    #: reads a record for a sixth of kafka-python's CPU (:mod:`crawlhive.utils.backends.rdkafka`).
+    rdkafka = True
 
     def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
         super().__init__(settings, redis, owns_redis=owns_redis)
@@ -126,10 +129,9 @@ class Cleaner(ConsumerWorker):
             PluginLoadError: a CLEANER_PLUGINS path is wrong.
         """
         check_redis(self.redis, self.settings)
-        if not self.steps:
-            self.steps = load_plugins(
-                COMPONENT, BUILTIN_PLUGINS, [self.settings.CLEANER_PLUGINS], lambda cls: cls.from_cleaner(self)
-            )
+        # The consumer first: librdkafka joins the group on a thread of its own (a broker holds a
+        # new group's first join for about 3 s) while the steps load their models and start the
+        # extraction process (about 2 s), so the first batch is polled after the longer of the two.
         self.open_kafka(
             self.source_topic,
             self.settings.cleaner_group,
@@ -137,6 +139,10 @@ class Cleaner(ConsumerWorker):
             max_poll_interval_ms=self.max_poll_interval_ms,
             max_poll_records=self.max_poll_records,
         )
+        if not self.steps:
+            self.steps = load_plugins(
+                COMPONENT, BUILTIN_PLUGINS, [self.settings.CLEANER_PLUGINS], lambda cls: cls.from_cleaner(self)
+            )
 
     def close(self) -> None:
         """Close the steps (the extraction process), then the Kafka clients."""

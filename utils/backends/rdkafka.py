@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import confluent_kafka
@@ -112,6 +112,8 @@ class Record:
     offset: int
     value: bytes | None
     key: bytes | None = None
+    #: ``(name, value)`` pairs, as kafka-python gives them (empty when the record has none).
+    headers: list[tuple[str, Any]] = field(default_factory=list)
 
 
 def _mapped(config: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -208,7 +210,9 @@ class RdKafkaConsumer:
                 raise _error(confluent_kafka.KafkaException(error))
             topic, partition = message.topic(), message.partition()
             assert topic is not None and partition is not None  # a message without error has both
-            record = Record(topic, partition, int(message.offset() or 0), message.value(), message.key())
+            said = message.headers()
+            headers = list(said.items()) if isinstance(said, dict) else list(said or ())
+            record = Record(topic, partition, int(message.offset() or 0), message.value(), message.key(), headers)
             where = TopicPartition(topic, partition)
             batch = out.get(where)
             if batch is None:

@@ -341,6 +341,9 @@ class ConsumerWorker(Worker):
         #: When the last progress line was due, and the totals then (None: nothing counted yet).
         self._progress_at = time.monotonic()
         self._progress_mark: BatchCounts | None = None
+        #: Records the next poll may return: 1 at start, doubled after each batch up to the
+        #: max_poll_records (:meth:`consume_batch`'s slow start).
+        self._batch_limit = 1
 
     def process(self, records: list[Any]) -> Any:
         """Handle one polled batch; every output durable when it returns (raises if not)."""
@@ -441,8 +444,14 @@ class ConsumerWorker(Worker):
             RedisError, KafkaError: a backend failed.
         """
         assert self.consumer is not None, "setup() first"
-        polled = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=self.max_poll_records)
+        # Slow start: a batch's outputs leave when the whole batch is processed, so the first
+        # batches are small (1, 2, 4, … records, up to max_poll_records): a cleaner's first cleaned
+        # record leaves after one page, not after a batch of 50 (a second and more of extraction).
+        limit = min(self._batch_limit, self.max_poll_records)
+        polled = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=limit)
         records = [record for batch in polled.values() for record in batch]
+        if records:
+            self._batch_limit = min(2 * limit, self.max_poll_records)
         result = None
         if records:
             try:
