@@ -132,7 +132,7 @@ def test_frontier_trace_round_trip_and_hostile_values() -> None:
         [("TraceParent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01"), ("tracestate", b"k=v")]
     )
     span = tracer.start_span("s", context=remote)
-    value = tracing.frontier_trace(span, tracing.LINK, enqueued_ns=1_700_000_000_123_000_000)
+    value = tracing.frontier_trace(span, tracing.LINK, enqueued_ns=1_700_000_000_122_000_001)  # rounded up to ms
     relation, at_ns, context = tracing.parse_frontier_trace(value) or ("", 0, None)
     assert relation == tracing.LINK and at_ns == 1_700_000_000_123_000_000 and context is not None
     got = tracing.span_context_of(context)

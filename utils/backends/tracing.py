@@ -224,7 +224,8 @@ def frontier_trace(span: Span, relation: str = CHILD, enqueued_ns: int | None = 
     ``<relation> <enqueued, epoch ms> <traceparent>[ <tracestate>]``, one line of ASCII that
     survives the request's JSON round trip through Redis and the Lua scripts unchanged."""
     carrier = carrier_of(span)
-    at_ms = (enqueued_ns if enqueued_ns is not None else time.time_ns()) // 1_000_000
+    # rounded up: the page's spans never start before the span that queued it
+    at_ms = -(-(enqueued_ns if enqueued_ns is not None else time.time_ns()) // 1_000_000)
     text = f"{relation} {at_ms} {carrier[TRACEPARENT]}"
     state = carrier.get(TRACESTATE)
     return f"{text} {state}" if state else text
