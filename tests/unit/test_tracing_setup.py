@@ -155,3 +155,24 @@ def test_frontier_trace_round_trip_and_hostile_values() -> None:
     ]
     for bad in ("", "00-xyz", "00-" + "a" * 32 + "-" + "b" * 16 + "-01\r\nX: y", None):
         assert tracing.incoming_headers(bad, "k=v") is None
+
+
+def test_a_queued_requests_trace_survives_its_member_and_a_retry() -> None:
+    """The ``trace`` field is part of the queue member (JSON form: a plain link member has no room
+    for it), comes back from it unchanged, and a retry keeps it; without it the member is as before."""
+    from crawlhive.utils.frontier.model import FrontierRequest, OptionSet, retried
+
+    value = "c 1700000000123 00-" + "a" * 32 + "-" + "b" * 16 + "-01 k=v"
+    plain = FrontierRequest(url="http://example.com/a", appid="a b", crawlid="c", maxdepth=2)
+    plain.option_set = OptionSet.of(plain)
+    traced = FrontierRequest(url="http://example.com/a", appid="a b", crawlid="c", maxdepth=2, trace=value)
+    traced.option_set = plain.option_set
+    assert b"trace" not in plain.member() and plain.member().startswith(b"0 ")
+    member = traced.member()
+    assert member.startswith(b'{"o":') and value.encode() in member
+    back = FrontierRequest.from_member(
+        member, spiderid="link", appid="a b", crawlid="c", domain="example.com", priority=1, options=plain.option_set
+    )
+    assert back.trace == value and back.url == traced.url and back.maxdepth == 2
+    assert retried(back).trace == value and retried(back).member() != member
+    assert FrontierRequest.decode(traced.encode()).trace == value  # the self-contained form too
