@@ -252,12 +252,10 @@ class Cleaner(ConsumerWorker):
         parent = tracing.context_of_headers(getattr(record, "headers", None))
         if parent is None:
             return
-        from opentelemetry.trace import SpanKind
-
         spans[id(page)] = tracing.tracer().start_span(
             "crawlhive.cleaner.clean",
             context=parent,
-            kind=SpanKind.CONSUMER,
+            kind=tracing.SpanKind.CONSUMER,
             attributes={
                 "url.full": str(page.item.get("url", ""))[:2000],
                 "messaging.system": "kafka",

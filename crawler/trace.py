@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawlhive.crawler.requests import context_of
 from crawlhive.utils.backends import tracing
+from crawlhive.utils.backends.tracing import Context, Link, SpanKind, set_span_in_context
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -51,9 +52,6 @@ class PageTrace:
     @classmethod
     def start(cls, request: FrontierRequest, lease_ns: int) -> PageTrace | None:
         """The page spans of *request*, leased at *lease_ns*; None when its ``trace`` does not parse."""
-        from opentelemetry.context import Context
-        from opentelemetry.trace import Link, SpanKind, set_span_in_context
-
         parsed = tracing.parse_frontier_trace(request.trace)
         if parsed is None:
             return None
@@ -93,8 +91,6 @@ class PageTrace:
 
     def child(self, name: str, **attributes: Any) -> Any:
         """A new span *name* under the page span, started now."""
-        from opentelemetry.trace import set_span_in_context
-
         return tracing.tracer().start_span(name, context=set_span_in_context(self.page), attributes=attributes)
 
     def fetch_started(self, url: str) -> None:
@@ -123,8 +119,6 @@ class PageTrace:
         """The spider's output for the page is handled (*items* records to send): the parse span,
         from the last response's arrival (made now: a redirect's response is not parsed)."""
         if self.response_ns and not self.ended:
-            from opentelemetry.trace import set_span_in_context
-
             span = tracing.tracer().start_span(
                 "crawlhive.crawler.parse",
                 context=set_span_in_context(self.page),
@@ -136,8 +130,6 @@ class PageTrace:
 
     def emit(self, topic: str) -> tuple[Any, list[tuple[str, bytes]]]:
         """The span of a record sent to *topic*, and the headers that carry it."""
-        from opentelemetry.trace import SpanKind, set_span_in_context
-
         span = tracing.tracer().start_span(
             "crawlhive.crawler.emit",
             context=set_span_in_context(self.page),

@@ -227,13 +227,11 @@ class KafkaMonitor(ConsumerWorker):
     def _trace(record: ConsumerRecord, spans: dict[int, Any]) -> str | None:
         """Start the span of *record* (docs/contract.md §26.3): a child of its ``traceparent``
         header, else the root of a new trace; returns the frontier ``trace`` of its seed."""
-        from opentelemetry.trace import SpanKind
-
         parent = tracing.context_of_headers(getattr(record, "headers", None))
         span = tracing.tracer().start_span(
             "crawlhive.kafka_monitor.accept",
             context=parent,
-            kind=SpanKind.CONSUMER,
+            kind=tracing.SpanKind.CONSUMER,
             attributes={
                 "messaging.system": "kafka",
                 "messaging.destination.name": record.topic,

@@ -454,12 +454,10 @@ class Sink(ConsumerWorker):
         parent = tracing.context_of_headers(getattr(record, "headers", None))
         if parent is None:
             return
-        from opentelemetry.trace import SpanKind
-
         batch.spans[index] = tracing.tracer().start_span(
             "crawlhive.sink.write",
             context=parent,
-            kind=SpanKind.CONSUMER,
+            kind=tracing.SpanKind.CONSUMER,
             attributes={
                 "url.full": str(value.get("url", ""))[:2000],
                 "crawlhive.sink": self.name,

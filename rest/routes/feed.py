@@ -99,10 +99,8 @@ async def feed(request: Request, rest: Rest) -> JSONResponse:
         raise ApiError(400, SCHEMA_FAILED, outcome.reason.removeprefix("Invalid request: "))
     if not tracing.ON:  # the caller's context goes on as the record's headers (§26.3)
         return JSONResponse(envelope(await send(rest, value, trace)))
-    from opentelemetry.trace import SpanKind
-
     span = tracing.tracer().start_span(
-        "crawlhive.rest.feed", context=tracing.context_of_headers(trace), kind=SpanKind.SERVER
+        "crawlhive.rest.feed", context=tracing.context_of_headers(trace), kind=tracing.SpanKind.SERVER
     )
     try:
         return JSONResponse(envelope(await send(rest, value, tracing.headers_of(span))))

@@ -35,11 +35,27 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+# The OpenTelemetry API (no SDK: that one is imported by configure(), only when tracing is on).
+# redis-py imports it too whenever the SDK is installed, so it costs no import time of its own.
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    Link,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    get_current_span,
+    set_span_in_context,
+)
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
 from crawlhive.utils.config.errors import SettingsError
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer
+
+__all__ = ["Context", "Link", "SpanKind", "set_span_in_context"]  # for the services' spans
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +69,8 @@ ON = False
 
 _tracer: Tracer | None = None
 _provider: Any = None
+_sampling: Any = None  # the SDK's sampling module, once configure() imported it
+_PROPAGATOR = TraceContextTextMapPropagator()
 
 
 def wanted(environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
@@ -104,16 +122,18 @@ def configure(kind: str) -> bool:
     Raises:
         SettingsError: see :func:`wanted`.
     """
-    global ON, _tracer, _provider
+    global ON, _tracer, _provider, _sampling
     if _provider is not None:
         return ON
     if not wanted():
         return False
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import TracerProvider, sampling
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.sampling import _get_from_env_or_default
+
+    _sampling = sampling
 
     attributes: dict[str, Any] = {"process.pid": os.getpid(), "crawlhive.kind": kind}
     if not os.environ.get("OTEL_SERVICE_NAME"):
@@ -188,10 +208,7 @@ def incoming_headers(traceparent: str | None, tracestate: str | None) -> list[tu
 
 
 def _context_of_carrier(carrier: dict[str, str]) -> Context | None:
-    from opentelemetry.trace import get_current_span
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    context = TraceContextTextMapPropagator().extract(carrier)
+    context = _PROPAGATOR.extract(carrier)
     if not get_current_span(context).get_span_context().is_valid:
         return None  # a malformed traceparent: no parent (the standard says: start a new trace)
     return context
@@ -199,11 +216,8 @@ def _context_of_carrier(carrier: dict[str, str]) -> Context | None:
 
 def carrier_of(span: Span) -> dict[str, str]:
     """``{"traceparent": …[, "tracestate": …]}`` of *span*."""
-    from opentelemetry.trace import set_span_in_context
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
     carrier: dict[str, str] = {}
-    TraceContextTextMapPropagator().inject(carrier, set_span_in_context(span))
+    _PROPAGATOR.inject(carrier, set_span_in_context(span))
     return carrier
 
 
@@ -254,15 +268,11 @@ def parse_frontier_trace(value: Any) -> tuple[str, int, Context] | None:
 
 def span_context_of(context: Context) -> Any:
     """The ``SpanContext`` a context holds (for a span's link)."""
-    from opentelemetry.trace import get_current_span
-
     return get_current_span(context).get_span_context()
 
 
 def fail(span: Span, description: str) -> None:
     """Mark *span* as failed with *description*: it is exported whatever the sampler decided."""
-    from opentelemetry.trace import Status, StatusCode
-
     span.set_status(Status(StatusCode.ERROR, description[:500]))
 
 
@@ -270,9 +280,12 @@ def fail(span: Span, description: str) -> None:
 
 
 def _sdk_sampling() -> Any:
-    from opentelemetry.sdk.trace import sampling
+    global _sampling
+    if _sampling is None:  # a sampler built without configure() (the tests')
+        from opentelemetry.sdk.trace import sampling
 
-    return sampling
+        _sampling = sampling
+    return _sampling
 
 
 class KeepErrorsSampler:
@@ -331,8 +344,6 @@ class KeepErrorsProcessor:
         if span.context.trace_flags.sampled:
             self.inner.on_end(span)
             return
-        from opentelemetry.trace import StatusCode
-
         if span.status.status_code is StatusCode.ERROR:
             self.inner.on_end(_sampled_copy(span))
 
@@ -346,7 +357,6 @@ class KeepErrorsProcessor:
 def _sampled_copy(span: Any) -> Any:
     """*span* (ended, not sampled) as a ReadableSpan whose context says sampled."""
     from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.trace import SpanContext, TraceFlags
 
     ctx = span.context
     sampled = SpanContext(ctx.trace_id, ctx.span_id, ctx.is_remote, TraceFlags(TraceFlags.SAMPLED), ctx.trace_state)

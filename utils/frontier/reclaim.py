@@ -75,9 +75,6 @@ def _reclaim_span(request: FrontierRequest, spider: str) -> Any:
     """The span of the reclaim of *request*'s expired lease (docs/contract.md §26.3), in its page's
     trace: a child of the span its ``trace`` names (a link's page, whose trace died with its
     crawler, starts a new one linked to the page that found it); None when ``trace`` does not parse."""
-    from opentelemetry.context import Context
-    from opentelemetry.trace import Link
-
     parsed = tracing.parse_frontier_trace(request.trace)
     if parsed is None:
         return None
@@ -93,9 +90,9 @@ def _reclaim_span(request: FrontierRequest, spider: str) -> Any:
     if relation == tracing.LINK:
         return tracing.tracer().start_span(
             "crawlhive.frontier.reclaim",
-            context=Context(),
+            context=tracing.Context(),
             attributes=attributes,
-            links=[Link(tracing.span_context_of(remote))],
+            links=[tracing.Link(tracing.span_context_of(remote))],
         )
     return tracing.tracer().start_span("crawlhive.frontier.reclaim", context=remote, attributes=attributes)
 
