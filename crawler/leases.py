@@ -25,6 +25,7 @@ lease ends:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from twisted.internet import reactor
 
+from crawlhive.utils.backends import tracing
 from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import CommandList, is_cluster, write_pipeline
 from crawlhive.utils.backends.redis_types import RedisClient
@@ -487,6 +489,8 @@ class LeaseTable:
             return
         if context.trace is not None:
             context.trace.end("retry" if again.retry_times > context.request.retry_times else "postponed")
+            if again.trace is not None:  # the next attempt's frontier wait starts now
+                again = dataclasses.replace(again, trace=tracing.requeued(again.trace))
         if wait_s <= 0:
             self._requeue(context, again)
             return

@@ -138,6 +138,10 @@ def test_frontier_trace_round_trip_and_hostile_values() -> None:
     got = tracing.span_context_of(context)
     assert f"{got.trace_id:032x}" == "a" * 32 and got.span_id == span.get_span_context().span_id
     assert got.trace_state.get("k") == "v"
+    again = tracing.requeued(value)
+    assert again.split(" ")[0] == tracing.LINK and again.split(" ", 2)[2] == value.split(" ", 2)[2]
+    assert int(again.split(" ")[1]) * 1_000_000 > 1_700_000_000_123_000_000
+    assert tracing.requeued("junk") == "junk"
     for hostile in (
         None,
         7,

@@ -245,6 +245,15 @@ def frontier_trace(span: Span, relation: str = CHILD, enqueued_ns: int | None = 
     return f"{text} {state}" if state else text
 
 
+def requeued(value: str) -> str:
+    """A frontier ``trace`` *value* queued again now (a retry, a postponed page): the same span
+    and relation, the enqueue time now, so the next attempt's frontier wait starts here."""
+    relation, _, rest = value.split(" ", 2) if value.count(" ") >= 2 else ("", "", "")
+    if relation not in (CHILD, LINK):
+        return value
+    return f"{relation} {-(-time.time_ns() // 1_000_000)} {rest}"
+
+
 def parse_frontier_trace(value: Any) -> tuple[str, int, Context] | None:
     """``(relation, enqueued ns, context)`` of a :func:`frontier_trace` value; None for anything
     else (a hostile or damaged field never stops the page: it is just not traced)."""
