@@ -13,6 +13,7 @@ page's lease is a span of the page's trace, and the crawler that fetches it agai
 
 from __future__ import annotations
 
+import gzip
 import json
 import secrets
 import threading
@@ -361,3 +362,58 @@ def test_a_page_reclaimed_after_a_crawler_sigkill_says_so_in_its_trace(settings:
     ids = {s.span_id for s in trace}
     orphans = [s for s in trace if s.parent_span_id not in ids and s.parent_span_id != caller_span]
     assert all(s.pid == killed_pid for s in orphans), [(s.name, s.service, s.pid) for s in orphans]
+
+
+def test_errors_are_exported_when_the_sampler_keeps_no_trace(settings: Settings, tmp_path: Path) -> None:
+    """A ratio of 0 and callers that did not sample: a page that fails (its site refuses every
+    connection) still exports its failed spans (each fetch, and the page that ended with a dead
+    letter), while a page crawled, cleaned and stored fine exports nothing."""
+    site = TestSite()
+    site.start()
+    site.page("/fine", _page("Fine"))
+    closed = free_port("127.0.0.1")  # nothing listens there: every connection is refused
+    client = redis_for(settings["REDIS_URL"])
+    good_trace, _, good_parent = _caller()
+    bad_trace, _, bad_parent = _caller()
+    unsampled = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"}
+    with OtlpReceiver() as receiver:
+        cluster = Cluster(settings, tmp_path, receiver)
+        cluster.env.update(unsampled)
+        problems: list[str] = []
+        try:
+            cluster.start()
+            cluster.crawler(client)
+            request = {"appid": "traced", "crawlid": "e1", "maxdepth": 0}
+            _feed_kafka(settings, {**request, "url": site.url("/fine")}, good_parent[:-2] + "00")
+            _feed_kafka(settings, {**request, "url": f"http://127.0.0.1:{closed}/gone"}, bad_parent[:-2] + "00")
+            receiver.wait_for(
+                "the failed page's spans",
+                lambda spans: any(
+                    s.trace_id == bad_trace and s.name == "crawlhive.crawler.page" and s.error for s in spans
+                ),
+                timeout=120,
+                why=cluster.logs,
+            )
+            # the fine page is stored; its spans, had they been exported, would have arrived by now
+            files = tmp_path / "files"
+            deadline = time.monotonic() + 60
+            while not any(b"/fine" in gzip.decompress(p.read_bytes()) for p in files.rglob("*.jsonl.gz")):
+                assert time.monotonic() < deadline, cluster.logs()
+                time.sleep(0.2)
+            time.sleep(2.0)  # ten export intervals
+        finally:
+            problems = cluster.stop()
+            client.close()
+            site.stop()
+        spans = receiver.snapshot()
+    assert [s for s in spans if s.trace_id == good_trace] == []
+    bad = [s for s in spans if s.trace_id == bad_trace]
+    assert bad and all(s.error for s in bad), [(s.name, s.error) for s in bad]
+    names = {s.name for s in bad}
+    assert names == {"crawlhive.crawler.page", "crawlhive.crawler.fetch"}, names
+    [page] = [s for s in bad if s.name == "crawlhive.crawler.page"]
+    assert page.attributes["crawlhive.outcome"] == "failed"
+    assert all("ConnectionRefusedError" in s.status_message for s in bad if s.name == "crawlhive.crawler.fetch")
+    # every process exited 0; the crawler logged the refused connections (Scrapy's ERROR lines
+    # and their tracebacks: the failure this test makes), the others nothing
+    assert not [line for line in problems if not line.startswith("crawler: ")], "\n".join(problems)
