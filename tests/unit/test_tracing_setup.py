@@ -180,3 +180,16 @@ def test_a_queued_requests_trace_survives_its_member_and_a_retry() -> None:
     assert back.trace == value and back.url == traced.url and back.maxdepth == 2
     assert retried(back).trace == value and retried(back).member() != member
     assert FrontierRequest.decode(traced.encode()).trace == value  # the self-contained form too
+
+
+def test_a_process_asked_for_another_exporter_stops_at_start_naming_the_variable() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_TRACES_EXPORTER="zipkin", REDIS_URL="redis://127.0.0.1:9/0")  # never reached
+    done = subprocess.run(
+        [sys.executable, "-m", "crawlhive.app.cli", "cleaner"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip() == (
+        "crawlhive cleaner: OTEL_TRACES_EXPORTER='zipkin': crawlhive exports traces with 'otlp' (OTLP over HTTP)"
+        " or not at all ('none')"
+    )
