@@ -424,7 +424,14 @@ def _missing_topic(settings: Settings, consumer: Any, topic: str) -> str | None:
 def cmd_kind(args: argparse.Namespace) -> int:
     """Run one process of a registered kind (:mod:`crawlhive.utils.process.kinds`) with its settings."""
     kind: ProcessKind = args.kind
-    return kind.entry(_settings_from_args(args), args)
+    settings = _settings_from_args(args)
+    from crawlhive.utils.backends import tracing
+
+    tracing.configure(kind.name)  # the standard OTEL_* variables: off unless they ask (§26.3)
+    try:
+        return kind.entry(settings, args)
+    finally:
+        tracing.shutdown()  # the spans still batched are exported before the process exits
 
 
 # --- parser and main ---------------------------------------------------------------------------

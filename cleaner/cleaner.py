@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 
 from crawlhive.cleaner.page import Duplicate, NearDuplicate, NotAnItem, Page, Reject, Skip, too_long
 from crawlhive.cleaner.plugins import BUILTIN_PLUGINS, CleanerPlugin
+from crawlhive.utils.backends import tracing
 from crawlhive.utils.backends.blobs import BlobError, BlobStore
 from crawlhive.utils.backends.redis_clients import check_redis, redis_from_settings
 from crawlhive.utils.backends.redis_types import RedisClient
@@ -199,19 +200,26 @@ class Cleaner(ConsumerWorker):
         records = self._not_emitted(records)
         outputs: list[tuple[str, Output]] = []
         pages: list[Page] = []
+        spans: dict[int, Any] | None = {} if tracing.ON else None  # id(page) -> its span (§26.3)
         for record in records:
             origin = f"{record.topic}/{record.partition}/{record.offset}"
             item: Any = None
             try:
                 item = self.blobs.resolve(json.loads(record.value))  # a body by reference (§20.5)
-                pages.append(Page.from_item(item, origin))
+                page = Page.from_item(item, origin)
+                pages.append(page)
+                if spans is not None:
+                    self._start_span(record, page, spans)
             except Skip:
                 result.skipped += 1
             except (ValueError, NotAnItem, BlobError) as exc:  # not JSON (ValueError), not an item, no blob
                 reason = str(exc) if isinstance(exc, NotAnItem | BlobError) else f"not a crawled item: not JSON ({exc})"
                 outputs.append((self.dead_letter_topic, self.dead_letter(item, reason)))
+        traced = list(pages) if spans else []
         for step in self.steps:
             pages = self._run_step(step, pages, outputs, result)
+        headers: dict[int, list[tuple[str, bytes]]] = {}
+        emitted: set[int] = set()
         for page in pages:
             record = self.cleaned_record(page)
             size = len(encode(record))
@@ -220,15 +228,61 @@ class Cleaner(ConsumerWorker):
                     f"cleaned record too large: {size} bytes (KAFKA_PRODUCER_MAX_REQUEST_SIZE is {self.max_request})"
                 )
                 outputs.append((self.dead_letter_topic, self.dead_letter(page.item, error)))
+                if spans and id(page) in spans:
+                    tracing.fail(spans[id(page)], error)
                 continue
+            if spans and id(page) in spans:  # the cleaned record carries the clean span (§26.3)
+                headers[len(outputs)] = tracing.headers_of(spans[id(page)])
+                spans[id(page)].set_attribute("crawlhive.outcome", "cleaned")
+                emitted.add(id(page))
             outputs.append((self.cleaned_topic, record))
             result.cleaned += 1
             if "near_duplicate_of" in page.record:
                 result.near_duplicates += 1
         result.dead_letters = sum(1 for topic, _ in outputs if topic == self.dead_letter_topic)
-        self._send(outputs)
+        try:
+            self._send(outputs, headers)
+        except BaseException as exc:
+            if spans:
+                self._end_spans(traced, spans, emitted, f"not acknowledged: {exc!r}")
+            raise
         self._count(result)
+        if spans:
+            self._end_spans(traced, spans, emitted, None)
         return result
+
+    @staticmethod
+    def _start_span(record: ConsumerRecord, page: Page, spans: dict[int, Any]) -> None:
+        """The span of *page*, a child of its record's ``traceparent`` (none without one: the
+        crawler traced neither it nor its links, §26.3)."""
+        parent = tracing.context_of_headers(getattr(record, "headers", None))
+        if parent is None:
+            return
+        spans[id(page)] = tracing.tracer().start_span(
+            "crawlhive.cleaner.clean",
+            context=parent,
+            kind=tracing.SpanKind.CONSUMER,
+            attributes={
+                "url.full": str(page.item.get("url", ""))[:2000],
+                "messaging.system": "kafka",
+                "messaging.destination.name": record.topic,
+                "messaging.kafka.offset": record.offset,
+            },
+        )
+
+    @staticmethod
+    def _end_spans(pages: list[Page], spans: dict[int, Any], emitted: set[int], error: str | None) -> None:
+        """End the batch's page spans (*emitted*: the ids of the pages sent on); a page that was
+        not sent on says so (skipped, a duplicate, a dead letter: the counters say which)."""
+        for page in pages:
+            span = spans.get(id(page))
+            if span is None:
+                continue
+            if error is not None:
+                tracing.fail(span, error)
+            elif id(page) not in emitted:
+                span.set_attribute("crawlhive.outcome", "not emitted")
+            span.end()
 
     def _run_step(
         self, step: CleanerPlugin, pages: list[Page], outputs: list[tuple[str, Output]], result: CleanResult
@@ -281,12 +335,20 @@ class Cleaner(ConsumerWorker):
     #: A ``stage: clean`` dead letter (:func:`~crawlhive.utils.contract.records.clean_dead_letter`).
     dead_letter = staticmethod(clean_dead_letter)
 
-    def _send(self, outputs: list[tuple[str, Output]]) -> None:
-        """Produce *outputs* and wait for every acknowledgement (raises KafkaError if one fails)."""
+    def _send(
+        self, outputs: list[tuple[str, Output]], headers: dict[int, list[tuple[str, bytes]]] | None = None
+    ) -> None:
+        """Produce *outputs* (the one at index i with ``headers[i]``) and wait for every
+        acknowledgement (raises KafkaError if one fails)."""
         if not outputs:
             return
         assert self.producer is not None
-        send_and_wait(self.producer, [(topic, encode(value), None) for topic, value in outputs], self.ack_timeout_s)
+        send_and_wait(
+            self.producer,
+            [(topic, encode(value), None) for topic, value in outputs],
+            self.ack_timeout_s,
+            headers=headers,
+        )
 
     def _count(self, result: CleanResult) -> None:
         """Add *result* to the cluster's counters and this host's (``stats: cleaner``)."""

@@ -28,6 +28,7 @@ from twisted.internet import defer, reactor, threads
 from twisted.python.failure import Failure
 
 from crawlhive.crawler.items import CrawledItem
+from crawlhive.utils.backends import tracing
 from crawlhive.utils.backends.blobs import BlobStore
 from crawlhive.utils.backends.kafka_clients import ensure_topics
 from crawlhive.utils.backends.rdkafka import Report, make_rdkafka_producer
@@ -66,11 +67,20 @@ class Output(Protocol):
 
     name: str
 
-    def send(self, topic: str, data: bytes) -> defer.Deferred[None]:
-        """Deliver *data* as a record of *topic*; fires in the reactor thread once it is stored."""
+    def send(self, topic: str, data: bytes, headers: list[tuple[str, bytes]] | None = None) -> defer.Deferred[None]:
+        """Deliver *data* as a record of *topic* (*headers*: where the output has record headers);
+        fires in the reactor thread once it is stored."""
 
     def close(self) -> None:
         """Deliver what is pending (a few seconds at most) and release the connection."""
+
+
+def _end_emit(result: Any, span: Any) -> Any:
+    """End an emit *span* when its record's sends settle (an error if one failed); *result* passes on."""
+    if isinstance(result, Failure):
+        tracing.fail(span, f"not acknowledged: {result.value!r}")
+    span.end()
+    return result
 
 
 class Emitter:
@@ -172,7 +182,14 @@ class Emitter:
                 topics.append(topic)
             else:
                 logger.warning("appid %r is not a legal topic name fragment; firehose only", appid)
-        result: defer.Deferred[Any] = defer.gatherResults([self.send(t, data) for t in topics], consumeErrors=True)
+        headers = span = None
+        if context is not None and context.trace is not None:  # §26.3: the record carries its emit span
+            span, headers = context.trace.emit(topics[0])
+        result: defer.Deferred[Any] = defer.gatherResults(
+            [self.send(t, data, headers) for t in topics], consumeErrors=True
+        )
+        if span is not None:
+            result.addBoth(_end_emit, span)
 
         def failed(failure: Any) -> Any:
             error = failure.value.subFailure.value if isinstance(failure.value, defer.FirstError) else failure.value
@@ -235,9 +252,9 @@ class Emitter:
 
         self.send(self.dead_letter_topic, data).addCallbacks(sent, failed)
 
-    def send(self, topic: str, data: bytes) -> defer.Deferred[None]:
-        """Deliver *data* as a record of *topic* through the output."""
-        return self.output.send(topic, data)
+    def send(self, topic: str, data: bytes, headers: list[tuple[str, bytes]] | None = None) -> defer.Deferred[None]:
+        """Deliver *data* as a record of *topic* (with *headers*: its trace context) through the output."""
+        return self.output.send(topic, data, headers)
 
 
 class KafkaOutput:
@@ -268,14 +285,14 @@ class KafkaOutput:
         if left:  # their leases stay and are reclaimed
             logger.warning("%d records not acknowledged by Kafka at close; their pages will be crawled again", left)
 
-    def send(self, topic: str, data: bytes) -> defer.Deferred[None]:
-        """Produce *data* to *topic*; the Deferred fires in the reactor thread on the broker's ack."""
+    def send(self, topic: str, data: bytes, headers: list[tuple[str, bytes]] | None = None) -> defer.Deferred[None]:
+        """Produce *data* (with *headers*) to *topic*; the Deferred fires in the reactor thread on the broker's ack."""
         result: defer.Deferred[None] = defer.Deferred()
         ready = self._topic_ready(topic)
 
         def send(_: Any) -> None:
             try:
-                self.producer.produce(topic, data, result)
+                self.producer.produce(topic, data, result, headers)
             except KafkaError as exc:  # e.g. MessageSizeTooLargeError, a full queue
                 result.errback(exc)
 
@@ -347,7 +364,7 @@ class RedisOutput:
     def key_of(self, topic: str) -> str:
         return self.dead_letter_key if topic == self.dead_letter_topic else self.items_key
 
-    def send(self, topic: str, data: bytes) -> defer.Deferred[None]:
+    def send(self, topic: str, data: bytes, headers: list[tuple[str, bytes]] | None = None) -> defer.Deferred[None]:
         pushed: defer.Deferred[Any] = threads.deferToThread(self.redis.rpush, self.key_of(topic), data)
         return pushed.addCallback(lambda _: None)
 

@@ -25,6 +25,7 @@ lease ends:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from twisted.internet import reactor
 
+from crawlhive.utils.backends import tracing
 from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import CommandList, is_cluster, write_pipeline
 from crawlhive.utils.backends.redis_types import RedisClient
@@ -53,6 +55,7 @@ from crawlhive.utils.frontier.writer import plan_push
 
 if TYPE_CHECKING:
     from crawlhive.crawler.batching import ScriptBatcher
+    from crawlhive.crawler.trace import PageTrace
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +101,8 @@ class LeaseContext:
     bloom_records: dict[int, str] = field(default_factory=dict)
     """Frontier shard -> the page's record of the links it added to the crawl's Bloom filter there
     (``Keys.dupefilter_bloom_page``, written by the admit): deleted by the page's ack."""
+    trace: PageTrace | None = None
+    """The page's spans while tracing is on (crawler/trace.py, docs/contract.md §26.3); None while off."""
 
     @property
     def request(self) -> FrontierRequest:
@@ -185,6 +190,8 @@ class LeaseTable:
             self._items[id(item)] = (item, context, times)
         context.pending_items += len(items)
         context.parsed = True
+        if context.trace is not None:
+            context.trace.parsed(len(items))
         self.maybe_finish(context)
 
     def claim(self, item: Any) -> LeaseContext | None:
@@ -268,10 +275,27 @@ class LeaseTable:
             return
         if counter == "crawled":
             self.on_crawled()
+        if context.trace is not None:
+            self._end_trace(context, context.trace, counter)
+        elif context.request.trace is not None:  # traced upstream, not here: its links are not
+            for child in context.children:
+                child.trace = None
         self._finishing.append((context, counter))
         if self._flush_call is None and not self.closed:
             # Twisted's interface stubs declare callLater without self: mypy misreads the arguments.
             self._flush_call = reactor.callLater(0, self.flush_finished)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _end_trace(context: LeaseContext, trace: PageTrace, counter: str) -> None:
+        """End the page's spans with its lease's *counter*; its links get traces of their own."""
+        if context.children:
+            link = trace.link_trace()
+            for child in context.children:
+                child.trace = link
+        if counter == "failed":
+            trace.end("failed", "the page ended with a crawl dead letter")
+        else:
+            trace.end(counter or "dropped")
 
     def flush_finished(self) -> None:
         """Write the pending :meth:`finish` batch now (links first, then the acks): on the batcher
@@ -469,6 +493,10 @@ class LeaseTable:
         """End *context* here and queue *again* in its place after *wait_s* seconds."""
         if not self._end(context):
             return
+        if context.trace is not None:
+            context.trace.end("retry" if again.retry_times > context.request.retry_times else "postponed")
+            if again.trace is not None:  # the next attempt's frontier wait starts now
+                again = dataclasses.replace(again, trace=tracing.requeued(again.trace))
         if wait_s <= 0:
             self._requeue(context, again)
             return
@@ -525,6 +553,8 @@ class LeaseTable:
         error its lease expires and is reclaimed)."""
         if not self._end(context):
             return
+        if context.trace is not None:
+            context.trace.end("given back")
         try:
             moved = self.worker.requeue(context.lease.member, context.request)
         except REDIS_FAILURES as exc:
@@ -535,6 +565,8 @@ class LeaseTable:
 
     def abandon(self, context: LeaseContext) -> None:
         """Stop working on *context* without ending its lease: it expires and is reclaimed."""
+        if context.trace is not None:
+            context.trace.end("abandoned", "left to expire and be reclaimed")
         context.done = True
         self.inflight.pop(context.lease.member, None)
 

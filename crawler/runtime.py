@@ -63,6 +63,7 @@ from crawlhive.crawler.redis_only import SeedReader
 from crawlhive.crawler.requests import scrapy_request, unfetchable
 from crawlhive.crawler.settings import spider_lists
 from crawlhive.crawler.shards import ShardCursor
+from crawlhive.utils.backends import tracing
 from crawlhive.utils.backends.redis_clients import async_redis_from_settings, redis_from_settings
 from crawlhive.utils.backends.redis_types import AsyncRedisClient, RedisClient
 from crawlhive.utils.backends.scripts import scripts
@@ -489,6 +490,10 @@ class CrawlRuntime:
                 logger.warning("could not drop a request of an expired crawl (%r); check REDIS_URL", exc)
             return None
         context = LeaseContext(lease)
+        if tracing.ON and request.trace is not None:  # §26.3: the page's spans, from its enqueue time
+            from crawlhive.crawler.trace import PageTrace
+
+            context.trace = PageTrace.start(request, time.time_ns())
         problem = unfetchable(request.url)
         built = None
         if problem is None:

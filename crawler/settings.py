@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from crawlhive.crawler.extensions import EXTENSIONS as MAINTENANCE_EXTENSIONS
+from crawlhive.utils.backends import tracing
 from crawlhive.utils.backends.keys import SpiderLists
 from crawlhive.utils.config.errors import SettingsError
 from crawlhive.utils.rules.patterns import PATTERN_SETTINGS
@@ -137,6 +138,8 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             f"{_PKG}.middlewares.outcomes.ResponseStatsMiddleware": 950,
             f"{_PKG}.middlewares.pacing.CrawlDelayMiddleware": 960,
             f"{_PKG}.netguard.NetworkGuardMiddleware": 990,
+            # the fetch spans (§26.3), only while tracing is on: nothing per page while off
+            **({f"{_PKG}.trace.TraceMiddleware": 995} if tracing.ON else {}),
         },
         "SPIDER_MIDDLEWARES": {
             f"{_PKG}.middlewares.spider.FrontierSpiderMiddleware": 950,

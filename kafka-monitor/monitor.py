@@ -26,9 +26,10 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.kafka_monitor.plugins import BUILTIN_PLUGINS, Incoming, IncomingPlugin
+from crawlhive.utils.backends import tracing
 from crawlhive.utils.backends.kafka_clients import record_origin
 from crawlhive.utils.backends.redis_clients import check_redis, redis_from_settings, write_pipeline
 from crawlhive.utils.backends.redis_types import RedisClient
@@ -180,7 +181,11 @@ class KafkaMonitor(ConsumerWorker):
         validate = self.validator.validate_raw
         groups: dict[type[MessageKind], list[tuple[ConsumerRecord, Incoming]]] = defaultdict(list)
         dead: list[tuple[ConsumerRecord, str]] = []
+        spans: dict[int, Any] | None = {} if tracing.ON else None  # id(record) -> its span (§26.3)
         for record in records:
+            trace = None
+            if spans is not None:
+                trace = self._trace(record, spans)
             try:
                 outcome = validate(record.value)
             except Exception:  # a validator bug must not stop the loop or lose the neighbours
@@ -190,7 +195,7 @@ class KafkaMonitor(ConsumerWorker):
             if isinstance(outcome, Accepted):
                 origin = record_origin(record)
                 sent_ms = record.timestamp if isinstance(record.timestamp, int) and record.timestamp > 0 else 0
-                groups[outcome.plugin].append((record, Incoming(outcome.message, origin, sent_ms)))
+                groups[outcome.plugin].append((record, Incoming(outcome.message, origin, sent_ms, trace)))
             else:
                 dead.append((record, outcome.reason))
 
@@ -214,7 +219,39 @@ class KafkaMonitor(ConsumerWorker):
             self.replicas.wait((), cluster_wide=True)  # a cluster's shards: Frontier.push waited
         self._send_dead_letters(dead)
         self._count(len(records), len(dead), handled)
+        if spans:
+            self._end_spans(spans, dead)
         return BatchResult(records=len(records), accepted=sum(handled.values()), rejected=len(dead))
+
+    @staticmethod
+    def _trace(record: ConsumerRecord, spans: dict[int, Any]) -> str | None:
+        """Start the span of *record* (docs/contract.md §26.3): a child of its ``traceparent``
+        header, else the root of a new trace; returns the frontier ``trace`` of its seed."""
+        parent = tracing.context_of_headers(getattr(record, "headers", None))
+        span = tracing.tracer().start_span(
+            "crawlhive.kafka_monitor.accept",
+            context=parent,
+            kind=tracing.SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "kafka",
+                "messaging.destination.name": record.topic,
+                "messaging.destination.partition.id": str(record.partition),
+                "messaging.kafka.offset": record.offset,
+            },
+        )
+        spans[id(record)] = span
+        return tracing.frontier_trace(span)
+
+    @staticmethod
+    def _end_spans(spans: dict[int, Any], dead: list[tuple[ConsumerRecord, str]]) -> None:
+        """End the batch's spans: those of dead-lettered records as errors, with the reason."""
+        for record, reason in dead:
+            span = spans.get(id(record))
+            if span is not None:
+                tracing.fail(span, reason)
+        end = tracing.now_ns()
+        for span in spans.values():
+            span.end(end)
 
     def _handle(
         self, plugin: IncomingPlugin, items: list[tuple[ConsumerRecord, Incoming]]

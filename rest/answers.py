@@ -292,8 +292,9 @@ class KafkaLink:
         """True while the clients are set up and the last send (if any) was acknowledged."""
         return self.ready.is_set() and not self._failed_send
 
-    def produce(self, value: bytes) -> None:
-        """Send *value* to ``<prefix>.incoming`` and wait for the broker's ack (blocking).
+    def produce(self, value: bytes, headers: list[tuple[str, bytes]] | None = None) -> None:
+        """Send *value* (with the record *headers*, if any) to ``<prefix>.incoming`` and wait for
+        the broker's ack (blocking).
 
         Raises:
             RecordTooLarge: *value* is larger than a record may be (checked first); the connection
@@ -305,7 +306,7 @@ class KafkaLink:
         if not self.ready.is_set() or producer is None:
             raise KafkaUnavailable("not connected to Kafka yet; check KAFKA_BOOTSTRAP_SERVERS")
         try:
-            producer.send(self.incoming, value).get(timeout=self.ack_timeout_s)
+            producer.send(self.incoming, value, headers=headers or None).get(timeout=self.ack_timeout_s)
         except MessageSizeTooLargeError as exc:  # the broker's own limit is lower than ours
             raise RecordTooLarge(
                 f"the broker refused a {len(value)}-byte request as too large ({exc}); it allows less "

@@ -171,8 +171,11 @@ class RestService:
 
     # --- feeding -----------------------------------------------------------------------------
 
-    async def feed(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """Produce a validated *request* as received; with a ``uuid``, wait for its answer.
+    async def feed(
+        self, request: dict[str, Any], headers: list[tuple[str, bytes]] | None = None
+    ) -> dict[str, Any] | None:
+        """Produce a validated *request* as received, with the record *headers* (its trace
+        context, docs/contract.md §26.3); with a ``uuid``, wait for its answer.
 
         Returns:
             None (no uuid), the answer message, or ``{"poll_id": uuid}`` when no answer came within
@@ -187,13 +190,13 @@ class RestService:
         self.kafka.check_size(payload)
         uuid = request.get("uuid")
         if not isinstance(uuid, str):
-            await asyncio.to_thread(self.kafka.produce, payload)
+            await asyncio.to_thread(self.kafka.produce, payload, headers)
             return None
         future = self.book.register(uuid)  # before producing: the answer may be very fast
         delivered = False
         try:
             await asyncio.to_thread(self.book.mark_waiting, uuid)
-            await asyncio.to_thread(self.kafka.produce, payload)
+            await asyncio.to_thread(self.kafka.produce, payload, headers)
             try:
                 answer = await asyncio.wait_for(asyncio.shield(future), self.wait_s)
             except TimeoutError:

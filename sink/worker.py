@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 from crawlhive.sink.store import SinkRecord, Store, WriteResult, sink_group, sink_name, source_topic, store_for
+from crawlhive.utils.backends import tracing
 from crawlhive.utils.backends.blobs import BlobError, BlobStore
 from crawlhive.utils.backends.redis_clients import check_redis, redis_from_settings
 from crawlhive.utils.backends.redis_types import RedisClient
@@ -71,6 +72,8 @@ class Batch:
     #: flight is waited for, so that the writer thread starts on this one as soon as it is free.
     prepared: Any = None
     future: Future[WriteResult] | None = None
+    #: The spans of :attr:`good`'s traced records, by position (tracing on, §26.3), ended by the completion.
+    spans: dict[int, Any] = field(default_factory=dict)
 
     def submit(self, executor: ThreadPoolExecutor, store: Store) -> Batch:
         """Start writing the batch's :attr:`prepared` records to *store* on *executor*'s thread."""
@@ -436,12 +439,49 @@ class Sink(ConsumerWorker):
             except BlobError as exc:
                 letters.append(self.dead_letter(value, record, str(exc)))
                 continue
+            if tracing.ON:
+                self._start_span(record, value, len(good), batch)
             if resolved is value:
                 good.append(SinkRecord(record.topic, record.partition, record.offset, value, len(data), data))
             else:  # what the record holds is the body its reference named, not its small message
                 size = len(data) + _ref_size(value)
                 good.append(SinkRecord(record.topic, record.partition, record.offset, resolved, size, None))
         return batch
+
+    def _start_span(self, record: Any, value: dict[str, Any], index: int, batch: Batch) -> None:
+        """The span of the store's write of *record* (:attr:`Batch.good`'s *index*-th), a child of
+        its ``traceparent`` header; none without one (§26.3)."""
+        parent = tracing.context_of_headers(getattr(record, "headers", None))
+        if parent is None:
+            return
+        batch.spans[index] = tracing.tracer().start_span(
+            "crawlhive.sink.write",
+            context=parent,
+            kind=tracing.SpanKind.CONSUMER,
+            attributes={
+                "url.full": str(value.get("url", ""))[:2000],
+                "crawlhive.sink": self.name,
+                "crawlhive.sink.store": self.store.kind,
+                "messaging.system": "kafka",
+                "messaging.destination.name": record.topic,
+                "messaging.kafka.offset": record.offset,
+            },
+        )
+
+    @staticmethod
+    def _end_spans(batch: Batch, written: WriteResult) -> None:
+        """End *batch*'s spans with what the store did: ``stored`` (a row, or a record of a file
+        complete or still being gathered: ``crawlhive.sink.store`` says which store), or the
+        reason it became a dead letter (an error)."""
+        rejected = {id(record): reason for record, reason in written.rejected}
+        outcome = "buffered" if written.buffered else "stored"
+        for index, span in batch.spans.items():
+            reason = rejected.get(id(batch.good[index]))
+            if reason is not None:
+                tracing.fail(span, reason)
+            else:
+                span.set_attribute("crawlhive.outcome", outcome)
+            span.end()
 
     def _complete(self, batch: Batch, written: WriteResult) -> SinkResult:
         """After *batch*'s write: send its dead letters (acknowledged when this returns), count it,
@@ -450,6 +490,8 @@ class Sink(ConsumerWorker):
         Raises:
             KafkaError: a dead letter was not acknowledged (the batch is written again).
         """
+        if batch.spans:
+            self._end_spans(batch, written)
         letters = batch.letters
         for sink_record, reason in written.rejected:
             letters.append(self.dead_letter(sink_record.value, sink_record, reason))

@@ -53,11 +53,14 @@ class Incoming:
             idempotency ids from it so a redelivered record writes nothing twice.
         sent_ms: the Kafka record's timestamp (epoch ms, the producer's clock); 0 when unknown.
             A seed sent before its crawl's stop but read after it is not queued (§3.9).
+        trace: the frontier ``trace`` of its seed while tracing is on (§26.3): the context of the
+            kafka-monitor's span of the record; None while off.
     """
 
     message: dict[str, Any]
     origin: str
     sent_ms: int = 0
+    trace: str | None = None
 
 
 class IncomingPlugin(MessageKind, ABC):

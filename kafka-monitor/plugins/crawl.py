@@ -42,6 +42,9 @@ class ScraperHandler(CrawlRequest, IncomingPlugin):
         """
         keys = self.frontier.keys
         seeds = [seed_from_request(r.message, r.origin) for r in requests]
+        for request, seed in zip(requests, seeds, strict=True):
+            if request.trace is not None:  # tracing on (§26.3): the seed's page continues its trace
+                seed.trace = request.trace
         # the marker is in the seed's frontier shard, beside its queue (one slot on a cluster)
         markers = [
             keys.seed_origin(r.origin, keys.shard_of(seed.domain)) for r, seed in zip(requests, seeds, strict=True)

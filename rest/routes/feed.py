@@ -32,6 +32,7 @@ from crawlhive.rest.http import (
     responses,
 )
 from crawlhive.rest.service import RestService
+from crawlhive.utils.backends import tracing
 from crawlhive.utils.contract.validation import Accepted, Rejected, json_pointer, parse_json
 
 logger = logging.getLogger(__name__)
@@ -93,9 +94,21 @@ async def health_post(rest: Rest) -> JSONResponse:
 async def feed(request: Request, rest: Rest) -> JSONResponse:
     value = await json_body(request, rest.settings.REST_MAX_BODY_BYTES)
     outcome = await asyncio.to_thread(validate, rest, value)  # off the event loop: others keep going
+    trace = tracing.incoming_headers(request.headers.get(tracing.TRACEPARENT), request.headers.get(tracing.TRACESTATE))
     if isinstance(outcome, Rejected):
         raise ApiError(400, SCHEMA_FAILED, outcome.reason.removeprefix("Invalid request: "))
-    return JSONResponse(envelope(await send(rest, value)))
+    if not tracing.ON:  # the caller's context goes on as the record's headers (§26.3)
+        return JSONResponse(envelope(await send(rest, value, trace)))
+    span = tracing.tracer().start_span(
+        "crawlhive.rest.feed", context=tracing.context_of_headers(trace), kind=tracing.SpanKind.SERVER
+    )
+    try:
+        return JSONResponse(envelope(await send(rest, value, tracing.headers_of(span))))
+    except ApiError as exc:
+        tracing.fail(span, f"{exc.status}: {exc}")
+        raise
+    finally:
+        span.end()
 
 
 @router.post(
@@ -130,10 +143,11 @@ def validate(rest: RestService, value: Any) -> Accepted | Rejected:
         return Rejected("Invalid request: internal error while validating")
 
 
-async def send(rest: RestService, request: dict[str, Any]) -> Any:
-    """Feed a validated *request* (:meth:`RestService.feed`); its failures become the errors of §7."""
+async def send(rest: RestService, request: dict[str, Any], headers: list[tuple[str, bytes]] | None = None) -> Any:
+    """Feed a validated *request* (:meth:`RestService.feed`) with the record *headers* (its trace
+    context, §26.3); its failures become the errors of §7."""
     try:
-        return await rest.feed(request)
+        return await rest.feed(request, headers)
     except RecordTooLarge as exc:
         raise ApiError(413, TOO_LARGE, str(exc)) from exc
     except KafkaUnavailable as exc:

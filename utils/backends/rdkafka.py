@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import confluent_kafka
@@ -112,8 +112,15 @@ class Record:
     offset: int
     value: bytes | None
     key: bytes | None = None
-    #: ``(name, value)`` pairs, as kafka-python gives them (empty when the record has none).
-    headers: list[tuple[str, Any]] = field(default_factory=list)
+    headers: list[tuple[str, bytes]] | None = None
+
+
+def _headers(message: Any) -> list[tuple[str, bytes]] | None:
+    """A consumed message's headers as kafka-python gives them (name, bytes); None without any."""
+    headers = message.headers()
+    if not headers:
+        return None
+    return [(str(name), value if isinstance(value, bytes) else str(value or "").encode()) for name, value in headers]
 
 
 def _mapped(config: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -210,9 +217,9 @@ class RdKafkaConsumer:
                 raise _error(confluent_kafka.KafkaException(error))
             topic, partition = message.topic(), message.partition()
             assert topic is not None and partition is not None  # a message without error has both
-            said = message.headers()
-            headers = list(said.items()) if isinstance(said, dict) else list(said or ())
-            record = Record(topic, partition, int(message.offset() or 0), message.value(), message.key(), headers)
+            record = Record(
+                topic, partition, int(message.offset() or 0), message.value(), message.key(), _headers(message)
+            )
             where = TopicPartition(topic, partition)
             batch = out.get(where)
             if batch is None:
@@ -376,8 +383,9 @@ class RdKafkaProducer:
         self._thread = threading.Thread(target=self._serve, name="crawlhive-rdkafka-producer", daemon=True)
         self._thread.start()
 
-    def produce(self, topic: str, value: bytes, token: Any) -> None:
-        """Queue *value* as a record of *topic*; its report, with *token*, comes later.
+    def produce(self, topic: str, value: bytes, token: Any, headers: list[tuple[str, bytes]] | None = None) -> None:
+        """Queue *value* (with record *headers*, if any) as a record of *topic*; its report, with
+        *token*, comes later.
 
         Raises:
             KafkaError: librdkafka refused it at once (MessageSizeTooLargeError for a record over
@@ -390,7 +398,10 @@ class RdKafkaProducer:
                 self._reports.append(report)
 
         try:
-            self._producer.produce(topic, value, on_delivery=delivered)
+            if headers:
+                self._producer.produce(topic, value, on_delivery=delivered, headers=list(headers))
+            else:
+                self._producer.produce(topic, value, on_delivery=delivered)
         except BufferError as exc:
             raise kafka_errors.KafkaTimeoutError(f"the producer's queue is full: {exc}") from exc
         except confluent_kafka.KafkaException as exc:

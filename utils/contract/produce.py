@@ -3,7 +3,7 @@ each service does before it commits, acks or ``XACK``\\ s what the records answe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 from kafka.errors import (
@@ -41,6 +41,7 @@ def send_and_wait(
     records: Iterable[tuple[str, bytes, T]],
     timeout_s: float,
     give_up: Callable[[str, T, KafkaError], None] | None = None,
+    headers: Mapping[int, list[tuple[str, bytes]]] | None = None,
 ) -> None:
     """Produce every ``(topic, value, tag)`` of *records*, flush, and wait for every ack.
 
@@ -53,9 +54,12 @@ def send_and_wait(
         KafkaError: a record was not acknowledged within *timeout_s* (the caller retries the lot).
     """
     futures: list[tuple[str, T, FutureRecordMetadata]] = []
-    for topic, value, tag in records:
+    for i, (topic, value, tag) in enumerate(records):
         try:
-            futures.append((topic, tag, producer.send(topic, value)))
+            if headers and i in headers:
+                futures.append((topic, tag, producer.send(topic, value, headers=headers[i])))
+            else:
+                futures.append((topic, tag, producer.send(topic, value)))
         except KafkaError as exc:
             if give_up is None or not never_sendable(exc):
                 raise

@@ -122,6 +122,13 @@ class FrontierRequest:
     """A followed request that is more than a plain GET of ``url`` (its own method, body, headers,
     cookies, callback, meta or cb_kwargs) as ``scrapy.Request.to_dict`` made JSON-safe by
     ``crawlhive.crawler.requests``; None for a seed or a plain link."""
+    trace: str | None = None
+    """The page's trace context while tracing is on (docs/contract.md §26.3,
+    :func:`crawlhive.utils.backends.tracing.frontier_trace`): the span its page's spans continue
+    (a seed's: the kafka-monitor's; a reclaimed request's: the redis-monitor's reclaim) or link to
+    (a link's: the page that found it), and when it was queued. None (and no byte of the queue
+    member) while tracing is off; a retry keeps it (queued again: ``tracing.requeued``), a link
+    gets its own."""
     option_set: OptionSet | None = field(default=None, compare=False, repr=False)
     """The crawl options this request's queue member refers to (:meth:`member`); children inherit
     their parent's. None until :meth:`Frontier.push` (or a legacy member's decode) sets it."""

@@ -4,7 +4,9 @@ redis-monitor's reaper."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from crawlhive.utils.backends import tracing
 from crawlhive.utils.contract.encoding import encode_text
 from crawlhive.utils.frontier.leasing import FrontierLeaser
 from crawlhive.utils.frontier.model import LEASE_EXPIRED, OPTIONS_LOST, FrontierRequest, dead_letter_of, retried
@@ -43,19 +45,56 @@ def reclaim_expired_leases(worker: FrontierLeaser, spider: str, max_retries: int
     requeued = failed = 0
     lanes: dict[bool, set[int]] = {}
     for member, request in worker.expired_leases(spider, limit):
+        span = _reclaim_span(request, spider) if tracing.ON and request.trace is not None else None
         if request.option_set is not None and request.option_set.lost:
             error = f"{OPTIONS_LOST}: crawl record expired (CRAWL_RECORD_TTL)"
             failed += worker.exhaust(member, request, _dead_letter(request, error))
+            outcome = error
         elif request.retry_times < max_retries:
-            if worker.reclaim(member, retried(request)):
+            again = retried(request)
+            if span is not None:  # the retry's spans continue the page's trace under the reclaim
+                again.trace = tracing.frontier_trace(span)
+            if worker.reclaim(member, again):
                 requeued += 1
                 lanes.setdefault(request.render, set()).add(worker.keys.shard_of(request.domain))
+            outcome = ""
         else:
             failed += worker.exhaust(member, request, _dead_letter(request, LEASE_EXPIRED))
+            outcome = f"{LEASE_EXPIRED}: retries used up (RETRY_TIMES={max_retries}); dead letter"
+        if span is not None:
+            if outcome:
+                tracing.fail(span, outcome)
+            span.end()
     if requeued:
         for render, shards in sorted(lanes.items()):  # idle crawlers of the lane take it at once
             worker.redis.publish(worker.keys.wake_channel(spider, render), wake_message(shards))
     return ReclaimResult(requeued, failed)
+
+
+def _reclaim_span(request: FrontierRequest, spider: str) -> Any:
+    """The span of the reclaim of *request*'s expired lease (docs/contract.md §26.3), in its page's
+    trace: a child of the span its ``trace`` names (a link's page, whose trace died with its
+    crawler, starts a new one linked to the page that found it); None when ``trace`` does not parse."""
+    parsed = tracing.parse_frontier_trace(request.trace)
+    if parsed is None:
+        return None
+    relation, _, remote = parsed
+    attributes: dict[str, Any] = {
+        "url.full": request.url,
+        "crawlhive.appid": request.appid,
+        "crawlhive.crawlid": request.crawlid,
+        "crawlhive.spiderid": spider,
+        "crawlhive.retry_times": request.retry_times,
+        "crawlhive.reclaimed": True,
+    }
+    if relation == tracing.LINK:
+        return tracing.tracer().start_span(
+            "crawlhive.frontier.reclaim",
+            context=tracing.Context(),
+            attributes=attributes,
+            links=[tracing.Link(tracing.span_context_of(remote))],
+        )
+    return tracing.tracer().start_span("crawlhive.frontier.reclaim", context=remote, attributes=attributes)
 
 
 def _dead_letter(request: FrontierRequest, error: str) -> str:
