@@ -81,6 +81,9 @@ class Cleaner(ConsumerWorker):
     #: librdkafka: it joins the group in the background while the steps load (:meth:`setup`), and
     #: reads a record for a sixth of kafka-python's CPU (:mod:`crawlhive.utils.backends.rdkafka`).
     rdkafka = True
+    #: Pages take tens of milliseconds each: the first batches are small, so the first cleaned
+    #: record leaves after one page (:meth:`ConsumerWorker.consume_batch`).
+    slow_start = True
 
     def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
         super().__init__(settings, redis, owns_redis=owns_redis)

@@ -257,7 +257,7 @@ REJECTIONS: list[tuple[bytes | None, str]] = [
             (
                 {"uuid": "u6", "appid": "testapp", "stats": "everything"},
                 "stats: 'everything' is not one of ['kafka-monitor', 'redis-monitor', 'crawler', 'cleaner', 'spider',"
-                " 'machine', 'queue', 'rest', 'proxies', 'sink', 'all'] (at /stats)",
+                " 'machine', 'queue', 'rest', 'proxies', 'fetch', 'sink', 'all'] (at /stats)",
             ),
             ({"uuid": "u7"}, "stats: 'appid' is a required property"),
             (

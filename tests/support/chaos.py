@@ -305,6 +305,7 @@ def leftover_keys(client: redis.Redis, keys: Keys, prefix: str) -> dict[str, tup
 #: the crawl left work behind.
 ALLOWED_AFTER_COMPLETE: dict[str, bool] = {
     "crawl": True,  # the crawl record: CRAWL_RECORD_TTL after the last activity
+    "crawl-fetch": True,  # how its pages were fetched, per rung (§25.7): as the crawl record
     "dupefilter": True,  # DUPEFILTER_TIMEOUT after the last fetch
     "page-caps": True,
     "stats": True,  # rolling windows expire after the longest STATS_TIMES window

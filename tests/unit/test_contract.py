@@ -53,8 +53,9 @@ def test_the_crawled_item_type_has_the_keys_of_section_5_and_the_crawler_builds_
     documented = [name for row in table.splitlines()[2:] for name in re.findall(r"`(\w+)`", row.split("|")[1])]
     assert documented == list(ITEM_KEYS)
     assert set(CrawledRecord.__required_keys__) == set(ITEM_KEYS) and len(ITEM_KEYS) == 15
-    # a large page's item (§20.5); a page whose fetch mode was not plain (§25)
-    assert CrawledRecord.__optional_keys__ == frozenset({"body_ref", "fetch"})
+    # a large page's item (§20.5); a page whose fetch mode was not plain, and why an auto ladder
+    # stopped short of rendering (§25)
+    assert CrawledRecord.__optional_keys__ == frozenset({"body_ref", "fetch", "fetch_stopped"})
 
 
 def test_the_cleaned_record_type_has_the_keys_of_section_13() -> None:

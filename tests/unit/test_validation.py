@@ -171,7 +171,7 @@ def test_stats_default_and_scheme_prepended_and_domain_normalised(validator: Req
         (
             {"uuid": "s", "appid": "testapp", "stats": "everything"},
             "Invalid request: stats: 'everything' is not one of ['kafka-monitor', 'redis-monitor', 'crawler',"
-            " 'cleaner', 'spider', 'machine', 'queue', 'rest', 'proxies', 'sink', 'all'] (at /stats)",
+            " 'cleaner', 'spider', 'machine', 'queue', 'rest', 'proxies', 'fetch', 'sink', 'all'] (at /stats)",
         ),
         ({"uuid": "s"}, "Invalid request: stats: 'appid' is a required property"),
         (

@@ -327,6 +327,9 @@ class ConsumerWorker(Worker):
     poll_interval_setting = "KAFKA_MAX_POLL_INTERVAL_MS"
     #: Consume on librdkafka (:mod:`crawlhive.utils.backends.rdkafka`) rather than kafka-python.
     rdkafka: ClassVar[bool] = False
+    #: Start with small batches (:meth:`consume_batch`): for a worker whose records are slow to
+    #: process (the cleaner's pages), so its first outputs leave after one record.
+    slow_start: ClassVar[bool] = False
 
     def __init__(self, settings: Settings, redis: RedisClient, *, owns_redis: bool = False) -> None:
         super().__init__(settings, redis, owns_redis=owns_redis)
@@ -341,9 +344,9 @@ class ConsumerWorker(Worker):
         #: When the last progress line was due, and the totals then (None: nothing counted yet).
         self._progress_at = time.monotonic()
         self._progress_mark: BatchCounts | None = None
-        #: Records the next poll may return: 1 at start, doubled after each batch up to the
-        #: max_poll_records (:meth:`consume_batch`'s slow start).
-        self._batch_limit = 1
+        #: Records the next poll may return: with :attr:`slow_start`, 1 at start, doubled after
+        #: each batch up to max_poll_records (:meth:`consume_batch`).
+        self._batch_limit = 1 if self.slow_start else 2**31
 
     def process(self, records: list[Any]) -> Any:
         """Handle one polled batch; every output durable when it returns (raises if not)."""
@@ -444,9 +447,9 @@ class ConsumerWorker(Worker):
             RedisError, KafkaError: a backend failed.
         """
         assert self.consumer is not None, "setup() first"
-        # Slow start: a batch's outputs leave when the whole batch is processed, so the first
-        # batches are small (1, 2, 4, … records, up to max_poll_records): a cleaner's first cleaned
-        # record leaves after one page, not after a batch of 50 (a second and more of extraction).
+        # Slow start (slow_start): a batch's outputs leave when the whole batch is processed, so
+        # the first batches are small (1, 2, 4, … records, up to max_poll_records): a cleaner's
+        # first cleaned record leaves after one page, not after a batch of 50 (a second and more).
         limit = min(self._batch_limit, self.max_poll_records)
         polled = self.consumer.poll(timeout_ms=self.poll_timeout_ms, max_records=limit)
         records = [record for batch in polled.values() for record in batch]
