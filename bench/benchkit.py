@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 from crawlhive.app.embedded import EmbeddedCluster, EmbeddedRedis
 from crawlhive.utils.backends.kafka_clients import ensure_topics
 from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_from_settings
@@ -115,3 +117,16 @@ def prefixed_redis(url: str, prefix: str, **overrides: Any) -> Iterator[tuple[Se
     finally:
         clear_prefix(client, prefix)
         client.close()
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user and system) of process *pid* and its live children."""
+    proc = psutil.Process(pid)
+    total = 0.0
+    for each in [proc, *proc.children(recursive=True)]:
+        try:
+            times = each.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total

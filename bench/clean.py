@@ -46,9 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import redis
-from benchkit import bench_settings
+from benchkit import bench_settings, tree_cpu
 
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.cleaner.cleaner import Cleaner
@@ -65,19 +64,6 @@ from crawlhive.utils.config.settings import Settings
 SITE = Path("/tmp/perfsite/www")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from support import corpus as corpuskit  # noqa: E402 - the corpus and its F1 live beside the extraction-quality test
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds (user and system) of process *pid* and its live children."""
-    proc = psutil.Process(pid)
-    total = 0.0
-    for each in [proc, *proc.children(recursive=True)]:
-        try:
-            times = each.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def corpus_items(samples: list[corpuskit.Sample], crawlid: str) -> list[dict[str, Any]]:

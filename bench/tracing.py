@@ -41,9 +41,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import redis
-from benchkit import bench_settings
+from benchkit import bench_settings, tree_cpu
 
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.utils.backends import tracing
@@ -97,19 +96,6 @@ class Site:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds (user and system) of process *pid* and its live children."""
-    proc = psutil.Process(pid)
-    total = 0.0
-    for each in [proc, *proc.children(recursive=True)]:
-        try:
-            times = each.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def stored(folder: Path) -> int:
