@@ -43,9 +43,10 @@ logger = logging.getLogger(__name__)
 #: librdkafka's log facilities whose lines are chatter about a broker that went away, at the level
 #: they are given here: "Connect to … failed" (``FAIL``) comes for every reconnection attempt of
 #: every connection, dozens a second while a broker is down, where the worker's own probe says once
-#: which setting to check; the group's session or poll interval running out (while the sink backs
-#: off) is followed by a rejoin that loses nothing (nothing was committed).
-QUIETER = {"FAIL": logging.DEBUG, "MAXPOLL": logging.INFO, "SESSTMOUT": logging.INFO, "REQTMOUT": logging.INFO}
+#: which setting to check, and so does the group's session running out then (``SESSTMOUT``: the
+#: coordinator did not answer); the poll interval running out (while a worker backs off) is
+#: followed by a rejoin that loses nothing (nothing was committed).
+QUIETER = {"FAIL": logging.DEBUG, "SESSTMOUT": logging.DEBUG, "MAXPOLL": logging.INFO, "REQTMOUT": logging.INFO}
 
 
 class _Quieter(logging.Filter):
