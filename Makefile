@@ -220,6 +220,8 @@ bench: $(STAMP) browser
 	$(BIN)/python bench/recrawl_release.py
 	$(BIN)/python bench/tails_pacing.py
 	$(BIN)/python bench/neardup.py
+	$(BIN)/python bench/tracing.py
+	$(BIN)/python bench/fetch.py
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
 	$(BIN)/python bench/clean.py
