@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
@@ -34,6 +35,9 @@ from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis
 # module imports kafka under pytest's `filterwarnings = error`.
 from crawlhive.utils.backends import kafka_clients, redis_clients  # noqa: F401
 from crawlhive.utils.config.settings import Settings
+
+if TYPE_CHECKING:
+    from support.crawler import TestSite
 
 #: KAFKA_BOOTSTRAP_SERVERS of ``redis_settings``: a port nothing listens on, so a test that
 #: reaches for Kafka without asking for it fails fast with BackendUnavailable.
@@ -141,6 +145,18 @@ def redis_settings(redis_url: str, names: IsolatedNames, tmp_path: Path, redis_c
 def settings(redis_settings: Settings, kafka_bootstrap: str) -> Settings:
     """Settings for this test with Redis and the broker (starts the broker on first use)."""
     return redis_settings.copy_with(KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap)
+
+
+@pytest.fixture
+def site() -> Iterator[TestSite]:
+    """A local site (``support.crawler.TestSite``) for this test; a test file with a site of its
+    own (another class, another scope) defines its own ``site``."""
+    from support.crawler import TestSite
+
+    served = TestSite()
+    served.start()
+    yield served
+    served.stop()
 
 
 def _collect_dropped_sockets() -> None:

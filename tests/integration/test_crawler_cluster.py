@@ -29,14 +29,6 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def site() -> Iterator[TestSite]:
-    site = TestSite()
-    site.start()
-    yield site
-    site.stop()
-
-
-@pytest.fixture
 def kit(settings: Settings, redis_client: redis.Redis, tmp_path: Path) -> Iterator[dict[str, Any]]:
     topics = [settings.topic("crawled_firehose"), settings.topic("dead_letter")]
     ensure_topics(settings, topics)

@@ -72,14 +72,6 @@ def rung_of(seen: Seen) -> str:
 
 
 @pytest.fixture
-def site() -> Iterator[TestSite]:
-    site = TestSite()
-    site.start()
-    yield site
-    site.stop()
-
-
-@pytest.fixture
 def isolated(
     redis_url: str, kafka_bootstrap: str, tmp_path: Path
 ) -> Iterator[tuple[Settings, str, redis.Redis, Collector]]:

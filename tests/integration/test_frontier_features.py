@@ -31,14 +31,6 @@ from crawlhive.utils.frontier import FrontierReader
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def site() -> TestSite:
-    site = TestSite()
-    site.start()
-    yield site  # type: ignore[misc]
-    site.stop()
-
-
 def _mesh(site: TestSite, prefix: str, n: int) -> None:
     """*n* pages under *prefix*, each linking to every other."""
     pages = [f"{prefix}{i}" for i in range(n)]

@@ -48,14 +48,6 @@ PASSWORDS = ("pw-A-s3cret-4471", "pw-B-s3cret-9902")
 
 
 @pytest.fixture
-def site() -> Iterator[TestSite]:
-    site = TestSite()
-    site.start()
-    yield site
-    site.stop()
-
-
-@pytest.fixture
 def proxies() -> Iterator[list[LoopProxy]]:
     started = [
         LoopProxy("A", user="alice", password=PASSWORDS[0]).start(),

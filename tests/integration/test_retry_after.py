@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +36,6 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=0) > 0
     assert parse_retry_after("soon") is None
     assert parse_retry_after(None) is None
-
-
-@pytest.fixture
-def site() -> Iterator[TestSite]:
-    site = TestSite()
-    site.start()
-    yield site
-    site.stop()
 
 
 def test_429_with_retry_after_backs_the_domain_off_cluster_wide(
