@@ -66,3 +66,57 @@ class RoundTrips:
                     },
                     f,
                 )
+
+
+class Sampler:
+    """Every ``BENCH_SAMPLE_S`` seconds (default 5), one JSON line appended to ``BENCH_SAMPLES_OUT``:
+    the wall time, the responses so far, the process's CPU seconds and its resident memory
+    (``bench/soak.py`` reads them while the crawler runs)."""
+
+    def __init__(self, crawler: Any) -> None:
+        from twisted.internet.task import LoopingCall
+
+        self.path = crawler.settings.get("BENCH_SAMPLES_OUT")
+        self.pages = 0
+        self.loop = LoopingCall(self.sample)
+        crawler.signals.connect(self.response, signals.response_received)
+        crawler.signals.connect(self.opened, signals.spider_opened)
+        crawler.signals.connect(self.closed, signals.spider_closed)
+        self.every = float(crawler.settings.get("BENCH_SAMPLE_S") or 5)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> Sampler:
+        return cls(crawler)
+
+    def response(self, response: Any, request: Any, spider: Any) -> None:
+        self.pages += 1
+
+    def opened(self, spider: Any) -> None:
+        self.loop.start(self.every, now=True)
+
+    def closed(self, spider: Any, reason: str) -> None:
+        if self.loop.running:
+            self.loop.stop()
+        self.sample()
+
+    def sample(self) -> None:
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        line = {
+            "t": time.time(),
+            "pages": self.pages,
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "rss_mb": round(_rss_mb(), 1),
+        }
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+def _rss_mb() -> float:
+    """The process's resident memory now (``VmRSS``), in MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0

@@ -184,7 +184,7 @@ def test_item_redaction_takes_the_listed_names_and_the_secret_words() -> None:
     def shown(names: frozenset[str], words: list[str]) -> dict[str, list[str]]:
         item = crawled_item(
             response, [], url="u", appid="a", crawlid="c", attrs=None, base64_encode=False,
-            redact=names, redact_words=words,
+            redact=names, redact_words=tuple(words),
         )  # fmt: skip
         return item["request_headers"]
 
@@ -238,6 +238,10 @@ def test_user_scrapy_settings_add_components_and_cannot_remove_or_reorder_ours()
     assert converted["ITEM_PIPELINES"] == {"myproject.pipelines.Clean": 300}
     assert converted["ITEM_PROCESSOR"] == "crawlhive.crawler.pipelines.FrontierItemProcessor"  # output comes last
     assert converted["SPIDER_MIDDLEWARES"] == {
+        # Scrapy's, inert behind the frontier spider middleware: off (crawler/settings.py)
+        "scrapy.spidermiddlewares.depth.DepthMiddleware": None,
+        "scrapy.spidermiddlewares.urllength.UrlLengthMiddleware": None,
+        "scrapy.spidermiddlewares.referer.RefererMiddleware": None,
         "crawlhive.crawler.middlewares.spider.FrontierSpiderMiddleware": 950,
         "crawlhive.crawler.recrawl.RecrawlItemMiddleware": 940,
         "crawlhive.crawler.recrawl.RecrawlSitemapMiddleware": 960,

@@ -14,6 +14,8 @@ MAX_LABEL_LENGTH = 63
 
 
 def _over_limits(host: str) -> str | None:
+    if len(host) <= MAX_LABEL_LENGTH:
+        return None  # no label can be longer than the whole name (most hosts: no split per link)
     if len(host) > MAX_HOST_LENGTH:
         return f"host name longer than {MAX_HOST_LENGTH} characters ({len(host)})"
     if any(len(label) > MAX_LABEL_LENGTH for label in host.split(".")):
