@@ -16,8 +16,7 @@ from kafka.errors import (
 )
 
 if TYPE_CHECKING:
-    from kafka import KafkaProducer
-    from kafka.producer.future import FutureRecordMetadata
+    from crawlhive.utils.backends.rdkafka import RdKafkaSendProducer, SendFuture
 
 T = TypeVar("T")
 
@@ -37,7 +36,7 @@ def never_sendable(exc: BaseException) -> bool:
 
 
 def send_and_wait(
-    producer: KafkaProducer,
+    producer: RdKafkaSendProducer,
     records: Iterable[tuple[str, bytes, T]],
     timeout_s: float,
     give_up: Callable[[str, T, KafkaError], None] | None = None,
@@ -53,7 +52,7 @@ def send_and_wait(
     Raises:
         KafkaError: a record was not acknowledged within *timeout_s* (the caller retries the lot).
     """
-    futures: list[tuple[str, T, FutureRecordMetadata]] = []
+    futures: list[tuple[str, T, SendFuture]] = []
     for i, (topic, value, tag) in enumerate(records):
         try:
             if headers and i in headers:
