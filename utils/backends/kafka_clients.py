@@ -1,14 +1,21 @@
 """Kafka clients: every component gets its producer, consumer and admin client here (the Redis
 clients are :mod:`crawlhive.utils.backends.redis_clients`'s).
 
-Kafka clients share one mapping of the connection
-settings (:func:`kafka_common_config`) and carry the options that matter for latency on Tansu and
-on Kafka alike, set once here so no component repeats them. Every factory fails fast: when a backend
-cannot be reached it raises :class:`~crawlhive.utils.config.errors.BackendUnavailable` within a few seconds,
-with a message naming the setting to fix and its value (passwords masked). Only a ``main()``
-turns that into an exit code.
+**Which library.** Every producer and consumer is on librdkafka (``confluent-kafka``), through the
+one adapter of :mod:`crawlhive.utils.backends.rdkafka`, which answers kafka-python's calls and raises
+kafka-python's error classes, so callers read as they did on kafka-python (issue 50: librdkafka
+produces a record for a fifth of kafka-python's CPU and reads one for less than half, ``bench/ingest.py``).
+The admin client (:func:`make_admin`, :func:`ensure_topics`) is still kafka-python's.
 
-kafka-python notes (3.0.x):
+Kafka clients share one mapping of the connection
+settings (:func:`kafka_common_config`, in kafka-python's option names, mapped to librdkafka's by
+:func:`~crawlhive.utils.backends.rdkafka.rdkafka_config`) and carry the options that matter for latency
+on Tansu and on Kafka alike, set once here so no component repeats them. Every factory fails fast:
+when a backend cannot be reached it raises :class:`~crawlhive.utils.config.errors.BackendUnavailable`
+within a few seconds (a TCP probe, then one metadata request), with a message naming the setting to
+fix and its value (passwords masked). Only a ``main()`` turns that into an exit code.
+
+kafka-python notes (3.0.x, the admin client):
 
 * A client constructed against an address where nothing listens leaks one unclosed socket per
   failed connection attempt (ResourceWarning) and logs an ERROR per attempt. The factories

@@ -1,27 +1,39 @@
-"""Kafka clients on librdkafka (``confluent-kafka``) where kafka-python's cost shows: the sink's
-consumer and the crawler's producer.
+"""Every Kafka producer and consumer of crawlhive, on librdkafka (``confluent-kafka``): one adapter
+with kafka-python's calls and error classes (issue 50), built by
+:func:`~crawlhive.utils.backends.kafka_clients.make_consumer` and
+:func:`~crawlhive.utils.backends.kafka_clients.make_producer`, and the crawler's producer whose
+delivery reports come in batches (:func:`make_rdkafka_producer`). Why librdkafka, measured:
 
 **The consumer.** kafka-python reads and decodes in Python (``recv`` of 4 KiB at a time, each record's varints
 and headers): 19.6 µs of CPU a 2.6 KB record on Tansu, as much as a whole bare PostgreSQL ``COPY``
 loop spends on the record. confluent-kafka, the client Confluent maintains over librdkafka (C),
 consumed the same records at 3.2 µs each (measured side by side, ``bench/sink.py``'s records); the
 PostgreSQL sink went from 0.72 to 0.86 of the bare loop (median of 3 pairs) and the files sink from
-30,000 to 50,000 records/s. The sink, whose every record is read and written once with little else,
-uses it; the other workers keep kafka-python, whose producer, admin client and consumer they share.
+30,000 to 50,000 records/s. On the kafka-monitor's records (``bench/ingest.py``, 150 bytes) a bare
+poll-and-commit loop went from 6.8 to 3.0 µs of CPU a record.
 
-:class:`RdKafkaConsumer` answers the calls of :class:`~crawlhive.utils.process.worker.ConsumerWorker` and
-the sink (``poll``, ``commit``, ``seek``, ``pause``, ``resume``, ``assignment``, ``end_offsets``, ``highwater``,
-``committed``, ``close``) with kafka-python's types (``TopicPartition``, records with ``topic``,
-``partition``, ``offset`` and ``value``), and raises kafka-python's ``KafkaError`` for librdkafka's
-errors, so the loop's rules (what is transient, what rewinds a batch) hold unchanged. Its log lines
+:class:`RdKafkaConsumer` answers the calls of :class:`~crawlhive.utils.process.worker.ConsumerWorker`, the
+sink and every reader (``poll``, ``commit``, ``seek``, ``pause``, ``resume``, ``paused``, ``assignment``,
+``assign``, ``subscribe``, ``seek_to_end``, ``seek_to_beginning``, ``position``, ``partitions_for_topic``,
+``topics``, ``beginning_offsets``, ``end_offsets``, ``highwater``, ``committed``, ``close``) with
+kafka-python's types (``TopicPartition``, records with ``topic``, ``partition``, ``offset``, ``value``,
+``key``, ``headers`` and ``timestamp``), and raises kafka-python's ``KafkaError`` classes for librdkafka's
+errors, so the loop's rules (what is transient, what rewinds a batch) hold unchanged. librdkafka
+subscribes only with a group: a consumer made with ``group_id=None`` assigns itself every partition
+of its topics instead. Its log lines
 go to this module's logger (librdkafka's own ``WARNING``/``ERROR`` when a broker goes away), never to
 stderr.
 
 **The producer.** kafka-python builds each record batch, its CRC and its request in Python on a
 sender thread of its own that competes with the reactor for the GIL: py-spy put 12 % of a crawler's
-samples there on the cluster bench (one full page item a page). :class:`RdKafkaProducer` sends
-from librdkafka's C threads, with the options of :func:`~crawlhive.utils.backends.kafka_clients.make_producer`
-(``acks=all``, no idempotence, 5 ms linger), and hands the delivery reports back in batches.
+samples there on the cluster bench (one full page item a page); on ``bench/ingest.py``'s records
+it spent 17 µs of CPU a record where librdkafka spends 3.5. :class:`RdKafkaSendProducer` is
+kafka-python's ``KafkaProducer`` for our callers: ``send`` returns a future (``get``, ``add_callback``,
+``add_errback``) settled by the broker's acknowledgement, so "commit after every output is
+acknowledged" (``send_and_wait``) holds as before; a record over KAFKA_PRODUCER_MAX_REQUEST_SIZE fails
+its future with ``MessageSizeTooLargeError``. :class:`RdKafkaProducer`, the crawler's, hands the
+delivery reports back in batches instead. Both have the options of
+:func:`~crawlhive.utils.backends.kafka_clients.make_producer` (``acks=all``, no idempotence, 5 ms linger).
 """
 
 from __future__ import annotations
