@@ -408,3 +408,29 @@ def test_cluster_seeds_none_of_which_answers_name_redis_url_without_the_password
     ) as info:
         redis_clients.redis_from_settings(settings)
     assert "s3cret" not in str(info.value)
+
+
+def test_librdkafka_errors_arrive_as_kafka_python_s_classes() -> None:
+    """Callers' ``except`` clauses and the loop's rules are written against kafka-python's classes:
+    a record too large must stay distinguishable (it is dropped or dead-lettered, never retried),
+    a lost group membership must read as one, a lost broker as a connection error."""
+    import confluent_kafka
+    from kafka import errors as kafka_errors
+
+    from crawlhive.utils.contract.produce import never_sendable
+    from crawlhive.utils.process.loop import is_transient, lost_membership
+
+    def mapped(code: int) -> kafka_errors.KafkaError:
+        return rdkafka._error(confluent_kafka.KafkaException(confluent_kafka.KafkaError(code)))
+
+    too_large = mapped(confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE)
+    assert isinstance(too_large, kafka_errors.MessageSizeTooLargeError) and never_sendable(too_large)
+    assert never_sendable(mapped(confluent_kafka.KafkaError.INVALID_RECORD))
+    assert never_sendable(mapped(confluent_kafka.KafkaError.TOPIC_EXCEPTION))  # an illegal topic name
+    gone = mapped(confluent_kafka.KafkaError.UNKNOWN_MEMBER_ID)
+    assert isinstance(gone, kafka_errors.UnknownMemberIdError) and lost_membership(gone)
+    assert isinstance(mapped(confluent_kafka.KafkaError._TRANSPORT), kafka_errors.KafkaConnectionError)
+    assert isinstance(mapped(confluent_kafka.KafkaError._MSG_TIMED_OUT), kafka_errors.KafkaTimeoutError)
+    for code in (confluent_kafka.KafkaError._TRANSPORT, confluent_kafka.KafkaError._MSG_TIMED_OUT):
+        assert is_transient(mapped(code)) and not never_sendable(mapped(code))
+    assert type(mapped(confluent_kafka.KafkaError._FAIL)) is kafka_errors.KafkaError

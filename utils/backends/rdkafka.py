@@ -480,7 +480,11 @@ class RdKafkaConsumer:
             KafkaError: librdkafka reported an error for the consumer (not for one partition's end).
         """
         if self._refresh_at is not None and time.monotonic() >= self._refresh_at:
-            self._assign_wanted()
+            try:
+                self._assign_wanted()
+            except kafka_errors.KafkaError as exc:  # the broker away: look again later, as kafka-python does
+                logger.debug("looking for the topics %s failed: %s", self._wanted, exc)
+                self._refresh_at = time.monotonic() + TOPIC_REFRESH_S
         limit = self._max_records if max_records is None else max_records
         try:
             # kafka-python's poll returns as soon as records are there; consume() would wait for
