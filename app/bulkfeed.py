@@ -28,8 +28,7 @@ from crawlhive.utils.config.errors import SettingsError
 from crawlhive.utils.contract.encoding import encode
 
 if TYPE_CHECKING:
-    from kafka import KafkaProducer
-
+    from crawlhive.utils.backends.rdkafka import RdKafkaSendProducer
     from crawlhive.utils.config.settings import Settings
     from crawlhive.utils.contract.validation import RequestValidator
 
@@ -129,7 +128,7 @@ class BulkFeeder:
     def __init__(
         self,
         settings: Settings,
-        producer: KafkaProducer,
+        producer: RdKafkaSendProducer,
         validator: RequestValidator | None,
         defaults: dict[str, Any],
     ) -> None:

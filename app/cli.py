@@ -255,7 +255,7 @@ class _AnswerWatch:
         ensure_topics(settings, [topic])
         consumer = make_consumer(settings, group_id=None)
         try:
-            partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+            partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
             consumer.assign(partitions)
             consumer.seek_to_end(*partitions)
             for partition in partitions:  # resolve the end offsets now, not lazily after sending

@@ -10,8 +10,10 @@ to ``<prefix>.incoming``, then measures in the same run:
 
 Both rates are steady-state: from the end of the first batch (so consumer-group join time is left
 out) to the N-th record consumed / queued in Redis (polled from the monitor's lifetime
-``plugin:ScraperHandler`` counter, which it increments right after each batch's queue writes). At
-the end the queues themselves are counted: all N requests must be queued exactly once.
+``plugin:ScraperHandler`` counter, which it increments right after each batch's queue writes), and
+so is the CPU per record beside each (this process's CPU for consume-only, the monitor process's for
+the kafka-monitor; the producer's line counts this process's CPU while it sends). At the end the
+queues themselves are counted: all N requests must be queued exactly once.
 
 Run: ``.venv/bin/python bench/ingest.py [--messages N] [--domains D] [--crawls C]``.
 """
@@ -29,6 +31,7 @@ import time
 from dataclasses import dataclass
 
 import redis
+from benchkit import tree_cpu
 
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.kafka_monitor.monitor import COMPONENT
@@ -47,6 +50,8 @@ class Rate:
     records: int
     seconds: float
     wall_s: float
+    #: CPU seconds the measured process spent over :attr:`seconds`.
+    cpu_s: float = 0.0
 
     @property
     def per_s(self) -> float:
@@ -55,8 +60,12 @@ class Rate:
     def line(self) -> str:
         return (
             f"{self.name:<14} {self.per_s:>9,.0f} records/s  ({self.records:,} records in {self.seconds:.2f}s steady;"
-            f" {self.wall_s:.2f}s from start, group join included)"
+            f" {self.wall_s:.2f}s from start, group join included); {self.cpu_us:,.1f} CPU us/record"
         )
+
+    @property
+    def cpu_us(self) -> float:
+        return self.cpu_s / self.records * 1e6 if self.records else 0.0
 
 
 def requests(count: int, domains: int, crawls: int) -> list[bytes]:
@@ -75,16 +84,17 @@ def requests(count: int, domains: int, crawls: int) -> list[bytes]:
     ]
 
 
-def produce(settings: Settings, messages: list[bytes]) -> float:
-    """Send *messages* to the incoming topic; returns the seconds it took (acks included)."""
+def produce(settings: Settings, messages: list[bytes]) -> tuple[float, float]:
+    """Send *messages* to the incoming topic; returns the seconds it took (acks included) and this
+    process's CPU seconds meanwhile."""
     producer = make_producer(settings)
     try:
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.process_time()
         topic = settings.topic("incoming")
         for value in messages:
             producer.send(topic, value)
         producer.flush(timeout=120)
-        return time.monotonic() - start
+        return time.monotonic() - start, time.process_time() - cpu
     finally:
         producer.close(timeout=5)
 
@@ -95,7 +105,7 @@ def consume_only(settings: Settings, expected: int, timeout_s: float = 300.0) ->
     try:
         start = time.monotonic()
         deadline = start + timeout_s
-        seen, first_at, first_count = 0, 0.0, 0
+        seen, first_at, first_count, first_cpu = 0, 0.0, 0, 0.0
         while seen < expected and time.monotonic() < deadline:
             polled = consumer.poll(timeout_ms=100, max_records=settings.getint("KAFKA_CONSUMER_MAX_POLL_RECORDS"))
             batch = sum(len(records) for records in polled.values())
@@ -103,13 +113,13 @@ def consume_only(settings: Settings, expected: int, timeout_s: float = 300.0) ->
                 consumer.commit()
                 seen += batch
                 if not first_count:
-                    first_at, first_count = time.monotonic(), seen
-        end = time.monotonic()
+                    first_at, first_count, first_cpu = time.monotonic(), seen, time.process_time()
+        end, cpu = time.monotonic(), time.process_time() - first_cpu
     finally:
         consumer.close(autocommit=False)
     if seen < expected:
         raise SystemExit(f"consume-only loop saw {seen} of {expected} records within {timeout_s:g}s")
-    return Rate("consume-only", seen - first_count, end - first_at, end - start)
+    return Rate("consume-only", seen - first_count, end - first_at, end - start, cpu)
 
 
 def through_monitor(settings: Settings, expected: int, workdir: str, timeout_s: float = 300.0) -> Rate:
@@ -131,15 +141,15 @@ def through_monitor(settings: Settings, expected: int, workdir: str, timeout_s: 
     try:
         start = time.monotonic()
         deadline = start + timeout_s
-        queued, first_at, first_count = 0, 0.0, 0
+        queued, first_at, first_count, first_cpu = 0, 0.0, 0, 0.0
         while queued < expected and time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise SystemExit(f"kafka-monitor exited with {proc.returncode}; see {log.name}")
             queued = int(client.get(counter) or 0)
             if queued and not first_count:
-                first_at, first_count = time.monotonic(), queued
+                first_at, first_count, first_cpu = time.monotonic(), queued, tree_cpu(proc.pid)
             time.sleep(0.01)
-        end = time.monotonic()
+        end, cpu = time.monotonic(), tree_cpu(proc.pid) - first_cpu
         if queued < expected:
             raise SystemExit(f"kafka-monitor queued {queued} of {expected} within {timeout_s:g}s; see {log.name}")
     finally:
@@ -149,7 +159,7 @@ def through_monitor(settings: Settings, expected: int, workdir: str, timeout_s: 
         client.close()
     if code != 0:
         raise SystemExit(f"kafka-monitor exited with {code} after SIGTERM; see {log.name}")
-    return Rate("kafka-monitor", queued - first_count, end - first_at, end - start)
+    return Rate("kafka-monitor", queued - first_count, end - first_at, end - start, cpu)
 
 
 def count_queued(settings: Settings, count: int, domains: int, crawls: int) -> int:
@@ -181,8 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         ensure_topics(settings, [settings.topic("incoming"), settings.topic("dead_letter")])
         messages = requests(args.messages, args.domains, args.crawls)
-        produced_s = produce(settings, messages)
-        print(f"produced {len(messages):,} crawl requests in {produced_s:.2f}s ({len(messages) / produced_s:,.0f}/s)")
+        produced_s, produced_cpu = produce(settings, messages)
+        print(
+            f"produced {len(messages):,} crawl requests in {produced_s:.2f}s ({len(messages) / produced_s:,.0f}/s;"
+            f" {produced_cpu / len(messages) * 1e6:,.1f} CPU us/record)"
+        )
         baseline = consume_only(settings, len(messages))
         monitor = through_monitor(settings, len(messages), workdir)
         queued = count_queued(settings, len(messages), args.domains, args.crawls)

@@ -44,8 +44,7 @@ from crawlhive.utils.process.worker import BatchCounts, ConsumerWorker
 from crawlhive.utils.state.stats import CLEANER, CLEANER_COUNTERS, cleaner_machine_counter_name
 
 if TYPE_CHECKING:
-    from kafka.consumer.fetcher import ConsumerRecord
-
+    from crawlhive.utils.backends.rdkafka import Record as ConsumerRecord
     from crawlhive.utils.config.settings import Settings
 
 #: What a cleaner emits: a cleaned record, or a dead letter (docs/contract.md §13).
@@ -78,9 +77,6 @@ class Cleaner(ConsumerWorker):
 
     component = COMPONENT
     poll_interval_setting = "CLEANER_MAX_POLL_INTERVAL_MS"
-    #: librdkafka: it joins the group in the background while the steps load (:meth:`setup`), and
-    #: reads a record for a sixth of kafka-python's CPU (:mod:`crawlhive.utils.backends.rdkafka`).
-    rdkafka = True
     #: Pages take tens of milliseconds each: the first batches are small, so the first cleaned
     #: record leaves after one page (:meth:`ConsumerWorker.consume_batch`).
     slow_start = True
@@ -224,8 +220,8 @@ class Cleaner(ConsumerWorker):
         headers: dict[int, list[tuple[str, bytes]]] = {}
         emitted: set[int] = set()
         for page in pages:
-            record = self.cleaned_record(page)
-            size = len(encode(record))
+            cleaned = self.cleaned_record(page)
+            size = len(encode(cleaned))
             if size > self.max_record_bytes:  # the producer would refuse it, and the batch fail again
                 error = (
                     f"cleaned record too large: {size} bytes (KAFKA_PRODUCER_MAX_REQUEST_SIZE is {self.max_request})"
@@ -238,7 +234,7 @@ class Cleaner(ConsumerWorker):
                 headers[len(outputs)] = tracing.headers_of(spans[id(page)])
                 spans[id(page)].set_attribute("crawlhive.outcome", "cleaned")
                 emitted.add(id(page))
-            outputs.append((self.cleaned_topic, record))
+            outputs.append((self.cleaned_topic, cleaned))
             result.cleaned += 1
             if "near_duplicate_of" in page.record:
                 result.near_duplicates += 1

@@ -47,8 +47,7 @@ from crawlhive.utils.process.plugins import load_plugins
 from crawlhive.utils.process.worker import BatchCounts, ConsumerWorker
 
 if TYPE_CHECKING:
-    from kafka.consumer.fetcher import ConsumerRecord
-
+    from crawlhive.utils.backends.rdkafka import Record as ConsumerRecord
     from crawlhive.utils.backends.redis_types import RedisPipeline
     from crawlhive.utils.config.settings import Settings
 

@@ -48,8 +48,7 @@ from crawlhive.utils.state.control import ControlConsumer, ControlEntry
 from crawlhive.utils.state.stats import FAIL, REDIS_MONITOR, TOTAL, plugin_counter_name
 
 if TYPE_CHECKING:
-    from kafka import KafkaProducer
-
+    from crawlhive.utils.backends.rdkafka import RdKafkaSendProducer
     from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -108,7 +107,7 @@ class RedisMonitor(Worker):
         self.max_request_size = settings.KAFKA_PRODUCER_MAX_REQUEST_SIZE
         self.value_limit = value_limit(self.max_request_size)
         self.plugins: list[MonitorPlugin] = []
-        self.producer: KafkaProducer | None = None
+        self.producer: RdKafkaSendProducer | None = None
         self._held: dict[str, Held] = {}
         self._ticks = 0
         self._next_tick = 0.0

@@ -42,9 +42,8 @@ from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.fit import RECORD_OVERHEAD_BYTES, value_limit
 
 if TYPE_CHECKING:
-    from kafka import KafkaConsumer, KafkaProducer
-
     from crawlhive.utils.backends.keys import Keys
+    from crawlhive.utils.backends.rdkafka import RdKafkaConsumer, RdKafkaSendProducer
     from crawlhive.utils.backends.redis_types import RedisPipeline
     from crawlhive.utils.config.settings import Settings
 
@@ -272,8 +271,8 @@ class KafkaLink:
         self.dead_letters: collections.deque[dict[str, Any]] = collections.deque(maxlen=DEAD_LETTERS_KEPT)
         self.ready = threading.Event()
         self._stop = threading.Event()
-        self._producer: KafkaProducer | None = None
-        self._consumer: KafkaConsumer | None = None
+        self._producer: RdKafkaSendProducer | None = None
+        self._consumer: RdKafkaConsumer | None = None
         self._thread: threading.Thread | None = None
         self._failed_send = False
 

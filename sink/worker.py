@@ -37,8 +37,8 @@ from crawlhive.utils.state.sinks import COMPONENT, COUNTERS, publish, sink_count
 
 if TYPE_CHECKING:
     from kafka import TopicPartition
-    from kafka.consumer.fetcher import ConsumerRecord
 
+    from crawlhive.utils.backends.rdkafka import Record as ConsumerRecord
     from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -98,9 +98,6 @@ class Sink(ConsumerWorker):
 
     component = COMPONENT
     poll_interval_setting = "SINK_MAX_POLL_INTERVAL_MS"
-    #: Kafka's reading is most of a sink's own CPU: librdkafka reads a record for a sixth of
-    #: kafka-python's (:mod:`crawlhive.utils.backends.rdkafka`).
-    rdkafka = True
 
     def __init__(
         self, settings: Settings, redis: RedisClient, store: Store, url: str, *, owns_redis: bool = False

@@ -1,4 +1,5 @@
-"""crawlhive.utils.backends.rdkafka against the test broker: kafka-python's meaning of each call."""
+"""crawlhive.utils.backends.rdkafka against the test broker: kafka-python's meaning of each call
+(every component's consumer and producer come from kafka_clients' make_consumer / make_producer)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,19 @@ import threading
 import time
 
 import pytest
-from kafka.errors import MessageSizeTooLargeError
+from kafka.errors import IllegalStateError, KafkaTimeoutError, MessageSizeTooLargeError
 from kafka.structs import TopicPartition
 
-from crawlhive.utils.backends.kafka_clients import consumer_lag, ensure_topics, make_producer
+from crawlhive.utils.backends.kafka_clients import consumer_lag, ensure_topics, make_consumer, make_producer
 from crawlhive.utils.backends.rdkafka import (
     RdKafkaConsumer,
     Record,
+    RecordMetadata,
     Report,
-    make_rdkafka_consumer,
     make_rdkafka_producer,
 )
 from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.contract.produce import never_sendable, send_and_wait
 
 
 def _poll_all(consumer: RdKafkaConsumer, expected: int, timeout_s: float = 30) -> list[Record]:
@@ -43,7 +45,7 @@ def test_a_commit_without_offsets_commits_what_was_polled(settings: Settings) ->
     finally:
         producer.close(timeout=5)
     assert consumer_lag(settings, topic, group) > 0
-    consumer = make_rdkafka_consumer(settings, topic, group_id=group, auto_offset_reset="earliest")
+    consumer = make_consumer(settings, topic, group_id=group)
     try:
         records = _poll_all(consumer, 5)
         assert sorted(r.value for r in records) == [f"record {i}".encode() for i in range(5)]
@@ -55,7 +57,7 @@ def test_a_commit_without_offsets_commits_what_was_polled(settings: Settings) ->
         consumer.commit()  # nothing new polled: nothing to commit, no error
     finally:
         consumer.close()
-    again = make_rdkafka_consumer(settings, topic, group_id=group, auto_offset_reset="earliest")
+    again = make_consumer(settings, topic, group_id=group)
     try:
         assert _poll_all(again, 1, timeout_s=5) == []  # the group goes on after what it committed
     finally:
@@ -88,7 +90,7 @@ def test_the_producer_reports_each_record_with_its_token_in_batches(settings: Se
     assert {error for _, error in reports} == {None}
     assert len(calls) < 200  # batched: not one hand-over per record
     assert threads == {"crawlhive-rdkafka-producer"}
-    consumer = make_rdkafka_consumer(settings, topic, group_id=group, auto_offset_reset="earliest")
+    consumer = make_consumer(settings, topic, group_id=group)
     try:
         assert sorted(r.value for r in _poll_all(consumer, 200)) == sorted(f"record {i}".encode() for i in range(200))
     finally:
@@ -107,3 +109,152 @@ def test_the_producer_refuses_a_record_over_the_request_size_as_kafka_python_doe
             producer.produce(topic, b"x" * 20_000, "big")
     finally:
         producer.close(timeout=5)
+
+
+def test_a_send_is_acknowledged_only_once_the_broker_has_the_record(settings: Settings) -> None:
+    """Commit-after-ack rests on this: a send's future settles when the broker acknowledged the
+    record, not when it was queued. With a 2 s linger the record waits in librdkafka's queue: its
+    future is not done then (given the chance); after the flush it is, and its metadata is where a
+    consumer finds the record, with the same timestamp."""
+    topic = settings.topic("rdk-ack")
+    ensure_topics(settings, [topic])
+    producer = make_producer(settings, linger_ms=2000)
+    try:
+        future = producer.send(topic, b"acked", key=b"k", headers=[("h", b"v")])
+        time.sleep(0.3)  # the delivery thread has served reports meanwhile: none is due yet
+        assert not future.is_done
+        with pytest.raises(KafkaTimeoutError):
+            future.get(timeout=0.05)
+        producer.flush(timeout=10)
+        assert future.succeeded()
+        meta = future.get(timeout=0)
+    finally:
+        producer.close(timeout=5)
+    assert isinstance(meta, RecordMetadata) and meta.topic == topic and meta.timestamp > 0
+    consumer = make_consumer(settings, topic, group_id=None)
+    try:
+        (record,) = _poll_all(consumer, 1)
+    finally:
+        consumer.close()
+    assert (record.partition, record.offset, record.timestamp) == (meta.partition, meta.offset, meta.timestamp)
+    assert (record.value, record.key, record.headers) == (b"acked", b"k", [("h", b"v")])
+
+
+def test_callbacks_and_errbacks_run_once_per_record_and_an_oversize_record_fails_as_kafka_python_s(
+    settings: Settings,
+) -> None:
+    """What the bulk feeder and send_and_wait rely on: each future's callback (or errback) runs once;
+    a record over KAFKA_PRODUCER_MAX_REQUEST_SIZE gives a failed future whose error is kafka-python's
+    MessageSizeTooLargeError (never_sendable: dropped, not retried), and does not hold up the rest."""
+    small = settings.copy_with(KAFKA_PRODUCER_MAX_REQUEST_SIZE=10_000)
+    topic = small.topic("rdk-callbacks")
+    ensure_topics(small, [topic])
+    acked: list[RecordMetadata] = []
+    failed: list[BaseException] = []
+    producer = make_producer(small)
+    try:
+        for i in range(300):
+            producer.send(topic, f"r{i}".encode()).add_callback(acked.append).add_errback(failed.append)
+        big = producer.send(topic, b"x" * 20_000)
+        big.add_callback(acked.append).add_errback(failed.append)
+        producer.flush(timeout=20)
+        with pytest.raises(MessageSizeTooLargeError):
+            big.get(timeout=0)
+        given_up: list[tuple[str, str]] = []
+        send_and_wait(
+            producer,
+            [(topic, b"ok", "ok"), (topic, b"y" * 20_000, "big")],
+            10,
+            give_up=lambda t, tag, exc: given_up.append((tag, type(exc).__name__)),
+        )
+        with pytest.raises(MessageSizeTooLargeError):
+            send_and_wait(producer, [(topic, b"z" * 20_000, "big")], 10)
+    finally:
+        producer.close(timeout=5)
+    assert len(acked) == 300 and len({(m.partition, m.offset) for m in acked}) == 300
+    assert len(failed) == 1 and isinstance(failed[0], MessageSizeTooLargeError) and never_sendable(failed[0])
+    assert given_up == [("big", "MessageSizeTooLargeError")]
+
+
+def test_paused_lists_what_pause_stopped_and_a_paused_partition_delivers_nothing(settings: Settings) -> None:
+    """The kafka-monitor holds crawl requests while the frontier's tails are full: it pauses its
+    assignment, and later resumes ``paused()``."""
+    topic, group = settings.topic("rdk-pause"), settings.topic("rdk-pause-group")
+    ensure_topics(settings.copy_with(KAFKA_TOPIC_PARTITIONS=1), [topic])
+    producer = make_producer(settings)
+    consumer = make_consumer(settings, topic, group_id=group)
+    try:
+        producer.send(topic, b"first").get(timeout=10)
+        assert len(_poll_all(consumer, 1)) == 1  # joined, assigned
+        assignment = consumer.assignment()
+        assert assignment == {TopicPartition(topic, 0)} and consumer.paused() == set()
+        consumer.pause(*assignment)
+        assert consumer.paused() == assignment
+        producer.send(topic, b"held").get(timeout=10)
+        assert _poll_all(consumer, 1, timeout_s=1.5) == []  # given the chance: nothing while paused
+        consumer.resume(*consumer.paused())
+        assert consumer.paused() == set()
+        assert [r.value for r in _poll_all(consumer, 1)] == [b"held"]
+    finally:
+        consumer.close()
+        producer.close(timeout=5)
+
+
+def test_a_consumer_without_a_group_reads_every_partition_and_from_the_end_when_asked(settings: Settings) -> None:
+    """librdkafka needs a group to subscribe: a group-less consumer assigns itself every partition
+    (earliest: all records), or, as the REST service's answers reader does, starts at the end
+    resolved by ``position`` before anything is sent (latest: only what comes after). It commits nothing."""
+    topic = settings.topic("rdk-nogroup")
+    ensure_topics(settings, [topic])
+    producer = make_producer(settings)
+    try:
+        for i in range(40):
+            producer.send(topic, f"old {i}".encode(), partition=i % 4)
+        producer.flush(timeout=10)
+        latest = make_consumer(settings, group_id=None, auto_offset_reset="latest")
+        partitions = [TopicPartition(topic, p) for p in sorted(latest.partitions_for_topic(topic) or ())]
+        assert len(partitions) == 4
+        latest.assign(partitions)
+        latest.seek_to_end(*partitions)
+        ends = {p: latest.position(p) for p in partitions}
+        for i in range(4):
+            producer.send(topic, f"new {i}".encode(), partition=i).get(timeout=10)
+    finally:
+        producer.close(timeout=5)
+    try:
+        seen = _poll_all(latest, 4)
+        time.sleep(0.3)
+        seen += [r for batch in latest.poll(timeout_ms=500).values() for r in batch]
+        assert sorted(r.value for r in seen if r.value.startswith(b"new")) == [f"new {i}".encode() for i in range(4)]
+        # Tansu's ListOffsets may answer the start of a partition's last batch: what was read
+        # before the new records is at most that batch again, never records after the end
+        assert all(r.offset >= ends[TopicPartition(r.topic, r.partition)] - 10 for r in seen)
+        with pytest.raises(IllegalStateError):
+            latest.commit()
+    finally:
+        latest.close()
+    everything = make_consumer(settings, topic, group_id=None)
+    try:
+        assert everything.assignment() == set(partitions)
+        assert len(_poll_all(everything, 44)) == 44
+        assert everything.committed(partitions[0]) is None
+    finally:
+        everything.close()
+    assert consumer_lag(settings, topic, settings.topic("rdk-nogroup-never")) == 44
+
+
+def test_a_consumer_without_a_group_picks_up_a_topic_created_after_it(settings: Settings) -> None:
+    """A per-appid topic exists once its first record was sent; a reader started before must read it."""
+    topic = settings.topic("rdk-later")
+    consumer = make_consumer(settings, topic, group_id=None)
+    try:
+        assert consumer.assignment() == set()
+        ensure_topics(settings, [topic])
+        producer = make_producer(settings)
+        try:
+            producer.send(topic, b"late").get(timeout=10)
+        finally:
+            producer.close(timeout=5)
+        assert [r.value for r in _poll_all(consumer, 1, timeout_s=15)] == [b"late"]
+    finally:
+        consumer.close()

@@ -89,7 +89,17 @@ def test_sasl_options_without_sasl_protocol_are_ignored_with_a_warning(caplog: p
 
 def test_consumer_and_producer_options_come_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[tuple[Any, dict[str, Any]]] = []
-    monkeypatch.setattr(kafka_clients, "_build", lambda factory, config: built.append((factory, config)) or object())
+
+    class Client:
+        def __init__(self, config: dict[str, Any], *topics: Any) -> None:
+            built.append((type(self), config))
+
+        def connect(self, timeout_s: float) -> None:
+            pass
+
+    monkeypatch.setattr(kafka_clients, "_probe", lambda servers: None)
+    monkeypatch.setattr(kafka_clients, "RdKafkaConsumer", Client)
+    monkeypatch.setattr(kafka_clients, "RdKafkaSendProducer", Client)
     settings = Settings.from_overrides(
         KAFKA_MAX_POLL_INTERVAL_MS=4000,
         KAFKA_CONSUMER_FETCH_MAX_WAIT_MS=25,
@@ -111,6 +121,11 @@ def test_consumer_and_producer_options_come_from_settings(monkeypatch: pytest.Mo
     assert producer["max_request_size"] == 100000
     assert producer["batch_size"] == 100000  # capped at the request size
     assert producer["linger_ms"] == 0  # overrides win
+    # and librdkafka gets each of them under its own name
+    assert rdkafka.rdkafka_config(consumer)["client.id"] == "me"
+    assert rdkafka.rdkafka_config(consumer)["max.poll.interval.ms"] == 6000  # raised to the session
+    assert rdkafka.rdkafka_producer_config(producer)["linger.ms"] == 0
+    assert rdkafka.rdkafka_producer_config({**producer, "compression_type": "zstd"})["compression.type"] == "zstd"
 
 
 def test_the_librdkafka_consumer_gets_the_same_connection_and_group_options(tmp_path: Path) -> None:
@@ -169,6 +184,7 @@ def test_the_librdkafka_producer_gets_the_producer_options_and_a_queue_for_two_r
         "message.timeout.ms": rdkafka.MESSAGE_TIMEOUT_MS,
         "queue.buffering.max.kbytes": 2 * 100 * 1024,  # two records of the largest size
         "socket.nagle.disable": True,
+        "partitioner": "murmur2_random",
     }
     small = rdkafka.rdkafka_producer_config(kafka_clients.producer_config(Settings.from_overrides()))
     assert small["queue.buffering.max.kbytes"] == rdkafka.QUEUE_MAX_KBYTES
@@ -196,12 +212,10 @@ def test_librdkafka_reconnection_chatter_is_debug_and_its_real_errors_stay_error
     assert caplog.records[-1].levelname == "DEBUG"
 
 
-def test_the_librdkafka_consumer_fails_fast_naming_the_setting() -> None:
+def test_a_consumer_without_a_group_fails_fast_naming_the_setting() -> None:
     server = f"127.0.0.1:{free_port()}"
     with pytest.raises(BackendUnavailable, match="KAFKA_BOOTSTRAP_SERVERS"):
-        rdkafka.make_rdkafka_consumer(
-            Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS=server), "x.cleaned", group_id="g"
-        )
+        kafka_clients.make_consumer(Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS=server), "x.cleaned", group_id=None)
 
 
 @pytest.mark.parametrize("factory", ["producer", "consumer", "admin", "ensure_topics"])
@@ -219,6 +233,36 @@ def test_kafka_factories_fail_fast_naming_the_setting(factory: str) -> None:
         calls[factory]()
     assert server in str(info.value)
     assert time.monotonic() - started < 3
+
+
+class _Silent(socketserver.StreamRequestHandler):
+    """A server that accepts connections and never answers (not a Kafka broker, or a hung one)."""
+
+    def handle(self) -> None:
+        self.rfile.read()  # until the client hangs up
+
+
+@pytest.mark.parametrize("factory", ["producer", "consumer"])
+def test_a_server_that_never_answers_kafka_fails_fast_naming_the_setting(factory: str) -> None:
+    """The TCP probe passes; librdkafka's metadata request then gets no answer, within the
+    bootstrap time-out."""
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Silent)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    settings = Settings.from_overrides(KAFKA_BOOTSTRAP_SERVERS=address)
+    started = time.monotonic()
+    try:
+        with pytest.raises(BackendUnavailable, match="KAFKA_BOOTSTRAP_SERVERS") as info:
+            if factory == "producer":
+                kafka_clients.make_producer(settings)
+            else:
+                kafka_clients.make_consumer(settings, "x.incoming", group_id="g")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert address in str(info.value)
+    assert time.monotonic() - started < kafka_clients.KAFKA_BOOTSTRAP_TIMEOUT_MS / 1000 + 3
 
 
 def test_ensure_topics_rejects_illegal_names_before_connecting() -> None:
@@ -364,3 +408,29 @@ def test_cluster_seeds_none_of_which_answers_name_redis_url_without_the_password
     ) as info:
         redis_clients.redis_from_settings(settings)
     assert "s3cret" not in str(info.value)
+
+
+def test_librdkafka_errors_arrive_as_kafka_python_s_classes() -> None:
+    """Callers' ``except`` clauses and the loop's rules are written against kafka-python's classes:
+    a record too large must stay distinguishable (it is dropped or dead-lettered, never retried),
+    a lost group membership must read as one, a lost broker as a connection error."""
+    import confluent_kafka
+    from kafka import errors as kafka_errors
+
+    from crawlhive.utils.contract.produce import never_sendable
+    from crawlhive.utils.process.loop import is_transient, lost_membership
+
+    def mapped(code: int) -> kafka_errors.KafkaError:
+        return rdkafka._error(confluent_kafka.KafkaException(confluent_kafka.KafkaError(code)))
+
+    too_large = mapped(confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE)
+    assert isinstance(too_large, kafka_errors.MessageSizeTooLargeError) and never_sendable(too_large)
+    assert never_sendable(mapped(confluent_kafka.KafkaError.INVALID_RECORD))
+    assert never_sendable(mapped(confluent_kafka.KafkaError.TOPIC_EXCEPTION))  # an illegal topic name
+    gone = mapped(confluent_kafka.KafkaError.UNKNOWN_MEMBER_ID)
+    assert isinstance(gone, kafka_errors.UnknownMemberIdError) and lost_membership(gone)
+    assert isinstance(mapped(confluent_kafka.KafkaError._TRANSPORT), kafka_errors.KafkaConnectionError)
+    assert isinstance(mapped(confluent_kafka.KafkaError._MSG_TIMED_OUT), kafka_errors.KafkaTimeoutError)
+    for code in (confluent_kafka.KafkaError._TRANSPORT, confluent_kafka.KafkaError._MSG_TIMED_OUT):
+        assert is_transient(mapped(code)) and not never_sendable(mapped(code))
+    assert type(mapped(confluent_kafka.KafkaError._FAIL)) is kafka_errors.KafkaError

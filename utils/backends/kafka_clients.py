@@ -1,14 +1,21 @@
 """Kafka clients: every component gets its producer, consumer and admin client here (the Redis
 clients are :mod:`crawlhive.utils.backends.redis_clients`'s).
 
-Kafka clients share one mapping of the connection
-settings (:func:`kafka_common_config`) and carry the options that matter for latency on Tansu and
-on Kafka alike, set once here so no component repeats them. Every factory fails fast: when a backend
-cannot be reached it raises :class:`~crawlhive.utils.config.errors.BackendUnavailable` within a few seconds,
-with a message naming the setting to fix and its value (passwords masked). Only a ``main()``
-turns that into an exit code.
+**Which library.** Every producer and consumer is on librdkafka (``confluent-kafka``), through the
+one adapter of :mod:`crawlhive.utils.backends.rdkafka`, which answers kafka-python's calls and raises
+kafka-python's error classes, so callers read as they did on kafka-python (issue 50: librdkafka
+produces a record for a fifth of kafka-python's CPU and reads one for less than half, ``bench/ingest.py``).
+The admin client (:func:`make_admin`, :func:`ensure_topics`) is still kafka-python's.
 
-kafka-python notes (3.0.x):
+Kafka clients share one mapping of the connection
+settings (:func:`kafka_common_config`, in kafka-python's option names, mapped to librdkafka's by
+:func:`~crawlhive.utils.backends.rdkafka.rdkafka_config`) and carry the options that matter for latency
+on Tansu and on Kafka alike, set once here so no component repeats them. Every factory fails fast:
+when a backend cannot be reached it raises :class:`~crawlhive.utils.config.errors.BackendUnavailable`
+within a few seconds (a TCP probe, then one metadata request), with a message naming the setting to
+fix and its value (passwords masked). Only a ``main()`` turns that into an exit code.
+
+kafka-python notes (3.0.x, the admin client):
 
 * A client constructed against an address where nothing listens leaks one unclosed socket per
   failed connection attempt (ResourceWarning) and logs an ERROR per attempt. The factories
@@ -38,9 +45,11 @@ with warnings.catch_warnings():
     # kafka-python loads its protocol schemas with the deprecated importlib.resources.read_text.
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     import kafka.errors as kafka_errors
-    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+    from kafka import KafkaAdminClient, TopicPartition
     from kafka.admin import NewTopic
     from kafka.net.compat import KafkaNetClient
+
+    from crawlhive.utils.backends.rdkafka import RdKafkaConsumer, RdKafkaSendProducer  # imports kafka.errors
 
 logger = logging.getLogger(__name__)
 
@@ -194,11 +203,12 @@ def _build(factory: Callable[..., _Client], config: dict[str, Any]) -> _Client:
         raise kafka_unavailable(servers, f"{type(exc).__name__}: {exc}") from exc
 
 
-def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
-    """A connected producer of raw ``bytes`` keys and values.
+def make_producer(settings: Settings, **overrides: Any) -> RdKafkaSendProducer:
+    """A connected producer of raw ``bytes`` keys and values, on librdkafka, with kafka-python's
+    calls (:class:`~crawlhive.utils.backends.rdkafka.RdKafkaSendProducer`: ``send`` returns a future).
 
     Tuning: ``acks="all"``, so an acknowledged record is on every in-sync replica, and
-    idempotence **off**: an idempotent kafka-python producer whose producer id the broker forgot
+    idempotence **off**: an idempotent producer whose producer id the broker forgot
     (a restarted Tansu with memory storage, or producer state expired on Kafka) fails every later
     send with ``UnknownProducerIdError`` forever, so a component would never produce again against
     a healthy broker (tests/chaos/test_chaos.py, broker restart). Without it a retried send may be
@@ -209,18 +219,27 @@ def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
     Args:
         settings: connection settings (:func:`kafka_common_config`) and
             KAFKA_PRODUCER_MAX_REQUEST_SIZE.
-        **overrides: kafka-python ``KafkaProducer`` options that win over the above.
+        **overrides: kafka-python ``KafkaProducer`` option names that win over the above (those
+            :mod:`~crawlhive.utils.backends.rdkafka` maps; another raises ValueError).
 
     Raises:
         BackendUnavailable: no broker answered within a few seconds; names KAFKA_BOOTSTRAP_SERVERS.
         SettingsError: see :func:`kafka_common_config`.
     """
-    return _build(KafkaProducer, producer_config(settings, **overrides))
+    config = producer_config(settings, **overrides)
+    _probe(config["bootstrap_servers"])
+    producer = RdKafkaSendProducer(config)
+    try:
+        producer.connect(KAFKA_BOOTSTRAP_TIMEOUT_MS / 1000)
+    except kafka_errors.KafkaError as exc:
+        producer.close(0)
+        raise kafka_unavailable(config["bootstrap_servers"], str(exc)) from exc
+    return producer
 
 
 def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
-    """The keyword arguments of :func:`make_producer`'s ``KafkaProducer`` (see there); the
-    crawler's producer on librdkafka (:mod:`crawlhive.utils.backends.rdkafka`) maps the same.
+    """The producer options of :func:`make_producer` (see there), by kafka-python's names; the
+    crawler's producer (:func:`~crawlhive.utils.backends.rdkafka.make_rdkafka_producer`) has the same.
 
     Raises:
         SettingsError: see :func:`kafka_common_config`.
@@ -237,8 +256,10 @@ def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
     }
 
 
-def make_consumer(settings: Settings, *topics: str, group_id: str | None, **overrides: Any) -> KafkaConsumer:
-    """A connected consumer of raw ``bytes``, subscribed to *topics* (if any), committing manually.
+def make_consumer(settings: Settings, *topics: str, group_id: str | None, **overrides: Any) -> RdKafkaConsumer:
+    """A connected consumer of raw ``bytes`` on librdkafka with kafka-python's calls
+    (:class:`~crawlhive.utils.backends.rdkafka.RdKafkaConsumer`), subscribed to *topics* (if any),
+    committing manually.
 
     Options: ``enable_auto_commit=False`` (commit after the work is durable),
     ``auto_offset_reset="earliest"`` (a new group reads what was sent before it joined),
@@ -252,22 +273,31 @@ def make_consumer(settings: Settings, *topics: str, group_id: str | None, **over
         settings: connection settings and the KAFKA_* consumer settings above.
         *topics: full topic names to subscribe to; none to ``assign()`` partitions yourself.
         group_id: the consumer group (``settings.kafka_group`` for the kafka-monitor); None for no
-            group (no rebalancing and no offset commits).
-        **overrides: kafka-python ``KafkaConsumer`` options that win over the above.
+            group: it reads every partition of *topics* from where ``auto_offset_reset`` says, with
+            no rebalancing and no offset commits.
+        **overrides: kafka-python ``KafkaConsumer`` option names that win over the above (those
+            :mod:`~crawlhive.utils.backends.rdkafka` maps; another raises ValueError).
 
     Raises:
         BackendUnavailable: no broker answered within a few seconds; names KAFKA_BOOTSTRAP_SERVERS.
         SettingsError: see :func:`kafka_common_config`.
     """
-    consumer = _build(KafkaConsumer, consumer_config(settings, group_id, **overrides))
-    if topics:
-        consumer.subscribe(list(topics))
+    config = consumer_config(settings, group_id, **overrides)
+    _probe(config["bootstrap_servers"])
+    consumer = RdKafkaConsumer(config, [])
+    try:
+        consumer.connect(KAFKA_BOOTSTRAP_TIMEOUT_MS / 1000)
+        if topics:
+            consumer.subscribe(list(topics))
+    except kafka_errors.KafkaError as exc:
+        consumer.close()
+        raise kafka_unavailable(config["bootstrap_servers"], str(exc)) from exc
     return consumer
 
 
 def consumer_config(settings: Settings, group_id: str | None, **overrides: Any) -> dict[str, Any]:
-    """The keyword arguments of :func:`make_consumer`'s ``KafkaConsumer`` (see there); the
-    librdkafka consumer (:mod:`crawlhive.utils.backends.rdkafka`) maps the same.
+    """The consumer options of :func:`make_consumer` (see there), by kafka-python's names
+    (:func:`~crawlhive.utils.backends.rdkafka.rdkafka_config` maps them to librdkafka's).
 
     Raises:
         SettingsError: see :func:`kafka_common_config`.
@@ -379,7 +409,7 @@ def record_origin(record: Any) -> str:
     return f"{record.topic}/{record.partition}/{record.offset}@{record.timestamp}"
 
 
-def end_offsets(consumer: KafkaConsumer, partitions: list[Any], timeout_s: float = 5.0) -> dict[Any, int]:
+def end_offsets(consumer: RdKafkaConsumer, partitions: list[Any], timeout_s: float = 5.0) -> dict[Any, int]:
     """The offset after the last record of each of *partitions* (their high watermark).
 
     The ListOffsets answer alone is not enough: Tansu answers the base offset of a partition's last
@@ -423,8 +453,6 @@ def consumer_lag(settings: Settings, topic: str, group: str) -> int:
         BackendUnavailable: no broker answered (names KAFKA_BOOTSTRAP_SERVERS).
         KafkaError: the broker failed the offset requests.
     """
-    from kafka import TopicPartition
-
     consumer = make_consumer(settings, group_id=group)
     try:
         partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]

@@ -1,33 +1,47 @@
-"""Kafka clients on librdkafka (``confluent-kafka``) where kafka-python's cost shows: the sink's
-consumer and the crawler's producer.
+"""Every Kafka producer and consumer of crawlhive, on librdkafka (``confluent-kafka``): one adapter
+with kafka-python's calls and error classes (issue 50), built by
+:func:`~crawlhive.utils.backends.kafka_clients.make_consumer` and
+:func:`~crawlhive.utils.backends.kafka_clients.make_producer`, and the crawler's producer whose
+delivery reports come in batches (:func:`make_rdkafka_producer`). Why librdkafka, measured:
 
 **The consumer.** kafka-python reads and decodes in Python (``recv`` of 4 KiB at a time, each record's varints
 and headers): 19.6 µs of CPU a 2.6 KB record on Tansu, as much as a whole bare PostgreSQL ``COPY``
 loop spends on the record. confluent-kafka, the client Confluent maintains over librdkafka (C),
 consumed the same records at 3.2 µs each (measured side by side, ``bench/sink.py``'s records); the
 PostgreSQL sink went from 0.72 to 0.86 of the bare loop (median of 3 pairs) and the files sink from
-30,000 to 50,000 records/s. The sink, whose every record is read and written once with little else,
-uses it; the other workers keep kafka-python, whose producer, admin client and consumer they share.
+30,000 to 50,000 records/s. On the kafka-monitor's records (``bench/ingest.py``, 150 bytes) a bare
+poll-and-commit loop went from 6.8 to 3.0 µs of CPU a record.
 
-:class:`RdKafkaConsumer` answers the calls of :class:`~crawlhive.utils.process.worker.ConsumerWorker` and
-the sink (``poll``, ``commit``, ``seek``, ``pause``, ``resume``, ``assignment``, ``end_offsets``, ``highwater``,
-``committed``, ``close``) with kafka-python's types (``TopicPartition``, records with ``topic``,
-``partition``, ``offset`` and ``value``), and raises kafka-python's ``KafkaError`` for librdkafka's
-errors, so the loop's rules (what is transient, what rewinds a batch) hold unchanged. Its log lines
+:class:`RdKafkaConsumer` answers the calls of :class:`~crawlhive.utils.process.worker.ConsumerWorker`, the
+sink and every reader (``poll``, ``commit``, ``seek``, ``pause``, ``resume``, ``paused``, ``assignment``,
+``assign``, ``subscribe``, ``seek_to_end``, ``seek_to_beginning``, ``position``, ``partitions_for_topic``,
+``topics``, ``beginning_offsets``, ``end_offsets``, ``highwater``, ``committed``, ``close``) with
+kafka-python's types (``TopicPartition``, records with ``topic``, ``partition``, ``offset``, ``value``,
+``key``, ``headers`` and ``timestamp``), and raises kafka-python's ``KafkaError`` classes for librdkafka's
+errors, so the loop's rules (what is transient, what rewinds a batch) hold unchanged. librdkafka
+subscribes only with a group: a consumer made with ``group_id=None`` assigns itself every partition
+of its topics instead. Its log lines
 go to this module's logger (librdkafka's own ``WARNING``/``ERROR`` when a broker goes away), never to
 stderr.
 
 **The producer.** kafka-python builds each record batch, its CRC and its request in Python on a
 sender thread of its own that competes with the reactor for the GIL: py-spy put 12 % of a crawler's
-samples there on the cluster bench (one full page item a page). :class:`RdKafkaProducer` sends
-from librdkafka's C threads, with the options of :func:`~crawlhive.utils.backends.kafka_clients.make_producer`
-(``acks=all``, no idempotence, 5 ms linger), and hands the delivery reports back in batches.
+samples there on the cluster bench (one full page item a page); on ``bench/ingest.py``'s records
+it spent 17 µs of CPU a record where librdkafka spends 3.5. :class:`RdKafkaSendProducer` is
+kafka-python's ``KafkaProducer`` for our callers: ``send`` returns a future (``get``, ``add_callback``,
+``add_errback``) settled by the broker's acknowledgement, so "commit after every output is
+acknowledged" (``send_and_wait``) holds as before; a record over KAFKA_PRODUCER_MAX_REQUEST_SIZE fails
+its future with ``MessageSizeTooLargeError``. :class:`RdKafkaProducer`, the crawler's, hands the
+delivery reports back in batches instead. Both have the options of
+:func:`~crawlhive.utils.backends.kafka_clients.make_producer` (``acks=all``, no idempotence, 5 ms linger).
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +89,7 @@ _OPTIONS = {
     "sasl_plain_username": "sasl.username",
     "sasl_plain_password": "sasl.password",
     "ssl_cafile": "ssl.ca.location",
+    "client_id": "client.id",
     "group_id": "group.id",
     "auto_offset_reset": "auto.offset.reset",
     "max_poll_interval_ms": "max.poll.interval.ms",
@@ -88,6 +103,7 @@ _OPTIONS = {
     "linger_ms": "linger.ms",
     "batch_size": "batch.size",
     "max_request_size": "message.max.bytes",
+    "compression_type": "compression.type",
 }
 #: kafka-python options with no librdkafka counterpart to map (the poll's own arguments carry
 #: ``max_poll_records``; the rest are kafka-python's internals or set here for both clients).
@@ -111,9 +127,13 @@ class Record:
     topic: str
     partition: int
     offset: int
-    value: bytes | None
+    #: The record's bytes; None for a record without a value (typed Any, as kafka-python's
+    #: ``ConsumerRecord`` is, for the callers that read topics whose every record has one).
+    value: Any
     key: bytes | None = None
     headers: list[tuple[str, bytes]] | None = None
+    #: Milliseconds since the epoch: the producer's create time (the broker's with LogAppendTime).
+    timestamp: int = -1
 
 
 def _headers(message: Any) -> list[tuple[str, bytes]] | None:
@@ -159,24 +179,34 @@ def rdkafka_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _error(exc: BaseException | confluent_kafka.KafkaError) -> kafka_errors.KafkaError:
-    """kafka-python's error for a librdkafka one (a connection failure is a KafkaConnectionError,
-    which the worker loop retries like any KafkaError; a record too large a
-    MessageSizeTooLargeError, a record not delivered in time a KafkaTimeoutError)."""
+    """kafka-python's error for a librdkafka one, so callers' ``except`` clauses and the loop's rules
+    hold unchanged: a broker's error code becomes kafka-python's class of that code
+    (``kafka.errors.for_code``: MessageSizeTooLargeError, InvalidRecordError, UnknownMemberIdError,
+    …); of librdkafka's own, a record too large for KAFKA_PRODUCER_MAX_REQUEST_SIZE a
+    MessageSizeTooLargeError, a record not delivered in time a KafkaTimeoutError, a connection
+    failure a KafkaConnectionError (which the worker loop retries like any KafkaError)."""
     if isinstance(exc, confluent_kafka.KafkaError):
         said: confluent_kafka.KafkaError | None = exc
     else:
         said = exc.args[0] if exc.args and isinstance(exc.args[0], confluent_kafka.KafkaError) else None
-    text = f"{said.name()}: {said.str()}" if said is not None else str(exc)
-    if said is not None and said.code() == confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE:
-        return kafka_errors.MessageSizeTooLargeError(text)
-    if said is not None and said.code() == confluent_kafka.KafkaError._MSG_TIMED_OUT:
+    if said is None:
+        return kafka_errors.KafkaError(str(exc))
+    text = f"{said.name()}: {said.str()}"
+    code = said.code()
+    if code == confluent_kafka.KafkaError._MSG_TIMED_OUT:
         return kafka_errors.KafkaTimeoutError(text)
-    if said is not None and said.code() in (
+    if code in (
         confluent_kafka.KafkaError._TRANSPORT,
         confluent_kafka.KafkaError._ALL_BROKERS_DOWN,
         confluent_kafka.KafkaError._TIMED_OUT,
     ):
         return kafka_errors.KafkaConnectionError(text)
+    if code == confluent_kafka.KafkaError._UNKNOWN_TOPIC:
+        return kafka_errors.UnknownTopicOrPartitionError(text)
+    if code > 0:  # the broker's (and the protocol's) codes: kafka-python has a class for each
+        cls = kafka_errors.kafka_errors.get(code)
+        if cls is not None:
+            return cls(text)
     return kafka_errors.KafkaError(text)
 
 
@@ -184,29 +214,286 @@ def _theirs(partition: TopicPartition, offset: int = confluent_kafka.OFFSET_INVA
     return confluent_kafka.TopicPartition(partition.topic, partition.partition, offset)
 
 
+#: The group id given to librdkafka for a consumer without a group (``group_id=None``): librdkafka
+#: will not build a consumer without one, but it is never used, since such a consumer assigns itself
+#: every partition of its topics and commits nothing.
+NO_GROUP_PREFIX = "crawlhive-nogroup"
+#: Seconds between two metadata requests of a group-less consumer while one of its topics has no
+#: partitions yet (a per-appid topic is created by its first record; kafka-python waits for it too).
+TOPIC_REFRESH_S = 0.5
+#: Where a group-less consumer starts a partition, by ``auto_offset_reset``.
+_RESETS = {"earliest": confluent_kafka.OFFSET_BEGINNING, "latest": confluent_kafka.OFFSET_END}
+
+
 class RdKafkaConsumer:
-    """A group consumer of *topics* on librdkafka (see the module docstring)."""
+    """A consumer on librdkafka with kafka-python's ``KafkaConsumer`` calls (see the module docstring).
+
+    With a ``group_id`` it is a group member: :meth:`subscribe` joins the group, offsets are committed
+    only by :meth:`commit`. Without one (``group_id=None``) :meth:`subscribe` assigns it every
+    partition of the topics (and of topics that appear later, checked every TOPIC_REFRESH_S while
+    one is missing), starting where ``auto_offset_reset`` says; :meth:`commit` is refused.
+    :meth:`assign` starts a partition at the group's committed offset (with a group) or where
+    ``auto_offset_reset`` says.
+
+    Args:
+        config: kafka-python consumer options (:func:`~crawlhive.utils.backends.kafka_clients.consumer_config`).
+        topics: topics to :meth:`subscribe` to now; none to subscribe or assign later.
+    """
 
     def __init__(self, config: dict[str, Any], topics: list[str]) -> None:
+        self._group: str | None = config.get("group_id")
+        if self._group is None:
+            config = {**config, "group_id": f"{NO_GROUP_PREFIX}-{secrets.token_hex(6)}"}
+        self._reset = str(config.get("auto_offset_reset") or "latest").lower()
+        self._max_records = int(config.get("max_poll_records") or 500)
         self._consumer = confluent_kafka.Consumer(rdkafka_config(config))
+        #: True once :meth:`assign` (or a group-less :meth:`subscribe`) chose the partitions.
+        self._manual = False
+        #: Manual assignment: where each partition started (an offset or librdkafka's logical one),
+        #: and the next offset of those read or sought since.
+        self._starts: dict[TopicPartition, int] = {}
+        self._positions: dict[TopicPartition, int] = {}
+        #: A group-less subscription's topics, and when to look for missing ones again (None: all found).
+        self._wanted: list[str] = []
+        self._refresh_at: float | None = None
+        self._paused: set[TopicPartition] = set()
         if topics:
-            self._consumer.subscribe(topics)
+            self.subscribe(topics)
 
-    def poll(self, timeout_ms: int = 0, max_records: int = 500) -> dict[TopicPartition, list[Record]]:
-        """Up to *max_records* records, waiting up to *timeout_ms* for the first, by partition in
-        offset order.
+    # --- partitions --------------------------------------------------------------------------
+
+    def connect(self, timeout_s: float) -> None:
+        """Ask a broker for the cluster's metadata, so that one that cannot be reached or refuses
+        the credentials shows now.
+
+        Raises:
+            KafkaError: no broker answered within *timeout_s*.
+        """
+        try:
+            self._consumer.list_topics(timeout=timeout_s)
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+
+    def _metadata(self, topic: str | None = None) -> Any:
+        try:
+            if topic is None:
+                return self._consumer.list_topics(timeout=METADATA_TIMEOUT_S)
+            return self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+
+    def topics(self) -> set[str]:
+        """The names of the cluster's topics.
+
+        Raises:
+            KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
+        """
+        return {name for name, topic in self._metadata().topics.items() if topic.error is None}
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partition numbers of *topic*; None if it does not exist.
+
+        Raises:
+            KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
+        """
+        found = self._metadata(topic).topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            return None
+        return set(found.partitions)
+
+    def subscribe(self, topics: list[str]) -> None:
+        """Read *topics*: as a member of the group, or, without a group, from every partition.
+
+        Raises:
+            KafkaError: (without a group) the broker did not answer within METADATA_TIMEOUT_S.
+        """
+        if self._group is not None:
+            self._manual = False
+            self._consumer.subscribe(list(topics))
+            return
+        self._wanted = list(dict.fromkeys(topics))
+        self._assign_wanted()
+
+    def _assign_wanted(self) -> None:
+        """Add the partitions of the group-less subscription not assigned yet (new topics)."""
+        metadata = self._metadata()
+        found: list[TopicPartition] = []
+        missing = False
+        for name in self._wanted:
+            topic = metadata.topics.get(name)
+            if topic is None or topic.error is not None or not topic.partitions:
+                missing = True
+                continue
+            found += [TopicPartition(name, number) for number in sorted(topic.partitions)]
+        self._refresh_at = time.monotonic() + TOPIC_REFRESH_S if missing else None
+        new = [partition for partition in found if partition not in self._starts]
+        if new or not self._manual:
+            start = self._default_start()
+            self._apply({**self._current(), **dict.fromkeys(new, start)})
+
+    def _default_start(self) -> int:
+        """Where an assigned partition starts: the group's committed offset, else auto_offset_reset."""
+        if self._group is not None:
+            return confluent_kafka.OFFSET_STORED
+        return _RESETS.get(self._reset, confluent_kafka.OFFSET_END)
+
+    def _current(self) -> dict[TopicPartition, int]:
+        """The manual assignment, each partition at its next offset (where it started if none read)."""
+        return {partition: self._positions.get(partition, start) for partition, start in self._starts.items()}
+
+    def _apply(self, starts: dict[TopicPartition, int]) -> None:
+        """Make *starts* the manual assignment (librdkafka refuses to seek a partition it has not
+        started fetching, so a seek is a new assignment; records fetched ahead are dropped)."""
+        self._manual = True
+        self._starts = dict(starts)
+        self._positions = {p: offset for p, offset in starts.items() if offset >= 0}
+        try:
+            self._consumer.assign([_theirs(p, offset) for p, offset in starts.items()])
+            paused = [_theirs(p) for p in self._paused if p in starts]
+            if paused:
+                self._consumer.pause(paused)
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+        self._paused &= set(starts)
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """Read exactly *partitions* (no group membership), each from the group's committed offset
+        (with a group) or where ``auto_offset_reset`` says."""
+        start = self._default_start()
+        self._wanted, self._refresh_at = [], None
+        self._apply(dict.fromkeys(partitions, start))
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions assigned to this consumer now."""
+        return {TopicPartition(p.topic, p.partition) for p in self._consumer.assignment()}
+
+    # --- positions ---------------------------------------------------------------------------
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read *partition* again from *offset* (records fetched beyond it are dropped).
+
+        Raises:
+            KafkaError: the partition is not assigned to this consumer.
+        """
+        self._seek({partition: offset})
+
+    def _seek(self, offsets: dict[TopicPartition, int]) -> None:
+        if self._manual:
+            unknown = [p for p in offsets if p not in self._starts]
+            if unknown:
+                raise kafka_errors.IllegalStateError(f"cannot seek {unknown}: not assigned to this consumer")
+            self._apply({**self._current(), **offsets})
+            return
+        try:
+            for partition, offset in offsets.items():
+                self._consumer.seek(_theirs(partition, offset))
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Read *partitions* (all assigned if none) from their first record.
+
+        Raises:
+            KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
+        """
+        chosen = list(partitions) or sorted(self.assignment())
+        self._seek(self.beginning_offsets(chosen))
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Read *partitions* (all assigned if none) from their end as the broker says now (what is
+        sent later is read; nothing before).
+
+        Raises:
+            KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
+        """
+        chosen = list(partitions) or sorted(self.assignment())
+        self._seek(self.end_offsets(chosen))
+
+    def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        """The offset of the next record of *partition* this consumer reads, resolved now when it
+        was still "the beginning", "the end" or "the committed offset".
+
+        Raises:
+            KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
+        """
+        del timeout_ms  # each request is bounded by METADATA_TIMEOUT_S
+        if self._manual:
+            known = self._positions.get(partition)
+            if known is not None:
+                return known
+        try:
+            theirs = self._consumer.position([_theirs(partition)])
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+        if theirs and theirs[0].offset >= 0:
+            return int(theirs[0].offset)
+        start = self._starts.get(partition, self._default_start())
+        if start == confluent_kafka.OFFSET_STORED:
+            committed = self.committed(partition)
+            if committed is not None:
+                start = committed
+            else:
+                start = _RESETS.get(self._reset, confluent_kafka.OFFSET_END)
+        if start == confluent_kafka.OFFSET_BEGINNING:
+            start = self.beginning_offsets([partition])[partition]
+        elif start < 0:
+            start = self.end_offsets([partition])[partition]
+        if self._manual:
+            self._seek({partition: start})
+        return start
+
+    def beginning_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset of each partition's first record, as the broker says now.
+
+        Raises:
+            KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
+        """
+        return {p: self._watermarks(p)[0] for p in partitions}
+
+    def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset after each partition's last record, as the broker says now.
+
+        Raises:
+            KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
+        """
+        return {p: self._watermarks(p)[1] for p in partitions}
+
+    def _watermarks(self, partition: TopicPartition) -> tuple[int, int]:
+        try:
+            low, high = self._consumer.get_watermark_offsets(_theirs(partition), timeout=METADATA_TIMEOUT_S)
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+        return int(low), int(high)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The partition's end as the last fetch answer said (None before any)."""
+        low, high = self._consumer.get_watermark_offsets(_theirs(partition), cached=True)
+        return int(high) if high >= 0 else None
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[Record]]:
+        """Up to *max_records* records (``max_poll_records`` if None), waiting up to *timeout_ms*
+        for the first, by partition in offset order.
 
         Raises:
             KafkaError: librdkafka reported an error for the consumer (not for one partition's end).
         """
+        if self._refresh_at is not None and time.monotonic() >= self._refresh_at:
+            try:
+                self._assign_wanted()
+            except kafka_errors.KafkaError as exc:  # the broker away: look again later, as kafka-python does
+                logger.debug("looking for the topics %s failed: %s", self._wanted, exc)
+                self._refresh_at = time.monotonic() + TOPIC_REFRESH_S
+        limit = self._max_records if max_records is None else max_records
         try:
             # kafka-python's poll returns as soon as records are there; consume() would wait for
             # max_records until the timeout: take what is queued, and wait only for the first.
-            messages = self._consumer.consume(max_records, 0)
+            messages = self._consumer.consume(limit, 0)
             if not messages and timeout_ms > 0:
                 messages = self._consumer.consume(1, timeout_ms / 1000)
-                if messages and max_records > 1:
-                    messages += self._consumer.consume(max_records - 1, 0)
+                if messages and limit > 1:
+                    messages += self._consumer.consume(limit - 1, 0)
         except (confluent_kafka.KafkaException, RuntimeError) as exc:
             raise _error(exc) from exc
         out: dict[TopicPartition, list[Record]] = {}
@@ -219,7 +506,13 @@ class RdKafkaConsumer:
             topic, partition = message.topic(), message.partition()
             assert topic is not None and partition is not None  # a message without error has both
             record = Record(
-                topic, partition, int(message.offset() or 0), message.value(), message.key(), _headers(message)
+                topic,
+                partition,
+                int(message.offset() or 0),
+                message.value(),
+                message.key(),
+                _headers(message),
+                message.timestamp()[1],
             )
             where = TopicPartition(topic, partition)
             batch = out.get(where)
@@ -227,15 +520,45 @@ class RdKafkaConsumer:
                 out[where] = [record]
             else:
                 batch.append(record)
+        if self._manual:
+            for where, batch in out.items():
+                self._positions[where] = batch[-1].offset + 1
         return out
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching *partitions* (polls go on, returning none of their records; the consumer
+        stays in its group) until :meth:`resume`."""
+        try:
+            self._consumer.pause([_theirs(p) for p in partitions])
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+        self._paused.update(partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Fetch *partitions* again after :meth:`pause`."""
+        try:
+            self._consumer.resume([_theirs(p) for p in partitions])
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+        self._paused.difference_update(partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        """The assigned partitions :meth:`pause` stopped and :meth:`resume` did not restart
+        (librdkafka keeps no list to ask; a partition that left the assignment is not listed)."""
+        return self._paused & self.assignment()
+
+    # --- offsets -----------------------------------------------------------------------------
 
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None, timeout_ms: int = 0) -> None:
         """Commit *offsets* (the next offset to read, per partition), or the position of every
         partition after the records polled so far; returns once the broker acknowledged them.
 
         Raises:
-            KafkaError: the commit failed (not a member any more, the broker gone).
+            KafkaError: the commit failed (not a member any more, the broker gone);
+                IllegalStateError for a consumer without a group.
         """
+        if self._group is None:
+            raise kafka_errors.IllegalStateError("a consumer without a group (group_id=None) commits nothing")
         try:
             if offsets is None:
                 # librdkafka's commit() commits the offsets stored for it, and this consumer stores
@@ -252,61 +575,14 @@ class RdKafkaConsumer:
                     return  # nothing polled since the last commit: nothing to commit
             raise _error(exc) from exc
 
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        """Read *partition* again from *offset* (records fetched beyond it are dropped).
-
-        Raises:
-            KafkaError: the partition is not assigned to this consumer.
-        """
-        try:
-            self._consumer.seek(_theirs(partition, offset))
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
-
-    def pause(self, *partitions: TopicPartition) -> None:
-        """Stop fetching *partitions* (polls go on, returning none of their records; the consumer
-        stays in its group) until :meth:`resume`."""
-        try:
-            self._consumer.pause([_theirs(p) for p in partitions])
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
-
-    def resume(self, *partitions: TopicPartition) -> None:
-        """Fetch *partitions* again after :meth:`pause`."""
-        try:
-            self._consumer.resume([_theirs(p) for p in partitions])
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
-
-    def assignment(self) -> set[TopicPartition]:
-        """The partitions assigned to this consumer now."""
-        return {TopicPartition(p.topic, p.partition) for p in self._consumer.assignment()}
-
-    def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """The offset after each partition's last record, as the broker says now.
-
-        Raises:
-            KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
-        """
-        try:
-            return {
-                p: int(self._consumer.get_watermark_offsets(_theirs(p), timeout=METADATA_TIMEOUT_S)[1])
-                for p in partitions
-            }
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
-
-    def highwater(self, partition: TopicPartition) -> int | None:
-        """The partition's end as the last fetch answer said (None before any)."""
-        low, high = self._consumer.get_watermark_offsets(_theirs(partition), cached=True)
-        return int(high) if high >= 0 else None
-
     def committed(self, partition: TopicPartition) -> int | None:
-        """The group's committed offset of *partition* (None if it has none).
+        """The group's committed offset of *partition* (None if it has none, or without a group).
 
         Raises:
             KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
         """
+        if self._group is None:
+            return None
         try:
             found = self._consumer.committed([_theirs(partition)], timeout=METADATA_TIMEOUT_S)
         except confluent_kafka.KafkaException as exc:
@@ -318,19 +594,6 @@ class RdKafkaConsumer:
         """Leave the group (committing nothing: offsets are committed only after durable writes)."""
         del autocommit, timeout_ms  # librdkafka's close commits nothing without enable.auto.commit
         self._consumer.close()
-
-
-def make_rdkafka_consumer(settings: Settings, *topics: str, group_id: str, **overrides: Any) -> RdKafkaConsumer:
-    """:func:`~crawlhive.utils.backends.kafka_clients.make_consumer`'s consumer, on librdkafka.
-
-    Raises:
-        BackendUnavailable: no bootstrap server accepts a connection (names KAFKA_BOOTSTRAP_SERVERS).
-        SettingsError: see :func:`~crawlhive.utils.backends.kafka_clients.kafka_common_config`.
-    """
-    from crawlhive.utils.backends.kafka_clients import consumer_config, probe_kafka
-
-    probe_kafka(settings)
-    return RdKafkaConsumer(consumer_config(settings, group_id, **overrides), list(topics))
 
 
 #: Milliseconds librdkafka tries to deliver a record before it reports it failed (kafka-python's
@@ -360,6 +623,8 @@ def rdkafka_producer_config(config: dict[str, Any]) -> dict[str, Any]:
         "message.timeout.ms": MESSAGE_TIMEOUT_MS,
         "queue.buffering.max.kbytes": max(QUEUE_MAX_KBYTES, 2 * request_kb),
         "socket.nagle.disable": True,  # as kafka-python's TCP_NODELAY: a lone record is not held back
+        # kafka-python's (and Java's) partitioner: a keyed record goes where their producers send it
+        "partitioner": "murmur2_random",
         **out,
     }
 
@@ -449,6 +714,234 @@ class RdKafkaProducer:
         self._thread.join(POLL_S * 5)
         self._hand_over()
         return left
+
+
+#: Seconds :meth:`RdKafkaSendProducer.send` waits for room while librdkafka's queue is full before it
+#: raises KafkaTimeoutError (kafka-python's ``max_block_ms``, 60 s).
+MAX_BLOCK_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where the broker stored an acknowledged record (the fields of kafka-python's
+    ``RecordMetadata`` our code reads)."""
+
+    topic: str
+    partition: int
+    offset: int
+    #: Milliseconds since the epoch, as a consumer of the record sees it.
+    timestamp: int
+
+
+class SendFuture:
+    """The outcome of one :meth:`RdKafkaSendProducer.send`, as kafka-python's future gives it:
+    :meth:`get` waits for it; callbacks added with :meth:`add_callback` / :meth:`add_errback` run
+    in the producer's delivery thread (at once if it is done already).
+
+    Hand-written rather than a ``concurrent.futures.Future``: that one costs a Condition per record,
+    and kafka-python's callback names (``add_callback``, ``add_errback``) are what the callers use;
+    these share their producer's Condition, notified once per batch of delivery reports.
+    """
+
+    __slots__ = ("_callbacks", "_cond", "_errbacks", "exception", "is_done", "value")
+
+    def __init__(self, cond: threading.Condition) -> None:
+        self._cond = cond
+        self.is_done = False
+        self.value: RecordMetadata | None = None
+        self.exception: kafka_errors.KafkaError | None = None
+        self._callbacks: list[Callable[[RecordMetadata], Any]] | None = None
+        self._errbacks: list[Callable[[kafka_errors.KafkaError], Any]] | None = None
+
+    def __call__(self, error: confluent_kafka.KafkaError | None, message: Any) -> None:
+        """librdkafka's delivery report of the record (in the thread that polls the producer)."""
+        if error is None:
+            self._settle(
+                RecordMetadata(message.topic(), message.partition(), message.offset(), message.timestamp()[1]), None
+            )
+        else:
+            self._settle(None, _error(error))
+
+    def _settle(self, value: RecordMetadata | None, exception: kafka_errors.KafkaError | None) -> None:
+        with self._cond:
+            self.value, self.exception, self.is_done = value, exception, True
+            callbacks, errbacks = self._callbacks, self._errbacks
+            self._callbacks = self._errbacks = None
+        if exception is None and callbacks:
+            for callback in callbacks:
+                _run(callback, value)
+        elif exception is not None and errbacks:
+            for errback in errbacks:
+                _run(errback, exception)
+
+    def succeeded(self) -> bool:
+        return self.is_done and self.exception is None
+
+    def failed(self) -> bool:
+        return self.is_done and self.exception is not None
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """The record's metadata once the broker acknowledged it.
+
+        Raises:
+            KafkaTimeoutError: no report within *timeout* seconds (None: wait for it).
+            KafkaError: the record was refused or not delivered (kafka-python's class of the error).
+        """
+        if not self.is_done:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            with self._cond:
+                while not self.is_done:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise kafka_errors.KafkaTimeoutError(f"Timeout after waiting for {timeout} secs.")
+                    self._cond.wait(left)
+        if self.exception is not None:
+            raise self.exception
+        assert self.value is not None
+        return self.value
+
+    def add_callback(self, callback: Callable[[RecordMetadata], Any]) -> SendFuture:
+        """Call *callback* with the metadata once the record is acknowledged."""
+        with self._cond:
+            if not self.is_done:
+                self._callbacks = [*(self._callbacks or ()), callback]
+                return self
+        if self.exception is None:
+            _run(callback, self.value)
+        return self
+
+    def add_errback(self, errback: Callable[[kafka_errors.KafkaError], Any]) -> SendFuture:
+        """Call *errback* with the error once the record failed."""
+        with self._cond:
+            if not self.is_done:
+                self._errbacks = [*(self._errbacks or ()), errback]
+                return self
+        if self.exception is not None:
+            _run(errback, self.exception)
+        return self
+
+
+def _run(callback: Callable[[Any], Any], argument: Any) -> None:
+    try:
+        callback(argument)
+    except Exception:  # a caller's callback: librdkafka's poll must go on serving the others
+        logger.exception("a Kafka send callback failed")
+
+
+class RdKafkaSendProducer:
+    """A producer on librdkafka with kafka-python's ``KafkaProducer`` calls: :meth:`send` returns
+    a :class:`SendFuture`; :meth:`flush` and :meth:`close` as there. Every component's producer
+    but the crawler's (:class:`RdKafkaProducer`, whose reports come in batches).
+
+    A thread of its own serves librdkafka's delivery reports (settling the futures, running their
+    callbacks, as kafka-python's sender thread does); :meth:`flush` serves them too.
+
+    Args:
+        config: kafka-python producer options (:func:`~crawlhive.utils.backends.kafka_clients.producer_config`).
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._producer = confluent_kafka.Producer(rdkafka_producer_config(config))
+        self._cond = threading.Condition(threading.Lock())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="crawlhive-rdkafka-sender", daemon=True)
+        self._thread.start()
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> SendFuture:
+        """Queue a record of *topic*; the future settles when the broker acknowledged it (or not).
+
+        A record the broker's rules refuse at once (over KAFKA_PRODUCER_MAX_REQUEST_SIZE:
+        MessageSizeTooLargeError) gives a failed future, as kafka-python's ``send`` does.
+
+        Raises:
+            KafkaTimeoutError: librdkafka's queue stayed full for MAX_BLOCK_S.
+            KafkaError: librdkafka refused the record for another reason.
+        """
+        future = SendFuture(self._cond)
+        extra: dict[str, Any] = {}
+        if headers:
+            extra["headers"] = list(headers)
+        if partition is not None:
+            extra["partition"] = partition
+        if timestamp_ms is not None:
+            extra["timestamp"] = timestamp_ms
+        deadline = 0.0
+        while True:
+            try:
+                self._producer.produce(topic, value, key, on_delivery=future, **extra)
+                return future
+            except BufferError as exc:  # librdkafka's queue is full: wait for deliveries, as kafka-python does
+                now = time.monotonic()
+                deadline = deadline or now + MAX_BLOCK_S
+                if now >= deadline:
+                    raise kafka_errors.KafkaTimeoutError(
+                        f"the producer's queue stayed full for {MAX_BLOCK_S:g} s: {exc}"
+                    ) from exc
+                self._producer.flush(min(POLL_S, deadline - now))
+                self._notify()
+            except confluent_kafka.KafkaException as exc:
+                error = _error(exc)
+                if isinstance(error, kafka_errors.BrokerResponseError):
+                    future._settle(None, error)
+                    return future
+                raise error from exc
+
+    def _notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                served = self._producer.poll(POLL_S)
+            except Exception:  # an exception out of a callback; the loop must go on serving reports
+                logger.exception("serving the Kafka producer's delivery reports failed")
+                served = 1
+            if served:
+                self._notify()
+
+    def connect(self, timeout_s: float) -> None:
+        """Ask a broker for the cluster's metadata, so that a broker that cannot be reached or
+        refuses the credentials shows now.
+
+        Raises:
+            KafkaError: no broker answered within *timeout_s*.
+        """
+        try:
+            self._producer.list_topics(timeout=timeout_s)
+        except confluent_kafka.KafkaException as exc:
+            raise _error(exc) from exc
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every record sent so far is acknowledged or failed (its future settled).
+
+        Raises:
+            KafkaTimeoutError: records were still unsettled after *timeout* seconds.
+        """
+        left = int(self._producer.flush(-1 if timeout is None else timeout))
+        self._notify()
+        if left:
+            raise kafka_errors.KafkaTimeoutError(f"{left} record(s) not acknowledged within {timeout} s")
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush for up to *timeout* seconds (records still unsettled then are reported in a
+        warning, their futures never settle), then stop the delivery thread."""
+        if self._stop.is_set():
+            return
+        left = int(self._producer.flush(-1 if timeout is None else timeout))
+        self._stop.set()
+        self._thread.join(POLL_S * 5)
+        self._notify()
+        if left:
+            logger.warning("the Kafka producer closed with %d record(s) not acknowledged", left)
 
 
 def make_rdkafka_producer(settings: Settings, on_reports: Callable[[list[Report]], None]) -> RdKafkaProducer:

@@ -4,7 +4,7 @@ each service does before it commits, acks or ``XACK``\\ s what the records answe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kafka.errors import (
     CorruptRecordError,
@@ -15,11 +15,25 @@ from kafka.errors import (
     RecordListTooLargeError,
 )
 
-if TYPE_CHECKING:
-    from kafka import KafkaProducer
-    from kafka.producer.future import FutureRecordMetadata
-
 T = TypeVar("T")
+
+
+class SentRecord(Protocol):
+    """What :func:`send_and_wait` needs of a send's future (kafka-python's, or
+    :class:`~crawlhive.utils.backends.rdkafka.SendFuture`)."""
+
+    def get(self, timeout: float | None = None) -> Any: ...
+
+
+class Producer(Protocol):
+    """What :func:`send_and_wait` needs of a producer (the contract layer names no client:
+    :func:`~crawlhive.utils.backends.kafka_clients.make_producer` builds the one in use)."""
+
+    def send(
+        self, topic: str, value: bytes | None = None, *, headers: list[tuple[str, bytes]] | None = None
+    ) -> SentRecord: ...
+
+    def flush(self, timeout: float | None = None) -> None: ...
 
 
 def never_sendable(exc: BaseException) -> bool:
@@ -37,7 +51,7 @@ def never_sendable(exc: BaseException) -> bool:
 
 
 def send_and_wait(
-    producer: KafkaProducer,
+    producer: Producer,
     records: Iterable[tuple[str, bytes, T]],
     timeout_s: float,
     give_up: Callable[[str, T, KafkaError], None] | None = None,
@@ -53,7 +67,7 @@ def send_and_wait(
     Raises:
         KafkaError: a record was not acknowledged within *timeout_s* (the caller retries the lot).
     """
-    futures: list[tuple[str, T, FutureRecordMetadata]] = []
+    futures: list[tuple[str, T, SentRecord]] = []
     for i, (topic, value, tag) in enumerate(records):
         try:
             if headers and i in headers:

@@ -49,8 +49,7 @@ from crawlhive.utils.state.heartbeat import Heartbeat, new_node_id
 from crawlhive.utils.state.stats import Stats
 
 if TYPE_CHECKING:
-    from kafka import KafkaConsumer, KafkaProducer
-
+    from crawlhive.utils.backends.rdkafka import RdKafkaConsumer, RdKafkaSendProducer
     from crawlhive.utils.config.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -325,8 +324,6 @@ class ConsumerWorker(Worker):
 
     iteration = "this batch"
     poll_interval_setting = "KAFKA_MAX_POLL_INTERVAL_MS"
-    #: Consume on librdkafka (:mod:`crawlhive.utils.backends.rdkafka`) rather than kafka-python.
-    rdkafka: ClassVar[bool] = False
     #: Start with small batches (:meth:`consume_batch`): for a worker whose records are slow to
     #: process (the cleaner's pages), so its first outputs leave after one record.
     slow_start: ClassVar[bool] = False
@@ -336,8 +333,8 @@ class ConsumerWorker(Worker):
         self.poll_timeout_ms = settings.KAFKA_CONSUMER_POLL_TIMEOUT_MS
         self.max_poll_records = settings.KAFKA_CONSUMER_MAX_POLL_RECORDS
         self.ack_timeout_s = settings.KAFKA_FEED_TIMEOUT
-        self.consumer: KafkaConsumer | None = None
-        self.producer: KafkaProducer | None = None
+        self.consumer: RdKafkaConsumer | None = None
+        self.producer: RdKafkaSendProducer | None = None
         self._busy = False
         #: Processed records whose offsets are not committed yet (a commit failed).
         self._commit_pending = False
@@ -364,12 +361,7 @@ class ConsumerWorker(Worker):
         if self.producer is None:
             self.producer = make_producer(self.settings)
         if self.consumer is None:
-            if self.rdkafka:
-                from crawlhive.utils.backends.rdkafka import make_rdkafka_consumer
-
-                self.consumer = make_rdkafka_consumer(self.settings, topic, group_id=group, **consumer_options)
-            else:
-                self.consumer = make_consumer(self.settings, topic, group_id=group, **consumer_options)
+            self.consumer = make_consumer(self.settings, topic, group_id=group, **consumer_options)
         self.beat(force=True)
         logger_of(self).info(
             "%s %s consuming %s as group %s (Redis %s)",
@@ -480,7 +472,7 @@ class ConsumerWorker(Worker):
 
     def rewind(self, polled: dict[Any, list[Any]]) -> None:
         """Seek every partition of a polled batch back to its first record, so it is processed
-        again (kafka-python drops fetched data that does not start at the new position)."""
+        again (the consumer drops fetched data that does not start at the new position)."""
         consumer = self.consumer
         if consumer is None:
             return
