@@ -79,7 +79,9 @@ def main() -> int:
             start = time.time()
             window_s = args.window * 60
             windows: list[dict[str, Any]] = []
-            mark = {"t": start, "pages": 0, "cpu_s": None, "redis": redis_cpu_s(client), "broker": _cpu(broker)}
+            mark: dict[str, Any] = {
+                "t": start, "pages": 0, "cpu_s": None, "redis": redis_cpu_s(client), "broker": _cpu(broker)
+            }  # fmt: skip
             print(
                 f"soak: {args.minutes:g} minutes, windows of {args.window:g}; a new crawl every {args.feed_every:,}"
                 " pages",
