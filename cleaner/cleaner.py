@@ -59,6 +59,8 @@ COUNTERS = CLEANER_COUNTERS
 
 #: Bytes the producer adds to a record's value in its size check (record batch header, a margin).
 RECORD_OVERHEAD = 1024
+#: Most extraction child processes a cleaner may run (CLEANER_EXTRACT_PROCESSES).
+MAX_EXTRACT_PROCESSES = 32
 
 
 @dataclass
@@ -106,6 +108,11 @@ class Cleaner(ConsumerWorker):
             raise SettingsError(f"CLEANER_MAX_SECONDS: expected a positive number, got {self.max_seconds!r}")
         if self.settings.CLEANER_MAX_TEXT_BYTES < 1 or self.max_poll_records < 1:
             raise SettingsError("CLEANER_MAX_TEXT_BYTES and CLEANER_MAX_POLL_RECORDS must be at least 1")
+        if not 1 <= self.settings.CLEANER_EXTRACT_PROCESSES <= MAX_EXTRACT_PROCESSES:
+            raise SettingsError(
+                f"CLEANER_EXTRACT_PROCESSES: expected 1 to {MAX_EXTRACT_PROCESSES},"
+                f" got {self.settings.CLEANER_EXTRACT_PROCESSES!r}"
+            )
         batch_ms = self.max_seconds * 1000 * self.max_poll_records
         if self.max_poll_interval_ms <= batch_ms:
             raise SettingsError(

@@ -279,12 +279,20 @@ def _serve(jobs: Connection, answers: Connection, capture_level: int) -> None:
 
 
 class Extractor:
-    """One child process that extracts pages, each within a deadline (see the module docstring)."""
+    """One child process that extracts pages, each within a deadline (see the module docstring).
+
+    :meth:`extract` is one page, waited for; :meth:`submit` then :meth:`collect` let the caller do
+    other work (or keep other children busy: ``cleaner/plugins/extract.py``) while the child works,
+    the deadline counting from the submit."""
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
         self._jobs: Connection | None = None
         self._answers: Connection | None = None
+        #: When the page in the child was submitted (None: the child is idle), and its URL.
+        self._submitted: float | None = None
+        self._url = ""
+        self._ready = False
 
     def start(self) -> None:
         """Start the child (if it is not running) and wait until it is ready.
@@ -292,6 +300,12 @@ class Extractor:
         Raises:
             ExtractionFailed: it did not start within START_TIMEOUT_S.
         """
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the child if it is not running, without waiting for it (:meth:`wait_ready`): several
+        children import trafilatura at once."""
         if self._process is not None and self._process.poll() is None:
             return
         self.close()
@@ -308,6 +322,17 @@ class Extractor:
             os.close(answer_write)
         self._jobs = Connection(job_write, readable=False)
         self._answers = Connection(answer_read, writable=False)
+        self._ready = False
+
+    def wait_ready(self) -> None:
+        """Wait until the child :meth:`launch` started says it is ready (at once if it did).
+
+        Raises:
+            ExtractionFailed: it did not start within START_TIMEOUT_S.
+        """
+        if self._ready:
+            return
+        assert self._answers is not None, "launch() first"
         try:
             ready = self._answers.poll(START_TIMEOUT_S) and self._answers.recv()
         except (EOFError, OSError) as exc:
@@ -316,6 +341,18 @@ class Extractor:
         if not ready:
             self.close(kill=True)
             raise ExtractionFailed(f"the extraction process did not start within {START_TIMEOUT_S:g} s")
+        self._ready = True
+
+    @property
+    def answers(self) -> Connection:
+        """The pipe the child answers on (for :func:`multiprocessing.connection.wait`); after :meth:`submit`."""
+        assert self._answers is not None, "submit() first"
+        return self._answers
+
+    @property
+    def submitted(self) -> float | None:
+        """When the page the child is working on was submitted (``time.monotonic()``); None if idle."""
+        return self._submitted
 
     def extract(
         self, html: str, url: str, timeout: float, markdown: bool = False, max_url_length: int = MAX_URL_LENGTH
@@ -326,12 +363,38 @@ class Extractor:
             ExtractionTimeout: it took longer (the child is killed and another started).
             ExtractionFailed: the extraction raised, or the child died.
         """
+        self.submit(html, url, markdown, max_url_length)
+        return self.collect(timeout)
+
+    def submit(self, html: str, url: str, markdown: bool = False, max_url_length: int = MAX_URL_LENGTH) -> None:
+        """Hand *html* to the child (started if needed); :meth:`collect` its fields.
+
+        Raises:
+            ExtractionFailed: the child could not be started, or died.
+        """
         self.start()
-        assert self._jobs is not None and self._answers is not None
-        started = time.monotonic()
+        assert self._jobs is not None
+        self._submitted, self._url = time.monotonic(), url
         try:
             self._jobs.send((html, url, markdown, max_url_length))
-            answer = self._answers.recv() if self._answers.poll(max(0.0, timeout)) else None
+        except (EOFError, OSError) as exc:
+            self._submitted = None
+            self._restart()
+            raise ExtractionFailed(f"the extraction process died ({exc!r})") from exc
+
+    def collect(self, timeout: float) -> dict[str, Any]:
+        """The fields of the page :meth:`submit` handed over, waiting until *timeout* seconds after
+        the submit at most.
+
+        Raises:
+            ExtractionTimeout: the time ran out (the child is killed and another started).
+            ExtractionFailed: the extraction raised, or the child died.
+        """
+        assert self._answers is not None and self._submitted is not None, "submit() first"
+        started, self._submitted = self._submitted, None
+        try:
+            left = max(0.0, timeout - (time.monotonic() - started))
+            answer = self._answers.recv() if self._answers.poll(left) else None
         except (EOFError, OSError) as exc:
             self._restart()
             raise ExtractionFailed(f"the extraction process died ({exc!r})") from exc
@@ -341,7 +404,7 @@ class Extractor:
             raise ExtractionTimeout(f"{elapsed:.1f} s")
         status, value, lines = answer
         for name, level, message in lines:
-            logger.debug("%s %s (%s): %s", name, level, url, message)
+            logger.debug("%s %s (%s): %s", name, level, self._url, message)
         if status != "ok":
             raise ExtractionFailed(str(value))
         return dict(value)
@@ -360,6 +423,7 @@ class Extractor:
         Never raises."""
         process, jobs, answers = self._process, self._jobs, self._answers
         self._process = self._jobs = self._answers = None
+        self._submitted, self._ready = None, False
         if kill and process is not None and process.poll() is None:
             process.kill()
         if jobs is not None:

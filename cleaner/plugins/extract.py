@@ -3,16 +3,22 @@ scripts, styles and ads removed; whitespace normalised (paragraphs one per line)
 main text (a short page of a heading and links) has its visible text as ``text``.
 
 The extraction runs in a child process (:mod:`crawlhive.cleaner.extractor`) that is killed when the
-page's CLEANER_MAX_SECONDS run out: the page is then a dead letter and the cleaner goes on.
+page's CLEANER_MAX_SECONDS run out: the page is then a dead letter and the cleaner goes on. With
+CLEANER_EXTRACT_PROCESSES above 1 a batch's pages are shared among that many children, each given
+the next page as soon as it answers (the extraction is most of a page's cost, and one child leaves
+the other cores idle while the cleaner waits for it).
 ``text`` keeps at most CLEANER_MAX_TEXT_BYTES, ``title`` and ``description`` MAX_META_BYTES.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Self
+import time
+from collections import deque
+from multiprocessing.connection import wait
+from typing import TYPE_CHECKING, Any, Self
 
-from crawlhive.cleaner.extractor import ExtractionTimeout, Extractor
+from crawlhive.cleaner.extractor import ExtractionFailed, ExtractionTimeout, Extractor
 from crawlhive.cleaner.markdown_links import MAX_URL_LENGTH
 from crawlhive.cleaner.page import too_long
 from crawlhive.cleaner.plugins import CleanerPlugin
@@ -64,14 +70,23 @@ class ExtractPlugin(CleanerPlugin):
     name = "extract"
 
     def __init__(
-        self, max_seconds: float, max_text_bytes: int, markdown: bool = True, max_url_length: int = MAX_URL_LENGTH
+        self,
+        max_seconds: float,
+        max_text_bytes: int,
+        markdown: bool = True,
+        max_url_length: int = MAX_URL_LENGTH,
+        processes: int = 1,
     ) -> None:
         self.max_seconds = max_seconds
         self.max_text_bytes = max_text_bytes
         self.markdown = markdown
         self.max_url_length = max_url_length
-        self.extractor = Extractor()
-        self.extractor.start()
+        self.extractors = [Extractor() for _ in range(max(1, processes))]
+        self.extractor = self.extractors[0]
+        for extractor in self.extractors:  # they import trafilatura at the same time
+            extractor.launch()
+        for extractor in self.extractors:
+            extractor.wait_ready()
 
     @classmethod
     def from_cleaner(cls, cleaner: Cleaner) -> Self:
@@ -81,6 +96,7 @@ class ExtractPlugin(CleanerPlugin):
             settings.CLEANER_MAX_TEXT_BYTES,
             settings.CLEANER_MARKDOWN,
             settings.LINK_MAX_URL_LENGTH or MAX_URL_LENGTH,
+            settings.CLEANER_EXTRACT_PROCESSES,
         )
 
     def process(self, page: Page) -> None:
@@ -91,6 +107,9 @@ class ExtractPlugin(CleanerPlugin):
             )
         except ExtractionTimeout:
             raise too_long(self.max_seconds) from None
+        self._fill(page, fields)
+
+    def _fill(self, page: Page, fields: dict[str, Any]) -> None:
         page.extra["document"] = fields
         page.record["title"] = cut(normalise(fields.get("title")), MAX_META_BYTES)
         page.record["description"] = cut(normalise(fields.get("description")), MAX_META_BYTES)
@@ -98,5 +117,53 @@ class ExtractPlugin(CleanerPlugin):
         if self.markdown:  # §20.6: the main content as Markdown with its links, cut as text is
             page.record["markdown"] = cut_markdown(fields.get("markdown"), self.max_text_bytes)
 
+    def process_batch(self, pages: list[Page]) -> list[Page]:
+        """With one child, page after page (:meth:`process`). With several, each child is handed
+        the next page as soon as it answers, and a page's deadline counts from its hand-over; the
+        pages keep their order."""
+        if len(self.extractors) == 1 or len(pages) < 2:
+            return super().process_batch(pages)
+        waiting = deque(pages)
+        busy: dict[Extractor, Page] = {}
+        while waiting or busy:
+            for extractor in self.extractors:
+                if extractor in busy or not waiting:
+                    continue
+                page = waiting.popleft()
+                try:
+                    extractor.submit(page.html, str(page.item.get("response_url") or page.item["url"]),
+                                     self.markdown, self.max_url_length)  # fmt: skip
+                except ExtractionFailed as exc:
+                    page.extra["outcome"] = exc
+                    continue
+                busy[extractor] = page
+            if not busy:
+                continue
+            now = time.monotonic()
+            due = min((e.submitted or now) + self.max_seconds - p.spent for e, p in busy.items())
+            ready = set(wait([e.answers for e in busy], timeout=max(0.0, due - now)))
+            now = time.monotonic()
+            for extractor, page in list(busy.items()):
+                started = extractor.submitted or now
+                left = self.max_seconds - page.spent
+                if extractor.answers not in ready and now - started < left:
+                    continue  # still working, within its time
+                del busy[extractor]
+                try:
+                    fields = extractor.collect(left)
+                except ExtractionTimeout:
+                    page.extra["outcome"] = too_long(self.max_seconds)
+                except Exception as exc:  # noqa: BLE001 - the worker sorts outcomes from bugs
+                    page.extra["outcome"] = exc
+                else:
+                    try:
+                        self._fill(page, fields)
+                    except Exception as exc:  # noqa: BLE001 - as above
+                        page.extra["outcome"] = exc
+                finally:
+                    page.spent += time.monotonic() - started
+        return [page for page in pages if "outcome" not in page.extra]
+
     def close(self) -> None:
-        self.extractor.close()
+        for extractor in self.extractors:
+            extractor.close()

@@ -67,3 +67,50 @@ def test_one_parse_gives_the_metadata_and_the_main_text() -> None:
     # Not HTML at all, or nothing: no crash, the visible text (empty).
     assert extract("", "https://journal.example/")["text"] == ""
     assert extract("\x00\x01", "https://journal.example/")["text"] is not None
+
+
+def test_two_children_share_a_batch_keep_its_order_and_stop_only_the_page_past_its_deadline() -> None:
+    """CLEANER_EXTRACT_PROCESSES 2: the batch's pages go to whichever child answers first; each
+    page gets the fields one child gives it, in the batch's order; a page past its deadline (from
+    its hand-over; this one takes about 5 s alone) is stopped as too long while the other child
+    goes on with the rest."""
+    from crawlhive.cleaner.page import Page, Reject
+    from crawlhive.cleaner.plugins.extract import ExtractPlugin
+
+    def page(i: int, html: str) -> Page:
+        return Page(item={"url": f"http://site{i}.example/", "response_url": None}, html=html, origin=f"t/0/{i}")
+
+    small = [f"<html><body><article><h1>Page {i}</h1>" + f"<p>Paragraph {i} of this page, long enough.</p>" * 5
+             + "</article></body></html>" for i in range(8)]  # fmt: skip
+    slow = "<html><body>" + "<div><p>Office: call +1 202-555-0143</p></div>\n" * 80000 + "</body></html>"
+    one = ExtractPlugin(1.5, 262144, processes=1)
+    two = ExtractPlugin(1.5, 262144, processes=2)
+    try:
+        assert len({e.answers.fileno() for e in two.extractors}) == 2  # two children, each ready
+        alone = [page(i, html) for i, html in enumerate(small)]
+        assert one.process_batch(alone) == alone
+        shared = [page(i, html) for i, html in enumerate(small[:3])] + [page(99, slow)]
+        shared += [page(i, html) for i, html in enumerate(small[3:], start=3)]
+        filled: dict[str, float] = {}
+        fill = two._fill
+
+        def timed_fill(page: Page, fields: dict[str, object]) -> None:
+            fill(page, fields)
+            filled[page.origin] = time.monotonic()
+
+        two._fill = timed_fill  # type: ignore[method-assign]
+        started = time.monotonic()
+        kept = two.process_batch(shared)
+        assert time.monotonic() - started < 15
+        # the pages after the slow one were extracted by the other child while it ran, not after
+        assert max(filled.values()) < started + 1.5
+        assert [p.origin for p in kept] == [f"t/0/{i}" for i in range(8)]  # the batch's order, the slow one out
+        assert [p.record for p in kept] == [p.record for p in alone]  # what one child gives, page for page
+        stopped = shared[3]
+        assert isinstance(stopped.extra["outcome"], Reject) and "CLEANER_MAX_SECONDS" in str(stopped.extra["outcome"])
+        assert stopped.spent >= 1.5 and all(p.spent < 1.5 for p in kept)
+        again = [page(i, html) for i, html in enumerate(small)]  # the killed child was replaced
+        assert [p.record for p in two.process_batch(again)] == [p.record for p in alone]
+    finally:
+        one.close()
+        two.close()

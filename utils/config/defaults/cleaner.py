@@ -43,6 +43,11 @@ CLEANER_MAX_SECONDS: float = 10.0
 """Seconds one page may take to clean; past them it becomes a ``stage: clean`` dead letter
 ``cleaning took too long (…)``. The extraction runs in a child process killed at the deadline."""
 
+CLEANER_EXTRACT_PROCESSES: int = 2
+"""Child processes a cleaner extracts pages in, each given the next page of a batch as soon as it
+answers (the extraction is most of a page's cost; one child leaves the other cores idle while the
+cleaner waits for it). 1: one child, page after page. Each child holds trafilatura (~60 MB)."""
+
 CLEANER_MAX_TEXT_BYTES: int = 262144
 """Bytes (UTF-8) of ``text`` a cleaned record keeps; a longer main text is cut at a line end.
 ``title`` and ``description`` keep at most 2048 bytes each."""
