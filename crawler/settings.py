@@ -144,14 +144,16 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
             **({f"{_PKG}.trace.TraceMiddleware": 995} if tracing.ON else {}),
         },
         "SPIDER_MIDDLEWARES": {
-            # Scrapy's depth and URL-length middlewares (900, 800) act only on the requests a
-            # callback yields, and FrontierSpiderMiddleware (950, before them in the output's path)
-            # turns every one into a frontier child first, where maxdepth and LINK_MAX_URL_LENGTH
-            # apply. Enabled, they only wrapped each page's item in two more asynchronous
-            # generators (issue 50: bench/README.md, "Speed that holds"). The referer middleware
-            # (700) stays: the redirect middlewares set a redirect's Referer header through it.
+            # Scrapy's depth, URL-length and referer middlewares (900, 800, 700) act only on the
+            # requests a callback yields, and FrontierSpiderMiddleware (950, before them in the
+            # output's path) turns every one into a frontier child first, where maxdepth and
+            # LINK_MAX_URL_LENGTH apply; the redirect middlewares keep a referer middleware of
+            # their own for a hop's Referer (middlewares/redirects.py). Enabled, they only wrapped
+            # each page's item in three more asynchronous generators (issue 50: bench/README.md,
+            # "Speed that holds").
             "scrapy.spidermiddlewares.depth.DepthMiddleware": None,
             "scrapy.spidermiddlewares.urllength.UrlLengthMiddleware": None,
+            "scrapy.spidermiddlewares.referer.RefererMiddleware": None,
             f"{_PKG}.middlewares.spider.FrontierSpiderMiddleware": 950,
             f"{_PKG}.recrawl.RecrawlItemMiddleware": 940,  # visit, changed, previous_fetch (§19.4)
             f"{_PKG}.recrawl.RecrawlSitemapMiddleware": 960,  # sitemap <lastmod> (§19.7)

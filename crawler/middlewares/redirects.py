@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, Self
 
 from scrapy import Request
 from scrapy.downloadermiddlewares.redirect import MetaRefreshMiddleware, RedirectMiddleware
-from scrapy.exceptions import IgnoreRequest
+from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import TextResponse
+from scrapy.spidermiddlewares.referer import RefererMiddleware
 from scrapy.utils import response as scrapy_response
 
 from crawlhive.crawler.links import names_impossible_host
@@ -64,12 +65,31 @@ class _ForgetsValidators:
         return redirected
 
 
-class FrontierRedirectMiddleware(_ForgetsValidators, _DropsLeaseOnIgnore, RedirectMiddleware):
+class _OwnReferer:
+    """Mixed into Scrapy's redirect middlewares: the Referer header of a hop set as Scrapy sets it
+    (REFERER_ENABLED, REFERRER_POLICY), by a ``RefererMiddleware`` of their own. Scrapy's look for
+    the one in the spider middleware chain when the engine starts and warn without it; crawlhive
+    keeps it out of the chain (crawler/settings.py), where it would only act on the requests a
+    callback yields, which the frontier spider middleware has taken before it sees them.
+    ``_engine_started`` is Scrapy's (private) lookup; ``tests/unit/test_fetch_parts.py`` checks that
+    a hop still gets its Referer and that nothing warns."""
+
+    crawler: Crawler
+    _referer_spider_middleware: RefererMiddleware | None
+
+    def _engine_started(self) -> None:
+        try:
+            self._referer_spider_middleware = RefererMiddleware.from_crawler(self.crawler)
+        except NotConfigured:  # REFERER_ENABLED false: hops are sent without a Referer
+            self._referer_spider_middleware = None
+
+
+class FrontierRedirectMiddleware(_OwnReferer, _ForgetsValidators, _DropsLeaseOnIgnore, RedirectMiddleware):
     """Scrapy's ``RedirectMiddleware`` (order 600, in its place), ending the lease of a page it
     gives up on, and forgetting the page's validators on the hop."""
 
 
-class FrontierMetaRefreshMiddleware(_ForgetsValidators, _DropsLeaseOnIgnore, MetaRefreshMiddleware):
+class FrontierMetaRefreshMiddleware(_OwnReferer, _ForgetsValidators, _DropsLeaseOnIgnore, MetaRefreshMiddleware):
     """Scrapy's ``MetaRefreshMiddleware`` (order 580, in its place), ending the lease of a page it
     gives up on, and forgetting the page's validators on the hop."""
 

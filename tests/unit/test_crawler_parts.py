@@ -241,6 +241,7 @@ def test_user_scrapy_settings_add_components_and_cannot_remove_or_reorder_ours()
         # Scrapy's, inert behind the frontier spider middleware: off (crawler/settings.py)
         "scrapy.spidermiddlewares.depth.DepthMiddleware": None,
         "scrapy.spidermiddlewares.urllength.UrlLengthMiddleware": None,
+        "scrapy.spidermiddlewares.referer.RefererMiddleware": None,
         "crawlhive.crawler.middlewares.spider.FrontierSpiderMiddleware": 950,
         "crawlhive.crawler.recrawl.RecrawlItemMiddleware": 940,
         "crawlhive.crawler.recrawl.RecrawlSitemapMiddleware": 960,

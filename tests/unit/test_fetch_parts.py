@@ -257,3 +257,39 @@ def test_a_redirect_hop_obeys_the_throttle_the_pops_obey(redis_client: Any, name
     assert 29 <= hop("later.io") <= 30.01  # a Retry-After back-off applies
     redis_client.sadd(keys.domain_blacklist(), "banned.com")
     assert hop("banned.com") < 0  # blacklisted: the page is dropped
+
+
+def test_a_redirect_hop_gets_its_referer_without_the_referer_spider_middleware(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Scrapy's RefererMiddleware is out of crawlhive's spider middleware chain (crawler/settings.py);
+    the redirect middlewares keep one of their own: a hop's Referer follows REFERRER_POLICY, as
+    before, and nothing warns at the engine's start (Scrapy's own lookup would)."""
+    from scrapy import signals
+
+    from crawlhive.crawler.middlewares.redirects import FrontierMetaRefreshMiddleware, FrontierRedirectMiddleware
+
+    settings = scrapy_settings(Settings.from_overrides(), "link")
+    assert settings["SPIDER_MIDDLEWARES"]["scrapy.spidermiddlewares.referer.RefererMiddleware"] is None
+    for cls in (FrontierRedirectMiddleware, FrontierMetaRefreshMiddleware):
+        crawler = get_crawler(Spider, {"REFERRER_POLICY": "no-referrer-when-downgrade"})
+        middleware = cls.from_crawler(crawler)
+        with caplog.at_level("WARNING"):
+            crawler.signals.send_catch_log(signals.engine_started)
+        assert not [r for r in caplog.records if r.levelname == "WARNING"], cls
+        source = Request("http://a.example/page", headers={"If-None-Match": '"v1"'})
+        hop = middleware._build_redirect_request(source, HtmlResponse("http://a.example/page", request=source),
+                                                 url="http://b.example/next")  # fmt: skip
+        assert hop.headers.get("Referer") == b"http://a.example/page"
+        assert hop.headers.get("If-None-Match") is None  # and the page's validators stay behind
+        downgrade = middleware._build_redirect_request(
+            Request("https://a.example/s"), HtmlResponse("https://a.example/s"), url="http://b.example/plain"
+        )
+        assert downgrade.headers.get("Referer") is None  # the policy: no Referer from https to http
+    off = get_crawler(Spider, {"REFERER_ENABLED": False})
+    middleware = FrontierRedirectMiddleware.from_crawler(off)
+    off.signals.send_catch_log(signals.engine_started)
+    hop = middleware._build_redirect_request(
+        Request("http://a.example/page"), HtmlResponse("http://a.example/page"), url="http://b.example/next"
+    )
+    assert hop.headers.get("Referer") is None
