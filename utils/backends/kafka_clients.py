@@ -49,7 +49,11 @@ with warnings.catch_warnings():
     from kafka.admin import NewTopic
     from kafka.net.compat import KafkaNetClient
 
-    from crawlhive.utils.backends.rdkafka import RdKafkaConsumer, RdKafkaSendProducer  # imports kafka.errors
+    from crawlhive.utils.backends.rdkafka import (  # imports kafka.errors
+        RdKafkaConsumer,
+        RdKafkaProducer,
+        RdKafkaSendProducer,
+    )
 
 logger = logging.getLogger(__name__)
 
@@ -228,12 +232,23 @@ def make_producer(settings: Settings, **overrides: Any) -> RdKafkaSendProducer:
     """
     config = producer_config(settings, **overrides)
     _probe(config["bootstrap_servers"])
-    producer = RdKafkaSendProducer(config)
+    return connected(RdKafkaSendProducer(config), config["bootstrap_servers"])
+
+
+_Producer = TypeVar("_Producer", RdKafkaSendProducer, RdKafkaProducer)
+
+
+def connected(producer: _Producer, servers: list[str]) -> _Producer:
+    """*producer* once a broker answered its metadata request (within KAFKA_BOOTSTRAP_TIMEOUT_MS).
+
+    Raises:
+        BackendUnavailable: none did (the producer is closed); names KAFKA_BOOTSTRAP_SERVERS.
+    """
     try:
         producer.connect(KAFKA_BOOTSTRAP_TIMEOUT_MS / 1000)
     except kafka_errors.KafkaError as exc:
         producer.close(0)
-        raise kafka_unavailable(config["bootstrap_servers"], str(exc)) from exc
+        raise kafka_unavailable(servers, str(exc)) from exc
     return producer
 
 

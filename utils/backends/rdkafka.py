@@ -214,6 +214,19 @@ def _theirs(partition: TopicPartition, offset: int = confluent_kafka.OFFSET_INVA
     return confluent_kafka.TopicPartition(partition.topic, partition.partition, offset)
 
 
+def _connect(client: confluent_kafka.Consumer | confluent_kafka.Producer, timeout_s: float) -> None:
+    """Ask a broker for the cluster's metadata, so that one that cannot be reached or refuses the
+    credentials shows now.
+
+    Raises:
+        KafkaError: no broker answered within *timeout_s*.
+    """
+    try:
+        client.list_topics(timeout=timeout_s)
+    except confluent_kafka.KafkaException as exc:
+        raise _error(exc) from exc
+
+
 #: The group id given to librdkafka for a consumer without a group (``group_id=None``): librdkafka
 #: will not build a consumer without one, but it is never used, since such a consumer assigns itself
 #: every partition of its topics and commits nothing.
@@ -263,16 +276,8 @@ class RdKafkaConsumer:
     # --- partitions --------------------------------------------------------------------------
 
     def connect(self, timeout_s: float) -> None:
-        """Ask a broker for the cluster's metadata, so that one that cannot be reached or refuses
-        the credentials shows now.
-
-        Raises:
-            KafkaError: no broker answered within *timeout_s*.
-        """
-        try:
-            self._consumer.list_topics(timeout=timeout_s)
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
+        """:func:`_connect` this consumer (raises KafkaError when no broker answered in time)."""
+        _connect(self._consumer, timeout_s)
 
     def _metadata(self, topic: str | None = None) -> Any:
         try:
@@ -629,7 +634,34 @@ def rdkafka_producer_config(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class RdKafkaProducer:
+class _ServedProducer:
+    """What both producers share: a librdkafka producer whose delivery reports a thread of its own
+    serves (``poll``) until :attr:`_stop` is set, calling :meth:`_served` after each poll, and the
+    start-up check of :meth:`connect`."""
+
+    def __init__(self, config: dict[str, Any], thread_name: str) -> None:
+        self._producer = confluent_kafka.Producer(rdkafka_producer_config(config))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=thread_name, daemon=True)
+
+    def _served(self, reports: int) -> None:
+        """After each poll of the delivery thread, with the number of reports it served."""
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                served = int(self._producer.poll(POLL_S))
+            except Exception:  # an exception out of a callback; the loop must go on serving reports
+                logger.exception("serving the Kafka producer's delivery reports failed")
+                served = 1
+            self._served(served)
+
+    def connect(self, timeout_s: float) -> None:
+        """:func:`_connect` this producer (raises KafkaError when no broker answered in time)."""
+        _connect(self._producer, timeout_s)
+
+
+class RdKafkaProducer(_ServedProducer):
     """A producer on librdkafka whose delivery reports come in batches (see the module docstring).
 
     A thread of its own serves librdkafka's delivery reports (and its log lines) and hands each
@@ -641,12 +673,10 @@ class RdKafkaProducer:
     """
 
     def __init__(self, config: dict[str, Any], on_reports: Callable[[list[Report]], None]) -> None:
-        self._producer = confluent_kafka.Producer(rdkafka_producer_config(config))
+        super().__init__(config, "crawlhive-rdkafka-producer")
         self._on_reports = on_reports
         self._reports: list[Report] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="crawlhive-rdkafka-producer", daemon=True)
         self._thread.start()
 
     def produce(self, topic: str, value: bytes, token: Any, headers: list[tuple[str, bytes]] | None = None) -> None:
@@ -679,25 +709,8 @@ class RdKafkaProducer:
         if reports:
             self._on_reports(reports)
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._producer.poll(POLL_S)
-            except Exception:  # an exception out of a callback; the loop must go on serving reports
-                logger.exception("serving the Kafka producer's delivery reports failed")
-            self._hand_over()
-
-    def connect(self, timeout_s: float) -> None:
-        """Ask a broker for the cluster's metadata, so that a broker that cannot be reached or
-        refuses the credentials shows now.
-
-        Raises:
-            KafkaError: no broker answered within *timeout_s*.
-        """
-        try:
-            self._producer.list_topics(timeout=timeout_s)
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
+    def _served(self, reports: int) -> None:
+        self._hand_over()
 
     def flush(self, timeout: float) -> int:
         """Wait up to *timeout* seconds for every queued record's report (handed over before
@@ -828,7 +841,7 @@ def _run(callback: Callable[[Any], Any], argument: Any) -> None:
         logger.exception("a Kafka send callback failed")
 
 
-class RdKafkaSendProducer:
+class RdKafkaSendProducer(_ServedProducer):
     """A producer on librdkafka with kafka-python's ``KafkaProducer`` calls: :meth:`send` returns
     a :class:`SendFuture`; :meth:`flush` and :meth:`close` as there. Every component's producer
     but the crawler's (:class:`RdKafkaProducer`, whose reports come in batches).
@@ -841,10 +854,8 @@ class RdKafkaSendProducer:
     """
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self._producer = confluent_kafka.Producer(rdkafka_producer_config(config))
+        super().__init__(config, "crawlhive-rdkafka-sender")
         self._cond = threading.Condition(threading.Lock())
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="crawlhive-rdkafka-sender", daemon=True)
         self._thread.start()
 
     def send(
@@ -898,27 +909,9 @@ class RdKafkaSendProducer:
         with self._cond:
             self._cond.notify_all()
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                served = self._producer.poll(POLL_S)
-            except Exception:  # an exception out of a callback; the loop must go on serving reports
-                logger.exception("serving the Kafka producer's delivery reports failed")
-                served = 1
-            if served:
-                self._notify()
-
-    def connect(self, timeout_s: float) -> None:
-        """Ask a broker for the cluster's metadata, so that a broker that cannot be reached or
-        refuses the credentials shows now.
-
-        Raises:
-            KafkaError: no broker answered within *timeout_s*.
-        """
-        try:
-            self._producer.list_topics(timeout=timeout_s)
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
+    def _served(self, reports: int) -> None:
+        if reports:
+            self._notify()
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every record sent so far is acknowledged or failed (its future settled).
@@ -952,19 +945,8 @@ def make_rdkafka_producer(settings: Settings, on_reports: Callable[[list[Report]
             KAFKA_BOOTSTRAP_SERVERS).
         SettingsError: see :func:`~crawlhive.utils.backends.kafka_clients.kafka_common_config`.
     """
-    from crawlhive.utils.backends.kafka_clients import (
-        KAFKA_BOOTSTRAP_TIMEOUT_MS,
-        kafka_unavailable,
-        probe_kafka,
-        producer_config,
-    )
+    from crawlhive.utils.backends.kafka_clients import connected, probe_kafka, producer_config
 
     probe_kafka(settings)
     config = producer_config(settings)
-    producer = RdKafkaProducer(config, on_reports)
-    try:
-        producer.connect(KAFKA_BOOTSTRAP_TIMEOUT_MS / 1000)
-    except kafka_errors.KafkaError as exc:
-        producer.close(0)
-        raise kafka_unavailable(config["bootstrap_servers"], str(exc)) from exc
-    return producer
+    return connected(RdKafkaProducer(config, on_reports), config["bootstrap_servers"])
