@@ -208,6 +208,7 @@ test-quick: $(STAMP)
 # queued URL at 10M queued, spill and refill rate) a temporary folder of TMPDIR for its segments;
 # bench/realweb.py (HTTPS, 500 loopback hosts) its own nginx and openssl; `bench/crawl.py --cluster` the like-for-like pairs on a private 3-primary Redis
 # Cluster (tests/support/redis_cluster.py); bench/pipeline.py adds the CPU per page of realweb's crawler and clean's cleaner.
+# bench/soak.py crawls 30 minutes on one Redis and broker (pages/s per 5-minute window).
 bench: $(STAMP) browser
 	@echo "machine: $$(nproc) cores, $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $$(free -h | awk '/^Mem:/{print $$2}') memory"
 	$(BIN)/python bench/ingest.py
@@ -228,7 +229,7 @@ bench: $(STAMP) browser
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
 	$(BIN)/python bench/clean.py
-	$(BIN)/python bench/crawl.py && $(BIN)/python bench/crawl.py --cluster --pairs-only && $(BIN)/python bench/recrawl_crawl.py && $(BIN)/python bench/proxy.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; test $$status = 0 || exit $$status
+	$(BIN)/python bench/crawl.py && $(BIN)/python bench/soak.py && $(BIN)/python bench/crawl.py --cluster --pairs-only && $(BIN)/python bench/recrawl_crawl.py && $(BIN)/python bench/proxy.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; test $$status = 0 || exit $$status
 	$(BIN)/python bench/realweb.py
 	$(BIN)/python bench/pipeline.py
 
