@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psutil
 from redis.connection import AbstractConnection
 from scrapy import signals
 
@@ -107,16 +108,7 @@ class Sampler:
             "t": time.time(),
             "pages": self.pages,
             "cpu_s": usage.ru_utime + usage.ru_stime,
-            "rss_mb": round(_rss_mb(), 1),
+            "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
         }
         with open(self.path, "a") as f:
             f.write(json.dumps(line) + "\n")
-
-
-def _rss_mb() -> float:
-    """The process's resident memory now (``VmRSS``), in MB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0

@@ -32,7 +32,7 @@ from typing import Any
 
 import psutil
 from benchkit import bench_settings, crawler_env
-from crawl import SEEDS, redis_cpu_s, seed_crawl
+from crawl import SEEDS, cpu_s, redis_cpu_s, seed_crawl, service_pids
 
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_from_settings
@@ -66,7 +66,7 @@ def main() -> int:
         environment = crawler_env(settings, work, scrapy, CONCURRENT_REQUESTS=str(args.conc))
         command = [sys.executable, "-m", "crawlhive.app.cli", "crawler", "--spider", "link"]
         proc = subprocess.Popen(command, env=environment)
-        broker = psutil.Process(cluster.broker.pid) if cluster.broker and cluster.broker.pid else None
+        broker_pids = service_pids(cluster).get("broker", [])
         try:
             deadline = time.monotonic() + 60
             while client.zcard(keys_from_settings(settings).heartbeat_index("crawler")) < 1:
@@ -80,7 +80,7 @@ def main() -> int:
             window_s = args.window * 60
             windows: list[dict[str, Any]] = []
             mark: dict[str, Any] = {
-                "t": start, "pages": 0, "cpu_s": None, "redis": redis_cpu_s(client), "broker": _cpu(broker)
+                "t": start, "pages": 0, "cpu_s": None, "redis": redis_cpu_s(client), "broker": cpu_s(broker_pids)
             }  # fmt: skip
             print(
                 f"soak: {args.minutes:g} minutes, windows of {args.window:g}; a new crawl every {args.feed_every:,}"
@@ -108,7 +108,7 @@ def main() -> int:
                     seed_crawl(settings, client, f"soak{crawls}", 100)
                     crawls, fed_at = crawls + 1, last["pages"]
                 if last["t"] - mark["t"] >= window_s:
-                    redis_now, broker_now = redis_cpu_s(client), _cpu(broker)
+                    redis_now, broker_now = redis_cpu_s(client), cpu_s(broker_pids)
                     pages = last["pages"] - mark["pages"]
                     row = {
                         "window": len(windows) + 1,
@@ -117,7 +117,7 @@ def main() -> int:
                         "redis_ms": (redis_now - mark["redis"]) * 1000 / max(pages, 1),
                         "broker_ms": (broker_now - mark["broker"]) * 1000 / max(pages, 1),
                         "redis_mb": client.info("memory")["used_memory"] / 1e6,
-                        "broker_rss_mb": broker.memory_info().rss / 1e6 if broker else 0.0,
+                        "broker_rss_mb": sum(psutil.Process(pid).memory_info().rss for pid in broker_pids) / 1e6,
                         "crawler_rss_mb": last["rss_mb"],
                         "crawls": crawls,
                         "load": os.getloadavg()[0],
@@ -153,14 +153,6 @@ def main() -> int:
     )
     print(json.dumps({"windows": windows}))
     return 0
-
-
-def _cpu(proc: psutil.Process | None) -> float:
-    """CPU seconds of *proc* so far (0 without one)."""
-    if proc is None:
-        return 0.0
-    times = proc.cpu_times()
-    return float(times.user + times.system)
 
 
 if __name__ == "__main__":

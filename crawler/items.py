@@ -112,9 +112,10 @@ def header_lists(
     """Header name (as Scrapy normalises it) -> list of values, decoded as UTF-8 or else latin-1;
     the values of :func:`secret_header` headers are ``"[redacted]"`` (docs/contract.md §10.6)."""
     lists: dict[str, list[str]] = {}
+    redacting = bool(redact or words)
     for raw_name, values in headers.items():
         name = _text(raw_name)
-        hidden = bool(redact or words) and secret_header(name, redact, words)
+        hidden = redacting and secret_header(name, redact, words)
         lists[name] = [REDACTED if hidden else _text(v) for v in values]
     return lists
 

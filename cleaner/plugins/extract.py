@@ -99,11 +99,15 @@ class ExtractPlugin(CleanerPlugin):
             settings.CLEANER_EXTRACT_PROCESSES,
         )
 
+    @staticmethod
+    def _url(page: Page) -> str:
+        """The URL the page's links are resolved against: where the crawler got it."""
+        return str(page.item.get("response_url") or page.item["url"])
+
     def process(self, page: Page) -> None:
-        url = str(page.item.get("response_url") or page.item["url"])
         try:
             fields = self.extractor.extract(
-                page.html, url, self.max_seconds - page.spent, self.markdown, self.max_url_length
+                page.html, self._url(page), self.max_seconds - page.spent, self.markdown, self.max_url_length
             )
         except ExtractionTimeout:
             raise too_long(self.max_seconds) from None
@@ -131,8 +135,7 @@ class ExtractPlugin(CleanerPlugin):
                     continue
                 page = waiting.popleft()
                 try:
-                    extractor.submit(page.html, str(page.item.get("response_url") or page.item["url"]),
-                                     self.markdown, self.max_url_length)  # fmt: skip
+                    extractor.submit(page.html, self._url(page), self.markdown, self.max_url_length)
                 except ExtractionFailed as exc:
                     page.extra["outcome"] = exc
                     continue

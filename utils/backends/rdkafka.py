@@ -38,11 +38,12 @@ delivery reports back in batches instead. Both have the options of
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,6 +211,15 @@ def _error(exc: BaseException | confluent_kafka.KafkaError) -> kafka_errors.Kafk
     return kafka_errors.KafkaError(text)
 
 
+@contextlib.contextmanager
+def _kafka_errors() -> Iterator[None]:
+    """librdkafka's exceptions raised inside as kafka-python's error classes (:func:`_error`)."""
+    try:
+        yield
+    except confluent_kafka.KafkaException as exc:
+        raise _error(exc) from exc
+
+
 def _theirs(partition: TopicPartition, offset: int = confluent_kafka.OFFSET_INVALID) -> confluent_kafka.TopicPartition:
     return confluent_kafka.TopicPartition(partition.topic, partition.partition, offset)
 
@@ -221,10 +231,8 @@ def _connect(client: confluent_kafka.Consumer | confluent_kafka.Producer, timeou
     Raises:
         KafkaError: no broker answered within *timeout_s*.
     """
-    try:
+    with _kafka_errors():
         client.list_topics(timeout=timeout_s)
-    except confluent_kafka.KafkaException as exc:
-        raise _error(exc) from exc
 
 
 #: The group id given to librdkafka for a consumer without a group (``group_id=None``): librdkafka
@@ -280,12 +288,10 @@ class RdKafkaConsumer:
         _connect(self._consumer, timeout_s)
 
     def _metadata(self, topic: str | None = None) -> Any:
-        try:
+        with _kafka_errors():
             if topic is None:
                 return self._consumer.list_topics(timeout=METADATA_TIMEOUT_S)
             return self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
 
     def topics(self) -> set[str]:
         """The names of the cluster's topics.
@@ -352,13 +358,11 @@ class RdKafkaConsumer:
         self._manual = True
         self._starts = dict(starts)
         self._positions = {p: offset for p, offset in starts.items() if offset >= 0}
-        try:
+        with _kafka_errors():
             self._consumer.assign([_theirs(p, offset) for p, offset in starts.items()])
             paused = [_theirs(p) for p in self._paused if p in starts]
             if paused:
                 self._consumer.pause(paused)
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
         self._paused &= set(starts)
 
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -389,11 +393,9 @@ class RdKafkaConsumer:
                 raise kafka_errors.IllegalStateError(f"cannot seek {unknown}: not assigned to this consumer")
             self._apply({**self._current(), **offsets})
             return
-        try:
+        with _kafka_errors():
             for partition, offset in offsets.items():
                 self._consumer.seek(_theirs(partition, offset))
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         """Read *partitions* (all assigned if none) from their first record.
@@ -426,10 +428,8 @@ class RdKafkaConsumer:
             known = self._positions.get(partition)
             if known is not None:
                 return known
-        try:
+        with _kafka_errors():
             theirs = self._consumer.position([_theirs(partition)])
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
         if theirs and theirs[0].offset >= 0:
             return int(theirs[0].offset)
         start = self._starts.get(partition, self._default_start())
@@ -464,10 +464,8 @@ class RdKafkaConsumer:
         return {p: self._watermarks(p)[1] for p in partitions}
 
     def _watermarks(self, partition: TopicPartition) -> tuple[int, int]:
-        try:
+        with _kafka_errors():
             low, high = self._consumer.get_watermark_offsets(_theirs(partition), timeout=METADATA_TIMEOUT_S)
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
         return int(low), int(high)
 
     def highwater(self, partition: TopicPartition) -> int | None:
@@ -533,18 +531,14 @@ class RdKafkaConsumer:
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop fetching *partitions* (polls go on, returning none of their records; the consumer
         stays in its group) until :meth:`resume`."""
-        try:
+        with _kafka_errors():
             self._consumer.pause([_theirs(p) for p in partitions])
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
         self._paused.update(partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
         """Fetch *partitions* again after :meth:`pause`."""
-        try:
+        with _kafka_errors():
             self._consumer.resume([_theirs(p) for p in partitions])
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
         self._paused.difference_update(partitions)
 
     def paused(self) -> set[TopicPartition]:
@@ -588,10 +582,8 @@ class RdKafkaConsumer:
         """
         if self._group is None:
             return None
-        try:
+        with _kafka_errors():
             found = self._consumer.committed([_theirs(partition)], timeout=METADATA_TIMEOUT_S)
-        except confluent_kafka.KafkaException as exc:
-            raise _error(exc) from exc
         offset = found[0].offset if found else -1
         return int(offset) if offset >= 0 else None
 
