@@ -238,8 +238,8 @@ def test_a_spill_interrupted_anywhere_loses_nothing_and_serves_nothing_twice(
 
     # killed after its segment is written, before the script: an orphan object, all still in Redis
     class KilledAfterWrite(TailStore):
-        def write(self, path: str, data: bytes) -> None:
-            super().write(path, data)
+        def write_many(self, objects: list[tuple[str, bytes]]) -> None:
+            super().write_many(objects)
             raise SystemExit("killed")
 
     mover = _mover(redis_client, tail_settings)
@@ -252,8 +252,8 @@ def test_a_spill_interrupted_anywhere_loses_nothing_and_serves_nothing_twice(
 
     # a pop between the spill's read and its script: the segment is dropped, nothing moved
     class PopDuringWrite(TailStore):
-        def write(self, path: str, data: bytes) -> None:
-            super().write(path, data)
+        def write_many(self, objects: list[tuple[str, bytes]]) -> None:
+            super().write_many(objects)
             redis_client.zrem(queue, redis_client.zrange(queue, 20, 20)[0])  # one of the rows read
 
     mover = _mover(redis_client, tail_settings)
@@ -296,8 +296,8 @@ def test_a_refill_interrupted_anywhere_loses_nothing_and_serves_nothing_twice(
 
     # killed after reading the segment, before the script: the pointer stays, the next refill does it
     class KilledAfterRead(TailStore):
-        def read(self, path: str) -> bytes:
-            super().read(path)
+        def read_many(self, paths: list[str]) -> list[bytes | None]:
+            super().read_many(paths)
             raise SystemExit("killed")
 
     crashing = _mover(redis_client, tail_settings)
@@ -418,3 +418,62 @@ def test_a_small_cold_queue_waits_a_minute_then_spills_whole(
     if keys.shards == 1:  # the hot domain's queue keeps its head
         assert redis_client.zcard(keys.crawl_queue("link", "app", "t1", "a-hot.example")) == 3
     assert sorted(_drain(redis_client, settings, mover)) == sorted(hot + cold)
+
+
+def test_one_pass_spills_and_refills_many_queues_together(
+    redis_client: redis.Redis, tail_settings: Settings, tmp_path: Path
+) -> None:
+    """A broad crawl's many queues are worked as one batch a pass (a segment of each per round):
+    long queues over several rounds, small cold ones in one, a queue that changed under the batch
+    left whole in Redis while the others go; every request is then served once, each domain's in
+    order, and one refill pass fills many short heads."""
+    settings = tail_settings.copy_with(FRONTIER_HOT_DOMAINS=0)  # every domain cold: no heads kept
+    keys = keys_from_settings(settings)
+    domains = [f"d{n:02d}.example" for n in range(40)]
+    urls = {d: [f"http://{d}/p{i}" for i in range(10 if n % 4 else 120)] for n, d in enumerate(domains)}
+    _push(redis_client, settings, [u for d in domains for u in urls[d]])
+    queues = {d: keys.crawl_queue("link", "app", "t1", d) for d in domains}
+    changed = domains[1]
+
+    class PopDuringWrite(TailStore):
+        def write_many(self, objects: list[tuple[str, bytes]]) -> None:
+            super().write_many(objects)
+            mine = f"{self.root}/{keys.shard_of(changed)}/"  # a batch of its shard's queues
+            if objects[0][0].startswith(mine) and redis_client.zcard(queues[changed]) == 10:
+                # a pop of one request the batch read
+                redis_client.zrem(queues[changed], redis_client.zrange(queues[changed], 3, 3)[0])
+
+    mover = _mover(redis_client, settings)
+    mover.store = PopDuringWrite(str(tmp_path / "tails"), settings.REDIS_KEY_PREFIX)
+    passes = 0
+    while sum(mover.run_once(shard) for shard in range(keys.shards)):
+        passes += 1
+    assert passes <= keys.shards  # 40 flags: one pass of each shard took them all
+    assert mover.counts.aborted == 1
+    assert redis_client.zcard(queues[changed]) == 9  # nothing of it moved
+    for n, domain in enumerate(domains):
+        if domain != changed:
+            assert redis_client.zcard(queues[domain]) == 0, domain
+            counts = [parse_tail_member(m)[1] for m in _tail_members(redis_client, settings, domain)]
+            assert counts == ([10] if n % 4 else [50, 50, 20]), domain
+    assert mover.counts.spilled == 10 * 29 + 120 * 10
+
+    # the pops find empty heads and ask for refills; one pass of the mover serves them all
+    mover.store = TailStore(str(tmp_path / "tails"), settings.REDIS_KEY_PREFIX)
+    shard_flags = {
+        shard: {q: 0 for d, q in queues.items() if d != changed and keys.shard_of(d) == shard}
+        for shard in range(keys.shards)
+    }
+    for shard, flags in shard_flags.items():
+        if flags:
+            redis_client.zadd(keys.tail_refill_wanted(shard), flags)
+    for shard in range(keys.shards):
+        mover.run_once(shard)
+    for n, domain in enumerate(domains):
+        if domain != changed:  # each head holds at least half of FRONTIER_HEAD_SIZE again
+            assert redis_client.zcard(queues[domain]) == (10 if n % 4 else 50), domain
+    served = _drain(redis_client, settings, mover)
+    assert sorted(served) == sorted(u for d in domains for u in urls[d] if u != f"http://{changed}/p3")
+    for domain in domains:
+        mine = [u for u in served if f"//{domain}/" in u]
+        assert mine == [u for u in urls[domain] if u in mine], domain

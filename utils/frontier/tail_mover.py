@@ -99,6 +99,33 @@ class TailCounts:
     waiting: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _Spill:
+    """A queue :meth:`TailMover.spill_many` works on."""
+
+    queue: str
+    flagged_at: float
+    shard: int
+    tail: str
+    domains: str
+    domain: str
+    keep: int = 0
+    least: int = 1
+    excess: int = 0
+
+
+@dataclass(slots=True)
+class _Refill:
+    """A queue :meth:`TailMover.refill_many` works on."""
+
+    queue: str
+    shard: int
+    tail: str
+    domain: str
+    crawl: str
+    script_keys: list[str]
+
+
 class TailMover:
     """Spills long crawl queues into the tail store and refills short heads from it (module docstring).
 
@@ -216,32 +243,33 @@ class TailMover:
             return False
 
     def run_once(self, shard: int = 0) -> int:
-        """One pass over *shard*'s due flags: refills first (a domain may be waiting), then spills.
-        Returns how many queues it worked on."""
+        """One pass over *shard*'s due flags: refills first (a domain may be waiting), then spills,
+        each a batch of up to FLAGS_PER_PASS queues worked in a few round trips. Returns how many
+        queues it worked on."""
         now = time.time()
         work = 0
         for wanted, act in (
-            (self.keys.tail_refill_wanted(shard), self.refill),
-            (self.keys.tail_spill_wanted(shard), self.spill),
+            (self.keys.tail_refill_wanted(shard), self.refill_many),
+            (self.keys.tail_spill_wanted(shard), self.spill_many),
         ):
             flags: list[Any] = self.redis.zrangebyscore(
                 wanted, "-inf", now + 1, start=0, num=FLAGS_PER_PASS, withscores=True
             )
-            for raw, flagged_at in flags:
-                queue = raw.decode() if isinstance(raw, bytes) else str(raw)
-                retry = False
-                try:
-                    act(queue, float(flagged_at))
-                except TailStoreDown:
-                    retry = True
+            if not flags:
+                continue
+            due = [(raw.decode() if isinstance(raw, bytes) else str(raw), float(at)) for raw, at in flags]
+            _moved, down = act(due)
+            pipe = self.redis.pipeline(transaction=False)
+            for queue, _at in due:
                 later = self._later.pop(queue, None)
-                if retry:
-                    self.redis.zadd(wanted, {queue: time.time() + STORE_RETRY_S})
+                if queue in down:
+                    pipe.zadd(wanted, {queue: time.time() + STORE_RETRY_S})
                 elif later is not None:
-                    self.redis.zadd(wanted, {queue: later})
+                    pipe.zadd(wanted, {queue: later})
                 else:
-                    self.redis.zrem(wanted, queue)
-                work += 1
+                    pipe.zrem(wanted, queue)
+            pipe.execute()
+            work += len(due)
         self._publish_waiting(shard)
         return work
 
@@ -249,137 +277,281 @@ class TailMover:
 
     def spill(self, queue: str, flagged_at: float | None = None) -> int:
         """Move what crawl queue *queue* holds beyond its head into segments; returns the requests
-        moved. A cold queue under COLD_SPILL_MIN spills only once its flag (raised at *flagged_at*,
-        epoch s; None: now) is COLD_WAIT_S old; until then its flag is kept for then.
+        moved (:meth:`spill_many` of one queue).
 
         Raises:
             TailStoreDown: the store refused a write (the requests stay in Redis).
         """
-        try:
-            spider, appid, crawlid, domain, render = self.keys.parse_lane_queue(queue)
-        except KeyFormatError:
-            return 0
-        shard = self.keys.shard_of(domain)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zcard(queue)
-        pipe.zrank(self.keys.domains(spider, render, shard), domain)
-        card, rank = pipe.execute()
-        hot = rank is not None and int(rank) < self.hot_domains
-        keep = self.head_size if hot else 0
-        least = self.spill_min if hot else COLD_SPILL_MIN
-        excess = int(card) - keep
-        if not hot and 0 < int(card) < COLD_SPILL_MIN:
-            due = (time.time() if flagged_at is None else flagged_at) + COLD_WAIT_S
-            if time.time() < due:
-                self._later[queue] = due
-                return 0
-            least = 1  # its flag waited COLD_WAIT_S: whatever it holds goes
-        elif int(card) <= (self.spill_above if hot else COLD_SPILL_MIN - 1):
-            self.counts.waiting.pop(queue, None)
-            return 0
-        tail = self.keys.tail_queue(spider, appid, crawlid, domain, render)
-        stats = self.keys.tail_stats(shard)
-        moved = 0
-        while excess >= least:
-            read: list[Any] = self.redis.zrange(queue, keep, keep + self.segment_size - 1, withscores=True)
-            rows = [(bytes(member), int(score)) for member, score in read]
-            if not rows:
-                break
-            data = encode_segment(rows)
-            segment_id = f"{int(self.redis.hincrby(stats, 'ids', 1))}.{_token()}"
-            path = self.store.path(shard, segment_id)
+        moved, down = self.spill_many([(queue, time.time() if flagged_at is None else flagged_at)])
+        if down:
+            raise TailStoreDown(self._store_down or "the tail store refused a write")
+        return moved.get(queue, 0)
+
+    def spill_many(self, flags: list[tuple[str, float]]) -> tuple[dict[str, int], set[str]]:
+        """Move what each flagged crawl queue (queue, flagged at, epoch s) holds beyond its head into
+        segments; returns the requests moved per queue and the queues the store refused (their
+        requests stay in Redis).
+
+        A queue keeps FRONTIER_HEAD_SIZE requests if its domain is hot, else none. A cold queue under
+        COLD_SPILL_MIN spills only once its flag is COLD_WAIT_S old (until then its flag is kept for
+        then, in ``_later``). The queues are worked together, a segment of each per round: a round
+        is one pipeline of reads, the segments' writes (:meth:`TailStore.write_many`: synced
+        together), and one pipeline of ``tail_spill.lua`` calls, so a broad crawl's many small
+        queues cost a few round trips per FLAGS_PER_PASS queues, not five per queue.
+        """
+        work: list[_Spill] = []
+        for queue, flagged_at in flags:
             try:
-                self.store.write(path, data)
-            except OSError as exc:
-                self.counts.waiting[queue] = excess
-                self._down(exc)
-                raise TailStoreDown(str(exc)) from exc
-            self._up()
-            member = tail_member(segment_id, len(rows), len(data))
-            args: list[Any] = [member, rows[0][1]]  # ZRANGE reads them best (lowest score) first
-            for row_member, score in rows:
-                args += [row_member, score]
-            script_keys = [queue, tail, stats, self.keys.tail_segments(shard)]
-            if not int(self.scripts["tail_spill"](keys=script_keys, args=args)):
+                spider, appid, crawlid, domain, render = self.keys.parse_lane_queue(queue)
+            except KeyFormatError:
+                continue
+            shard = self.keys.shard_of(domain)
+            work.append(
+                _Spill(
+                    queue,
+                    flagged_at,
+                    shard,
+                    self.keys.tail_queue(spider, appid, crawlid, domain, render),
+                    self.keys.domains(spider, render, shard),
+                    domain,
+                )
+            )
+        moved: dict[str, int] = {}
+        if not work:
+            return moved, set()
+        pipe = self.redis.pipeline(transaction=False)
+        for item in work:
+            pipe.zcard(item.queue)
+            pipe.zrank(item.domains, item.domain)
+        replies = pipe.execute()
+        now = time.time()
+        active: list[_Spill] = []
+        for index, item in enumerate(work):
+            card, rank = int(replies[2 * index]), replies[2 * index + 1]
+            hot = rank is not None and int(rank) < self.hot_domains
+            item.keep = self.head_size if hot else 0
+            item.least = self.spill_min if hot else COLD_SPILL_MIN
+            item.excess = card - item.keep
+            if not hot and 0 < card < COLD_SPILL_MIN:
+                due = item.flagged_at + COLD_WAIT_S
+                if now < due:
+                    self._later[item.queue] = due
+                    continue
+                item.least = 1  # its flag waited COLD_WAIT_S: whatever it holds goes
+            elif card <= (self.spill_above if hot else COLD_SPILL_MIN - 1):
+                self.counts.waiting.pop(item.queue, None)
+                continue
+            active.append(item)
+        down: set[str] = set()
+        while active:
+            active, refused = self._spill_round(active, moved)
+            down |= refused
+        for item in work:
+            if item.queue not in down:
+                self.counts.waiting.pop(item.queue, None)
+        return moved, down
+
+    def _spill_round(self, active: list[_Spill], moved: dict[str, int]) -> tuple[list[_Spill], set[str]]:
+        """One segment of each queue in *active*; returns the queues with more to spill and the
+        queues the store refused."""
+        pipe = self.redis.pipeline(transaction=False)
+        for item in active:
+            pipe.zrange(item.queue, item.keep, item.keep + self.segment_size - 1, withscores=True)
+        shards = sorted({item.shard for item in active})
+        for shard in shards:
+            pipe.hincrby(self.keys.tail_stats(shard), "ids", sum(1 for item in active if item.shard == shard))
+        replies = pipe.execute()
+        last_id = dict(zip(shards, (int(r) for r in replies[len(active) :]), strict=True))
+        next_id = {shard: last_id[shard] - sum(1 for item in active if item.shard == shard) + 1 for shard in shards}
+        batch: list[tuple[_Spill, list[tuple[bytes, int]], str, bytes]] = []
+        for item, read in zip(active, replies[: len(active)], strict=True):
+            rows = [(bytes(member), int(score)) for member, score in read]
+            segment_id = f"{next_id[item.shard]}.{_token()}"
+            next_id[item.shard] += 1
+            if rows:
+                batch.append((item, rows, segment_id, encode_segment(rows)))
+        if not batch:
+            return [], set()
+        try:
+            self.store.write_many([(self.store.path(item.shard, sid), data) for item, _rows, sid, data in batch])
+        except OSError as exc:
+            for item, *_ in batch:
+                self.counts.waiting[item.queue] = item.excess
+            self._down(exc)
+            return [], {item.queue for item, *_ in batch}
+        self._up()
+
+        def build() -> Any:
+            calls = self.redis.pipeline(transaction=False)
+            for item, rows, sid, data in batch:
+                args: list[Any] = [tail_member(sid, len(rows), len(data)), rows[0][1]]  # best first
+                for row_member, score in rows:
+                    args += [row_member, score]
+                script_keys = [
+                    item.queue,
+                    item.tail,
+                    self.keys.tail_stats(item.shard),
+                    self.keys.tail_segments(item.shard),
+                ]
+                self.scripts.queue(calls, "tail_spill", script_keys, args)
+            return calls
+
+        done = self.scripts.execute(build)
+        more: list[_Spill] = []
+        aborted: list[str] = []
+        for (item, rows, sid, _data), ok in zip(batch, done, strict=True):
+            if not int(ok):
                 self.counts.aborted += 1
-                self.store.delete([path])  # the queue changed under us: nothing moved
-                break
+                aborted.append(self.store.path(item.shard, sid))  # the queue changed under us: nothing moved
+                continue
             self.counts.spilled += len(rows)
             self.counts.segments_written += 1
-            moved += len(rows)
-            excess -= len(rows)
-        self.counts.waiting.pop(queue, None)
-        return moved
+            moved[item.queue] = moved.get(item.queue, 0) + len(rows)
+            item.excess -= len(rows)
+            if item.excess >= item.least:
+                more.append(item)
+        if aborted:
+            self.store.delete(aborted)
+        return more, set()
 
     # --- refill ------------------------------------------------------------------------------
 
     def refill(self, queue: str, flagged_at: float | None = None) -> int:
         """Refill crawl queue *queue*'s head from its best segments while it is short; returns the
-        requests queued.
+        requests queued (:meth:`refill_many` of one queue).
 
         Raises:
             TailStoreDown: the store could not be read (the segment stays where it is).
         """
-        try:
-            spider, appid, crawlid, domain, render = self.keys.parse_lane_queue(queue)
-        except KeyFormatError:
-            return 0
-        shard = self.keys.shard_of(domain)
-        tail = self.keys.tail_queue(spider, appid, crawlid, domain, render)
-        crawl = self.keys.crawl_member(appid, crawlid)
-        script_keys = [
-            queue,
-            tail,
-            self.keys.domain_crawls(spider, domain, render),
-            self.keys.domains(spider, render, shard),
-            self.keys.crawl_domains(spider, appid, crawlid, render, shard),
-            self.keys.tail_stats(shard),
-            self.keys.tail_segments(shard),
-        ]
-        queued = 0
-        while True:
-            first = self.redis.zrange(tail, 0, 0, withscores=True)
-            if not first:
-                break
-            # the head's requests ranked before the tail's best: what pops may serve until a refill
-            ahead = int(self.redis.zcount(queue, "-inf", f"({int(first[0][1])}"))
-            if ahead >= self.refill_below:
-                break
-            raw = first[0][0]
+        queued, down = self.refill_many([(queue, time.time() if flagged_at is None else flagged_at)])
+        if down:
+            raise TailStoreDown(self._store_down or "the tail store refused a read")
+        return queued.get(queue, 0)
+
+    def refill_many(self, flags: list[tuple[str, float]]) -> tuple[dict[str, int], set[str]]:
+        """Refill each flagged crawl queue's head from its best segments while it is short; returns
+        the requests queued per queue and the queues whose segment the store could not give.
+
+        A queue is short while its head holds fewer than half of FRONTIER_HEAD_SIZE requests ranked
+        before its tail's best (the pops may serve only those). The queues are worked together, a
+        segment of each per round: one pipeline of reads, the segments read
+        (:meth:`TailStore.read_many`), one pipeline of ``tail_refill.lua`` calls, one replica wait
+        and one delete of the objects.
+        """
+        work: list[_Refill] = []
+        for queue, _flagged_at in flags:
+            try:
+                spider, appid, crawlid, domain, render = self.keys.parse_lane_queue(queue)
+            except KeyFormatError:
+                continue
+            shard = self.keys.shard_of(domain)
+            tail = self.keys.tail_queue(spider, appid, crawlid, domain, render)
+            script_keys = [
+                queue,
+                tail,
+                self.keys.domain_crawls(spider, domain, render),
+                self.keys.domains(spider, render, shard),
+                self.keys.crawl_domains(spider, appid, crawlid, render, shard),
+                self.keys.tail_stats(shard),
+                self.keys.tail_segments(shard),
+            ]
+            work.append(_Refill(queue, shard, tail, domain, self.keys.crawl_member(appid, crawlid), script_keys))
+        queued: dict[str, int] = {}
+        down: set[str] = set()
+        while work:
+            work = self._refill_round(work, queued, down)
+        return queued, down
+
+    def _refill_round(self, work: list[_Refill], queued: dict[str, int], down: set[str]) -> list[_Refill]:
+        """One segment into each short queue of *work*; returns the queues that may want another."""
+        pipe = self.redis.pipeline(transaction=False)
+        for item in work:
+            pipe.zrange(item.tail, 0, 0, withscores=True)
+        firsts = pipe.execute()
+        pipe = self.redis.pipeline(transaction=False)
+        candidates: list[tuple[_Refill, Any]] = []
+        for item, first in zip(work, firsts, strict=True):
+            if first:
+                # the head's requests ranked before the tail's best: what pops may serve until a refill
+                pipe.zcount(item.queue, "-inf", f"({int(first[0][1])}")
+                candidates.append((item, first[0][0]))
+        aheads = pipe.execute() if candidates else []
+        batch: list[tuple[_Refill, str, str, int]] = []
+        bad: list[tuple[str, str]] = []
+        for (item, raw), ahead in zip(candidates, aheads, strict=True):
+            if int(ahead) >= self.refill_below:
+                continue
             member = raw.decode() if isinstance(raw, bytes) else str(raw)
             try:
                 segment_id, count, _size = parse_tail_member(member)
             except ValueError:
-                self.redis.zrem(tail, member)  # nothing we wrote: no segment to read
-                break
-            path = self.store.path(shard, segment_id)
+                bad.append((item.tail, member))  # nothing we wrote: no segment to read
+                continue
+            batch.append((item, member, self.store.path(item.shard, segment_id), count))
+        if bad:
+            pipe = self.redis.pipeline(transaction=False)
+            for tail, member in bad:
+                pipe.zrem(tail, member)
+            pipe.execute()
+        if not batch:
+            return []
+        try:
+            objects = self.store.read_many([path for _item, _member, path, _count in batch])
+        except OSError as exc:
+            self._down(exc)
+            down.update(item.queue for item, *_ in batch)
+            return []
+        self._up()
+        loads: list[tuple[_Refill, str, str, list[tuple[bytes, int]]]] = []
+        missing: list[tuple[_Refill, str, str, int]] = []
+        for (item, member, path, count), data in zip(batch, objects, strict=True):
+            if data is None:
+                missing.append((item, member, path, count))
+                continue
             try:
-                rows = decode_segment(self.store.read(path))
-            except FileNotFoundError:
-                if self.redis.zscore(tail, member) is None:
-                    break  # refilled (and deleted) by another redis-monitor, or purged by a stop
-                self._lost(queue, member, count, "is missing from the store")
-                rows = []
+                rows = decode_segment(data)
             except TailError as exc:
-                self._lost(queue, member, count, str(exc))
+                self._lost(item.queue, member, count, str(exc))
                 rows = []
-            except OSError as exc:
-                self._down(exc)
-                raise TailStoreDown(str(exc)) from exc
-            self._up()
-            args: list[Any] = [member, crawl, domain]
-            for row_member, score in rows:
-                args += [row_member, score]
-            n = int(self.scripts["tail_refill"](keys=script_keys, args=args))
+            loads.append((item, member, path, rows))
+        if missing:
+            pipe = self.redis.pipeline(transaction=False)
+            for item, member, _path, _count in missing:
+                pipe.zscore(item.tail, member)
+            for (item, member, path, count), score in zip(missing, pipe.execute(), strict=True):
+                if score is None:
+                    continue  # refilled (and deleted) by another redis-monitor, or purged by a stop
+                self._lost(item.queue, member, count, "is missing from the store")
+                loads.append((item, member, path, []))
+        if not loads:
+            return []
+
+        def build() -> Any:
+            calls = self.redis.pipeline(transaction=False)
+            for item, member, _path, rows in loads:
+                args: list[Any] = [member, item.crawl, item.domain]
+                for row_member, score in rows:
+                    args += [row_member, score]
+                self.scripts.queue(calls, "tail_refill", item.script_keys, args)
+            return calls
+
+        results = self.scripts.execute(build)
+        again: list[_Refill] = []
+        done: list[str] = []
+        for (item, _member, path, _rows), result in zip(loads, results, strict=True):
+            n = int(result)
             if n < 0:
-                break  # another refiller or a stop took the pointer: its object is theirs
-            if self.replicas is not None:
-                self.replicas.wait([shard], cluster_wide=False)
-            self.store.delete([path])
+                continue  # another refiller or a stop took the pointer: its object is theirs
+            done.append(path)
             self.counts.refilled += n
             self.counts.segments_read += 1
-            queued += n
-        return queued
+            queued[item.queue] = queued.get(item.queue, 0) + n
+            again.append(item)
+        if done:
+            if self.replicas is not None:
+                self.replicas.wait(sorted({item.shard for item in again}), cluster_wide=False)
+            self.store.delete(done)
+        return again
 
     # --- garbage -----------------------------------------------------------------------------
 

@@ -16,14 +16,16 @@ folder; an object store's put is atomic) and its CRC is checked on read.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import secrets
 import struct
+import sys
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -146,6 +148,60 @@ def parse_tail_member(member: str | bytes) -> tuple[str, int, int]:
     return segment_id, int(requests), int(size)
 
 
+def _write_renamed(path: str, data: bytes, *, sync: bool) -> None:
+    """Write *data* to a temporary name beside *path* (synced with *sync*) and rename it to *path*
+    (the folder exists; its own sync is the caller's)."""
+    temporary = f"{path}.tmp-{secrets.token_hex(4)}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            if sync:
+                out.flush()
+                os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def _find_syncfs() -> Any:
+    """libc's ``syncfs`` (Linux), or None. The standard library has ``os.sync`` (every file system
+    of the machine) and ``os.fsync`` (one file) but not ``syncfs``, and no package wraps it; one
+    ``syncfs`` after a batch of segments costs a fifth of a ``fsync`` per segment here."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        function = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+_SYNCFS = _find_syncfs()
+
+
+def _syncfs(folder: str) -> None:
+    """Flush the file system holding *folder* (data and metadata) to its disk.
+
+    Raises:
+        OSError: the flush failed (since Linux 5.8 ``syncfs`` reports write-back errors).
+    """
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        if _SYNCFS(fd) != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, f"syncfs {folder}: {os.strerror(number)}")
+    finally:
+        os.close(fd)
+
+
 class TailStore:
     """The segments of one cluster (REDIS_KEY_PREFIX) under one fsspec URL."""
 
@@ -178,37 +234,46 @@ class TailStore:
         return f"{self.root}/{shard}/{folder}/{segment_id}.seg"
 
     def write(self, path: str, data: bytes) -> None:
-        """Store *data* at *path*, durably (on a local folder: written, synced, renamed, the folder
-        synced) before this returns.
+        """Store *data* at *path* durably (:meth:`write_many` of one object).
 
         Raises:
             OSError: the store refused the write or cannot be reached.
         """
-        folder = path.rsplit("/", 1)[0]
-        if not self.local:
-            self.fs.makedirs(folder, exist_ok=True)
-            self.fs.pipe_file(path, data)
+        self.write_many([(path, data)])
+
+    def write_many(self, objects: list[tuple[str, bytes]]) -> None:
+        """Store every ``(path, data)`` of *objects*, durably before this returns. On a local folder
+        each is written to a temporary name and renamed, then one ``syncfs`` makes them all durable
+        (where there is none, or for one object, each is synced, then each folder); on an object
+        store each put is atomic, and fsspec sends them concurrently where its file system can.
+
+        Raises:
+            OSError: the store refused a write or cannot be reached (some objects may be written:
+                no pointer names them, and :meth:`TailMover.sweep` deletes them).
+        """
+        if not objects:
             return
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        temporary = f"{path}.tmp-{secrets.token_hex(4)}"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, path)
-        except BaseException:
+        folders = sorted({path.rsplit("/", 1)[0] for path, _ in objects})
+        if not self.local:
+            for folder in folders:
+                self.fs.makedirs(folder, exist_ok=True)
+            self.fs.pipe(dict(objects))
+            return
+        for folder in folders:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        if len(objects) > 1 and _SYNCFS is not None:
+            for path, data in objects:
+                _write_renamed(path, data, sync=False)
+            _syncfs(folders[0])  # one sync of the file system: every object's data, name and folder
+            return
+        for path, data in objects:
+            _write_renamed(path, data, sync=True)
+        for folder in folders:
+            dir_fd = os.open(folder, os.O_RDONLY)
             try:
-                os.unlink(temporary)
-            except OSError:
-                pass
-            raise
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
 
     def read(self, path: str) -> bytes:
         """The object at *path*.
@@ -217,7 +282,42 @@ class TailStore:
             FileNotFoundError: no such segment.
             OSError: the store cannot be reached.
         """
-        return bytes(self.fs.cat_file(path))
+        data = self.read_many([path])[0]
+        if data is None:
+            raise FileNotFoundError(path)
+        return data
+
+    def read_many(self, paths: list[str]) -> list[bytes | None]:
+        """The objects at *paths*, in order; None for one that does not exist. fsspec fetches them
+        concurrently where its file system can.
+
+        Raises:
+            OSError: the store cannot be reached.
+        """
+        if self.local:
+            found: list[bytes | None] = []
+            for path in paths:
+                try:
+                    with open(path, "rb") as handle:
+                        found.append(handle.read())
+                except FileNotFoundError:
+                    found.append(None)
+            return found
+        got = self.fs.cat(list(paths), on_error="return")
+        if not isinstance(got, dict):  # one path: fsspec answers its bytes
+            got = {paths[0]: got}
+        found = []
+        for path in paths:
+            if path not in got:  # never taken for "missing": that would drop the segment's requests
+                raise OSError(f"{path}: the store's answer does not name it")
+            value = got[path]
+            if isinstance(value, FileNotFoundError):
+                found.append(None)
+            elif isinstance(value, BaseException):
+                raise OSError(f"{path}: {value}") from value
+            else:
+                found.append(bytes(value))
+        return found
 
     def delete(self, paths: Iterable[str]) -> None:
         """Remove *paths*; one already gone is fine. An error is logged, not raised: a segment no
