@@ -321,6 +321,7 @@ KINDS = {
     "crawl-domains": "crawl's domains",
     "dupefilter": "dupefilter hash",
     "dupefilter-bloom": "Bloom filter",
+    "tail-segments": "live segment index",
 }
 
 

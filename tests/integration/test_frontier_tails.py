@@ -330,7 +330,7 @@ def test_a_refill_interrupted_anywhere_loses_nothing_and_serves_nothing_twice(
         keys.domains("link", False, shard),
         keys.crawl_domains("link", "app", "t1", False, shard),
         keys.tail_stats(shard),
-        keys.tail_segments(shard),
+        keys.tail_segments_base(shard),
     ]
     assert int(mover.scripts["tail_refill"](keys=refill_keys, args=refill_args)) == 50
     assert int(mover.scripts["tail_refill"](keys=refill_keys, args=refill_args)) == -1
@@ -457,6 +457,10 @@ def test_one_pass_spills_and_refills_many_queues_together(
             counts = [parse_tail_member(m)[1] for m in _tail_members(redis_client, settings, domain)]
             assert counts == ([10] if n % 4 else [50, 50, 20]), domain
     assert mover.counts.spilled == 10 * 29 + 120 * 10
+    # the live-segment index: 128 ids a key, each a compact list (about 30 bytes a segment, not 100)
+    index = [k for shard in range(keys.shards) for k in redis_client.scan_iter(f"{keys.tail_segments_base(shard)}:*")]
+    assert sum(redis_client.zcard(k) for k in index) == mover.counts.segments_written == 59
+    assert {redis_client.object("encoding", k) for k in index} <= {b"listpack", b"ziplist"}
 
     # the pops find empty heads and ask for refills; one pass of the mover serves them all
     mover.store = TailStore(str(tmp_path / "tails"), settings.REDIS_KEY_PREFIX)

@@ -17,6 +17,10 @@ from __future__ import annotations
 from crawlhive.utils.backends.key_parts import RENDER_LANE, KeySpace, escape, key, lane, unescape
 from crawlhive.utils.config.errors import KeyFormatError
 
+#: Segment ids per :meth:`Keys.tail_segments` key (at most Redis's ``zset-max-listpack-entries``,
+#: 128 by default, so each key stays a listpack); ``lib/tails.lua`` has the same number.
+SEGMENTS_PER_BUCKET = 128
+
 
 class Keys(KeySpace):
     """The key formats of one crawlhive cluster, all under ``<prefix>:``.
@@ -101,11 +105,25 @@ class Keys(KeySpace):
         return f"{self.prefix}:tail-wake"
 
     @key("zset")
-    def tail_segments(self, shard: int = 0) -> str:
-        """Every segment of one shard that a pointer names: member = segment id, score = when it was
-        written (epoch s). The redis-monitors' sweep deletes objects of the store older than an hour
-        that are not here (left by a kill between a write and its script, or before a delete)."""
+    def tail_segments(self, shard: int = 0, *, bucket: int | str) -> str:
+        """The segments of one shard that a pointer names, SEGMENTS_PER_BUCKET consecutive ids a key
+        (bucket = the id's number // SEGMENTS_PER_BUCKET, so each stays a compact listpack: about 30
+        bytes a segment where one zset of them all took 100): member = segment id, score = when it
+        was written (epoch s). The redis-monitors' sweep deletes objects of the store older than an
+        hour that are not here (left by a kill between a write and its script, or before a delete).
+        The scripts get :meth:`tail_segments_base` and add ``:<bucket>`` themselves."""
+        return f"{self.tail_segments_base(shard)}:{bucket}"
+
+    def tail_segments_base(self, shard: int = 0) -> str:
+        """What :meth:`tail_segments` keys of *shard* start with (before ``:<bucket>``): passed to the
+        scripts that add or remove a segment id (``lib/tails.lua segments_key``)."""
         return f"{self._heads[shard]}tail-segments"
+
+    @staticmethod
+    def tail_segment_bucket(segment_id: str) -> int:
+        """The :meth:`tail_segments` bucket of *segment_id* (``<number>.<token>``)."""
+        number = segment_id.partition(".")[0]
+        return int(number) // SEGMENTS_PER_BUCKET if number.isdigit() else 0
 
     @key("string", ttl="30 s, renewed while it holds")
     def tail_full(self) -> str:

@@ -34,7 +34,7 @@ def document(prefix: str = "<prefix>") -> list[KeyDoc]:
         params = [p.name for p in parameters if p.default is inspect.Parameter.empty]
         if name == "crawl_shard":  # the same key as crawl() with one shard: show the sharded form
             keys.shards, keys._heads = 2, [f"{prefix}:{{{prefix}.<shard>}}:"]
-        pattern = getattr(keys, name)(*(f"<{p}>" for p in params))
+        pattern = getattr(keys, name)(**{p: f"<{p}>" for p in params})
         keys.shards, keys._heads = 1, [f"{prefix}:"]
         doc = " ".join(inspect.getdoc(func).split())  # type: ignore[union-attr]
         rows.append(KeyDoc(pattern, func._redis_type, func._ttl, doc))

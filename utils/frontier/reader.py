@@ -273,7 +273,7 @@ class FrontierReader:
                         keys.crawl_stopped(spider, appid, crawlid, shard),
                         keys.crawl_domains(spider, appid, crawlid, render=True, shard=shard),
                         keys.tail_stats(shard),
-                        keys.tail_segments(shard),
+                        keys.tail_segments_base(shard),
                     ],
                     [
                         prefixes["crawl_queue"] + member + ":",

@@ -25,7 +25,7 @@ deleted object). A kill before the script refills nothing (the pointer is still 
 refill does it); after it, leaves an orphan object.
 
 **Garbage** (:meth:`TailMover.sweep`): every ten minutes each redis-monitor deletes the objects older
-than an hour that no pointer names (``tail_segments`` lists the live ones), so orphans of kills and
+than an hour that no pointer names (the ``tail_segments`` keys list the live ones), so orphans of kills and
 temporary files of interrupted writes do not accumulate.
 
 **Store down.** A write or read that fails with the store leaves the requests where they are (in
@@ -391,7 +391,7 @@ class TailMover:
                     item.queue,
                     item.tail,
                     self.keys.tail_stats(item.shard),
-                    self.keys.tail_segments(item.shard),
+                    self.keys.tail_segments_base(item.shard),
                 ]
                 self.scripts.queue(calls, "tail_spill", script_keys, args)
             return calls
@@ -453,7 +453,7 @@ class TailMover:
                 self.keys.domains(spider, render, shard),
                 self.keys.crawl_domains(spider, appid, crawlid, render, shard),
                 self.keys.tail_stats(shard),
-                self.keys.tail_segments(shard),
+                self.keys.tail_segments_base(shard),
             ]
             work.append(_Refill(queue, shard, tail, domain, self.keys.crawl_member(appid, crawlid), script_keys))
         queued: dict[str, int] = {}
@@ -580,7 +580,12 @@ class TailMover:
             candidates.append((str(path), name.split(".seg", 1)[0]))
         if not candidates:
             return 0
-        live = self.redis.zmscore(self.keys.tail_segments(shard), [segment for _, segment in candidates])
+        live: list[Any] = []
+        for first in range(0, len(candidates), 10_000):
+            pipe = self.redis.pipeline(transaction=False)
+            for _path, segment in candidates[first : first + 10_000]:
+                pipe.zscore(self.keys.tail_segments(shard, bucket=self.keys.tail_segment_bucket(segment)), segment)
+            live += pipe.execute()
         dead = [path for (path, name), score in zip(candidates, live, strict=True) if score is None or ".tmp-" in path]
         self.store.delete(dead)
         if dead:

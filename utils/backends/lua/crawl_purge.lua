@@ -7,7 +7,8 @@
 --       7 and 8: ARGV 1 and 2 of the rendering lane, 9 when the stop took effect (epoch ms): the
 --       marker's value, so a seed sent before it and read after it is not queued (§3.9),
 --       10 and 11: tail queue prefix + crawl member + ':' of the plain and rendering lanes (their
---       tails are purged too, KEYS 8: the shard's tail stats, 9: its live segments).
+--       tails are purged too, KEYS 8: the shard's tail stats, 9: the base of its
+--       live-segments keys, Keys.tail_segments_base).
 -- Returns {queued requests purged (tails included), tail members of the purged segments...}: the
 -- caller deletes those segments from the tail store.
 --! include lib/tails.lua
@@ -24,7 +25,7 @@ for _, lane in ipairs(lanes) do
     for _, member in ipairs(redis.call('ZRANGE', tq, 0, -1)) do
       local n, size, id = tail_member(member)
       if n then
-        redis.call('ZREM', KEYS[9], id)
+        redis.call('ZREM', segments_key(KEYS[9], id), id)
         purged = purged + n
         redis.call('HINCRBY', KEYS[8], 'requests', -n)
         redis.call('HINCRBY', KEYS[8], 'segments', -1)

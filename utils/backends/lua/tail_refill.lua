@@ -1,6 +1,7 @@
 -- Put the requests of one tail segment back into its crawl queue's head.
 -- KEYS: 1 crawl queue, 2 its tail (Keys.tail_queue), 3 domain crawls, 4 domains (spider, lane),
---       5 crawl domains, 6 tail stats of the shard, 7 the shard's live segments (Keys.tail_segments).
+--       5 crawl domains, 6 tail stats of the shard, 7 the base of the shard's live-segments keys
+--       (Keys.tail_segments_base).
 -- ARGV: 1 tail member of the segment, 2 crawl member, 3 domain, then per request: queue member,
 --       score.
 -- The pointer leaves the tail in the same step as its requests enter the head, so a refill counts
@@ -28,7 +29,7 @@ if best then redis.call('ZADD', KEYS[3], 'LT', best, ARGV[2]) end
 redis.call('ZADD', KEYS[4], 'NX', 0, ARGV[3])
 redis.call('SADD', KEYS[5], ARGV[3])
 local count, size, id = tail_member(ARGV[1])
-if id then redis.call('ZREM', KEYS[7], id) end
+if id then redis.call('ZREM', segments_key(KEYS[7], id), id) end
 redis.call('HINCRBY', KEYS[6], 'requests', -(count or n))
 redis.call('HINCRBY', KEYS[6], 'segments', -1)
 redis.call('HINCRBY', KEYS[6], 'bytes', -(size or 0))

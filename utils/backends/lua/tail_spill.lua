@@ -1,6 +1,6 @@
 -- Move requests of a crawl queue's head into a segment the tail store already holds (durably).
--- KEYS: 1 crawl queue, 2 its tail (Keys.tail_queue), 3 tail stats of the shard, 4 the shard's live
---       segments (Keys.tail_segments).
+-- KEYS: 1 crawl queue, 2 its tail (Keys.tail_queue), 3 tail stats of the shard, 4 the base of the
+--       shard's live-segments keys (Keys.tail_segments_base; the script adds the id's bucket).
 -- ARGV: 1 tail member '<segment id>:<requests>:<bytes>', 2 best score in the segment, then per
 --       request: queue member, score (as read from the queue).
 -- Every request must still be queued with the score it was read with; else (a pop leased one, a
@@ -24,7 +24,7 @@ for first = 1, #members, 500 do
   redis.call('ZREM', KEYS[1], unpack(members, first, math.min(first + 499, #members)))
 end
 local _, size, id = tail_member(ARGV[1])
-redis.call('ZADD', KEYS[4], redis.call('TIME')[1], id)
+redis.call('ZADD', segments_key(KEYS[4], id), redis.call('TIME')[1], id)
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('HINCRBY', KEYS[3], 'requests', #members)
 redis.call('HINCRBY', KEYS[3], 'segments', 1)

@@ -9,6 +9,13 @@ local function tail_member(member)
   return tonumber(n), tonumber(size), id
 end
 
+-- The live-segments key (Keys.tail_segments) of segment *id* ('<number>.<token>') under *base*
+-- (Keys.tail_segments_base): 128 consecutive ids a key (keys.py SEGMENTS_PER_BUCKET).
+local function segments_key(base, id)
+  local number = tonumber(string.match(id, '^(%d+)')) or 0
+  return base .. ':' .. math.floor(number / 128)
+end
+
 -- The requests held by the tail zset *tq* (every segment it points to).
 local function tail_size(tq)
   local total = 0
