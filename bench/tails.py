@@ -18,7 +18,7 @@ left (heads, tail pointers, per-domain and per-crawl indexes, crawl records, fla
 dupefilter the real admit path writes for the same URLs is then added and measured the same way,
 in two forms: every fingerprint in the crawl's dupefilter hashes (``HSETNX`` of the stored
 fingerprint and a 4-byte owner, as bench/memory.py's "dedupe entry"), and with the Bloom seen-set
-(DUPEFILTER_BLOOM_ABOVE = ``--bloom-after``: that many per shard in the hash, the rest in the
+(DUPEFILTER_BLOOM_ABOVE = ``--bloom-after``, cluster-wide: each shard's share in the hash, the rest in the
 filter, built bit for bit as ``lib/bloom.lua`` writes it, checked against ``BloomLayers``). A
 ``MEMORY USAGE`` sum per kind of key (SCAN of the prefix) says what dominates. Beside it: the
 store's bytes per URL (the segment files' sizes over the requests in them; goal at most 40).
@@ -96,13 +96,19 @@ class Case:
     queued: int
     domains: int
     target: int
+    bloom_after: int
+    """DUPEFILTER_BLOOM_ABOVE of the Bloom form (``--bloom-after`` when given)."""
 
 
-def cases(queued: int) -> list[Case]:
+def cases(queued: int, bloom_after: int | None) -> list[Case]:
+    """The three backlogs; the Bloom form's threshold is 10,000 for the small one and a hundredth of
+    the backlog (at least 10,000) for the large ones (docs/operations.md's advice for crawls this
+    large: fewer Bloom layers), unless *bloom_after* is given."""
+    large = bloom_after or max(10_000, queued // 100)
     return [
-        Case("20,000 on one host", 20_000, 1, 64),
-        Case(f"{queued:,} over {queued // 1000:,} domains (1,000 each)", queued, max(1, queued // 1000), 8),
-        Case(f"{queued:,} over {queued // 10:,} domains (10 each)", queued, max(1, queued // 10), 64),
+        Case("20,000 on one host", 20_000, 1, 64, bloom_after or 10_000),
+        Case(f"{queued:,} over {queued // 1000:,} domains (1,000 each)", queued, max(1, queued // 1000), 8, large),
+        Case(f"{queued:,} over {queued // 10:,} domains (10 each)", queued, max(1, queued // 10), 64, large),
     ]
 
 
@@ -248,7 +254,9 @@ NEW_LAYER = "return redis.call('SET', KEYS[1], string.rep('\\0', tonumber(ARGV[1
 
 def write_dupefilter(client: RedisClient, keys: Keys, case: Case, bloom_after: int) -> None:
     """The crawl's dupefilter of *case*'s URLs as the admits leave it: per shard, the first
-    *bloom_after* fingerprints (all when 0) in the hash, the rest in the shard's Bloom filter."""
+    fingerprints of its share of *bloom_after* (DUPEFILTER_BLOOM_ABOVE is cluster-wide: divided by
+    the shards, rounded up; all when 0) in the hash, the rest in the shard's Bloom filter."""
+    bloom_after = -(-bloom_after // keys.shards)
     in_hash: dict[int, int] = {}
     rest: dict[int, list[bytes]] = {}
     shards = [keys.shard_of(f"site{d:04d}.com") for d in range(case.domains)]
@@ -399,13 +407,13 @@ def memory_case(url: str, case: Case, args: argparse.Namespace, hot: int, folder
         )
         print(f"  queues (everything the pushes and the mover left)   {queues / pushed:8.2f} bytes/URL")
         kinds_bloom: dict[str, int] = {}
-        for bloom_after in (0, args.bloom_after):
+        for bloom_after in (0, case.bloom_after):
             mark = used_memory(client)
             write_dupefilter(client, keys, case, bloom_after)
             dupe = used_memory(client) - mark
             total = (queues + dupe) / pushed
             verdict = "met" if total <= case.target else f"NOT MET by {total - case.target:.1f}"
-            where = "dupefilter hash" if not bloom_after else f"Bloom after {bloom_after:,}/shard"
+            where = "dupefilter hash" if not bloom_after else f"Bloom after {bloom_after:,}"
             print(
                 f"  + dupefilter ({where:<26})  {dupe / pushed:8.2f} bytes/URL -> total {total:6.2f} "
                 f"(target <= {case.target}: {verdict})"
@@ -522,7 +530,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head-size", type=int, default=Settings.from_overrides().FRONTIER_HEAD_SIZE)
     parser.add_argument("--segment-size", type=int, default=Settings.from_overrides().FRONTIER_SEGMENT_SIZE)
     parser.add_argument("--hot-domains", type=int, help="FRONTIER_HOT_DOMAINS (default: its default, scaled)")
-    parser.add_argument("--bloom-after", type=int, default=10_000, help="DUPEFILTER_BLOOM_ABOVE of the Bloom form")
+    parser.add_argument(
+        "--bloom-after",
+        type=int,
+        help="DUPEFILTER_BLOOM_ABOVE of the Bloom form (default: 10,000 on one host, --tail-queued / 100 in the"
+        " large cases)",
+    )
     parser.add_argument(
         "--settle-every", type=int, default=200_000, help="requests pushed between settles (0: only at the end)"
     )
@@ -549,14 +562,15 @@ def main(argv: list[str] | None = None) -> int:
             settled = f"every {args.settle_every:,} pushed and at the end" if args.settle_every else "at the end"
             print(
                 f"Redis {version}, {keys.shards} shard(s); FRONTIER_HEAD_SIZE={args.head_size}, "
-                f"FRONTIER_SEGMENT_SIZE={args.segment_size}, FRONTIER_HOT_DOMAINS={hot} per shard"
+                f"FRONTIER_SEGMENT_SIZE={args.segment_size}, FRONTIER_HOT_DOMAINS={hot} (cluster-wide)"
                 f"{' (scaled from its default by --tail-queued)' if args.hot_domains is None and hot != 1000 else ''}, "
-                f"DUPEFILTER_BLOOM_ABOVE={args.bloom_after:,} for the Bloom form; URL {len(sample.url)} characters, "
+                "DUPEFILTER_BLOOM_ABOVE (cluster-wide) of the Bloom form in each case's line; "
+                f"URL {len(sample.url)} characters, "
                 f"queue member {len(sample.member())} bytes; mover settled {settled}; segments in {folder}",
                 flush=True,
             )
             if args.only != "rate":
-                for number, case in enumerate(cases(args.tail_queued), 1):
+                for number, case in enumerate(cases(args.tail_queued, args.bloom_after), 1):
                     if args.case and number not in args.case:
                         continue
                     memory_case(url, case, args, hot, folder / "segments")

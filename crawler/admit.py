@@ -90,7 +90,8 @@ class Admission:
         lease_s: LEASE_TIMEOUT (an admitted page's lease is renewed for this long).
         filter_ttl_s: DUPEFILTER_TIMEOUT.
         global_cap: GLOBAL_PAGE_PER_DOMAIN_LIMIT (None: no cluster-wide cap).
-        bloom_after: DUPEFILTER_BLOOM_ABOVE (0: a crawl's seen-set stays in its dupefilters).
+        bloom_after: DUPEFILTER_BLOOM_ABOVE (0: a crawl's seen-set stays in its dupefilters),
+            cluster-wide: each shard's dupefilter takes its share.
     """
 
     def __init__(
@@ -118,7 +119,8 @@ class Admission:
         #: TTL of a page's records of the links it added to a Bloom filter (CRAWL_RECORD_TTL: as
         #: long as its retry may wait in the queue; its ack deletes them before).
         self.record_ttl_ms = max(1, int(record_ttl_s * 1000))
-        self.bloom_after = max(0, bloom_after)
+        #: The entries of each shard's dupefilter before its Bloom filter (the shard's share).
+        self.bloom_after = -(-max(0, bloom_after) // keys.shards)
         self.cluster = is_cluster(redis)
         self._reported_stopped: set[tuple[str, str]] = set()
 

@@ -98,7 +98,8 @@ def test_the_seen_set_goes_on_in_the_filter_at_the_threshold(
     dupefilter names it for, and those its record beside the filter holds (not counted as hits)."""
     keys = keys_from_settings(redis_settings)
     shard = keys.shard_of(SITE)
-    admission = Admission(None, redis_client, None, keys, 600.0, 600.0, None, bloom_after=50)  # type: ignore[arg-type]
+    # DUPEFILTER_BLOOM_ABOVE is cluster-wide: each shard takes its share (SITE's shard: 50)
+    admission = Admission(None, redis_client, None, keys, 600.0, 600.0, None, bloom_after=50 * keys.shards)  # type: ignore[arg-type]
     first, second = _pages(redis_client, redis_settings, 2)
     links = _urls("a", 100)
     assert _admit(admission, first, links) == links
@@ -151,8 +152,8 @@ def test_a_page_whose_crawler_died_between_admit_and_ack_queues_all_its_links_ag
     results = {}
     for crawlid, bloom_after in (("set", 0), ("bloom", 5)):  # a spider each: one pops only its own
         spider = f"s-{crawlid}"
-        dying = Admission(None, redis_client, None, keys, 0.3, 600.0, None, bloom_after=bloom_after)  # type: ignore[arg-type]
-        healthy = Admission(None, redis_client, None, keys, 600.0, 600.0, None, bloom_after=bloom_after)  # type: ignore[arg-type]
+        dying = Admission(None, redis_client, None, keys, 0.3, 600.0, None, bloom_after=bloom_after * keys.shards)  # type: ignore[arg-type]
+        healthy = Admission(None, redis_client, None, keys, 600.0, 600.0, None, bloom_after=bloom_after * keys.shards)  # type: ignore[arg-type]
         (other,) = _pages(redis_client, redis_settings, 1, crawlid, first=1, spider=spider)  # a page of later
         (page,) = _pages(redis_client, redis_settings, 1, crawlid, lease_s=0.3, spider=spider)
         first = _admit(dying, page, links)  # ... and its crawler dies here
@@ -189,7 +190,7 @@ def test_no_false_negatives_and_the_rate_and_bytes_the_sizing_promises(
     most 0.1 % (plus three standard deviations) are dropped as seen."""
     threshold = 50_000
     keys = keys_from_settings(redis_settings)
-    admission = Admission(None, redis_client, None, keys, 600.0, 600.0, None, bloom_after=threshold)  # type: ignore[arg-type]
+    admission = Admission(None, redis_client, None, keys, 600.0, 600.0, None, bloom_after=threshold * keys.shards)  # type: ignore[arg-type]
     first, second, third = _pages(redis_client, redis_settings, 3)
     exp = first_exp(threshold)
     bloom = keys.dupefilter_bloom(*CRAWL, keys.shard_of(SITE))
@@ -226,7 +227,7 @@ def test_the_filter_expires_with_the_dupefilter_and_a_recrawl_restart_lifts_it(
     starts afresh without its filter (§19.1)."""
     keys = keys_from_settings(redis_settings)
     shard = keys.shard_of(SITE)
-    admission = Admission(None, redis_client, None, keys, 600.0, 1.0, None, bloom_after=5)  # type: ignore[arg-type]
+    admission = Admission(None, redis_client, None, keys, 600.0, 1.0, None, bloom_after=5 * keys.shards)  # type: ignore[arg-type]
     (page,) = _pages(redis_client, redis_settings, 1)
     assert len(_admit(admission, page, _urls("e", 300))) == 300
     names = [keys.dupefilter(*CRAWL, shard), *_filter_keys(redis_client, keys)]
@@ -271,3 +272,14 @@ def test_a_crawl_past_a_tiny_threshold_fetches_every_page_once(
         hits = reader.bloom_hits("link", "bapp", "m1")
     assert sorted(s.path for s in site.hits("/m/")) == sorted(pages)
     assert hits is not None and hits > 0
+
+
+@pytest.mark.parametrize(
+    ("above", "shards", "per_shard"), [(0, 64, 0), (10_000, 1, 10_000), (10_000, 64, 157), (5, 64, 1)]
+)
+def test_the_threshold_is_cluster_wide(redis_client: redis.Redis, above: int, shards: int, per_shard: int) -> None:
+    """DUPEFILTER_BLOOM_ABOVE counts a crawl's whole seen-set: each of the frontier's shards takes
+    its share (rounded up), so a Redis Cluster's 64 shards do not keep 64 times the threshold in
+    dupefilter hashes (70 bytes a URL where the filter takes 3-4)."""
+    admission = Admission(None, redis_client, None, Keys("x", shards), 600.0, 600.0, None, bloom_after=above)  # type: ignore[arg-type]
+    assert admission.bloom_after == per_shard

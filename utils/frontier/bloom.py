@@ -1,7 +1,8 @@
 """The Bloom seen-set a crawl's dupefilter continues in (docs/contract.md §3.8, docs/operations.md).
 
 A crawl's dupefilter (:meth:`~crawlhive.utils.backends.keys.Keys.dupefilter`) keeps about 70 bytes
-of Redis memory per URL. Once it holds DUPEFILTER_BLOOM_ABOVE entries in a shard it is frozen (read
+of Redis memory per URL. Once it holds its shard's share of DUPEFILTER_BLOOM_ABOVE entries
+(DUPEFILTER_BLOOM_ABOVE / FRONTIER_SHARDS, rounded up: the setting is cluster-wide) it is frozen (read
 first, never written again) and the crawl's new fingerprints go to a Bloom filter in the same shard
 (:meth:`~crawlhive.utils.backends.keys.Keys.dupefilter_bloom`), which ``crawler_admit.lua`` reads
 and writes inside the admit it already runs (``lib/bloom.lua``): no round trip more per page, and

@@ -37,9 +37,10 @@ DUPEFILTER_TIMEOUT: float = 600.0
 """Seconds a crawl's dupefilter lives after the crawl's last activity."""
 
 DUPEFILTER_BLOOM_ABOVE: int = 0
-"""Entries a crawl's dupefilter holds, per frontier shard, before its seen-set continues in a Bloom
-filter kept in Redis (docs/contract.md §3.8): the dupefilter is then frozen (still read first) and
-new fingerprints go to the filter, about 2 bytes per URL instead of about 70, at the cost of about
+"""Entries a crawl's dupefilter holds before its seen-set continues in a Bloom filter kept in Redis
+(docs/contract.md §3.8), cluster-wide: each of the FRONTIER_SHARDS shards takes its share (this
+divided by the shards, rounded up). The dupefilter is then frozen (still read first) and new
+fingerprints go to the filter, 3-4 bytes per URL instead of about 70, at the cost of about
 0.1 % of the first-time URLs beyond this count dropped as false positives (``bloom_hits`` in
 ``info``). 0 = never (every URL in the dupefilter). Sizing: docs/operations.md."""
 
