@@ -229,7 +229,7 @@ bench: $(STAMP) browser
 	@test -f /tmp/perfsite/www/.crawlhive-site || { $(BIN)/python bench/site.py && touch /tmp/perfsite/www/.crawlhive-site; }
 	bench/nginx.sh start
 	$(BIN)/python bench/clean.py
-	$(BIN)/python bench/crawl.py && $(BIN)/python bench/soak.py && $(BIN)/python bench/crawl.py --cluster --pairs-only && $(BIN)/python bench/recrawl_crawl.py && $(BIN)/python bench/proxy.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; test $$status = 0 || exit $$status
+	$(BIN)/python bench/crawl.py && $(BIN)/python bench/crawl.py --pairs-only --pairs 3 --with-tails 64 && $(BIN)/python bench/soak.py && $(BIN)/python bench/crawl.py --cluster --pairs-only && $(BIN)/python bench/recrawl_crawl.py && $(BIN)/python bench/proxy.py && $(BIN)/python bench/render.py; status=$$?; bench/nginx.sh stop; test $$status = 0 || exit $$status
 	$(BIN)/python bench/realweb.py
 	$(BIN)/python bench/pipeline.py
 

@@ -4,6 +4,7 @@ Needs the generated bench site served by nginx (``make bench`` does both)::
 
     python3 bench/site.py && bench/nginx.sh start
     .venv/bin/python bench/crawl.py [--pages 6000] [--conc 32] [--maxdepth 100] [--pairs 3] [--tails-head N]
+        [--with-tails N]
 
 Measures, in order, on a private embedded Redis and broker:
 
@@ -24,6 +25,12 @@ Measures, in order, on a private embedded Redis and broker:
 
 Each crawlhive line also gives the CPU milliseconds per page of the crawlers, Redis, the broker and
 nginx (from ``/proc``), i.e. what a page costs the whole machine.
+
+``--with-tails N`` (issue 46, docs/contract.md §23): each pair also runs the crawlhive crawl with
+queue tails (FRONTIER_HEAD_SIZE and FRONTIER_SEGMENT_SIZE N, a tail mover on a thread of this
+process, as a redis-monitor runs it), before or after the one without in turn, and prints the median
+ratio with tails beside the one without (target: within 5 %). ``--tails-head N`` runs every crawlhive
+crawl with tails instead.
 """
 
 from __future__ import annotations
@@ -249,6 +256,13 @@ def main() -> int:
         help="queue tails on for every crawlhive run: FRONTIER_TAIL_URL a temporary folder, FRONTIER_HEAD_SIZE"
         " and FRONTIER_SEGMENT_SIZE this, the tail mover on a thread of this process (a redis-monitor's)",
     )
+    parser.add_argument(
+        "--with-tails",
+        type=int,
+        default=0,
+        help="each pair also runs crawlhive with queue tails (head and segment this size, the mover on a thread of"
+        " this process) and the median ratio with / without is printed (issue 46: within 5 %%)",
+    )
     args = parser.parse_args()
     if not SEEDS.exists():
         print(f"{SEEDS} missing: run bench/site.py and bench/nginx.sh start", file=sys.stderr)
@@ -271,11 +285,12 @@ def run(args: argparse.Namespace, cluster_url: str | None) -> int:
         work = Path(tmp)
         pids = service_pids(cluster)
 
-        def crawlhive(n: int, spider: tuple[str, str], run: int) -> dict[str, Any]:
-            prefix = f"bench{n}{spider[1]}{run}"
+        def crawlhive(n: int, spider: tuple[str, str], run: int, tails_head: int | None = None) -> dict[str, Any]:
+            tails_head = args.tails_head if tails_head is None else tails_head
+            prefix = f"bench{n}{spider[1]}{run}{'t' if tails_head else ''}"
             settings = bench_settings(cluster, work, prefix, ("crawled_firehose", "items", "dead_letter"), redis_url)
             client = redis_from_settings(settings)
-            if not args.tails_head:
+            if not tails_head:
                 try:
                     return run_crawlers(settings, client, n, args.pages, args.conc, args.maxdepth, work, pids, spider)
                 finally:
@@ -283,8 +298,8 @@ def run(args: argparse.Namespace, cluster_url: str | None) -> int:
             # queue tails (docs/contract.md §23): the crawlers' settings, and the mover a redis-monitor runs
             tails = {
                 "FRONTIER_TAIL_URL": str(work / f"tails-{prefix}"),
-                "FRONTIER_HEAD_SIZE": str(args.tails_head),
-                "FRONTIER_SEGMENT_SIZE": str(args.tails_head),
+                "FRONTIER_HEAD_SIZE": str(tails_head),
+                "FRONTIER_SEGMENT_SIZE": str(tails_head),
             }
             settings = settings.copy_with(**tails)
             mover = TailMover.from_settings(client, settings)
@@ -301,7 +316,7 @@ def run(args: argparse.Namespace, cluster_url: str | None) -> int:
                 thread.join(timeout=30)
                 client.close()
             result["tails"] = {"spilled": mover.counts.spilled, "refilled": mover.counts.refilled}
-            print(f"    queue tails (head {args.tails_head}): {result['tails']}", flush=True)
+            print(f"    queue tails (head {tails_head}): {result['tails']}", flush=True)
             return result
 
         def report(label: str, result: dict[str, Any]) -> None:
@@ -328,11 +343,16 @@ def run(args: argparse.Namespace, cluster_url: str | None) -> int:
         # Like-for-like, the figure that counts: plain Scrapy with crawlhive's CONCURRENT_ITEMS and
         # one crawlhive process, alternately, --pairs times; the median of the pairs' ratios.
         pairs = []
+        tailed: list[dict[str, Any]] = []  # --with-tails: the same crawl with queue tails, per pair
         for run in range(args.pairs):
             tuned = run_plain(
                 args.pages, args.conc, work / f"plain-tuned-{run}.json", f"CONCURRENT_ITEMS={CRAWLHIVE_ITEMS}"
             )
+            if args.with_tails and run % 2:  # the run with tails first in every other pair
+                tailed.append(crawlhive(1, ("link", "link"), run, args.with_tails))
             one = crawlhive(1, ("link", "link"), run)
+            if args.with_tails and not run % 2:
+                tailed.append(crawlhive(1, ("link", "link"), run, args.with_tails))
             ratio = one["pages_per_s"] / tuned["pages_per_s"]
             pairs.append((tuned, one, ratio))
             plain_ms = tuned["cpu_s"] * 1000 / tuned["pages"]
@@ -344,6 +364,13 @@ def run(args: argparse.Namespace, cluster_url: str | None) -> int:
                 " per page)",
                 flush=True,
             )
+            if args.with_tails:
+                print(
+                    f"    with queue tails (head {args.with_tails}): {tailed[-1]['pages_per_s']:7.1f} pages/s,"
+                    f" {tailed[-1]['cpu_ms_per_page']['crawlers']:.2f} CPU ms per page: ratio"
+                    f" {tailed[-1]['pages_per_s'] / tuned['pages_per_s']:.2f}",
+                    flush=True,
+                )
         tuned, one, _ = sorted(pairs, key=lambda p: p[2])[len(pairs) // 2]
         report("crawlhive x1", one)
         two = user = None
@@ -369,6 +396,15 @@ def run(args: argparse.Namespace, cluster_url: str | None) -> int:
             lowest = min(ratios)
             verdict = "met" if lowest >= PAIR_FLOOR else "NOT met"
             print(f"lowest pair {lowest:.2f} (target: every pair >= {PAIR_FLOOR}: {verdict})")
+        if tailed:
+            with_tails = sorted(t["pages_per_s"] / p[0]["pages_per_s"] for t, p in zip(tailed, pairs, strict=True))
+            tails_median = with_tails[len(with_tails) // 2]
+            print(
+                f"ratio with queue tails (FRONTIER_HEAD_SIZE and FRONTIER_SEGMENT_SIZE {args.with_tails}, a tail mover"
+                f" beside) / plain Scrapy: median {tails_median:.2f} ({', '.join(f'{r:.2f}' for r in with_tails)});"
+                f" / without tails {tails_median / median:.2f} (target within 5 %:"
+                f" {'met' if tails_median >= 0.95 * median else 'NOT met'})"
+            )
         if len(pairs) >= 6:
             # the same Redis and broker keep every earlier pair's crawl: a later pair must not be slower
             early = sorted(p[1]["pages_per_s"] for p in pairs[:3])[1]
