@@ -40,6 +40,7 @@ def main() -> int:
         f" plain Scrapy + bare trafilatura {1000 / theirs:.1f} pages/s per core"
         f" ({crawl['plain_scrapy_cpu_ms_per_page']:.2f} + {clean['bare_trafilatura_cpu_ms_per_page']:.2f}"
         f" = {theirs:.2f} ms): ratio {theirs / ours:.2f}"
+        f" (target >= 2.0: {'met' if theirs >= 2.0 * ours else 'NOT met'})"
     )
     return 0
 
