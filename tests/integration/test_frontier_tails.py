@@ -481,3 +481,29 @@ def test_one_pass_spills_and_refills_many_queues_together(
     for domain in domains:
         mine = [u for u in served if f"//{domain}/" in u]
         assert mine == [u for u in urls[domain] if u in mine], domain
+
+
+def test_segments_indexed_before_the_buckets_stay_live(
+    redis_client: redis.Redis, tail_settings: Settings, tmp_path: Path
+) -> None:
+    """A cluster upgraded with tails in its store: a segment the earlier release listed in its one
+    index zset (the buckets' base key) is not swept as an orphan, and its refill removes it there."""
+    urls = [f"http://upgrade.example/p{i}" for i in range(100)]
+    _push(redis_client, tail_settings, urls)
+    keys = keys_from_settings(tail_settings)
+    shard = keys.shard_of("upgrade.example")
+    mover = _mover(redis_client, tail_settings)
+    _settle(mover)
+    segments = [parse_tail_member(m)[0] for m in _tail_members(redis_client, tail_settings, "upgrade.example")]
+    assert segments
+    for segment in segments:  # as the earlier release indexed them
+        bucket = keys.tail_segments(shard, bucket=keys.tail_segment_bucket(segment))
+        score = redis_client.zscore(bucket, segment)
+        assert score is not None
+        redis_client.zrem(bucket, segment)
+        redis_client.zadd(keys.tail_segments_base(shard), {segment: score})
+    assert mover.sweep(shard, older_than_s=0) == 0
+    assert len(_segments(tmp_path / "tails")) == len(segments)
+    assert _drain(redis_client, tail_settings, mover) == urls
+    assert redis_client.zcard(keys.tail_segments_base(shard)) == 0
+    assert _segments(tmp_path / "tails") == []

@@ -116,7 +116,10 @@ class Keys(KeySpace):
 
     def tail_segments_base(self, shard: int = 0) -> str:
         """What :meth:`tail_segments` keys of *shard* start with (before ``:<bucket>``): passed to the
-        scripts that add or remove a segment id (``lib/tails.lua segments_key``)."""
+        scripts that add or remove a segment id (``lib/tails.lua segments_key``). It is also the name
+        of the one zset of every live segment that releases before the buckets kept: the sweep still
+        counts a segment it names as live, and refills and stops remove their ids from it, so a
+        cluster upgraded with tails in its store loses none and the old key empties."""
         return f"{self._heads[shard]}tail-segments"
 
     @staticmethod

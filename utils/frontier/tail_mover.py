@@ -580,12 +580,17 @@ class TailMover:
             candidates.append((str(path), name.split(".seg", 1)[0]))
         if not candidates:
             return 0
+        # a segment is live if its bucket names it, or the one index of every segment that releases
+        # before the buckets kept (its key is the buckets' base; a segment spilled then is still there)
+        legacy = self.keys.tail_segments_base(shard)
         live: list[Any] = []
-        for first in range(0, len(candidates), 10_000):
+        for first in range(0, len(candidates), 5_000):
             pipe = self.redis.pipeline(transaction=False)
-            for _path, segment in candidates[first : first + 10_000]:
+            for _path, segment in candidates[first : first + 5_000]:
                 pipe.zscore(self.keys.tail_segments(shard, bucket=self.keys.tail_segment_bucket(segment)), segment)
-            live += pipe.execute()
+                pipe.zscore(legacy, segment)
+            replies = pipe.execute()
+            live += [a if a is not None else b for a, b in zip(replies[::2], replies[1::2], strict=True)]
         dead = [path for (path, name), score in zip(candidates, live, strict=True) if score is None or ".tmp-" in path]
         self.store.delete(dead)
         if dead:

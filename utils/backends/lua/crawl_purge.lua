@@ -26,6 +26,7 @@ for _, lane in ipairs(lanes) do
       local n, size, id = tail_member(member)
       if n then
         redis.call('ZREM', segments_key(KEYS[9], id), id)
+        redis.call('ZREM', KEYS[9], id)  -- the one index of releases before the buckets
         purged = purged + n
         redis.call('HINCRBY', KEYS[8], 'requests', -n)
         redis.call('HINCRBY', KEYS[8], 'segments', -1)
