@@ -10,8 +10,9 @@ only (:meth:`TailStore.path`), so a pointer is all a refill or a stop needs.
 The format is ours (``CHTS1``, a count, a CRC-32, then zlib of ``score, length, member`` records)
 because a segment is read whole by one process and never queried: Parquet or Arrow would add
 schema and footer overhead to objects of a few kilobytes, and zlib is in the standard library.
-A segment is written whole or not at all (a temporary name, an ``fsync``, a rename on a local
-folder; an object store's put is atomic) and its CRC is checked on read.
+A segment is written whole or not at all (on a local folder a temporary name and a rename, made
+durable by one ``syncfs`` per batch of segments, or an ``fsync`` of the file and its folder; an
+object store's put is atomic) and its CRC is checked on read.
 """
 
 from __future__ import annotations
@@ -264,7 +265,9 @@ class TailStore:
         if len(objects) > 1 and _SYNCFS is not None:
             for path, data in objects:
                 _write_renamed(path, data, sync=False)
-            _syncfs(folders[0])  # one sync of the file system: every object's data, name and folder
+            devices = {os.stat(folder).st_dev: folder for folder in folders}
+            for folder in devices.values():  # one sync per file system: every object's data, name, folder
+                _syncfs(folder)
             return
         for path, data in objects:
             _write_renamed(path, data, sync=True)
