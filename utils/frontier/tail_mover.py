@@ -41,6 +41,8 @@ import logging
 import secrets
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
@@ -300,12 +302,7 @@ class TailMover:
         queues cost a few round trips per FLAGS_PER_PASS queues, not five per queue.
         """
         work: list[_Spill] = []
-        for queue, flagged_at in flags:
-            try:
-                spider, appid, crawlid, domain, render = self.keys.parse_lane_queue(queue)
-            except KeyFormatError:
-                continue
-            shard = self.keys.shard_of(domain)
+        for queue, flagged_at, (spider, appid, crawlid, domain, render), shard in self._parsed(flags):
             work.append(
                 _Spill(
                     queue,
@@ -342,14 +339,25 @@ class TailMover:
                 self.counts.waiting.pop(item.queue, None)
                 continue
             active.append(item)
-        down: set[str] = set()
+        spilling, down = active, set()
         while active:
             active, refused = self._spill_round(active, moved)
             down |= refused
-        for item in work:
+        for item in spilling:
             if item.queue not in down:
                 self.counts.waiting.pop(item.queue, None)
         return moved, down
+
+    def _parsed(
+        self, flags: list[tuple[str, float]]
+    ) -> Iterator[tuple[str, float, tuple[str, str, str, str, bool], int]]:
+        """Each flag whose queue is a crawl queue key: (queue, flagged at, its parts, its shard)."""
+        for queue, flagged_at in flags:
+            try:
+                parts = self.keys.parse_lane_queue(queue)
+            except KeyFormatError:
+                continue
+            yield queue, flagged_at, parts, self.keys.shard_of(parts[3])
 
     def _spill_round(self, active: list[_Spill], moved: dict[str, int]) -> tuple[list[_Spill], set[str]]:
         """One segment of each queue in *active*; returns the queues with more to spill and the
@@ -357,23 +365,25 @@ class TailMover:
         pipe = self.redis.pipeline(transaction=False)
         for item in active:
             pipe.zrange(item.queue, item.keep, item.keep + self.segment_size - 1, withscores=True)
-        shards = sorted({item.shard for item in active})
-        for shard in shards:
-            pipe.hincrby(self.keys.tail_stats(shard), "ids", sum(1 for item in active if item.shard == shard))
+        per_shard = Counter(item.shard for item in active)
+        for shard, count in per_shard.items():
+            pipe.hincrby(self.keys.tail_stats(shard), "ids", count)
         replies = pipe.execute()
-        last_id = dict(zip(shards, (int(r) for r in replies[len(active) :]), strict=True))
-        next_id = {shard: last_id[shard] - sum(1 for item in active if item.shard == shard) + 1 for shard in shards}
-        batch: list[tuple[_Spill, list[tuple[bytes, int]], str, bytes]] = []
+        next_id = {
+            shard: int(last) - per_shard[shard] + 1
+            for shard, last in zip(per_shard, replies[len(active) :], strict=True)
+        }
+        batch: list[tuple[_Spill, list[tuple[bytes, int]], str, str, bytes]] = []
         for item, read in zip(active, replies[: len(active)], strict=True):
             rows = [(bytes(member), int(score)) for member, score in read]
             segment_id = f"{next_id[item.shard]}.{_token()}"
             next_id[item.shard] += 1
             if rows:
-                batch.append((item, rows, segment_id, encode_segment(rows)))
+                batch.append((item, rows, segment_id, self.store.path(item.shard, segment_id), encode_segment(rows)))
         if not batch:
             return [], set()
         try:
-            self.store.write_many([(self.store.path(item.shard, sid), data) for item, _rows, sid, data in batch])
+            self.store.write_many([(path, data) for _item, _rows, _sid, path, data in batch])
         except OSError as exc:
             for item, *_ in batch:
                 self.counts.waiting[item.queue] = item.excess
@@ -383,7 +393,7 @@ class TailMover:
 
         def build() -> Any:
             calls = self.redis.pipeline(transaction=False)
-            for item, rows, sid, data in batch:
+            for item, rows, sid, _path, data in batch:
                 args: list[Any] = [tail_member(sid, len(rows), len(data)), rows[0][1]]  # best first
                 for row_member, score in rows:
                     args += [row_member, score]
@@ -399,10 +409,10 @@ class TailMover:
         done = self.scripts.execute(build)
         more: list[_Spill] = []
         aborted: list[str] = []
-        for (item, rows, sid, _data), ok in zip(batch, done, strict=True):
+        for (item, rows, _sid, path, _data), ok in zip(batch, done, strict=True):
             if not int(ok):
                 self.counts.aborted += 1
-                aborted.append(self.store.path(item.shard, sid))  # the queue changed under us: nothing moved
+                aborted.append(path)  # the queue changed under us: nothing moved
                 continue
             self.counts.spilled += len(rows)
             self.counts.segments_written += 1
@@ -439,12 +449,7 @@ class TailMover:
         and one delete of the objects.
         """
         work: list[_Refill] = []
-        for queue, _flagged_at in flags:
-            try:
-                spider, appid, crawlid, domain, render = self.keys.parse_lane_queue(queue)
-            except KeyFormatError:
-                continue
-            shard = self.keys.shard_of(domain)
+        for queue, _flagged_at, (spider, appid, crawlid, domain, render), shard in self._parsed(flags):
             tail = self.keys.tail_queue(spider, appid, crawlid, domain, render)
             script_keys = [
                 queue,
