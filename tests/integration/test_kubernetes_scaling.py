@@ -190,14 +190,15 @@ def test_each_crawler_scaledobject_query_follows_the_ready_work(tmp_path: Path, 
         # 2. Every domain fetched once and parked by its throttle, its second page queued: work
         # exists, none is ready, and the query gives the minimum at every scrape of that phase.
         throttled: list[float] = []
-        seen: list[tuple[float, float]] = []
+        seen: list[tuple[float, float, float]] = []
         deadline = time.monotonic() + WINDOW_S + 30
         while len(throttled) < 5 and time.monotonic() < deadline:
             now = time.time()
             backlog = prometheus.value('max(crawlhive_queue_backlog{spiderid="link"})', now) or 0
             inflight = prometheus.value('max(crawlhive_inflight_requests{spiderid="link"})', now) or 0
-            seen.append((backlog, inflight))
-            if backlog >= len(HOSTS) / 2 and inflight == 0:
+            pages = prometheus.value('max(crawlhive_pages_crawled_total{spiderid="link"})', now) or 0
+            seen.append((backlog, inflight, pages))
+            if backlog >= len(HOSTS) / 2 and inflight == 0 and pages >= len(HOSTS):
                 throttled.append(now)
             time.sleep(1.0)
         assert len(throttled) >= 5, (seen[-12:], log.read_text()[-1500:])

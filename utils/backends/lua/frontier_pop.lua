@@ -12,7 +12,8 @@
 -- Returns {1, lease, domain, crawl member, deadline_s, deadline_us, option set JSON ('' if none)}
 -- when a request was leased (lease = score:crawl member:#domain:domain member, see
 -- utils/frontier/model.py lease_member);
--- {2, wait_us} when domains exist but none may be fetched now; {0} when nothing is queued.
+-- {2, wait_us} when domains exist but none may be fetched now (a domain its last pop parked
+-- included: with QUEUE_MODERATED it stays until its next fetch may start); {0} when nothing is queued.
 -- A request is never served before a better one of its queue's tail: a crawl whose queue in a
 -- domain has nothing better than its tail's best segment in its head is skipped (the next crawl
 -- there serves) until a redis-monitor refilled it; a domain with nothing else waits ARGV 18. A
@@ -26,7 +27,10 @@ for _, domain in ipairs(ready) do
   local dq = ARGV[2] .. domain
   -- domain-config, else the defaults; robots.txt Crawl-delay: at most one fetch per delay
   local hits, window = domain_limit(KEYS[3], ARGV[14] .. domain, domain, tonumber(ARGV[7]), tonumber(ARGV[8]))
-  if redis.call('SISMEMBER', KEYS[4], domain) == 1 or hits <= 0 then
+  if redis.call('EXISTS', dq) == 0 then
+    -- a domain its last pop left parked (below) whose crawls queued nothing since
+    redis.call('ZREM', KEYS[1], domain)
+  elseif redis.call('SISMEMBER', KEYS[4], domain) == 1 or hits <= 0 then
     redis.call('ZADD', KEYS[1], secs(now + recheck), domain)
   else
     local tkey = ARGV[6] .. domain
@@ -69,10 +73,13 @@ for _, domain in ipairs(ready) do
           end
         end
         if #popped > 0 then
-          if redis.call('ZCARD', dq) == 0 then
-            redis.call('ZREM', KEYS[1], domain)
-          elseif ARGV[9] == '1' then
+          if ARGV[9] == '1' then
+            -- parked until its next fetch may start, even with nothing left: a request queued
+            -- meanwhile (the page's own links) is not counted as ready work before it may be
+            -- fetched (crawlhive_queue_ready_domains, what autoscalers read)
             redis.call('ZADD', KEYS[1], secs(now + math.ceil(window / hits)), domain)
+          elseif redis.call('ZCARD', dq) == 0 then
+            redis.call('ZREM', KEYS[1], domain)
           else
             redis.call('ZADD', KEYS[1], secs(now), domain)
           end
