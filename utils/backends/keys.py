@@ -149,7 +149,8 @@ class Keys(KeySpace):
     def domains(self, spider: str, render: bool = False, shard: int = 0) -> str:
         """Domains with pending requests for one spider type: member = domain, score = Redis time (s)
         from which the domain may be fetched again (0 = now). New domains are added here, so the
-        scheduler never scans with ``KEYS``."""
+        scheduler never scans with ``KEYS``. With ``QUEUE_MODERATED`` a domain whose last request
+        was leased stays until its next fetch may start (a link queued meanwhile waits for it)."""
         return f"{self._heads[shard]}{lane('domains', render)}:{escape(spider)}"
 
     @key("set", ttl="CRAWL_RECORD_TTL")
