@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from crawlhive.rest.metrics import RestMetrics
 from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierReader, FrontierRequest, ThrottleConfig
-from crawlhive.utils.frontier.tail_mover import COLD_WAIT_S, TailMover
+from crawlhive.utils.frontier.tail_mover import COLD_SPILL_MIN, COLD_WAIT_S, TailMover
 from crawlhive.utils.frontier.tails import TailStore, decode_segment, encode_segment, parse_tail_member
 
 pytestmark = pytest.mark.timeout(300)
@@ -418,6 +419,36 @@ def test_a_small_cold_queue_waits_a_minute_then_spills_whole(
     if keys.shards == 1:  # the hot domain's queue keeps its head
         assert redis_client.zcard(keys.crawl_queue("link", "app", "t1", "a-hot.example")) == 3
     assert sorted(_drain(redis_client, settings, mover)) == sorted(hot + cold)
+
+
+def test_a_small_cold_queue_that_grows_spills_at_once(redis_client: redis.Redis, tail_settings: Settings) -> None:
+    """A cold queue whose flag was put off (under COLD_SPILL_MIN) and that then grows to
+    COLD_SPILL_MIN or more spills at the next push's flag, not when the minute is up. Before, the
+    put-off flag kept its later score against the pushes' flags (``NX``): a crawl of 10 hosts that
+    finished within the minute spilled nothing (CI saw it in the chaos test)."""
+    shards = keys_from_settings(tail_settings).shards
+    settings = tail_settings.copy_with(FRONTIER_HOT_DOMAINS=1 if shards == 1 else 0)
+    keys = keys_from_settings(settings)
+    hot = [f"http://a-hot.example/p{i}" for i in range(3)]
+    cold = [f"http://z-cold.example/p{i}" for i in range(3)]
+    _push(redis_client, settings, hot + cold)
+    mover = _mover(redis_client, settings)
+    queue = keys.crawl_queue("link", "app", "t1", "z-cold.example")
+    wanted = keys.tail_spill_wanted(keys.shard_of("z-cold.example"))
+    _settle(mover)
+    put_off = redis_client.zscore(wanted, queue)
+    assert redis_client.zcard(queue) == 3 and put_off is not None and put_off > time.time() + COLD_WAIT_S / 2
+    more = [f"http://z-cold.example/q{i}" for i in range(COLD_SPILL_MIN)]
+    _push(redis_client, settings, more)  # a later push (another Frontier: its own flag clock)
+    flagged = redis_client.zscore(wanted, queue)
+    assert flagged is not None and flagged <= time.time()
+    _settle(mover)
+    assert redis_client.zcard(queue) == 0  # cold: all of it in the tail
+    assert sum(parse_tail_member(m)[1] for m in _tail_members(redis_client, settings, "z-cold.example")) == 3 + len(
+        more
+    )
+    assert redis_client.zscore(wanted, queue) is None
+    assert sorted(_drain(redis_client, settings, mover)) == sorted(hot + cold + more)
 
 
 def test_one_pass_spills_and_refills_many_queues_together(

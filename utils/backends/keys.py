@@ -81,7 +81,8 @@ class Keys(KeySpace):
     def tail_spill_wanted(self, shard: int = 0) -> str:
         """Crawl queues of one shard that a push made long enough to spill part of into their tail:
         member = :meth:`crawl_queue` key, score = from when (epoch s) a redis-monitor should look
-        (later after a failed spill). The redis-monitor removes a member once it looked."""
+        (later after a failed spill, or a small cold queue's; a push or pop brings it forward to
+        now). The redis-monitor removes a member once it looked."""
         return f"{self._heads[shard]}tail-spill"
 
     @key("zset")

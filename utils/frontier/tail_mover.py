@@ -5,7 +5,9 @@ added to in the shard's ``tail_spill_wanted``; a pop (``frontier_pop.lua``) flag
 head is short (under half of FRONTIER_HEAD_SIZE, or empty) while it has a tail in
 ``tail_refill_wanted``, and one that grew past its head in ``tail_spill_wanted``. Flags are
 idempotent and raised again by the next push or pop, so one lost with a killed monitor costs a
-delay, never a request.
+delay, never a request. A spill flag the mover put off (a small cold queue's, a failed spill's:
+its score moved later) is brought forward to now by the next push or pop: a queue that grew in
+the meantime is looked at again at once, not after the delay.
 
 **Spill** (:meth:`TailMover.spill`): a queue keeps FRONTIER_HEAD_SIZE requests if its domain is
 among the FRONTIER_HOT_DOMAINS next due for its spider type (its rank in ``domains``), else none;
@@ -296,7 +298,8 @@ class TailMover:
 
         A queue keeps FRONTIER_HEAD_SIZE requests if its domain is hot, else none. A cold queue under
         COLD_SPILL_MIN spills only once its flag is COLD_WAIT_S old (until then its flag is kept for
-        then, in ``_later``). The queues are worked together, a segment of each per round: a round
+        then, in ``_later``), or as soon as a push or pop flags it again (bringing its flag forward)
+        with COLD_SPILL_MIN or more. The queues are worked together, a segment of each per round: a round
         is one pipeline of reads, the segments' writes (:meth:`TailStore.write_many`: synced
         together), and one pipeline of ``tail_spill.lua`` calls, so a broad crawl's many small
         queues cost a few round trips per FLAGS_PER_PASS queues, not five per queue.

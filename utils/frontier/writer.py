@@ -286,7 +286,9 @@ class Frontier:
     def _flag_spills(self, plan: PushPlan, first: Any) -> None:
         """Flag the queues *plan* adds to in their shard's ``tail_spill_wanted`` (the redis-monitor
         then checks their length), each at most once per FLAG_EVERY_S from this process: a crawler
-        pushing a page's links every few milliseconds costs one flag a second per queue."""
+        pushing a page's links every few milliseconds costs one flag a second per queue. A flag the
+        redis-monitor put off (a small cold queue's, a failed spill's) is brought forward to now
+        (``LT``): the queue may have grown past what put it off."""
         now = time.time()
         flagged = self._flagged
         if len(flagged) > 100_000:  # a long-lived process: forget the old ones
@@ -294,7 +296,7 @@ class Frontier:
         for queue in plan.queues:
             if now - flagged.get(queue, 0.0) >= FLAG_EVERY_S:
                 flagged[queue] = now
-                first.zadd(self.keys.tail_spill_wanted(plan.shards[queue]), {queue: now}, nx=True)
+                first.zadd(self.keys.tail_spill_wanted(plan.shards[queue]), {queue: now}, lt=True)
 
     def queue_cluster_writes(self, plan: PushPlan, pipe: Any) -> None:
         """Queue on *pipe* the cluster-wide writes of *plan* (crawl records, crawl sets, expiry

@@ -68,7 +68,7 @@ for _, domain in ipairs(ready) do
                 end
               end
             elseif #head > 0 and redis.call('ZCARD', cq) > spill_above then
-              redis.call('ZADD', KEYS[6], 'NX', secs(now), cq)
+              redis.call('ZADD', KEYS[6], 'LT', secs(now), cq)
             end
           end
         end
