@@ -205,7 +205,8 @@ test-quick: $(STAMP)
 # as root if missing), and so does bench/recrawl_crawl.py (the crawl bench beside 1M scheduled pages,
 # 10,000 due a second); bench/memory.py runs when it exists; bench/render.py needs Debian's
 # chromium-headless-shell (the `browser` target installs it); bench/tails.py (queue tails: memory per
-# queued URL at 10M queued, spill and refill rate) a temporary folder of TMPDIR for its segments;
+# queued URL at 10M queued, on one Redis and on a private 3-primary Redis Cluster; spill and refill rate)
+# a temporary folder of TMPDIR for its segments;
 # bench/realweb.py (HTTPS, 500 loopback hosts) its own nginx and openssl; `bench/crawl.py --cluster` the like-for-like pairs on a private 3-primary Redis
 # Cluster (tests/support/redis_cluster.py); bench/pipeline.py adds the CPU per page of realweb's crawler and clean's cleaner.
 # bench/soak.py crawls 30 minutes on one Redis and broker (pages/s per 5-minute window).
@@ -221,6 +222,7 @@ bench: $(STAMP) browser
 	$(BIN)/python bench/recrawl_memory.py
 	$(BIN)/python bench/recrawl_memory.py --cluster
 	$(BIN)/python bench/tails.py
+	$(BIN)/python bench/tails.py --cluster --only memory
 	$(BIN)/python bench/recrawl_release.py
 	$(BIN)/python bench/tails_pacing.py
 	$(BIN)/python bench/neardup.py
