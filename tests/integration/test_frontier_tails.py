@@ -19,6 +19,7 @@ import redis
 
 from crawlhive.rest.cluster import ClusterView
 from crawlhive.rest.metrics import RestMetrics
+from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierReader, FrontierRequest, ThrottleConfig
@@ -389,23 +390,31 @@ def test_the_store_down_keeps_heads_served_and_bounds_what_waits(
     assert os.listdir(blocked / "tails") is not None
 
 
+def _small_cold_queue(
+    client: redis.Redis, tail_settings: Settings
+) -> tuple[Settings, Keys, list[str], list[str], TailMover, str, str]:
+    """Three requests of a hot domain and three of a cold one pushed: the settings, keys, both URL
+    lists, a mover, the cold queue's key and its shard's spill flags. One hot domain with one shard
+    (a-hot, due first); with shards each keeps a share of at least one, which would make z-cold hot
+    in its shard: none hot then."""
+    shards = keys_from_settings(tail_settings).shards
+    settings = tail_settings.copy_with(FRONTIER_HOT_DOMAINS=1 if shards == 1 else 0)
+    keys = keys_from_settings(settings)
+    hot = [f"http://a-hot.example/p{i}" for i in range(3)]
+    cold = [f"http://z-cold.example/p{i}" for i in range(3)]
+    _push(client, settings, hot + cold)
+    queue = keys.crawl_queue("link", "app", "t1", "z-cold.example")
+    wanted = keys.tail_spill_wanted(keys.shard_of("z-cold.example"))
+    return settings, keys, hot, cold, _mover(client, settings), queue, wanted
+
+
 def test_a_small_cold_queue_waits_a_minute_then_spills_whole(
     redis_client: redis.Redis, tail_settings: Settings
 ) -> None:
     """A cold queue under COLD_SPILL_MIN keeps its flag for COLD_WAIT_S after it was raised (links
     arriving one by one make one segment), then spills whatever it holds: no remainder stays in
     Redis, where a zset of a few requests costs more than a kilobyte."""
-    # one hot domain with one shard (a-hot, due first); with shards each keeps a share of at least
-    # one, which would make z-cold hot in its shard: none hot then
-    shards = keys_from_settings(tail_settings).shards
-    settings = tail_settings.copy_with(FRONTIER_HOT_DOMAINS=1 if shards == 1 else 0)
-    keys = keys_from_settings(settings)
-    hot = [f"http://a-hot.example/p{i}" for i in range(3)]
-    cold = [f"http://z-cold.example/p{i}" for i in range(3)]
-    _push(redis_client, settings, hot + cold)
-    mover = _mover(redis_client, settings)
-    queue = keys.crawl_queue("link", "app", "t1", "z-cold.example")
-    wanted = keys.tail_spill_wanted(keys.shard_of("z-cold.example"))
+    settings, keys, hot, cold, mover, queue, wanted = _small_cold_queue(redis_client, tail_settings)
     flagged_at = redis_client.zscore(wanted, queue)
     assert flagged_at is not None
     _settle(mover)
@@ -426,15 +435,7 @@ def test_a_small_cold_queue_that_grows_spills_at_once(redis_client: redis.Redis,
     COLD_SPILL_MIN or more spills at the next push's flag, not when the minute is up. Before, the
     put-off flag kept its later score against the pushes' flags (``NX``): a crawl of 10 hosts that
     finished within the minute spilled nothing (CI saw it in the chaos test)."""
-    shards = keys_from_settings(tail_settings).shards
-    settings = tail_settings.copy_with(FRONTIER_HOT_DOMAINS=1 if shards == 1 else 0)
-    keys = keys_from_settings(settings)
-    hot = [f"http://a-hot.example/p{i}" for i in range(3)]
-    cold = [f"http://z-cold.example/p{i}" for i in range(3)]
-    _push(redis_client, settings, hot + cold)
-    mover = _mover(redis_client, settings)
-    queue = keys.crawl_queue("link", "app", "t1", "z-cold.example")
-    wanted = keys.tail_spill_wanted(keys.shard_of("z-cold.example"))
+    settings, keys, hot, cold, mover, queue, wanted = _small_cold_queue(redis_client, tail_settings)
     _settle(mover)
     put_off = redis_client.zscore(wanted, queue)
     assert redis_client.zcard(queue) == 3 and put_off is not None and put_off > time.time() + COLD_WAIT_S / 2

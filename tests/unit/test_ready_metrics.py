@@ -14,6 +14,7 @@ from prometheus_client.core import Metric
 from support.crawler import seed
 
 from crawlhive.crawler.view import CrawlerView, ready_metrics
+from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import keys_from_settings
 from crawlhive.utils.config.settings import Settings
 from crawlhive.utils.frontier import FrontierLeaser, FrontierReader, defer_domain
@@ -25,9 +26,9 @@ def samples(metrics: list[Metric]) -> dict[tuple[str, str, str], float]:
     return {(m.name, s.labels["spiderid"], s.labels["lane"]): s.value for m in metrics for s in m.samples}
 
 
-def test_only_domains_that_may_be_fetched_now_are_ready(redis_settings: Settings, redis_client: redis.Redis) -> None:
-    keys = keys_from_settings(redis_settings)
-    view = CrawlerView.from_context(
+def _view(redis_client: redis.Redis, keys: Keys) -> CrawlerView:
+    """The crawler view /metrics reads the ready gauges from."""
+    return CrawlerView.from_context(
         "crawler",
         ViewContext(
             redis_client,
@@ -37,6 +38,11 @@ def test_only_domains_that_may_be_fetched_now_are_ready(redis_settings: Settings
             frozenset({200}),
         ),
     )
+
+
+def test_only_domains_that_may_be_fetched_now_are_ready(redis_settings: Settings, redis_client: redis.Redis) -> None:
+    keys = keys_from_settings(redis_settings)
+    view = _view(redis_client, keys)
     assert list(ready_metrics(view.ready())) and samples(list(ready_metrics(view.ready()))) == {}  # nothing queued
     base: dict[str, Any] = {"appid": "app", "crawlid": "ready"}
     for url in ("http://example.com/1", "http://example.com/2", "http://example.org/1", "http://example.org/2"):
@@ -64,16 +70,7 @@ def test_a_link_found_on_a_throttled_domain_is_not_ready(redis_settings: Setting
     and the ready count rose by one until a crawler's next pop parked it again."""
     settings = redis_settings.copy_with(QUEUE_HITS=1, QUEUE_WINDOW=60)
     keys = keys_from_settings(settings)
-    view = CrawlerView.from_context(
-        "crawler",
-        ViewContext(
-            redis_client,
-            keys,
-            Stats(redis_client, keys, [60]),
-            FrontierReader(redis_client, keys, 3600),
-            frozenset({200}),
-        ),
-    )
+    view = _view(redis_client, keys)
     leaser = FrontierLeaser.from_settings(redis_client, settings)
     seed(settings, redis_client, url="http://example.com/", appid="app", crawlid="parked")
     got = samples(list(ready_metrics(view.ready())))
