@@ -452,6 +452,87 @@ def test_a_small_cold_queue_that_grows_spills_at_once(redis_client: redis.Redis,
     assert sorted(_drain(redis_client, settings, mover)) == sorted(hot + cold + more)
 
 
+def test_small_spills_of_a_queue_grow_its_last_segment(
+    redis_client: redis.Redis, tail_settings: Settings, tmp_path: Path
+) -> None:
+    """A cold queue spilled 10 requests at a time (its links arriving between the mover's passes)
+    keeps one pointer per segment of at least half FRONTIER_SEGMENT_SIZE (50), not one per spill:
+    each spill rewrites the tail's last segment while it holds fewer than 25 and the rows fit; the
+    replaced objects are deleted, the stats count what the pointers hold, every request is served
+    once and in order."""
+    settings = tail_settings.copy_with(FRONTIER_HOT_DOMAINS=0)  # every domain cold: spilled whole
+    keys = keys_from_settings(settings)
+    shard = keys.shard_of("grow.example")
+    mover = _mover(redis_client, settings)
+    urls: list[str] = []
+    for spill in range(6):
+        more = [f"http://grow.example/s{spill}p{i}" for i in range(10)]
+        _push(redis_client, settings, more)
+        urls += more
+        _settle(mover)
+    # 10 -> 20 -> 30 (merged twice), then 10 -> 20 -> 30 again: two segments of 30
+    assert sorted(parse_tail_member(m)[1] for m in _tail_members(redis_client, settings, "grow.example")) == [30, 30]
+    assert mover.counts.merged == 4 and mover.counts.spilled == 60
+    live = {parse_tail_member(m)[0] for m in _tail_members(redis_client, settings, "grow.example")}
+    assert {p.name.removesuffix(".seg") for p in _segments(tmp_path / "tails")} == live  # replaced ones deleted
+    stats = redis_client.hgetall(keys.tail_stats(shard))
+    assert int(stats[b"requests"]) == 60 and int(stats[b"segments"]) == 2
+    assert int(stats[b"bytes"]) == sum(
+        parse_tail_member(m)[2] for m in _tail_members(redis_client, settings, "grow.example")
+    )
+    assert _drain(redis_client, settings, mover) == urls
+    stats = redis_client.hgetall(keys.tail_stats(shard))
+    assert int(stats[b"requests"]) == 0 and int(stats[b"segments"]) == 0 and int(stats[b"bytes"]) == 0
+
+
+def test_a_refill_during_a_merge_wins_and_nothing_is_lost(
+    redis_client: redis.Redis, tail_settings: Settings, tmp_path: Path
+) -> None:
+    """A refill (another redis-monitor) takes the small last segment between a merging spill's read
+    of it and its script: the script finds the pointer gone and moves nothing (its new object is
+    deleted), the refilled requests are in the head, the next spill makes a segment of its own;
+    then every request is served once. A kill between the merged segment's write and its script
+    leaves the old segment in place and an orphan the sweep deletes."""
+    settings = tail_settings.copy_with(FRONTIER_HOT_DOMAINS=0)
+    keys = keys_from_settings(settings)
+    queue = keys.crawl_queue("link", "app", "t1", "race.example")
+    first = [f"http://race.example/a{i}" for i in range(10)]
+    _push(redis_client, settings, first)
+    _settle(_mover(redis_client, settings))
+    assert [parse_tail_member(m)[1] for m in _tail_members(redis_client, settings, "race.example")] == [10]
+
+    class KilledAfterWrite(TailStore):
+        def write_many(self, objects: list[tuple[str, bytes]]) -> None:
+            super().write_many(objects)
+            raise SystemExit("killed")
+
+    second = [f"http://race.example/b{i}" for i in range(10)]
+    _push(redis_client, settings, second)
+    killed = _mover(redis_client, settings)
+    killed.store = KilledAfterWrite(str(tmp_path / "tails"), settings.REDIS_KEY_PREFIX)
+    with pytest.raises(SystemExit):
+        killed.spill(queue)
+    assert redis_client.zcard(queue) == 10  # still in Redis, the old segment still named
+    assert [parse_tail_member(m)[1] for m in _tail_members(redis_client, settings, "race.example")] == [10]
+    assert len(_segments(tmp_path / "tails")) == 2  # the old one and the orphan
+
+    other = _mover(redis_client, settings)
+
+    class RefillDuringWrite(TailStore):
+        def write_many(self, objects: list[tuple[str, bytes]]) -> None:
+            super().write_many(objects)
+            other.refill(queue)  # takes the small segment the merge read
+
+    mover = _mover(redis_client, settings)
+    mover.store = RefillDuringWrite(str(tmp_path / "tails"), settings.REDIS_KEY_PREFIX)
+    assert mover.spill(queue) == 0 and mover.counts.aborted == 1 and mover.counts.merged == 0
+    assert redis_client.zcard(queue) == 20  # the refilled ten and the ten the spill left
+    assert _tail_members(redis_client, settings, "race.example") == []
+    assert mover.sweep(keys.shard_of("race.example"), older_than_s=0) == 1  # the orphan of the kill
+    assert _segments(tmp_path / "tails") == []
+    assert sorted(_drain(redis_client, settings, _mover(redis_client, settings))) == sorted(first + second)
+
+
 def test_one_pass_spills_and_refills_many_queues_together(
     redis_client: redis.Redis, tail_settings: Settings, tmp_path: Path
 ) -> None:

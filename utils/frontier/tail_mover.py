@@ -97,6 +97,8 @@ class TailCounts:
     refilled: int = 0
     segments_written: int = 0
     segments_read: int = 0
+    #: Spills that rewrote their tail's last, small segment with the new requests (one segment).
+    merged: int = 0
     aborted: int = 0
     lost: int = 0
     store_errors: int = 0
@@ -162,6 +164,8 @@ class TailMover:
         self.limits = TailLimits(True, max(0, head_size), max(1, segment_size))
         self.head_size = self.limits.head_size
         self.segment_size = self.limits.segment_size
+        #: A tail's last segment with fewer requests is rewritten with the next spill's (:meth:`_merges`).
+        self.merge_below = max(1, self.segment_size // 2)
         self.refill_below = self.limits.refill_below
         self.spill_min = self.limits.spill_min
         self.spill_above = self.limits.spill_above
@@ -364,29 +368,44 @@ class TailMover:
 
     def _spill_round(self, active: list[_Spill], moved: dict[str, int]) -> tuple[list[_Spill], set[str]]:
         """One segment of each queue in *active*; returns the queues with more to spill and the
-        queues the store refused."""
+        queues the store refused.
+
+        A queue whose tail's last segment (the worst-ranked) holds fewer than half of
+        FRONTIER_SEGMENT_SIZE requests, with room for this round's, gets one segment of both in its
+        place (:meth:`_merges`): a broad crawl's queues, spilled a few requests at a time as their
+        links arrive, keep one pointer per full segment in Redis, not one per spill."""
         pipe = self.redis.pipeline(transaction=False)
         for item in active:
             pipe.zrange(item.queue, item.keep, item.keep + self.segment_size - 1, withscores=True)
+            pipe.zrange(item.tail, -1, -1)
         per_shard = Counter(item.shard for item in active)
         for shard, count in per_shard.items():
             pipe.hincrby(self.keys.tail_stats(shard), "ids", count)
         replies = pipe.execute()
+        reads = replies[: 2 * len(active)]
         next_id = {
             shard: int(last) - per_shard[shard] + 1
-            for shard, last in zip(per_shard, replies[len(active) :], strict=True)
+            for shard, last in zip(per_shard, replies[2 * len(active) :], strict=True)
         }
-        batch: list[tuple[_Spill, list[tuple[bytes, int]], str, str, bytes]] = []
-        for item, read in zip(active, replies[: len(active)], strict=True):
-            rows = [(bytes(member), int(score)) for member, score in read]
+        rounds: list[tuple[_Spill, list[tuple[bytes, int]], str, bytes | None]] = []
+        for index, item in enumerate(active):
+            rows = [(bytes(member), int(score)) for member, score in reads[2 * index]]
             segment_id = f"{next_id[item.shard]}.{_token()}"
             next_id[item.shard] += 1
+            last = reads[2 * index + 1]
             if rows:
-                batch.append((item, rows, segment_id, self.store.path(item.shard, segment_id), encode_segment(rows)))
-        if not batch:
+                rounds.append((item, rows, segment_id, bytes(last[0]) if last else None))
+        if not rounds:
             return [], set()
+        merges = self._merges(rounds)
+        batch: list[tuple[_Spill, list[tuple[bytes, int]], str, str, bytes, str, str | None]] = []
+        for item, rows, segment_id, _last in rounds:
+            replaced, old_rows, old_path = merges.get(item.queue, ("", [], None))
+            whole = sorted(old_rows + rows, key=lambda row: row[1]) if replaced else rows
+            path = self.store.path(item.shard, segment_id)
+            batch.append((item, rows, segment_id, path, encode_segment(whole), replaced, old_path))
         try:
-            self.store.write_many([(path, data) for _item, _rows, _sid, path, data in batch])
+            self.store.write_many([(path, data) for _item, _rows, _sid, path, data, _r, _o in batch])
         except OSError as exc:
             for item, *_ in batch:
                 self.counts.waiting[item.queue] = item.excess
@@ -396,8 +415,10 @@ class TailMover:
 
         def build() -> Any:
             calls = self.redis.pipeline(transaction=False)
-            for item, rows, sid, _path, data in batch:
-                args: list[Any] = [tail_member(sid, len(rows), len(data)), rows[0][1]]  # best first
+            for item, rows, sid, _path, data, replaced, _old in batch:
+                count = len(rows) + (len(merges[item.queue][1]) if replaced else 0)
+                best = min(rows[0][1], merges[item.queue][1][0][1]) if replaced else rows[0][1]
+                args: list[Any] = [tail_member(sid, count, len(data)), best, replaced]  # best first
                 for row_member, score in rows:
                     args += [row_member, score]
                 script_keys = [
@@ -412,20 +433,66 @@ class TailMover:
         done = self.scripts.execute(build)
         more: list[_Spill] = []
         aborted: list[str] = []
-        for (item, rows, _sid, path, _data), ok in zip(batch, done, strict=True):
+        replaced_paths: list[str] = []
+        replaced_shards: set[int] = set()
+        for (item, rows, _sid, path, _data, replaced, old_path), ok in zip(batch, done, strict=True):
             if not int(ok):
                 self.counts.aborted += 1
-                aborted.append(path)  # the queue changed under us: nothing moved
+                aborted.append(path)  # the queue or its last segment changed under us: nothing moved
                 continue
             self.counts.spilled += len(rows)
             self.counts.segments_written += 1
+            if replaced and old_path is not None:
+                self.counts.merged += 1
+                replaced_paths.append(old_path)
+                replaced_shards.add(item.shard)
             moved[item.queue] = moved.get(item.queue, 0) + len(rows)
             item.excess -= len(rows)
             if item.excess >= item.least:
                 more.append(item)
         if aborted:
             self.store.delete(aborted)
+        if replaced_paths:  # as after a refill: deleted once the replicas no longer name them
+            if self.replicas is not None:
+                self.replicas.wait(sorted(replaced_shards), cluster_wide=False)
+            self.store.delete(replaced_paths)
         return more, set()
+
+    def _merges(
+        self, rounds: list[tuple[_Spill, list[tuple[bytes, int]], str, bytes | None]]
+    ) -> dict[str, tuple[str, list[tuple[bytes, int]], str]]:
+        """Of a spill round's queues (queue, rows to spill, new id, the tail's last pointer), those
+        whose last segment is small enough to be rewritten with the rows: queue -> (the pointer it
+        replaces, that segment's rows, its path). A segment the store cannot give (down, missing,
+        unreadable) is left as it is: the rows go to a segment of their own."""
+        wanted: list[tuple[str, str, str]] = []
+        for item, rows, _sid, last in rounds:
+            if last is None:
+                continue
+            member = last.decode()
+            try:
+                segment_id, count, _size = parse_tail_member(member)
+            except ValueError:
+                continue
+            if count < self.merge_below and count + len(rows) <= self.segment_size:
+                wanted.append((item.queue, member, self.store.path(item.shard, segment_id)))
+        if not wanted:
+            return {}
+        try:
+            objects = self.store.read_many([path for _queue, _member, path in wanted])
+        except OSError:
+            return {}  # the write that follows finds out whether the store is down
+        merges: dict[str, tuple[str, list[tuple[bytes, int]], str]] = {}
+        for (queue, member, path), data in zip(wanted, objects, strict=True):
+            if data is None:
+                continue
+            try:
+                rows = decode_segment(data)
+            except TailError:
+                continue  # its refill reports it lost
+            if rows:
+                merges[queue] = (member, rows, path)
+        return merges
 
     # --- refill ------------------------------------------------------------------------------
 
