@@ -10,6 +10,9 @@ to a topic of an embedded broker first; then, in this process, measured in the s
   topic (Kafka poll on librdkafka and decoding, one ``INSERT … SELECT FROM unnest(…) ON CONFLICT`` transaction
   per batch on the writer thread while the next batch is polled, offset commit), timed from its
   first batch to its last;
+* **a consumer alone**: the sink's consumer (librdkafka, the same adapter and batches) reading
+  the topic in a group of its own and doing nothing else: how fast the broker hands one consumer
+  its records, the bound on any sink here (printed beside the ratio);
 * **files sink**: the same to ``file://…?format=jsonl`` (gzip, 16 MiB files), in MB/s of records as
   received.
 
@@ -42,7 +45,7 @@ from benchkit import bench_settings
 from crawlhive.app.embedded import EmbeddedCluster
 from crawlhive.sink.postgres import CREATE_TABLE, page_row
 from crawlhive.sink.worker import Sink
-from crawlhive.utils.backends.kafka_clients import make_producer
+from crawlhive.utils.backends.kafka_clients import make_consumer, make_producer
 from crawlhive.utils.config.settings import Settings
 
 POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -110,6 +113,23 @@ def bare_copy(values: list[bytes], table: str) -> float:
         return len(values) / (time.perf_counter() - started)
 
 
+def bare_consume(settings: Settings, total: int, group: str) -> float:
+    """Records/s of a consumer alone (the sink's: librdkafka through the same adapter, batches of
+    BATCH) reading the topic's *total* records in a new *group*, first batch to last, and doing
+    nothing with them: how fast this broker hands one consumer the records, a bound on any sink."""
+    consumer = make_consumer(settings, settings.topic("cleaned"), group_id=group, max_poll_records=BATCH)
+    try:
+        seen = 0
+        while seen == 0:
+            seen = sum(len(batch) for batch in consumer.poll(timeout_ms=100).values())
+        first, started = seen, time.perf_counter()
+        while seen < total:
+            seen += sum(len(batch) for batch in consumer.poll(timeout_ms=100).values())
+        return (seen - first) / (time.perf_counter() - started)
+    finally:
+        consumer.close()
+
+
 def run_sink(settings: Settings, total: int, total_bytes: int, name: str) -> tuple[float, float]:
     """(records/s, MB/s) of a Sink over *total* records already in its topic, first batch to last."""
     sink = Sink.from_settings(settings)
@@ -152,7 +172,7 @@ def main() -> int:
     print(f"{len(values)} cleaned records, {size / len(values) / 1024:.1f} KB each")
     token = secrets.token_hex(4)
     tables: list[str] = []
-    ratios, rates = [], []
+    ratios, rates, consumed = [], [], []
     try:
         with tempfile.TemporaryDirectory(prefix="crawlhive-bench-") as tmp, EmbeddedCluster() as cluster:
             settings = bench_settings(cluster, Path(tmp), f"benchsink{token}", ("cleaned", "dead_letter"))
@@ -172,9 +192,11 @@ def main() -> int:
                 rate, _ = run_sink(pg, len(values), size, "postgresql")
                 ratios.append(rate / bare)
                 rates.append(rate)
+                consumed.append(bare_consume(settings, len(values), f"bench-{token}-{pair}-consume"))
                 print(
                     f"pair {pair + 1}: bare psycopg COPY loop {bare:8.0f} records/s, PostgreSQL sink {rate:8.0f}"
-                    f" records/s: ratio {rate / bare:.2f}"
+                    f" records/s: ratio {rate / bare:.2f}; the broker to a consumer alone {consumed[-1]:8.0f}"
+                    " records/s"
                 )
             out = Path(tmp) / "files"
             files = settings.copy_with(
@@ -189,6 +211,11 @@ def main() -> int:
             f" target >= 0.8: {'met' if ratio >= 0.8 else 'NOT met'})"
         )
         print(f"PostgreSQL sink: {rate:.0f} records/s (target >= 5,000), load average {os.getloadavg()[0]:.1f}")
+        bound = statistics.median(consumed)
+        print(
+            f"the broker hands a consumer that does nothing else {bound:.0f} records/s, median: any sink here reads"
+            f" at most that; PostgreSQL sink / that bound {rate / bound:.2f}"
+        )
         per = {name: seconds * 1e6 / len(values) for name, seconds in CPU.items()}
         print("CPU of this process per record (last pair): " + ", ".join(f"{n} {us:.0f} us" for n, us in per.items()))
         server = {name: seconds * 1e6 / len(values) for name, seconds in SERVER_CPU.items()}
