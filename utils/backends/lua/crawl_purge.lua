@@ -25,8 +25,7 @@ for _, lane in ipairs(lanes) do
     for _, member in ipairs(redis.call('ZRANGE', tq, 0, -1)) do
       local n, size, id = tail_member(member)
       if n then
-        redis.call('ZREM', segments_key(KEYS[9], id), id)
-        redis.call('ZREM', KEYS[9], id)  -- the one index of releases before the buckets
+        segments_forget(KEYS[9], id)
         purged = purged + n
         redis.call('HINCRBY', KEYS[8], 'requests', -n)
         redis.call('HINCRBY', KEYS[8], 'segments', -1)

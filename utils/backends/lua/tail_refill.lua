@@ -29,10 +29,7 @@ if best then redis.call('ZADD', KEYS[3], 'LT', best, ARGV[2]) end
 redis.call('ZADD', KEYS[4], 'NX', 0, ARGV[3])
 redis.call('SADD', KEYS[5], ARGV[3])
 local count, size, id = tail_member(ARGV[1])
-if id then
-  redis.call('ZREM', segments_key(KEYS[7], id), id)
-  redis.call('ZREM', KEYS[7], id)  -- the index of one key that releases before the buckets kept
-end
+if id then segments_forget(KEYS[7], id) end
 redis.call('HINCRBY', KEYS[6], 'requests', -(count or n))
 redis.call('HINCRBY', KEYS[6], 'segments', -1)
 redis.call('HINCRBY', KEYS[6], 'bytes', -(size or 0))

@@ -31,10 +31,7 @@ local segments, bytes = 1, 0
 if replaced ~= '' then
   local _, old_size, old_id = tail_member(replaced)
   redis.call('ZREM', KEYS[2], replaced)
-  if old_id then
-    redis.call('ZREM', segments_key(KEYS[4], old_id), old_id)
-    redis.call('ZREM', KEYS[4], old_id)  -- the index of one key that releases before the buckets kept
-  end
+  if old_id then segments_forget(KEYS[4], old_id) end
   segments, bytes = 0, -(old_size or 0)
 end
 local _, size, id = tail_member(ARGV[1])

@@ -16,6 +16,13 @@ local function segments_key(base, id)
   return base .. ':' .. math.floor(number / 128)
 end
 
+-- Drop segment *id* from the live-segments index under *base*: its bucket, and the one zset of
+-- every live segment (named *base* itself) that releases before the buckets kept.
+local function segments_forget(base, id)
+  redis.call('ZREM', segments_key(base, id), id)
+  redis.call('ZREM', base, id)
+end
+
 -- The requests held by the tail zset *tq* (every segment it points to).
 local function tail_size(tq)
   local total = 0
