@@ -111,6 +111,22 @@ class TailCounts:
 
 
 @dataclass(slots=True)
+class _Segment:
+    """A segment one spill round writes for a queue: the requests it takes from the queue (*rows*),
+    where and what it writes (the rows, and those of the small segment it replaces, if any), its
+    tail pointer and best score, and the pointer and path of the segment it replaces ('' / None)."""
+
+    item: _Spill
+    rows: list[tuple[bytes, int]]
+    path: str
+    data: bytes
+    member: str
+    best: int
+    replaced: str = ""
+    replaced_path: str | None = None
+
+
+@dataclass(slots=True)
 class _Spill:
     """A queue :meth:`TailMover.spill_many` works on."""
 
@@ -403,28 +419,29 @@ class TailMover:
         if not rounds:
             return [], set()
         merges = self._merges(rounds)
-        batch: list[tuple[_Spill, list[tuple[bytes, int]], str, str, bytes, str, str | None]] = []
+        batch: list[_Segment] = []
         for item, rows, segment_id, _last in rounds:
             replaced, old_rows, old_path = merges.get(item.queue, ("", [], None))
             whole = sorted(old_rows + rows, key=lambda row: row[1]) if replaced else rows
+            data = encode_segment(whole)
             path = self.store.path(item.shard, segment_id)
-            batch.append((item, rows, segment_id, path, encode_segment(whole), replaced, old_path))
+            member = tail_member(segment_id, len(whole), len(data))
+            batch.append(_Segment(item, rows, path, data, member, whole[0][1], replaced, old_path))
         try:
-            self.store.write_many([(path, data) for _item, _rows, _sid, path, data, _r, _o in batch])
+            self.store.write_many([(segment.path, segment.data) for segment in batch])
         except OSError as exc:
-            for item, *_ in batch:
-                self.counts.waiting[item.queue] = item.excess
+            for segment in batch:
+                self.counts.waiting[segment.item.queue] = segment.item.excess
             self._down(exc)
-            return [], {item.queue for item, *_ in batch}
+            return [], {segment.item.queue for segment in batch}
         self._up()
 
         def build() -> Any:
             calls = self.redis.pipeline(transaction=False)
-            for item, rows, sid, _path, data, replaced, _old in batch:
-                count = len(rows) + (len(merges[item.queue][1]) if replaced else 0)
-                best = min(rows[0][1], merges[item.queue][1][0][1]) if replaced else rows[0][1]
-                args: list[Any] = [tail_member(sid, count, len(data)), best, replaced]  # best first
-                for row_member, score in rows:
+            for segment in batch:
+                item = segment.item
+                args: list[Any] = [segment.member, segment.best, segment.replaced]  # best first
+                for row_member, score in segment.rows:
                     args += [row_member, score]
                 script_keys = [
                     item.queue,
@@ -440,16 +457,17 @@ class TailMover:
         aborted: list[str] = []
         replaced_paths: list[str] = []
         replaced_shards: set[int] = set()
-        for (item, rows, _sid, path, _data, replaced, old_path), ok in zip(batch, done, strict=True):
+        for segment, ok in zip(batch, done, strict=True):
+            item, rows = segment.item, segment.rows
             if not int(ok):
                 self.counts.aborted += 1
-                aborted.append(path)  # the queue or its last segment changed under us: nothing moved
+                aborted.append(segment.path)  # the queue or its last segment changed under us: nothing moved
                 continue
             self.counts.spilled += len(rows)
             self.counts.segments_written += 1
-            if replaced and old_path is not None:
+            if segment.replaced_path is not None:
                 self.counts.merged += 1
-                replaced_paths.append(old_path)
+                replaced_paths.append(segment.replaced_path)
                 replaced_shards.add(item.shard)
             moved[item.queue] = moved.get(item.queue, 0) + len(rows)
             item.excess -= len(rows)
