@@ -92,6 +92,8 @@ class Admission:
         global_cap: GLOBAL_PAGE_PER_DOMAIN_LIMIT (None: no cluster-wide cap).
         bloom_after: DUPEFILTER_BLOOM_ABOVE (0: a crawl's seen-set stays in its dupefilters),
             cluster-wide: each shard's dupefilter takes its share.
+        compact: FRONTIER_TAIL_URL is set: the Bloom filters' fingerprints are logged, and the
+            redis-monitors compact them (utils/frontier/bloom_compactor.py).
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class Admission:
         default_budget: int | None = None,
         record_ttl_s: float = 7 * 86400,
         bloom_after: int = 0,
+        compact: bool = False,
     ) -> None:
         self.crawler = crawler
         self.scripts = scripts(redis)
@@ -121,6 +124,7 @@ class Admission:
         self.record_ttl_ms = max(1, int(record_ttl_s * 1000))
         #: The entries of each shard's dupefilter before its Bloom filter (the shard's share).
         self.bloom_after = -(-max(0, bloom_after) // keys.shards)
+        self.compact = compact and self.bloom_after > 0
         self.cluster = is_cluster(redis)
         self._reported_stopped: set[tuple[str, str]] = set()
 
@@ -270,7 +274,10 @@ class Admission:
             blooms = ""
             if self.bloom_after:  # the Bloom filter the dupefilter continues in
                 script_keys.append(keys.dupefilter_bloom(r.spiderid, r.appid, r.crawlid, shard))
-                blooms = "3:4"
+                blooms = "3:4:0"
+                if self.compact:  # and its shard's compaction flags
+                    script_keys.append(keys.bloom_wanted(shard))
+                    blooms = "3:4:5"
             cap_keys: dict[str, int] = {}
 
             def cap_index(
@@ -342,7 +349,10 @@ class Admission:
         def bloom_index(filter_shard: int) -> None:
             if self.bloom_after:
                 script_keys.append(keys.dupefilter_bloom(r.spiderid, r.appid, r.crawlid, filter_shard))
-                blooms.append(f"{filters[filter_shard]}:{len(script_keys)}")
+                at = len(script_keys)
+                if self.compact:
+                    script_keys.append(keys.bloom_wanted(filter_shard))
+                blooms.append(f"{filters[filter_shard]}:{at}:{len(script_keys) if self.compact else 0}")
 
         for filter_shard in list(filters):
             bloom_index(filter_shard)

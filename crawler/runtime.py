@@ -172,6 +172,7 @@ class CrawlRuntime:
             settings.CRAWL_MAX_PAGES_DEFAULT,
             settings.CRAWL_RECORD_TTL,
             settings.DUPEFILTER_BLOOM_ABOVE,
+            bool(str(settings.FRONTIER_TAIL_URL or "").strip()),
         )
         self.emitter = Emitter(
             settings, output, self.leases, on_failed=lambda: self._count(stat_names.failed_counter_name(spider))

@@ -31,6 +31,7 @@ BUILTIN_PLUGINS: dict[str, int] = {
     "crawlhive.redis_monitor.plugins.waiting.WaitingCrawls": 800,
     "crawlhive.redis_monitor.plugins.recrawl.RecrawlReleaser": 900,
     "crawlhive.redis_monitor.plugins.tails.FrontierTails": 1000,
+    "crawlhive.redis_monitor.plugins.bloom.BloomCompaction": 1100,
 }
 
 

@@ -509,7 +509,63 @@ class Keys(KeySpace):
         """The bits of layer *layer* (0, 1, ...) of :meth:`dupefilter_bloom`, each layer twice the
         bytes of the one before (a scalable Bloom filter). crawler_admit.lua builds these names
         itself, as ``<dupefilter_bloom>:<layer>`` (one slot: the same hash tag)."""
-        return f"{self.dupefilter_bloom(spider, appid, crawlid, shard)}:{layer}"
+        return self.bloom_layer_of(self.dupefilter_bloom(spider, appid, crawlid, shard), layer)
+
+    # The parts of a Bloom filter named from its state key (:meth:`dupefilter_bloom`), as the
+    # compactor, which finds the filter by that key in :meth:`bloom_wanted`, and the scripts do.
+    @staticmethod
+    def bloom_layer_of(state: str, layer: int) -> str:
+        """:meth:`dupefilter_bloom_layer` of the filter whose state key is *state*."""
+        return f"{state}:{layer}"
+
+    @staticmethod
+    def bloom_piece_of(state: str, gen: int, piece: int) -> str:
+        """:meth:`dupefilter_bloom_piece` of the filter whose state key is *state*."""
+        return f"{state}:g{gen}:{piece}"
+
+    @staticmethod
+    def bloom_log_of(state: str) -> str:
+        """:meth:`dupefilter_bloom_log` of the filter whose state key is *state*."""
+        return f"{state}:log"
+
+    @staticmethod
+    def bloom_lock_of(state: str) -> str:
+        """:meth:`dupefilter_bloom_lock` of the filter whose state key is *state*."""
+        return f"{state}:lock"
+
+    @key("string", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
+    def dupefilter_bloom_piece(
+        self, spider: str, appid: str, crawlid: str, gen: int, piece: int, shard: int = 0
+    ) -> str:
+        """Piece *piece* (0, 1, ...) of generation *gen* of the compacted base of
+        :meth:`dupefilter_bloom` (its fields ``gen`` and ``pieces``: the pieces' bytes), the bits of
+        one Bloom filter over all of them (utils/frontier/bloom.py). A redis-monitor writes a new
+        generation (10 minutes to live until its swap gives it the filter's expiry) and
+        bloom_swap.lua makes it the filter's; lib/bloom.lua builds these names itself, as
+        ``<dupefilter_bloom>:g<gen>:<piece>``."""
+        return self.bloom_piece_of(self.dupefilter_bloom(spider, appid, crawlid, shard), gen, piece)
+
+    @key("string", ttl="DUPEFILTER_TIMEOUT after the crawl's last fetch")
+    def dupefilter_bloom_log(self, spider: str, appid: str, crawlid: str, shard: int = 0) -> str:
+        """The fingerprints (12 bytes each, back to back) added to :meth:`dupefilter_bloom` since
+        the last seal, while its field ``log`` is ``1``: a redis-monitor seals them into an object
+        of FRONTIER_TAIL_URL (bloom_seal.lua drops what it sealed), the log a compaction rebuilds
+        the filter from (utils/frontier/bloom_compactor.py). lib/bloom.lua builds this name
+        itself, as ``<dupefilter_bloom>:log``."""
+        return self.bloom_log_of(self.dupefilter_bloom(spider, appid, crawlid, shard))
+
+    @key("string", ttl="2 minutes, renewed while its holder works")
+    def dupefilter_bloom_lock(self, spider: str, appid: str, crawlid: str, shard: int = 0) -> str:
+        """The redis-monitor sealing or compacting :meth:`dupefilter_bloom` (value: its token), so
+        two do not do the same work; a dead holder's lapses."""
+        return self.bloom_lock_of(self.dupefilter_bloom(spider, appid, crawlid, shard))
+
+    @key("zset")
+    def bloom_wanted(self, shard: int = 0) -> str:
+        """Bloom filters of one shard whose log asks to be sealed or that asks to be compacted:
+        member = :meth:`dupefilter_bloom` key, score = from when (epoch s; 0 = now). crawler_admit.lua
+        adds one (NX), the redis-monitors' compactor removes it when done."""
+        return f"{self._heads[shard]}bloom-wanted"
 
     @key("set", ttl="CRAWL_RECORD_TTL; deleted when the page's lease ends")
     def dupefilter_bloom_page(self, spider: str, appid: str, crawlid: str, page: bytes | str, shard: int = 0) -> str:

@@ -23,8 +23,20 @@ layer has the same size). After :data:`MAX_LAYERS` layers the last takes every n
 its error grows. A layer is allocated whole when it is made, and each costs more bits per URL than
 the last, so the filter's bytes per URL are about 2 only while layer 0 is the only one: measured
 (bench/tails.py) 4.2 over 1 M URLs grown from 10,000 (7 layers), 3.3 over 10 M grown from 100,000;
-up to twice a full filter's just after a layer was made. A filter of about 2 bytes per URL needs
-its final count in advance, or rebuilding in small steps from a log of the fingerprints: not done.
+up to twice a full filter's just after a layer was made.
+
+**Compaction** (with FRONTIER_TAIL_URL set; utils/frontier/bloom_compactor.py). A filter of about 2
+bytes per URL needs to know how many it will hold, so it is rebuilt, in small steps, from a log of
+its fingerprints: every fingerprint the admit adds is also appended (12 bytes) to the filter's log
+in Redis, which the redis-monitors seal into objects of the tail store. When the filter has grown by
+half its headroom, a redis-monitor builds a **base** for all of them (:func:`build_base`): one Bloom
+filter of ``BASE_BITS_PER_FP`` bits per fingerprint of a capacity ``GROWTH`` above its count, with
+``BASE_K`` positions each, at most 0.0905 % false positives when full (``(1 - e^(-10/14.6))^10``),
+1.83 bytes per URL then and 1.94 just after it is built. Its bits are a few strings of ``2^e - 16``
+bytes (:func:`pieces`: exact allocations, the total within 3 % of what the capacity needs) read as
+one bit array. New fingerprints go to the base until it is full; past that (a rebuild late, the
+store down) to scalable layers as above but starting at ``OVERFLOW_K`` positions, which add at most
+``2^-14`` (0.006 %) over all of them: 0.097 % in all.
 
 **Hashing.** A stored fingerprint is 12 bytes of Scrapy's SHA1 fingerprint (crawler/admit.py), so
 already uniform: its three 32-bit words *h1, h2, h3* give layer *i*'s positions
@@ -37,7 +49,10 @@ benchmark fills a filter with it and the tests check one against the other.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+import numpy as np
 
 #: Hash positions of layer 0; layer i uses FIRST_K + i.
 FIRST_K = 11
@@ -51,11 +66,26 @@ LN2 = 0.6931471805599453
 #: The error bound over all layers: sum of 2^-(FIRST_K + i).
 MAX_FALSE_POSITIVE_RATE = 2.0 ** -(FIRST_K - 1)
 
+#: Hash positions of a compacted base, and its bits per fingerprint of its capacity.
+BASE_K = 10
+BASE_BITS_PER_FP = 14.6
+#: The term that sets a base's positions apart from a layer's (``j*j + BASE_TERM``).
+BASE_TERM = 64
+#: A base's capacity above the fingerprints it is built for (a rebuild every 3 % of growth or so).
+GROWTH = 1 / 16
+#: Hash positions of the first layer that takes fingerprints past a full base.
+OVERFLOW_K = 15
+#: The false-positive rate of a full base (BASE_K positions, BASE_BITS_PER_FP bits a fingerprint).
+BASE_FALSE_POSITIVE_RATE = (1 - math.exp(-BASE_K / BASE_BITS_PER_FP)) ** BASE_K
+#: Most pieces a base's bits are split into (each a power of two less HEADROOM, at most 2^MAX_EXP).
+MAX_PIECES = 6
 
-def first_exp(threshold: int) -> int:
+
+def first_exp(threshold: int, first_k: int = FIRST_K) -> int:
     """log2 of the bytes of the first layer of a filter that continues a dupefilter of *threshold*
-    entries: the smallest power of two holding at least that many (within the bounds)."""
-    need = threshold * FIRST_K / LN2 / 8 + HEADROOM
+    entries (or that takes *threshold* fingerprints past a full base, at *first_k* positions): the
+    smallest power of two holding at least that many (within the bounds)."""
+    need = threshold * first_k / LN2 / 8 + HEADROOM
     exp = MIN_EXP
     while exp < MAX_EXP and 2.0**exp < need:
         exp += 1
@@ -67,15 +97,78 @@ def layer_bits(exp: int, layer: int) -> int:
     return int((2 ** min(exp + layer, MAX_EXP) - HEADROOM) * 8)
 
 
-def capacity(exp: int, layer: int) -> int:
+def capacity(exp: int, layer: int, first_k: int = FIRST_K) -> int:
     """Fingerprints layer *layer* takes before the next is made (``m / n = k / ln 2``)."""
-    return math.floor(layer_bits(exp, layer) * LN2 / (FIRST_K + layer))
+    return math.floor(layer_bits(exp, layer) * LN2 / (first_k + layer))
 
 
-def positions(fingerprint: bytes, layer: int, bits: int) -> list[int]:
+def positions(fingerprint: bytes, layer: int, bits: int, first_k: int = FIRST_K) -> list[int]:
     """The bit positions of a stored *fingerprint* (12 bytes) in layer *layer* of *bits* bits."""
     h1, h2, h3 = (int.from_bytes(fingerprint[i : i + 4], "big") for i in (0, 4, 8))
-    return [(h1 + j * h2 + (j * j + layer) * h3) % bits for j in range(FIRST_K + layer)]
+    return [(h1 + j * h2 + (j * j + layer) * h3) % bits for j in range(first_k + layer)]
+
+
+def base_positions(fingerprint: bytes, bits: int) -> list[int]:
+    """The bit positions of *fingerprint* in a compacted base of *bits* bits (over all its pieces)."""
+    h1, h2, h3 = (int.from_bytes(fingerprint[i : i + 4], "big") for i in (0, 4, 8))
+    return [(h1 + j * h2 + (j * j + BASE_TERM) * h3) % bits for j in range(BASE_K)]
+
+
+def pieces(capacity_fps: int) -> list[int]:
+    """The byte sizes of the strings a base of *capacity_fps* fingerprints is kept in, largest
+    first: the top bits of the bytes it needs, each a power of two less HEADROOM (what Redis
+    allocates exactly), the last rounded up, so the total is within ``2^-(MAX_PIECES - 1)`` of
+    the need; as many 2^MAX_EXP pieces as a very large base needs before those."""
+    need = math.ceil(capacity_fps * BASE_BITS_PER_FP / 8)  # payload bytes still to place
+    sizes: list[int] = []
+    while need > 0:
+        exp = min(MAX_EXP, max(MIN_EXP, (need + HEADROOM).bit_length() - 1))
+        if len(sizes) == MAX_PIECES - 1 and 2**MAX_EXP - HEADROOM >= need:  # the last: rounded up
+            exp = max(MIN_EXP, (need + HEADROOM - 1).bit_length())
+        sizes.append(2**exp - HEADROOM)
+        need -= 2**exp - HEADROOM
+    return sizes
+
+
+def base_capacity(piece_bytes: list[int]) -> int:
+    """Fingerprints a base of these pieces takes at BASE_BITS_PER_FP bits each."""
+    return math.floor(sum(piece_bytes) * 8 / BASE_BITS_PER_FP)
+
+
+def _words(fingerprints: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three big-endian 32-bit words of each row of *fingerprints* (n x 12 uint8), as uint64."""
+    words = np.ascontiguousarray(fingerprints).view(">u4").reshape(-1, 3).astype(np.uint64)
+    return words[:, 0], words[:, 1], words[:, 2]
+
+
+def base_bit_positions(fingerprints: np.ndarray, bits: int) -> Iterator[np.ndarray]:
+    """The bit positions (uint64) of every row of *fingerprints* (n x 12 uint8) in a base of *bits*
+    bits, one array per hash position: :func:`base_positions` vectorised (every value stays
+    below 2^42, so uint64 arithmetic is exact)."""
+    h1, h2, h3 = _words(fingerprints)
+    m = np.uint64(bits)
+    for j in range(BASE_K):
+        yield (h1 + np.uint64(j) * h2 + np.uint64(j * j + BASE_TERM) * h3) % m
+
+
+def build_base(chunks: Iterator[np.ndarray], piece_bytes: list[int]) -> list[bytes]:
+    """The pieces of a base holding every fingerprint of *chunks* (arrays of n x 12 uint8).
+
+    Why numpy and not a library: the bits must be exactly those ``lib/bloom.lua`` reads (its
+    positions, Redis's bit order: the byte's top bit first), which no Bloom package lays out; one
+    byte per bit, packed at the end, sets 10 positions a fingerprint at numpy speed."""
+    bits = sum(piece_bytes) * 8
+    flags = np.zeros(bits, dtype=np.bool_)
+    for chunk in chunks:
+        for step in range(0, len(chunk), 1 << 20):
+            for where in base_bit_positions(chunk[step : step + (1 << 20)], bits):
+                flags[where] = True
+    packed = np.packbits(flags)  # big-endian bit order: SETBIT / BITFIELD's
+    out, at = [], 0
+    for size in piece_bytes:
+        out.append(packed[at : at + size].tobytes())
+        at += size
+    return out
 
 
 @dataclass

@@ -53,8 +53,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
-import redis
-
 from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import keys_from_settings
 from crawlhive.utils.backends.redis_types import RedisClient
@@ -67,6 +65,8 @@ from crawlhive.utils.frontier.tails import (
     TailStore,
     decode_segment,
     encode_segment,
+    is_redis_error,
+    object_mtime,
     parse_tail_member,
     tail_member,
 )
@@ -231,7 +231,7 @@ class TailMover:
                 if not work:
                     self._sweep_due()
             except Exception as exc:  # Redis down, a bug: never let the thread die silently
-                if not _is_redis_error(exc):
+                if not is_redis_error(exc):
                     logger.error("frontier tail mover failed; retrying", exc_info=True)
                 work = 0
                 sleep = max_idle_s
@@ -673,7 +673,7 @@ class TailMover:
             name = str(path).rsplit("/", 1)[-1]
             if not (name.endswith(".seg") or ".seg.tmp-" in name):
                 continue
-            if now - _mtime(info) < older_than_s:
+            if now - object_mtime(info) < older_than_s:
                 continue
             candidates.append((str(path), name.split(".seg", 1)[0]))
         if not candidates:
@@ -752,28 +752,9 @@ class TailMover:
         self._published = bool(waiting)
 
 
-def _mtime(info: dict[str, Any]) -> float:
-    """An fsspec listing entry's modification time (epoch s; local ``mtime``, object stores'
-    ``LastModified`` / ``last_modified`` / ``mtime``); 0 when it has none (then it counts as old)."""
-    for field_name in ("mtime", "LastModified", "last_modified", "updated", "created"):
-        value = info.get(field_name)
-        if value is None:
-            continue
-        if isinstance(value, int | float):
-            return float(value)
-        timestamp = getattr(value, "timestamp", None)
-        if callable(timestamp):
-            return float(timestamp())
-    return 0.0
-
-
 class TailStoreDown(Exception):
     """The tail store refused a write or a read (the mover retries after STORE_RETRY_S)."""
 
 
 def _token() -> str:
     return secrets.token_hex(3)
-
-
-def _is_redis_error(exc: BaseException) -> bool:
-    return isinstance(exc, redis.RedisError | ConnectionError | TimeoutError)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 import fsspec
+import redis
 from fsspec.implementations.local import LocalFileSystem
 
 from crawlhive.utils.config.errors import CrawlhiveError, SettingsError
@@ -334,3 +335,23 @@ class TailStore:
                 logger.warning(
                     "could not delete tail segment %s of FRONTIER_TAIL_URL %s: %s", path, self.public_url, exc
                 )
+
+
+def object_mtime(info: dict[str, Any]) -> float:
+    """An fsspec listing entry's modification time (epoch s; local ``mtime``, object stores'
+    ``LastModified`` / ``last_modified`` / ``mtime``); 0 when it has none (then it counts as old)."""
+    for field_name in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(field_name)
+        if value is None:
+            continue
+        if isinstance(value, int | float):
+            return float(value)
+        timestamp = getattr(value, "timestamp", None)
+        if callable(timestamp):
+            return float(timestamp())
+    return 0.0
+
+
+def is_redis_error(exc: BaseException) -> bool:
+    """A Redis error, or a lost connection: the loops back off and retry without a traceback."""
+    return isinstance(exc, redis.RedisError | ConnectionError | TimeoutError)

@@ -263,6 +263,9 @@ class Frontier:
             first.delete(keys.dupefilter_bloom(spider, appid, crawlid, shard))
             for layer in range(MAX_LAYERS):  # one key a DEL: a cluster pipeline takes no more
                 first.delete(keys.dupefilter_bloom_layer(spider, appid, crawlid, layer, shard))
+            # its log; a compacted base's pieces expire with DUPEFILTER_TIMEOUT (the new filter's
+            # first compaction writes over those of its generation), its log's objects are swept
+            first.delete(keys.dupefilter_bloom_log(spider, appid, crawlid, shard))
         for queue, members in queues.items():
             first.zadd(queue, members, nx=True)
         if self.tails:

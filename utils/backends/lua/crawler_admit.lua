@@ -9,7 +9,9 @@
 --       shard's when there is a budget), or -1 on a Redis Cluster: ARGV 6 is then how many new
 --       entries this call may write (reserved by crawl_budget.lua) and the reply ends with how
 --       many it wrote; 8 DUPEFILTER_BLOOM_ABOVE (0 = never), 9 which KEYS are the Bloom filters
---       (lib/bloom.lua) of which dupefilters: 'f:b,f:b,...' (every dupefilter's when 8 is not 0);
+--       (lib/bloom.lua) of which dupefilters, and the compaction flags of their shard when this
+--       crawler logs their fingerprints for compaction (FRONTIER_TAIL_URL set; else 0):
+--       'f:b:w,f:b:w,...' (every dupefilter's when 8 is not 0);
 --       10 TTL (ms) of the page's records of the links it added to a Bloom filter
 --       ('<filter>:p:<ARGV 4 in hex>', Keys.dupefilter_bloom_page; lease_ack.lua deletes them);
 --       then per link: fingerprint, index into KEYS of the dupefilter of the link's shard,
@@ -36,7 +38,7 @@ local used = 0
 -- A dupefilter holding 'threshold' entries is frozen: still read first, its crawl's new
 -- fingerprints go to its Bloom filter, which answers for those it holds (bloom_hits).
 local threshold = tonumber(ARGV[8])
-local bloom_of, blooms, sizes = {}, {}, {}
+local bloom_of, blooms, sizes, wanted_of = {}, {}, {}, {}
 -- The filter keeps no owner: while the page is in flight, the fingerprints it added to a filter
 -- are kept in a record of its own beside it (the same hash tag), so that the page, refetched after
 -- its crawler died between this admit and its ack, queues them again as a dupefilter entry naming
@@ -45,7 +47,10 @@ local page_hex = (string.gsub(ARGV[4], '.', function(c) return string.format('%0
 local function record(filter) return KEYS[bloom_of[filter]] .. ':p:' .. page_hex end
 local MINE = {}  -- seen[i] of a link the filter holds because this page added it
 local recorded = {}  -- filter -> true: its record was read or written by this call
-for f, b in string.gmatch(ARGV[9], '(%d+):(%d+)') do bloom_of[tonumber(f)] = tonumber(b) end
+for f, b, w in string.gmatch(ARGV[9], '(%d+):(%d+):(%d+)') do
+  bloom_of[tonumber(f)] = tonumber(b)
+  if w ~= '0' then wanted_of[tonumber(f)] = KEYS[tonumber(w)] end
+end
 local function bloom(filter)  -- the filter of KEYS[filter]'s dupefilter, false when it has none
   if blooms[filter] == nil then blooms[filter] = bloom_of[filter] and bloom_open(KEYS[bloom_of[filter]]) or false end
   return blooms[filter]
@@ -59,7 +64,7 @@ end
 local function bloom_new(filter, fps)
   local b = bloom(filter)
   if not b then
-    b = bloom_create(KEYS[bloom_of[filter]], threshold)
+    b = bloom_create(KEYS[bloom_of[filter]], threshold, wanted_of[filter] ~= nil)
     blooms[filter] = b
   end
   bloom_add(b, fps)
@@ -219,7 +224,7 @@ end
 for filter in pairs(recorded) do redis.call('PEXPIRE', record(filter), record_ttl) end
 for k = 3, #KEYS do redis.call('PEXPIRE', KEYS[k], ttl) end
 for filter in pairs(bloom_of) do
-  if bloom(filter) then bloom_close(bloom(filter), ttl) end
+  if bloom(filter) then bloom_close(bloom(filter), ttl, wanted_of[filter] ~= nil, wanted_of[filter]) end
 end
 if reserved then out[#out + 1] = used end
 return out
