@@ -77,6 +77,7 @@ from crawlhive.utils.frontier.bloom import (  # noqa: E402
     first_exp,
     layer_bits,
 )
+from crawlhive.utils.frontier.bloom_compactor import BloomCompactor  # noqa: E402
 from crawlhive.utils.frontier.tail_mover import TailMover  # noqa: E402
 
 PREFIX = "benchtail"
@@ -252,10 +253,12 @@ def check_bloom_twin() -> None:
 NEW_LAYER = "return redis.call('SET', KEYS[1], string.rep('\\0', tonumber(ARGV[1])), 'PX', ARGV[2])"
 
 
-def write_dupefilter(client: RedisClient, keys: Keys, case: Case, bloom_after: int) -> None:
+def write_dupefilter(client: RedisClient, keys: Keys, case: Case, bloom_after: int, compact: bool = False) -> None:
     """The crawl's dupefilter of *case*'s URLs as the admits leave it: per shard, the first
     fingerprints of its share of *bloom_after* (DUPEFILTER_BLOOM_ABOVE is cluster-wide: divided by
-    the shards, rounded up; all when 0) in the hash, the rest in the shard's Bloom filter."""
+    the shards, rounded up; all when 0) in the hash, the rest in the shard's Bloom filter; with
+    *compact*, also in the filter's log (the redis-monitors' compactor then rebuilds it: see
+    :func:`compact_filters`)."""
     bloom_after = -(-bloom_after // keys.shards)
     in_hash: dict[int, int] = {}
     rest: dict[int, list[bytes]] = {}
@@ -282,6 +285,14 @@ def write_dupefilter(client: RedisClient, keys: Keys, case: Case, bloom_after: i
         bloom = bloom_bits(fps, bloom_after)
         state = keys.dupefilter_bloom(SPIDER, APPID, CRAWLID, shard)
         fields = {"count": bloom.count, "hits": 0, "exp": bloom.exp, "layers": len(bloom.layers)}
+        if compact:  # every fingerprint also in the filter's log, as the logging admits leave it
+            fields |= {"log": "1", "next": max(10_000, capacity(bloom.exp, 0) // 2)}
+            log = Keys.bloom_log_of(state)
+            data = b"".join(fps)
+            for first in range(0, len(data), 12 << 20):
+                client.append(log, data[first : first + (12 << 20)])
+            client.pexpire(log, FILTER_TTL_MS)
+            client.zadd(keys.bloom_wanted(shard), {state: 0})  # the admit's flag: seal and compact
         client.hset(state, mapping=fields)  # type: ignore[arg-type]
         client.pexpire(state, FILTER_TTL_MS)
         for layer, bits in enumerate(bloom.layers):
@@ -294,10 +305,33 @@ def write_dupefilter(client: RedisClient, keys: Keys, case: Case, bloom_after: i
                 client.setrange(name, first, bytes(bits[first : first + (1 << 20)]))
 
 
+def compact_filters(client: RedisClient, settings: Settings) -> tuple[float, int]:
+    """Run the redis-monitors' Bloom compactor (:class:`BloomCompactor`, on the bench's store)
+    over every shard until it has nothing left to do: each filter's log sealed into the store and
+    the filter rebuilt as one base. Returns its seconds and the filters it compacted."""
+    compactor = BloomCompactor.from_settings(client, settings)
+    assert compactor is not None
+    started = time.perf_counter()
+    while sum(compactor.run_once(shard) for shard in range(compactor.keys.shards)):
+        pass
+    return time.perf_counter() - started, compactor.counts.compacted
+
+
+def bloom_fingerprints(client: RedisClient, keys: Keys) -> int:
+    """Fingerprints in the crawl's Bloom filters (every shard's ``count``)."""
+    return sum(
+        int(client.hget(keys.dupefilter_bloom(SPIDER, APPID, CRAWLID, s), "count") or 0) for s in range(keys.shards)
+    )
+
+
 def delete_dupefilter(client: RedisClient, keys: Keys) -> None:
     for shard in range(keys.shards):
-        names = [keys.dupefilter(SPIDER, APPID, CRAWLID, shard), keys.dupefilter_bloom(SPIDER, APPID, CRAWLID, shard)]
+        state = keys.dupefilter_bloom(SPIDER, APPID, CRAWLID, shard)
+        names = [keys.dupefilter(SPIDER, APPID, CRAWLID, shard), state, Keys.bloom_log_of(state)]
         names += [keys.dupefilter_bloom_layer(SPIDER, APPID, CRAWLID, layer, shard) for layer in range(MAX_LAYERS)]
+        gen, sizes = client.hmget(state, "gen", "pieces")
+        if gen:
+            names += [Keys.bloom_piece_of(state, int(gen), i) for i in range(len(sizes.split(b",")))]
         for name in names:  # one key at a time: a cluster takes no more; UNLINK: a 10M-field hash freed
             client.unlink(name)  # in the background (a DEL blocks Redis past the client's timeout)
     wait_freed(client)
@@ -407,19 +441,35 @@ def memory_case(url: str, case: Case, args: argparse.Namespace, hot: int, folder
         )
         print(f"  queues (everything the pushes and the mover left)   {queues / pushed:8.2f} bytes/URL")
         kinds_bloom: dict[str, int] = {}
-        for bloom_after in (0, case.bloom_after):
+        for bloom_after, compact in ((0, False), (case.bloom_after, False), (case.bloom_after, True)):
             mark = used_memory(client)
-            write_dupefilter(client, keys, case, bloom_after)
+            write_dupefilter(client, keys, case, bloom_after, compact)
+            took = ""
+            if compact:
+                seconds, compacted = compact_filters(client, settings.copy_with(DUPEFILTER_BLOOM_ABOVE=bloom_after))
+                took = f" (compacted {compacted} filters in {seconds:.1f} s)"
             dupe = used_memory(client) - mark
             total = (queues + dupe) / pushed
             verdict = "met" if total <= case.target else f"NOT MET by {total - case.target:.1f}"
-            where = "dupefilter hash" if not bloom_after else f"Bloom after {bloom_after:,}"
+            form = "scalable" if not compact else "compacted"
+            where = "dupefilter hash" if not bloom_after else f"Bloom after {bloom_after:,}, {form}"
             print(
-                f"  + dupefilter ({where:<26})  {dupe / pushed:8.2f} bytes/URL -> total {total:6.2f} "
-                f"(target <= {case.target}: {verdict})"
+                f"  + dupefilter ({where:<38})  {dupe / pushed:8.2f} bytes/URL -> total {total:6.2f} "
+                f"(target <= {case.target}: {verdict}){took}"
             )
             if bloom_after:
-                kinds_bloom = bytes_by_kind(client, PREFIX)
+                kinds = bytes_by_kind(client, PREFIX)
+                in_filters = bloom_fingerprints(client, keys)
+                own = kinds.get("Bloom filter", 0) / max(1, in_filters)
+                goal = "met" if own <= 2.0 else "NOT MET"
+                print(
+                    f"    the Bloom filters' own: {own:.2f} bytes per fingerprint in them ({in_filters:,}; "
+                    f"target <= 2: {goal})"
+                )
+                if compact:
+                    kinds_bloom = kinds
+                    logged = sum(p.stat().st_size for p in folder.rglob("*.fps"))
+                    print(f"    their logs in the store: {logged / max(1, in_filters):.1f} bytes per fingerprint")
             delete_dupefilter(client, keys)
         ranked = sorted((kinds_bloom or kinds).items(), key=lambda kv: -kv[1])
         share = ", ".join(f"{k} {v / pushed:.2f}" for k, v in ranked)
