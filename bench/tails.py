@@ -16,10 +16,14 @@ Queue memory is the growth of ``INFO memory`` ``used_memory`` less the clients' 
 over a Redis Cluster's primaries) from before the first push to after the settle: everything the pushes and the mover
 left (heads, tail pointers, per-domain and per-crawl indexes, crawl records, flags, stats). The
 dupefilter the real admit path writes for the same URLs is then added and measured the same way,
-in two forms: every fingerprint in the crawl's dupefilter hashes (``HSETNX`` of the stored
+in three forms: every fingerprint in the crawl's dupefilter hashes (``HSETNX`` of the stored
 fingerprint and a 4-byte owner, as bench/memory.py's "dedupe entry"), and with the Bloom seen-set
 (DUPEFILTER_BLOOM_ABOVE = ``--bloom-after``, cluster-wide: each shard's share in the hash, the rest in the
-filter, built bit for bit as ``lib/bloom.lua`` writes it, checked against ``BloomLayers``). A
+filter, built bit for bit as ``lib/bloom.lua`` writes it, checked against ``BloomLayers``), scalable
+(as without FRONTIER_TAIL_URL) and compacted (its fingerprints also in its log, as the logging
+admits leave it, then the redis-monitors' :class:`BloomCompactor` run until idle: the log sealed
+into the store, the filter rebuilt as one base), each with the filters' own bytes per fingerprint
+in them (target at most 2). A
 ``MEMORY USAGE`` sum per kind of key (SCAN of the prefix) says what dominates. Beside it: the
 store's bytes per URL (the segment files' sizes over the requests in them; goal at most 40).
 
