@@ -40,9 +40,11 @@ DUPEFILTER_BLOOM_ABOVE: int = 0
 """Entries a crawl's dupefilter holds before its seen-set continues in a Bloom filter kept in Redis
 (docs/contract.md §3.8), cluster-wide: each of the FRONTIER_SHARDS shards takes its share (this
 divided by the shards, rounded up). The dupefilter is then frozen (still read first) and new
-fingerprints go to the filter, 3-4 bytes per URL instead of about 70, at the cost of about
-0.1 % of the first-time URLs beyond this count dropped as false positives (``bloom_hits`` in
-``info``). 0 = never (every URL in the dupefilter). Sizing: docs/operations.md."""
+fingerprints go to the filter, 3-4 bytes per URL instead of about 70 (about 1.9 with
+FRONTIER_TAIL_URL set: the redis-monitors rebuild it from a log of its fingerprints kept in that
+store), at the cost of about 0.1 % of the first-time URLs beyond this count dropped as false
+positives (``bloom_hits`` in ``info``). 0 = never (every URL in the dupefilter). Sizing:
+docs/operations.md."""
 
 FRONTIER_TAIL_URL: str = ""
 """Where domain queues keep their tails (docs/contract.md §23): any fsspec URL (a folder path or
