@@ -358,10 +358,11 @@ class BloomCompactor:
                 piece = np.searchsorted(firsts, where, side="right") - 1
                 for index in np.unique(piece):
                     offsets = (where[piece == index] - firsts[index]).tolist()
-                    args: list[Any] = []
-                    for offset in offsets:
-                        args += ["SET", "u1", offset, 1]
-                    pipe.execute_command("BITFIELD", pieces[int(index)], *args)
+                    for first in range(0, len(offsets), 10_000):  # commands of 40,000 arguments at most
+                        args: list[Any] = []
+                        for offset in offsets[first : first + 10_000]:
+                            args += ["SET", "u1", offset, 1]
+                        pipe.execute_command("BITFIELD", pieces[int(index)], *args)
             pipe.execute()
             at = end
 
