@@ -175,8 +175,8 @@ class BloomCompactor:
         for raw in flags:
             key = raw.decode() if isinstance(raw, bytes) else str(raw)
             retry = self.work(shard, key)
-            if retry is None:
-                self.redis.zrem(wanted, key)
+            if retry is None:  # the flag goes, unless an admit made the filter due meanwhile
+                self.scripts["bloom_done"](keys=[wanted, key])
             else:
                 self.redis.zadd(wanted, {key: time.time() + retry})
         return len(flags)
@@ -258,11 +258,20 @@ class BloomCompactor:
 
     def compact(self, shard: int, key: str, lock: str = "", token: str = "") -> bool:
         """Rebuild the filter whose state is *key* as one base of its count plus GROWTH from its
-        log; True if the swap took it.
+        log; True if the swap took it. A filter that outgrew the base while it was built is built
+        again for its new count (up to three times; then the next flag does it).
 
         Raises:
             OSError: the store could not be read or written.
         """
+        for _attempt in range(3):
+            swapped = self._compact_once(shard, key, lock)
+            if swapped is not None:
+                return swapped
+        return False
+
+    def _compact_once(self, shard: int, key: str, lock: str) -> bool | None:
+        """One rebuild (:meth:`compact`); None if the filter outgrew it before its swap."""
         log = self.keys.bloom_log_of(key)
         pipe = self.redis.pipeline(transaction=True)
         pipe.hgetall(key)
@@ -308,7 +317,7 @@ class BloomCompactor:
             consolidated = str(sealed)
         if lock:
             self.redis.pexpire(lock, LOCK_MS)
-        at = self._catch_up(log, len(unsealed), pieces, sizes)
+        at = self._catch_up(log, len(unsealed), pieces, sizes, capacity - sealed_fps)
         overflow = max(1, capacity // 16)
         reply = self.scripts["bloom_swap"](
             keys=[key, log],
@@ -332,7 +341,7 @@ class BloomCompactor:
             if consolidated:
                 self.store.delete([self.chunk_path(shard, logid, f"c{sealed}.fps")])
             logger.debug("compaction of %s gave way (%s)", key, _text(reply[1]))
-            return False
+            return None if _text(reply[1]) == "grown" else False
         self.counts.compacted += 1
         if consolidated:
             if self.replicas is not None:
@@ -341,13 +350,14 @@ class BloomCompactor:
             self.store.delete([self.chunk_path(shard, logid, name) for name in replaced])
         return True
 
-    def _catch_up(self, log: str, at: int, pieces: list[str], sizes: list[int]) -> int:
+    def _catch_up(self, log: str, at: int, pieces: list[str], sizes: list[int], room: int) -> int:
         """Set in the new *pieces* the bits of what *log* gained past byte *at* while that is more
-        than CATCHUP_BYTES; returns the byte up to which they hold the log."""
+        than CATCHUP_BYTES, up to byte 12 x *room* (the base's capacity: what comes after goes to
+        layers in the swap); returns the byte up to which they hold the log."""
         bits = sum(sizes) * 8
         firsts = np.cumsum([0] + [size * 8 for size in sizes[:-1]], dtype=np.uint64)
         while True:
-            length = int(self.redis.strlen(log))
+            length = min(int(self.redis.strlen(log)), 12 * room)
             if length - at <= CATCHUP_BYTES:
                 return at
             end = length - length % 12

@@ -264,6 +264,12 @@ local function bloom_add(b, fps)
   for _, fp in ipairs(fps) do b.logged[#b.logged + 1] = fp end
 end
 
+-- Whether filter 'b', whose log holds 'length' bytes, asks a redis-monitor to seal its log (a
+-- 256th of its count, at least BLOOM_SEAL_MIN) or to compact it (its count reached 'next').
+local function bloom_wants(b, length)
+  return length >= math.max(BLOOM_SEAL_MIN, 12 * math.floor(b.count / 256)) or b.count >= (b.next or 0)
+end
+
 -- Write what this call counted (fingerprints added, links answered "seen"), log what it added
 -- ('log': this crawler logs; 'wanted': the shard's compaction flags), ask for a seal or a
 -- compaction when due, and push the expiry of the state and every key of the filter to 'ttl' ms.
@@ -283,7 +289,7 @@ local function bloom_close(b, ttl, log, wanted)
         redis.call('HSET', b.key, 'log', 'lost')
         redis.call('DEL', logkey)
         b.log = 'lost'
-      elseif length >= math.max(BLOOM_SEAL_MIN, 12 * math.floor(b.count / 256)) or b.count >= (b.next or 0) then
+      elseif bloom_wants(b, length) then
         redis.call('ZADD', wanted, 'NX', 0, b.key)
       end
     end
