@@ -288,7 +288,7 @@ def write_dupefilter(client: RedisClient, keys: Keys, case: Case, bloom_after: i
     for shard, fps in rest.items():
         bloom = bloom_bits(fps, bloom_after)
         state = keys.dupefilter_bloom(SPIDER, APPID, CRAWLID, shard)
-        fields = {"count": bloom.count, "hits": 0, "exp": bloom.exp, "layers": len(bloom.layers)}
+        fields: dict[str, int | str] = {"count": bloom.count, "hits": 0, "exp": bloom.exp, "layers": len(bloom.layers)}
         if compact:  # every fingerprint also in the filter's log, as the logging admits leave it
             fields |= {"log": "1", "next": max(10_000, capacity(bloom.exp, 0) // 2)}
             log = Keys.bloom_log_of(state)
@@ -334,8 +334,8 @@ def delete_dupefilter(client: RedisClient, keys: Keys) -> None:
         names = [keys.dupefilter(SPIDER, APPID, CRAWLID, shard), state, Keys.bloom_log_of(state)]
         names += [keys.dupefilter_bloom_layer(SPIDER, APPID, CRAWLID, layer, shard) for layer in range(MAX_LAYERS)]
         gen, sizes = client.hmget(state, "gen", "pieces")
-        if gen:
-            names += [Keys.bloom_piece_of(state, int(gen), i) for i in range(len(sizes.split(b",")))]
+        if gen and sizes:
+            names += [Keys.bloom_piece_of(state, int(gen), i) for i in range(str(sizes).count(",") + 1)]
         for name in names:  # one key at a time: a cluster takes no more; UNLINK: a 10M-field hash freed
             client.unlink(name)  # in the background (a DEL blocks Redis past the client's timeout)
     wait_freed(client)

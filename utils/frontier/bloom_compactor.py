@@ -53,7 +53,14 @@ from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.backends.replication import ReplicaWait
 from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.frontier import bloom
-from crawlhive.utils.frontier.tails import TailError, TailStore, is_redis_error, object_mtime
+from crawlhive.utils.frontier.tails import (
+    Schedule,
+    StoreHealth,
+    TailError,
+    TailStore,
+    is_redis_error,
+    object_mtime,
+)
 
 if TYPE_CHECKING:
     from crawlhive.utils.config.settings import Settings
@@ -131,9 +138,9 @@ class BloomCompactor:
         self.replicas = replicas
         self.scripts = scripts(redis)
         self.counts = CompactionCounts()
-        self._store_down: str | None = None
+        self.health = StoreHealth(store, "Bloom filters keep their logs in Redis")
         self._warned_lost: set[str] = set()
-        self._next_sweep = time.monotonic() + 60.0
+        self._sweeps = Schedule(SWEEP_EVERY_S)
 
     @classmethod
     def from_settings(cls, redis: RedisClient, settings: Settings) -> Self | None:
@@ -206,7 +213,7 @@ class BloomCompactor:
             self.seal(shard, key, state, everything=due)
             if due:
                 self.compact(shard, key, lock, token)
-            self._up()
+            self.health.up()
             return None
         except OSError as exc:
             self._down(exc)
@@ -432,10 +439,8 @@ class BloomCompactor:
         return len(dead)
 
     def _sweep_due(self) -> None:
-        now = time.monotonic()
-        if now < self._next_sweep:
+        if not self._sweeps.due():
             return
-        self._next_sweep = now + SWEEP_EVERY_S
         for shard in range(self.keys.shards):
             try:
                 self.sweep(shard)
@@ -443,23 +448,9 @@ class BloomCompactor:
                 self._down(exc)
                 return
 
-    # --- the store's health ------------------------------------------------------------------
-
     def _down(self, exc: BaseException) -> None:
         self.counts.store_errors += 1
-        if self._store_down is None:
-            logger.warning(
-                "frontier tail store FRONTIER_TAIL_URL %s cannot be used (%s): Bloom filters keep "
-                "their logs in Redis until it answers",
-                self.store.public_url,
-                exc,
-            )
-        self._store_down = str(exc)
-
-    def _up(self) -> None:
-        if self._store_down is not None:
-            logger.info("frontier tail store FRONTIER_TAIL_URL %s answers again", self.store.public_url)
-            self._store_down = None
+        self.health.down(exc)
 
 
 def _raw(value: Any) -> bytes:

@@ -60,6 +60,8 @@ from crawlhive.utils.backends.replication import ReplicaWait
 from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.config.errors import KeyFormatError
 from crawlhive.utils.frontier.tails import (
+    Schedule,
+    StoreHealth,
     TailError,
     TailLimits,
     TailStore,
@@ -196,9 +198,9 @@ class TailMover:
         self.replicas = replicas
         self.scripts = scripts(redis)
         self.counts = TailCounts()
-        self._store_down: str | None = None
+        self.health = StoreHealth(store, "queues keep their requests in Redis")
         self._published = False  # a non-zero 'waiting' or tail_full was written
-        self._next_sweep = time.monotonic() + 60.0
+        self._sweeps = Schedule(SWEEP_EVERY_S)
         self._later: dict[str, float] = {}  # queue -> when its flag is due again (a small cold queue)
 
     @classmethod
@@ -313,7 +315,7 @@ class TailMover:
         """
         moved, down = self.spill_many([(queue, time.time() if flagged_at is None else flagged_at)])
         if down:
-            raise TailStoreDown(self._store_down or "the tail store refused a write")
+            raise TailStoreDown(self.health.reason or "the tail store refused a write")
         return moved.get(queue, 0)
 
     def spill_many(self, flags: list[tuple[str, float]]) -> tuple[dict[str, int], set[str]]:
@@ -528,7 +530,7 @@ class TailMover:
         """
         queued, down = self.refill_many([(queue, time.time() if flagged_at is None else flagged_at)])
         if down:
-            raise TailStoreDown(self._store_down or "the tail store refused a read")
+            raise TailStoreDown(self.health.reason or "the tail store refused a read")
         return queued.get(queue, 0)
 
     def refill_many(self, flags: list[tuple[str, float]]) -> tuple[dict[str, int], set[str]]:
@@ -697,10 +699,8 @@ class TailMover:
 
     def _sweep_due(self) -> None:
         """Run :meth:`sweep` over every shard every SWEEP_EVERY_S (the first time a minute after start)."""
-        now = time.monotonic()
-        if now < self._next_sweep:
+        if not self._sweeps.due():
             return
-        self._next_sweep = now + SWEEP_EVERY_S
         for shard in range(self.keys.shards):
             try:
                 self.sweep(shard)
@@ -723,19 +723,10 @@ class TailMover:
 
     def _down(self, exc: BaseException) -> None:
         self.counts.store_errors += 1
-        if self._store_down is None:
-            logger.warning(
-                "frontier tail store FRONTIER_TAIL_URL %s cannot be used (%s): queues keep their "
-                "requests in Redis until it answers",
-                self.store.public_url,
-                exc,
-            )
-        self._store_down = str(exc)
+        self.health.down(exc)
 
     def _up(self) -> None:
-        if self._store_down is not None:
-            logger.info("frontier tail store FRONTIER_TAIL_URL %s answers again", self.store.public_url)
-            self._store_down = None
+        if self.health.up():
             self.counts.waiting.clear()
 
     def _publish_waiting(self, shard: int) -> None:
@@ -745,7 +736,7 @@ class TailMover:
             return
         self.redis.hset(self.keys.tail_stats(shard), "waiting", waiting)
         if waiting > self.backlog_max:
-            message = f"FRONTIER_TAIL_URL {self.store.public_url}: {self._store_down or 'unavailable'}"
+            message = f"FRONTIER_TAIL_URL {self.store.public_url}: {self.health.reason or 'unavailable'}"
             self.redis.set(self.keys.tail_full(), message, ex=FULL_TTL_S)
         else:
             self.redis.delete(self.keys.tail_full())

@@ -23,6 +23,7 @@ import os
 import secrets
 import struct
 import sys
+import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -335,6 +336,59 @@ class TailStore:
                 logger.warning(
                     "could not delete tail segment %s of FRONTIER_TAIL_URL %s: %s", path, self.public_url, exc
                 )
+
+
+class StoreHealth:
+    """Whether the tail store answered its last use, for one of its users (the tail mover, the
+    Bloom compactor): **one** WARNING naming FRONTIER_TAIL_URL when it stops answering (saying what
+    *waits* meanwhile), one INFO when it answers again.
+
+    Attributes:
+        reason: why it did not answer (None while it does).
+        errors: failed uses so far.
+    """
+
+    def __init__(self, store: TailStore, waits: str) -> None:
+        self.store = store
+        self.waits = waits
+        self.reason: str | None = None
+        self.errors = 0
+
+    def down(self, exc: BaseException) -> None:
+        """A use failed with *exc*."""
+        self.errors += 1
+        if self.reason is None:
+            logger.warning(
+                "frontier tail store FRONTIER_TAIL_URL %s cannot be used (%s): %s until it answers",
+                self.store.public_url,
+                exc,
+                self.waits,
+            )
+        self.reason = str(exc)
+
+    def up(self) -> bool:
+        """A use succeeded; True if the store had not answered before."""
+        if self.reason is None:
+            return False
+        logger.info("frontier tail store FRONTIER_TAIL_URL %s answers again", self.store.public_url)
+        self.reason = None
+        return True
+
+
+class Schedule:
+    """Something due every *every_s* seconds, first *first_s* after start (a sweep)."""
+
+    def __init__(self, every_s: float, first_s: float = 60.0) -> None:
+        self.every_s = every_s
+        self._next = time.monotonic() + first_s
+
+    def due(self) -> bool:
+        """True (and the next time set) if it is due now."""
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.every_s
+        return True
 
 
 def object_mtime(info: dict[str, Any]) -> float:
