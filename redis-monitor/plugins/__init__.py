@@ -10,6 +10,7 @@ first plugin (in rank order) whose :meth:`MonitorPlugin.accepts` is true, produc
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self
@@ -105,3 +106,35 @@ class MonitorPlugin(ABC):
             redis.RedisError: Redis failed; the monitor backs off.
         """
         return None
+
+
+class ThreadPlugin(MonitorPlugin):
+    """A plugin whose work runs on a thread of its own (:meth:`run` until the event it is given is
+    set), so neither control answers nor timers wait for it: each tick starts the thread, or starts
+    it again if it died; :meth:`close` stops it."""
+
+    tick_every = 1
+    #: The thread's name.
+    thread_name: ClassVar[str]
+    #: Seconds :meth:`close` waits for the thread.
+    join_s: ClassVar[float] = 10.0
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @abstractmethod
+    def run(self, stop: threading.Event) -> None:
+        """The thread's work, until *stop* is set."""
+
+    def tick(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self.run, args=(self._stop,), name=self.thread_name, daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.join_s)
+            self._thread = None

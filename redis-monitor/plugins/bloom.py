@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Self
 
-from crawlhive.redis_monitor.plugins import MonitorPlugin
+from crawlhive.redis_monitor.plugins import ThreadPlugin
 from crawlhive.utils.config.errors import NotConfigured
 from crawlhive.utils.frontier.bloom_compactor import BloomCompactor
 
@@ -18,17 +18,17 @@ if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor
 
 
-class BloomCompaction(MonitorPlugin):
+class BloomCompaction(ThreadPlugin):
     """Runs the Bloom compactor while the redis-monitor runs (off without FRONTIER_TAIL_URL or
     with DUPEFILTER_BLOOM_ABOVE 0)."""
 
     name = "BloomCompaction"
-    tick_every = 1
+    thread_name = "bloom-compaction"
+    join_s = 30.0
 
     def __init__(self, compactor: BloomCompactor) -> None:
+        super().__init__()
         self.compactor = compactor
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
@@ -37,17 +37,5 @@ class BloomCompaction(MonitorPlugin):
             raise NotConfigured("FRONTIER_TAIL_URL is empty or DUPEFILTER_BLOOM_ABOVE is 0: no Bloom compaction")
         return cls(compactor)
 
-    def tick(self) -> None:
-        """Start the compactor's thread, or start it again if it died."""
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self._thread = threading.Thread(
-                target=self.compactor.run, args=(self._stop,), name="bloom-compaction", daemon=True
-            )
-            self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+    def run(self, stop: threading.Event) -> None:
+        self.compactor.run(stop)

@@ -7,30 +7,26 @@ Several redis-monitors move tails side by side: every step is safe to run twice.
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import TYPE_CHECKING, Self
 
-from crawlhive.redis_monitor.plugins import MonitorPlugin
+from crawlhive.redis_monitor.plugins import ThreadPlugin
 from crawlhive.utils.config.errors import NotConfigured
 from crawlhive.utils.frontier.tail_mover import TailMover
 
 if TYPE_CHECKING:
     from crawlhive.redis_monitor.monitor import RedisMonitor
 
-logger = logging.getLogger(__name__)
 
-
-class FrontierTails(MonitorPlugin):
+class FrontierTails(ThreadPlugin):
     """Runs the tail mover while the redis-monitor runs (off without FRONTIER_TAIL_URL)."""
 
     name = "FrontierTails"
-    tick_every = 1
+    thread_name = "frontier-tails"
 
     def __init__(self, mover: TailMover) -> None:
+        super().__init__()
         self.mover = mover
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     @classmethod
     def from_monitor(cls, monitor: RedisMonitor) -> Self:
@@ -39,17 +35,5 @@ class FrontierTails(MonitorPlugin):
             raise NotConfigured("FRONTIER_TAIL_URL is empty: queues keep no tails")
         return cls(mover)
 
-    def tick(self) -> None:
-        """Start the mover's thread, or start it again if it died."""
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self._thread = threading.Thread(
-                target=self.mover.run, args=(self._stop,), name="frontier-tails", daemon=True
-            )
-            self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+    def run(self, stop: threading.Event) -> None:
+        self.mover.run(stop)
