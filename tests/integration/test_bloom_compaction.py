@@ -8,6 +8,7 @@ that does not log, a restart afresh, the sweep, and the redis-monitor's plugin.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 import math
@@ -18,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import redis
+from support.cluster_crawl import Component
+from support.crawler import TestSite, crawler_env, crawler_module, html, seed
 from test_dupefilter_bloom import CRAWL, SITE, _admit, _pages, _urls
 
 from crawlhive.crawler.admit import Admission, stored_fingerprint
@@ -29,7 +32,7 @@ from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
 from crawlhive.utils.config.errors import NotConfigured
 from crawlhive.utils.config.settings import Settings
-from crawlhive.utils.frontier import Frontier, FrontierRequest, bloom, bloom_compactor
+from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, bloom, bloom_compactor
 from crawlhive.utils.frontier.bloom_compactor import (
     CATCHUP_BYTES,
     PIECE_TTL_MS,
@@ -514,3 +517,64 @@ def test_a_flag_raised_while_the_compactor_works_on_the_filter_is_kept(
     fields = _log_is_whole(redis_client, key)
     assert int(fields["count"]) >= int(fields["next"]) and "gen" not in fields  # due, not compacted
     assert redis_client.zscore(keys.bloom_wanted(shard), key) is not None
+
+
+def test_a_real_crawl_past_the_threshold_is_compacted_by_the_redis_monitor(
+    site: TestSite, redis_settings: Settings, redis_url: str, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A real crawler and a real redis-monitor with FRONTIER_TAIL_URL and DUPEFILTER_BLOOM_ABOVE
+    of 100 a shard crawl a site whose index links to four pages of 3,200 new links each (and 100
+    of the next page's): the crawler's admits log the site's filter, the redis-monitor seals the
+    log into the store and compacts the filter (a base, its log whole); no page is fetched twice.
+    The linked pages (404s) are fetched 20 a second, so the crawl stays small while it is watched."""
+    shards = keys_from_settings(redis_settings).shards
+    tails = tmp_path / "tails"
+    overrides = {
+        "FRONTIER_TAIL_URL": str(tails),
+        "DUPEFILTER_BLOOM_ABOVE": 100 * shards,
+        "QUEUE_HITS": 20,  # the 12,800 linked pages trickle while the filter is compacted
+    }
+    pages = [f"/bc/p{i}" for i in range(4)]
+    site.page("/bc/", html(*pages))
+    for i, page in enumerate(pages):
+        links = [f"/bc/x/{i}/{j}" for j in range(3200)] + [f"/bc/x/{(i + 1) % 4}/{j}" for j in range(100)]
+        site.page(page, html("/bc/", *pages, *links))
+    with crawler_module(redis_url, kafka_bootstrap, tmp_path, "bc", **overrides) as env:
+        settings, client = env["settings"], env["redis"]
+        keys = keys_from_settings(settings)
+        assert keys.shards == shards
+        shard = keys.shard_of("127.0.0.1")  # the site's domain (its port is not part of it)
+        key = keys.dupefilter_bloom("link", "bcapp", "bc1", shard)
+        monitor = Component(
+            "redis-monitor",
+            crawler_env(settings, REDIS_MONITOR_TICK_S=0.2, REDIS_MONITOR_BLOCK_MS=200, **overrides),
+            tmp_path,
+        )
+        try:
+            seed(settings, client, appid="bcapp", crawlid="bc1", url=site.url("/bc/"), maxdepth=2)
+            deadline = time.monotonic() + 60
+            while int(_fields(client, key).get("gen", 0) or 0) < 1:
+                assert monitor.proc.poll() is None, monitor.output()
+                assert time.monotonic() < deadline, (_fields(client, key), monitor.output()[-3000:])
+                time.sleep(0.2)
+            fields = _log_is_whole(client, key)
+            admitted = int(fields["count"]) + int(client.hlen(keys.dupefilter("link", "bcapp", "bc1", shard)))
+            hits = FrontierReader(client, keys, 3600).bloom_hits("link", "bcapp", "bc1")
+        finally:
+            code = monitor.stop()
+        assert code == 0, monitor.output()
+        folder = Path(_compactor(client, settings, tails).chunk_path(shard, fields["logid"], "key")).parent
+    assert admitted >= 12_000, fields
+    assert int(fields["gen"]) >= 1 and int(fields["bfill"]) <= int(fields["bcap"]), fields
+    assert fields["pieces"] and int(fields["sealed"]) >= 1, fields
+    assert folder == tails / settings.REDIS_KEY_PREFIX / str(shard) / "bloom" / fields["logid"]
+    names = {p.name for p in folder.iterdir()}
+    assert "key" in names and (folder / "key").read_text() == key, names
+    chunks = [folder / f"{n}.fps" for n in range(int(fields.get("cons", 0) or 0), int(fields["sealed"]))]
+    if int(fields.get("cons", 0) or 0):
+        chunks.insert(0, folder / f"c{fields['cons']}.fps")
+    assert sum(len(decode_chunk(c.read_bytes())) for c in chunks) == 12 * int(fields["sealedfps"])
+    assert hits is not None and hits > 0  # the filter answered for the links repeated across pages
+    fetched = collections.Counter(s.path for s in site.hits("/bc/"))
+    assert all(fetched[p] == 1 for p in ["/bc/", *pages]), fetched
+    assert max(fetched.values()) == 1, [p for p, n in fetched.items() if n > 1]
