@@ -8,7 +8,7 @@ to a topic of an embedded broker first; then, in this process, measured in the s
   hand-written loader without Kafka, upserts or dead letters would do;
 * **PostgreSQL sink**: a real :class:`~crawlhive.sink.worker.Sink` to ``postgresql://…`` reading the
   topic (Kafka poll on librdkafka and decoding, one ``INSERT … SELECT FROM unnest(…) ON CONFLICT`` transaction
-  per batch on the writer thread while the next batch is polled, offset commit), timed from its
+  per batch, two batches at once on two writer threads while the next is polled, offset commit), timed from its
   first batch to its last;
 * **a consumer alone**: the sink's consumer (librdkafka, the same adapter and batches) reading
   the topic in a group of its own and doing nothing else: how fast the broker hands one consumer
@@ -139,16 +139,17 @@ def run_sink(settings: Settings, total: int, total_bytes: int, name: str) -> tup
         while sink.totals.records == 0:
             sink.run_once()
         first = sink.totals.records
-        conn = getattr(sink.store, "conn", None)
-        pid = conn.info.backend_pid if conn is not None else None
-        server = backend_cpu(pid) if pid else 0.0
+        pids = getattr(sink.store, "backend_pids", list)  # its connections' server processes
+        server = {pid: backend_cpu(pid) for pid in pids()}
         started, cpu = time.perf_counter(), time.process_time()
         while sink.totals.records < total:
             sink.run_once()
         elapsed = time.perf_counter() - started
         CPU[name] = (time.process_time() - cpu) * total / (total - first)
-        if pid:
-            SERVER_CPU[name] = (backend_cpu(pid) - server) * total / (total - first)
+        ended = {pid: backend_cpu(pid) for pid in pids()}  # (a writer's connection may open after the start)
+        if ended:
+            spent = sum(seconds - server.get(pid, 0.0) for pid, seconds in ended.items())
+            SERVER_CPU[name] = spent * total / (total - first)
         if sink.totals.dead_letters:
             raise SystemExit(f"{sink.totals.dead_letters} dead letters")
     finally:

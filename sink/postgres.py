@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -234,6 +235,9 @@ def encode_statements(rows: list[tuple[SinkRecord, tuple[Any, ...]]]) -> list[St
     statements = []
     for chunk in chunked(rows):
         unique = len({row[:3] for row in chunk}) == len(chunk)
+        # in key order (stable: a page's versions keep theirs), so that two batches written at once
+        # (PostgresStore.writers) take their rows' locks in the same order and never deadlock
+        chunk.sort(key=_row_key)
         columns = [list(column) for column in zip(*chunk, strict=True)]
         encoded = transformer.dump_sequence(columns, [])
         statements.append(Statement(unique, [Encoded(bytes(data or b"")) for data in encoded]))
@@ -247,13 +251,24 @@ class PostgresStore(Store):
     #: The server's share of a batch (COPY, upsert, commit) waits without the GIL: the sink polls
     #: and decodes the next batch meanwhile.
     overlaps = True
+    #: Batches written at once, each on a connection of its own: the server's share of a batch is
+    #: one backend process's CPU, so two keep two cores busy where one left the second to the sink
+    #: alone. Their rows are upserted in key order, so two transactions wait for each other's rows
+    #: (a page in both) but never deadlock.
+    writers = 2
 
     def __init__(self, url: str, conninfo: str, table: str) -> None:
         self.url = url
         self.conninfo = conninfo
         self.table_name = table
         self.table = sql.Identifier(*table.split("."))
-        self.conn: psycopg.Connection[Any] | None = None
+        #: Each thread's connection (the sink's, and one per writer thread), and every one opened.
+        self._local = threading.local()
+        self._conns: list[psycopg.Connection[Any]] = []
+        self._conns_lock = threading.Lock()
+        #: Raised when a thread finds its connection lost: every thread then reconnects before its
+        #: next write (the sink's probe too, so it does not take a stale connection for a live one).
+        self._epoch = 0
         columns = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
         values = sql.SQL(", ").join(
             sql.SQL("{c}::jsonb" if c == "record" else "{c}").format(c=sql.Identifier(c)) for c in COLUMNS
@@ -284,8 +299,10 @@ class PostgresStore(Store):
             SettingsError: the table exists without the columns of §20.2, or the URL is refused
                 (wrong user, database, password).
         """
-        if self.conn is not None and not self.conn.closed:
+        if self.conn is not None and not self.conn.closed and getattr(self._local, "epoch", -1) == self._epoch:
             return
+        if self.conn is not None:  # lost on another thread: this one's is no better
+            self._drop_connection()
         try:
             conn = psycopg.connect(
                 self.conninfo,
@@ -307,7 +324,21 @@ class PostgresStore(Store):
         except BaseException:
             conn.close()
             raise
-        self.conn = conn
+        self._local.conn = conn
+        self._local.epoch = self._epoch
+        with self._conns_lock:
+            self._conns = [c for c in self._conns if not c.closed] + [conn]
+
+    def backend_pids(self) -> list[int]:
+        """The PostgreSQL server processes of this store's open connections (the benchmark reads
+        their CPU)."""
+        with self._conns_lock:
+            return [c.info.backend_pid for c in self._conns if not c.closed]
+
+    @property
+    def conn(self) -> psycopg.Connection[Any] | None:
+        """The calling thread's connection (None before :meth:`open` on that thread)."""
+        return getattr(self._local, "conn", None)
 
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
         short = self.table_name.rpartition(".")[2][:50]
@@ -335,11 +366,25 @@ class PostgresStore(Store):
             )
 
     def close(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None:
+        """Close every connection (each thread's reconnects on its next write)."""
+        self._local.conn = None
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
             try:
                 conn.close()
             except Exception:  # noqa: BLE001 - shutting down
+                logger.debug("closing the PostgreSQL connection failed", exc_info=True)
+
+    def _drop_connection(self) -> None:
+        """Close the calling thread's connection (lost): its next write reconnects."""
+        conn, self._local.conn = self.conn, None
+        if conn is not None:
+            with self._conns_lock:
+                self._conns = [c for c in self._conns if c is not conn]
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - already broken
                 logger.debug("closing the PostgreSQL connection failed", exc_info=True)
 
     # --- writing -----------------------------------------------------------------------------
@@ -446,8 +491,14 @@ class PostgresStore(Store):
             or state.startswith(TRANSIENT_SQLSTATES)
         )
         if lost:
-            self.close()
+            self._epoch += 1
+            self._drop_connection()
         return lost
+
+
+def _row_key(row: tuple[Any, ...]) -> tuple[str, str, str]:
+    """A row's key (appid, crawlid, url): the table's primary key."""
+    return row[0], row[1], row[2]
 
 
 def _refused(exc: psycopg.OperationalError) -> bool:

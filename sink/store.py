@@ -60,6 +60,10 @@ class Store(ABC):
     #: True if :meth:`write` may run on the sink's writer thread while the sink polls and decodes
     #: the next batch (meanwhile the sink may call :meth:`held_back` and :meth:`tick`, nothing else).
     overlaps: ClassVar[bool] = False
+    #: Batches a store that :attr:`overlaps` writes at once, each on a writer thread of its own
+    #: (:meth:`write_prepared` is then called from several threads; the sink completes the
+    #: batches, and commits their offsets, in the order it polled them).
+    writers: ClassVar[int] = 1
 
     @abstractmethod
     def open(self) -> None:

@@ -85,6 +85,10 @@ class Batch:
         assert self.future is not None
         return self.future.result()
 
+    def done(self) -> bool:
+        """The write has ended (:meth:`wait` does not block)."""
+        return self.future is not None and self.future.done()
+
     def wait_quietly(self) -> None:
         """Wait for the write to end, whatever it did (the batch is being rewound)."""
         try:
@@ -123,8 +127,9 @@ class Sink(ConsumerWorker):
         #: Per partition: the offset after the last record processed, and the offset committed.
         self._positions: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
-        #: The batch the store is writing on the writer thread (stores that overlap only).
-        self._inflight: Batch | None = None
+        #: The batches the store is writing on its writer threads, oldest first (stores that
+        #: overlap only; at most Store.writers).
+        self._inflight: list[Batch] = []
         self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
@@ -169,11 +174,9 @@ class Sink(ConsumerWorker):
                     self.commit_durable()
                 except Exception as exc:  # noqa: BLE001 - not committed: the group delivers it again
                     logger.info("sink %s: the last records were not committed (%s); they come again", self.name, exc)
-                    if self._inflight is not None:
-                        self._inflight.wait_quietly()
-            elif self._inflight is not None:
-                self._inflight.wait_quietly()
-            self._inflight = None
+            for unfinished in self._inflight:
+                unfinished.wait_quietly()
+            self._inflight = []
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
                 self._executor = None
@@ -258,8 +261,8 @@ class Sink(ConsumerWorker):
         """
         assert self.consumer is not None, "setup() first"
         self._pause_while_full()
-        inflight, self._inflight = self._inflight, None
-        timeout = 0 if inflight is not None else self.poll_timeout_ms
+        inflight, self._inflight = self._inflight, []
+        timeout = 0 if inflight else self.poll_timeout_ms
         polled = self.consumer.poll(timeout_ms=timeout, max_records=self.max_poll_records)
         result = SinkResult()
         try:
@@ -267,15 +270,24 @@ class Sink(ConsumerWorker):
             records = [record for records in polled.values() for record in records]
             batch = self._prepare(polled, records) if records else None
             if batch is not None and batch.good and self.store.overlaps:
-                batch.prepared = self.store.prepare(batch.good)  # while the writer is busy
-            if inflight is not None:
-                result.add(self._complete(inflight, inflight.wait()))
-                inflight = None
+                batch.prepared = self.store.prepare(batch.good)  # while the writers are busy
+            # complete the batches in flight in the order they were polled: those done; the oldest
+            # when nothing was polled (nothing else to do); all before a batch written here (it is
+            # completed at once: its offsets must not be committed before theirs); the oldest while
+            # every writer is busy
+            while inflight and (
+                inflight[0].done() or batch is None or batch.prepared is None or len(inflight) >= self.store.writers
+            ):
+                result.add(self._complete(inflight[0], inflight[0].wait()))
+                inflight.pop(0)  # (only once completed: a failed one is rewound below)
+                if batch is None:
+                    break
             if batch is not None:
                 if batch.prepared is not None:
-                    self._inflight = batch.submit(self._writer(), self.store)
+                    inflight.append(batch.submit(self._writer(), self.store))
                 else:
                     result.add(self._complete(batch, self.store.write(batch.good) if batch.good else WriteResult()))
+            self._inflight, inflight = inflight, []
             assigned = self.consumer.assignment()
             for partition in [p for p in self._positions if p not in assigned]:
                 del self._positions[partition]  # its next owner starts from the committed offset
@@ -283,12 +295,13 @@ class Sink(ConsumerWorker):
             self.store.tick({(p.topic, p.partition) for p in assigned})
             result.add(self._files_written())
         except BaseException:
-            if self._inflight is not None:
-                self._inflight.wait_quietly()
-                self._inflight = None
-            self.rewind(polled)
-            if inflight is not None:  # not completed: read again from its first offsets
-                self.rewind(inflight.polled)
+            unfinished = [*self._inflight, *inflight]  # not completed: read again from their first offsets
+            for left in unfinished:
+                left.wait_quietly()
+            self._inflight = []
+            self.rewind(polled)  # newest first: each rewind seeks back, so the oldest's comes last
+            for left in reversed(unfinished):
+                self.rewind(left.polled)
             self._rewind_held()
             raise
         self.commit_durable()
@@ -350,23 +363,30 @@ class Sink(ConsumerWorker):
 
     def _writer(self) -> ThreadPoolExecutor:
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlhive-sink-write")
+            self._executor = ThreadPoolExecutor(
+                max_workers=max(1, self.store.writers), thread_name_prefix="crawlhive-sink-write"
+            )
         return self._executor
 
     def finish_inflight(self) -> None:
-        """Complete the batch in flight, if any, and commit it (on close, after a stop request).
+        """Complete the batches in flight, in order, and commit them (on close, after a stop request).
 
         Raises:
-            BackendUnavailable: its write failed (it was not committed: it comes again).
+            BackendUnavailable: a write failed (it and those after it were not committed: they come again).
         """
-        inflight, self._inflight = self._inflight, None
-        if inflight is not None:
+        inflight, self._inflight = self._inflight, []
+        while inflight:
+            head = inflight[0]
             try:
-                self._complete(inflight, inflight.wait())
+                self._complete(head, head.wait())
             except BaseException:
-                self.rewind(inflight.polled)
+                for left in inflight:
+                    left.wait_quietly()
+                for left in reversed(inflight):  # newest first: the oldest's seek comes last
+                    self.rewind(left.polled)
                 raise
-            self.commit_durable()
+            inflight.pop(0)
+        self.commit_durable()
 
     def _rewind_held(self) -> None:
         """After a failed write: read again from the first record the store held back and forgot

@@ -8,6 +8,7 @@ import json
 import logging
 import secrets
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -342,3 +343,54 @@ def test_lag_counts_every_record_of_the_last_batch(settings: Settings, pg_table:
     finally:
         sink.teardown()
     assert count(pg_table) == 20
+
+
+def test_two_batches_written_at_once_over_the_same_pages_never_deadlock(
+    settings: Settings, pg_table: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The PostgreSQL store writes two batches at once (PostgresStore.writers, each on a
+    connection of its own). Batches of the same 400 pages in opposite orders, each a newer version:
+    the two transactions wait for each other's rows but never deadlock (rows are upserted in key
+    order), nothing is refused or retried, every page ends with its newest version, and the
+    offsets are committed to the end."""
+    caplog.set_level(logging.INFO, logger="crawlhive")
+    pages = [f"http://o.example/{i:03d}" for i in range(400)]
+    records = []
+    for version in range(12):
+        order = pages if version % 2 else pages[::-1]
+        stamp = f"2026-11-25T12:{version:02d}:00.000000"
+        records += [cleaned(url, stamp, title=f"v{version}") for url in order]
+    topic = settings.topic(f"cleaned-{secrets.token_hex(3)}")
+    ensure_topics(settings.copy_with(KAFKA_TOPIC_PARTITIONS=1), [topic, settings.topic("dead_letter")])
+    produce(settings, topic, records)
+    sink = Sink.from_settings(
+        settings.copy_with(SINK_URL=sink_url(pg_table), SINK_FROM=topic, SINK_MAX_POLL_RECORDS=400)
+    )
+    writing, most = [0], [0]
+    lock = threading.Lock()
+    write = sink.store.write_prepared
+
+    def counted(prepared: Any) -> Any:  # how many batches are being written at once
+        with lock:
+            writing[0] += 1
+            most[0] = max(most[0], writing[0])
+        try:
+            time.sleep(0.01)  # (each write long enough for the next to start beside it)
+            return write(prepared)
+        finally:
+            with lock:
+                writing[0] -= 1
+
+    monkeypatch.setattr(sink.store, "write_prepared", counted)
+    try:
+        assert sink.start()
+        _drain(sink, len(records))
+        sink.finish_inflight()
+    finally:
+        sink.teardown()
+    assert sink.store.writers == 2 and most[0] == 2
+    assert sink.totals.dead_letters == 0 and sink.totals.written + sink.totals.duplicates == len(records)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text  # no deadlock retried
+    table = rows(pg_table)
+    assert [r["url"] for r in table] == pages and {r["title"] for r in table} == {"v11"}
+    assert committed(settings, topic, sink.group) == len(records)
