@@ -10,6 +10,8 @@ a newer row, so redelivery and reordering leave one row per page holding its new
 columns go as binary arrays, which PostgreSQL reads without parsing text, and the rows are written
 once (a ``COPY`` into a staging table, then the upsert, wrote them twice and cost four round trips).
 A batch of more than :data:`CHUNK_BYTES` is split into several upserts of the same transaction.
+Two batches are written at once, on two connections (:attr:`PostgresStore.writers`), their rows in
+key order, so two transactions over the same pages wait for each other's rows, never deadlock.
 When the transaction commits, the batch is durable and the sink may commit its offsets.
 
 Records the table cannot hold are refused alone before the batch is sent, each a dead letter: a
