@@ -212,7 +212,7 @@ class BloomCompactor:
             due = int(state.get("count", 0)) >= int(state.get("next", 0) or 0)
             self.seal(shard, key, state, everything=due)
             if due:
-                self.compact(shard, key, lock, token)
+                self.compact(shard, key, lock)
             self.health.up()
             return None
         except OSError as exc:
@@ -263,10 +263,11 @@ class BloomCompactor:
 
     # --- compact -------------------------------------------------------------------------------
 
-    def compact(self, shard: int, key: str, lock: str = "", token: str = "") -> bool:
+    def compact(self, shard: int, key: str, lock: str = "") -> bool:
         """Rebuild the filter whose state is *key* as one base of its count plus GROWTH from its
         log; True if the swap took it. A filter that outgrew the base while it was built is built
-        again for its new count (up to three times; then the next flag does it).
+        again for its new count (up to three times; then the next flag does it). *lock*, the
+        filter's lock this monitor holds, is renewed before the catch-up.
 
         Raises:
             OSError: the store could not be read or written.
