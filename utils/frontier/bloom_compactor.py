@@ -440,14 +440,7 @@ class BloomCompactor:
         return len(dead)
 
     def _sweep_due(self) -> None:
-        if not self._sweeps.due():
-            return
-        for shard in range(self.keys.shards):
-            try:
-                self.sweep(shard)
-            except OSError as exc:
-                self._down(exc)
-                return
+        self._sweeps.sweep_shards(self.keys.shards, self.sweep, self._down)
 
     def _down(self, exc: BaseException) -> None:
         self.counts.store_errors += 1

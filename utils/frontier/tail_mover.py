@@ -699,14 +699,7 @@ class TailMover:
 
     def _sweep_due(self) -> None:
         """Run :meth:`sweep` over every shard every SWEEP_EVERY_S (the first time a minute after start)."""
-        if not self._sweeps.due():
-            return
-        for shard in range(self.keys.shards):
-            try:
-                self.sweep(shard)
-            except OSError as exc:
-                self._down(exc)
-                return
+        self._sweeps.sweep_shards(self.keys.shards, self.sweep, self._down)
 
     # --- the store's health ------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ import struct
 import sys
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
@@ -389,6 +389,18 @@ class Schedule:
             return False
         self._next = now + self.every_s
         return True
+
+    def sweep_shards(self, shards: int, sweep: Callable[[int], int], down: Callable[[BaseException], None]) -> None:
+        """If due, run *sweep* over shards 0 .. *shards* - 1; the store failing stops the round
+        (*down* is told: the next is due in *every_s*)."""
+        if not self.due():
+            return
+        for shard in range(shards):
+            try:
+                sweep(shard)
+            except OSError as exc:
+                down(exc)
+                return
 
 
 def object_mtime(info: dict[str, Any]) -> float:
