@@ -196,22 +196,23 @@ def extract(html: str, url: str, markdown: bool = False, max_url_length: int = M
     except (ValueError, TypeError, AttributeError):  # broken markup the metadata search gives up on
         fields = {}
     try:
+        # (output_format "markdown": bare_extraction then leaves the serialising to us, which
+        # serialises the Markdown only when it is asked for)
         document = trafilatura.bare_extraction(
-            tree, url=url, include_formatting=True, include_links=False, **EXTRACTION
+            tree, url=url, include_formatting=True, include_links=False, output_format="markdown", **EXTRACTION
         )
     except (ValueError, TypeError, AttributeError):  # broken markup trafilatura gives up on
         document = None
-    text = getattr(document, "text", None)
+    text = None
     body = getattr(document, "body", None)
     if body is not None:
         from lxml import etree
         from trafilatura.xml import xmltotxt
 
-        # bare_extraction's text is already the Markdown of its body (xmltotxt with formatting):
-        # serialising the body again cost a tenth of the extraction; the body is no longer needed
-        # after it, so the plain text is made from it in place (no copy)
+        # the Markdown of the body (xmltotxt with formatting: it works on a copy), then the plain
+        # text from the body itself, in place (it is no longer needed after)
         if markdown:
-            fields["markdown"] = str(text or "").strip() or None
+            fields["markdown"] = str(xmltotxt(body, True) or "").strip() or None
         if fields.get("markdown"):  # the links of the main content, mapped back from the page's tree
             try:
                 fields["markdown"] = add_links(fields["markdown"], tree, url, max_url_length)
