@@ -22,7 +22,14 @@ from crawlhive.rest.metrics import RestMetrics
 from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
 from crawlhive.utils.config.settings import Settings
-from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierReader, FrontierRequest, ThrottleConfig
+from crawlhive.utils.frontier import (
+    Frontier,
+    FrontierLeaser,
+    FrontierReader,
+    FrontierRequest,
+    ThrottleConfig,
+    tail_mover,
+)
 from crawlhive.utils.frontier.tail_mover import COLD_SPILL_MIN, COLD_WAIT_S, TailMover
 from crawlhive.utils.frontier.tails import TailStore, decode_segment, encode_segment, parse_tail_member
 
@@ -418,15 +425,36 @@ def test_a_small_cold_queue_waits_a_minute_then_spills_whole(
     flagged_at = redis_client.zscore(wanted, queue)
     assert flagged_at is not None
     _settle(mover)
-    # not spilled yet, its flag kept for a minute after it was raised
+    # not spilled yet, its flag kept for a minute after it was raised (to the next whole second)
     assert redis_client.zcard(queue) == 3
-    assert redis_client.zscore(wanted, queue) == pytest.approx(flagged_at + COLD_WAIT_S)
-    # a minute later: all three go, in one segment
-    assert mover.spill(queue, flagged_at - COLD_WAIT_S) == 3
+    put_off = redis_client.zscore(wanted, queue)
+    assert put_off is not None and put_off.is_integer() and 0 <= put_off - (flagged_at + COLD_WAIT_S) < 1
+    # a minute later, that flag come due: all three go, in one segment
+    assert mover.spill(queue, put_off) == 3
     assert redis_client.zcard(queue) == 0
     assert [parse_tail_member(m)[1] for m in _tail_members(redis_client, settings, "z-cold.example")] == [3]
     if keys.shards == 1:  # the hot domain's queue keeps its head
         assert redis_client.zcard(keys.crawl_queue("link", "app", "t1", "a-hot.example")) == 3
+    assert sorted(_drain(redis_client, settings, mover)) == sorted(hot + cold)
+
+
+def test_a_small_cold_queue_spills_when_its_put_off_flag_comes_due(
+    redis_client: redis.Redis, tail_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the mover's own passes (COLD_WAIT_S made 1 s): the put-off flag, once due, spills
+    the queue. Before, the pass took the put-off flag's score for a new flag and put it off again,
+    for ever: a cold queue of a few requests never left Redis (and bench/tails.py's broad crawl
+    never settled)."""
+    monkeypatch.setattr(tail_mover, "COLD_WAIT_S", 1.0)
+    settings, keys, hot, cold, mover, queue, wanted = _small_cold_queue(redis_client, tail_settings)
+    shard = keys.shard_of("z-cold.example")
+    deadline = time.monotonic() + 10
+    while redis_client.zcard(queue):
+        assert time.monotonic() < deadline, ("never spilled", redis_client.zscore(wanted, queue))
+        mover.run_once(shard)
+        time.sleep(0.1)
+    assert [parse_tail_member(m)[1] for m in _tail_members(redis_client, settings, "z-cold.example")] == [3]
+    assert redis_client.zscore(wanted, queue) is None
     assert sorted(_drain(redis_client, settings, mover)) == sorted(hot + cold)
 
 

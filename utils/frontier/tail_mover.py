@@ -45,6 +45,7 @@ requests until it is gone.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import threading
 import time
@@ -86,6 +87,17 @@ FLAGS_PER_PASS = 64
 #: costs Redis a zset of its own, over a kilobyte, where its tail's pointer costs tens of bytes).
 COLD_SPILL_MIN = 8
 COLD_WAIT_S = 60.0
+
+
+def put_off(score: float) -> bool:
+    """Whether a spill flag's *score* is one a mover put off (a small cold queue's, to
+    ``ceil(flagged + COLD_WAIT_S)``: a whole second) rather than one a push or a pop raised (the
+    time of its flag, in microseconds: a whole second once in a million, which only spills that
+    queue a minute early). A put-off flag that comes due spills the queue; before, its score was
+    taken for a new flag and put off again, for ever: a cold queue of a few requests never left Redis."""
+    return float(score).is_integer()
+
+
 #: Seconds before a queue whose spill or refill failed with the store is looked at again.
 STORE_RETRY_S = 2.0
 #: Seconds between two sweeps of a redis-monitor for objects no pointer names, and the least age of
@@ -324,12 +336,14 @@ class TailMover:
         requests stay in Redis).
 
         A queue keeps FRONTIER_HEAD_SIZE requests if its domain is hot, else none. A cold queue under
-        COLD_SPILL_MIN spills only once its flag is COLD_WAIT_S old (until then its flag is kept for
-        then, in ``_later``), or as soon as a push or pop flags it again (bringing its flag forward)
-        with COLD_SPILL_MIN or more. The queues are worked together, a segment of each per round: a round
-        is one pipeline of reads, the segments' writes (:meth:`TailStore.write_many`: synced
-        together), and one pipeline of ``tail_spill.lua`` calls, so a broad crawl's many small
-        queues cost a few round trips per FLAGS_PER_PASS queues, not five per queue.
+        COLD_SPILL_MIN spills only once its flag is COLD_WAIT_S old: its flag is put off to then (a
+        whole second, :func:`put_off`; in ``_later`` until the pass writes it), and spills the
+        queue when it comes due; a push's flag meanwhile brings it forward (the minute starts
+        again from the last arrival), and one with COLD_SPILL_MIN or more spills at once. The
+        queues are worked together, a segment of each per round: a round is one pipeline of reads,
+        the segments' writes (:meth:`TailStore.write_many`: synced together), and one pipeline of
+        ``tail_spill.lua`` calls, so a broad crawl's many small queues cost a few round trips per
+        FLAGS_PER_PASS queues, not five per queue.
         """
         work: list[_Spill] = []
         for queue, flagged_at, (spider, appid, crawlid, domain, render), shard in self._parsed(flags):
@@ -351,7 +365,6 @@ class TailMover:
             pipe.zcard(item.queue)
             pipe.zrank(item.domains, item.domain)
         replies = pipe.execute()
-        now = time.time()
         active: list[_Spill] = []
         for index, item in enumerate(work):
             card, rank = int(replies[2 * index]), replies[2 * index + 1]
@@ -360,9 +373,8 @@ class TailMover:
             item.least = self.spill_min if hot else COLD_SPILL_MIN
             item.excess = card - item.keep
             if not hot and 0 < card < COLD_SPILL_MIN:
-                due = item.flagged_at + COLD_WAIT_S
-                if now < due:
-                    self._later[item.queue] = due
+                if not put_off(item.flagged_at):  # (a pass takes the flags due within its second)
+                    self._later[item.queue] = math.ceil(item.flagged_at + COLD_WAIT_S)
                     continue
                 item.least = 1  # its flag waited COLD_WAIT_S: whatever it holds goes
             elif card <= (self.spill_above if hot else COLD_SPILL_MIN - 1):
