@@ -354,8 +354,7 @@ class BloomCompactor:
         if consolidated:
             if self.replicas is not None:
                 self.replicas.wait([shard], cluster_wide=False)
-            replaced = ([f"c{cons}.fps"] if cons else []) + [f"{n}.fps" for n in range(cons, sealed)]
-            self.store.delete([self.chunk_path(shard, logid, name) for name in replaced])
+            self.store.delete([self.chunk_path(shard, logid, name) for name in names])  # what c<sealed> replaced
         return True
 
     def _catch_up(self, log: str, at: int, pieces: list[str], sizes: list[int], room: int) -> int:
