@@ -21,7 +21,7 @@ import pytest
 import redis
 from support.cluster_crawl import Component
 from support.crawler import TestSite, crawler_env, crawler_module, html, seed
-from test_dupefilter_bloom import CRAWL, SITE, _admit, _pages, _urls
+from test_dupefilter_bloom import CRAWL, SITE, _admit, _pages, _send_again_stopped, _urls
 
 from crawlhive.crawler.admit import Admission, stored_fingerprint
 from crawlhive.crawler.leases import LeaseContext
@@ -29,10 +29,10 @@ from crawlhive.crawler.requests import url_fingerprint
 from crawlhive.redis_monitor.monitor import RedisMonitor
 from crawlhive.redis_monitor.plugins.bloom import BloomCompaction
 from crawlhive.utils.backends.keys import Keys
-from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
+from crawlhive.utils.backends.redis_clients import keys_from_settings
 from crawlhive.utils.config.errors import NotConfigured
 from crawlhive.utils.config.settings import Settings
-from crawlhive.utils.frontier import Frontier, FrontierReader, FrontierRequest, bloom, bloom_compactor
+from crawlhive.utils.frontier import FrontierReader, bloom, bloom_compactor
 from crawlhive.utils.frontier.bloom_compactor import (
     CATCHUP_BYTES,
     PIECE_TTL_MS,
@@ -394,12 +394,7 @@ def test_a_compacted_filter_restarted_afresh_goes_with_its_log(
     names = [key, Keys.bloom_log_of(key)] + [Keys.bloom_layer_of(key, i) for i in range(bloom.MAX_LAYERS)]
     assert redis_client.exists(key) and redis_client.exists(Keys.bloom_log_of(key))
 
-    for s in range(keys.shards):
-        redis_client.set(keys.crawl_stopped(*CRAWL, s), 1)
-    again = FrontierRequest(url=f"http://{SITE}/page0", appid="app", crawlid="b1", recrawl={"interval": 3600})
-    pipe = write_pipeline(redis_client)
-    Frontier.from_settings(redis_client, redis_settings).push([again], pipe)
-    pipe.execute()
+    _send_again_stopped(redis_client, redis_settings, keys)
     assert not any(redis_client.exists(name) for name in names)
 
     (page,) = _pages(redis_client, redis_settings, 1, first=1)

@@ -80,6 +80,16 @@ def _admit(admission: Admission, context: LeaseContext, urls: list[str], chunk: 
     return admitted
 
 
+def _send_again_stopped(client: redis.Redis, settings: Settings, keys: Keys) -> None:
+    """Stop the crawl on every shard, then send it again with ``recrawl``: it starts afresh (§19.1)."""
+    for s in range(keys.shards):
+        client.set(keys.crawl_stopped(*CRAWL, s), 1)
+    again = FrontierRequest(url=f"http://{SITE}/page0", appid="app", crawlid="b1", recrawl={"interval": 3600})
+    pipe = write_pipeline(client)
+    Frontier.from_settings(client, settings).push([again], pipe)
+    pipe.execute()
+
+
 def _filter_keys(client: redis.Redis, keys: Keys) -> list[str]:
     """The Bloom filter's keys of crawl b1 in SITE's shard: its state and its layers."""
     shard = keys.shard_of(SITE)
@@ -239,12 +249,7 @@ def test_the_filter_expires_with_the_dupefilter_and_a_recrawl_restart_lifts_it(
     admission.filter_ttl_ms = 600_000
     assert len(_admit(admission, page, _urls("r", 300))) == 300
     names = _filter_keys(redis_client, keys)
-    for s in range(keys.shards):
-        redis_client.set(keys.crawl_stopped(*CRAWL, s), 1)
-    again = FrontierRequest(url=f"http://{SITE}/page0", appid="app", crawlid="b1", recrawl={"interval": 3600})
-    pipe = write_pipeline(redis_client)
-    Frontier.from_settings(redis_client, redis_settings).push([again], pipe)
-    pipe.execute()
+    _send_again_stopped(redis_client, redis_settings, keys)
     assert not any(redis_client.exists(n) for n in names)
 
 

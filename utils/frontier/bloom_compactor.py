@@ -222,8 +222,7 @@ class BloomCompactor:
             self.scripts["lock_release"](keys=[lock], args=[token])
 
     def _state(self, key: str) -> dict[str, str]:
-        raw: dict[Any, Any] = self.redis.hgetall(key)
-        return {_text(k): _text(v) for k, v in raw.items()}
+        return _decoded(self.redis.hgetall(key))
 
     # --- seal ----------------------------------------------------------------------------------
 
@@ -285,7 +284,7 @@ class BloomCompactor:
         pipe.hgetall(key)
         pipe.get(log)
         raw_state, raw_log = pipe.execute()
-        state = {_text(k): _text(v) for k, v in raw_state.items()}
+        state = _decoded(raw_state)
         if state.get("log") != "1" or not state.get("logid"):
             return False
         unsealed = bytes(raw_log or b"")
@@ -312,7 +311,8 @@ class BloomCompactor:
         sizes = bloom.pieces(math.ceil(max(count, 1) * (1 + bloom.GROWTH)))
         capacity = bloom.base_capacity(sizes)
         built = bloom.build_base(iter(arrays), sizes)
-        old, new = int(state.get("gen", 0) or 0), int(state.get("gen", 0) or 0) + 1
+        old = int(state.get("gen", 0) or 0)
+        new = old + 1
         pieces = [self.keys.bloom_piece_of(key, new, i) for i in range(len(sizes))]
         pipe = self.redis.pipeline(transaction=False)
         for name, data in zip(pieces, built, strict=True):
@@ -449,6 +449,11 @@ class BloomCompactor:
 def _raw(value: Any) -> bytes:
     """A bytes client's reply as bytes (the compactor's client answers bytes; a str is encoded)."""
     return value.encode("latin-1") if isinstance(value, str) else bytes(value or b"")
+
+
+def _decoded(raw: dict[Any, Any]) -> dict[str, str]:
+    """A filter's state hash as text."""
+    return {_text(k): _text(v) for k, v in raw.items()}
 
 
 def _text(value: Any) -> str:

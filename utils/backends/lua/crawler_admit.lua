@@ -224,7 +224,7 @@ end
 for filter in pairs(recorded) do redis.call('PEXPIRE', record(filter), record_ttl) end
 for k = 3, #KEYS do redis.call('PEXPIRE', KEYS[k], ttl) end
 for filter in pairs(bloom_of) do
-  if bloom(filter) then bloom_close(bloom(filter), ttl, wanted_of[filter] ~= nil, wanted_of[filter]) end
+  if bloom(filter) then bloom_close(bloom(filter), ttl, wanted_of[filter]) end
 end
 if reserved then out[#out + 1] = used end
 return out

@@ -109,6 +109,27 @@ local function bloom_base_each(b, fp, each)
   end
 end
 
+-- Append to args[piece] the BITFIELD subcommand of each base position of 'fp': 'GET u1 <offset>',
+-- or with 'set' 'SET u1 <offset> 1'. With 'at', also append to it each position's piece and the
+-- index of its reply (GETs only).
+local function bloom_base_ops(b, fp, args, set, at)
+  bloom_base_each(b, fp, function(piece, offset)
+    local a = args[piece]
+    if not a then
+      a = {}
+      args[piece] = a
+    end
+    a[#a + 1] = set and 'SET' or 'GET'
+    a[#a + 1] = 'u1'
+    a[#a + 1] = string.format('%d', offset)
+    if set then a[#a + 1] = 1 end
+    if at then
+      at[#at + 1] = piece
+      at[#at + 1] = #a / 3
+    end
+  end)
+end
+
 -- Which of 'fps' the base holds: found[fp] = true (BITFIELD_RO per piece, in chunks).
 local function bloom_base_contains(b, fps, found)
   local per = 200
@@ -117,18 +138,7 @@ local function bloom_base_contains(b, fps, found)
     local args, where = {}, {}  -- piece -> BITFIELD_RO arguments; fp index -> {piece, reply index}...
     for j = first, last do
       local at = {}
-      bloom_base_each(b, fps[j], function(piece, offset)
-        local a = args[piece]
-        if not a then
-          a = {}
-          args[piece] = a
-        end
-        a[#a + 1] = 'GET'
-        a[#a + 1] = 'u1'
-        a[#a + 1] = string.format('%d', offset)
-        at[#at + 1] = piece
-        at[#at + 1] = #a / 3
-      end)
+      bloom_base_ops(b, fps[j], args, false, at)
       where[j] = at
     end
     local replies = {}
@@ -198,17 +208,7 @@ local function bloom_base_set(b, fps)
     pending = {}
   end
   for n, fp in ipairs(fps) do
-    bloom_base_each(b, fp, function(piece, offset)
-      local a = pending[piece]
-      if not a then
-        a = {}
-        pending[piece] = a
-      end
-      a[#a + 1] = 'SET'
-      a[#a + 1] = 'u1'
-      a[#a + 1] = string.format('%d', offset)
-      a[#a + 1] = 1
-    end)
+    bloom_base_ops(b, fp, pending, true)
     if n % 500 == 0 then flush() end
   end
   flush()
@@ -271,15 +271,15 @@ local function bloom_wants(b, length)
 end
 
 -- Write what this call counted (fingerprints added, links answered "seen"), log what it added
--- ('log': this crawler logs; 'wanted': the shard's compaction flags), ask for a seal or a
+-- (when this crawler logs: 'wanted', the shard's compaction flags, is given), ask for a seal or a
 -- compaction when due, and push the expiry of the state and every key of the filter to 'ttl' ms.
-local function bloom_close(b, ttl, log, wanted)
+local function bloom_close(b, ttl, wanted)
   if b.added > 0 then redis.call('HINCRBY', b.key, 'count', b.added) end
   if b.based then redis.call('HINCRBY', b.key, 'bfill', b.based) end
   if b.hits > 0 then redis.call('HINCRBY', b.key, 'hits', b.hits) end
   local logkey = b.key .. ':log'
   if b.log == '1' and #b.logged > 0 then
-    if not log then  -- a crawler that does not log added to it: the log is incomplete for good
+    if not wanted then  -- a crawler that does not log added to it: the log is incomplete for good
       redis.call('HSET', b.key, 'log', 'lost')
       redis.call('DEL', logkey)
       b.log = 'lost'
