@@ -53,6 +53,15 @@ STATUS_EVERY_S = 10.0
 #: SINK_ROLL_SECONDS of the file sinks ``up --sink`` starts, unless set: a file a few seconds after
 #: its first record (the default, 300 s, suits a production sink, not a first look at the output).
 UP_SINK_ROLL_SECONDS = 5.0
+#: KAFKA_SESSION_TIMEOUT_MS of the cleaners ``up`` starts on its embedded broker, unless set. That
+#: broker holds every join of a group for half the session timeout (in steps of a second), and a
+#: cleaner started, restarted or added cleans nothing until its join ends: at 2 s it is cleaning
+#: about a second and a half after its start, against 3.8 s at the default 6 s. Its heartbeats
+#: come from librdkafka's own thread, so a busy cleaner keeps its membership; a machine stalled
+#: for 2 s moves its partitions to another cleaner, which cleans their records again (at least
+#: once, docs/contract.md §13). Apache Kafka refuses sessions under 6 s by default, hence the
+#: embedded broker only.
+UP_CLEANER_SESSION_TIMEOUT_MS = 2000
 
 
 class SinkUnusable(CrawlhiveError):
@@ -269,15 +278,11 @@ class LocalCluster:
                 # `up` prints that it is stopping, once: the components' own first-signal lines
                 # would repeat it once each for a single Ctrl-C (they are DEBUG then).
                 env["LOG_STOP_SIGNALS"] = "false"
-            if not self.requested.is_set("SINK_ROLL_SECONDS"):
-                sink_env = {"SINK_ROLL_SECONDS": str(UP_SINK_ROLL_SECONDS)}
-            else:
-                sink_env = {}
             self.children = [
                 Child(
                     p.name,
                     [sys.executable, "-m", "crawlhive.app.cli", *p.argv],
-                    env={**env, **(sink_env if p.kind == "sink" else {}), **p.env},
+                    env={**env, **self.kind_env().get(p.kind, {}), **p.env},
                 )
                 for p in self.plan
             ]
@@ -294,6 +299,17 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+
+    def kind_env(self) -> dict[str, dict[str, str]]:
+        """Settings ``up`` gives the processes of a kind unless the user set them: the file sinks
+        roll within seconds (UP_SINK_ROLL_SECONDS), and on the embedded broker the cleaners join
+        within a second (UP_CLEANER_SESSION_TIMEOUT_MS)."""
+        kinds: dict[str, dict[str, str]] = {}
+        if not self.requested.is_set("SINK_ROLL_SECONDS"):
+            kinds["sink"] = {"SINK_ROLL_SECONDS": str(UP_SINK_ROLL_SECONDS)}
+        if "broker" in self.embedded and not self.requested.is_set("KAFKA_SESSION_TIMEOUT_MS"):
+            kinds["cleaner"] = {"KAFKA_SESSION_TIMEOUT_MS": str(UP_CLEANER_SESSION_TIMEOUT_MS)}
+        return kinds
 
     def force(self) -> None:
         """Kill every child now (a second Ctrl-C); the services then stop as usual, quickly."""

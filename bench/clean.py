@@ -32,7 +32,8 @@ From start (issue 50): a ``crawlhive cleaner`` process against a bare trafilatur
 same real pages, wall time from each one's start (target >= 1.5), and the cleaner's first cleaned
 record (target <= 1.5 s). Beside the latter: a bare consumer of a new group's first record on the
 same broker, which holds a new group's first join (the embedded broker for half
-KAFKA_SESSION_TIMEOUT_MS), and the difference, the cleaner's own share.
+KAFKA_SESSION_TIMEOUT_MS, which both get as ``crawlhive up`` gives its cleaners:
+UP_CLEANER_SESSION_TIMEOUT_MS), and the difference, the cleaner's own share.
 
 Run: ``python3 bench/site.py`` once, then ``.venv/bin/python bench/clean.py [--pages N] [--pairs 3]
 [--corpus DIR]`` (``--real-only`` skips the bench-site part).
@@ -56,6 +57,7 @@ import redis
 from benchkit import bench_settings, tree_cpu
 
 from crawlhive.app.embedded import EmbeddedCluster
+from crawlhive.app.up import UP_CLEANER_SESSION_TIMEOUT_MS
 from crawlhive.cleaner.cleaner import Cleaner
 from crawlhive.cleaner.page import Page
 from crawlhive.cleaner.plugins.dates import DatePlugin
@@ -118,6 +120,7 @@ def cleaner_process_cpu(cluster: EmbeddedCluster, work: Path, records: list[dict
     env.update(
         REDIS_URL=cluster.redis_url, KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap, REDIS_KEY_PREFIX=prefix,
         KAFKA_TOPIC_PREFIX=prefix, CRAWLHIVE_HOME=str(work), LOG_LEVEL="WARNING",
+        KAFKA_SESSION_TIMEOUT_MS=str(UP_CLEANER_SESSION_TIMEOUT_MS),
     )  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "cleaner"], env=env)
     client = redis.Redis.from_url(cluster.redis_url)
@@ -239,7 +242,9 @@ def cleaner_from_start(
     """Wall seconds from starting a ``crawlhive cleaner`` (its records already in the topic) to its
     first cleaned record, and to its last; and :func:`new_group_first_record_s` on its topic."""
     prefix = f"benchstart{tag}"
-    settings = bench_settings(cluster, work, prefix, ("crawled_firehose", "cleaned", "dead_letter"))
+    settings = bench_settings(cluster, work, prefix, ("crawled_firehose", "cleaned", "dead_letter")).copy_with(
+        KAFKA_SESSION_TIMEOUT_MS=UP_CLEANER_SESSION_TIMEOUT_MS  # as `crawlhive up` runs its cleaners
+    )
     producer = make_producer(settings)
     for item in records:
         producer.send(settings.topic("crawled_firehose"), json.dumps(item).encode())
@@ -252,6 +257,7 @@ def cleaner_from_start(
     env.update(
         REDIS_URL=cluster.redis_url, KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap, REDIS_KEY_PREFIX=prefix,
         KAFKA_TOPIC_PREFIX=prefix, CRAWLHIVE_HOME=str(work), LOG_LEVEL="WARNING",
+        KAFKA_SESSION_TIMEOUT_MS=str(UP_CLEANER_SESSION_TIMEOUT_MS),
     )  # fmt: skip
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "cleaner"], env=env)
@@ -312,7 +318,8 @@ def from_start(samples: list[corpuskit.Sample], pairs: int, copies: int) -> None
         f"first cleaned record after {first:.2f} s, median (target <= {FIRST_RECORD_TARGET_S}:"
         f" {'met' if first <= FIRST_RECORD_TARGET_S else 'NOT met'} on this broker); a bare consumer of a new group"
         f" gets its first record after {join:.2f} s here (the broker holds a new group's join: the embedded"
-        f" broker half KAFKA_SESSION_TIMEOUT_MS, Apache Kafka group.initial.rebalance.delay.ms, 0 in docker/);"
+        f" broker half KAFKA_SESSION_TIMEOUT_MS, {UP_CLEANER_SESSION_TIMEOUT_MS} ms for the cleaners of"
+        f" `crawlhive up` and here, Apache Kafka group.initial.rebalance.delay.ms, 0 in docker/);"
         f" the cleaner's own share {own:.2f} s, median (target <= {FIRST_RECORD_TARGET_S} where the broker does"
         f" not hold the join: {'met' if own <= FIRST_RECORD_TARGET_S else 'NOT met'})"
     )

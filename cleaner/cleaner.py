@@ -137,8 +137,9 @@ class Cleaner(ConsumerWorker):
         """
         check_redis(self.redis, self.settings)
         # The consumer first: librdkafka joins the group on a thread of its own (a broker holds a
-        # new group's first join for about 3 s) while the steps load their models and start the
-        # extraction process (about 2 s), so the first batch is polled after the longer of the two.
+        # new group's first join: 1-3 s) while the steps start side by side (the extraction
+        # processes import trafilatura, the language model loads on a thread: about half a second),
+        # so the first batch is polled after the longer of the two.
         self.open_kafka(
             self.source_topic,
             self.settings.cleaner_group,
@@ -150,14 +151,25 @@ class Cleaner(ConsumerWorker):
             self.steps = load_plugins(
                 COMPONENT, BUILTIN_PLUGINS, [self.settings.CLEANER_PLUGINS], lambda cls: cls.from_cleaner(self)
             )
+        try:  # they started side by side (the extraction processes, the language model)
+            for step in self.steps:
+                step.wait_ready()
+        except BaseException:  # the next set-up builds them again
+            self._close_steps()
+            raise
 
-    def close(self) -> None:
-        """Close the steps (the extraction process), then the Kafka clients."""
-        for step in self.steps:
+    def _close_steps(self) -> None:
+        """Close every step (the extraction processes) and forget them. Never raises."""
+        steps, self.steps = self.steps, []
+        for step in steps:
             try:
                 step.close()
             except Exception:  # noqa: BLE001 - shutting down: report and go on closing the rest
                 logger.warning("closing cleaner step %s failed", step.name, exc_info=True)
+
+    def close(self) -> None:
+        """Close the steps (the extraction process), then the Kafka clients."""
+        self._close_steps()
         super().close()
 
     # --- one iteration -----------------------------------------------------------------------

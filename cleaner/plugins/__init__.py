@@ -38,6 +38,14 @@ class CleanerPlugin:
     def from_cleaner(cls, cleaner: Cleaner) -> Self:
         return cls()
 
+    def wait_ready(self) -> None:
+        """Wait until what the step started while it was built is ready (the cleaner calls it once
+        every step is built, so that they start side by side, while the consumer joins its group).
+
+        Raises:
+            CrawlhiveError: the step cannot work (the cleaner's set-up then fails and is retried).
+        """
+
     def process(self, page: Page) -> None:
         """Clean *page* one step further (may raise Reject, Skip or Duplicate)."""
 

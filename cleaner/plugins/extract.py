@@ -83,8 +83,11 @@ class ExtractPlugin(CleanerPlugin):
         self.max_url_length = max_url_length
         self.extractors = [Extractor() for _ in range(max(1, processes))]
         self.extractor = self.extractors[0]
-        for extractor in self.extractors:  # they import trafilatura at the same time
+        for extractor in self.extractors:  # they import trafilatura at the same time (wait_ready)
             extractor.launch()
+
+    def wait_ready(self) -> None:
+        """Raises ExtractionFailed: a child did not start within its time."""
         for extractor in self.extractors:
             extractor.wait_ready()
 

@@ -6,6 +6,7 @@ neither says."""
 from __future__ import annotations
 
 import re
+import threading
 from typing import TYPE_CHECKING
 
 import py3langid
@@ -28,11 +29,21 @@ class LanguagePlugin(CleanerPlugin):
     name = "language"
 
     def __init__(self) -> None:
-        # The identifier loads its model on first use (over a second): here, not in the
-        # CLEANER_MAX_SECONDS of the first page.
-        py3langid.classify("warming up the language identifier")
+        # The identifier loads its model on first use (half a second: an LZMA file decompressed,
+        # which frees the GIL): on a thread of its own from here, while the other steps start and
+        # the consumer joins its group, not in the CLEANER_MAX_SECONDS of the first page.
+        self._warm: threading.Thread | None = threading.Thread(
+            target=py3langid.classify, args=("warming up the language identifier",), name="langid-model", daemon=True
+        )
+        self._warm.start()
+
+    def wait_ready(self) -> None:
+        if self._warm is not None:
+            self._warm.join()
+            self._warm = None
 
     def process(self, page: Page) -> None:
+        self.wait_ready()
         text = page.record.get("text") or ""
         language = None
         if len(text) >= MIN_CHARS:

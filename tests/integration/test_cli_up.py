@@ -20,11 +20,14 @@ from support.cli_up import (
     _kill_group,
     _lines_in,
     _on_a_terminal,
+    _ppid,
     _start_up,
     _tiny_site,
     _wait_until_connected,
     cluster,
 )
+
+from crawlhive.app.up import UP_CLEANER_SESSION_TIMEOUT_MS
 
 # the fixtures imported from support.cli_up: pytest finds them here
 __all__ = ["cluster"]
@@ -426,6 +429,46 @@ def test_feed_in_another_terminal_validates_with_the_settings_up_was_started_wit
         assert "validated with the settings of the running crawlhive up: " in fed.stderr, fed.stderr
         assert "RECRAWL_MIN_EVERY=5" in fed.stderr and "KAFKA_TOPIC_PREFIX=sharedtour" in fed.stderr
         os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(60) == 0
+        assert proc.wait(60) == 0, log.read_text()[-3000:]
     finally:
         _kill_group(proc)
+    assert not [line for line in log.read_text().splitlines() if any(word in line for word in NOISE)]
+
+
+def _children_env(up_pid: int) -> dict[str, dict[str, str]]:
+    """The environment of each component `up` runs, by its command (``cleaner``, ``kafka-monitor``…)."""
+    found: dict[str, dict[str, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or _ppid(int(entry.name)) != up_pid:
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"crawlhive.app.cli" in argv:
+            kind = argv[argv.index(b"crawlhive.app.cli") + 1].decode()
+            found[kind] = dict(item.decode().split("=", 1) for item in environ if b"=" in item)
+    return found
+
+
+@pytest.mark.parametrize("chosen", [None, "7000"])
+def test_up_gives_its_cleaners_a_short_session_on_the_embedded_broker_unless_one_is_chosen(
+    tmp_path: Path, chosen: str | None
+) -> None:
+    """On the embedded broker, which holds every join of a group half its session timeout, `up`
+    starts its cleaners with KAFKA_SESSION_TIMEOUT_MS 2000 (a cleaner started or restarted cleans
+    within about a second and a half); the other components keep theirs, and a value the user
+    chose wins everywhere."""
+    proc, log, _ = _start_up(tmp_path, **({"KAFKA_SESSION_TIMEOUT_MS": chosen} if chosen else {}))
+    try:
+        children = _children_env(proc.pid)
+        assert {"cleaner", "kafka-monitor", "crawler"} <= set(children), children.keys()
+        assert children["cleaner"].get("KAFKA_SESSION_TIMEOUT_MS") == (chosen or str(UP_CLEANER_SESSION_TIMEOUT_MS))
+        assert children["kafka-monitor"].get("KAFKA_SESSION_TIMEOUT_MS") == chosen
+        assert children["crawler"].get("KAFKA_SESSION_TIMEOUT_MS") == chosen
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        _kill_group(proc)
+    assert not [line for line in log.read_text().splitlines() if any(word in line for word in NOISE)]
