@@ -244,6 +244,9 @@ NO_GROUP_PREFIX = "crawlhive-nogroup"
 TOPIC_REFRESH_S = 0.5
 #: Where a group-less consumer starts a partition, by ``auto_offset_reset``.
 _RESETS = {"earliest": confluent_kafka.OFFSET_BEGINNING, "latest": confluent_kafka.OFFSET_END}
+#: Seconds a group member waits for its new partitions' committed offsets (one round trip to the
+#: group's coordinator; past it librdkafka reads them itself).
+COMMITTED_TIMEOUT_S = 5.0
 
 
 class RdKafkaConsumer:
@@ -320,10 +323,28 @@ class RdKafkaConsumer:
         """
         if self._group is not None:
             self._manual = False
-            self._consumer.subscribe(list(topics))
+            self._consumer.subscribe(list(topics), on_assign=self._on_assign)
             return
         self._wanted = list(dict.fromkeys(topics))
         self._assign_wanted()
+
+    def _on_assign(self, consumer: confluent_kafka.Consumer, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        """The group gave this member *partitions* (librdkafka calls this from :meth:`poll`): each
+        starts at the group's committed offset and, where the group committed none, at
+        ``auto_offset_reset``'s end named outright. Left to itself, librdkafka resets such a
+        partition after a fixed 100 ms back-off: a new group's first record came that much later
+        (a cleaner's first cleaned record, issue 50). If the committed offsets cannot be read, the
+        partitions are assigned as given (librdkafka reads and resets them itself)."""
+        try:
+            starts = consumer.committed(partitions, timeout=COMMITTED_TIMEOUT_S)
+        except confluent_kafka.KafkaException:
+            starts = partitions
+        else:
+            reset = _RESETS.get(self._reset, confluent_kafka.OFFSET_END)
+            for partition in starts:
+                if partition.offset < 0 and partition.error is None:
+                    partition.offset = reset
+        consumer.assign(starts)
 
     def _assign_wanted(self) -> None:
         """Add the partitions of the group-less subscription not assigned yet (new topics)."""
