@@ -392,7 +392,8 @@ def test_two_batches_written_at_once_over_the_same_pages_never_deadlock(
     assert sink.totals.dead_letters == 0 and sink.totals.written + sink.totals.duplicates == len(records)
     # no deadlock retried (the sink's own lines: kafka-python's admin client may warn of a slow
     # step of its network loop on a loaded machine, which a real process shows at DEBUG only)
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("crawlhive")], caplog.text
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("crawlhive")]
+    assert not warned, caplog.text
     table = rows(pg_table)
     assert [r["url"] for r in table] == pages and {r["title"] for r in table} == {"v11"}
     assert committed(settings, topic, sink.group) == len(records)
