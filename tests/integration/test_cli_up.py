@@ -457,7 +457,7 @@ def test_up_gives_its_cleaners_a_short_session_on_the_embedded_broker_unless_one
 ) -> None:
     """On the embedded broker, which holds every join of a group half its session timeout, `up`
     starts its cleaners with KAFKA_SESSION_TIMEOUT_MS 2000 (a cleaner started or restarted cleans
-    within about a second and a half); the other components keep theirs, and a value the user
+    within 2 s); the other components keep theirs, and a value the user
     chose wins everywhere."""
     proc, log, _ = _start_up(tmp_path, **({"KAFKA_SESSION_TIMEOUT_MS": chosen} if chosen else {}))
     try:
