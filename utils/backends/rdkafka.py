@@ -242,7 +242,7 @@ NO_GROUP_PREFIX = "crawlhive-nogroup"
 #: Seconds between two metadata requests of a group-less consumer while one of its topics has no
 #: partitions yet (a per-appid topic is created by its first record; kafka-python waits for it too).
 TOPIC_REFRESH_S = 0.5
-#: Where a group-less consumer starts a partition, by ``auto_offset_reset``.
+#: Where a partition no offset names starts, by ``auto_offset_reset``.
 _RESETS = {"earliest": confluent_kafka.OFFSET_BEGINNING, "latest": confluent_kafka.OFFSET_END}
 #: Seconds a group member waits for its new partitions' committed offsets (one round trip to the
 #: group's coordinator; past it librdkafka reads them itself).
@@ -268,7 +268,11 @@ class RdKafkaConsumer:
         self._group: str | None = config.get("group_id")
         if self._group is None:
             config = {**config, "group_id": f"{NO_GROUP_PREFIX}-{secrets.token_hex(6)}"}
-        self._reset = str(config.get("auto_offset_reset") or "latest").lower()
+        #: Where a partition with no committed offset starts (librdkafka's logical offset of
+        #: ``auto_offset_reset``'s end).
+        self._reset_start = _RESETS.get(
+            str(config.get("auto_offset_reset") or "latest").lower(), confluent_kafka.OFFSET_END
+        )
         self._max_records = int(config.get("max_poll_records") or 500)
         self._consumer = confluent_kafka.Consumer(rdkafka_config(config))
         #: True once :meth:`assign` (or a group-less :meth:`subscribe`) chose the partitions.
@@ -340,10 +344,9 @@ class RdKafkaConsumer:
         except confluent_kafka.KafkaException:
             starts = partitions
         else:
-            reset = _RESETS.get(self._reset, confluent_kafka.OFFSET_END)
             for partition in starts:
                 if partition.offset < 0 and partition.error is None:
-                    partition.offset = reset
+                    partition.offset = self._reset_start
         consumer.assign(starts)
 
     def _assign_wanted(self) -> None:
@@ -367,7 +370,7 @@ class RdKafkaConsumer:
         """Where an assigned partition starts: the group's committed offset, else auto_offset_reset."""
         if self._group is not None:
             return confluent_kafka.OFFSET_STORED
-        return _RESETS.get(self._reset, confluent_kafka.OFFSET_END)
+        return self._reset_start
 
     def _current(self) -> dict[TopicPartition, int]:
         """The manual assignment, each partition at its next offset (where it started if none read)."""
@@ -459,7 +462,7 @@ class RdKafkaConsumer:
             if committed is not None:
                 start = committed
             else:
-                start = _RESETS.get(self._reset, confluent_kafka.OFFSET_END)
+                start = self._reset_start
         if start == confluent_kafka.OFFSET_BEGINNING:
             start = self.beginning_offsets([partition])[partition]
         elif start < 0:
