@@ -24,11 +24,11 @@ credentials and a network path to Redis and REST. So:
 from __future__ import annotations
 
 import atexit
-import ctypes
 import logging
 import os
 import pwd
 import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -48,39 +48,61 @@ PASSED_ON = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ")
 
 #: unshare(2) flags of what Chromium's namespace sandbox makes for each renderer.
 _NAMESPACES = 0x10000000 | 0x20000000 | 0x40000000  # CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
+#: How long the sandbox check may take (a Python start and a few system calls).
+PROBE_TIMEOUT_S = 30.0
+
+
+#: The check :func:`_probe` runs in a fresh interpreter (argv: the browser's uid and gid, or -1 -1
+#: for the interpreter's own): become that user, make the sandbox's namespaces and map itself in
+#: them, as the sandbox does (the map is refused where user namespaces are allowed but left without
+#: capabilities, e.g. by AppArmor's userns restriction); exit 0 or the errno.
+_PROBE = """
+import ctypes, os, sys
+uid, gid = int(sys.argv[1]), int(sys.argv[2])
+code = 1
+try:
+    if uid >= 0:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    uid, gid = os.getuid(), os.getgid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(4, 1)  # PR_SET_DUMPABLE, which setuid cleared (the browser gets it by its exec)
+    if libc.unshare({flags}) != 0:
+        code = min(ctypes.get_errno(), 255) or 1
+    else:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {{uid}} 1"), ("gid_map", f"0 {{gid}} 1")):
+            with open(f"/proc/self/{{name}}", "w") as out:
+                out.write(text)
+        code = 0
+except OSError as exc:
+    code = min(exc.errno or 1, 255)
+sys.exit(code)
+"""
 
 
 def _probe(user: pwd.struct_passwd | None) -> int:
-    """In a forked child: become *user*, try to make the sandbox's namespaces; 0 or the errno.
+    """Run :data:`_PROBE` as *user* (None: the crawler's own); 0 or the errno it met.
 
-    A fork rather than a new interpreter: the browser's user may not be able to read the crawler's
-    virtualenv. The child only makes system calls and leaves with ``os._exit``.
+    A fresh interpreter, neither a fork of this one nor the browser's user's: unshare(2) refuses a
+    new user namespace to a process with more than one thread (EINVAL), and a fork of this process
+    may start threads before its first line runs (OpenTelemetry's batch processors restart their
+    worker thread in every forked child). The interpreter starts as the crawler's user, isolated
+    (``-I -S``: no virtualenv's packages, no environment), so the browser's user never needs to read
+    the crawler's virtualenv; it drops to that user itself.
     """
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            if user is not None:
-                os.setgroups([])
-                os.setgid(user.pw_gid)
-                os.setuid(user.pw_uid)
-            uid, gid = os.getuid(), os.getgid()
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(4, 1)  # PR_SET_DUMPABLE, which setuid cleared (the browser gets it by its exec)
-            if libc.unshare(_NAMESPACES) != 0:
-                code = min(ctypes.get_errno(), 255) or 1
-            else:  # and map itself in it, as the sandbox does (refused where user namespaces are
-                # allowed but left without capabilities, e.g. by AppArmor's userns restriction)
-                for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
-                    with open(f"/proc/self/{name}", "w") as out:
-                        out.write(text)
-                code = 0
-        except OSError as exc:
-            code = min(exc.errno or 1, 255)
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+    ids = ("-1", "-1") if user is None else (str(user.pw_uid), str(user.pw_gid))
+    code = _PROBE.format(flags=_NAMESPACES)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, *ids],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={},
+        timeout=PROBE_TIMEOUT_S,
+        check=False,
+    )
+    return done.returncode
 
 
 #: The launcher Playwright starts instead of the browser when the crawler is root (write_launcher).
@@ -146,7 +168,7 @@ def sandbox_problem(user: pwd.struct_passwd | None) -> str | None:
         return "the browser would run as root, where Chromium refuses its sandbox (RENDER_BROWSER_USER)"
     try:
         code = _probe(user)  # errno; 1 also when the uid_map write failed (OSError in the child)
-    except OSError as exc:
+    except (OSError, subprocess.TimeoutExpired) as exc:
         return f"the sandbox check could not run ({type(exc).__name__}: {exc})"
     if code != 0:
         reason = os.strerror(code) if code > 0 else f"exit status {code}"
