@@ -28,8 +28,9 @@ from redis.exceptions import WatchError
 from crawlhive.utils.backends.keys import SpiderLists
 from crawlhive.utils.backends.redis_clients import is_cluster
 from crawlhive.utils.backends.redis_types import RedisClient
+from crawlhive.utils.contract.encoding import parse_json
 from crawlhive.utils.contract.records import validation_dead_letter
-from crawlhive.utils.contract.validation import Accepted, parse_json
+from crawlhive.utils.contract.validation import Accepted
 from crawlhive.utils.frontier import Frontier, FrontierRequest, seed_from_request
 from crawlhive.utils.process.intake import request_validator
 

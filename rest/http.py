@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawlhive.rest.service import RestService
-from crawlhive.utils.contract.validation import parse_json
+from crawlhive.utils.contract.encoding import parse_json
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,8 @@ from crawlhive.rest.http import (
 )
 from crawlhive.rest.service import RestService
 from crawlhive.utils.backends import tracing
-from crawlhive.utils.contract.validation import Accepted, Rejected, json_pointer, parse_json
+from crawlhive.utils.contract.encoding import parse_json
+from crawlhive.utils.contract.validation import Accepted, Rejected, json_pointer
 
 logger = logging.getLogger(__name__)
 

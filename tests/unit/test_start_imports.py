@@ -19,10 +19,17 @@ def _loaded_after(statement: str) -> set[str]:
 
 def test_a_cleaner_starts_without_the_frontier_s_machinery() -> None:
     """The cleaner's modules (its stats read one constant of the frontier's model) load neither the
-    frontier's writer and leaser, numpy (the Bloom sizing) nor the public suffix list."""
+    frontier's writer and leaser, numpy (the Bloom sizing), the public suffix list nor jsonschema
+    (the requests' schemas: its dead letters only parse JSON)."""
     loaded = _loaded_after("import crawlhive.app.cli, crawlhive.cleaner.cleaner")
     assert "crawlhive.cleaner.cleaner" in loaded and "crawlhive.utils.state.stats" in loaded
-    unwanted = {"crawlhive.utils.frontier.writer", "crawlhive.utils.frontier.leasing", "numpy", "tldextract"}
+    unwanted = {
+        "crawlhive.utils.frontier.writer",
+        "crawlhive.utils.frontier.leasing",
+        "numpy",
+        "tldextract",
+        "jsonschema",
+    }
     assert not unwanted & loaded
 
 

@@ -1,5 +1,6 @@
 """The one JSON encoding of everything crawlhive writes to Kafka (and to the Redis lists of
-Redis-only mode): compact JSON in UTF-8, non-ASCII written as itself, ``/`` not escaped.
+Redis-only mode): compact JSON in UTF-8, non-ASCII written as itself, ``/`` not escaped; and the
+one decoding of what it reads from users (:func:`parse_json`: strict, a reason for what it refuses).
 
 ujson, not the standard library: it encodes a crawled page (a body of megabytes) several times
 faster, and every output is encoded at least once.
@@ -8,6 +9,7 @@ faster, and every output is encoded at least once.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -38,3 +40,39 @@ def encode(value: Any, *, default: Callable[[Any], Any] | None = None) -> bytes:
 def encode_text(value: Any) -> str:
     """:func:`encode` as text (for a Redis stream field or a Lua argument)."""
     return encode(value).decode("utf-8")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+#: A ``\uD800``-``\uDFFF`` escape: the only way parsed JSON can hold a string that is not valid
+#: Unicode (an unpaired surrogate), which no UTF-8 encoder downstream could write.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def parse_json(raw: bytes | str | None) -> tuple[Any, str | None]:
+    """``(value, None)`` or ``(None, "Unparseable JSON: <parser message>")``.
+
+    Invalid UTF-8, ``NaN``/``Infinity``, nesting too deep for the parser and strings with an unpaired
+    surrogate escape (``"\ud800"``) are unparseable too. None (a Kafka record without a value) is
+    parsed as the empty text.
+    """
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw or ""
+    except UnicodeDecodeError as exc:
+        return None, f"Unparseable JSON: invalid UTF-8: {exc.reason} at byte {exc.start}"
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        return None, "Unparseable JSON: nesting too deep"
+    except ValueError as exc:
+        return None, f"Unparseable JSON: {exc}"
+    if _SURROGATE_ESCAPE.search(text):  # rare: only then pay for a full check
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            return None, "Unparseable JSON: a string holds an unpaired surrogate escape (\\ud800-\\udfff)"
+        except RecursionError:
+            return None, "Unparseable JSON: nesting too deep"
+    return value, None

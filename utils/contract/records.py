@@ -9,8 +9,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any, Literal, TypedDict, cast
 
-from crawlhive.utils.contract.encoding import encode
-from crawlhive.utils.contract.validation import parse_json
+from crawlhive.utils.contract.encoding import encode, parse_json
 
 #: Characters of the original text kept in a dead letter whose full payload is too large (docs/contract.md §6).
 TRUNCATED_PAYLOAD_CHARS = 65536

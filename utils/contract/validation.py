@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.exceptions import best_match
 from jsonschema.validators import extend
 
+from crawlhive.utils.contract.encoding import parse_json
 from crawlhive.utils.contract.messages import MessageKind, RequestLimits
 from crawlhive.utils.contract.text import EXCERPT_CHARS, excerpt, printable
 
@@ -58,42 +59,6 @@ def json_pointer(path: Sequence[Any]) -> str:
         "/" + printable(t if len(t) <= EXCERPT_CHARS else t[:EXCERPT_CHARS] + "…").replace("~", "~0").replace("/", "~1")
         for t in tokens
     )
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-#: A ``\uD800``-``\uDFFF`` escape: the only way parsed JSON can hold a string that is not valid
-#: Unicode (an unpaired surrogate), which no UTF-8 encoder downstream could write.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def parse_json(raw: bytes | str | None) -> tuple[Any, str | None]:
-    """``(value, None)`` or ``(None, "Unparseable JSON: <parser message>")``.
-
-    Invalid UTF-8, ``NaN``/``Infinity``, nesting too deep for the parser and strings with an unpaired
-    surrogate escape (``"\ud800"``) are unparseable too. None (a Kafka record without a value) is
-    parsed as the empty text.
-    """
-    try:
-        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw or ""
-    except UnicodeDecodeError as exc:
-        return None, f"Unparseable JSON: invalid UTF-8: {exc.reason} at byte {exc.start}"
-    try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except RecursionError:
-        return None, "Unparseable JSON: nesting too deep"
-    except ValueError as exc:
-        return None, f"Unparseable JSON: {exc}"
-    if _SURROGATE_ESCAPE.search(text):  # rare: only then pay for a full check
-        try:
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            return None, "Unparseable JSON: a string holds an unpaired surrogate escape (\\ud800-\\udfff)"
-        except RecursionError:
-            return None, "Unparseable JSON: nesting too deep"
-    return value, None
 
 
 def _comparable(value: Any) -> Any:
