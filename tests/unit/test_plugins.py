@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Self
+from typing import ClassVar, Self
 
 import pytest
 
@@ -77,3 +77,30 @@ def test_bad_paths_are_named(path: str, message: str) -> None:
 def test_failing_factory_is_named() -> None:
     with pytest.raises(PluginLoadError, match=rf"plugin '{HERE}.Broken' failed to build: RuntimeError\('boom'\)"):
         load_plugins("x", {f"{HERE}.Broken": 1}, [], lambda cls: cls.from_monitor("m"))
+
+
+class Closing:
+    closed: ClassVar[list[str]] = []
+
+    @classmethod
+    def from_monitor(cls, owner: str) -> Closing:
+        return cls()
+
+    def close(self) -> None:
+        Closing.closed.append("closed")
+
+
+def test_plugins_built_before_a_failing_one_are_closed() -> None:
+    """A set-up that fails at its third plugin leaves nothing running: the cleaner's extraction step
+    has started its processes when a later CLEANER_PLUGINS path turns out wrong."""
+    Closing.closed.clear()
+    base = {f"{HERE}.Closing": 1, f"{HERE}.Alpha": 2, f"{HERE}.Broken": 3}
+    with pytest.raises(PluginLoadError, match="Broken"):
+        load_plugins("x", base, [], lambda cls: cls.from_monitor("m"))
+    assert Closing.closed == ["closed"]
+    Closing.closed.clear()
+    with pytest.raises(PluginLoadError, match="no_such_module_xyz"):
+        load_plugins(
+            "x", base, [{f"{HERE}.Broken": None, "no_such_module_xyz.Thing": 4}], lambda cls: cls.from_monitor("m")
+        )
+    assert Closing.closed == ["closed"]
