@@ -246,10 +246,8 @@ class _AnswerWatch:
         Raises:
             BackendUnavailable: the broker cannot be reached; names KAFKA_BOOTSTRAP_SERVERS.
         """
-        from kafka.errors import KafkaError
-        from kafka.structs import TopicPartition
-
         from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer
+        from crawlhive.utils.contract.kafka_errors import KafkaError, TopicPartition
 
         topic = settings.topic("outbound_firehose")
         ensure_topics(settings, [topic])
@@ -403,7 +401,7 @@ def _missing_topic(settings: Settings, consumer: Any, topic: str) -> str | None:
     their first record, so the message says so; the others are created by ``crawlhive up`` and the
     components at start-up.
     """
-    from kafka.errors import KafkaError
+    from crawlhive.utils.contract.kafka_errors import KafkaError
 
     try:
         existing = consumer.topics()

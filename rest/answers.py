@@ -30,8 +30,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kafka.errors import KafkaError, MessageSizeTooLargeError
-from kafka.structs import TopicPartition
 from redis.exceptions import RedisError
 
 from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer, record_origin
@@ -40,6 +38,7 @@ from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.config.errors import BackendUnavailable, CrawlhiveError
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.fit import RECORD_OVERHEAD_BYTES, value_limit
+from crawlhive.utils.contract.kafka_errors import KafkaError, MessageSizeTooLargeError, TopicPartition
 
 if TYPE_CHECKING:
     from crawlhive.utils.backends.keys import Keys
