@@ -131,7 +131,7 @@ def cmd_feed(args: argparse.Namespace) -> int:
             future = producer.send(settings.topic("incoming"), encode(request))
             try:
                 future.get(timeout=settings.KAFKA_FEED_TIMEOUT)
-            except Exception as exc:  # kafka-python raises several types for a missing ack
+            except Exception as exc:  # a missing ack: a KafkaError of some class, or a timeout
                 print(
                     f"no ack from Kafka within KAFKA_FEED_TIMEOUT={settings.KAFKA_FEED_TIMEOUT}s: {exc}",
                     file=sys.stderr,
@@ -364,7 +364,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if sys.stderr.isatty():  # a person waiting at a terminal; a script reads stdout only
         print(f"dump: waiting for records on {topic} (Ctrl-C to quit)", file=sys.stderr, flush=True)
     printed = 0
-    # kafka-python retries a lost broker by itself and says nothing we show; a TCP probe while no
+    # librdkafka retries a lost broker by itself and says nothing we show; a TCP probe while no
     # record comes tells a passing outage (one WARNING) from a cluster gone for good (exit 1).
     outage = Outage(settings, logger)
     next_probe = time.monotonic() + DUMP_PROBE_S

@@ -310,7 +310,7 @@ class KafkaLink:
                 f"the broker refused a {len(value)}-byte request as too large ({exc}); it allows less "
                 "than KAFKA_PRODUCER_MAX_REQUEST_SIZE"
             ) from exc
-        except Exception as exc:  # kafka-python raises several types for a missing ack
+        except Exception as exc:  # a missing ack: a KafkaError of some class, or a timeout
             self._failed_send = True
             raise KafkaUnavailable(f"no ack within KAFKA_FEED_TIMEOUT={self.ack_timeout_s:g}s: {exc!r}") from exc
         self._failed_send = False
