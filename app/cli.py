@@ -131,7 +131,7 @@ def cmd_feed(args: argparse.Namespace) -> int:
             future = producer.send(settings.topic("incoming"), encode(request))
             try:
                 future.get(timeout=settings.KAFKA_FEED_TIMEOUT)
-            except Exception as exc:  # kafka-python raises several types for a missing ack
+            except Exception as exc:  # a missing ack: a KafkaError of some class, or a timeout
                 print(
                     f"no ack from Kafka within KAFKA_FEED_TIMEOUT={settings.KAFKA_FEED_TIMEOUT}s: {exc}",
                     file=sys.stderr,
@@ -246,10 +246,8 @@ class _AnswerWatch:
         Raises:
             BackendUnavailable: the broker cannot be reached; names KAFKA_BOOTSTRAP_SERVERS.
         """
-        from kafka.errors import KafkaError
-        from kafka.structs import TopicPartition
-
         from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer
+        from crawlhive.utils.contract.kafka_errors import KafkaError, TopicPartition
 
         topic = settings.topic("outbound_firehose")
         ensure_topics(settings, [topic])
@@ -366,7 +364,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if sys.stderr.isatty():  # a person waiting at a terminal; a script reads stdout only
         print(f"dump: waiting for records on {topic} (Ctrl-C to quit)", file=sys.stderr, flush=True)
     printed = 0
-    # kafka-python retries a lost broker by itself and says nothing we show; a TCP probe while no
+    # librdkafka retries a lost broker by itself and says nothing we show; a TCP probe while no
     # record comes tells a passing outage (one WARNING) from a cluster gone for good (exit 1).
     outage = Outage(settings, logger)
     next_probe = time.monotonic() + DUMP_PROBE_S
@@ -403,7 +401,7 @@ def _missing_topic(settings: Settings, consumer: Any, topic: str) -> str | None:
     their first record, so the message says so; the others are created by ``crawlhive up`` and the
     components at start-up.
     """
-    from kafka.errors import KafkaError
+    from crawlhive.utils.contract.kafka_errors import KafkaError
 
     try:
         existing = consumer.topics()

@@ -16,8 +16,6 @@ import time
 from collections import Counter
 from typing import Any
 
-from kafka import TopicPartition
-
 from crawlhive.app.demo_site import DemoSite, expected_pages
 from crawlhive.app.up import LocalCluster, backend_lines, loopback_note, wait_ready
 from crawlhive.rest.server import rest_url
@@ -26,6 +24,7 @@ from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import keys_from_settings, redis_from_settings
 from crawlhive.utils.config.errors import CrawlhiveError
 from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.contract.kafka_errors import TopicPartition
 from crawlhive.utils.frontier import FrontierReader
 
 #: Seconds the demo waits for the components, then for the crawl, before giving up.

@@ -489,7 +489,7 @@ class EmbeddedBroker(EmbeddedService):
         ]
 
     def _answers(self, remaining: float) -> bool:
-        # The same factory every component uses: a metadata round trip through kafka-python.
+        # The same factory every component uses: a metadata round trip through librdkafka.
         from crawlhive.utils.backends.kafka_clients import make_admin
         from crawlhive.utils.config.settings import Settings
 

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from itemadapter import ItemAdapter
-from kafka.errors import KafkaError, MessageSizeTooLargeError
 from scrapy.exceptions import DropItem
 from scrapy.utils.serialize import ScrapyJSONEncoder
 from twisted.internet import defer, reactor, threads
@@ -34,6 +33,7 @@ from crawlhive.utils.backends.kafka_clients import ensure_topics
 from crawlhive.utils.backends.rdkafka import Report, make_rdkafka_producer
 from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.contract.encoding import encode
+from crawlhive.utils.contract.kafka_errors import KafkaError, MessageSizeTooLargeError
 from crawlhive.utils.contract.records import timestamp
 from crawlhive.utils.contract.topics import appid_topic
 from crawlhive.utils.frontier.model import dead_letter_of

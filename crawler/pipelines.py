@@ -9,7 +9,7 @@ to end the page's lease only once every item is stored) and must see the item af
 the user's pipelines, which may return a different object.
 
 Delivery is confirmed before a lease is acked: the emitter's Deferred fires on the broker's
-acknowledgement (called in kafka-python's I/O thread and handed to the reactor with
+acknowledgement (called in the producer's delivery thread and handed to the reactor with
 ``callFromThread``), so the reactor never blocks on Kafka. An item a pipeline drops (``DropItem``)
 is done with; an exception in a pipeline ends the page as a crawl dead letter
 (``item pipeline error: …``), as an exception in a callback does.

@@ -30,8 +30,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kafka.errors import KafkaError, MessageSizeTooLargeError
-from kafka.structs import TopicPartition
 from redis.exceptions import RedisError
 
 from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer, record_origin
@@ -40,6 +38,7 @@ from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.config.errors import BackendUnavailable, CrawlhiveError
 from crawlhive.utils.contract.encoding import encode
 from crawlhive.utils.contract.fit import RECORD_OVERHEAD_BYTES, value_limit
+from crawlhive.utils.contract.kafka_errors import KafkaError, MessageSizeTooLargeError, TopicPartition
 
 if TYPE_CHECKING:
     from crawlhive.utils.backends.keys import Keys
@@ -311,7 +310,7 @@ class KafkaLink:
                 f"the broker refused a {len(value)}-byte request as too large ({exc}); it allows less "
                 "than KAFKA_PRODUCER_MAX_REQUEST_SIZE"
             ) from exc
-        except Exception as exc:  # kafka-python raises several types for a missing ack
+        except Exception as exc:  # a missing ack: a KafkaError of some class, or a timeout
             self._failed_send = True
             raise KafkaUnavailable(f"no ack within KAFKA_FEED_TIMEOUT={self.ack_timeout_s:g}s: {exc!r}") from exc
         self._failed_send = False

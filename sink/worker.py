@@ -36,10 +36,9 @@ from crawlhive.utils.process.worker import BatchCounts, ConsumerWorker
 from crawlhive.utils.state.sinks import COMPONENT, COUNTERS, publish, sink_counter_name, withdraw
 
 if TYPE_CHECKING:
-    from kafka import TopicPartition
-
     from crawlhive.utils.backends.rdkafka import Record as ConsumerRecord
     from crawlhive.utils.config.settings import Settings
+    from crawlhive.utils.contract.kafka_errors import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +219,7 @@ class Sink(ConsumerWorker):
         A partition's end is the higher of ListOffsets' answer and the high watermark of the last
         fetch answer: Tansu's ListOffsets counts a partition's last record batch as one record
         (:func:`~crawlhive.utils.backends.kafka_clients.end_offsets`), its fetch answers do not."""
-        from kafka.errors import KafkaError
+        from crawlhive.utils.contract.kafka_errors import KafkaError
 
         assert self.consumer is not None
         try:
@@ -391,8 +390,7 @@ class Sink(ConsumerWorker):
     def _rewind_held(self) -> None:
         """After a failed write: read again from the first record the store held back and forgot
         (a file not completed), so that nothing it held is skipped."""
-        from kafka import TopicPartition
-        from kafka.errors import KafkaError
+        from crawlhive.utils.contract.kafka_errors import KafkaError, TopicPartition
 
         assert self.consumer is not None
         for (topic, partition), offset in self.store.abandon().items():
@@ -406,7 +404,7 @@ class Sink(ConsumerWorker):
 
     def commit_durable(self) -> None:
         """Commit, per partition, the offset before which every record is durable in the store."""
-        from kafka.structs import OffsetAndMetadata
+        from crawlhive.utils.contract.kafka_errors import OffsetAndMetadata
 
         assert self.consumer is not None
         offsets = {}

@@ -30,10 +30,7 @@ import redis
 
 from crawlhive.app.binaries import bundled_redis_server
 from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis
-
-# Imported first so that kafka-python's import-time DeprecationWarning is silenced before any test
-# module imports kafka under pytest's `filterwarnings = error`.
-from crawlhive.utils.backends import kafka_clients, redis_clients  # noqa: F401
+from crawlhive.utils.backends import redis_clients
 from crawlhive.utils.config.settings import Settings
 
 if TYPE_CHECKING:

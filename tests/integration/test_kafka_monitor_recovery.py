@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
-from kafka.structs import TopicPartition
 from support.crawler import keys_for
 from support.kafka_monitor import (
     CLI,
@@ -33,6 +32,7 @@ from crawlhive.app.embedded import EmbeddedBroker, EmbeddedRedis, free_port
 from crawlhive.kafka_monitor.monitor import COMPONENT, BatchResult, KafkaMonitor
 from crawlhive.utils.backends.kafka_clients import ensure_topics, make_producer
 from crawlhive.utils.config.settings import Settings, env_value
+from crawlhive.utils.contract.kafka_errors import TopicPartition
 from crawlhive.utils.process.loop import ForcedShutdown
 from crawlhive.utils.state.heartbeat import live_nodes
 from crawlhive.utils.state.stats import Stats

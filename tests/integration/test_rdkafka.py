@@ -7,8 +7,6 @@ import threading
 import time
 
 import pytest
-from kafka.errors import IllegalStateError, KafkaTimeoutError, MessageSizeTooLargeError
-from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from crawlhive.utils.backends.kafka_clients import consumer_lag, ensure_topics, make_consumer, make_producer
 from crawlhive.utils.backends.rdkafka import (
@@ -19,6 +17,13 @@ from crawlhive.utils.backends.rdkafka import (
     make_rdkafka_producer,
 )
 from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.contract.kafka_errors import (
+    IllegalStateError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    OffsetAndMetadata,
+    TopicPartition,
+)
 from crawlhive.utils.contract.produce import never_sendable, send_and_wait
 
 

@@ -311,7 +311,8 @@ def test_lag_counts_every_record_of_the_last_batch(settings: Settings, pg_table:
     """Tansu answers ListOffsets with the base offset of a partition's last record batch plus one
     (20 records sent as one batch count as 1); the sink's lag and ``consumer_lag`` (the cleaners'
     lag in /metrics) take the high watermark of a fetch answer, which counts all 20."""
-    from kafka import KafkaConsumer, TopicPartition
+    from crawlhive.utils.backends.rdkafka import RdKafkaConsumer
+    from crawlhive.utils.contract.kafka_errors import TopicPartition
 
     topic = f"{settings['KAFKA_TOPIC_PREFIX']}.lag-{secrets.token_hex(3)}"
     ensure_topics(settings.copy_with(KAFKA_TOPIC_PARTITIONS=1), [topic, settings.topic("dead_letter")])
@@ -323,7 +324,7 @@ def test_lag_counts_every_record_of_the_last_batch(settings: Settings, pg_table:
     finally:
         producer.close(timeout=5)
     part = TopicPartition(topic, 0)
-    probe: KafkaConsumer = make_consumer(settings, group_id=None)
+    probe: RdKafkaConsumer = make_consumer(settings, group_id=None)
     try:
         listed = probe.end_offsets([part])[part]
     finally:

@@ -67,9 +67,8 @@ def _page(partition: int, i: int) -> dict[str, Any]:
 
 
 def _committed_per_partition(settings: Settings, topic: str, group: str) -> list[int]:
-    from kafka import TopicPartition
-
     from crawlhive.utils.backends.kafka_clients import make_consumer
+    from crawlhive.utils.contract.kafka_errors import TopicPartition
 
     consumer = make_consumer(settings, group_id=group)
     try:

@@ -21,7 +21,8 @@ from crawlhive.utils.config.settings import Settings
 
 if TYPE_CHECKING:
     from conftest import IsolatedNames
-    from kafka.producer.future import RecordMetadata
+
+    from crawlhive.utils.backends.rdkafka import RecordMetadata
 
 
 CLI = [sys.executable, "-m", "crawlhive.app.cli"]

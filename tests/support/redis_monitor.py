@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import redis
-from kafka.structs import TopicPartition
 from redis.client import Pipeline
 
 from crawlhive.redis_monitor.monitor import RedisMonitor
@@ -23,6 +22,7 @@ from crawlhive.utils.backends.keys import Keys
 from crawlhive.utils.backends.redis_clients import keys_from_settings, write_pipeline
 from crawlhive.utils.backends.scripts import scripts
 from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.contract.kafka_errors import TopicPartition
 from crawlhive.utils.frontier import Frontier, FrontierLeaser, FrontierRequest, ThrottleConfig
 from crawlhive.utils.state.control import ControlQueue
 from support.crawler import redis_for

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from kafka.structs import TopicPartition
 
 from crawlhive.app.embedded import free_port
 from crawlhive.rest.server import server_for
 from crawlhive.rest.service import RestService
 from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer
 from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.contract.kafka_errors import TopicPartition
 
 TOPICS = ("incoming", "outbound_firehose", "dead_letter")
 

@@ -123,7 +123,7 @@ def stop_sink(process: subprocess.Popen[bytes], timeout: float = 60) -> None:
 
 def committed(settings: Settings, topic: str, group: str) -> int:
     """The sum over *topic*'s partitions of *group*'s committed offsets."""
-    from kafka import TopicPartition
+    from crawlhive.utils.contract.kafka_errors import TopicPartition
 
     consumer = make_consumer(settings, group_id=group)
     try:

@@ -410,13 +410,14 @@ def test_cluster_seeds_none_of_which_answers_name_redis_url_without_the_password
     assert "s3cret" not in str(info.value)
 
 
-def test_librdkafka_errors_arrive_as_kafka_python_s_classes() -> None:
-    """Callers' ``except`` clauses and the loop's rules are written against kafka-python's classes:
-    a record too large must stay distinguishable (it is dropped or dead-lettered, never retried),
-    a lost group membership must read as one, a lost broker as a connection error."""
+def test_librdkafka_errors_arrive_as_our_classes() -> None:
+    """Callers' ``except`` clauses and the loop's rules are written against kafka_errors' classes
+    (kafka-python's names): a record too large must stay distinguishable (it is dropped or
+    dead-lettered, never retried), a lost group membership must read as one, a lost broker as a
+    connection error, refused credentials as an authentication failure."""
     import confluent_kafka
-    from kafka import errors as kafka_errors
 
+    from crawlhive.utils.contract import kafka_errors
     from crawlhive.utils.contract.produce import never_sendable
     from crawlhive.utils.process.loop import is_transient, lost_membership
 
@@ -425,12 +426,57 @@ def test_librdkafka_errors_arrive_as_kafka_python_s_classes() -> None:
 
     too_large = mapped(confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE)
     assert isinstance(too_large, kafka_errors.MessageSizeTooLargeError) and never_sendable(too_large)
+    assert str(too_large).startswith("[Error 10] MessageSizeTooLargeError: MSG_SIZE_TOO_LARGE")
     assert never_sendable(mapped(confluent_kafka.KafkaError.INVALID_RECORD))
     assert never_sendable(mapped(confluent_kafka.KafkaError.TOPIC_EXCEPTION))  # an illegal topic name
     gone = mapped(confluent_kafka.KafkaError.UNKNOWN_MEMBER_ID)
     assert isinstance(gone, kafka_errors.UnknownMemberIdError) and lost_membership(gone)
     assert isinstance(mapped(confluent_kafka.KafkaError._TRANSPORT), kafka_errors.KafkaConnectionError)
     assert isinstance(mapped(confluent_kafka.KafkaError._MSG_TIMED_OUT), kafka_errors.KafkaTimeoutError)
+    assert isinstance(mapped(confluent_kafka.KafkaError._AUTHENTICATION), kafka_errors.SaslAuthenticationFailedError)
     for code in (confluent_kafka.KafkaError._TRANSPORT, confluent_kafka.KafkaError._MSG_TIMED_OUT):
         assert is_transient(mapped(code)) and not never_sendable(mapped(code))
     assert type(mapped(confluent_kafka.KafkaError._FAIL)) is kafka_errors.KafkaError
+    # a broker's code without a class of its own is still a broker's error, with its code
+    other = mapped(confluent_kafka.KafkaError.NOT_CONTROLLER)
+    assert type(other) is kafka_errors.BrokerResponseError and other.errno == confluent_kafka.KafkaError.NOT_CONTROLLER
+
+
+def test_our_error_classes_carry_the_protocol_s_codes() -> None:
+    """Each class of kafka_errors.BY_CODE stands for the code librdkafka gives that name (the
+    protocol's numbers, written out in kafka_errors so that it imports nothing)."""
+    import confluent_kafka
+
+    from crawlhive.utils.contract import kafka_errors
+
+    names = {
+        "CorruptRecordError": "INVALID_MSG",
+        "UnknownTopicOrPartitionError": "UNKNOWN_TOPIC_OR_PART",
+        "LeaderNotAvailableError": "LEADER_NOT_AVAILABLE",
+        "NotLeaderForPartitionError": "NOT_LEADER_FOR_PARTITION",
+        "RequestTimedOutError": "REQUEST_TIMED_OUT",
+        "MessageSizeTooLargeError": "MSG_SIZE_TOO_LARGE",
+        "NetworkExceptionError": "NETWORK_EXCEPTION",
+        "CoordinatorLoadInProgressError": "COORDINATOR_LOAD_IN_PROGRESS",
+        "CoordinatorNotAvailableError": "COORDINATOR_NOT_AVAILABLE",
+        "NotCoordinatorError": "NOT_COORDINATOR",
+        "InvalidTopicError": "TOPIC_EXCEPTION",
+        "RecordListTooLargeError": "RECORD_LIST_TOO_LARGE",
+        "NotEnoughReplicasError": "NOT_ENOUGH_REPLICAS",
+        "NotEnoughReplicasAfterAppendError": "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+        "IllegalGenerationError": "ILLEGAL_GENERATION",
+        "UnknownMemberIdError": "UNKNOWN_MEMBER_ID",
+        "RebalanceInProgressError": "REBALANCE_IN_PROGRESS",
+        "TopicAuthorizationFailedError": "TOPIC_AUTHORIZATION_FAILED",
+        "GroupAuthorizationFailedError": "GROUP_AUTHORIZATION_FAILED",
+        "UnsupportedSaslMechanismError": "UNSUPPORTED_SASL_MECHANISM",
+        "TopicAlreadyExistsError": "TOPIC_ALREADY_EXISTS",
+        "InvalidPartitionsError": "INVALID_PARTITIONS",
+        "InvalidReplicationFactorError": "INVALID_REPLICATION_FACTOR",
+        "SaslAuthenticationFailedError": "SASL_AUTHENTICATION_FAILED",
+        "InvalidRecordError": "INVALID_RECORD",
+    }
+    assert {cls.__name__ for cls in kafka_errors.BY_CODE.values()} == set(names)
+    for code, cls in kafka_errors.BY_CODE.items():
+        assert code == getattr(confluent_kafka.KafkaError, names[cls.__name__]), cls
+    assert kafka_errors.TopicPartition("t", 1) == ("t", 1) and kafka_errors.OffsetAndMetadata(5).offset == 5

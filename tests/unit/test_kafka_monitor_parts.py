@@ -7,11 +7,11 @@ import time
 
 import pytest
 import redis
-from kafka.errors import KafkaTimeoutError
 
 from crawlhive.kafka_monitor.monitor import KafkaMonitor
 from crawlhive.utils.config.errors import BackendUnavailable
 from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.contract.kafka_errors import KafkaTimeoutError
 from crawlhive.utils.process.loop import Backoff, describe_failure, is_out_of_memory, is_transient
 
 

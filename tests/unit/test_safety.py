@@ -164,8 +164,12 @@ def test_a_message_that_cannot_be_cut_enough_is_none() -> None:
 
 
 def test_only_records_kafka_refuses_for_good_are_never_sendable() -> None:
-    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, MessageSizeTooLargeError, RecordListTooLargeError
-
+    from crawlhive.utils.contract.kafka_errors import (
+        KafkaConnectionError,
+        KafkaTimeoutError,
+        MessageSizeTooLargeError,
+        RecordListTooLargeError,
+    )
     from crawlhive.utils.contract.produce import never_sendable
     from crawlhive.utils.process.loop import is_transient
 

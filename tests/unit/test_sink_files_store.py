@@ -10,13 +10,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from kafka.errors import CommitFailedError, KafkaError
 
 from crawlhive.sink.files import FileStore
 from crawlhive.sink.store import SinkRecord
 from crawlhive.sink.worker import _ref_size_of_message
 from crawlhive.utils.config.errors import BackendUnavailable
 from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.contract.kafka_errors import CommitFailedError, KafkaError
 from crawlhive.utils.process.loop import describe_failure, lost_membership
 
 TOPIC = "t.cleaned"

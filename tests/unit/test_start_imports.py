@@ -49,3 +49,32 @@ def test_every_name_the_frontier_package_offers_is_loaded_on_first_use() -> None
         assert "NoSuchName" in str(exc)
     else:
         raise AssertionError("an unknown name must raise AttributeError")
+
+
+#: What each process kind runs (its ``kind.py``'s entry, and the CLI and the worker skeleton that
+#: start it) and what ``crawlhive up`` and the embedded cluster load.
+PROCESS_MODULES = (
+    "crawlhive.app.cli",
+    "crawlhive.app.up",
+    "crawlhive.app.embedded",
+    "crawlhive.utils.process.worker",
+    "crawlhive.cleaner.cleaner",
+    "crawlhive.kafka_monitor.monitor",
+    "crawlhive.redis_monitor.monitor",
+    "crawlhive.crawler.runner",
+    "crawlhive.crawler.emitter",
+    "crawlhive.rest.server",
+    "crawlhive.rest.answers",
+    "crawlhive.sink.worker",
+    "crawlhive.utils.backends.kafka_clients",
+)
+
+
+def test_no_process_loads_kafka_python() -> None:
+    """Every Kafka client is on librdkafka and raises crawlhive's own error classes
+    (crawlhive.utils.contract.kafka_errors): importing kafka-python (``kafka``, the whole package
+    with its protocol schemas, about 0.1 s) would only delay each process's start, the cleaner's
+    subscription among them."""
+    loaded = _loaded_after("\n".join(f"import {name}" for name in PROCESS_MODULES))
+    assert set(PROCESS_MODULES) <= loaded
+    assert sorted(name for name in loaded if name == "kafka" or name.startswith("kafka.")) == []

@@ -1,3 +1,3 @@
 """The backends and how crawlhive talks to them: Redis clients and types, every Redis key format
 (:mod:`.keys`), the Lua scripts (:mod:`.scripts`, ``lua/``), replication waits, Kafka clients
-(kafka-python and librdkafka) and the blob store of pages sent by reference."""
+(librdkafka) and the blob store of pages sent by reference."""

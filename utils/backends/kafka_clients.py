@@ -1,11 +1,12 @@
 """Kafka clients: every component gets its producer, consumer and admin client here (the Redis
 clients are :mod:`crawlhive.utils.backends.redis_clients`'s).
 
-**Which library.** Every producer and consumer is on librdkafka (``confluent-kafka``), through the
-one adapter of :mod:`crawlhive.utils.backends.rdkafka`, which answers kafka-python's calls and raises
-kafka-python's error classes, so callers read as they did on kafka-python (issue 50: librdkafka
-produces a record for a fifth of kafka-python's CPU and reads one for less than half, ``bench/ingest.py``).
-The admin client (:func:`make_admin`, :func:`ensure_topics`) is still kafka-python's.
+**Which library.** Every producer, consumer and admin client is on librdkafka (``confluent-kafka``),
+through the one adapter of :mod:`crawlhive.utils.backends.rdkafka`, which answers kafka-python's calls
+and raises our own error classes (:mod:`crawlhive.utils.contract.kafka_errors`, with kafka-python's
+names), so callers read as they did on kafka-python (issue 50: librdkafka produces a record for a
+fifth of kafka-python's CPU and reads one for less than half, ``bench/ingest.py``). No process
+imports kafka-python: its package took about 0.1 s to load before any process could start working.
 
 Kafka clients share one mapping of the connection
 settings (:func:`kafka_common_config`, in kafka-python's option names, mapped to librdkafka's by
@@ -13,18 +14,9 @@ settings (:func:`kafka_common_config`, in kafka-python's option names, mapped to
 on Tansu and on Kafka alike, set once here so no component repeats them. Every factory fails fast:
 when a backend cannot be reached it raises :class:`~crawlhive.utils.config.errors.BackendUnavailable`
 within a few seconds (a TCP probe, then one metadata request), with a message naming the setting to
-fix and its value (passwords masked). Only a ``main()`` turns that into an exit code.
-
-kafka-python notes (3.0.x, the admin client):
-
-* A client constructed against an address where nothing listens leaks one unclosed socket per
-  failed connection attempt (ResourceWarning) and logs an ERROR per attempt. The factories
-  therefore first open (and close) a plain TCP connection to the bootstrap servers, and only build
-  the client when one accepts; a client whose bootstrap fails anyway is closed before raising.
-* Record checksums use the ``crc32c`` C extension when it is installed (it is a dependency);
-  otherwise kafka-python falls back to a slow pure-Python CRC.
-* Importing kafka-python emits a DeprecationWarning (``importlib.resources.read_text``); it is
-  silenced here, once, so that ``-W error`` and pytest's ``filterwarnings = error`` keep working.
+fix and its value (passwords masked). Only a ``main()`` turns that into an exit code. The TCP probe
+comes first because librdkafka, given an address where nothing listens, retries the connection in
+the background until its time-out and logs each attempt; the probe says so at once.
 """
 
 from __future__ import annotations
@@ -33,27 +25,15 @@ import logging
 import os
 import socket
 import time
-import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
+from crawlhive.utils.backends.rdkafka import RdKafkaAdmin, RdKafkaConsumer, RdKafkaProducer, RdKafkaSendProducer
 from crawlhive.utils.config.errors import BackendUnavailable, SettingsError
 from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.contract import kafka_errors
+from crawlhive.utils.contract.kafka_errors import TopicPartition
 from crawlhive.utils.contract.topics import is_legal_topic
-
-with warnings.catch_warnings():
-    # kafka-python loads its protocol schemas with the deprecated importlib.resources.read_text.
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    import kafka.errors as kafka_errors
-    from kafka import KafkaAdminClient, TopicPartition
-    from kafka.admin import NewTopic
-    from kafka.net.compat import KafkaNetClient
-
-    from crawlhive.utils.backends.rdkafka import (  # imports kafka.errors
-        RdKafkaConsumer,
-        RdKafkaProducer,
-        RdKafkaSendProducer,
-    )
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +49,6 @@ KAFKA_PRODUCER_LINGER_MS = 5
 KAFKA_PRODUCER_BATCH_SIZE = 262144
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-
-_Client = TypeVar("_Client")
 
 
 # --- Kafka -----------------------------------------------------------------------------------------
@@ -170,41 +148,6 @@ def probe_kafka(settings: Settings, timeout: float = KAFKA_PROBE_TIMEOUT_S) -> N
         SettingsError: see :func:`kafka_common_config`.
     """
     _probe(kafka_common_config(settings)["bootstrap_servers"], timeout)
-
-
-def _build(factory: Callable[..., _Client], config: dict[str, Any]) -> _Client:
-    """Construct a kafka-python client, translating bootstrap failures into BackendUnavailable.
-
-    The client's network layer is created through a tracking factory, so that when construction
-    fails half-way its sockets and threads are closed instead of leaking.
-    """
-    servers = config["bootstrap_servers"]
-    _probe(servers)
-    created: list[Any] = []
-    inner = config.get("kafka_client", KafkaNetClient)
-
-    def tracking_client(**kwargs: Any) -> Any:
-        client = inner(**kwargs)
-        created.append(client)
-        return client
-
-    def close_created() -> None:
-        for client in created:
-            try:
-                client.close()
-            except Exception:  # cleanup of a client that never worked: nothing more to do
-                logger.debug("closing a failed Kafka client raised", exc_info=True)
-
-    try:
-        return factory(**{**config, "kafka_client": tracking_client})
-    except kafka_errors.KafkaConfigurationError:
-        close_created()
-        raise  # a bad combination of options in code, not an unreachable broker
-    except (kafka_errors.KafkaError, OSError) as exc:
-        close_created()
-        if isinstance(exc, kafka_errors.SaslAuthenticationFailedError | kafka_errors.UnsupportedSaslMechanismError):
-            raise kafka_unavailable(servers, f"authentication failed: {exc}") from exc
-        raise kafka_unavailable(servers, f"{type(exc).__name__}: {exc}") from exc
 
 
 def make_producer(settings: Settings, **overrides: Any) -> RdKafkaSendProducer:
@@ -333,15 +276,33 @@ def consumer_config(settings: Settings, group_id: str | None, **overrides: Any) 
     }
 
 
-def make_admin(settings: Settings, **overrides: Any) -> KafkaAdminClient:
-    """A connected admin client (create and describe topics, list groups).
+def make_admin(settings: Settings, **overrides: Any) -> RdKafkaAdmin:
+    """A connected admin client (list and create topics; :class:`~crawlhive.utils.backends.rdkafka.RdKafkaAdmin`).
+    Close it with ``close()``.
+
+    Args:
+        settings: connection settings (:func:`kafka_common_config`).
+        **overrides: options that win over those (``bootstrap_timeout_ms``: how long the first
+            metadata request may take, KAFKA_BOOTSTRAP_TIMEOUT_MS by default).
 
     Raises:
-        BackendUnavailable: no broker answered within a few seconds; names KAFKA_BOOTSTRAP_SERVERS.
+        BackendUnavailable: no broker answered within a few seconds, or it refused the credentials;
+            names KAFKA_BOOTSTRAP_SERVERS.
         SettingsError: see :func:`kafka_common_config`.
+        KafkaConfigurationError: librdkafka refused the options (a bad combination in code).
     """
     config = {**kafka_common_config(settings), "bootstrap_timeout_ms": KAFKA_BOOTSTRAP_TIMEOUT_MS, **overrides}
-    return _build(KafkaAdminClient, config)
+    servers = config["bootstrap_servers"]
+    _probe(servers)
+    admin = RdKafkaAdmin(config)
+    try:
+        admin.connect(config["bootstrap_timeout_ms"] / 1000)
+    except kafka_errors.KafkaError as exc:
+        admin.close()
+        if isinstance(exc, kafka_errors.SaslAuthenticationFailedError | kafka_errors.UnsupportedSaslMechanismError):
+            raise kafka_unavailable(servers, f"authentication failed: {exc}") from exc
+        raise kafka_unavailable(servers, str(exc)) from exc
+    return admin
 
 
 def ensure_topics(settings: Settings, names: Iterable[str], *, timeout: float = 10.0) -> list[str]:
@@ -371,6 +332,7 @@ def ensure_topics(settings: Settings, names: Iterable[str], *, timeout: float = 
                 f"KAFKA_TOPIC_PREFIX: {name!r} is not a legal Kafka topic name (1-249 of A-Z a-z 0-9 . _ -)"
             )
     servers = kafka_common_config(settings)["bootstrap_servers"]
+    partitions, replication = settings.KAFKA_TOPIC_PARTITIONS, settings.KAFKA_TOPIC_REPLICATION
     admin = make_admin(settings)
     created: list[str] = []
     try:
@@ -378,37 +340,26 @@ def ensure_topics(settings: Settings, names: Iterable[str], *, timeout: float = 
         for name in wanted:
             if name in existing:
                 continue
-            topic = NewTopic(
-                name=name,
-                num_partitions=settings.KAFKA_TOPIC_PARTITIONS,
-                replication_factor=settings.KAFKA_TOPIC_REPLICATION,
-            )
             try:
-                admin.create_topics([topic])
+                admin.create_topic(name, partitions, replication)
             except kafka_errors.TopicAlreadyExistsError:
                 logger.debug("topic %s was created concurrently", name)
                 continue
             except kafka_errors.InvalidReplicationFactorError as exc:
-                raise SettingsError(
-                    f"KAFKA_TOPIC_REPLICATION: the broker rejected {topic.replication_factor}: {exc}"
-                ) from exc
+                raise SettingsError(f"KAFKA_TOPIC_REPLICATION: the broker rejected {replication}: {exc}") from exc
             except kafka_errors.InvalidPartitionsError as exc:
-                raise SettingsError(
-                    f"KAFKA_TOPIC_PARTITIONS: the broker rejected {topic.num_partitions}: {exc}"
-                ) from exc
+                raise SettingsError(f"KAFKA_TOPIC_PARTITIONS: the broker rejected {partitions}: {exc}") from exc
             except kafka_errors.KafkaError as exc:
                 raise kafka_unavailable(servers, f"creating topic {name!r} failed: {exc}") from exc
             created.append(name)
-            logger.info(
-                "created topic %s (%d partitions, replication %d)", name, topic.num_partitions, topic.replication_factor
-            )
+            logger.info("created topic %s (%d partitions, replication %d)", name, partitions, replication)
         deadline = time.monotonic() + timeout
         while missing := set(wanted) - set(admin.list_topics()):
             if time.monotonic() > deadline:
                 raise kafka_unavailable(servers, f"topics {sorted(missing)} not listed after {timeout:g} s")
             time.sleep(0.1)
     except kafka_errors.KafkaError as exc:
-        raise kafka_unavailable(servers, f"{type(exc).__name__}: {exc}") from exc
+        raise kafka_unavailable(servers, str(exc)) from exc  # str() names the error's class
     finally:
         admin.close()
     return created

@@ -1,5 +1,6 @@
 """Every Kafka producer and consumer of crawlhive, on librdkafka (``confluent-kafka``): one adapter
-with kafka-python's calls and error classes (issue 50), built by
+with kafka-python's calls (issue 50) and our own error classes
+(:mod:`~crawlhive.utils.contract.kafka_errors`), built by
 :func:`~crawlhive.utils.backends.kafka_clients.make_consumer` and
 :func:`~crawlhive.utils.backends.kafka_clients.make_producer`, and the crawler's producer whose
 delivery reports come in batches (:func:`make_rdkafka_producer`). Why librdkafka, measured:
@@ -16,12 +17,13 @@ poll-and-commit loop went from 6.8 to 3.0 µs of CPU a record.
 sink and every reader (``poll``, ``commit``, ``seek``, ``pause``, ``resume``, ``paused``, ``assignment``,
 ``assign``, ``subscribe``, ``seek_to_end``, ``seek_to_beginning``, ``position``, ``partitions_for_topic``,
 ``topics``, ``beginning_offsets``, ``end_offsets``, ``highwater``, ``committed``, ``close``) with
-kafka-python's types (``TopicPartition``, records with ``topic``, ``partition``, ``offset``, ``value``,
-``key``, ``headers`` and ``timestamp``), and raises kafka-python's ``KafkaError`` classes for librdkafka's
-errors, so the loop's rules (what is transient, what rewinds a batch) hold unchanged. librdkafka
-subscribes only with a group: a consumer made with ``group_id=None`` assigns itself every partition
-of its topics instead. Its log lines
-go to this module's logger (librdkafka's own ``WARNING``/``ERROR`` when a broker goes away), never to
+kafka-python's shapes (:class:`~crawlhive.utils.contract.kafka_errors.TopicPartition`, records with
+``topic``, ``partition``, ``offset``, ``value``, ``key``, ``headers`` and ``timestamp``), and raises
+:mod:`~crawlhive.utils.contract.kafka_errors`' ``KafkaError`` classes (kafka-python's names and
+hierarchy, without importing kafka-python) for librdkafka's errors, so the loop's rules (what is
+transient, what rewinds a batch) hold unchanged. librdkafka subscribes only with a group: a consumer
+made with ``group_id=None`` assigns itself every partition of its topics instead. Its log lines go
+to this module's logger (librdkafka's own ``WARNING``/``ERROR`` when a broker goes away), never to
 stderr.
 
 **The producer.** kafka-python builds each record batch, its CRC and its request in Python on a
@@ -48,10 +50,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import confluent_kafka
-from kafka import errors as kafka_errors
-from kafka.structs import OffsetAndMetadata, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic  # what confluent_kafka.admin re-exports, typed (cimpl.pyi)
 
 from crawlhive.utils.config.settings import Settings
+from crawlhive.utils.contract import kafka_errors
+from crawlhive.utils.contract.kafka_errors import OffsetAndMetadata, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +111,9 @@ _OPTIONS = {
     "compression_type": "compression.type",
 }
 #: kafka-python options with no librdkafka counterpart to map (the poll's own arguments carry
-#: ``max_poll_records``; the rest are kafka-python's internals or set here for both clients).
-_UNMAPPED = frozenset({"bootstrap_timeout_ms", "max_poll_records", "kafka_client", "enable_auto_commit"})
+#: ``max_poll_records``; the factories' ``bootstrap_timeout_ms`` bounds their first request;
+#: ``enable_auto_commit`` is set here for every consumer).
+_UNMAPPED = frozenset({"bootstrap_timeout_ms", "max_poll_records", "enable_auto_commit"})
 #: Kilobytes librdkafka prefetches per partition at most (its default, 64 MiB, is a lot of memory
 #: for a sink of 8 MiB crawled items).
 QUEUED_MAX_KBYTES = 16384
@@ -180,12 +185,14 @@ def rdkafka_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _error(exc: BaseException | confluent_kafka.KafkaError) -> kafka_errors.KafkaError:
-    """kafka-python's error for a librdkafka one, so callers' ``except`` clauses and the loop's rules
-    hold unchanged: a broker's error code becomes kafka-python's class of that code
-    (``kafka.errors.for_code``: MessageSizeTooLargeError, InvalidRecordError, UnknownMemberIdError,
-    …); of librdkafka's own, a record too large for KAFKA_PRODUCER_MAX_REQUEST_SIZE a
-    MessageSizeTooLargeError, a record not delivered in time a KafkaTimeoutError, a connection
-    failure a KafkaConnectionError (which the worker loop retries like any KafkaError)."""
+    """Our error class (:mod:`~crawlhive.utils.contract.kafka_errors`) for a librdkafka error, so
+    callers' ``except`` clauses and the loop's rules hold: a broker's error code becomes the class of
+    that code (:func:`~crawlhive.utils.contract.kafka_errors.for_code`: MessageSizeTooLargeError,
+    InvalidRecordError, UnknownMemberIdError, TopicAlreadyExistsError, …); of librdkafka's own, a
+    record too large for KAFKA_PRODUCER_MAX_REQUEST_SIZE a MessageSizeTooLargeError, a record not
+    delivered in time a KafkaTimeoutError, a connection failure a KafkaConnectionError (which the
+    worker loop retries like any KafkaError), credentials the broker refused a
+    SaslAuthenticationFailedError, an invalid option a KafkaConfigurationError."""
     if isinstance(exc, confluent_kafka.KafkaError):
         said: confluent_kafka.KafkaError | None = exc
     else:
@@ -194,26 +201,28 @@ def _error(exc: BaseException | confluent_kafka.KafkaError) -> kafka_errors.Kafk
         return kafka_errors.KafkaError(str(exc))
     text = f"{said.name()}: {said.str()}"
     code = said.code()
-    if code == confluent_kafka.KafkaError._MSG_TIMED_OUT:
-        return kafka_errors.KafkaTimeoutError(text)
-    if code in (
-        confluent_kafka.KafkaError._TRANSPORT,
-        confluent_kafka.KafkaError._ALL_BROKERS_DOWN,
-        confluent_kafka.KafkaError._TIMED_OUT,
-    ):
-        return kafka_errors.KafkaConnectionError(text)
-    if code == confluent_kafka.KafkaError._UNKNOWN_TOPIC:
-        return kafka_errors.UnknownTopicOrPartitionError(text)
-    if code > 0:  # the broker's (and the protocol's) codes: kafka-python has a class for each
-        cls = kafka_errors.kafka_errors.get(code)
-        if cls is not None:
-            return cls(text)
-    return kafka_errors.KafkaError(text)
+    if code > 0:  # the broker's (and the protocol's) codes
+        return kafka_errors.for_code(code, text)
+    local = _LOCAL_ERRORS.get(code)
+    return (local or kafka_errors.KafkaError)(text)
+
+
+#: The class of each of librdkafka's own (negative) error codes that callers tell apart; any other
+#: is a plain KafkaError.
+_LOCAL_ERRORS: dict[int, type[kafka_errors.KafkaError]] = {
+    confluent_kafka.KafkaError._MSG_TIMED_OUT: kafka_errors.KafkaTimeoutError,
+    confluent_kafka.KafkaError._TRANSPORT: kafka_errors.KafkaConnectionError,
+    confluent_kafka.KafkaError._ALL_BROKERS_DOWN: kafka_errors.KafkaConnectionError,
+    confluent_kafka.KafkaError._TIMED_OUT: kafka_errors.KafkaConnectionError,
+    confluent_kafka.KafkaError._UNKNOWN_TOPIC: kafka_errors.UnknownTopicOrPartitionError,
+    confluent_kafka.KafkaError._AUTHENTICATION: kafka_errors.SaslAuthenticationFailedError,
+    confluent_kafka.KafkaError._INVALID_ARG: kafka_errors.KafkaConfigurationError,
+}
 
 
 @contextlib.contextmanager
 def _kafka_errors() -> Iterator[None]:
-    """librdkafka's exceptions raised inside as kafka-python's error classes (:func:`_error`)."""
+    """librdkafka's exceptions raised inside as our error classes (:func:`_error`)."""
     try:
         yield
     except confluent_kafka.KafkaException as exc:
@@ -224,7 +233,7 @@ def _theirs(partition: TopicPartition, offset: int = confluent_kafka.OFFSET_INVA
     return confluent_kafka.TopicPartition(partition.topic, partition.partition, offset)
 
 
-def _connect(client: confluent_kafka.Consumer | confluent_kafka.Producer, timeout_s: float) -> None:
+def _connect(client: confluent_kafka.Consumer | confluent_kafka.Producer | AdminClient, timeout_s: float) -> None:
     """Ask a broker for the cluster's metadata, so that one that cannot be reached or refuses the
     credentials shows now.
 
@@ -617,6 +626,91 @@ class RdKafkaConsumer:
         self._consumer.close()
 
 
+#: Seconds a topic creation may take (the request, and the broker's creating it).
+CREATE_TIMEOUT_S = 10.0
+
+
+class RdKafkaAdmin:
+    """The admin calls crawlhive makes (list topics, a topic's partitions, create a topic), on
+    librdkafka's ``AdminClient``, raising :mod:`~crawlhive.utils.contract.kafka_errors`' classes.
+    Built by :func:`~crawlhive.utils.backends.kafka_clients.make_admin`.
+
+    Args:
+        config: kafka-python admin options (:func:`~crawlhive.utils.backends.kafka_clients.kafka_common_config`
+            and ``bootstrap_timeout_ms``), mapped as a consumer's are.
+
+    Raises:
+        KafkaConfigurationError: librdkafka refused the options.
+        ValueError: an option this module does not map.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        with _kafka_errors():
+            self._admin: AdminClient | None = AdminClient(_mapped(config, "admin client"))
+
+    def _client(self) -> AdminClient:
+        if self._admin is None:
+            raise kafka_errors.IllegalStateError("the admin client is closed")
+        return self._admin
+
+    def connect(self, timeout_s: float) -> None:
+        """:func:`_connect` this client (raises KafkaError when no broker answered in time)."""
+        _connect(self._client(), timeout_s)
+
+    def _metadata(self, topic: str | None = None) -> Any:
+        with _kafka_errors():
+            if topic is None:
+                return self._client().list_topics(timeout=METADATA_TIMEOUT_S)
+            return self._client().list_topics(topic, timeout=METADATA_TIMEOUT_S)
+
+    def list_topics(self) -> list[str]:
+        """The names of the cluster's topics, as a broker lists them now.
+
+        Raises:
+            KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
+        """
+        return sorted(name for name, topic in self._metadata().topics.items() if topic.error is None)
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partition numbers of *topic*; None if it does not exist.
+
+        Raises:
+            KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
+        """
+        found = self._metadata(topic).topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            return None
+        return set(found.partitions)
+
+    def create_topic(self, name: str, partitions: int, replication: int, timeout_s: float = CREATE_TIMEOUT_S) -> None:
+        """Create topic *name* with *partitions* partitions of *replication* replicas; returns once
+        the broker created it.
+
+        Raises:
+            TopicAlreadyExistsError: it exists already.
+            InvalidPartitionsError, InvalidReplicationFactorError: the broker (or librdkafka, for a
+                count below 1) refused that many.
+            KafkaError: the broker failed the request or did not answer within *timeout_s*.
+        """
+        if partitions < 1:
+            raise kafka_errors.InvalidPartitionsError(f"{partitions} partitions: at least 1 is needed")
+        if replication < 1:
+            raise kafka_errors.InvalidReplicationFactorError(f"replication {replication}: at least 1 is needed")
+        topic = NewTopic(name, num_partitions=partitions, replication_factor=replication)
+        with _kafka_errors():
+            futures = self._client().create_topics([topic], request_timeout=timeout_s, operation_timeout=timeout_s)
+            futures[name].result()
+
+    def close(self) -> None:
+        """Serve the log lines librdkafka still holds, then destroy the client (librdkafka's
+        ``AdminClient`` has no close: the handle is destroyed, its connections closed, when the
+        last reference goes, here at once)."""
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            admin.poll(0)
+            del admin
+
+
 #: Milliseconds librdkafka tries to deliver a record before it reports it failed (kafka-python's
 #: ``delivery_timeout_ms``, 2 minutes; librdkafka's own default is 5).
 MESSAGE_TIMEOUT_MS = 120_000
@@ -814,7 +908,7 @@ class SendFuture:
 
         Raises:
             KafkaTimeoutError: no report within *timeout* seconds (None: wait for it).
-            KafkaError: the record was refused or not delivered (kafka-python's class of the error).
+            KafkaError: the record was refused or not delivered (the class of the error's code).
         """
         if not self.is_done:
             deadline = None if timeout is None else time.monotonic() + timeout

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
-from kafka.errors import (
+from crawlhive.utils.contract.kafka_errors import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTopicError,

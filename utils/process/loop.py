@@ -16,13 +16,6 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
-from kafka.errors import (
-    CommitFailedError,
-    IllegalGenerationError,
-    KafkaError,
-    RebalanceInProgressError,
-    UnknownMemberIdError,
-)
 from redis.exceptions import (
     BusyLoadingError,
     OutOfMemoryError,
@@ -37,6 +30,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawlhive.utils.config.errors import BackendUnavailable, CrawlhiveError
 from crawlhive.utils.config.log import mask_url
+from crawlhive.utils.contract.kafka_errors import (
+    CommitFailedError,
+    IllegalGenerationError,
+    KafkaError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
 
 if TYPE_CHECKING:
     from crawlhive.utils.config.settings import Settings

@@ -27,8 +27,6 @@ import time
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from kafka.errors import KafkaError
-
 from crawlhive.utils.backends.blobs import BlobStore
 from crawlhive.utils.backends.kafka_clients import ensure_topics, make_consumer, make_producer, probe_kafka
 from crawlhive.utils.backends.keys import Keys
@@ -36,6 +34,7 @@ from crawlhive.utils.backends.redis_clients import keys_from_settings
 from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.config.errors import SettingsError
 from crawlhive.utils.config.log import mask_url
+from crawlhive.utils.contract.kafka_errors import KafkaError
 from crawlhive.utils.process.loop import (
     Backoff,
     ClusterGone,
