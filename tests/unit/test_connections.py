@@ -140,6 +140,7 @@ def test_the_librdkafka_consumer_gets_the_same_connection_and_group_options(tmp_
     config = rdkafka.rdkafka_config(kafka_clients.consumer_config(settings, "crawlhive-sink-x", max_poll_records=500))
     assert {k: v for k, v in config.items() if k != "logger"} == {
         "bootstrap.servers": "k1:9093,k2:9093",
+        "reconnect.backoff.ms": rdkafka.RECONNECT_BACKOFF_MS,
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "PLAIN",
         "sasl.username": "sink",
@@ -171,6 +172,7 @@ def test_the_librdkafka_producer_gets_the_producer_options_and_a_queue_for_two_r
     config = rdkafka.rdkafka_producer_config(kafka_clients.producer_config(settings))
     assert {k: v for k, v in config.items() if k != "logger"} == {
         "bootstrap.servers": "k1:9093",
+        "reconnect.backoff.ms": rdkafka.RECONNECT_BACKOFF_MS,
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "PLAIN",
         "sasl.username": "crawler",

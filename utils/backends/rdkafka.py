@@ -150,13 +150,27 @@ def _headers(message: Any) -> list[tuple[str, bytes]] | None:
     return [(str(name), value if isinstance(value, bytes) else str(value or "").encode()) for name, value in headers]
 
 
+#: librdkafka's first wait before it reconnects to a broker (doubled at each failure up to its
+#: ``reconnect.backoff.max.ms``, 10 s). Its default, 100 ms, also sets how long a client waits before
+#: it asks another broker for metadata (half of it): a new client whose first metadata answer names
+#: the brokers drops its bootstrap connection with the application's request on it, and asks again
+#: only 50 ms later. That happened to about half of the clients on the embedded broker: 50 ms for
+#: each of the admin client, the producer and the consumer a process builds before it consumes (a
+#: cleaner's first record 0.15 s later). At 20 ms: about 14 ms, for a few clients in three.
+RECONNECT_BACKOFF_MS = 20
+
+
 def _mapped(config: dict[str, Any], kind: str) -> dict[str, Any]:
     """librdkafka's names and values for *config*, a kafka-python *kind*'s keyword arguments.
 
     Raises:
         ValueError: an option this module does not map (a new one must be added to _OPTIONS).
     """
-    out: dict[str, Any] = {"bootstrap.servers": ",".join(config["bootstrap_servers"]), "logger": rdkafka_logger}
+    out: dict[str, Any] = {
+        "bootstrap.servers": ",".join(config["bootstrap_servers"]),
+        "logger": rdkafka_logger,
+        "reconnect.backoff.ms": RECONNECT_BACKOFF_MS,
+    }
     for name, value in config.items():
         if name in _OPTIONS:
             if value is not None:

@@ -349,18 +349,19 @@ class ConsumerWorker(Worker):
         raise NotImplementedError
 
     def open_kafka(self, topic: str, group: str, outputs: list[str], **consumer_options: Any) -> None:
-        """Create *topic* and the *outputs* topics if missing, build the producer and the consumer
-        of *topic* in *group* (unless built already; *consumer_options* win over the KAFKA_*
-        consumer settings), beat, and say so.
+        """Create *topic* and the *outputs* topics if missing, build the consumer of *topic* in
+        *group* (unless built already; *consumer_options* win over the KAFKA_* consumer settings),
+        then the producer (the group's join goes on meanwhile), beat, and say so.
 
         Raises:
             BackendUnavailable: no broker answered (names KAFKA_BOOTSTRAP_SERVERS).
         """
         ensure_topics(self.settings, [topic, *outputs])
+        if self.consumer is None:  # first: the group's join (a second on the embedded broker) goes on
+            # while the producer connects and the caller sets up the rest
+            self.consumer = make_consumer(self.settings, topic, group_id=group, **consumer_options)
         if self.producer is None:
             self.producer = make_producer(self.settings)
-        if self.consumer is None:
-            self.consumer = make_consumer(self.settings, topic, group_id=group, **consumer_options)
         self.beat(force=True)
         logger_of(self).info(
             "%s %s consuming %s as group %s (Redis %s)",
