@@ -258,6 +258,31 @@ def _connect(client: confluent_kafka.Consumer | confluent_kafka.Producer | Admin
         client.list_topics(timeout=timeout_s)
 
 
+def _metadata(client: confluent_kafka.Consumer | AdminClient, topic: str | None = None) -> Any:
+    """The cluster's metadata (of *topic* only, if given) as a broker answers it now.
+
+    Raises:
+        KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
+    """
+    with _kafka_errors():
+        if topic is None:
+            return client.list_topics(timeout=METADATA_TIMEOUT_S)
+        return client.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+
+
+def _topic_names(metadata: Any) -> set[str]:
+    """The topics *metadata* lists without an error."""
+    return {name for name, topic in metadata.topics.items() if topic.error is None}
+
+
+def _partitions(metadata: Any, topic: str) -> set[int] | None:
+    """The partition numbers of *topic* in *metadata*; None if it does not exist (or has none yet)."""
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        return None
+    return set(found.partitions)
+
+
 #: The group id given to librdkafka for a consumer without a group (``group_id=None``): librdkafka
 #: will not build a consumer without one, but it is never used, since such a consumer assigns itself
 #: every partition of its topics and commits nothing.
@@ -318,10 +343,7 @@ class RdKafkaConsumer:
         _connect(self._consumer, timeout_s)
 
     def _metadata(self, topic: str | None = None) -> Any:
-        with _kafka_errors():
-            if topic is None:
-                return self._consumer.list_topics(timeout=METADATA_TIMEOUT_S)
-            return self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+        return _metadata(self._consumer, topic)
 
     def topics(self) -> set[str]:
         """The names of the cluster's topics.
@@ -329,7 +351,7 @@ class RdKafkaConsumer:
         Raises:
             KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
         """
-        return {name for name, topic in self._metadata().topics.items() if topic.error is None}
+        return _topic_names(self._metadata())
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         """The partition numbers of *topic*; None if it does not exist.
@@ -337,10 +359,7 @@ class RdKafkaConsumer:
         Raises:
             KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
         """
-        found = self._metadata(topic).topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            return None
-        return set(found.partitions)
+        return _partitions(self._metadata(topic), topic)
 
     def subscribe(self, topics: list[str]) -> None:
         """Read *topics*: as a member of the group, or, without a group, from every partition.
@@ -671,19 +690,13 @@ class RdKafkaAdmin:
         """:func:`_connect` this client (raises KafkaError when no broker answered in time)."""
         _connect(self._client(), timeout_s)
 
-    def _metadata(self, topic: str | None = None) -> Any:
-        with _kafka_errors():
-            if topic is None:
-                return self._client().list_topics(timeout=METADATA_TIMEOUT_S)
-            return self._client().list_topics(topic, timeout=METADATA_TIMEOUT_S)
-
     def list_topics(self) -> list[str]:
         """The names of the cluster's topics, as a broker lists them now.
 
         Raises:
             KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
         """
-        return sorted(name for name, topic in self._metadata().topics.items() if topic.error is None)
+        return sorted(_topic_names(_metadata(self._client())))
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         """The partition numbers of *topic*; None if it does not exist.
@@ -691,10 +704,7 @@ class RdKafkaAdmin:
         Raises:
             KafkaError: the broker did not answer within METADATA_TIMEOUT_S.
         """
-        found = self._metadata(topic).topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            return None
-        return set(found.partitions)
+        return _partitions(_metadata(self._client(), topic), topic)
 
     def create_topic(self, name: str, partitions: int, replication: int, timeout_s: float = CREATE_TIMEOUT_S) -> None:
         """Create topic *name* with *partitions* partitions of *replication* replicas; returns once
