@@ -52,13 +52,14 @@ _NAMESPACES = 0x10000000 | 0x20000000 | 0x40000000  # CLONE_NEWUSER | CLONE_NEWP
 PROBE_TIMEOUT_S = 30.0
 
 
-#: The check :func:`_probe` runs in a fresh interpreter (argv: the browser's uid and gid, or -1 -1
-#: for the interpreter's own): become that user, make the sandbox's namespaces and map itself in
-#: them, as the sandbox does (the map is refused where user namespaces are allowed but left without
-#: capabilities, e.g. by AppArmor's userns restriction); exit 0 or the errno.
+#: The check :func:`_probe` runs in a fresh interpreter (argv: the unshare(2) flags, then the
+#: browser's uid and gid, or -1 -1 for the interpreter's own): become that user, make the sandbox's
+#: namespaces and map itself in them, as the sandbox does (the map is refused where user namespaces
+#: are allowed but left without capabilities, e.g. by AppArmor's userns restriction); exit 0 or the
+#: errno.
 _PROBE = """
 import ctypes, os, sys
-uid, gid = int(sys.argv[1]), int(sys.argv[2])
+flags, uid, gid = (int(arg) for arg in sys.argv[1:4])
 code = 1
 try:
     if uid >= 0:
@@ -68,11 +69,11 @@ try:
     uid, gid = os.getuid(), os.getgid()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(4, 1)  # PR_SET_DUMPABLE, which setuid cleared (the browser gets it by its exec)
-    if libc.unshare({flags}) != 0:
+    if libc.unshare(flags) != 0:
         code = min(ctypes.get_errno(), 255) or 1
     else:
-        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {{uid}} 1"), ("gid_map", f"0 {{gid}} 1")):
-            with open(f"/proc/self/{{name}}", "w") as out:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as out:
                 out.write(text)
         code = 0
 except OSError as exc:
@@ -92,9 +93,8 @@ def _probe(user: pwd.struct_passwd | None) -> int:
     the crawler's virtualenv; it drops to that user itself.
     """
     ids = ("-1", "-1") if user is None else (str(user.pw_uid), str(user.pw_gid))
-    code = _PROBE.format(flags=_NAMESPACES)
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", code, *ids],
+        [sys.executable, "-I", "-S", "-c", _PROBE, str(_NAMESPACES), *ids],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
