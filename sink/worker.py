@@ -30,6 +30,7 @@ from crawlhive.utils.backends.redis_types import RedisClient
 from crawlhive.utils.config.errors import SettingsError
 from crawlhive.utils.config.log import mask_url
 from crawlhive.utils.contract.encoding import encode
+from crawlhive.utils.contract.kafka_errors import KafkaError, OffsetAndMetadata, TopicPartition
 from crawlhive.utils.contract.produce import send_and_wait
 from crawlhive.utils.contract.records import SinkDeadLetter, sink_dead_letter
 from crawlhive.utils.process.worker import BatchCounts, ConsumerWorker
@@ -38,7 +39,6 @@ from crawlhive.utils.state.sinks import COMPONENT, COUNTERS, publish, sink_count
 if TYPE_CHECKING:
     from crawlhive.utils.backends.rdkafka import Record as ConsumerRecord
     from crawlhive.utils.config.settings import Settings
-    from crawlhive.utils.contract.kafka_errors import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -219,8 +219,6 @@ class Sink(ConsumerWorker):
         A partition's end is the higher of ListOffsets' answer and the high watermark of the last
         fetch answer: Tansu's ListOffsets counts a partition's last record batch as one record
         (:func:`~crawlhive.utils.backends.kafka_clients.end_offsets`), its fetch answers do not."""
-        from crawlhive.utils.contract.kafka_errors import KafkaError
-
         assert self.consumer is not None
         try:
             assigned = list(self.consumer.assignment())
@@ -390,8 +388,6 @@ class Sink(ConsumerWorker):
     def _rewind_held(self) -> None:
         """After a failed write: read again from the first record the store held back and forgot
         (a file not completed), so that nothing it held is skipped."""
-        from crawlhive.utils.contract.kafka_errors import KafkaError, TopicPartition
-
         assert self.consumer is not None
         for (topic, partition), offset in self.store.abandon().items():
             where = TopicPartition(topic, partition)
@@ -404,8 +400,6 @@ class Sink(ConsumerWorker):
 
     def commit_durable(self) -> None:
         """Commit, per partition, the offset before which every record is durable in the store."""
-        from crawlhive.utils.contract.kafka_errors import OffsetAndMetadata
-
         assert self.consumer is not None
         offsets = {}
         for partition, position in self._positions.items():

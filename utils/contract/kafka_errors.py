@@ -211,37 +211,9 @@ class InvalidRecordError(BrokerResponseError):
     errno = 87
 
 
-#: The class of each broker error code above.
+#: The class of each broker error code above (every subclass of BrokerResponseError here names one).
 BY_CODE: dict[int, type[BrokerResponseError]] = {
-    cls.errno: cls
-    for cls in (
-        CorruptRecordError,
-        UnknownTopicOrPartitionError,
-        LeaderNotAvailableError,
-        NotLeaderForPartitionError,
-        RequestTimedOutError,
-        MessageSizeTooLargeError,
-        NetworkExceptionError,
-        CoordinatorLoadInProgressError,
-        CoordinatorNotAvailableError,
-        NotCoordinatorError,
-        InvalidTopicError,
-        RecordListTooLargeError,
-        NotEnoughReplicasError,
-        NotEnoughReplicasAfterAppendError,
-        IllegalGenerationError,
-        UnknownMemberIdError,
-        RebalanceInProgressError,
-        TopicAuthorizationFailedError,
-        GroupAuthorizationFailedError,
-        UnsupportedSaslMechanismError,
-        TopicAlreadyExistsError,
-        InvalidPartitionsError,
-        InvalidReplicationFactorError,
-        SaslAuthenticationFailedError,
-        InvalidRecordError,
-    )
-    if cls.errno is not None
+    cls.errno: cls for cls in BrokerResponseError.__subclasses__() if cls.errno is not None
 }
 
 
