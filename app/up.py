@@ -56,7 +56,7 @@ UP_SINK_ROLL_SECONDS = 5.0
 #: KAFKA_SESSION_TIMEOUT_MS of the cleaners ``up`` starts on its embedded broker, unless set. That
 #: broker holds every join of a group for half the session timeout (in steps of a second), and a
 #: cleaner started, restarted or added cleans nothing until its join ends: at 2 s it is cleaning
-#: under 2 s after its start (1.87 s measured), against 3.8 s at the default 6 s. Its heartbeats
+#: about 1.3 s after its start on 2 cores (1.32 s measured), against 3.8 s at the default 6 s. Its heartbeats
 #: come from librdkafka's own thread, so a busy cleaner keeps its membership; a machine stalled
 #: for 2 s moves its partitions to another cleaner, which cleans their records again (at least
 #: once, docs/contract.md §13). Apache Kafka refuses sessions under 6 s by default, hence the
