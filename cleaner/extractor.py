@@ -61,6 +61,8 @@ class ExtractionFailed(Exception):  # noqa: N818 - the name says what happened
 _LOOKUP_SET: list[bool] = []
 #: What :func:`crawlhive.cleaner.discard.install` did in this process (once it has run).
 _DISCARD_SET: list[dict[str, bool]] = []
+#: What :func:`crawlhive.cleaner.datesearch.install` did in this process (once it has run).
+_DATES_SET: list[dict[str, bool]] = []
 
 
 def _c_level_lookup() -> None:
@@ -93,6 +95,10 @@ def parse(html: str) -> Any:
         from crawlhive.cleaner import discard
 
         _DISCARD_SET.append(discard.install())
+    if not _DATES_SET:  # htmldate's candidate and pattern scans, cheaper (the same dates)
+        from crawlhive.cleaner import datesearch
+
+        _DATES_SET.append(datesearch.install())
     try:
         return load_html(html)
     except (ValueError, TypeError):
