@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache, lru_cache, partial
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
@@ -54,6 +56,10 @@ CONTEXT_WORDS = 3
 MAX_URL_LENGTH = 2083
 
 _WORD = re.compile(r"[^\W_]+")
+#: Bytes (of UTF-8 text) with each ASCII character but letters and digits (those of :data:`_WORD`) a space.
+_ASCII_NOT_WORDS = bytes(byte if byte > 0x7F or chr(byte).isalnum() else 0x20 for byte in range(256))
+_ASCII = bytes(range(0x80))
+_NOT_WORD = re.compile(r"[\W_]")
 #: Subtrees whose links are not the page's content (or not text at all).
 _SKIP = frozenset(
     ("nav", "header", "footer", "aside", "menu", "script", "style", "noscript", "template", "head", "svg",
@@ -74,11 +80,11 @@ _INLINE = frozenset(
 #: Characters percent-encoded in a link's URL on top of safe_url_string's: they could end a
 #: Markdown link destination early or break it up.
 _URL_ESCAPES = str.maketrans({"(": "%28", ")": "%29", "<": "%3C", ">": "%3E", " ": "%20", "\\": "%5C"})
-_TICKS = re.compile(r"`+")
+#: A code span (see :func:`_code_spans`): a run of backticks not after a backslash to the next run
+#: of as many, or (a run that none closes) to the end.
+_CODE_SPAN = re.compile(r"(`(?<![`\\]`)`*)(?!`)(?:[^`]++|(?!\1(?!`))`++)*+(?:(?P<close>\1)(?!`))?")
 _UNESCAPED_BRACKET = re.compile(r"(?<!\\)([\[\]])")
 _MARKS = "*_`~"
-_LEADING = re.compile(r"[\W_]*")
-_TRAILING = re.compile(r"[\W_]*\Z")
 #: What may come before a line's, list item's or table cell's words, and after them.
 _UNIT_BEFORE = re.compile(r"(?:^|\|)[ \t]*(?:(?:[-+*]|\d{1,9}[.)]|#{1,6}|>)[ \t]+)?[*_`~\\\[(\"'“‘]*\Z", re.M)
 _UNIT_AFTER = re.compile(r"(?:\(\)|[*_`~\\\])\"'”’.,:;!?¶])*[ \t]*(?:\||\n|\Z)")
@@ -86,28 +92,31 @@ _MARKS_AFTER = re.compile(r"[*_`~]+")
 _MARKS_BEFORE = re.compile(r"[*_`~]+\Z")
 #: A URL safe_url_string would leave as it is.
 _SAFE_URL = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'*+,;=%]*\Z")
+#: A fragment that is the same in a URL whatever the URL (RFC 3986's unreserved characters).
+_PLAIN_FRAGMENT = re.compile(r"[A-Za-z0-9\-._~]+\Z")
+#: A path (relative or from the root) of segments of those characters, none empty, ``.`` or ``..``.
+_PLAIN_PATH = re.compile(r"/?(?:(?!\.\.?(?:/|\Z))[A-Za-z0-9\-._~]+(?:/|\Z))+\Z")
 
 
-@dataclass
+#: A link of a run of text: its index and ``href`` (see :func:`_links`), where it begins and ends in the text.
+_InRun = tuple[tuple[int, str], int, int]
+
+
+@dataclass(slots=True)
 class _Anchor:
     href: str
-    text: str
+    head: str  #: the characters of its text before its first word, spaces left out
+    tail: str  #: those after its last word
     first: int  #: index of its first word in its segment
     words: int  #: its words
 
 
-@dataclass
+@dataclass(slots=True)
 class _Segment:
     order: int  #: the index (in the page's links) of its first link: segments sort in page order
     words: list[str] = field(default_factory=list)
     anchors: list[_Anchor] = field(default_factory=list)
     block: Any = None  #: the element it begins (a run that begins no element: None)
-
-
-def _safe(url: str) -> str:
-    from w3lib.url import safe_url_string
-
-    return url if _SAFE_URL.match(url) else safe_url_string(url)
 
 
 def link_url(href: str | None, base: str, page: str, max_length: int = MAX_URL_LENGTH) -> str | None:
@@ -127,11 +136,61 @@ def link_url(href: str | None, base: str, page: str, max_length: int = MAX_URL_L
     if "@" in parts.netloc:  # credentials in a link are nobody's business
         netloc = parts.netloc.rpartition("@")[2]
         absolute = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    try:
-        url = _safe(absolute).translate(_URL_ESCAPES)
-    except (ValueError, UnicodeError):  # a host IDNA refuses
-        return None
-    return url if len(url) <= max_length else None
+    if not _SAFE_URL.match(absolute):  # (a URL of those characters has none of _URL_ESCAPES either)
+        from w3lib.url import safe_url_string
+
+        try:
+            absolute = safe_url_string(absolute).translate(_URL_ESCAPES)
+        except (ValueError, UnicodeError):  # a host IDNA refuses
+            return None
+    return absolute if len(absolute) <= max_length else None
+
+
+def _resolver(base: str, page: str, max_length: int) -> Callable[[str | None], str | None]:
+    """:func:`link_url` for the links of one page, each href resolved once, most without urllib
+    (tests/unit/test_markdown_links.py holds the answers to link_url's):
+
+    - a path of plain segments (:data:`_PLAIN_PATH`) is the directory of *base* (or its root,
+      for a path from the root) with the path after it: what ``urljoin`` makes of it, there being
+      no segment to resolve. The directory is resolved once, with a segment ``_``, and used when
+      link_url gives that URL as it is (an ``http(s)`` URL of safe characters, no user info);
+    - an href of safe characters (:data:`_SAFE_URL`) with a fragment of letters, digits and
+      ``-._~`` is, when *base* is of safe characters too, the URL of its part before the fragment
+      with the fragment after it: ``urljoin`` puts it after the rest, and a URL of safe characters
+      made of safe characters needs no safe_url_string.
+    """
+    urls: dict[str | None, str | None] = {}
+    safe_base = bool(_SAFE_URL.match(base))
+    prefixes: dict[str, str | None] = {}
+
+    def prefix(probe: str) -> str | None:
+        """The URL of the plain path *probe* (``_`` or ``/_``) less its ``_``, if link_url gives it
+        as urljoin makes it."""
+        if probe not in prefixes:
+            url = link_url(probe, base, page)
+            prefixes[probe] = url[:-1] if url and _SAFE_URL.match(url) and url == urljoin(base, probe) else None
+        return prefixes[probe]
+
+    def resolve(href: str | None) -> str | None:
+        if href in urls:
+            return urls[href]
+        stripped = (href or "").strip(" \t\n\r\f")
+        document, _, fragment = stripped.partition("#")
+        if _PLAIN_PATH.match(stripped) and (before := prefix("/_" if stripped[0] == "/" else "_")) is not None:
+            joined = before + stripped.removeprefix("/")
+            url = None if joined == page or len(joined) > max_length else joined  # (longer than the href)
+        elif (
+            safe_base and document and _PLAIN_FRAGMENT.match(fragment) and _SAFE_URL.match(document)
+            and len(stripped) <= max_length
+        ):  # fmt: skip
+            url = resolve(document)
+            url = url + "#" + fragment if url is not None and len(url) + 1 + len(fragment) <= max_length else None
+        else:
+            url = link_url(href, base, page, max_length)
+        urls[href] = url
+        return url
+
+    return resolve
 
 
 def _base(tree: Any, url: str) -> str:
@@ -152,27 +211,36 @@ def _skipped(element: Any) -> bool:
     ) and isinstance(element.tag, str)
 
 
-def _links(tree: Any) -> dict[Any, int]:
-    """The page's ``<a>`` elements that may be links of the Markdown (their ``href`` is read when
-    their text is found in it), each with its index in document order."""
+def _links(tree: Any) -> dict[Any, tuple[int, str]]:
+    """The page's ``<a>`` elements that may be links of the Markdown, each with its index in
+    document order and its ``href``."""
     hidden: dict[Any, bool] = {}  # whether an element is in a skipped subtree
-    links: dict[Any, int] = {}
+    links: dict[Any, tuple[int, str]] = {}
     for anchor in tree.iter("a"):
-        if (anchor.get("href") or "#").lstrip()[:1] in ("#", "") or _skipped(anchor):
+        href = anchor.get("href")
+        if not href or href.lstrip()[:1] in ("#", ""):
             continue
-        path = []
-        verdict = False
-        for parent in anchor.iterancestors():
-            if parent in hidden:
-                verdict = hidden[parent]
-                break
-            if _skipped(parent):
-                verdict = True
-                break
-            path.append(parent)
-        hidden.update(dict.fromkeys(path, verdict))
+        if anchor.get("role") in _SKIP_ROLES or anchor.get("aria-hidden") == "true":  # (_skipped: "a" is no _SKIP)
+            continue
+        parent = anchor.getparent()
+        verdict = hidden.get(parent)
+        if verdict is None:  # (a loop: iterancestors is slower)
+            path = []
+            while parent is not None:
+                verdict = hidden.get(parent)
+                if verdict is not None:
+                    break
+                if _skipped(parent):
+                    verdict = True
+                    break
+                path.append(parent)
+                parent = parent.getparent()
+            else:
+                verdict = False
+            for parent in path:
+                hidden[parent] = verdict
         if not verdict:
-            links[anchor] = len(links)
+            links[anchor] = (len(links), href)
     return links
 
 
@@ -185,10 +253,8 @@ def segments(tree: Any, known: set[str] | None = None) -> list[_Segment]:
     links = _links(tree)
     if known is not None:
         unknown = known.isdisjoint
-        links = {
-            anchor: i for anchor, i in links.items()
-            if not unknown(_WORD.findall(etree.tostring(anchor, method="text", encoding=str, with_tail=False)))
-        }  # fmt: skip
+        text_of = partial(etree.tostring, method="text", encoding=str, with_tail=False)
+        links = {anchor: link for anchor, link in links.items() if not unknown(_blank(text_of(anchor)).split())}
     if not links:
         return []
     blocks: dict[Any, None] = {}
@@ -199,66 +265,70 @@ def segments(tree: Any, known: set[str] | None = None) -> list[_Segment]:
         blocks[block if block is not None else anchor.getroottree().getroot()] = None
     found: list[_Segment] = []
     for block in blocks:
-        texts: list[str] = [block.text or ""]
-        length = len(texts[0])
-        anchors: list[tuple[Any, int, int]] = []  # (element, start, end) in the run's text
-        opened: tuple[Any, int] | None = None
+        text = block.text or ""
+        texts = [text]
+        length = len(text)
+        anchors: list[_InRun] = []
+        opened: Any = None  # the link the walk is in
+        link, start = (0, ""), 0  # its index and href, and where it begins
         first = block
-        breaks: set[Any] = set()  # the elements inside that end a run
         walk = etree.iterwalk(block, events=("start", "end"))
         next(walk)  # the block's own start
         for event, element in walk:
-            if element is block:
-                break
-            tag = element.tag
             if event == "start":
-                if tag in _BREAKS or _skipped(element):
-                    walk.skip_subtree()  # a block inside is a run (or runs) of its own
-                    if tag in _BREAKS or tag not in _INLINE:
-                        breaks.add(element)
+                tag = element.tag
+                if tag in _BREAKS or (
+                    (tag in _SKIP or element.get("role") in _SKIP_ROLES or element.get("aria-hidden") == "true")
+                    and isinstance(tag, str)
+                ):  # (_skipped, inline)
+                    walk.skip_subtree()  # (its end comes next)
+                    if tag in _BREAKS or tag not in _INLINE:  # a block inside is a run (or runs) of its own
+                        _close(found, texts, anchors, first)
+                        texts, length, anchors, opened, first = [], 0, [], None, None  # a link around a block is no run
                     continue
                 if opened is None and element in links:
-                    opened = (element, length)
+                    opened, link, start = element, links[element], length
                 elif not isinstance(tag, str):
                     continue
-                if element.text:
-                    texts.append(element.text)
-                    length += len(element.text)
+                text = element.text
+                if text:
+                    texts.append(text)
+                    length += len(text)
                 continue
-            if opened is not None and element is opened[0]:
-                anchors.append((element, opened[1], length))
+            if element is block:
+                break
+            if element is opened:
+                anchors.append((link, start, length))
                 opened = None
-            if element in breaks:
-                _close(found, links, texts, anchors, first)
-                texts, length, anchors, opened, first = [], 0, [], None, None  # a link around a block is no run
-            if element.tail:
-                texts.append(element.tail)
-                length += len(element.tail)
-        _close(found, links, texts, anchors, first)
+            text = element.tail
+            if text:
+                texts.append(text)
+                length += len(text)
+        _close(found, texts, anchors, first)
     found.sort(key=lambda segment: segment.order)
     return found
 
 
-def _close(
-    found: list[_Segment], links: dict[Any, int], texts: list[str], anchors: list[tuple[Any, int, int]], block: Any
-) -> None:
+def _close(found: list[_Segment], texts: list[str], anchors: list[_InRun], block: Any) -> None:
     """Add the run of *texts* (that begins *block*, if not None) to *found* if it holds links (each
     a whole number of its words)."""
     if not anchors:
         return
     text = "".join(texts)
-    segment = _Segment(links[anchors[0][0]], _WORD.findall(text), block=block)
-    word = _WORD.match
-    for element, start, end in anchors:
-        if (start and word(text, start - 1, start) and word(text, start, start + 1)) or (
-            word(text, end - 1, end) and word(text, end, end + 1)
+    blank = _blank(text)
+    segment = _Segment(anchors[0][0][0], blank.split(), block=block)
+    for (_, href), start, end in anchors:
+        # a letter or digit (of a word of _WORD) both sides of its start or of its end
+        if (0 < start < len(text) and text[start - 1 : start + 1].isalnum()) or (
+            0 < end < len(text) and text[end - 1 : end + 1].isalnum()
         ):
             continue  # a link in the middle of a word is left out
-        count = len(_WORD.findall(text, start, end))
+        words = blank[start:end]
+        count = len(words.split())
         if count:
-            segment.anchors.append(
-                _Anchor(element.get("href"), text[start:end], len(_WORD.findall(text, 0, start)), count)
-            )
+            head = text[start : start + len(words) - len(words.lstrip(" "))].replace(" ", "")
+            tail = text[start + len(words.rstrip(" ")) : end].replace(" ", "")
+            segment.anchors.append(_Anchor(href, head, tail, len(blank[:start].split()), count))
     if segment.anchors:
         found.append(segment)
 
@@ -270,7 +340,8 @@ class _Words:
 
     def __init__(self, markdown: str) -> None:
         self.markdown = markdown
-        words = _WORD.findall(markdown)
+        self.blank = _blank(markdown)  #: the Markdown with each character not of a word a space
+        words = self.blank.split()
         self.line = " " + " ".join(words) + " "
         self.known = set(words)
         #: Characters searches that found nothing may still go through: past it, a search looks only
@@ -306,37 +377,63 @@ class _Words:
         index = self._index + skip
         if index < self._word:
             self._word = self._position = 0
-        self._position = _skip(self.markdown, self._position, index - self._word)
+        self._position = _skip(self.blank, self._position, index - self._word)
         self._word = index
-        first = _WORD.search(self.markdown, self._position)
-        if first is None:  # cannot be: the line holds the Markdown's words
-            raise LookupError(f"no word {index} in the Markdown")
-        return first.start(), _skip(self.markdown, first.start(), count)
+        words = _next_words(count).match(self.blank, self._position)
+        if words is None:  # cannot be: the line holds the Markdown's words
+            raise LookupError(f"no words {index} to {index + count} in the Markdown")
+        return words.span(1)
 
 
-def _skip(text: str, position: int, count: int) -> int:
-    """The end of the *count*-th word of *text* from *position* (*position* when 0)."""
-    bit = 0
+def _blank(text: str) -> str:
+    """*text* with each character that is not of a word (:data:`_WORD`: not alphanumeric) a space:
+    its words are its ``split()``, at the same offsets. A few passes of C (``_WORD.findall`` is
+    four times slower): the characters outside ASCII that are not alphanumeric replaced one by one,
+    then those of ASCII all at once in the UTF-8 bytes. Text with many characters outside ASCII, or
+    many kinds of them that are not alphanumeric, is left to a regular expression
+    (tests/unit/test_markdown_links.py compares the two)."""
+    if not text.isascii():
+        data = text.encode("utf-8", "surrogatepass")
+        if len(data) > len(text) * 9 // 8:  # (two to four bytes for each character outside ASCII)
+            return _NOT_WORD.sub(" ", text)
+        outside = data.translate(None, _ASCII).decode("utf-8", "surrogatepass")
+        others = [char for char in set(outside) if not char.isalnum()]
+        if len(others) > 16:
+            return _NOT_WORD.sub(" ", text)
+        for char in others:
+            text = text.replace(char, " ")
+    return text.encode().translate(_ASCII_NOT_WORDS).decode()
+
+
+def _skip(blank: str, position: int, count: int) -> int:
+    """The end of the *count*-th word of *blank* (text made :func:`_blank`) from *position*
+    (*position* when 0)."""
     while count:
-        if count & 1:
-            match = _SKIPS[bit].match(text, position)
-            if match is None:  # cannot be: the line holds the Markdown's words
-                raise LookupError(f"fewer than {count} words after {position}")
-            position = match.end()
-        count >>= 1
-        bit += 1
+        step = count if count < 64 else 1 << (count.bit_length() - 1)  # few steps, few patterns
+        match = _skipping(step).match(blank, position)
+        if match is None:  # cannot be: the line holds the Markdown's words
+            raise LookupError(f"fewer than {count} words after {position}")
+        position = match.end()
+        count -= step
     return position
 
 
-_SKIPS = [re.compile(rf"(?:[\W_]*[^\W_]+){{{1 << bit}}}") for bit in range(24)]
+@cache
+def _skipping(count: int) -> re.Pattern[str]:
+    """What matches *count* words of text made :func:`_blank` (and the spaces before each)."""
+    return re.compile(rf"(?: *+[^ ]++){{{count}}}")
 
 
-def _widen(markdown: str, start: int, end: int, text: str) -> tuple[int, int]:
-    """The span [start, end) of an anchor's words widened to the punctuation of its *text* before
-    its first and after its last word (Markdown escapes allowed), then to emphasis marks or a code
-    span around it on both sides."""
-    head = _LEADING.match(text).group().replace(" ", "")  # type: ignore[union-attr]  # it matches ""
-    tail = _TRAILING.search(text).group().replace(" ", "")  # type: ignore[union-attr]
+@lru_cache(maxsize=256)
+def _next_words(count: int) -> re.Pattern[str]:
+    """What matches the next *count* words of text made :func:`_blank`, they in its group 1."""
+    return re.compile(rf" *+([^ ]++(?: ++[^ ]++){{{count - 1}}})" if count else r" *+()(?=[^ ])")
+
+
+def _widen(markdown: str, start: int, end: int, head: str, tail: str) -> tuple[int, int]:
+    """The span [start, end) of an anchor's words widened to the punctuation of its text before
+    its first (*head*) and after its last word (*tail*) (Markdown escapes allowed), then to
+    emphasis marks or a code span around it on both sides."""
     for char in reversed(head):
         if start and markdown[start - 1] == char:
             start -= 1
@@ -371,14 +468,7 @@ def add_links(markdown: str, tree: Any, url: str, max_length: int = MAX_URL_LENG
     runs = segments(tree, words.known)
     if not runs:
         return markdown
-    page, base = url.partition("#")[0], _base(tree, url)
-    urls: dict[str, str | None] = {}
-
-    def resolve(href: str) -> str | None:
-        if href not in urls:
-            urls[href] = link_url(href, base, page, max_length)
-        return urls[href]
-
+    resolve = _resolver(_base(tree, url), url.partition("#")[0], max_length)
     places: list[tuple[int, int, str]] = []  # (start, end, url) in the Markdown
     cursor = 0
     for run in runs:
@@ -431,7 +521,7 @@ def _place(places: list[tuple[int, int, str]], words: _Words, at: int, skip: int
         start, end = words.span(at, skip, anchor.words)
     except LookupError:
         return
-    places.append((*_widen(words.markdown, start, end, anchor.text), link))
+    places.append((*_widen(words.markdown, start, end, anchor.head, anchor.tail), link))
 
 
 def _whole_at(words: _Words, at: int, count: int) -> bool:
@@ -467,16 +557,7 @@ def _find(words: _Words, run: list[str], cursor: int) -> int:
 def _code_spans(markdown: str) -> list[tuple[int, int]]:
     """The code spans (and fenced blocks) of *markdown*: from a run of backticks to the next run
     of as many (one preceded by a backslash opens none: trafilatura escapes literal backticks)."""
-    spans = []
-    opened: re.Match[str] | None = None
-    for run in _TICKS.finditer(markdown):
-        if opened is None:
-            if not run.start() or markdown[run.start() - 1] != "\\":
-                opened = run
-        elif len(run.group()) == len(opened.group()):
-            spans.append((opened.start(), run.end()))
-            opened = None
-    return spans
+    return [span.span() for span in _CODE_SPAN.finditer(markdown) if span.group("close") is not None]
 
 
 def _apply(markdown: str, places: list[tuple[int, int, str]]) -> str:

@@ -4,6 +4,9 @@ hostile link text and URLs kept inside their link; ``text`` the same as without 
 
 from __future__ import annotations
 
+import re
+import sys
+from random import Random
 from typing import Any
 
 import pytest
@@ -11,7 +14,15 @@ from markdown_it import MarkdownIt
 
 from crawlhive.cleaner import extractor
 from crawlhive.cleaner.extractor import extract
-from crawlhive.cleaner.markdown_links import link_url
+from crawlhive.cleaner.markdown_links import (
+    MAX_URL_LENGTH,
+    _blank,
+    _code_spans,
+    _next_words,
+    _resolver,
+    _skip,
+    link_url,
+)
 from crawlhive.cleaner.plugins.extract import cut_markdown
 
 URL = "http://news.example/rivers/north.html"
@@ -156,3 +167,116 @@ def test_a_link_the_cut_of_the_markdown_ends_is_its_text() -> None:
     assert cut_markdown(markdown, 50) == "A river runs \\] cold"
     assert cut_markdown(markdown, 20) == "A river [runs \\] col"  # its text cut: a bracket, no link
     assert cut_markdown(markdown[:12], 1000) == markdown[:12]  # not cut: as it is
+
+
+# The fast paths of the mapping, each against what it stands for: a page's resolver against
+# link_url, the blanked text against the regular expression of words, the code spans against a
+# walk over the runs of backticks, the skipping of words against the words' own offsets.
+
+BASES = [
+    URL,
+    "https://cdn.example/mirror/",
+    "http://news.example/rivers/north.html?page=2#top",  # a query and a fragment of its own
+    "http://reader:secret@news.example/rivers/north.html",  # user info
+    "http://news.example/a b/(c)/north.html",  # characters safe_url_string changes
+    "http://bücher.example/rivers/",  # a host IDNA changes
+    "http://[::1]:8080/rivers/north.html",
+    "http://[::1/rivers/",  # a broken host
+    "http://news.example/rivers/north.html?q=\x0b",  # a control character safe_url_string strips at the end only
+    "http://news.example",  # no path
+    "HTTPS://News.Example:8443/Rivers/",  # capitals, a port, a directory
+    "http://news.example/a//b/./c/../north.html",  # empty and dot segments
+    "http://news.example/a;x/b;y",  # parameters
+    "mailto:desk@news.example",  # no web URL
+]
+PAGES = [URL, "http://news.example/rivers/_", "http://news.example/rivers/page.html", "http://news.example/"]
+HREFS = [
+    "page.html", "a/b/c.html", "a/", "/a/b", "/a/", "/", "...", ".hidden", "a..b/c", "x", "_", "/_", "a//b", "a/./b",
+    "rivers/north.html", "/rivers/north.html", "a/../b", "./a", "../a", "a/.", "//a/b", "/" + "z" * 38,
+    "page.html#part", "page.html#part-2.b_c~d", "../maps/tana.html#north", "/floods#2024", "./#x", ".#x", "..#x",
+    "?#x", "?q=1#x", "//other.example/p#x", "//other.example#x", "https://other.example/p?a=1#x", "HTTPS://Other.Example/p#x",
+    "north.html#other-part", "north.html", "page.html", "page.html#", "page.html#a b", "page.html#%41", "page.html#ü",
+    "page.html#a#b", "page.html#(x)", " page.html #x", "page.html\t#x", "page.html\u3000#x", "pa ge.html#x",
+    "(draft).html#x", "ünï.html#x", "page.html?q=å#x", "javascript:alert(1)#x", "mailto:a@b.example#x", "data:,x#y",
+    "ftp://files.example/x#y", "http://reader:secret@data.example/set#x", "http://[::1#x", "http://#x", "http:#x",
+    "http:page.html#x", "#only", "", "   ", None, "/" + "x" * 30 + "#" + "y" * 8, "/" + "x" * 2070 + "#frag",
+    "/" + "x" * 2075 + "#frag", "a/" * 40 + "../" * 40 + "page.html#x", "a/../" * 7 + "x#abcd",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("base", BASES)
+@pytest.mark.parametrize("max_length", [MAX_URL_LENGTH, 40])
+def test_a_pages_resolver_gives_what_link_url_gives(base: str, max_length: int) -> None:
+    for page in PAGES:
+        for hrefs in (HREFS, HREFS[::-1]):  # the part before a fragment resolved before it, and after
+            resolve = _resolver(base, page, max_length)
+            for href in hrefs + hrefs:  # (the second time from what it keeps)
+                assert resolve(href) == link_url(href, base, page, max_length), (base, page, href)
+
+
+def blanked(text: str) -> str:
+    """What :func:`_blank` stands for: each character not of a word (``[^\\W_]``) a space."""
+    return re.sub(r"[\W_]", " ", text)
+
+
+def test_the_blanked_text_has_the_words_of_the_regular_expression_at_their_offsets() -> None:
+    alphanumeric = [chr(c) for c in range(0x80, sys.maxunicode + 1) if chr(c).isalnum()]
+    others = [chr(c) for c in range(0x80, sys.maxunicode + 1) if not chr(c).isalnum()]  # (surrogates too)
+    random = Random(11)
+    texts = ["", "plain words, snake_case and 42 (x) [y]", "café ¶ naïve “quoted” — 東京 ﬁsh Ωmega", "\ud800 lone"]
+    texts += ["é" * 40, "".join(map(chr, range(sys.maxunicode + 1)))]  # (every character at once)
+    # every alphanumeric character outside ASCII, among enough ASCII to be blanked byte by byte
+    for i in range(0, len(alphanumeric), 300):
+        texts.append("ab_c, " * 500 + " ".join(alphanumeric[i : i + 300]) + "x.y")
+    # characters outside ASCII that are not of words: a few kinds (replaced), many (the expression)
+    for kinds in (1, 16, 17, 40):
+        for _ in range(30):
+            chosen = random.sample(others, kinds)
+            texts.append("".join(random.choice(["word ", "x_y ", "é", *chosen]) for _ in range(2000)))
+    for text in texts:
+        blank = _blank(text)
+        assert blank == blanked(text), text[:80]
+        assert blank.split() == re.findall(r"[^\W_]+", text)
+
+
+def code_spans(markdown: str) -> list[tuple[int, int]]:
+    """The code spans by their definition: each run of backticks not after a backslash opens one
+    (when none is open), the next run of as many closes it."""
+    spans = []
+    opened: re.Match[str] | None = None
+    for run in re.finditer(r"`+", markdown):
+        if opened is None:
+            if not run.start() or markdown[run.start() - 1] != "\\":
+                opened = run
+        elif len(run.group()) == len(opened.group()):
+            spans.append((opened.start(), run.end()))
+            opened = None
+    return spans
+
+
+def test_code_spans_are_runs_of_backticks_to_the_next_run_of_as_many() -> None:
+    random = Random(7)
+    texts = ["", "`a`", "``a`b``", "\\`a` `b`", "`a``", "``` x ``` `y`", "a`b\\``c`"]
+    texts += ["".join(random.choice("```\\ab\n") for _ in range(random.randint(1, 40))) for _ in range(20000)]
+    for text in texts:
+        assert _code_spans(text) == code_spans(text), text
+
+
+def test_words_are_skipped_in_the_blanked_text_as_the_regular_expression_finds_them() -> None:
+    random = Random(3)
+    pieces = ["word", "x_y", "é", "東京", "42", " ", "  ", "**", "`", "\\[", "¶", "\n", "—"]
+    for _ in range(50):
+        text = "".join(random.choice(pieces) for _ in range(random.randint(0, 400)))
+        blank = _blank(text)
+        words = list(re.finditer(r"[^\W_]+", text))
+        for position in {0, *(word.end() for word in words[::7])}:
+            after = [word for word in words if word.start() >= position]
+            for count in {0, 1, 2, 3, 63, 64, 65, 100, len(after)}:
+                if count <= len(after):
+                    assert _skip(blank, position, count) == (after[count - 1].end() if count else position)
+                    if after:
+                        expected = (after[0].start(), after[count - 1].end()) if count else (after[0].start(),) * 2
+                        assert _next_words(count).match(blank, position).span(1) == expected  # type: ignore[union-attr]
+                else:
+                    with pytest.raises(LookupError):
+                        _skip(blank, position, count)
