@@ -27,7 +27,10 @@ if TYPE_CHECKING:
     from crawlhive.cleaner.cleaner import Cleaner
     from crawlhive.cleaner.page import Page
 
-_SPACES = re.compile(r"[ \t\u00a0\u200b]+")
+#: A run of spaces (and tabs, no-break and zero-width spaces) that is not a lone space: what
+#: :func:`normalise` makes one space (matching the lone spaces between words too, and replacing
+#: each by itself, took a third of its time).
+_SPACES = re.compile(r"(?: |[\t\u00a0\u200b])[ \t\u00a0\u200b]+|[\t\u00a0\u200b]")
 #: Bytes (UTF-8) a ``title`` or ``description`` keeps.
 MAX_META_BYTES = 2048
 
@@ -36,9 +39,7 @@ def normalise(text: str | None) -> str | None:
     """*text* with runs of spaces collapsed, lines stripped, blank lines dropped; None if empty."""
     if not text:
         return None
-    lines = (_SPACES.sub(" ", line).strip() for line in text.splitlines())
-    joined = "\n".join(line for line in lines if line)
-    return joined or None
+    return "\n".join(filter(None, map(str.strip, _SPACES.sub(" ", text).splitlines()))) or None
 
 
 def cut(text: str | None, limit: int) -> str | None:

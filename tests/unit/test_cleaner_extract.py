@@ -3,12 +3,13 @@ text of a page without main text, the size cut, and the child process's deadline
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
 from crawlhive.cleaner.extractor import ExtractionTimeout, Extractor, visible_text
-from crawlhive.cleaner.plugins.extract import cut
+from crawlhive.cleaner.plugins.extract import cut, normalise
 
 
 def test_the_visible_text_leaves_out_what_a_reader_does_not_see() -> None:
@@ -19,6 +20,22 @@ def test_the_visible_text_leaves_out_what_a_reader_does_not_see() -> None:
     assert visible_text(html).split() == ["About", "Home", "a", "b"]
     assert "About\n" in visible_text(html)
     assert visible_text("") == visible_text("   ") == ""
+
+
+def test_normalise_makes_each_run_of_spaces_one_and_drops_blank_lines() -> None:
+    def by_its_definition(text: str) -> str | None:  # per line: runs of the four spaces, then strip
+        lines = (re.sub(r"[ \t\u00a0\u200b]+", " ", line).strip() for line in text.splitlines())
+        return "\n".join(line for line in lines if line) or None
+
+    samples = [
+        "a  b", "a b", "a\tb", "a \tb", "a\t b", "a\u00a0b", "a \u00a0 b", "a\u200bb", "a\u200b\u200bb",
+        " lead", "trail\t", "  \n\n \u00a0\n", "one\r\ntwo\rthree\u2028four\x0bfive\x1csix\x85seven",
+        "em\u2003space \u2003 kept", "x" + " " * 50 + "y\t\t\n\n\nz",
+    ]  # fmt: skip
+    for text in samples:
+        assert normalise(text) == by_its_definition(text), repr(text)
+    assert normalise("") is None and normalise(" \t\n\u00a0") is None
+    assert normalise("a \t b\n\n  c  ") == "a b\nc"
 
 
 def test_cut_keeps_whole_lines_or_characters_within_the_byte_limit() -> None:
