@@ -112,6 +112,18 @@ def cleaner_steps(extract: ExtractPlugin, steps: list[Any], items: list[dict[str
     return time.process_time() + tree_cpu(child.pid) - started, texts
 
 
+def up_cleaner_env(cluster: EmbeddedCluster, work: Path, prefix: str) -> dict[str, str]:
+    """The environment of a ``crawlhive cleaner`` on *cluster* under *prefix*, with the session
+    timeout ``crawlhive up`` gives its cleaners."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")}
+    env.update(
+        REDIS_URL=cluster.redis_url, KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap, REDIS_KEY_PREFIX=prefix,
+        KAFKA_TOPIC_PREFIX=prefix, CRAWLHIVE_HOME=str(work), LOG_LEVEL="WARNING",
+        KAFKA_SESSION_TIMEOUT_MS=str(UP_CLEANER_SESSION_TIMEOUT_MS),
+    )  # fmt: skip
+    return env
+
+
 class CleanerProcess:
     """One ``crawlhive cleaner`` process on an embedded broker and Redis, already consuming:
     :meth:`cpu_s` is the CPU seconds it (and its extraction child) spends cleaning a batch of
@@ -120,13 +132,9 @@ class CleanerProcess:
     def __init__(self, cluster: EmbeddedCluster, work: Path, tag: str) -> None:
         prefix = f"benchreal{tag}"
         self.settings = bench_settings(cluster, work, prefix, ("crawled_firehose", "cleaned", "dead_letter"))
-        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")}
-        env.update(
-            REDIS_URL=cluster.redis_url, KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap, REDIS_KEY_PREFIX=prefix,
-            KAFKA_TOPIC_PREFIX=prefix, CRAWLHIVE_HOME=str(work), LOG_LEVEL="WARNING",
-            KAFKA_SESSION_TIMEOUT_MS=str(UP_CLEANER_SESSION_TIMEOUT_MS),
-        )  # fmt: skip
-        self.proc = subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "cleaner"], env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "crawlhive.app.cli", "cleaner"], env=up_cleaner_env(cluster, work, prefix)
+        )
         self.consumer = make_consumer(self.settings, self.settings.topic("cleaned"), group_id=None)
         client = redis.Redis.from_url(cluster.redis_url)
         try:
@@ -269,12 +277,7 @@ def cleaner_from_start(
     join = new_group_first_record_s(settings, settings.topic("crawled_firehose"))
     consumer = make_consumer(settings, settings.topic("cleaned"), group_id=None)
     consumer.poll(timeout_ms=500)  # assigned before the cleaner starts
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "KAFKA_BOOTSTRAP_SERVERS")}
-    env.update(
-        REDIS_URL=cluster.redis_url, KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap, REDIS_KEY_PREFIX=prefix,
-        KAFKA_TOPIC_PREFIX=prefix, CRAWLHIVE_HOME=str(work), LOG_LEVEL="WARNING",
-        KAFKA_SESSION_TIMEOUT_MS=str(UP_CLEANER_SESSION_TIMEOUT_MS),
-    )  # fmt: skip
+    env = up_cleaner_env(cluster, work, prefix)
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "crawlhive.app.cli", "cleaner"], env=env)
     try:
