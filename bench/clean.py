@@ -179,7 +179,7 @@ def real_pages(corpus: Path, pairs: int) -> tuple[float, float]:
     # A crawled item over the producer's request size never reaches a cleaner (the crawler
     # dead-letters it): such pages are left out of the process's runs.
     fitting = [item for item in items_ if len(json.dumps(item)) < 900_000]
-    ratios, bare_ms, clean_ms, process_ms = [], [], [], []
+    ratios, bare_ms, process_ms = [], [], []
     with tempfile.TemporaryDirectory(prefix="crawlhive-bench-") as tmp, EmbeddedCluster() as cluster:
         process = CleanerProcess(cluster, Path(tmp), "1")
         try:
@@ -190,7 +190,6 @@ def real_pages(corpus: Path, pairs: int) -> tuple[float, float]:
                 process_s = process.cpu_s([dict(item, crawlid=f"real{pair}") for item in fitting])
                 ratios.append(bare_s / steps_s)
                 bare_ms.append(1000 * bare_s / len(samples))
-                clean_ms.append(1000 * steps_s / len(samples))
                 process_ms.append(1000 * process_s / len(fitting))
                 print(
                     f"pair {pair + 1}: bare trafilatura {len(samples) / bare_s:6.1f} pages/CPU-s, "

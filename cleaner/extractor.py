@@ -59,10 +59,10 @@ class ExtractionFailed(Exception):  # noqa: N818 - the name says what happened
 
 
 _LOOKUP_SET: list[bool] = []
-#: What :func:`crawlhive.cleaner.discard.install` did in this process (once it has run).
-_DISCARD_SET: list[dict[str, bool]] = []
-#: What :func:`crawlhive.cleaner.datesearch.install` did in this process (once it has run).
-_DATES_SET: list[dict[str, bool]] = []
+#: What the ``install`` of :mod:`crawlhive.cleaner.discard` (trafilatura's pruning expressions as
+#: Python selectors) and of :mod:`crawlhive.cleaner.datesearch` (htmldate's candidate and pattern
+#: scans, cheaper) did in this process, by module name (once :func:`parse` has run).
+_INSTALLED: dict[str, dict[str, bool]] = {}
 
 
 def _c_level_lookup() -> None:
@@ -91,14 +91,10 @@ def parse(html: str) -> Any:
     from trafilatura.utils import load_html
 
     _c_level_lookup()
-    if not _DISCARD_SET:  # trafilatura's pruning expressions as Python selectors
-        from crawlhive.cleaner import discard
+    if not _INSTALLED:
+        from crawlhive.cleaner import datesearch, discard
 
-        _DISCARD_SET.append(discard.install())
-    if not _DATES_SET:  # htmldate's candidate and pattern scans, cheaper (the same dates)
-        from crawlhive.cleaner import datesearch
-
-        _DATES_SET.append(datesearch.install())
+        _INSTALLED.update(discard=discard.install(), datesearch=datesearch.install())
     try:
         return load_html(html)
     except (ValueError, TypeError):

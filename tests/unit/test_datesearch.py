@@ -232,7 +232,7 @@ def htmldate_restored() -> Iterator[None]:
 def test_the_extraction_installs_them_on_its_first_parse(htmldate_restored, own) -> None:
     for name in REPLACED:
         setattr(htmldate.core, name, getattr(own, name))
-    extractor._DATES_SET.clear()
+    extractor._INSTALLED.clear()
     extractor.parse("<html><body><p>x</p></body></html>")
-    assert extractor._DATES_SET == [dict.fromkeys(REPLACED, True)]
+    assert extractor._INSTALLED["datesearch"] == dict.fromkeys(REPLACED, True)
     assert all(getattr(htmldate.core, name).__module__ == datesearch.__name__ for name in REPLACED)

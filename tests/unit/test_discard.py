@@ -124,10 +124,10 @@ def test_the_extraction_uses_the_selectors_and_its_text_is_the_same(trafilatura_
     samples = corpus.load()[:30]
     for name, expressions in trafilatura_own.items():
         getattr(xpaths, name)[:] = expressions
-    extractor._DISCARD_SET[:] = [{}]  # as if done: the first extraction keeps trafilatura's XPaths
+    extractor._INSTALLED.update(discard={})  # as if done: the first extraction keeps trafilatura's XPaths
     with_xpaths = [extractor.extract(sample.html, sample.url)["text"] for sample in samples]
     assert all(isinstance(expression, XPath) for expression in xpaths.OVERALL_DISCARD_XPATH)
-    extractor._DISCARD_SET.clear()
+    extractor._INSTALLED.clear()
     extractor.parse("<p>x</p>")  # installs them, as the extraction child does on its first page
-    assert extractor._DISCARD_SET == [{name: True for name in discard.TEMPLATES}]
+    assert extractor._INSTALLED["discard"] == {name: True for name in discard.TEMPLATES}
     assert [extractor.extract(sample.html, sample.url)["text"] for sample in samples] == with_xpaths
